@@ -1,0 +1,93 @@
+// Non-owning tensor views (row-major, contiguous) and an owning host buffer.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace millipede {
+
+inline constexpr int kMaxTensorRank = 6;
+
+// A shape of up to kMaxTensorRank dimensions.
+struct Shape {
+  int rank = 0;
+  std::array<int64_t, kMaxTensorRank> dims{};
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> d);
+  static StatusOr<Shape> FromVector(const std::vector<int64_t>& d);
+
+  int64_t operator[](int i) const { return dims[i]; }
+  int64_t NumElements() const;
+  bool operator==(const Shape& other) const;
+  std::string ToString() const;  // "[2, 3, 4]"
+};
+
+// A view of contiguous memory (host or device: the view does not know which).
+template <typename Ptr>
+struct BasicTensorView {
+  Ptr data = nullptr;
+  DType dtype = DType::kF32;
+  Shape shape;
+
+  int64_t NumElements() const { return shape.NumElements(); }
+  size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
+  int64_t dim(int i) const { return shape.dims[i]; }
+  int rank() const { return shape.rank; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+using TensorView = BasicTensorView<void*>;
+using ConstTensorView = BasicTensorView<const void*>;
+
+inline ConstTensorView AsConst(const TensorView& t) { return {t.data, t.dtype, t.shape}; }
+
+// Checks a view's dtype and shape; `what` names the argument in the error.
+Status CheckTensor(const ConstTensorView& t, const char* what, DType dtype, const Shape& shape);
+Status CheckTensor(const TensorView& t, const char* what, DType dtype, const Shape& shape);
+// Checks only the rank and the dtype being a float type.
+Status CheckFloatTensor(const ConstTensorView& t, const char* what, int rank);
+
+// Owning host tensor (64-byte aligned).
+class HostTensor {
+ public:
+  HostTensor() = default;
+  HostTensor(DType dtype, const Shape& shape);
+  HostTensor(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&&) noexcept = default;
+  HostTensor(const HostTensor&) = delete;
+  HostTensor& operator=(const HostTensor&) = delete;
+
+  TensorView view() { return {storage_.data(), dtype_, shape_}; }
+  ConstTensorView view() const { return {storage_.data(), dtype_, shape_}; }
+  template <typename T>
+  T* data() { return reinterpret_cast<T*>(storage_.data()); }
+  template <typename T>
+  const T* data() const { return reinterpret_cast<const T*>(storage_.data()); }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t NumElements() const { return shape_.NumElements(); }
+  size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype_); }
+
+ private:
+  struct alignas(64) Block {
+    unsigned char bytes[64];
+  };
+  // Storage in 64-byte blocks keeps the data aligned for vector loads.
+  struct Storage {
+    std::vector<Block> blocks;
+    void* data() { return blocks.data(); }
+    const void* data() const { return blocks.data(); }
+  } storage_;
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+};
+
+}  // namespace millipede
