@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/dtype.h"
@@ -48,6 +49,27 @@ using TensorView = BasicTensorView<void*>;
 using ConstTensorView = BasicTensorView<const void*>;
 
 inline ConstTensorView AsConst(const TensorView& t) { return {t.data, t.dtype, t.shape}; }
+
+// Rows [begin, begin + count) of dimension 0 (the view must be contiguous, as all views are).
+template <typename Ptr>
+BasicTensorView<Ptr> SliceRows(const BasicTensorView<Ptr>& t, int64_t begin, int64_t count) {
+  BasicTensorView<Ptr> out = t;
+  int64_t row_elems = t.shape.rank > 0 && t.shape.dims[0] > 0 ? t.NumElements() / t.shape.dims[0]
+                                                              : 0;
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Ptr>>, const char, char>;
+  out.data = static_cast<Byte*>(t.data) + begin * row_elems * static_cast<int64_t>(DTypeSize(t.dtype));
+  out.shape.dims[0] = count;
+  return out;
+}
+// The same memory seen with another shape of the same element count.
+template <typename Ptr>
+StatusOr<BasicTensorView<Ptr>> Reshape(const BasicTensorView<Ptr>& t, const Shape& shape) {
+  if (shape.NumElements() != t.NumElements())
+    return InvalidArgumentError("cannot reshape " + t.shape.ToString() + " to " + shape.ToString());
+  BasicTensorView<Ptr> out = t;
+  out.shape = shape;
+  return out;
+}
 
 // Checks a view's dtype and shape; `what` names the argument in the error.
 Status CheckTensor(const ConstTensorView& t, const char* what, DType dtype, const Shape& shape);

@@ -32,3 +32,23 @@ TEST(TensorTest, HostTensorIsAlignedAndSized) {
 
 }  // namespace
 }  // namespace millipede
+
+namespace millipede {
+namespace {
+
+TEST(TensorTest, SliceRowsAndReshape) {
+  HostTensor t(DType::kF32, Shape{4, 3});
+  for (int i = 0; i < 12; ++i) t.data<float>()[i] = static_cast<float>(i);
+  TensorView rows = SliceRows(t.view(), 1, 2);
+  EXPECT_EQ(rows.shape, (Shape{2, 3}));
+  EXPECT_EQ(rows.as<float>()[0], 3.0f);
+  ConstTensorView c = SliceRows(AsConst(t.view()), 3, 1);
+  EXPECT_EQ(static_cast<const float*>(c.data)[2], 11.0f);
+  auto r = Reshape(t.view(), Shape{2, 2, 3});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->shape.rank, 3);
+  EXPECT_FALSE(Reshape(t.view(), Shape{5, 3}).ok());
+}
+
+}  // namespace
+}  // namespace millipede

@@ -1,0 +1,93 @@
+// Where the engine's tensors live and how its ops run: the CPU backend (the kernels' references)
+// and, in CUDA builds, the GPU backend implement this interface.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/sampling.h"
+#include "kernels/silu_mul.h"
+
+namespace millipede {
+
+// A tensor owned by a backend (host or device memory); freed when destroyed. Move-only.
+class BackendTensor {
+ public:
+  BackendTensor() = default;
+  BackendTensor(TensorView view, std::function<void(void*)> release)
+      : view_(view), release_(std::move(release)) {}
+  ~BackendTensor() { Reset(); }
+  BackendTensor(BackendTensor&& other) noexcept { *this = std::move(other); }
+  BackendTensor& operator=(BackendTensor&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      view_ = other.view_;
+      release_ = std::move(other.release_);
+      other.view_ = TensorView{};
+      other.release_ = nullptr;
+    }
+    return *this;
+  }
+  BackendTensor(const BackendTensor&) = delete;
+  BackendTensor& operator=(const BackendTensor&) = delete;
+
+  const TensorView& view() const { return view_; }
+  ConstTensorView cview() const { return AsConst(view_); }
+  size_t NumBytes() const { return view_.NumBytes(); }
+
+ private:
+  void Reset() {
+    if (release_ && view_.data != nullptr) release_(view_.data);
+    view_ = TensorView{};
+    release_ = nullptr;
+  }
+  TensorView view_;
+  std::function<void(void*)> release_;
+};
+
+enum class BackendKind { kCpu, kCuda };
+const char* BackendKindName(BackendKind kind);
+StatusOr<BackendKind> ParseBackendKind(std::string_view name);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+
+  // Uninitialised memory for a tensor.
+  virtual StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) = 0;
+  // Makes a host weight usable by the ops. The CPU backend returns `host` itself (zero copy: the
+  // caller keeps the memory alive); a device backend copies it into memory it owns.
+  virtual StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) = 0;
+  // Copies between host memory and backend memory (same dtype and element count).
+  virtual Status CopyFromHost(ConstTensorView host_src, TensorView dst) = 0;
+  virtual Status CopyToHost(ConstTensorView src, TensorView host_dst) = 0;
+  // dst = src converted to dst's dtype (same element count), both in backend memory.
+  virtual Status Convert(ConstTensorView src, TensorView dst) = 0;
+  // Waits until every queued op has finished.
+  virtual Status Synchronize() = 0;
+
+  // The model's ops; argument contracts are those of the kernels/ headers.
+  virtual Status Embedding(const EmbeddingArgs& args) = 0;
+  virtual Status RmsNorm(const RmsNormArgs& args) = 0;
+  virtual Status Rope(const RopeArgs& args) = 0;
+  virtual Status Gemm(const GemmArgs& args) = 0;
+  virtual Status SiluMul(const SiluMulArgs& args) = 0;
+  virtual Status Attention(const AttentionArgs& args) = 0;
+  // Samples from logits held in backend memory.
+  virtual StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
+                                   uint64_t step) = 0;
+};
+
+// Creates a backend; kCuda is refused with a clear error in builds without CUDA.
+StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind);
+
+}  // namespace millipede

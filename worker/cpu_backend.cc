@@ -1,0 +1,85 @@
+#include "worker/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace millipede {
+namespace {
+
+Status CheckSameSize(ConstTensorView a, ConstTensorView b, const char* what) {
+  MP_REQUIRE(a.NumElements() == b.NumElements(), what, ": element counts differ (",
+             a.shape.ToString(), " vs ", b.shape.ToString(), ")");
+  return OkStatus();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  BackendKind kind() const override { return BackendKind::kCpu; }
+
+  StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) override {
+    size_t bytes = static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype);
+    // 64-byte alignment for vector loads; size rounded up as aligned_alloc requires.
+    void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+    if (p == nullptr)
+      return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) +
+                                    " bytes of host memory for a tensor " + shape.ToString());
+    return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { std::free(q); });
+  }
+
+  StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) override { return host; }
+
+  Status CopyFromHost(ConstTensorView host_src, TensorView dst) override {
+    return Copy(host_src, dst);
+  }
+  Status CopyToHost(ConstTensorView src, TensorView host_dst) override {
+    return Copy(src, host_dst);
+  }
+  Status Convert(ConstTensorView src, TensorView dst) override {
+    MP_RETURN_IF_ERROR(CheckSameSize(src, AsConst(dst), "Convert"));
+    return ConvertFloats(src.data, src.dtype, dst.data, dst.dtype,
+                         static_cast<size_t>(src.NumElements()));
+  }
+  Status Synchronize() override { return OkStatus(); }
+
+  Status Embedding(const EmbeddingArgs& args) override { return EmbeddingRef(args); }
+  Status RmsNorm(const RmsNormArgs& args) override { return RmsNormRef(args); }
+  Status Rope(const RopeArgs& args) override { return RopeRef(args); }
+  Status Gemm(const GemmArgs& args) override { return GemmRef(args); }
+  Status SiluMul(const SiluMulArgs& args) override { return SiluMulRef(args); }
+  Status Attention(const AttentionArgs& args) override { return AttentionRef(args); }
+  StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
+                           uint64_t step) override {
+    return SampleRef(logits, params, step);
+  }
+
+ private:
+  static Status Copy(ConstTensorView src, TensorView dst) {
+    MP_REQUIRE(src.dtype == dst.dtype, "copy: dtype ", DTypeName(src.dtype), " vs ",
+               DTypeName(dst.dtype));
+    MP_RETURN_IF_ERROR(CheckSameSize(src, AsConst(dst), "copy"));
+    if (src.NumBytes() > 0) std::memmove(dst.data, src.data, src.NumBytes());
+    return OkStatus();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+const char* BackendKindName(BackendKind kind) {
+  return kind == BackendKind::kCpu ? "cpu" : "cuda";
+}
+
+StatusOr<BackendKind> ParseBackendKind(std::string_view name) {
+  if (name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda" || name == "gpu") return BackendKind::kCuda;
+  return InvalidArgumentError("unknown backend \"" + std::string(name) + "\" (expected cpu or cuda)");
+}
+
+StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind) {
+  if (kind == BackendKind::kCpu) return CreateCpuBackend();
+  return UnimplementedError(
+      "the cuda backend is not available in this build");
+}
+
+}  // namespace millipede

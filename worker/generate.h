@@ -1,0 +1,53 @@
+// Offline generation on an Engine: prefill a prompt, then decode token by token until a stop
+// condition (an EOS id, a stop id, or the token budget).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/sampling.h"
+#include "worker/engine.h"
+
+namespace millipede {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  int64_t max_new_tokens = 16;
+  SamplingParams sampling;
+  // Generation stops after emitting any of these (the stop token is included in the output).
+  std::vector<int32_t> stop_ids;
+  // When false, the model's EOS ids (config.json eos_token_id) also stop generation.
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kStop, kLength };
+const char* FinishReasonName(FinishReason reason);  // "stop" or "length" (OpenAI's names)
+
+struct GenerationResult {
+  std::vector<int32_t> ids;  // generated tokens
+  FinishReason finish_reason = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  double ttft_s = 0;    // request start to first generated token (prefill + first sample)
+  double decode_s = 0;  // first to last generated token
+  double prefill_tokens_per_s() const { return ttft_s > 0 ? prompt_tokens / ttft_s : 0; }
+  double decode_tokens_per_s() const {
+    return ids.size() > 1 && decode_s > 0 ? (ids.size() - 1) / decode_s : 0;
+  }
+};
+
+// Called with each generated token as soon as it is sampled; returning false cancels generation
+// (the result then holds the tokens so far and the status is Cancelled).
+using TokenCallback = std::function<bool(int32_t id)>;
+
+// Checks a request against the engine's model before any work: a non-empty prompt of in-vocabulary
+// ids, max_new_tokens >= 1, prompt + max_new_tokens within the context limit, valid sampling.
+Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& request);
+
+// Runs the whole request; the engine's sequence is freed afterwards whatever happens.
+StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
+                                    const TokenCallback& on_token = nullptr);
+
+}  // namespace millipede

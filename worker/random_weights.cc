@@ -1,0 +1,81 @@
+#include "worker/random_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <thread>
+
+#include "common/checkpoint/model_tensors.h"
+#include "kernels/random.h"
+
+namespace millipede {
+namespace {
+
+// FNV-1a: a stable 64-bit key per tensor name (independent of std::hash's implementation).
+uint64_t NameKey(std::string_view name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+Status FillRandomWeight(const std::string& name, const RandomWeightsOptions& options,
+                        TensorView out) {
+  MP_REQUIRE(IsFloatDType(out.dtype), "random weight ", name, ": dtype ", DTypeName(out.dtype),
+             " is not a float type");
+  const bool is_norm = EndsWith(name, "layernorm.weight") || EndsWith(name, "norm.weight");
+  const double half_width = is_norm ? 0.1 : options.std * std::sqrt(3.0);
+  const double center = is_norm ? 1.0 : 0.0;
+  const uint64_t key = options.seed ^ NameKey(name);
+  const int64_t n = out.NumElements();
+  // One Philox block gives four 32-bit words: four elements per counter value.
+  auto fill_range = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += 4) {
+      RandomPhiloxBlock bits = RandomBits(key, static_cast<uint64_t>(i / 4));
+      for (int64_t j = 0; j < 4 && i + j < end; ++j) {
+        double u = (static_cast<double>(bits.v[j]) + 0.5) * 0x1.0p-32;  // (0, 1)
+        StoreFromFloat(out.data, out.dtype, static_cast<size_t>(i + j),
+                       static_cast<float>(center + half_width * (2.0 * u - 1.0)));
+      }
+    }
+  };
+  const int64_t kPerThread = 1 << 22;
+  const int64_t threads =
+      std::clamp<int64_t>(n / kPerThread, 1, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 1) {
+    fill_range(0, n);
+    return OkStatus();
+  }
+  // Split on multiples of 4 so every block of four belongs to one thread.
+  const int64_t step = (n / threads + 3) / 4 * 4;
+  std::vector<std::thread> pool;
+  for (int64_t b = 0; b < n; b += step) pool.emplace_back(fill_range, b, std::min(n, b + step));
+  for (auto& t : pool) t.join();
+  return OkStatus();
+}
+
+StatusOr<std::vector<NamedHostTensor>> GenerateRandomWeights(const ModelConfig& config,
+                                                             const RandomWeightsOptions& options) {
+  MP_RETURN_IF_ERROR(ValidateModelConfig(config));
+  MP_REQUIRE(options.dtype == DType::kF32 || options.dtype == DType::kBF16 ||
+                 options.dtype == DType::kF16,
+             "random weights: dtype must be F32, BF16 or F16, got ", DTypeName(options.dtype));
+  MP_REQUIRE(options.std > 0 && std::isfinite(options.std), "random weights: std must be > 0");
+  std::vector<NamedHostTensor> out;
+  for (const ExpectedTensor& e : ExpectedModelTensors(config)) {
+    NamedHostTensor t{e.name, HostTensor(options.dtype, e.shape)};
+    MP_RETURN_IF_ERROR(FillRandomWeight(e.name, options, t.tensor.view()));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace millipede

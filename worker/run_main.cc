@@ -1,0 +1,180 @@
+// millipede-run: offline generation with the engine, one prompt per run.
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/file_util.h"
+#include "common/flags.h"
+#include "common/tokenizer/tokenizer.h"
+#include "worker/generate.h"
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] = R"(usage: millipede-run --model DIR (--prompt TEXT | --prompt-file F | --prompt-ids F)
+                     --max-new-tokens N [options]
+
+  --model DIR            Hugging Face model directory (config.json, safetensors, tokenizer.json)
+  --prompt TEXT          prompt text (tokenized with DIR/tokenizer.json)
+  --prompt-file F        prompt text from a file ("-" for stdin)
+  --prompt-ids F         whitespace-separated token ids from a file ("-" for stdin)
+  --max-new-tokens N     tokens to generate at most (default 16)
+  --temperature T        0 = greedy (default 0)
+  --top-k K              keep the K most likely tokens (0 = off)
+  --top-p P              nucleus sampling threshold (1 = off)
+  --seed S               sampling seed (default 0)
+  --stop-id ID           also stop after this token id (repeatable)
+  --ignore-eos           do not stop at the model's EOS ids
+  --no-bos               do not prepend the tokenizer's BOS token to a text prompt
+  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
+  --prefill-chunk N      tokens per projection/MLP chunk (default 512)
+  --backend B            cpu (default) | cuda
+  --json                 print one JSON object: ids, text, finish_reason, timings
+)";
+
+StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    MP_ASSIGN_OR_RETURN(int64_t v, ParseInt64(word, "token id"));
+    MP_REQUIRE(v >= 0 && v <= INT32_MAX, "token id ", v, " out of range");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+StatusOr<std::string> ReadInput(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream s;
+    s << std::cin.rdbuf();
+    return s.str();
+  }
+  return ReadFileToString(path);
+}
+
+Status Run(int argc, char** argv) {
+  MP_ASSIGN_OR_RETURN(Flags flags,
+                      Flags::Parse(argc, argv, {"json", "ignore-eos", "no-bos", "help"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(flags.CheckKnown(
+      {"model", "prompt", "prompt-file", "prompt-ids", "max-new-tokens", "temperature", "top-k",
+       "top-p", "seed", "stop-id", "ignore-eos", "no-bos", "kv-dtype", "prefill-chunk", "backend",
+       "json", "help"}));
+  MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
+  const int sources = flags.Has("prompt") + flags.Has("prompt-file") + flags.Has("prompt-ids");
+  MP_REQUIRE(sources == 1, "give exactly one of --prompt, --prompt-file, --prompt-ids");
+
+  EngineOptions options;
+  MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
+  MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
+
+  GenerationRequest request;
+  MP_ASSIGN_OR_RETURN(request.max_new_tokens, flags.GetInt("max-new-tokens", 16));
+  MP_ASSIGN_OR_RETURN(double temperature, flags.GetDouble("temperature", 0.0));
+  MP_ASSIGN_OR_RETURN(int64_t top_k, flags.GetInt("top-k", 0));
+  MP_ASSIGN_OR_RETURN(double top_p, flags.GetDouble("top-p", 1.0));
+  MP_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
+  MP_REQUIRE(top_k >= 0 && top_k <= INT32_MAX, "--top-k must lie in [0, 2^31)");
+  request.sampling = {static_cast<float>(temperature), static_cast<int32_t>(top_k),
+                      static_cast<float>(top_p), static_cast<uint64_t>(seed)};
+  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  for (const std::string& s : flags.GetAll("stop-id")) {
+    MP_ASSIGN_OR_RETURN(int64_t id, ParseInt64(s, "--stop-id"));
+    MP_REQUIRE(id >= 0 && id <= INT32_MAX, "--stop-id ", id, " out of range");
+    request.stop_ids.push_back(static_cast<int32_t>(id));
+  }
+  request.ignore_eos = flags.GetBool("ignore-eos");
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  const std::string tokenizer_path = JoinPath(options.model_dir, "tokenizer.json");
+  if (FileExists(tokenizer_path)) {
+    MP_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tokenizer_path));
+  }
+  if (auto ids_path = flags.Get("prompt-ids")) {
+    MP_ASSIGN_OR_RETURN(std::string text, ReadInput(*ids_path));
+    MP_ASSIGN_OR_RETURN(request.prompt_ids, ParseIds(text));
+  } else {
+    MP_REQUIRE(tokenizer != nullptr, options.model_dir,
+               " has no tokenizer.json: give the prompt as ids with --prompt-ids");
+    std::string text;
+    if (auto p = flags.Get("prompt")) {
+      text = *p;
+    } else {
+      MP_ASSIGN_OR_RETURN(text, ReadInput(*flags.Get("prompt-file")));
+    }
+    MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(text));
+    // Like transformers' encode(add_special_tokens=True): BOS from the tokenizer's template, or
+    // the model's bos_token_id when the tokenizer has no template.
+    if (!flags.GetBool("no-bos")) {
+      if (tokenizer->bos_id()) request.prompt_ids.push_back(*tokenizer->bos_id());
+    }
+    request.prompt_ids.insert(request.prompt_ids.end(), ids.begin(), ids.end());
+  }
+
+  MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options));
+  const bool json = flags.GetBool("json");
+  std::unique_ptr<StreamingDecoder> stream;
+  if (tokenizer && !json) stream = std::make_unique<StreamingDecoder>(*tokenizer, true);
+  Status stream_status;
+  auto on_token = [&](int32_t id) {
+    if (stream) {
+      auto piece = stream->Push(id);
+      if (!piece.ok()) {
+        stream_status = piece.status();
+        return false;
+      }
+      std::cout << *piece << std::flush;
+    } else if (!json) {
+      std::cout << id << ' ' << std::flush;
+    }
+    return true;
+  };
+  StatusOr<GenerationResult> result = Generate(*engine, request, on_token);
+  MP_RETURN_IF_ERROR(stream_status);
+  if (!result.ok()) return result.status();
+  if (stream) std::cout << stream->Finish();
+
+  std::string text;
+  if (tokenizer) {
+    MP_ASSIGN_OR_RETURN(text, tokenizer->Decode(result->ids, /*skip_special_tokens=*/true));
+  }
+  if (json) {
+    nlohmann::json out = {
+        {"ids", result->ids},
+        {"text", text},
+        {"finish_reason", FinishReasonName(result->finish_reason)},
+        {"prompt_tokens", result->prompt_tokens},
+        {"generated_tokens", result->ids.size()},
+        {"ttft_s", result->ttft_s},
+        {"prefill_tokens_per_s", result->prefill_tokens_per_s()},
+        {"decode_tokens_per_s", result->decode_tokens_per_s()},
+        {"backend", BackendKindName(options.backend)},
+    };
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::cout << "\n";
+    std::cerr << "millipede-run: " << result->prompt_tokens << " prompt tokens, "
+              << result->ids.size() << " generated (" << FinishReasonName(result->finish_reason)
+              << "), TTFT " << result->ttft_s << " s, prefill " << result->prefill_tokens_per_s()
+              << " tok/s, decode " << result->decode_tokens_per_s() << " tok/s\n";
+  }
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  millipede::Status s = millipede::Run(argc, argv);
+  if (!s.ok()) {
+    std::cerr << "millipede-run: " << s.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
