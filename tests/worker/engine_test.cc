@@ -1,0 +1,146 @@
+#include "worker/engine.h"
+
+#include <gtest/gtest.h>
+
+#include "engine_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::MaxRelError;
+using testing::RandomEngineOptions;
+using testing::RandomIds;
+using testing::SmallConfig;
+
+std::vector<float> FullLogits(Engine& engine, const std::vector<int32_t>& ids) {
+  std::vector<float> logits;
+  EXPECT_TRUE(engine.StartSequence(static_cast<int64_t>(ids.size())).ok());
+  Status s = engine.ForwardToHost(ids, &logits);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  engine.EndSequence();
+  return logits;
+}
+
+// Decoding token by token with the KV cache must give the logits of recomputing the whole
+// sequence from scratch (fp32 weights and cache).
+TEST(EngineTest, DecodeWithCacheMatchesRecompute) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Engine& e = **engine;
+  std::vector<int32_t> ids = RandomIds(37, 97, 3);
+  const size_t prompt = 30;
+  ASSERT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size())).ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(e.ForwardToHost(std::span(ids).first(prompt), &logits).ok());
+  std::vector<std::vector<float>> incremental = {logits};
+  for (size_t i = prompt; i < ids.size(); ++i) {
+    ASSERT_TRUE(e.ForwardToHost(std::span(ids).subspan(i, 1), &logits).ok());
+    incremental.push_back(logits);
+  }
+  EXPECT_EQ(e.length(), static_cast<int64_t>(ids.size()));
+  e.EndSequence();
+  for (size_t i = prompt; i <= ids.size(); ++i) {
+    std::vector<int32_t> prefix(ids.begin(), ids.begin() + static_cast<int64_t>(i));
+    std::vector<float> full = FullLogits(e, prefix);
+    EXPECT_LT(MaxRelError(incremental[i - prompt], full), 1e-5) << "length " << i;
+  }
+}
+
+// The chunk size of projections and the MLP is a memory knob only: results must not change.
+TEST(EngineTest, PrefillChunkSizeDoesNotChangeLogits) {
+  std::vector<int32_t> ids = RandomIds(50, 97, 4);
+  std::vector<float> reference;
+  for (int64_t chunk : {512, 1, 7, 16, 49}) {
+    auto engine =
+        Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, chunk));
+    ASSERT_TRUE(engine.ok());
+    std::vector<float> logits = FullLogits(**engine, ids);
+    if (reference.empty()) {
+      reference = logits;
+    } else {
+      EXPECT_LT(MaxRelError(logits, reference), 1e-6) << "chunk " << chunk;
+    }
+  }
+}
+
+// A bf16 copy of the same weights (and a bf16 cache) stays within bf16 tolerance of fp32.
+TEST(EngineTest, Bf16CopyAgreesWithFp32) {
+  std::vector<int32_t> ids = RandomIds(40, 97, 5);
+  auto f32 = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
+  auto b16 = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kBF16, DType::kBF16));
+  auto f16 = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF16, DType::kF16));
+  ASSERT_TRUE(f32.ok() && b16.ok() && f16.ok());
+  std::vector<float> a = FullLogits(**f32, ids);
+  std::vector<float> b = FullLogits(**b16, ids);
+  std::vector<float> h = FullLogits(**f16, ids);
+  const double bf16_err = MaxRelError(b, a), f16_err = MaxRelError(h, a);
+  EXPECT_LT(bf16_err, 3e-2);
+  EXPECT_LT(f16_err, 4e-3);
+  // The comparison must be able to fail: different weights are far apart.
+  auto other = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 512, 99));
+  ASSERT_TRUE(other.ok());
+  EXPECT_GT(MaxRelError(FullLogits(**other, ids), a), 0.2);
+}
+
+// Qwen2 (q/k/v biases), tied embeddings and every RoPE scaling run and keep cache == recompute.
+TEST(EngineTest, VariantsKeepCacheExactness) {
+  std::vector<ModelConfig> configs;
+  ModelConfig qwen = SmallConfig();
+  qwen.model_type = "qwen2";
+  qwen.qkv_bias = true;
+  configs.push_back(qwen);
+  ModelConfig tied = SmallConfig();
+  tied.tie_word_embeddings = true;
+  configs.push_back(tied);
+  ModelConfig linear = SmallConfig();
+  linear.rope_scaling.type = RopeScalingType::kLinear;
+  linear.rope_scaling.factor = 4;
+  configs.push_back(linear);
+  ModelConfig llama3 = SmallConfig();
+  llama3.rope_scaling.type = RopeScalingType::kLlama3;
+  llama3.rope_scaling.factor = 8;
+  llama3.rope_scaling.original_max_position_embeddings = 64;
+  configs.push_back(llama3);
+  for (const ModelConfig& c : configs) {
+    auto engine = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32));
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<int32_t> ids = RandomIds(21, 97, 6);
+    Engine& e = **engine;
+    ASSERT_TRUE(e.StartSequence(21).ok());
+    std::vector<float> step;
+    ASSERT_TRUE(e.ForwardToHost(std::span(ids).first(20), &step).ok());
+    ASSERT_TRUE(e.ForwardToHost(std::span(ids).subspan(20, 1), &step).ok());
+    e.EndSequence();
+    EXPECT_LT(MaxRelError(step, FullLogits(e, ids)), 1e-5) << c.model_type;
+  }
+}
+
+TEST(EngineTest, RejectsBadInput) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  std::vector<int32_t> ids = {1, 2, 3};
+  std::vector<float> logits;
+  EXPECT_FALSE(e.ForwardToHost(ids, &logits).ok());  // no sequence
+  ASSERT_TRUE(e.StartSequence(4).ok());
+  std::vector<int32_t> bad = {1, 97};
+  Status s = e.ForwardToHost(bad, &logits);
+  EXPECT_NE(s.message().find("97"), std::string::npos) << s.ToString();
+  EXPECT_EQ(e.length(), 0);  // nothing was appended
+  std::vector<int32_t> too_many = {1, 2, 3, 4, 5};
+  EXPECT_NE(e.ForwardToHost(too_many, &logits).message().find("capacity"), std::string::npos);
+  EXPECT_TRUE(e.ForwardToHost(ids, &logits).ok());
+  EXPECT_FALSE(e.StartSequence(0).ok());
+  EXPECT_FALSE(e.StartSequence(8193).ok());
+
+  EngineOptions bad_options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32);
+  bad_options.random_config.num_key_value_heads = 3;  // 4 heads are not divisible by 3
+  EXPECT_FALSE(Engine::Create(bad_options).ok());
+  bad_options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kI32);
+  auto bad_kv = Engine::Create(bad_options);
+  ASSERT_TRUE(bad_kv.ok());
+  EXPECT_FALSE((*bad_kv)->StartSequence(4).ok());
+}
+
+}  // namespace
+}  // namespace millipede

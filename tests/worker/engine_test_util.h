@@ -1,0 +1,56 @@
+// Shared helpers for the engine tests: small random model configs and relative errors.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "worker/engine.h"
+#include "worker/model_presets.h"
+
+namespace millipede::testing {
+
+// A small llama-shaped config with GQA (4 query heads over 2 KV heads).
+inline ModelConfig SmallConfig() {
+  ModelConfig c = *ModelPreset("tiny");
+  c.vocab_size = 97;
+  c.bos_token_id.reset();
+  c.eos_token_ids = {5};
+  c.max_position_embeddings = 8192;
+  return c;
+}
+
+inline EngineOptions RandomEngineOptions(const ModelConfig& c, DType weights, DType kv,
+                                         int64_t chunk = 512, uint64_t seed = 11) {
+  EngineOptions o;
+  o.random_config = c;
+  o.random_weights.dtype = weights;
+  o.random_weights.seed = seed;
+  o.kv_dtype = kv;
+  o.prefill_chunk = chunk;
+  return o;
+}
+
+// max_i |a_i - b_i| / max_i |b_i|
+inline double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+inline std::vector<int32_t> RandomIds(int64_t n, int32_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& id : ids) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    id = static_cast<int32_t>(x % static_cast<uint32_t>(vocab));
+  }
+  return ids;
+}
+
+}  // namespace millipede::testing
