@@ -1,0 +1,45 @@
+// Causal (or unmasked) grouped-query attention over contiguous runs of query and key positions,
+// returning the output and the log-sum-exp so that partial results can be merged
+// (kernels/merge_state.h): chunked prefill, decode, split-KV and ring-attention steps.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace millipede {
+
+enum class AttentionMask {
+  kCausal,  // query at position p sees keys at positions <= p
+  kNone,    // every query sees every key
+};
+
+struct AttentionArgs {
+  // [n_q, num_q_heads, head_dim] F32 (after RoPE).
+  ConstTensorView q;
+  // [n_kv, num_kv_heads, head_dim] F32, BF16 or F16 (after RoPE). num_q_heads must be a multiple
+  // of num_kv_heads: q head h reads kv head h / (num_q_heads / num_kv_heads).
+  ConstTensorView k;
+  // [n_kv, num_kv_heads, head_dim] F32, BF16 or F16 (may differ from k's dtype).
+  ConstTensorView v;
+  // Global position of query row 0; row t is at q_offset + t.
+  int64_t q_offset = 0;
+  // Global position of key row 0; row j is at k_offset + j.
+  int64_t k_offset = 0;
+  AttentionMask mask = AttentionMask::kCausal;
+  // Softmax scale applied to q.k. 0 (the default) means 1 / sqrt(head_dim); otherwise it must be
+  // finite and > 0.
+  float scale = 0.0f;
+  // [n_q, num_q_heads, head_dim] F32: softmax(scale * q.k) @ v over the visible keys; 0 for a
+  // query that sees no key.
+  TensorView o;
+  // [n_q, num_q_heads] F32: natural-log log(sum_j exp(scale * q.k_j)) over the visible keys;
+  // -inf for a query that sees no key. Optional: not written when `lse.data == nullptr`.
+  TensorView lse;
+};
+
+// Computes o and lse. Every element of o (and lse) is written; never NaN for finite inputs.
+Status AttentionRef(const AttentionArgs& args);
+
+}  // namespace millipede

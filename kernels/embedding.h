@@ -1,0 +1,22 @@
+// Token embedding lookup: out[i, :] = table[ids[i], :].
+#pragma once
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace millipede {
+
+struct EmbeddingArgs {
+  // [n] I32 token ids; each must lie in [0, vocab).
+  ConstTensorView ids;
+  // [vocab, hidden] F32, BF16, F16 or F64, row-major (Hugging Face `embed_tokens.weight`).
+  ConstTensorView table;
+  // [n, hidden] F32, row-major. Written in full on success.
+  TensorView out;
+};
+
+// Gathers one table row per id, converted to F32. An id outside [0, vocab) is an OutOfRange
+// error naming the id and its position; `out` is then unspecified.
+Status EmbeddingRef(const EmbeddingArgs& args);
+
+}  // namespace millipede

@@ -1,0 +1,60 @@
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "kernels/attention_state.h"
+#include "kernels/merge_state_cuda.h"
+
+namespace millipede {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
+
+// One thread per output element (row r, channel c), grid-strided. Each thread replays its row's
+// merge over the parts: the scalar exp/log work is repeated across a row's threads, which is
+// cheap next to the memory traffic and keeps the kernel line-for-line the reference's loop.
+//   o_parts [num_parts, rows, head_dim], lse_parts [num_parts, rows], o [rows, head_dim],
+//   lse [rows], with rows = n * num_heads.
+__global__ void MergeStateKernel(const float* __restrict__ o_parts,
+                                 const float* __restrict__ lse_parts, float* __restrict__ o,
+                                 float* __restrict__ lse, int64_t num_parts, int64_t rows,
+                                 int64_t head_dim) {
+  const int64_t total = rows * head_dim;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t r = i / head_dim;
+    const int64_t c = i - r * head_dim;
+    AttentionState state = AttentionState::Empty();
+    float acc = 0.0f;
+    for (int64_t p = 0; p < num_parts; ++p) {
+      const AttentionState::Factors f =
+          state.Merge(AttentionState::FromLse(lse_parts[p * rows + r]));
+      // A zero factor means the part's row is not needed (an empty part's may hold anything),
+      // so it is not even loaded.
+      const float x = f.other != 0.0f ? o_parts[(p * rows + r) * head_dim + c] : 0.0f;
+      acc = f.Apply(acc, x);
+    }
+    o[i] = acc * state.OutputScale();
+    if (c == 0) lse[r] = state.Lse();
+  }
+}
+
+}  // namespace
+
+Status MergeStateCuda(const MergeStateArgs& args, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(MergeStateCheckArgs(args));
+  const int64_t num_parts = args.o_parts.dim(0);
+  const int64_t rows = args.o_parts.dim(1) * args.o_parts.dim(2);
+  const int64_t head_dim = args.o_parts.dim(3);
+  const int64_t total = rows * head_dim;
+  if (total == 0) return OkStatus();
+  const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, kMaxBlocks);
+  MergeStateKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      args.o_parts.as<const float>(), args.lse_parts.as<const float>(), args.o.as<float>(),
+      args.lse.as<float>(), num_parts, rows, head_dim);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+}  // namespace millipede

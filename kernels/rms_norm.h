@@ -1,0 +1,29 @@
+// RMS normalisation (Hugging Face LlamaRMSNorm, computed in fp32), optionally fused with the
+// residual add that precedes it in a decoder layer.
+#pragma once
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace millipede {
+
+struct RmsNormArgs {
+  // [n, hidden] F32: the input (or, with `residual`, the sub-layer output to add to it).
+  ConstTensorView x;
+  // [hidden] F32, BF16, F16 or F64: the per-channel gain.
+  ConstTensorView weight;
+  // Optional [n, hidden] F32, read and written. Absent when `residual.data == nullptr`.
+  // When present: residual += x first, then the updated residual is normalised (HF:
+  // hidden = residual + attn_out; out = norm(hidden)).
+  TensorView residual;
+  // [n, hidden] F32. May be the same buffer as `x` or `residual` (row-wise in-place is safe).
+  TensorView out;
+  // Added to mean(x^2) before the square root (config.json `rms_norm_eps`). Must be >= 0.
+  float eps = 1e-5f;
+};
+
+// Per row r (of x, or of the updated residual when present):
+//   out[r, j] = weight[j] * (r[j] * rsqrt(mean(r^2) + eps)).
+Status RmsNormRef(const RmsNormArgs& args);
+
+}  // namespace millipede

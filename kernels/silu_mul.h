@@ -1,0 +1,21 @@
+// The middle of the SiLU-gated MLP: down(silu(gate(x)) * up(x)).
+#pragma once
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace millipede {
+
+struct SiluMulArgs {
+  // [n, inter] F32: the gate projection's output.
+  ConstTensorView gate;
+  // [n, inter] F32: the up projection's output.
+  ConstTensorView up;
+  // [n, inter] F32. May be the same buffer as `gate` or `up`.
+  TensorView out;
+};
+
+// out = silu(gate) * up, elementwise, with silu(x) = x / (1 + exp(-x)).
+Status SiluMulRef(const SiluMulArgs& args);
+
+}  // namespace millipede
