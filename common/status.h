@@ -66,7 +66,8 @@ class [[nodiscard]] StatusOr {
   StatusOr(const T& value) : value_(value) {}                 // NOLINT(runtime/explicit)
   StatusOr(T&& value) : value_(std::move(value)) {}           // NOLINT(runtime/explicit)
   StatusOr(Status status) : status_(std::move(status)) {      // NOLINT(runtime/explicit)
-    if (status_.ok()) status_ = InternalError("StatusOr constructed from an OK status");
+    if (status_.ok())
+      status_ = Status(StatusCode::kInternal, "StatusOr constructed from an OK status");
   }
 
   bool ok() const { return value_.has_value(); }

@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/merge_state.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -82,6 +83,12 @@ class Backend {
   virtual Status Gemm(const GemmArgs& args) = 0;
   virtual Status SiluMul(const SiluMulArgs& args) = 0;
   virtual Status Attention(const AttentionArgs& args) = 0;
+  virtual Status MergeState(const MergeStateArgs& args) = 0;
+  // (o, lse) becomes the merge of itself with (o_other, lse_other); see kernels/merge_state.h.
+  virtual Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
+                                   ConstTensorView lse_other) = 0;
+  // Sets o = 0 and lse = -inf: the state of attention over no keys.
+  virtual Status ClearState(TensorView o, TensorView lse) = 0;
   // Samples from logits held in backend memory.
   virtual StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
                                    uint64_t step) = 0;

@@ -1,6 +1,8 @@
 #include "worker/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 
 namespace millipede {
@@ -47,6 +49,17 @@ class CpuBackend final : public Backend {
   Status Gemm(const GemmArgs& args) override { return GemmRef(args); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulRef(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionRef(args); }
+  Status MergeState(const MergeStateArgs& args) override { return MergeStateRef(args); }
+  Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
+                           ConstTensorView lse_other) override {
+    return MergeStateInPlaceRef(o, lse, o_other, lse_other);
+  }
+  Status ClearState(TensorView o, TensorView lse) override {
+    MP_REQUIRE(o.dtype == DType::kF32 && lse.dtype == DType::kF32, "ClearState: F32 expected");
+    std::fill_n(o.as<float>(), o.NumElements(), 0.0f);
+    std::fill_n(lse.as<float>(), lse.NumElements(), -std::numeric_limits<float>::infinity());
+    return OkStatus();
+  }
   StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
                            uint64_t step) override {
     return SampleRef(logits, params, step);

@@ -3,13 +3,35 @@
 #include <algorithm>
 
 #include "common/file_util.h"
-#include "common/logging.h"
 
 namespace millipede {
+namespace {
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+// Most ranges a rank's share of one sharded step may have (a zig-zag prompt shard has two).
+constexpr int kMaxStepRanges = 8;
+
+int64_t TotalSize(std::span<const TokenRange> ranges) {
+  int64_t n = 0;
+  for (const TokenRange& r : ranges) n += r.size();
+  return n;
+}
+
+// Appends `r` to `out`, merging it with the last range when they touch.
+void AppendRange(std::vector<TokenRange>* out, const TokenRange& r) {
+  if (!out->empty() && out->back().end == r.begin) {
+    out->back().end = r.end;
+  } else {
+    out->push_back(r);
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
+                                                 std::unique_ptr<Communicator> comm) {
   auto e = std::unique_ptr<Engine>(new Engine());
   e->options_ = options;
+  e->comm_ = comm ? std::move(comm) : CreateLocalCommunicator();
   MP_REQUIRE(options.prefill_chunk > 0, "prefill chunk must be positive, got ",
              options.prefill_chunk);
   MP_ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend));
@@ -24,7 +46,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     MP_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Random(e->config_, options.random_weights,
                                                           *e->backend_));
   }
-  MP_ASSIGN_OR_RETURN(e->logits_, e->backend_->Allocate(DType::kF32, Shape{1, e->config_.vocab_size}));
+  MP_ASSIGN_OR_RETURN(e->logits_,
+                      e->backend_->Allocate(DType::kF32, Shape{1, e->config_.vocab_size}));
   return e;
 }
 
@@ -35,7 +58,7 @@ int64_t Engine::max_context() const {
 }
 
 Status Engine::StartSequence(int64_t capacity) {
-  kv_.reset();
+  EndSequence();
   MP_REQUIRE(capacity > 0 && capacity <= max_context(), "sequence capacity ", capacity,
              " outside [1, ", max_context(), "]");
   MP_ASSIGN_OR_RETURN(KvCache cache,
@@ -48,11 +71,21 @@ Status Engine::StartSequence(int64_t capacity) {
 
 void Engine::EndSequence() {
   kv_.reset();
+  global_length_ = 0;
+  step_rows_ = 0;
   hidden_ = BackendTensor();
   q_ = BackendTensor();
+  o_acc_ = BackendTensor();
+  lse_acc_ = BackendTensor();
+  for (int i = 0; i < 2; ++i) {
+    ring_k_[i] = BackendTensor();
+    ring_v_[i] = BackendTensor();
+  }
+  ring_rows_ = 0;
 }
 
 Status Engine::EnsureScratch(int64_t chunk) {
+  chunk = std::max<int64_t>(chunk, 1);
   if (chunk <= scratch_rows_) return OkStatus();
   const ModelConfig& c = config_;
   const int64_t kv_width = c.num_key_value_heads * c.head_dim;
@@ -61,7 +94,8 @@ Status Engine::EnsureScratch(int64_t chunk) {
   MP_ASSIGN_OR_RETURN(normed_, b.Allocate(DType::kF32, Shape{chunk, c.hidden_size}));
   MP_ASSIGN_OR_RETURN(k_, b.Allocate(DType::kF32, Shape{chunk, kv_width}));
   MP_ASSIGN_OR_RETURN(v_, b.Allocate(DType::kF32, Shape{chunk, kv_width}));
-  MP_ASSIGN_OR_RETURN(attn_, b.Allocate(DType::kF32, Shape{chunk, q_width}));
+  MP_ASSIGN_OR_RETURN(o_part_, b.Allocate(DType::kF32, Shape{chunk, q_width}));
+  MP_ASSIGN_OR_RETURN(lse_part_, b.Allocate(DType::kF32, Shape{chunk, c.num_attention_heads}));
   MP_ASSIGN_OR_RETURN(gate_, b.Allocate(DType::kF32, Shape{chunk, c.intermediate_size}));
   MP_ASSIGN_OR_RETURN(up_, b.Allocate(DType::kF32, Shape{chunk, c.intermediate_size}));
   MP_ASSIGN_OR_RETURN(positions_, b.Allocate(DType::kI64, Shape{chunk}));
@@ -70,114 +104,113 @@ Status Engine::EnsureScratch(int64_t chunk) {
   return OkStatus();
 }
 
-StatusOr<ConstTensorView> Engine::Forward(std::span<const int32_t> ids) {
-  MP_REQUIRE(kv_ != nullptr, "Forward: no sequence started");
+Status Engine::EnsureStepBuffers(int64_t n) {
+  n = std::max<int64_t>(n, 1);
+  if (n <= step_rows_) return OkStatus();
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t position0 = kv_->length();
-  MP_REQUIRE(n > 0, "Forward: no tokens");
-  MP_REQUIRE(position0 + n <= kv_->capacity(), "Forward: ", position0 + n,
-             " tokens exceed the sequence capacity of ", kv_->capacity());
-  for (int64_t i = 0; i < n; ++i)
-    MP_REQUIRE(ids[i] >= 0 && ids[i] < c.vocab_size, "token id ", ids[i], " at position ", i,
-               " is outside the vocabulary [0, ", c.vocab_size, ")");
-  Backend& b = *backend_;
-  const int64_t chunk = std::min(n, options_.prefill_chunk);
-  MP_RETURN_IF_ERROR(EnsureScratch(chunk));
   const int64_t q_width = c.num_attention_heads * c.head_dim;
-  if (hidden_.view().data == nullptr || hidden_.view().dim(0) < n) {
-    MP_ASSIGN_OR_RETURN(hidden_, b.Allocate(DType::kF32, Shape{n, c.hidden_size}));
-    MP_ASSIGN_OR_RETURN(q_, b.Allocate(DType::kF32, Shape{n, q_width}));
-  }
-  TensorView hidden = SliceRows(hidden_.view(), 0, n);
-
-  // Dynamic NTK scaling depends on the longest position in this pass, as in transformers.
-  MP_ASSIGN_OR_RETURN(std::vector<float> inv_freq_host,
-                      RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling,
-                                  c.max_position_embeddings, position0 + n));
-  MP_ASSIGN_OR_RETURN(BackendTensor inv_freq,
-                      b.Allocate(DType::kF32, Shape{c.head_dim / 2}));
-  MP_RETURN_IF_ERROR(b.CopyFromHost(
-      ConstTensorView{inv_freq_host.data(), DType::kF32, Shape{c.head_dim / 2}}, inv_freq.view()));
-
-  for (int64_t s = 0; s < n; s += chunk) {
-    const int64_t e = std::min(n, s + chunk);
-    TensorView ids_dev = SliceRows(ids_.view(), 0, e - s);
-    MP_RETURN_IF_ERROR(b.CopyFromHost(
-        ConstTensorView{ids.data() + s, DType::kI32, Shape{e - s}}, ids_dev));
-    MP_RETURN_IF_ERROR(b.Embedding({AsConst(ids_dev), weights_->embed_tokens,
-                                    SliceRows(hidden, s, e - s)}));
-  }
-
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
-    // Phase 1: queries, keys and values of every token from the layer's input, so that the
-    // cache holds this layer's K/V for the whole pass before any attention reads it.
-    for (int64_t s = 0; s < n; s += chunk) {
-      const int64_t e = std::min(n, s + chunk), m = e - s;
-      TensorView normed = SliceRows(normed_.view(), 0, m);
-      TensorView q = SliceRows(q_.view(), s, m);
-      TensorView k = SliceRows(k_.view(), 0, m);
-      TensorView v = SliceRows(v_.view(), 0, m);
-      MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(hidden, s, m)), w.input_norm, TensorView{},
-                                    normed, static_cast<float>(c.rms_norm_eps)}));
-      MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.q_proj, w.q_bias, q}));
-      MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.k_proj, w.k_bias, k}));
-      MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.v_proj, w.v_bias, v}));
-      std::vector<int64_t> pos(static_cast<size_t>(m));
-      for (int64_t i = 0; i < m; ++i) pos[i] = position0 + s + i;
-      TensorView positions = SliceRows(positions_.view(), 0, m);
-      MP_RETURN_IF_ERROR(
-          b.CopyFromHost(ConstTensorView{pos.data(), DType::kI64, Shape{m}}, positions));
-      MP_ASSIGN_OR_RETURN(TensorView q3, Reshape(q, Shape{m, c.num_attention_heads, c.head_dim}));
-      MP_ASSIGN_OR_RETURN(TensorView k3, Reshape(k, Shape{m, c.num_key_value_heads, c.head_dim}));
-      MP_ASSIGN_OR_RETURN(TensorView v3, Reshape(v, Shape{m, c.num_key_value_heads, c.head_dim}));
-      MP_RETURN_IF_ERROR(b.Rope({q3, AsConst(positions), inv_freq.cview()}));
-      MP_RETURN_IF_ERROR(b.Rope({k3, AsConst(positions), inv_freq.cview()}));
-      MP_RETURN_IF_ERROR(kv_->Write(b, layer, position0 + s, AsConst(k3), AsConst(v3)));
-    }
-    // Phase 2: attention, output projection into the residual, then the MLP, chunk by chunk.
-    for (int64_t s = 0; s < n; s += chunk) {
-      const int64_t e = std::min(n, s + chunk);
-      MP_RETURN_IF_ERROR(AttentionBlock(layer, s, e, position0));
-    }
-  }
-  MP_RETURN_IF_ERROR(kv_->SetLength(position0 + n));
-
-  // Logits for the last position only.
-  TensorView normed = SliceRows(normed_.view(), 0, 1);
-  MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(hidden, n - 1, 1)), weights_->final_norm,
-                                TensorView{}, normed, static_cast<float>(c.rms_norm_eps)}));
-  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), weights_->lm_head, ConstTensorView{},
-                             logits_.view()}));
-  MP_ASSIGN_OR_RETURN(ConstTensorView logits, Reshape(logits_.cview(), Shape{c.vocab_size}));
-  return logits;
+  Backend& b = *backend_;
+  MP_ASSIGN_OR_RETURN(hidden_, b.Allocate(DType::kF32, Shape{n, c.hidden_size}));
+  MP_ASSIGN_OR_RETURN(q_, b.Allocate(DType::kF32, Shape{n, q_width}));
+  MP_ASSIGN_OR_RETURN(o_acc_, b.Allocate(DType::kF32, Shape{n, q_width}));
+  MP_ASSIGN_OR_RETURN(lse_acc_, b.Allocate(DType::kF32, Shape{n, c.num_attention_heads}));
+  step_rows_ = n;
+  return OkStatus();
 }
 
-Status Engine::AttentionBlock(int64_t layer, int64_t begin, int64_t end, int64_t position0) {
+StatusOr<BackendTensor> Engine::UploadInvFreq(int64_t seq_len) {
+  const ModelConfig& c = config_;
+  // Dynamic NTK scaling depends on the longest position in this pass, as in transformers.
+  MP_ASSIGN_OR_RETURN(std::vector<float> host,
+                      RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling,
+                                  c.max_position_embeddings, seq_len));
+  MP_ASSIGN_OR_RETURN(BackendTensor dev, backend_->Allocate(DType::kF32, Shape{c.head_dim / 2}));
+  MP_RETURN_IF_ERROR(backend_->CopyFromHost(
+      ConstTensorView{host.data(), DType::kF32, Shape{c.head_dim / 2}}, dev.view()));
+  return dev;
+}
+
+Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end,
+                          std::span<const int64_t> positions, int64_t cache_row, bool store_kv,
+                          ConstTensorView inv_freq) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
+  Backend& b = *backend_;
+  const int64_t m = end - begin;
+  TensorView normed = SliceRows(normed_.view(), 0, m);
+  TensorView q = SliceRows(q_.view(), begin, m);
+  TensorView k = SliceRows(k_.view(), 0, m);
+  TensorView v = SliceRows(v_.view(), 0, m);
+  MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(hidden_.view(), begin, m)), w.input_norm,
+                                TensorView{}, normed, static_cast<float>(c.rms_norm_eps)}));
+  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.q_proj, w.q_bias, q}));
+  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.k_proj, w.k_bias, k}));
+  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.v_proj, w.v_bias, v}));
+  TensorView pos = SliceRows(positions_.view(), 0, m);
+  MP_RETURN_IF_ERROR(b.CopyFromHost(
+      ConstTensorView{positions.data() + begin, DType::kI64, Shape{m}}, pos));
+  MP_ASSIGN_OR_RETURN(TensorView q3, Reshape(q, Shape{m, c.num_attention_heads, c.head_dim}));
+  MP_ASSIGN_OR_RETURN(TensorView k3, Reshape(k, Shape{m, c.num_key_value_heads, c.head_dim}));
+  MP_ASSIGN_OR_RETURN(TensorView v3, Reshape(v, Shape{m, c.num_key_value_heads, c.head_dim}));
+  MP_RETURN_IF_ERROR(b.Rope({q3, AsConst(pos), inv_freq}));
+  if (!store_kv) return OkStatus();
+  MP_RETURN_IF_ERROR(b.Rope({k3, AsConst(pos), inv_freq}));
+  return kv_->Write(b, layer, cache_row, AsConst(k3), AsConst(v3));
+}
+
+Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_ranges,
+                           ConstTensorView block_k, ConstTensorView block_v,
+                           const std::vector<TokenRange>& block_ranges) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const int64_t heads = c.num_attention_heads;
+  int64_t q_row = 0;
+  for (const TokenRange& qr : q_ranges) {
+    for (int64_t s = 0; s < qr.size(); s += options_.prefill_chunk) {
+      const int64_t m = std::min(options_.prefill_chunk, qr.size() - s);
+      const int64_t q_first = qr.begin + s, q_last = q_first + m - 1;
+      MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), q_row + s, m),
+                                                     Shape{m, heads, c.head_dim}));
+      MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, m),
+                                                     Shape{m, heads, c.head_dim}));
+      TensorView lse_part = SliceRows(lse_part_.view(), 0, m);
+      MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(o_acc_.view(), q_row + s, m),
+                                                    Shape{m, heads, c.head_dim}));
+      TensorView lse_acc = SliceRows(lse_acc_.view(), q_row + s, m);
+      int64_t k_row = 0;
+      for (const TokenRange& kr : block_ranges) {
+        // Keys after the chunk's last query are masked for all of it: nothing to compute.
+        if (kr.begin <= q_last) {
+          AttentionArgs a;
+          a.q = q;
+          a.k = SliceRows(block_k, k_row, kr.size());
+          a.v = SliceRows(block_v, k_row, kr.size());
+          a.q_offset = q_first;
+          a.k_offset = kr.begin;
+          a.mask = AttentionMask::kCausal;
+          a.o = o_part;
+          a.lse = lse_part;
+          MP_RETURN_IF_ERROR(b.Attention(a));
+          MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part),
+                                                 AsConst(lse_part)));
+        }
+        k_row += kr.size();
+      }
+    }
+    q_row += qr.size();
+  }
+  return OkStatus();
+}
+
+Status Engine::OutputAndMlp(int64_t layer, int64_t begin, int64_t end,
+                            ConstTensorView attention_out) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
   Backend& b = *backend_;
   const int64_t m = end - begin;
   TensorView hidden = SliceRows(hidden_.view(), begin, m);
-  // Causal: this chunk's queries see every key up to their own position.
-  const int64_t visible = position0 + end;
-  MP_ASSIGN_OR_RETURN(ConstTensorView q,
-                      Reshape(SliceRows(q_.cview(), begin, m),
-                              Shape{m, c.num_attention_heads, c.head_dim}));
-  MP_ASSIGN_OR_RETURN(TensorView o, Reshape(SliceRows(attn_.view(), 0, m),
-                                            Shape{m, c.num_attention_heads, c.head_dim}));
-  AttentionArgs attention;
-  attention.q = q;
-  attention.k = kv_->Keys(layer, visible);
-  attention.v = kv_->Values(layer, visible);
-  attention.q_offset = position0 + begin;
-  attention.k_offset = 0;
-  attention.mask = AttentionMask::kCausal;
-  attention.o = o;
-  MP_RETURN_IF_ERROR(b.Attention(attention));
   // hidden += o_proj(attention)
-  MP_RETURN_IF_ERROR(b.Gemm({AsConst(SliceRows(attn_.view(), 0, m)), w.o_proj, w.o_bias, hidden,
+  MP_RETURN_IF_ERROR(b.Gemm({SliceRows(attention_out, begin, m), w.o_proj, w.o_bias, hidden,
                              /*accumulate=*/true}));
   // hidden += down(silu(gate(norm(hidden))) * up(norm(hidden)))
   TensorView normed = SliceRows(normed_.view(), 0, m);
@@ -188,9 +221,247 @@ Status Engine::AttentionBlock(int64_t layer, int64_t begin, int64_t end, int64_t
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.gate_proj, w.gate_bias, gate}));
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.up_proj, w.up_bias, up}));
   MP_RETURN_IF_ERROR(b.SiluMul({AsConst(gate), AsConst(up), gate}));
+  return b.Gemm({AsConst(gate), w.down_proj, w.down_bias, hidden, /*accumulate=*/true});
+}
+
+Status Engine::Logits(int64_t row) {
+  Backend& b = *backend_;
+  TensorView normed = SliceRows(normed_.view(), 0, 1);
+  MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(hidden_.view(), row, 1)), weights_->final_norm,
+                                TensorView{}, normed, static_cast<float>(config_.rms_norm_eps)}));
+  return b.Gemm({AsConst(normed), weights_->lm_head, ConstTensorView{}, logits_.view()});
+}
+
+struct Engine::Block {
+  ConstTensorView k, v;  // [rows, kv_heads, head_dim] per layer-independent buffer
+  std::vector<TokenRange> ranges;
+};
+
+StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
+    std::span<const TokenRange> ranges, std::span<const int32_t> ids) {
+  MP_REQUIRE(kv_ != nullptr, "forward: no sequence started");
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  Communicator& comm = *comm_;
+  const int num_ranks = comm.size(), rank = comm.rank();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  MP_REQUIRE(TotalSize(ranges) == n, "forward: ", n, " ids for ranges of ",
+             TotalSize(ranges), " positions");
+  MP_REQUIRE(static_cast<int>(ranges.size()) <= kMaxStepRanges, "forward: more than ",
+             kMaxStepRanges, " ranges");
+  for (size_t i = 0; i < ranges.size(); ++i)
+    MP_REQUIRE(ranges[i].size() > 0 && (i == 0 || ranges[i].begin >= ranges[i - 1].end),
+               "forward: ranges must be non-empty and increasing");
+  MP_REQUIRE(num_ranks == 1 || global_length_ == 0,
+             "forward: a sharded step across ranks must be the sequence's first step");
+  for (int64_t i = 0; i < n; ++i)
+    MP_REQUIRE(ids[i] >= 0 && ids[i] < c.vocab_size, "token id ", ids[i], " at position ", i,
+               " is outside the vocabulary [0, ", c.vocab_size, ")");
+  const int64_t rows0 = kv_->rows();
+  MP_REQUIRE(rows0 + n <= kv_->capacity(), "forward: ", rows0 + n,
+             " tokens exceed the sequence capacity of ", kv_->capacity());
+
+  // Every rank learns every rank's K/V ranges after this step: they describe the ring blocks.
+  std::vector<TokenRange> after = kv_->ranges();
+  for (const TokenRange& r : ranges) AppendRange(&after, r);
+  MP_REQUIRE(static_cast<int>(after.size()) <= kMaxStepRanges, "forward: the cache holds more than ",
+             kMaxStepRanges, " ranges");
+  constexpr int kMetaWidth = 1 + 2 * kMaxStepRanges + 1;
+  std::vector<int64_t> meta(kMetaWidth, 0), all_meta(kMetaWidth * static_cast<size_t>(num_ranks));
+  meta[0] = static_cast<int64_t>(after.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    meta[1 + 2 * i] = after[i].begin;
+    meta[2 + 2 * i] = after[i].end;
+  }
+  meta[kMetaWidth - 1] = n;
+  MP_RETURN_IF_ERROR(comm.AllGather(ConstTensorView{meta.data(), DType::kI64, Shape{kMetaWidth}},
+                                    TensorView{all_meta.data(), DType::kI64,
+                                               Shape{num_ranks, kMetaWidth}}));
+  std::vector<std::vector<TokenRange>> rank_ranges(static_cast<size_t>(num_ranks));
+  std::vector<TokenRange> new_ranges;
+  int64_t total = 0, max_rows = 0;
+  for (int r = 0; r < num_ranks; ++r) {
+    const int64_t* m = &all_meta[static_cast<size_t>(r) * kMetaWidth];
+    int64_t rows = 0;
+    for (int64_t i = 0; i < m[0]; ++i) {
+      rank_ranges[r].push_back({m[1 + 2 * i], m[2 + 2 * i]});
+      rows += m[2 + 2 * i] - m[1 + 2 * i];
+    }
+    total += m[kMetaWidth - 1];
+    max_rows = std::max(max_rows, rows);
+  }
+  // The new positions of all ranks together must be exactly [length, length + total).
+  for (int r = 0; r < num_ranks; ++r)
+    for (const TokenRange& x : rank_ranges[r])
+      if (x.end > global_length_) new_ranges.push_back({std::max(x.begin, global_length_), x.end});
+  std::sort(new_ranges.begin(), new_ranges.end(),
+            [](const TokenRange& a, const TokenRange& b) { return a.begin < b.begin; });
+  int64_t expect = global_length_;
+  for (const TokenRange& x : new_ranges) {
+    MP_REQUIRE(x.begin == expect, "forward: the ranks' new positions do not tile [",
+               global_length_, ", ", global_length_ + total, ") (gap or overlap at ", expect, ")");
+    expect = x.end;
+  }
+  MP_REQUIRE(expect == global_length_ + total && total > 0,
+             "forward: the ranks' new positions do not tile the step");
+  const int64_t global_end = global_length_ + total;
+  MP_REQUIRE(global_end <= max_context(), "forward: ", global_end,
+             " positions exceed the context limit of ", max_context());
+
+  MP_RETURN_IF_ERROR(EnsureStepBuffers(n));
+  MP_RETURN_IF_ERROR(EnsureScratch(std::min(std::max<int64_t>(n, 1), options_.prefill_chunk)));
+  if (num_ranks > 1 && max_rows > ring_rows_) {
+    const Shape shape{max_rows, c.num_key_value_heads, c.head_dim};
+    for (int i = 0; i < 2; ++i) {
+      MP_ASSIGN_OR_RETURN(ring_k_[i], b.Allocate(options_.kv_dtype, shape));
+      MP_ASSIGN_OR_RETURN(ring_v_[i], b.Allocate(options_.kv_dtype, shape));
+    }
+    ring_rows_ = max_rows;
+  }
+  MP_ASSIGN_OR_RETURN(BackendTensor inv_freq, UploadInvFreq(global_end));
+  std::vector<int64_t> positions;
+  positions.reserve(static_cast<size_t>(n));
+  for (const TokenRange& r : ranges)
+    for (int64_t p = r.begin; p < r.end; ++p) positions.push_back(p);
+  const std::vector<TokenRange> q_ranges(ranges.begin(), ranges.end());
+  const int64_t chunk = options_.prefill_chunk;
+
+  for (int64_t s = 0; s < n; s += chunk) {
+    const int64_t m = std::min(chunk, n - s);
+    TensorView ids_dev = SliceRows(ids_.view(), 0, m);
+    MP_RETURN_IF_ERROR(
+        b.CopyFromHost(ConstTensorView{ids.data() + s, DType::kI32, Shape{m}}, ids_dev));
+    MP_RETURN_IF_ERROR(
+        b.Embedding({AsConst(ids_dev), weights_->embed_tokens, SliceRows(hidden_.view(), s, m)}));
+  }
+  const int64_t local_rows = rows0 + n;
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    // Phase 1: this rank's queries, and its keys and values into the cache.
+    for (int64_t s = 0; s < n; s += chunk)
+      MP_RETURN_IF_ERROR(ProjectQkv(layer, s, std::min(n, s + chunk), positions, rows0 + s,
+                                    /*store_kv=*/true, inv_freq.cview()));
+    // Phase 2: ring attention. At step t this rank holds the block of rank (rank - t) mod N and
+    // passes it on while receiving the next one.
+    MP_RETURN_IF_ERROR(b.ClearState(SliceRows(o_acc_.view(), 0, n),
+                                    SliceRows(lse_acc_.view(), 0, n)));
+    Block block{kv_->Keys(layer, local_rows), kv_->Values(layer, local_rows), after};
+    for (int t = 0; t < num_ranks; ++t) {
+      const bool pass_on = t + 1 < num_ranks;
+      const int next_origin = ((rank - t - 1) % num_ranks + num_ranks) % num_ranks;
+      Block incoming;
+      if (pass_on) {
+        const std::vector<TokenRange>& in_ranges = rank_ranges[next_origin];
+        const int64_t in_rows = TotalSize(in_ranges);
+        incoming = {SliceRows(ring_k_[t % 2].cview(), 0, in_rows),
+                    SliceRows(ring_v_[t % 2].cview(), 0, in_rows), in_ranges};
+        const int next = (rank + 1) % num_ranks, prev = (rank + num_ranks - 1) % num_ranks;
+        MP_RETURN_IF_ERROR(comm.StartSendRecv(block.k, next,
+                                              SliceRows(ring_k_[t % 2].view(), 0, in_rows), prev));
+        MP_RETURN_IF_ERROR(comm.StartSendRecv(block.v, next,
+                                              SliceRows(ring_v_[t % 2].view(), 0, in_rows), prev));
+      }
+      if (n > 0) MP_RETURN_IF_ERROR(AttendBlock(layer, q_ranges, block.k, block.v, block.ranges));
+      if (pass_on) {
+        MP_RETURN_IF_ERROR(comm.WaitAll());
+        block = std::move(incoming);
+      }
+    }
+    // Phase 3: output projection and MLP, chunk by chunk.
+    for (int64_t s = 0; s < n; s += chunk)
+      MP_RETURN_IF_ERROR(OutputAndMlp(layer, s, std::min(n, s + chunk), o_acc_.cview()));
+  }
+  for (const TokenRange& r : ranges) MP_RETURN_IF_ERROR(kv_->Commit(r));
+  global_length_ = global_end;
+
+  // Logits on the rank holding the step's last position only.
+  int64_t row = 0;
+  for (const TokenRange& r : ranges) {
+    if (r.end == global_end) {
+      MP_RETURN_IF_ERROR(Logits(row + r.size() - 1));
+      MP_ASSIGN_OR_RETURN(ConstTensorView logits, Reshape(logits_.cview(), Shape{c.vocab_size}));
+      return std::optional<ConstTensorView>(logits);
+    }
+    row += r.size();
+  }
+  return std::optional<ConstTensorView>();
+}
+
+StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
+  MP_REQUIRE(kv_ != nullptr, "decode: no sequence started");
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  Communicator& comm = *comm_;
+  const int num_ranks = comm.size();
+  MP_REQUIRE(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary [0, ",
+             c.vocab_size, ")");
+  const int64_t position = global_length_;
+  MP_REQUIRE(position + 1 <= max_context(), "decode: position ", position,
+             " is beyond the context limit of ", max_context());
+  const bool owner = position % num_ranks == comm.rank();
+  const int64_t rows0 = kv_->rows();
+  MP_REQUIRE(!owner || rows0 + 1 <= kv_->capacity(), "decode: the sequence capacity of ",
+             kv_->capacity(), " positions on this rank is full");
+  MP_RETURN_IF_ERROR(EnsureStepBuffers(1));
+  MP_RETURN_IF_ERROR(EnsureScratch(1));
+  if (num_ranks > 1 && gathered_o_.view().data == nullptr) {
+    MP_ASSIGN_OR_RETURN(gathered_o_, b.Allocate(DType::kF32, Shape{num_ranks, 1,
+                                                                   c.num_attention_heads,
+                                                                   c.head_dim}));
+    MP_ASSIGN_OR_RETURN(gathered_lse_,
+                        b.Allocate(DType::kF32, Shape{num_ranks, 1, c.num_attention_heads}));
+  }
+  MP_ASSIGN_OR_RETURN(BackendTensor inv_freq, UploadInvFreq(position + 1));
+  const int64_t positions[1] = {position};
+  TensorView ids_dev = SliceRows(ids_.view(), 0, 1);
+  MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{&id, DType::kI32, Shape{1}}, ids_dev));
   MP_RETURN_IF_ERROR(
-      b.Gemm({AsConst(gate), w.down_proj, w.down_bias, hidden, /*accumulate=*/true}));
-  return OkStatus();
+      b.Embedding({AsConst(ids_dev), weights_->embed_tokens, SliceRows(hidden_.view(), 0, 1)}));
+  const int64_t visible = rows0 + (owner ? 1 : 0);
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, positions, rows0, owner, inv_freq.cview()));
+    // Every key of the sequence precedes (or is) this token, so no mask is needed; a rank
+    // without keys contributes the empty state.
+    MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), 0, 1),
+                                                   Shape{1, c.num_attention_heads, c.head_dim}));
+    MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, 1),
+                                                   Shape{1, c.num_attention_heads, c.head_dim}));
+    TensorView lse_part = SliceRows(lse_part_.view(), 0, 1);
+    AttentionArgs a;
+    a.q = q;
+    a.k = kv_->Keys(layer, visible);
+    a.v = kv_->Values(layer, visible);
+    a.q_offset = position;
+    a.mask = AttentionMask::kNone;
+    a.o = o_part;
+    a.lse = lse_part;
+    MP_RETURN_IF_ERROR(b.Attention(a));
+    ConstTensorView attention_out = SliceRows(o_part_.cview(), 0, 1);
+    if (num_ranks > 1) {
+      // Only O(heads x head_dim) values per rank cross the wire, merged by log-sum-exp.
+      MP_RETURN_IF_ERROR(comm.AllGather(AsConst(o_part), gathered_o_.view()));
+      MP_RETURN_IF_ERROR(comm.AllGather(AsConst(lse_part), gathered_lse_.view()));
+      MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(o_acc_.view(), 0, 1),
+                                                    Shape{1, c.num_attention_heads, c.head_dim}));
+      MP_RETURN_IF_ERROR(b.MergeState({gathered_o_.cview(), gathered_lse_.cview(), o_acc,
+                                       SliceRows(lse_acc_.view(), 0, 1)}));
+      attention_out = SliceRows(o_acc_.cview(), 0, 1);
+    }
+    MP_RETURN_IF_ERROR(OutputAndMlp(layer, 0, 1, attention_out));
+  }
+  if (owner) MP_RETURN_IF_ERROR(kv_->Commit({position, position + 1}));
+  global_length_ = position + 1;
+  MP_RETURN_IF_ERROR(Logits(0));
+  return Reshape(logits_.cview(), Shape{c.vocab_size});
+}
+
+StatusOr<ConstTensorView> Engine::Forward(std::span<const int32_t> ids) {
+  MP_REQUIRE(comm_->size() == 1, "Forward(ids) is for a single rank; use ForwardShard");
+  const TokenRange range{global_length_, global_length_ + static_cast<int64_t>(ids.size())};
+  MP_REQUIRE(!ids.empty(), "forward: no tokens");
+  MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> logits,
+                      ForwardShard(std::span<const TokenRange>(&range, 1), ids));
+  MP_ASSERT(logits.has_value(), "a single rank holds the last position");
+  return *logits;
 }
 
 Status Engine::ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits) {

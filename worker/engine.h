@@ -1,9 +1,20 @@
-// The single-sequence engine: a Llama-family decoder (llama, mistral, qwen2) run layer by layer
+// The engine of one worker rank: a Llama-family decoder (llama, mistral, qwen2) run layer by layer
 // on a backend, with a KV cache, chunked projections/MLP and logits for the last position only.
+//
+// A sequence may be spread over the ranks of a Communicator (context parallelism; see
+// dist/shard_plan.h). Two kinds of step:
+//  - a sharded step (prefill): each rank runs its own tokens; attention is ring attention, the
+//    ranks' K/V blocks travelling around the ring while each rank attends its queries to the
+//    block in hand (the next transfer overlapping the current compute), partial results merged by
+//    log-sum-exp;
+//  - a replicated step (decode): every rank runs the same token; one rank stores its K/V; each
+//    rank attends to its own shard and only the (o, lse) partials cross ranks.
+// With one rank both reduce to ordinary single-process inference.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,6 +22,8 @@
 #include "common/checkpoint/model_config.h"
 #include "common/status.h"
 #include "worker/backend.h"
+#include "worker/dist/communicator.h"
+#include "worker/dist/shard_plan.h"
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
 
@@ -25,61 +38,95 @@ struct EngineOptions {
   BackendKind backend = BackendKind::kCpu;
   // Storage type of the KV cache: BF16 (default), F16 or F32.
   DType kv_dtype = DType::kBF16;
-  // Tokens per chunk for projections and the MLP: activations are O(chunk x intermediate) rather
-  // than O(sequence x intermediate).
+  // Tokens per chunk for projections, attention queries and the MLP: activations are
+  // O(chunk x intermediate) rather than O(sequence x intermediate).
   int64_t prefill_chunk = 512;
 };
 
 class Engine {
  public:
-  static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // `comm` connects the ranks sharing each sequence; null means a single rank.
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                  std::unique_ptr<Communicator> comm = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
   Backend& backend() { return *backend_; }
+  Communicator& comm() { return *comm_; }
   // Tokens the model may see at once: prompt plus generated (config max_position_embeddings,
   // further limited by a sliding window, which this engine does not implement).
   int64_t max_context() const;
 
-  // Starts a new sequence with room for `capacity` positions (frees the previous one).
+  // Starts a new sequence with room for `capacity` positions on this rank (frees the previous).
   Status StartSequence(int64_t capacity);
-  // Frees the current sequence's KV cache.
+  // Frees the current sequence's KV cache and buffers.
   void EndSequence();
-  // Tokens in the current sequence so far.
-  int64_t length() const { return kv_ ? kv_->length() : 0; }
+  // Positions in the current sequence over all ranks.
+  int64_t length() const { return global_length_; }
   const KvCache* kv_cache() const { return kv_.get(); }
 
-  // Runs `ids` at positions [length(), length() + n) through the model, appending their K/V to
-  // the cache, and returns the logits of the last of them ([vocab] F32, backend memory, valid
-  // until the next call). Ids must lie in [0, vocab).
+  // A sharded step, called by every rank at once: this rank runs `ids` at the global positions
+  // `ranges` (in increasing order; ids concatenated in that order). Over all ranks the ranges
+  // must tile [length(), length() + n) exactly. With several ranks it must be the sequence's
+  // first step (prefill). Returns the logits of position length() + n - 1 ([vocab] F32, backend
+  // memory, valid until the next step) on the rank that holds it, nullopt on the others.
+  StatusOr<std::optional<ConstTensorView>> ForwardShard(std::span<const TokenRange> ranges,
+                                                        std::span<const int32_t> ids);
+  // A replicated step, called by every rank with the same token: runs it at position length(),
+  // stores its K/V on rank length() mod N, and returns its logits on every rank.
+  StatusOr<ConstTensorView> ForwardDecode(int32_t id);
+  // Single-rank convenience: a sharded step over [length(), length() + n).
   StatusOr<ConstTensorView> Forward(std::span<const int32_t> ids);
   // Forward, then the logits copied to the host.
   Status ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits);
 
  private:
+  struct Block;  // one rank's K/V rows as they travel the ring
   Engine() = default;
   Status EnsureScratch(int64_t chunk);
-  // Attention, output projection and MLP of `layer` for tokens [begin, end) of this pass.
-  Status AttentionBlock(int64_t layer, int64_t begin, int64_t end, int64_t position0);
+  Status EnsureStepBuffers(int64_t n);
+  StatusOr<BackendTensor> UploadInvFreq(int64_t seq_len);
+  // RMSNorm, Q/K/V projections and RoPE of tokens [begin, end) of the step, K/V into cache rows.
+  Status ProjectQkv(int64_t layer, int64_t begin, int64_t end, std::span<const int64_t> positions,
+                    int64_t cache_row, bool store_kv, ConstTensorView inv_freq);
+  // Attention of the step's query rows `q_rows` (global positions `q_ranges`) to a K/V block,
+  // merged into the accumulators.
+  Status AttendBlock(int64_t layer, const std::vector<TokenRange>& q_ranges,
+                     ConstTensorView block_k, ConstTensorView block_v,
+                     const std::vector<TokenRange>& block_ranges);
+  // Output projection into the residual stream, then the MLP, for tokens [begin, end).
+  Status OutputAndMlp(int64_t layer, int64_t begin, int64_t end, ConstTensorView attention_out);
+  Status Logits(int64_t row);
 
   EngineOptions options_;
   ModelConfig config_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<KvCache> kv_;
+  int64_t global_length_ = 0;
 
-  // Per-forward buffers.
-  BackendTensor hidden_;  // [n, hidden] F32 residual stream
-  BackendTensor q_;       // [n, heads * head_dim] F32 queries (after RoPE)
+  // Per-step buffers, sized for `step_rows_` tokens.
+  int64_t step_rows_ = 0;
+  BackendTensor hidden_;    // [n, hidden] F32 residual stream
+  BackendTensor q_;         // [n, heads * head_dim] F32 queries (after RoPE)
+  BackendTensor o_acc_;     // [n, heads * head_dim] F32 attention output accumulator
+  BackendTensor lse_acc_;   // [n, heads] F32 its log-sum-exp
   // Per-chunk scratch, sized for `scratch_rows_` tokens.
   int64_t scratch_rows_ = 0;
   BackendTensor normed_;     // [chunk, hidden]
   BackendTensor k_, v_;      // [chunk, kv_heads * head_dim]
-  BackendTensor attn_;       // [chunk, heads * head_dim]
+  BackendTensor o_part_;     // [chunk, heads * head_dim]
+  BackendTensor lse_part_;   // [chunk, heads]
   BackendTensor gate_, up_;  // [chunk, intermediate]
   BackendTensor positions_;  // [chunk] I64
   BackendTensor ids_;        // [chunk] I32
   BackendTensor logits_;     // [1, vocab]
+  // Ring buffers: two blocks of K and V received from neighbours.
+  BackendTensor ring_k_[2], ring_v_[2];
+  int64_t ring_rows_ = 0;
+  // Decode partials of every rank: [N, 1, heads, head_dim] and [N, 1, heads].
+  BackendTensor gathered_o_, gathered_lse_;
 };
 
 }  // namespace millipede

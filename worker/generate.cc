@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+
+#include "worker/dist/shard_plan.h"
 
 namespace millipede {
 namespace {
@@ -53,28 +56,52 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
                                     const TokenCallback& on_token) {
   MP_RETURN_IF_ERROR(ValidateGenerationRequest(engine, request));
   const auto t0 = std::chrono::steady_clock::now();
+  Communicator& comm = engine.comm();
+  const int num_ranks = comm.size(), rank = comm.rank();
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
-  // The last generated token never needs its K/V, so the cache holds one position less.
-  MP_RETURN_IF_ERROR(engine.StartSequence(prompt + request.max_new_tokens - 1));
+  MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(prompt, num_ranks));
+  std::vector<TokenRange> ranges;
+  std::vector<int32_t> ids;
+  for (const TokenRange& r : plan.RankPromptRanges(rank)) {
+    if (r.empty()) continue;
+    ranges.push_back(r);
+    ids.insert(ids.end(), request.prompt_ids.begin() + r.begin,
+               request.prompt_ids.begin() + r.end);
+  }
+  // The last generated token never needs its K/V; decode positions go round-robin over ranks.
+  const int64_t decode_positions = request.max_new_tokens - 1;
+  const int64_t capacity = std::max<int64_t>(
+      1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
+  MP_RETURN_IF_ERROR(engine.StartSequence(capacity));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
+  Backend& backend = engine.backend();
 
   GenerationResult result;
   result.prompt_tokens = prompt;
   std::chrono::steady_clock::time_point first_token;
-  MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.Forward(request.prompt_ids));
+  MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> prefill_logits,
+                      engine.ForwardShard(ranges, ids));
+  // The rank holding the last prompt token samples; the others learn the token from it.
+  const int sampler = plan.RankOfPromptPosition(prompt - 1);
+  int32_t token = 0;
+  if (rank == sampler) {
+    MP_ASSERT(prefill_logits.has_value(), "the sampling rank has the last position's logits");
+    MP_ASSIGN_OR_RETURN(token, backend.Sample(*prefill_logits, request.sampling, 0));
+  }
   for (int64_t step = 0;; ++step) {
-    MP_ASSIGN_OR_RETURN(int32_t id, engine.backend().Sample(logits, request.sampling,
-                                                            static_cast<uint64_t>(step)));
-    result.ids.push_back(id);
+    if (num_ranks > 1)
+      MP_RETURN_IF_ERROR(comm.Broadcast(TensorView{&token, DType::kI32, Shape{1}},
+                                        step == 0 ? sampler : 0));
+    result.ids.push_back(token);
     if (step == 0) {
       first_token = std::chrono::steady_clock::now();
       result.ttft_s = SecondsSince(t0);
     } else {
       result.decode_s = SecondsSince(first_token);
     }
-    if (on_token && !on_token(id)) return CancelledError("generation cancelled by the caller");
-    if (Contains(request.stop_ids, id) || (!request.ignore_eos && Contains(eos, id))) {
+    if (on_token && !on_token(token)) return CancelledError("generation cancelled by the caller");
+    if (Contains(request.stop_ids, token) || (!request.ignore_eos && Contains(eos, token))) {
       result.finish_reason = FinishReason::kStop;
       break;
     }
@@ -82,8 +109,12 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
       result.finish_reason = FinishReason::kLength;
       break;
     }
-    const int32_t next[1] = {id};
-    MP_ASSIGN_OR_RETURN(logits, engine.Forward(next));
+    MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
+    // Every rank holds the same logits; rank 0's draw is broadcast so the ranks cannot diverge.
+    if (rank == 0) {
+      MP_ASSIGN_OR_RETURN(token, backend.Sample(logits, request.sampling,
+                                                static_cast<uint64_t>(step + 1)));
+    }
   }
   return result;
 }

@@ -46,7 +46,11 @@ using TokenCallback = std::function<bool(int32_t id)>;
 // ids, max_new_tokens >= 1, prompt + max_new_tokens within the context limit, valid sampling.
 Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& request);
 
-// Runs the whole request; the engine's sequence is freed afterwards whatever happens.
+// Runs the whole request on every rank of the engine's communicator at once (each rank calls
+// this with the same request): the prompt is sharded by ShardPlan, prefilled with ring attention,
+// and decoded with K/V spread over the ranks. Every rank returns the same result. With several
+// ranks `on_token` must answer the same on every rank. The engine's sequence is freed afterwards
+// whatever happens.
 StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
                                     const TokenCallback& on_token = nullptr);
 

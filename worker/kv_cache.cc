@@ -33,33 +33,41 @@ size_t KvCache::NumBytes() const {
   return total;
 }
 
-Status KvCache::Write(Backend& backend, int64_t layer, int64_t position, ConstTensorView k,
+Status KvCache::Write(Backend& backend, int64_t layer, int64_t row, ConstTensorView k,
                       ConstTensorView v) {
   MP_REQUIRE(layer >= 0 && layer < static_cast<int64_t>(k_.size()), "KV cache: layer ", layer,
              " out of range");
   const int64_t n = k.shape.dims[0];
-  MP_REQUIRE(position >= 0 && position + n <= capacity_, "KV cache: positions [", position, ", ",
-             position + n, ") exceed the capacity of ", capacity_);
+  MP_REQUIRE(row >= 0 && row + n <= capacity_, "KV cache: rows [", row, ", ", row + n,
+             ") exceed the capacity of ", capacity_);
   MP_REQUIRE(v.shape == k.shape, "KV cache: K ", k.shape.ToString(), " and V ",
              v.shape.ToString(), " differ");
-  MP_RETURN_IF_ERROR(backend.Convert(k, SliceRows(k_[layer].view(), position, n)));
-  MP_RETURN_IF_ERROR(backend.Convert(v, SliceRows(v_[layer].view(), position, n)));
+  MP_RETURN_IF_ERROR(backend.Convert(k, SliceRows(k_[layer].view(), row, n)));
+  MP_RETURN_IF_ERROR(backend.Convert(v, SliceRows(v_[layer].view(), row, n)));
   return OkStatus();
 }
 
-Status KvCache::SetLength(int64_t length) {
-  MP_REQUIRE(length >= 0 && length <= capacity_, "KV cache: length ", length,
-             " outside [0, ", capacity_, "]");
-  length_ = length;
+Status KvCache::Commit(const TokenRange& positions) {
+  MP_REQUIRE(positions.size() > 0, "KV cache: empty commit");
+  MP_REQUIRE(rows_ + positions.size() <= capacity_, "KV cache: ", rows_ + positions.size(),
+             " rows exceed the capacity of ", capacity_);
+  MP_REQUIRE(ranges_.empty() || positions.begin >= ranges_.back().end,
+             "KV cache: positions must be appended in increasing order");
+  if (!ranges_.empty() && ranges_.back().end == positions.begin) {
+    ranges_.back().end = positions.end;
+  } else {
+    ranges_.push_back(positions);
+  }
+  rows_ += positions.size();
   return OkStatus();
 }
 
-ConstTensorView KvCache::Keys(int64_t layer, int64_t length) const {
-  return SliceRows(k_[layer].cview(), 0, length);
+ConstTensorView KvCache::Keys(int64_t layer, int64_t rows) const {
+  return SliceRows(k_[layer].cview(), 0, rows);
 }
 
-ConstTensorView KvCache::Values(int64_t layer, int64_t length) const {
-  return SliceRows(v_[layer].cview(), 0, length);
+ConstTensorView KvCache::Values(int64_t layer, int64_t rows) const {
+  return SliceRows(v_[layer].cview(), 0, rows);
 }
 
 }  // namespace millipede

@@ -6,13 +6,17 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/tokenizer/tokenizer.h"
+#include "worker/dist/mpi_communicator.h"
 #include "worker/generate.h"
 
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: millipede-run --model DIR (--prompt TEXT | --prompt-file F | --prompt-ids F)
-                     --max-new-tokens N [options]
+constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-run --model DIR
+           (--prompt TEXT | --prompt-file F | --prompt-ids F) --max-new-tokens N [options]
+
+Under mpirun the N ranks share the job: the prompt is sharded over them (context parallelism)
+and rank 0 prints the result.
 
   --model DIR            Hugging Face model directory (config.json, safetensors, tokenizer.json)
   --prompt TEXT          prompt text (tokenized with DIR/tokenizer.json)
@@ -53,7 +57,7 @@ StatusOr<std::string> ReadInput(const std::string& path) {
   return ReadFileToString(path);
 }
 
-Status Run(int argc, char** argv) {
+Status Run(int argc, char** argv, int rank, std::unique_ptr<Communicator> comm) {
   MP_ASSIGN_OR_RETURN(Flags flags,
                       Flags::Parse(argc, argv, {"json", "ignore-eos", "no-bos", "help"}));
   if (flags.GetBool("help")) {
@@ -117,10 +121,12 @@ Status Run(int argc, char** argv) {
     request.prompt_ids.insert(request.prompt_ids.end(), ids.begin(), ids.end());
   }
 
-  MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options));
+  MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options, std::move(comm)));
+  // Only rank 0 speaks; the other ranks compute the same result silently.
+  const bool quiet = rank != 0;
   const bool json = flags.GetBool("json");
   std::unique_ptr<StreamingDecoder> stream;
-  if (tokenizer && !json) stream = std::make_unique<StreamingDecoder>(*tokenizer, true);
+  if (tokenizer && !json && !quiet) stream = std::make_unique<StreamingDecoder>(*tokenizer, true);
   Status stream_status;
   auto on_token = [&](int32_t id) {
     if (stream) {
@@ -130,7 +136,7 @@ Status Run(int argc, char** argv) {
         return false;
       }
       std::cout << *piece << std::flush;
-    } else if (!json) {
+    } else if (!json && !quiet) {
       std::cout << id << ' ' << std::flush;
     }
     return true;
@@ -138,6 +144,7 @@ Status Run(int argc, char** argv) {
   StatusOr<GenerationResult> result = Generate(*engine, request, on_token);
   MP_RETURN_IF_ERROR(stream_status);
   if (!result.ok()) return result.status();
+  if (quiet) return OkStatus();
   if (stream) std::cout << stream->Finish();
 
   std::string text;
@@ -155,6 +162,7 @@ Status Run(int argc, char** argv) {
         {"prefill_tokens_per_s", result->prefill_tokens_per_s()},
         {"decode_tokens_per_s", result->decode_tokens_per_s()},
         {"backend", BackendKindName(options.backend)},
+        {"ranks", engine->comm().size()},
     };
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -162,7 +170,8 @@ Status Run(int argc, char** argv) {
     std::cerr << "millipede-run: " << result->prompt_tokens << " prompt tokens, "
               << result->ids.size() << " generated (" << FinishReasonName(result->finish_reason)
               << "), TTFT " << result->ttft_s << " s, prefill " << result->prefill_tokens_per_s()
-              << " tok/s, decode " << result->decode_tokens_per_s() << " tok/s\n";
+              << " tok/s, decode " << result->decode_tokens_per_s() << " tok/s, "
+              << engine->comm().size() << " rank(s)\n";
   }
   return OkStatus();
 }
@@ -171,10 +180,34 @@ Status Run(int argc, char** argv) {
 }  // namespace millipede
 
 int main(int argc, char** argv) {
-  millipede::Status s = millipede::Run(argc, argv);
-  if (!s.ok()) {
-    std::cerr << "millipede-run: " << s.ToString() << "\n";
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    std::cerr << "millipede-run: MPI initialisation failed\n";
     return 1;
   }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::unique_ptr<millipede::Communicator> comm;
+  millipede::Status s;
+  if (size > 1) {
+    auto mpi = millipede::CreateMpiCommunicator(MPI_COMM_WORLD);
+    if (mpi.ok()) {
+      comm = std::move(mpi).value();
+    } else {
+      s = mpi.status();
+    }
+  }
+  if (s.ok()) s = millipede::Run(argc, argv, rank, std::move(comm));
+  if (!s.ok()) {
+    std::cerr << "millipede-run" << (size > 1 ? " rank " + std::to_string(rank) : "") << ": "
+              << s.ToString() << "\n";
+    // Every rank meets the same error on its own (same flags, same input) except a rank-local
+    // failure; abort so that no rank is left waiting in a collective.
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
+    return 1;
+  }
+  MPI_Finalize();
   return 0;
 }

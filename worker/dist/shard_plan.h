@@ -1,0 +1,54 @@
+// How one sequence is spread over N context-parallel ranks.
+//
+// Prompt: cut into 2N chunks as equal as possible (the first S mod 2N chunks one token longer);
+// rank r holds chunks r and 2N-1-r ("zig-zag"). Under a causal mask the work of a query grows
+// with its position, so pairing an early chunk with a late one gives every rank the same
+// attention work (within one token's row), and every rank holds the same number of tokens
+// (within two).
+//
+// Decode: token t of the generation (t = 0, 1, ...) is stored on rank t mod N. Every rank runs
+// the token through the layers (weights are replicated), but only its owner appends its K/V,
+// so the shards stay within one token of each other as the sequence grows.
+//
+// Positions are global everywhere: a chunk is a contiguous run [begin, end) of positions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace millipede {
+
+struct TokenRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+
+class ShardPlan {
+ public:
+  // A plan for a prompt of `prompt_tokens` (>= 1) tokens over `num_ranks` (>= 1) ranks.
+  static StatusOr<ShardPlan> Create(int64_t prompt_tokens, int num_ranks);
+
+  int num_ranks() const { return num_ranks_; }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  // The 2N chunks in position order; some are empty when S < 2N.
+  const std::vector<TokenRange>& chunks() const { return chunks_; }
+  // The prompt ranges rank r holds, in position order: chunk r, then chunk 2N-1-r.
+  std::vector<TokenRange> RankPromptRanges(int rank) const;
+  // Prompt tokens rank r holds.
+  int64_t RankPromptTokens(int rank) const;
+  // The rank holding prompt position p (0 <= p < S).
+  int RankOfPromptPosition(int64_t position) const;
+  // The rank that stores generated token t (0-based index among generated tokens).
+  int RankOfGeneratedToken(int64_t t) const { return static_cast<int>(t % num_ranks_); }
+
+ private:
+  int num_ranks_ = 1;
+  int64_t prompt_tokens_ = 0;
+  std::vector<TokenRange> chunks_;
+};
+
+}  // namespace millipede
