@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Millipede needs from Debian's packages, skipping what is already present.
 #   cluster/install-deps.sh          build dependencies (CPU build)
-#   cluster/install-deps.sh --test   also the test oracles (Python venv with Hugging Face tokenizers)
+#   cluster/install-deps.sh --test   also the test oracles (Python venv: HF tokenizers, transformers)
 # Idempotent: a second run installs nothing. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -17,9 +17,11 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build pkg-config git
-          libpcre2-dev nlohmann-json3-dev libgtest-dev)
+          libpcre2-dev nlohmann-json3-dev libgtest-dev
+          libopenmpi-dev openmpi-bin)
 if [ "$want_test" = 1 ]; then
-  packages+=(python3 python3-venv python3-pip)
+  # python3-torch: Debian's CPU build of PyTorch 1.13, for the Hugging Face transformers oracle.
+  packages+=(python3 python3-venv python3-pip python3-torch)
 fi
 
 missing=()
@@ -51,8 +53,39 @@ if [ "$want_test" = 1 ]; then
     mkdir -p "$root/build"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
   fi
-  if ! "$venv/bin/python3" -c "import tokenizers" 2>/dev/null; then
-    echo "install-deps: installing Python test oracles into build/pyenv"
-    "$venv/bin/python3" -m pip install -q --disable-pip-version-check "tokenizers>=0.19,<1"
+  # Exact versions, so every machine runs the same oracles. transformers 4.47.1 is the newest
+  # release that supports Debian's torch 1.13: 4.48 raised its torch requirement to >= 2.0, 4.50
+  # no longer imports its Llama model on torch 1.13 and 4.52 disables torch < 2.1 outright. The
+  # others are versions that transformers 4.47.1 accepts (it wants tokenizers 0.21.x), from the
+  # same time; tokenizers 0.21 also serves the tokenizer oracle. torch 1.13 is built against
+  # numpy 1.x (Debian's python3-numpy), which pip must not replace with numpy 2.
+  oracles=("tokenizers==0.21.4" "transformers==4.47.1" "safetensors==0.4.5"
+           "huggingface-hub==0.27.0" "numpy<2")
+  # The requirements not yet met in the venv (or by the Debian packages it sees).
+  wanted="$("$venv/bin/python3" - "${oracles[@]}" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for req in sys.argv[1:]:
+    name, op, want = req.partition("==") if "==" in req else req.partition("<")
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        print(req)
+        continue
+    # "<N" only ever bounds the major version here.
+    met = have == want if op == "==" else int(have.split(".")[0]) < int(want)
+    if not met:
+        print(req)
+EOF
+)"
+  if [ -n "$wanted" ]; then
+    echo "install-deps: installing Python test oracles into build/pyenv:" $wanted
+    # All pins go on the command line, so that pip resolves the missing ones against the others.
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check "${oracles[@]}"
+  else
+    echo "install-deps: Python test oracles present"
   fi
+  # A broken install must fail here rather than turn the oracle tests into skips.
+  "$venv/bin/python3" -c "import tokenizers, torch, transformers, safetensors.torch" ||
+    { echo "install-deps: the Python test oracles in $venv do not import" >&2; exit 1; }
 fi

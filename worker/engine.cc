@@ -53,6 +53,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
 
 int64_t Engine::max_context() const {
   int64_t limit = config_.max_position_embeddings;
+  // Dynamic NTK scaling exists to run past the trained length: up to `factor` times it.
+  if (config_.rope_scaling.type == RopeScalingType::kDynamic)
+    limit = static_cast<int64_t>(static_cast<double>(limit) * config_.rope_scaling.factor);
   if (config_.sliding_window > 0) limit = std::min(limit, config_.sliding_window);
   return limit;
 }

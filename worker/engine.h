@@ -54,7 +54,8 @@ class Engine {
   Backend& backend() { return *backend_; }
   Communicator& comm() { return *comm_; }
   // Tokens the model may see at once: prompt plus generated (config max_position_embeddings,
-  // further limited by a sliding window, which this engine does not implement).
+  // times the factor for dynamic NTK scaling, further limited by a sliding window, which this
+  // engine does not implement).
   int64_t max_context() const;
 
   // Starts a new sequence with room for `capacity` positions on this rank (frees the previous).

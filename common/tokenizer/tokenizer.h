@@ -1,0 +1,112 @@
+// A Hugging Face tokenizer.json (byte-level BPE) implemented natively: no Rust, Python or ICU.
+//
+// Supported: normalizer null / NFC / Sequence; pre_tokenizer ByteLevel / Split / Sequence; the
+// BPE model (string or pair merges, ignore_merges, continuing_subword_prefix,
+// end_of_word_suffix, unk_token, fuse_unk, byte_fallback); added tokens with their lstrip,
+// rstrip, single_word and normalized flags; decoder ByteLevel or null. Other normalizer,
+// pre-tokenizer, model and decoder types are refused at load time with an Unimplemented error
+// naming them, so a tokenizer that loads encodes exactly like HF's
+// `encode(text, add_special_tokens=False)`. The post_processor is only read for bos_id();
+// "truncation" and "padding" are ignored.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace millipede {
+
+namespace tokenizer_internal {
+class AddedVocabulary;
+class BpeModel;
+class Normalizer;
+class PreTokenizer;
+}  // namespace tokenizer_internal
+
+class Tokenizer {
+ public:
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // Loads a tokenizer.json file.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
+  // Loads tokenizer.json text; `what` names its source in error messages.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view json_text,
+                                                       const std::string& what);
+
+  // Text -> ids, like HF encode(text, add_special_tokens=False): added tokens in the text are
+  // recognised, post-processor templates are not applied. Invalid UTF-8 is an InvalidArgument
+  // error naming the byte offset. Thread-safe.
+  StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
+
+  // Ids -> text, like HF decode(ids, skip_special_tokens). Unknown ids are an InvalidArgument
+  // error; byte sequences that are not valid UTF-8 come out as U+FFFD. Thread-safe.
+  StatusOr<std::string> Decode(const std::vector<int32_t>& ids,
+                               bool skip_special_tokens = false) const;
+
+  // Largest id over the vocabulary and the added tokens, plus one.
+  int32_t vocab_size() const;
+  // The id of a vocabulary or added token spelled exactly `token` (byte-level form for BPE
+  // vocabulary entries, e.g. "Ġthe").
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // The token spelled by `id` (NotFound error for unknown ids).
+  StatusOr<std::string> IdToToken(int32_t id) const;
+  // Whether `id` is an added token marked special.
+  bool IsSpecial(int32_t id) const;
+  // The token a TemplateProcessing post-processor puts before the text ("single" template),
+  // when the file has one; Encode never adds it.
+  std::optional<int32_t> bos_id() const { return bos_id_; }
+
+ private:
+  friend class StreamingDecoder;
+  enum class DecoderKind { kNone, kByteLevel };
+
+  // Ids of pre-tokenized pieces already run through BPE during one Encode call.
+  using PieceCache = std::unordered_map<std::string, std::vector<int32_t>>;
+
+  Tokenizer();
+  // Encodes normalized text: cuts out normalized added tokens, pre-tokenizes, runs BPE.
+  Status EncodeNormalized(std::string_view text, PieceCache* cache,
+                          std::vector<int32_t>* ids) const;
+  // Appends what `id` contributes to the decoded output before UTF-8 repair: raw bytes for the
+  // ByteLevel decoder, the token text (space-joined) without a decoder. `first` says whether
+  // anything was emitted before. Skipped special tokens append nothing and return false.
+  StatusOr<bool> AppendTokenBytes(int32_t id, bool skip_special_tokens, bool first,
+                                  std::string* out) const;
+
+  std::unique_ptr<tokenizer_internal::Normalizer> normalizer_;
+  std::unique_ptr<tokenizer_internal::PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<tokenizer_internal::BpeModel> model_;
+  std::unique_ptr<tokenizer_internal::AddedVocabulary> added_;
+  DecoderKind decoder_ = DecoderKind::kNone;
+  std::optional<int32_t> bos_id_;
+};
+
+// Incremental detokenizer for streaming generation. Push returns the text that is complete so
+// far: bytes of a UTF-8 character that is still incomplete are held back until it completes,
+// or come out as U+FFFD once it cannot. The concatenation of all Push results and Finish equals
+// Tokenizer::Decode of the same ids. Not thread-safe; the tokenizer must outlive it.
+class StreamingDecoder {
+ public:
+  explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
+
+  // Adds one id; an unknown id is an InvalidArgument error and leaves the state unchanged.
+  StatusOr<std::string> Push(int32_t id);
+  // Flushes held-back bytes (an incomplete character becomes U+FFFD) and resets the decoder.
+  std::string Finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_tokens_;
+  bool first_ = true;
+  std::string pending_;
+};
+
+}  // namespace millipede

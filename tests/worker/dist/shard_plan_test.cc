@@ -1,0 +1,63 @@
+#include "worker/dist/shard_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace millipede {
+namespace {
+
+TEST(ShardPlanTest, ZigZagChunks) {
+  auto plan = ShardPlan::Create(16, 2);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->chunks().size(), 4u);
+  auto r0 = plan->RankPromptRanges(0), r1 = plan->RankPromptRanges(1);
+  EXPECT_EQ(r0[0].begin, 0);
+  EXPECT_EQ(r0[0].end, 4);
+  EXPECT_EQ(r0[1].begin, 12);
+  EXPECT_EQ(r0[1].end, 16);
+  EXPECT_EQ(r1[0].begin, 4);
+  EXPECT_EQ(r1[1].begin, 8);
+  EXPECT_EQ(plan->RankOfPromptPosition(15), 0);
+  EXPECT_EQ(plan->RankOfPromptPosition(9), 1);
+}
+
+// Every position belongs to exactly one rank, token counts differ by at most two, and the causal
+// work (sum of positions + 1 over a rank's tokens) is balanced to within one chunk's row.
+TEST(ShardPlanTest, CoversAndBalancesAnyLength) {
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    for (int64_t s : {1, 2, 3, 5, 15, 16, 17, 64, 1000, 4097}) {
+      auto plan = ShardPlan::Create(s, ranks);
+      ASSERT_TRUE(plan.ok());
+      std::vector<int> owner(static_cast<size_t>(s), -1);
+      int64_t min_tokens = s, max_tokens = 0;
+      double min_work = 1e300, max_work = 0;
+      for (int r = 0; r < ranks; ++r) {
+        double work = 0;
+        for (const TokenRange& range : plan->RankPromptRanges(r))
+          for (int64_t p = range.begin; p < range.end; ++p) {
+            EXPECT_EQ(owner[p], -1) << "position " << p << " held twice";
+            owner[p] = r;
+            work += static_cast<double>(p + 1);
+          }
+        min_tokens = std::min(min_tokens, plan->RankPromptTokens(r));
+        max_tokens = std::max(max_tokens, plan->RankPromptTokens(r));
+        min_work = std::min(min_work, work);
+        max_work = std::max(max_work, work);
+      }
+      for (int64_t p = 0; p < s; ++p) {
+        ASSERT_GE(owner[p], 0) << "position " << p << " unheld, S=" << s << " N=" << ranks;
+        EXPECT_EQ(plan->RankOfPromptPosition(p), owner[p]);
+      }
+      EXPECT_LE(max_tokens - min_tokens, 2) << "S=" << s << " N=" << ranks;
+      if (s >= 64 * ranks) EXPECT_LT((max_work - min_work) / max_work, 0.02) << s << " " << ranks;
+    }
+  }
+}
+
+TEST(ShardPlanTest, RejectsBadArguments) {
+  EXPECT_NE(ShardPlan::Create(0, 2).status().message().find("at least one token"),
+            std::string::npos);
+  EXPECT_FALSE(ShardPlan::Create(5, 0).ok());
+}
+
+}  // namespace
+}  // namespace millipede
