@@ -1,8 +1,11 @@
 // millipede-tokenize end to end: modes, exit codes and error messages.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "common/file_util.h"
@@ -21,7 +24,11 @@ class TokenizerCliTest : public ::testing::Test {
   void SetUp() override {
     binary_ = std::string(MILLIPEDE_BINARY_DIR) + "/bin/millipede-tokenize";
     if (!FileExists(binary_)) GTEST_SKIP() << binary_ << " is not built";
-    dir_ = ::testing::TempDir();
+    // CTest runs each test case as its own process, in parallel: one folder per test.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = JoinPath(::testing::TempDir(), std::string("millipede_cli_") + info->name() + "_" +
+                                              std::to_string(::getpid()));
+    ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0);
     json_ = JoinPath(dir_, "cli_tokenizer.json");
     ASSERT_TRUE(WriteStringToFile(json_, tokenizer_test::TrainedTokenizerJson()).ok());
   }
@@ -40,6 +47,10 @@ class TokenizerCliTest : public ::testing::Test {
     int status = pclose(pipe);
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return result;
+  }
+
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   std::string binary_;
