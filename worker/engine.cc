@@ -277,9 +277,8 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
     meta[2 + 2 * i] = after[i].end;
   }
   meta[kMetaWidth - 1] = n;
-  MP_RETURN_IF_ERROR(comm.AllGather(ConstTensorView{meta.data(), DType::kI64, Shape{kMetaWidth}},
-                                    TensorView{all_meta.data(), DType::kI64,
-                                               Shape{num_ranks, kMetaWidth}}));
+  MP_RETURN_IF_ERROR(
+      comm.HostAllGather(meta.data(), all_meta.data(), sizeof(int64_t) * kMetaWidth));
   std::vector<std::vector<TokenRange>> rank_ranges(static_cast<size_t>(num_ranks));
   std::vector<TokenRange> new_ranges;
   int64_t total = 0, max_rows = 0;

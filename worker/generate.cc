@@ -91,8 +91,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   }
   for (int64_t step = 0;; ++step) {
     if (num_ranks > 1)
-      MP_RETURN_IF_ERROR(comm.Broadcast(TensorView{&token, DType::kI32, Shape{1}},
-                                        step == 0 ? sampler : 0));
+      MP_RETURN_IF_ERROR(comm.HostBroadcast(&token, sizeof(token), step == 0 ? sampler : 0));
     result.ids.push_back(token);
     if (step == 0) {
       first_token = std::chrono::steady_clock::now();

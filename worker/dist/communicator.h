@@ -38,6 +38,11 @@ class Communicator {
   // Waits for every rank.
   virtual Status Barrier() = 0;
 
+  // Control values in host memory (step metadata, sampled tokens), whatever memory the data
+  // plane uses: `recv` gets `bytes` from every rank in rank order / `buf` gets root's bytes.
+  virtual Status HostAllGather(const void* send, void* recv, size_t bytes) = 0;
+  virtual Status HostBroadcast(void* buf, size_t bytes, int root) = 0;
+
  protected:
   // Prefixes an error with "rank R/N <op>: ".
   Status Annotate(Status s, const char* op) const {

@@ -47,6 +47,13 @@ class MpiCommunicator final : public Communicator {
   Status AllGather(ConstTensorView send, TensorView recv) override {
     return Annotate(AllGatherImpl(send, recv), "all-gather");
   }
+  Status HostAllGather(const void* send, void* recv, size_t bytes) override {
+    return AllGather(ConstTensorView{send, DType::kU8, Shape{static_cast<int64_t>(bytes)}},
+                     TensorView{recv, DType::kU8, Shape{static_cast<int64_t>(bytes) * size_}});
+  }
+  Status HostBroadcast(void* buf, size_t bytes, int root) override {
+    return Broadcast(TensorView{buf, DType::kU8, Shape{static_cast<int64_t>(bytes)}}, root);
+  }
   Status AllReduce(TensorView buf, ReduceOp op) override {
     return Annotate(AllReduceImpl(buf, op), "all-reduce");
   }
