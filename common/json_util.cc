@@ -1,11 +1,30 @@
 #include "common/json_util.h"
 
+#include <cmath>
+#include <cstdint>
+
 #include "common/file_util.h"
 
 namespace millipede {
 
+namespace {
+struct TooDeep {};
+}  // namespace
+
 StatusOr<Json> ParseJson(std::string_view text, const std::string& what) {
-  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  Json j;
+  try {
+    j = Json::parse(
+        text.begin(), text.end(),
+        [](int depth, Json::parse_event_t, Json&) {
+          if (depth > kMaxJsonDepth) throw TooDeep{};
+          return true;
+        },
+        /*allow_exceptions=*/false);
+  } catch (const TooDeep&) {
+    return InvalidArgumentError(what + ": JSON nested deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels");
+  }
   if (j.is_discarded()) {
     // Re-parse with exceptions only to recover the position of the error for the message.
     try {
@@ -17,6 +36,15 @@ StatusOr<Json> ParseJson(std::string_view text, const std::string& what) {
     return InvalidArgumentError(what + ": invalid JSON");
   }
   return j;
+}
+
+std::string DescribeJson(const Json& v) {
+  if (v.is_array() || v.is_object())
+    return std::string(v.type_name()) + " of " + std::to_string(v.size()) + " element(s)";
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  constexpr size_t kMaxChars = 60;
+  if (s.size() > kMaxChars) s = s.substr(0, kMaxChars) + "...";
+  return s;
 }
 
 StatusOr<Json> ParseJsonFile(const std::string& path) {
@@ -34,10 +62,13 @@ StatusOr<int64_t> JsonGetInt(const Json& obj, const char* key, const std::string
   if (!obj.is_object() || !obj.contains(key))
     return InvalidArgumentError(what + ": missing field \"" + key + "\"");
   const Json& v = obj.at(key);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return FieldError(what, key, "an integer within 64 bits");
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
+    // Range-check before converting: casting an out-of-range double is undefined.
     double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    if (d >= -9.2e18 && d <= 9.2e18 && d == std::floor(d)) return static_cast<int64_t>(d);
   }
   return FieldError(what, key, "an integer");
 }

@@ -11,9 +11,18 @@ namespace millipede {
 
 using Json = nlohmann::json;
 
-// Parses text; `what` names the source in the error ("config.json").
+// Deepest nesting of arrays/objects accepted from files: real configs, headers and tokenizers
+// nest a handful of levels, and a bound keeps recursive consumers (dump, destruction) safe.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses text; `what` names the source in the error ("config.json"). Nesting deeper than
+// kMaxJsonDepth is an error.
 StatusOr<Json> ParseJson(std::string_view text, const std::string& what);
 StatusOr<Json> ParseJsonFile(const std::string& path);
+
+// A short rendering of a value for error messages: scalars as JSON (cut at 60 characters),
+// arrays and objects by type and size (never recursing into them).
+std::string DescribeJson(const Json& v);
 
 // Typed access to an object's field. Missing or mistyped fields are InvalidArgument errors
 // naming `what` and the key.

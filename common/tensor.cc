@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "common/checked_math.h"
+
 namespace millipede {
 
 Shape::Shape(std::initializer_list<int64_t> d) {
@@ -38,6 +40,18 @@ std::string Shape::ToString() const {
   for (int i = 0; i < rank; ++i) out << (i ? ", " : "") << dims[i];
   out << ']';
   return out.str();
+}
+
+StatusOr<size_t> CheckedNumBytes(const Shape& shape, DType dtype) {
+  uint64_t bytes = DTypeSize(dtype);
+  for (int i = 0; i < shape.rank; ++i) {
+    if (shape.dims[i] < 0)
+      return InvalidArgumentError("negative dimension in shape " + shape.ToString());
+    if (!CheckedMul(bytes, static_cast<uint64_t>(shape.dims[i]), &bytes))
+      return OutOfRangeError("a tensor of shape " + shape.ToString() + " and dtype " +
+                             DTypeName(dtype) + " is too large to address");
+  }
+  return static_cast<size_t>(bytes);
 }
 
 Status CheckTensor(const ConstTensorView& t, const char* what, DType dtype, const Shape& shape) {

@@ -71,6 +71,10 @@ StatusOr<BasicTensorView<Ptr>> Reshape(const BasicTensorView<Ptr>& t, const Shap
   return out;
 }
 
+// shape.NumElements() * DTypeSize(dtype) with every product overflow-checked (sizes may come
+// from files and requests); negative dimensions are errors.
+StatusOr<size_t> CheckedNumBytes(const Shape& shape, DType dtype);
+
 // Checks a view's dtype and shape; `what` names the argument in the error.
 Status CheckTensor(const ConstTensorView& t, const char* what, DType dtype, const Shape& shape);
 Status CheckTensor(const TensorView& t, const char* what, DType dtype, const Shape& shape);

@@ -40,7 +40,64 @@ __global__ void MergeStateKernel(const float* __restrict__ o_parts,
   }
 }
 
+// One warp per row (token, head): every lane derives the merged state from the two LSEs before
+// lane 0 overwrites the row's lse, so the in-place update has no race.
+//   o, o_other [rows, head_dim], lse, lse_other [rows].
+__global__ void MergeStateInPlaceKernel(float* __restrict__ o, float* __restrict__ lse,
+                                        const float* __restrict__ o_other,
+                                        const float* __restrict__ lse_other, int64_t rows,
+                                        int64_t head_dim) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+       r < rows; r += warps) {
+    AttentionState state = AttentionState::FromLse(lse[r]);
+    const AttentionState::Factors f = state.Merge(AttentionState::FromLse(lse_other[r]));
+    const float scale = state.OutputScale();
+    for (int64_t c = lane; c < head_dim; c += 32) {
+      const float mine = f.self != 0.0f ? o[r * head_dim + c] : 0.0f;
+      const float theirs = f.other != 0.0f ? o_other[r * head_dim + c] : 0.0f;
+      o[r * head_dim + c] = f.Apply(mine, theirs) * scale;
+    }
+    __syncwarp();
+    if (lane == 0) lse[r] = state.Lse();
+  }
+}
+
+__global__ void FillKernel(float* __restrict__ out, int64_t n, float value) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    out[i] = value;
+}
+
 }  // namespace
+
+Status MergeStateInPlaceCuda(TensorView o, TensorView lse, ConstTensorView o_other,
+                             ConstTensorView lse_other, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(MergeStateInPlaceCheckArgs(o, lse, o_other, lse_other));
+  const int64_t rows = lse.NumElements();
+  if (rows == 0) return OkStatus();
+  const int64_t head_dim = o.NumElements() / rows;
+  const int64_t blocks = std::min<int64_t>((rows * 32 + kThreads - 1) / kThreads, kMaxBlocks);
+  MergeStateInPlaceKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      o.as<float>(), lse.as<float>(), o_other.as<const float>(), lse_other.as<const float>(),
+      rows, head_dim);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+Status ClearStateCuda(TensorView o, TensorView lse, cudaStream_t stream) {
+  MP_REQUIRE(o.dtype == DType::kF32 && lse.dtype == DType::kF32, "ClearState: F32 expected");
+  MP_CUDA_CHECK(cudaMemsetAsync(o.data, 0, o.NumBytes(), stream));
+  const int64_t n = lse.NumElements();
+  if (n == 0) return OkStatus();
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
+  FillKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(lse.as<float>(), n,
+                                                                     -INFINITY);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
 
 Status MergeStateCuda(const MergeStateArgs& args, cudaStream_t stream) {
   MP_RETURN_IF_ERROR(MergeStateCheckArgs(args));

@@ -33,5 +33,8 @@ Status MergeStateRef(const MergeStateArgs& args);
 //   lse, lse_other: [n, num_heads] F32, natural log
 Status MergeStateInPlaceRef(TensorView o, TensorView lse, ConstTensorView o_other,
                             ConstTensorView lse_other);
+// Checks the in-place form's shapes and dtypes (not the data, which may live on a device).
+Status MergeStateInPlaceCheckArgs(TensorView o, TensorView lse, ConstTensorView o_other,
+                                  ConstTensorView lse_other);
 
 }  // namespace millipede

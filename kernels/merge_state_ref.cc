@@ -68,11 +68,16 @@ Status MergeStateRef(const MergeStateArgs& args) {
   return OkStatus();
 }
 
-Status MergeStateInPlaceRef(TensorView o, TensorView lse, ConstTensorView o_other,
-                            ConstTensorView lse_other) {
+Status MergeStateInPlaceCheckArgs(TensorView o, TensorView lse, ConstTensorView o_other,
+                                  ConstTensorView lse_other) {
   MP_RETURN_IF_ERROR(CheckPair(AsConst(o), AsConst(lse), "merge_state o", "merge_state lse"));
   MP_RETURN_IF_ERROR(CheckTensor(o_other, "merge_state o_other", DType::kF32, o.shape));
-  MP_RETURN_IF_ERROR(CheckTensor(lse_other, "merge_state lse_other", DType::kF32, lse.shape));
+  return CheckTensor(lse_other, "merge_state lse_other", DType::kF32, lse.shape);
+}
+
+Status MergeStateInPlaceRef(TensorView o, TensorView lse, ConstTensorView o_other,
+                            ConstTensorView lse_other) {
+  MP_RETURN_IF_ERROR(MergeStateInPlaceCheckArgs(o, lse, o_other, lse_other));
   const int64_t rows = lse.NumElements();
   const int64_t head_dim = o.dim(2);
   for (int64_t r = 0; r < rows; ++r) {

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/attention.h"
+#include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/merge_state.h"
@@ -94,7 +95,8 @@ class Backend {
                                    uint64_t step) = 0;
 };
 
-// Creates a backend; kCuda is refused with a clear error in builds without CUDA.
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind);
+// Creates a backend (`device`: the GPU index for kCuda). kCuda is refused with a clear error in
+// builds without CUDA.
+StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0);
 
 }  // namespace millipede

@@ -19,7 +19,8 @@ class CpuBackend final : public Backend {
   BackendKind kind() const override { return BackendKind::kCpu; }
 
   StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) override {
-    size_t bytes = static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype);
+    MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
+    MP_REQUIRE(bytes <= (size_t{1} << 60), "tensor of ", bytes, " bytes is too large");
     // 64-byte alignment for vector loads; size rounded up as aligned_alloc requires.
     void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
     if (p == nullptr)
@@ -36,11 +37,7 @@ class CpuBackend final : public Backend {
   Status CopyToHost(ConstTensorView src, TensorView host_dst) override {
     return Copy(src, host_dst);
   }
-  Status Convert(ConstTensorView src, TensorView dst) override {
-    MP_RETURN_IF_ERROR(CheckSameSize(src, AsConst(dst), "Convert"));
-    return ConvertFloats(src.data, src.dtype, dst.data, dst.dtype,
-                         static_cast<size_t>(src.NumElements()));
-  }
+  Status Convert(ConstTensorView src, TensorView dst) override { return ConvertRef(src, dst); }
   Status Synchronize() override { return OkStatus(); }
 
   Status Embedding(const EmbeddingArgs& args) override { return EmbeddingRef(args); }
@@ -78,21 +75,5 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
-
-const char* BackendKindName(BackendKind kind) {
-  return kind == BackendKind::kCpu ? "cpu" : "cuda";
-}
-
-StatusOr<BackendKind> ParseBackendKind(std::string_view name) {
-  if (name == "cpu") return BackendKind::kCpu;
-  if (name == "cuda" || name == "gpu") return BackendKind::kCuda;
-  return InvalidArgumentError("unknown backend \"" + std::string(name) + "\" (expected cpu or cuda)");
-}
-
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind) {
-  if (kind == BackendKind::kCpu) return CreateCpuBackend();
-  return UnimplementedError(
-      "the cuda backend is not available in this build");
-}
 
 }  // namespace millipede

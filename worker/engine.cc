@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   e->comm_ = comm ? std::move(comm) : CreateLocalCommunicator();
   MP_REQUIRE(options.prefill_chunk > 0, "prefill chunk must be positive, got ",
              options.prefill_chunk);
-  MP_ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend));
+  MP_ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend, options.device));
   if (!options.model_dir.empty()) {
     MP_ASSIGN_OR_RETURN(e->config_,
                         LoadModelConfig(JoinPath(options.model_dir, "config.json")));
@@ -54,6 +54,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
 int64_t Engine::max_context() const {
   int64_t limit = config_.max_position_embeddings;
   // Dynamic NTK scaling exists to run past the trained length: up to `factor` times it.
+  // (max_position_embeddings <= 2^34 and factor <= 1024: the product fits.)
   if (config_.rope_scaling.type == RopeScalingType::kDynamic)
     limit = static_cast<int64_t>(static_cast<double>(limit) * config_.rope_scaling.factor);
   if (config_.sliding_window > 0) limit = std::min(limit, config_.sliding_window);
@@ -235,6 +236,30 @@ Status Engine::Logits(int64_t row) {
   return b.Gemm({AsConst(normed), weights_->lm_head, ConstTensorView{}, logits_.view()});
 }
 
+Status Engine::CheckShard(std::span<const TokenRange> ranges,
+                          std::span<const int32_t> ids) const {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  MP_REQUIRE(TotalSize(ranges) == n, "forward: ", n, " ids for ranges of ", TotalSize(ranges),
+             " positions");
+  MP_REQUIRE(static_cast<int>(ranges.size()) <= kMaxStepRanges, "forward: more than ",
+             kMaxStepRanges, " ranges");
+  for (size_t i = 0; i < ranges.size(); ++i)
+    MP_REQUIRE(ranges[i].size() > 0 && (i == 0 || ranges[i].begin >= ranges[i - 1].end),
+               "forward: ranges must be non-empty and increasing");
+  MP_REQUIRE(comm_->size() == 1 || global_length_ == 0,
+             "forward: a sharded step across ranks must be the sequence's first step");
+  for (int64_t i = 0; i < n; ++i)
+    MP_REQUIRE(ids[i] >= 0 && ids[i] < config_.vocab_size, "token id ", ids[i], " at position ",
+               i, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+  MP_REQUIRE(kv_->rows() + n <= kv_->capacity(), "forward: ", kv_->rows() + n,
+             " tokens exceed the sequence capacity of ", kv_->capacity());
+  std::vector<TokenRange> after = kv_->ranges();
+  for (const TokenRange& r : ranges) AppendRange(&after, r);
+  MP_REQUIRE(static_cast<int>(after.size()) <= kMaxStepRanges,
+             "forward: the cache would hold more than ", kMaxStepRanges, " ranges");
+  return OkStatus();
+}
+
 struct Engine::Block {
   ConstTensorView k, v;  // [rows, kv_heads, head_dim] per layer-independent buffer
   std::vector<TokenRange> ranges;
@@ -248,37 +273,30 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
   Communicator& comm = *comm_;
   const int num_ranks = comm.size(), rank = comm.rank();
   const int64_t n = static_cast<int64_t>(ids.size());
-  MP_REQUIRE(TotalSize(ranges) == n, "forward: ", n, " ids for ranges of ",
-             TotalSize(ranges), " positions");
-  MP_REQUIRE(static_cast<int>(ranges.size()) <= kMaxStepRanges, "forward: more than ",
-             kMaxStepRanges, " ranges");
-  for (size_t i = 0; i < ranges.size(); ++i)
-    MP_REQUIRE(ranges[i].size() > 0 && (i == 0 || ranges[i].begin >= ranges[i - 1].end),
-               "forward: ranges must be non-empty and increasing");
-  MP_REQUIRE(num_ranks == 1 || global_length_ == 0,
-             "forward: a sharded step across ranks must be the sequence's first step");
-  for (int64_t i = 0; i < n; ++i)
-    MP_REQUIRE(ids[i] >= 0 && ids[i] < c.vocab_size, "token id ", ids[i], " at position ", i,
-               " is outside the vocabulary [0, ", c.vocab_size, ")");
+  // Checks of this rank's own share: their outcome is exchanged with the step's metadata, so that
+  // a rank that fails does not leave the others waiting in a collective.
+  const Status local = CheckShard(ranges, ids);
   const int64_t rows0 = kv_->rows();
-  MP_REQUIRE(rows0 + n <= kv_->capacity(), "forward: ", rows0 + n,
-             " tokens exceed the sequence capacity of ", kv_->capacity());
-
   // Every rank learns every rank's K/V ranges after this step: they describe the ring blocks.
   std::vector<TokenRange> after = kv_->ranges();
-  for (const TokenRange& r : ranges) AppendRange(&after, r);
-  MP_REQUIRE(static_cast<int>(after.size()) <= kMaxStepRanges, "forward: the cache holds more than ",
-             kMaxStepRanges, " ranges");
-  constexpr int kMetaWidth = 1 + 2 * kMaxStepRanges + 1;
+  if (local.ok())
+    for (const TokenRange& r : ranges) AppendRange(&after, r);
+  if (static_cast<int>(after.size()) > kMaxStepRanges) after.clear();
+  constexpr int kMetaWidth = 1 + 2 * kMaxStepRanges + 2;
   std::vector<int64_t> meta(kMetaWidth, 0), all_meta(kMetaWidth * static_cast<size_t>(num_ranks));
   meta[0] = static_cast<int64_t>(after.size());
   for (size_t i = 0; i < after.size(); ++i) {
     meta[1 + 2 * i] = after[i].begin;
     meta[2 + 2 * i] = after[i].end;
   }
-  meta[kMetaWidth - 1] = n;
+  meta[kMetaWidth - 2] = local.ok() ? n : 0;
+  meta[kMetaWidth - 1] = local.ok() ? 1 : 0;
   MP_RETURN_IF_ERROR(
       comm.HostAllGather(meta.data(), all_meta.data(), sizeof(int64_t) * kMetaWidth));
+  MP_RETURN_IF_ERROR(local);
+  for (int r = 0; r < num_ranks; ++r)
+    MP_REQUIRE(all_meta[static_cast<size_t>(r) * kMetaWidth + kMetaWidth - 1] == 1, "forward: rank ",
+               r, " refused its share of the step (its log says why)");
   std::vector<std::vector<TokenRange>> rank_ranges(static_cast<size_t>(num_ranks));
   std::vector<TokenRange> new_ranges;
   int64_t total = 0, max_rows = 0;
@@ -289,7 +307,7 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
       rank_ranges[r].push_back({m[1 + 2 * i], m[2 + 2 * i]});
       rows += m[2 + 2 * i] - m[1 + 2 * i];
     }
-    total += m[kMetaWidth - 1];
+    total += m[kMetaWidth - 2];
     max_rows = std::max(max_rows, rows);
   }
   // The new positions of all ranks together must be exactly [length, length + total).
@@ -399,10 +417,19 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
   const int64_t position = global_length_;
   MP_REQUIRE(position + 1 <= max_context(), "decode: position ", position,
              " is beyond the context limit of ", max_context());
-  const bool owner = position % num_ranks == comm.rank();
+  const bool owner = ShardPlan::DecodeOwner(position, num_ranks) == comm.rank();
   const int64_t rows0 = kv_->rows();
-  MP_REQUIRE(!owner || rows0 + 1 <= kv_->capacity(), "decode: the sequence capacity of ",
-             kv_->capacity(), " positions on this rank is full");
+  const bool fits = !owner || rows0 + 1 <= kv_->capacity();
+  if (num_ranks > 1) {
+    // Only the owner can tell whether its shard has room; all ranks must stop together if not.
+    int32_t flag = fits ? 1 : 0;
+    std::vector<int32_t> flags(static_cast<size_t>(num_ranks));
+    MP_RETURN_IF_ERROR(comm.HostAllGather(&flag, flags.data(), sizeof(flag)));
+    for (int r = 0; r < num_ranks; ++r)
+      MP_REQUIRE(flags[r] == 1, "decode: the sequence capacity on rank ", r, " is full");
+  }
+  MP_REQUIRE(fits, "decode: the sequence capacity of ", kv_->capacity(),
+             " positions on this rank is full");
   MP_RETURN_IF_ERROR(EnsureStepBuffers(1));
   MP_RETURN_IF_ERROR(EnsureScratch(1));
   if (num_ranks > 1 && gathered_o_.view().data == nullptr) {

@@ -36,6 +36,8 @@ struct EngineOptions {
   ModelConfig random_config;
   RandomWeightsOptions random_weights;
   BackendKind backend = BackendKind::kCpu;
+  // GPU index for the cuda backend (ranks on one node use their node-local rank).
+  int device = 0;
   // Storage type of the KV cache: BF16 (default), F16 or F32.
   DType kv_dtype = DType::kBF16;
   // Tokens per chunk for projections, attention queries and the MLP: activations are
@@ -84,6 +86,8 @@ class Engine {
  private:
   struct Block;  // one rank's K/V rows as they travel the ring
   Engine() = default;
+  // Checks this rank's share of a sharded step (ids, ranges, capacity).
+  Status CheckShard(std::span<const TokenRange> ranges, std::span<const int32_t> ids) const;
   Status EnsureScratch(int64_t chunk);
   Status EnsureStepBuffers(int64_t n);
   StatusOr<BackendTensor> UploadInvFreq(int64_t seq_len);

@@ -68,7 +68,8 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
     ids.insert(ids.end(), request.prompt_ids.begin() + r.begin,
                request.prompt_ids.begin() + r.end);
   }
-  // The last generated token never needs its K/V; decode positions go round-robin over ranks.
+  // The last generated token never needs its K/V; decode positions go round-robin over ranks
+  // (ShardPlan::DecodeOwner), so each rank stores at most ceil((max_new - 1) / N) of them.
   const int64_t decode_positions = request.max_new_tokens - 1;
   const int64_t capacity = std::max<int64_t>(
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);

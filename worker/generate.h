@@ -39,7 +39,7 @@ struct GenerationResult {
 };
 
 // Called with each generated token as soon as it is sampled; returning false cancels generation
-// (the result then holds the tokens so far and the status is Cancelled).
+// (Generate then returns a Cancelled status; the tokens so far were all passed to the callback).
 using TokenCallback = std::function<bool(int32_t id)>;
 
 // Checks a request against the engine's model before any work: a non-empty prompt of in-vocabulary

@@ -1,5 +1,7 @@
 #include "worker/model_weights.h"
 
+#include <cstdint>
+#include <cstring>
 #include <map>
 
 #include "common/checkpoint/model_tensors.h"
@@ -56,8 +58,16 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& mo
   MP_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(model_dir));
   MP_RETURN_IF_ERROR(CheckCheckpointMatchesConfig(w->checkpoint_, config));
   const Checkpoint& ckpt = w->checkpoint_;
-  MP_RETURN_IF_ERROR(w->Assign(config, backend, [&](const std::string& name) {
-    return ckpt.Get(name);
+  std::vector<NamedHostTensor>& copies = w->generated_;
+  MP_RETURN_IF_ERROR(w->Assign(config, backend,
+                               [&](const std::string& name) -> StatusOr<ConstTensorView> {
+    MP_ASSIGN_OR_RETURN(ConstTensorView view, ckpt.Get(name));
+    // The format does not align tensors; the kernels read whole elements, so a misaligned tensor
+    // is copied into aligned memory instead of being used in place.
+    if (reinterpret_cast<uintptr_t>(view.data) % DTypeSize(view.dtype) == 0) return view;
+    copies.push_back({name, HostTensor(view.dtype, view.shape)});
+    std::memcpy(copies.back().tensor.data<void>(), view.data, view.NumBytes());
+    return AsConst(copies.back().tensor.view());
   }));
   return w;
 }

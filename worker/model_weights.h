@@ -51,7 +51,7 @@ class ModelWeights {
   Status Assign(const ModelConfig& config, Backend& backend, GetFn get);
 
   Checkpoint checkpoint_;
-  std::vector<NamedHostTensor> generated_;
+  std::vector<NamedHostTensor> generated_;  // random weights, or aligned copies of misaligned ones
 };
 
 }  // namespace millipede

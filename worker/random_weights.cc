@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 #include <string_view>
 #include <thread>
 
@@ -70,10 +71,15 @@ StatusOr<std::vector<NamedHostTensor>> GenerateRandomWeights(const ModelConfig& 
              "random weights: dtype must be F32, BF16 or F16, got ", DTypeName(options.dtype));
   MP_REQUIRE(options.std > 0 && std::isfinite(options.std), "random weights: std must be > 0");
   std::vector<NamedHostTensor> out;
-  for (const ExpectedTensor& e : ExpectedModelTensors(config)) {
-    NamedHostTensor t{e.name, HostTensor(options.dtype, e.shape)};
-    MP_RETURN_IF_ERROR(FillRandomWeight(e.name, options, t.tensor.view()));
-    out.push_back(std::move(t));
+  try {
+    for (const ExpectedTensor& e : ExpectedModelTensors(config)) {
+      MP_RETURN_IF_ERROR(CheckedNumBytes(e.shape, options.dtype).status());
+      NamedHostTensor t{e.name, HostTensor(options.dtype, e.shape)};
+      MP_RETURN_IF_ERROR(FillRandomWeight(e.name, options, t.tensor.view()));
+      out.push_back(std::move(t));
+    }
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("not enough host memory for the random weights of this model");
   }
   return out;
 }

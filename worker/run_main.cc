@@ -36,19 +36,28 @@ and rank 0 prints the result.
   --json                 print one JSON object: ids, text, finish_reason, timings
 )";
 
-StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::istringstream in(text);
-  std::string word;
-  while (in >> word) {
-    MP_ASSIGN_OR_RETURN(int64_t v, ParseInt64(word, "token id"));
-    MP_REQUIRE(v >= 0 && v <= INT32_MAX, "token id ", v, " out of range");
-    ids.push_back(static_cast<int32_t>(v));
+// Reads a prompt file ("-" = stdin). Under mpirun only rank 0 has stdin, so rank 0 reads and
+// sends the text to the other ranks.
+StatusOr<std::string> ReadInput(const std::string& path, int rank, Communicator* comm) {
+  if (comm != nullptr && comm->size() > 1) {
+    std::string text;
+    Status read = OkStatus();
+    if (rank == 0) {
+      StatusOr<std::string> r = ReadInput(path, 0, nullptr);
+      if (r.ok()) {
+        text = std::move(r).value();
+      } else {
+        read = r.status();
+      }
+    }
+    // A failed read is sent as length -1, so every rank fails together.
+    int64_t length = read.ok() ? static_cast<int64_t>(text.size()) : -1;
+    MP_RETURN_IF_ERROR(comm->HostBroadcast(&length, sizeof(length), 0));
+    if (length < 0) return read.ok() ? IoError("rank 0 could not read " + path) : read;
+    text.resize(static_cast<size_t>(length));
+    MP_RETURN_IF_ERROR(comm->HostBroadcast(text.data(), text.size(), 0));
+    return text;
   }
-  return ids;
-}
-
-StatusOr<std::string> ReadInput(const std::string& path) {
   if (path == "-") {
     std::ostringstream s;
     s << std::cin.rdbuf();
@@ -101,8 +110,8 @@ Status Run(int argc, char** argv, int rank, std::unique_ptr<Communicator> comm) 
     MP_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tokenizer_path));
   }
   if (auto ids_path = flags.Get("prompt-ids")) {
-    MP_ASSIGN_OR_RETURN(std::string text, ReadInput(*ids_path));
-    MP_ASSIGN_OR_RETURN(request.prompt_ids, ParseIds(text));
+    MP_ASSIGN_OR_RETURN(std::string text, ReadInput(*ids_path, rank, comm.get()));
+    MP_ASSIGN_OR_RETURN(request.prompt_ids, ParseTokenIds(text));
   } else {
     MP_REQUIRE(tokenizer != nullptr, options.model_dir,
                " has no tokenizer.json: give the prompt as ids with --prompt-ids");
@@ -110,11 +119,11 @@ Status Run(int argc, char** argv, int rank, std::unique_ptr<Communicator> comm) 
     if (auto p = flags.Get("prompt")) {
       text = *p;
     } else {
-      MP_ASSIGN_OR_RETURN(text, ReadInput(*flags.Get("prompt-file")));
+      MP_ASSIGN_OR_RETURN(text, ReadInput(*flags.Get("prompt-file"), rank, comm.get()));
     }
     MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(text));
-    // Like transformers' encode(add_special_tokens=True): BOS from the tokenizer's template, or
-    // the model's bos_token_id when the tokenizer has no template.
+    // Like transformers' encode(add_special_tokens=True): the BOS of the tokenizer's template
+    // (a tokenizer without a template adds none, there as here).
     if (!flags.GetBool("no-bos")) {
       if (tokenizer->bos_id()) request.prompt_ids.push_back(*tokenizer->bos_id());
     }

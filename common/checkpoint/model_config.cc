@@ -16,14 +16,10 @@ constexpr int64_t kQwen2DefaultMaxWindowLayers = 28;
 
 bool Present(const Json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
 
-std::string Describe(const Json& v) {
-  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 StatusOr<int32_t> ParseTokenId(const Json& v, const char* key, const std::string& what) {
   MP_REQUIRE(v.is_number_integer() && v.get<int64_t>() >= 0 &&
                  v.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
-             what, ": \"", key, "\" must be a non-negative 32-bit token id, got ", Describe(v));
+             what, ": \"", key, "\" must be a non-negative 32-bit token id, got ", DescribeJson(v));
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
@@ -62,7 +58,7 @@ Status ParseRope(const Json& j, const std::string& what, ModelConfig* c) {
     MP_ASSIGN_OR_RETURN(c->rope_theta, JsonGetNumber(*scaling, "rope_theta", where));
   }
   if (scaling == nullptr) return OkStatus();
-  MP_REQUIRE(scaling->is_object(), where, " must be an object or null, got ", Describe(*scaling));
+  MP_REQUIRE(scaling->is_object(), where, " must be an object or null, got ", DescribeJson(*scaling));
 
   // Older configs spell the key "type", newer ones "rope_type"; transformers accepts either.
   std::string type;
@@ -293,8 +289,12 @@ Status ValidateModelConfig(const ModelConfig& c) {
   MP_RETURN_IF_ERROR(CheckSize("num_attention_heads", c.num_attention_heads, kMaxDim));
   MP_RETURN_IF_ERROR(CheckSize("num_key_value_heads", c.num_key_value_heads, kMaxDim));
   MP_RETURN_IF_ERROR(CheckSize("head_dim", c.head_dim, kMaxDim));
+  // 2^34 positions (16G tokens) is far beyond any model, and keeps position arithmetic and
+  // KV-cache sizes (positions x layers x heads x head_dim x bytes) clear of int64 overflow.
   MP_RETURN_IF_ERROR(CheckSize("max_position_embeddings", c.max_position_embeddings,
-                               std::numeric_limits<int64_t>::max()));
+                               int64_t{1} << 34));
+  MP_REQUIRE(std::isfinite(c.rope_scaling.factor) && c.rope_scaling.factor <= 1024,
+             "rope_scaling factor must be at most 1024, got ", c.rope_scaling.factor);
   MP_REQUIRE(c.num_attention_heads % c.num_key_value_heads == 0, "num_attention_heads ",
              c.num_attention_heads, " is not divisible by num_key_value_heads ",
              c.num_key_value_heads);

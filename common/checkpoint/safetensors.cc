@@ -17,14 +17,6 @@ Status Bad(const std::string& where, const std::string& problem) {
   return InvalidArgumentError(where + ": " + problem);
 }
 
-// A short rendering of a JSON value for error messages; long values are cut.
-std::string Describe(const Json& v) {
-  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  constexpr size_t kMaxChars = 60;
-  if (s.size() > kMaxChars) s = s.substr(0, kMaxChars) + "...";
-  return s;
-}
-
 bool AsU64(const Json& v, uint64_t* out) {
   if (v.is_number_unsigned()) {
     *out = v.get<uint64_t>();
@@ -50,12 +42,12 @@ StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& m, const 
   std::map<std::string, std::string> out;
   if (m.is_null()) return out;
   if (!m.is_object()) {
-    return Bad(what, "\"__metadata__\" must be an object of strings, got " + Describe(m));
+    return Bad(what, "\"__metadata__\" must be an object of strings, got " + DescribeJson(m));
   }
   for (const auto& [key, value] : m.items()) {
     if (!value.is_string()) {
       return Bad(what, "\"__metadata__\" value for \"" + key + "\" must be a string, got " +
-                           Describe(value));
+                           DescribeJson(value));
     }
     out.emplace(key, value.get<std::string>());
   }
@@ -63,7 +55,7 @@ StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& m, const 
 }
 
 StatusOr<Shape> ParseShape(const Json& j, const std::string& where) {
-  if (!j.is_array()) return Bad(where, "\"shape\" must be an array, got " + Describe(j));
+  if (!j.is_array()) return Bad(where, "\"shape\" must be an array, got " + DescribeJson(j));
   if (j.size() > static_cast<size_t>(kMaxTensorRank)) {
     return Bad(where, "\"shape\" has " + std::to_string(j.size()) + " dimensions; at most " +
                           std::to_string(kMaxTensorRank) + " are supported");
@@ -73,7 +65,7 @@ StatusOr<Shape> ParseShape(const Json& j, const std::string& where) {
     uint64_t d;
     if (!AsU64(j[i], &d)) {
       return Bad(where, "shape[" + std::to_string(i) + "] must be a non-negative integer, got " +
-                            Describe(j[i]));
+                            DescribeJson(j[i]));
     }
     if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return Bad(where,
@@ -89,7 +81,7 @@ StatusOr<TensorInfo> ParseTensorEntry(const std::string& name, const Json& entry
   const std::string where = what + ": tensor \"" + name + "\"";
   if (!entry.is_object()) {
     return Bad(where, "entry must be an object with dtype, shape and data_offsets, got " +
-                          Describe(entry));
+                          DescribeJson(entry));
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     if (!entry.contains(key)) return Bad(where, std::string("missing \"") + key + "\"");
@@ -98,7 +90,7 @@ StatusOr<TensorInfo> ParseTensorEntry(const std::string& name, const Json& entry
   info.name = name;
 
   const Json& dtype = entry["dtype"];
-  if (!dtype.is_string()) return Bad(where, "\"dtype\" must be a string, got " + Describe(dtype));
+  if (!dtype.is_string()) return Bad(where, "\"dtype\" must be a string, got " + DescribeJson(dtype));
   StatusOr<DType> parsed = ParseDType(dtype.get_ref<const std::string&>());
   if (!parsed.ok()) {
     return Bad(where, parsed.status().message() +
@@ -112,7 +104,7 @@ StatusOr<TensorInfo> ParseTensorEntry(const std::string& name, const Json& entry
   if (!offsets.is_array() || offsets.size() != 2 || !AsU64(offsets[0], &info.offset_begin) ||
       !AsU64(offsets[1], &info.offset_end)) {
     return Bad(where, "\"data_offsets\" must be two non-negative integers [begin, end], got " +
-                          Describe(offsets));
+                          DescribeJson(offsets));
   }
   const std::string offsets_str = OffsetsString(info.offset_begin, info.offset_end);
   if (info.offset_end < info.offset_begin) {

@@ -1,5 +1,7 @@
 #include "common/checkpoint/strict_json.h"
 
+#include <stdexcept>
+
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -103,10 +105,15 @@ StatusOr<Json> ParseJsonRejectingDuplicateKeys(std::string_view text, const std:
   try {
     result = Json::parse(
         text.begin(), text.end(),
-        [&finder](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+        [&finder](int depth, Json::parse_event_t event, Json& parsed) {
+          if (depth > kMaxJsonDepth)
+            throw std::length_error("JSON nested deeper than " +
+                                    std::to_string(kMaxJsonDepth) + " levels");
           return finder.OnEvent(event, parsed);
         },
         /*allow_exceptions=*/true);
+  } catch (const std::length_error& e) {
+    return InvalidArgumentError(what + ": " + e.what());
   } catch (const Json::exception& e) {
     return InvalidArgumentError(what + ": invalid JSON: " + e.what());
   }

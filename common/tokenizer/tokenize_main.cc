@@ -43,26 +43,6 @@ std::string JoinIds(const std::vector<int32_t>& ids, const char* separator) {
   return out;
 }
 
-// Parses whitespace-separated decimal ids; an error names the offending word.
-StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (true) {
-    pos = text.find_first_not_of(" \t\r\n\f\v", pos);
-    if (pos == std::string::npos) break;
-    size_t end = text.find_first_of(" \t\r\n\f\v", pos);
-    if (end == std::string::npos) end = text.size();
-    int32_t id = 0;
-    auto [ptr, ec] = std::from_chars(text.data() + pos, text.data() + end, id);
-    if (ec != std::errc() || ptr != text.data() + end) {
-      return InvalidArgumentError("\"" + text.substr(pos, std::min<size_t>(end - pos, 40)) +
-                                  "\" is not a token id");
-    }
-    ids.push_back(id);
-    pos = end;
-  }
-  return ids;
-}
 
 StatusOr<std::vector<int32_t>> IdsFromJson(const Json& json) {
   MP_REQUIRE(json.is_array(), "expected a JSON array of ids, got ", json.type_name());
@@ -138,7 +118,7 @@ int Run(int argc, char** argv) {
   }
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   if (decode) {
-    StatusOr<std::vector<int32_t>> ids = ParseIds(input);
+    StatusOr<std::vector<int32_t>> ids = ParseTokenIds(input);
     if (!ids.ok()) return Fail(ids.status().ToString());
     StatusOr<std::string> text = (*tokenizer)->Decode(*ids);
     if (!text.ok()) return Fail(text.status().ToString());

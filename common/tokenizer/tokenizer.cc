@@ -1,5 +1,7 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include <charconv>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -184,8 +186,12 @@ StatusOr<bool> Tokenizer::AppendTokenBytes(int32_t id, bool skip_special_tokens,
     token = added->decoded;
   } else if (std::optional<std::string_view> from_vocab = model_->IdToToken(id)) {
     token = *from_vocab;
+  } else if (id < 0) {
+    return InvalidArgumentError("invalid token id " + std::to_string(id));
   } else {
-    return InvalidArgumentError("unknown token id " + std::to_string(id));
+    // Models often have more embedding rows than the tokenizer has tokens (padded vocabularies);
+    // like Hugging Face, ids the tokenizer does not know decode to nothing.
+    return false;
   }
   if (decoder_ == DecoderKind::kByteLevel) {
     // HF passes tokens that are not byte-level spelled (e.g. an added "é") through as UTF-8.
@@ -227,6 +233,26 @@ StatusOr<std::string> Tokenizer::IdToToken(int32_t id) const {
 bool Tokenizer::IsSpecial(int32_t id) const {
   const AddedToken* added = added_->FindById(id);
   return added != nullptr && added->special;
+}
+
+StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (true) {
+    pos = text.find_first_not_of(" \t\r\n\f\v", pos);
+    if (pos == std::string::npos) break;
+    size_t end = text.find_first_of(" \t\r\n\f\v", pos);
+    if (end == std::string::npos) end = text.size();
+    int32_t id = 0;
+    auto [ptr, ec] = std::from_chars(text.data() + pos, text.data() + end, id);
+    if (ec != std::errc() || ptr != text.data() + end || id < 0) {
+      return InvalidArgumentError("\"" + text.substr(pos, std::min<size_t>(end - pos, 40)) +
+                                  "\" is not a token id");
+    }
+    ids.push_back(id);
+    pos = end;
+  }
+  return ids;
 }
 
 }  // namespace millipede

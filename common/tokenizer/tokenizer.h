@@ -46,7 +46,8 @@ class Tokenizer {
   // error naming the byte offset. Thread-safe.
   StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
 
-  // Ids -> text, like HF decode(ids, skip_special_tokens). Unknown ids are an InvalidArgument
+  // Ids -> text, like HF decode(ids, skip_special_tokens). Ids the tokenizer does not know
+  // decode to nothing (as in HF: padded model vocabularies); negative ids are an InvalidArgument
   // error; byte sequences that are not valid UTF-8 come out as U+FFFD. Thread-safe.
   StatusOr<std::string> Decode(const std::vector<int32_t>& ids,
                                bool skip_special_tokens = false) const;
@@ -97,7 +98,8 @@ class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
 
-  // Adds one id; an unknown id is an InvalidArgument error and leaves the state unchanged.
+  // Adds one id (unknown ids add nothing); a negative id is an InvalidArgument error and leaves
+  // the state unchanged.
   StatusOr<std::string> Push(int32_t id);
   // Flushes held-back bytes (an incomplete character becomes U+FFFD) and resets the decoder.
   std::string Finish();
@@ -108,5 +110,9 @@ class StreamingDecoder {
   bool first_ = true;
   std::string pending_;
 };
+
+// Parses whitespace-separated non-negative decimal token ids (a --prompt-ids file, a
+// `millipede-tokenize --decode` input); the error names the offending word.
+StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text);
 
 }  // namespace millipede

@@ -29,7 +29,14 @@ class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm comm, int rank, int size)
       : comm_(comm), rank_(rank), size_(size) {}
-  ~MpiCommunicator() override { WaitAll().IgnoreError(); }
+  // Transfers still pending here belong to a step that failed: cancel them rather than wait for
+  // a peer that may never answer (their buffers may already be gone).
+  ~MpiCommunicator() override {
+    for (MPI_Request& r : pending_) {
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

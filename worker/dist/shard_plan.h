@@ -6,9 +6,9 @@
 // attention work (within one token's row), and every rank holds the same number of tokens
 // (within two).
 //
-// Decode: token t of the generation (t = 0, 1, ...) is stored on rank t mod N. Every rank runs
-// the token through the layers (weights are replicated), but only its owner appends its K/V,
-// so the shards stay within one token of each other as the sequence grows.
+// Decode: the token at global position p (after the prompt) is stored on rank p mod N
+// (DecodeOwner). Every rank runs the token through the layers (weights are replicated), but only
+// its owner appends its K/V, so the shards grow evenly as the sequence does.
 //
 // Positions are global everywhere: a chunk is a contiguous run [begin, end) of positions.
 #pragma once
@@ -42,8 +42,10 @@ class ShardPlan {
   int64_t RankPromptTokens(int rank) const;
   // The rank holding prompt position p (0 <= p < S).
   int RankOfPromptPosition(int64_t position) const;
-  // The rank that stores generated token t (0-based index among generated tokens).
-  int RankOfGeneratedToken(int64_t t) const { return static_cast<int>(t % num_ranks_); }
+  // The rank that stores the K/V of the decode token at global position `position`.
+  static int DecodeOwner(int64_t position, int num_ranks) {
+    return static_cast<int>(position % num_ranks);
+  }
 
  private:
   int num_ranks_ = 1;

@@ -1,0 +1,218 @@
+// millipede-bench-attention: times AttentionCuda on one layer's shapes and prints one JSON
+// object. Causal prefill of a whole sequence (TFLOP/s with causal FLOPs = 4 * S^2 / 2 * Hq * d)
+// and single-token decode over a context (GB/s of K and V read, split-KV as chosen by the
+// launcher and, for comparison, unsplit). CUDA-event timing after warm-up runs.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "common/flags.h"
+#include "kernels/attention_cuda.h"
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
+
+  --seq S          causal prefill of S tokens (default 32768; 0 skips)
+  --ctx N          decode of one token over N cached tokens (default 131072; 0 skips)
+  --q-heads H      query heads (default 32)
+  --kv-heads H     key/value heads (default 8)
+  --head-dim D     64 or 128 (default 128)
+  --dtype T        K/V dtype: bf16 (default) | fp16
+  --warmup N       untimed runs first (default 3)
+  --iters N        timed runs, averaged (default 10)
+)";
+
+// Device allocation freed on scope exit.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Status Allocate(size_t bytes) {
+    MP_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    return OkStatus();
+  }
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// A device tensor of `dtype` with uniform values in [-1, 1) from a cheap fixed-seed generator
+// (the values only need to be non-degenerate, not statistically good).
+Status FillRandom(DeviceBuffer* buffer, DType dtype, const Shape& shape, uint64_t seed) {
+  const int64_t n = shape.NumElements();
+  std::vector<unsigned char> host(static_cast<size_t>(n) * DTypeSize(dtype));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    const float x = static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+    StoreFromFloat(host.data(), dtype, static_cast<size_t>(i), x);
+  }
+  MP_RETURN_IF_ERROR(buffer->Allocate(host.size()));
+  MP_CUDA_CHECK(cudaMemcpy(buffer->data(), host.data(), host.size(), cudaMemcpyHostToDevice));
+  return OkStatus();
+}
+
+// Milliseconds per call of `run`, averaged over `iters` after `warmup` calls.
+StatusOr<double> TimeMs(const std::function<Status()>& run, int64_t warmup, int64_t iters) {
+  for (int64_t i = 0; i < warmup; ++i) MP_RETURN_IF_ERROR(run());
+  cudaEvent_t start = nullptr, stop = nullptr;
+  MP_CUDA_CHECK(cudaEventCreate(&start));
+  MP_CUDA_CHECK(cudaEventCreate(&stop));
+  Status status = OkStatus();
+  float ms = 0.0f;
+  if (cudaEventRecord(start) == cudaSuccess) {
+    for (int64_t i = 0; i < iters && status.ok(); ++i) status = run();
+    if (status.ok() && (cudaEventRecord(stop) != cudaSuccess ||
+                        cudaEventSynchronize(stop) != cudaSuccess ||
+                        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess))
+      status = DeviceError(detail::StrCat("timing failed: ", cudaGetErrorString(cudaGetLastError())));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  MP_RETURN_IF_ERROR(status);
+  return static_cast<double>(ms) / static_cast<double>(iters);
+}
+
+struct Shapes {
+  int64_t q_heads, kv_heads, head_dim, warmup, iters;
+  DType dtype;
+};
+
+StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
+  DeviceBuffer q, k, v, o, lse;
+  MP_RETURN_IF_ERROR(FillRandom(&q, DType::kF32, {seq, s.q_heads, s.head_dim}, 1));
+  MP_RETURN_IF_ERROR(FillRandom(&k, s.dtype, {seq, s.kv_heads, s.head_dim}, 2));
+  MP_RETURN_IF_ERROR(FillRandom(&v, s.dtype, {seq, s.kv_heads, s.head_dim}, 3));
+  MP_RETURN_IF_ERROR(o.Allocate(seq * s.q_heads * s.head_dim * sizeof(float)));
+  MP_RETURN_IF_ERROR(lse.Allocate(seq * s.q_heads * sizeof(float)));
+  const AttentionArgs args{{q.data(), DType::kF32, {seq, s.q_heads, s.head_dim}},
+                           {k.data(), s.dtype, {seq, s.kv_heads, s.head_dim}},
+                           {v.data(), s.dtype, {seq, s.kv_heads, s.head_dim}},
+                           0,
+                           0,
+                           AttentionMask::kCausal,
+                           0.0f,
+                           {o.data(), DType::kF32, {seq, s.q_heads, s.head_dim}},
+                           {lse.data(), DType::kF32, {seq, s.q_heads}}};
+  MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args));
+  DeviceBuffer workspace;
+  if (workspace_bytes > 0) MP_RETURN_IF_ERROR(workspace.Allocate(workspace_bytes));
+  AttentionCudaOptions options;
+  options.workspace = workspace.data();
+  options.workspace_bytes = workspace_bytes;
+  MP_ASSIGN_OR_RETURN(const double ms,
+                      TimeMs([&] { return AttentionCuda(args, options, nullptr); }, s.warmup,
+                             s.iters));
+  const double flops = 4.0 * static_cast<double>(seq) * seq / 2.0 * s.q_heads * s.head_dim;
+  return nlohmann::json{{"seq", seq}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}};
+}
+
+StatusOr<nlohmann::json> BenchDecode(const Shapes& s, int64_t ctx) {
+  DeviceBuffer q, k, v, o, lse;
+  MP_RETURN_IF_ERROR(FillRandom(&q, DType::kF32, {1, s.q_heads, s.head_dim}, 4));
+  MP_RETURN_IF_ERROR(FillRandom(&k, s.dtype, {ctx, s.kv_heads, s.head_dim}, 5));
+  MP_RETURN_IF_ERROR(FillRandom(&v, s.dtype, {ctx, s.kv_heads, s.head_dim}, 6));
+  MP_RETURN_IF_ERROR(o.Allocate(s.q_heads * s.head_dim * sizeof(float)));
+  MP_RETURN_IF_ERROR(lse.Allocate(s.q_heads * sizeof(float)));
+  // The engine's decode step: every cached key precedes the token, no mask.
+  const AttentionArgs args{{q.data(), DType::kF32, {1, s.q_heads, s.head_dim}},
+                           {k.data(), s.dtype, {ctx, s.kv_heads, s.head_dim}},
+                           {v.data(), s.dtype, {ctx, s.kv_heads, s.head_dim}},
+                           ctx,
+                           0,
+                           AttentionMask::kNone,
+                           0.0f,
+                           {o.data(), DType::kF32, {1, s.q_heads, s.head_dim}},
+                           {lse.data(), DType::kF32, {1, s.q_heads}}};
+  const double kv_bytes = 2.0 * ctx * s.kv_heads * s.head_dim * DTypeSize(s.dtype);
+  nlohmann::json result{{"ctx", ctx}, {"kv_bytes", kv_bytes}};
+  for (const int splits : {0, 1}) {
+    AttentionCudaOptions options;
+    options.num_splits = splits;
+    MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args, options));
+    DeviceBuffer workspace;
+    if (workspace_bytes > 0) MP_RETURN_IF_ERROR(workspace.Allocate(workspace_bytes));
+    options.workspace = workspace.data();
+    options.workspace_bytes = workspace_bytes;
+    MP_ASSIGN_OR_RETURN(const double ms,
+                        TimeMs([&] { return AttentionCuda(args, options, nullptr); }, s.warmup,
+                               s.iters));
+    const std::string key = splits == 0 ? "split" : "unsplit";
+    result[key] = {{"us", ms * 1e3},
+                   {"gb_per_s", kv_bytes / (ms * 1e-3) / 1e9},
+                   {"workspace_bytes", workspace_bytes}};
+  }
+  return result;
+}
+
+Status Run(int argc, char** argv) {
+  MP_ASSIGN_OR_RETURN(const Flags flags, Flags::Parse(argc, argv, {"help"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(flags.CheckKnown({"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim",
+                                       "dtype", "warmup", "iters"}));
+  Shapes s;
+  MP_ASSIGN_OR_RETURN(const int64_t seq, flags.GetInt("seq", 32768));
+  MP_ASSIGN_OR_RETURN(const int64_t ctx, flags.GetInt("ctx", 131072));
+  MP_ASSIGN_OR_RETURN(s.q_heads, flags.GetInt("q-heads", 32));
+  MP_ASSIGN_OR_RETURN(s.kv_heads, flags.GetInt("kv-heads", 8));
+  MP_ASSIGN_OR_RETURN(s.head_dim, flags.GetInt("head-dim", 128));
+  MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 3));
+  MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 10));
+  MP_ASSIGN_OR_RETURN(s.dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
+  MP_REQUIRE(s.dtype == DType::kBF16 || s.dtype == DType::kF16, "--dtype must be bf16 or fp16");
+  MP_REQUIRE(seq >= 0 && ctx >= 0 && s.iters > 0 && s.warmup >= 0 && s.q_heads > 0 &&
+                 s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0,
+             "bad sizes (see --help)");
+
+  int device = 0;
+  cudaDeviceProp prop{};
+  MP_CUDA_CHECK(cudaGetDevice(&device));
+  MP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  nlohmann::json out{{"bench", "attention"},
+                     {"device", prop.name},
+                     {"sms", prop.multiProcessorCount},
+                     {"q_heads", s.q_heads},
+                     {"kv_heads", s.kv_heads},
+                     {"head_dim", s.head_dim},
+                     {"dtype", DTypeName(s.dtype)},
+                     {"warmup", s.warmup},
+                     {"iters", s.iters}};
+  if (seq > 0) {
+    MP_ASSIGN_OR_RETURN(out["prefill_causal"], BenchPrefill(s, seq));
+  }
+  if (ctx > 0) {
+    MP_ASSIGN_OR_RETURN(out["decode"], BenchDecode(s, ctx));
+  }
+  std::cout << out.dump(2) << "\n";
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  const millipede::Status status = millipede::Run(argc, argv);
+  if (!status.ok()) {
+    std::cerr << "millipede-bench-attention: " << status.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,416 @@
+// AttentionCuda against AttentionRef, which gets the same 16-bit K/V values: random inputs over
+// query and key counts around the 64-key tiles, offsets (including chunks that see no key), GQA
+// ratios, head dims (64 and 128 on the tensor cores, 16, 32 and 80 on the CUDA cores), both
+// masks, K/V dtypes, long decode with split-KV, and splits against no splits. Outputs start
+// NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
+// without a GPU.
+#include "kernels/attention_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CView;
+using testing::kInf;
+using testing::PoisonedF32;
+using testing::RandomTensor;
+
+// The tensor-core path rounds q and the probabilities to bf16 (attention_cuda.h): expected errors
+// are a few 1e-3 of max |o| and ~1e-3 in lse; the fp32 CUDA-core path is far inside both.
+constexpr double kMaxOError = 2e-2;    // max |o - o_ref| / max |o_ref|
+constexpr double kMaxLseError = 2e-2;  // max |lse - lse_ref|
+// Split against whole on the same inputs: only the rounding of P, taken relative to a different
+// running max, and the order of fp32 sums differ.
+constexpr double kMaxSplitOError = 1e-2;
+constexpr double kMaxSplitLseError = 1e-4;
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// Device copy of a host tensor between guard bands of sentinel bytes.
+class DeviceTensor {
+ public:
+  static constexpr size_t kGuardBytes = 256;  // keeps the payload as aligned as cudaMalloc's
+  static constexpr unsigned char kSentinel = 0xA7;
+
+  explicit DeviceTensor(const HostTensor& host)
+      : dtype_(host.dtype()), shape_(host.shape()), bytes_(host.NumBytes()) {
+    std::vector<unsigned char> staged(bytes_ + 2 * kGuardBytes, kSentinel);
+    std::memcpy(staged.data() + kGuardBytes, host.view().data, bytes_);
+    EXPECT_EQ(cudaMalloc(&base_, staged.size()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(base_, staged.data(), staged.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~DeviceTensor() { cudaFree(base_); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  TensorView view() { return {base_ + kGuardBytes, dtype_, shape_}; }
+  ConstTensorView cview() { return AsConst(view()); }
+  // The payload; also checks that both guard bands still hold the sentinel.
+  HostTensor Read() const {
+    std::vector<unsigned char> staged(bytes_ + 2 * kGuardBytes);
+    EXPECT_EQ(cudaMemcpy(staged.data(), base_, staged.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (size_t i = 0; i < kGuardBytes; ++i) {
+      EXPECT_EQ(staged[i], kSentinel) << "write before the buffer at byte " << i;
+      EXPECT_EQ(staged[kGuardBytes + bytes_ + i], kSentinel) << "write after the buffer at " << i;
+    }
+    HostTensor host(dtype_, shape_);
+    std::memcpy(host.view().data, staged.data() + kGuardBytes, bytes_);
+    return host;
+  }
+
+ private:
+  DType dtype_;
+  Shape shape_;
+  size_t bytes_;
+  unsigned char* base_ = nullptr;
+};
+
+struct Case {
+  int64_t n_q, n_kv, num_q_heads, num_kv_heads, head_dim, q_offset, k_offset;
+  AttentionMask mask = AttentionMask::kCausal;
+  DType k_dtype = DType::kBF16;
+  DType v_dtype = DType::kBF16;
+  float scale = 0.0f;
+  bool want_lse = true;
+};
+
+std::string Name(const Case& c) {
+  std::ostringstream name;
+  name << "q" << c.n_q << "_kv" << c.n_kv << "_h" << c.num_q_heads << "x" << c.num_kv_heads << "_d"
+       << c.head_dim << "_" << DTypeName(c.k_dtype) << "_" << DTypeName(c.v_dtype) << "_at"
+       << c.q_offset << "_" << c.k_offset
+       << (c.mask == AttentionMask::kCausal ? "_causal" : "_nomask");
+  if (c.scale != 0.0f) name << "_scaled";
+  if (!c.want_lse) name << "_nolse";
+  return name.str();
+}
+
+struct Inputs {
+  HostTensor q, k, v;
+};
+
+// Scores of std ~1.3 (q, k uniform in [-2, 2], scale 1/sqrt(d)): peaked enough for the max to
+// matter, flat enough for many keys to contribute.
+Inputs MakeInputs(const Case& c) {
+  return {RandomTensor(DType::kF32, {c.n_q, c.num_q_heads, c.head_dim}, 101, -2.0f, 2.0f),
+          RandomTensor(c.k_dtype, {c.n_kv, c.num_kv_heads, c.head_dim}, 102, -2.0f, 2.0f),
+          RandomTensor(c.v_dtype, {c.n_kv, c.num_kv_heads, c.head_dim}, 103)};
+}
+
+struct Outputs {
+  HostTensor o, lse;
+};
+
+Outputs RunCuda(const Case& c, const Inputs& in, const AttentionCudaOptions& options = {}) {
+  DeviceTensor q(in.q), k(in.k), v(in.v);
+  DeviceTensor o(PoisonedF32({c.n_q, c.num_q_heads, c.head_dim}));
+  DeviceTensor lse(PoisonedF32({c.n_q, c.num_q_heads}));
+  const AttentionArgs args{q.cview(), k.cview(),  v.cview(),
+                           c.q_offset, c.k_offset, c.mask,
+                           c.scale,    o.view(),   c.want_lse ? lse.view() : TensorView{}};
+  const Status status = AttentionCuda(args, options, nullptr);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {o.Read(), lse.Read()};
+}
+
+// Rows [begin, end) of a tensor, as a new tensor.
+HostTensor Rows(const HostTensor& t, int64_t begin, int64_t end) {
+  Shape shape = t.shape();
+  const size_t row_bytes = t.NumBytes() / shape.dims[0];
+  shape.dims[0] = end - begin;
+  HostTensor out(t.dtype(), shape);
+  std::memcpy(out.view().data,
+              static_cast<const unsigned char*>(t.view().data) + begin * row_bytes,
+              (end - begin) * row_bytes);
+  return out;
+}
+
+// Query rows the reference runs on: all, or for long runs the first, a middle and the last 64
+// (AttentionRef costs n_q * n_kv * head_dim in double; these cover the first, a middle and the
+// last query tile, causal diagonal included).
+std::vector<std::pair<int64_t, int64_t>> CheckedRows(int64_t n_q) {
+  if (n_q <= 512) return {{0, n_q}};
+  return {{0, 64}, {n_q / 2 - 32, n_q / 2 + 32}, {n_q - 64, n_q}};
+}
+
+// Normalised o error and max lse error against the reference; infinities must match exactly.
+void ExpectMatchesReference(const Case& c, const Inputs& in, const Outputs& out) {
+  const int64_t heads = c.num_q_heads, d = c.head_dim;
+  double max_diff = 0.0, max_ref = 0.0, max_lse_diff = 0.0;
+  int64_t bad = 0;
+  for (const auto& [begin, end] : CheckedRows(c.n_q)) {
+    const HostTensor q = Rows(in.q, begin, end);
+    Outputs ref{PoisonedF32({end - begin, heads, d}), PoisonedF32({end - begin, heads})};
+    const AttentionArgs args{CView(q),   CView(in.k), CView(in.v),  c.q_offset + begin,
+                             c.k_offset, c.mask,      c.scale,      ref.o.view(),
+                             ref.lse.view()};
+    const Status status = AttentionRef(args);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    const float* o = out.o.data<float>() + begin * heads * d;
+    for (int64_t i = 0; i < (end - begin) * heads * d; ++i) {
+      const double r = ref.o.data<float>()[i];
+      if (!std::isfinite(o[i]) && bad++ == 0)
+        ADD_FAILURE() << "o element " << begin * heads * d + i << " is " << o[i];
+      max_diff = std::max(max_diff, std::abs(o[i] - r));
+      max_ref = std::max(max_ref, std::abs(r));
+    }
+    if (!c.want_lse) continue;
+    const float* lse = out.lse.data<float>() + begin * heads;
+    for (int64_t i = 0; i < (end - begin) * heads; ++i) {
+      const float r = ref.lse.data<float>()[i];
+      if (std::isinf(r) || !std::isfinite(lse[i])) {
+        if (lse[i] != r && bad++ == 0)
+          ADD_FAILURE() << "lse element " << begin * heads + i << " is " << lse[i] << ", expected "
+                        << r;
+        continue;
+      }
+      max_lse_diff = std::max(max_lse_diff, std::abs(static_cast<double>(lse[i]) - r));
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  const double o_error = max_ref > 0.0 ? max_diff / max_ref : max_diff;
+  ::testing::Test::RecordProperty("o_error", std::to_string(o_error));
+  ::testing::Test::RecordProperty("lse_error", std::to_string(max_lse_diff));
+  EXPECT_LT(o_error, kMaxOError) << "max |o - o_ref| " << max_diff << ", max |o_ref| " << max_ref;
+  EXPECT_LT(max_lse_diff, kMaxLseError);
+}
+
+// Over every row: each element was written (outputs start as NaN); a query that sees no key has
+// exactly o = 0 and lse = -inf and every other row is finite; without an lse tensor nothing was
+// written to the poisoned one.
+void ExpectEveryRowWritten(const Case& c, const Outputs& out) {
+  const int64_t heads = c.num_q_heads, d = c.head_dim;
+  int64_t bad = 0;
+  auto fail = [&](int64_t t, int64_t h, const char* what) {
+    if (bad++ == 0) ADD_FAILURE() << "query " << t << ", head " << h << ": " << what;
+  };
+  for (int64_t t = 0; t < c.n_q; ++t) {
+    const int64_t visible =
+        c.mask == AttentionMask::kNone
+            ? c.n_kv
+            : std::clamp<int64_t>(c.q_offset + t - c.k_offset + 1, 0, c.n_kv);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* o = out.o.data<float>() + (t * heads + h) * d;
+      const float lse = out.lse.data<float>()[t * heads + h];
+      for (int64_t i = 0; i < d; ++i) {
+        if (visible == 0 && o[i] != 0.0f) fail(t, h, "o of an empty row is not 0");
+        if (!std::isfinite(o[i])) fail(t, h, "o is not finite (unwritten?)");
+      }
+      if (!c.want_lse) {
+        if (!std::isnan(lse)) fail(t, h, "lse written although not requested");
+      } else if (visible == 0 ? lse != -kInf : !std::isfinite(lse)) {
+        fail(t, h, "lse is not -inf exactly for an empty row, or not finite otherwise");
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+class AttentionCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(AttentionCudaTest, MatchesReference) {
+  const Case c = GetParam();
+  const Inputs in = MakeInputs(c);
+  const Outputs out = RunCuda(c, in);
+  ExpectEveryRowWritten(c, out);
+  ExpectMatchesReference(c, in, out);
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return Name(info.param); }
+
+constexpr AttentionMask kCausal = AttentionMask::kCausal;
+constexpr AttentionMask kNone = AttentionMask::kNone;
+
+// Query and key counts on both sides of the 64-key tile and of the 16/128-row query tiles,
+// queries ending with the keys (chunked prefill; with more queries than keys the first ones see
+// nothing). Tensor cores at head_dim 128 with GQA 4, and the CUDA cores at head_dim 16.
+std::vector<Case> SizeCases() {
+  std::vector<Case> cases;
+  for (int64_t n_q : {1, 63, 65, 4097})
+    for (int64_t n_kv : {1, 63, 65, 4097}) {
+      const int64_t q_offset = 5000 + n_kv - n_q, k_offset = 5000;
+      for (AttentionMask mask : {kCausal, kNone})
+        cases.push_back({n_q, n_kv, 8, 2, 128, q_offset, k_offset, mask});
+      cases.push_back({n_q, n_kv, 4, 1, 16, q_offset, k_offset, kCausal});
+    }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, AttentionCudaTest, ::testing::ValuesIn(SizeCases()), CaseName);
+
+// Head dims, GQA ratios 1, 4, 8 and K/V dtypes on a 130-query chunk after 170 earlier keys.
+std::vector<Case> HeadCases() {
+  std::vector<Case> cases;
+  for (int64_t d : {64, 128})
+    for (int64_t group : {1, 4, 8})
+      for (DType dtype : {DType::kBF16, DType::kF16})
+        for (AttentionMask mask : {kCausal, kNone})
+          cases.push_back({130, 300, 2 * group, 2, d, 170, 0, mask, dtype, dtype});
+  // The CUDA-core path: small and odd head dims, F32 and mixed K/V at a tensor-core head dim.
+  for (int64_t d : {16, 32, 80})
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32})
+      cases.push_back({130, 300, 4, 2, d, 170, 0, kCausal, dtype, dtype});
+  cases.push_back({130, 300, 8, 2, 64, 170, 0, kCausal, DType::kF32, DType::kF32});
+  cases.push_back({130, 300, 8, 2, 128, 170, 0, kCausal, DType::kBF16, DType::kF32});
+  cases.push_back({130, 300, 8, 2, 128, 170, 0, kCausal, DType::kF16, DType::kBF16});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Heads, AttentionCudaTest, ::testing::ValuesIn(HeadCases()), CaseName);
+
+std::vector<Case> OffsetCases() {
+  return {
+      // Queries after every key: all keys visible under the causal mask.
+      {65, 63, 8, 2, 128, 1000, 0, kCausal},
+      // The chunk lies entirely before the keys: every row empty (o = 0, lse = -inf)...
+      {63, 65, 8, 2, 128, 0, 1000, kCausal},
+      {63, 65, 4, 4, 64, 0, 1000, kCausal, DType::kF16, DType::kF16},
+      {63, 65, 4, 2, 16, 0, 1000, kCausal},
+      // ... but sees all of them without a mask.
+      {63, 65, 8, 2, 128, 0, 1000, kNone},
+      // The keys start inside the chunk: its first 70 rows are empty.
+      {130, 200, 8, 2, 128, 0, 70, kCausal},
+      {130, 200, 16, 2, 64, 0, 70, kCausal},
+      // Keys run past the chunk's last query (skipped tiles).
+      {100, 400, 8, 2, 128, 37, 0, kCausal},
+      // Explicit scale; no LSE wanted; no keys at all.
+      {65, 130, 8, 2, 128, 65, 0, kCausal, DType::kBF16, DType::kBF16, 0.3f},
+      {65, 130, 8, 2, 128, 65, 0, kCausal, DType::kBF16, DType::kBF16, 0.0f, false},
+      {65, 0, 8, 2, 128, 0, 0, kCausal},
+      {65, 0, 8, 2, 128, 0, 0, kNone},
+      // Queries see only the first quarter of the keys: with splits, later splits are empty.
+      {65, 4097, 8, 2, 128, 1000, 0, kCausal},
+  };
+}
+INSTANTIATE_TEST_SUITE_P(Offsets, AttentionCudaTest, ::testing::ValuesIn(OffsetCases()), CaseName);
+
+// Decode over a long context: the grid is too small for the SMs, so the keys are split.
+std::vector<Case> DecodeCases() {
+  return {
+      {1, 100000, 32, 8, 128, 100000, 0, kNone},
+      {1, 100000, 32, 8, 128, 99999, 0, kCausal},
+      {1, 100000, 32, 8, 128, 99999, 0, kCausal, DType::kBF16, DType::kBF16, 0.0f, false},
+      {1, 100000, 8, 8, 64, 99999, 0, kCausal, DType::kF16, DType::kF16},
+      // Four queries (speculative decoding) of GQA 8: 32 rows, the prefill tile, split.
+      {4, 100000, 16, 2, 128, 99996, 0, kCausal},
+  };
+}
+INSTANTIATE_TEST_SUITE_P(Decode, AttentionCudaTest, ::testing::ValuesIn(DecodeCases()), CaseName);
+
+// Splitting the keys (any number of splits, including ones that see no key) must give the
+// unsplit result up to rounding.
+class AttentionCudaSplitTest : public AttentionCudaTest {};
+
+TEST_P(AttentionCudaSplitTest, SplitsEqualWhole) {
+  const Case c = GetParam();
+  const Inputs in = MakeInputs(c);
+  AttentionCudaOptions whole_options;
+  whole_options.num_splits = 1;
+  const Outputs whole = RunCuda(c, in, whole_options);
+  ExpectEveryRowWritten(c, whole);
+  ExpectMatchesReference(c, in, whole);
+  for (int splits : {0, 2, 3, 7, 64}) {
+    SCOPED_TRACE("num_splits " + std::to_string(splits));
+    AttentionCudaOptions options;
+    options.num_splits = splits;
+    const Outputs split = RunCuda(c, in, options);
+    ExpectEveryRowWritten(c, split);
+    double max_diff = 0.0, max_ref = 0.0, max_lse_diff = 0.0;
+    for (int64_t i = 0; i < whole.o.NumElements(); ++i) {
+      max_diff = std::max<double>(max_diff, std::abs(split.o.data<float>()[i] -
+                                                     whole.o.data<float>()[i]));
+      max_ref = std::max<double>(max_ref, std::abs(whole.o.data<float>()[i]));
+    }
+    for (int64_t i = 0; i < whole.lse.NumElements(); ++i) {
+      const float a = split.lse.data<float>()[i], b = whole.lse.data<float>()[i];
+      if (std::isinf(b)) {
+        EXPECT_EQ(a, b) << "lse element " << i;
+      } else {
+        max_lse_diff = std::max<double>(max_lse_diff, std::abs(a - b));
+      }
+    }
+    EXPECT_LT(max_diff, kMaxSplitOError * max_ref);
+    EXPECT_LT(max_lse_diff, kMaxSplitLseError);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Splits, AttentionCudaSplitTest,
+    ::testing::Values(Case{1, 100000, 32, 8, 128, 99999, 0, kCausal},
+                      Case{65, 4097, 8, 2, 64, 4032, 0, kCausal},
+                      Case{65, 4097, 8, 2, 128, 1000, 0, kCausal, DType::kF16, DType::kF16},
+                      Case{1, 1000, 4, 4, 128, 5000, 0, kNone, DType::kF16, DType::kF16}),
+    CaseName);
+
+TEST(AttentionCudaArgsTest, RejectsBadArguments) {
+  // Host memory stands in for device memory: every check happens before anything is launched.
+  HostTensor q = RandomTensor(DType::kF32, {3, 6, 64}, 1);
+  HostTensor k_bad_heads = RandomTensor(DType::kBF16, {3, 4, 64}, 2);  // 6 q heads over 4
+  HostTensor k = RandomTensor(DType::kBF16, {3, 2, 64}, 2);
+  HostTensor k_int(DType::kI32, {3, 2, 64});
+  HostTensor k_long = RandomTensor(DType::kBF16, {256, 2, 64}, 5);  // 4 key tiles
+  HostTensor o = PoisonedF32({3, 6, 64}), lse = PoisonedF32({3, 6});
+  auto run = [&](const HostTensor& kk, float scale, const AttentionCudaOptions& options = {}) {
+    return AttentionCuda({CView(q), CView(kk), CView(kk), 0, 0, kCausal, scale, o.view(),
+                          lse.view()},
+                         options, nullptr);
+  };
+  EXPECT_EQ(run(k_bad_heads, 0.0f).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(run(k_int, 0.0f).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(run(k, -1.0f).code(), StatusCode::kInvalidArgument);
+  AttentionCudaOptions small_workspace;
+  small_workspace.num_splits = 2;
+  small_workspace.workspace = o.view().data;
+  small_workspace.workspace_bytes = 16;
+  EXPECT_EQ(run(k_long, 0.0f, small_workspace).code(), StatusCode::kInvalidArgument);
+
+  HostTensor q_wide = RandomTensor(DType::kF32, {3, 2, 512}, 3);
+  HostTensor k_wide = RandomTensor(DType::kBF16, {3, 2, 512}, 4);
+  HostTensor o_wide = PoisonedF32({3, 2, 512});
+  EXPECT_EQ(AttentionCuda({CView(q_wide), CView(k_wide), CView(k_wide), 0, 0, kCausal, 0.0f,
+                           o_wide.view(), {}},
+                          nullptr)
+                .code(),
+            StatusCode::kUnimplemented);
+}
+
+TEST(AttentionCudaArgsTest, WorkspaceOnlyWhenSplit) {
+  HostTensor q = RandomTensor(DType::kF32, {1, 8, 128}, 1);
+  HostTensor k = RandomTensor(DType::kBF16, {1024, 2, 128}, 2);
+  HostTensor o = PoisonedF32({1, 8, 128});
+  const AttentionArgs args{CView(q), CView(k), CView(k), 0, 0, kNone, 0.0f, o.view(), {}};
+  AttentionCudaOptions options;
+  options.num_splits = 1;
+  StatusOr<size_t> bytes = AttentionCudaWorkspaceBytes(args, options);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(*bytes, 0u);
+  options.num_splits = 4;  // 16 tiles: 4 splits of 4; o parts, lse parts and the merge's lse
+  bytes = AttentionCudaWorkspaceBytes(args, options);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(*bytes, 4u * 8 * 128 * 4 + 256 + 256);
+}
+
+}  // namespace
+}  // namespace millipede

@@ -1,0 +1,180 @@
+// GemmCuda against GemmRef: BF16, F16 and F32 weights, bias of several dtypes, accumulate, k = 0,
+// odd m, n and k (cuBLASLt's unaligned algorithms), views that start off 256-byte alignment, one
+// context reused over growing and shrinking shapes; outputs NaN-poisoned (or holding the values
+// to accumulate into) between guard bands. Skips without a GPU.
+//
+// Two references per case: GemmRef on the F32 activations bounds the whole error of the GPU path
+// (for 16-bit weights dominated by rounding the activations to the weight's dtype), and GemmRef
+// on activations rounded the same way first isolates cuBLASLt's fp32 accumulation, which must be
+// as tight as an FP32 GEMM.
+#include "kernels/gemm_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CopyF32;
+using testing::CView;
+using testing::DeviceTensor;
+using testing::HaveGpu;
+using testing::NormalisedErrorBelow;
+using testing::PoisonedF32;
+using testing::RandomTensor;
+using testing::RoundedThrough;
+
+// max |out - ref| / max |ref| against the reference on the F32 activations. Rounding a to BF16
+// (relative 2^-9) or F16 (2^-11) perturbs each output by ~1e-3 or ~3e-4 of max |out|.
+double MaxErrorVsFp32Activations(DType weight_dtype) {
+  switch (weight_dtype) {
+    case DType::kBF16: return 1e-2;
+    case DType::kF16: return 2e-3;
+    default: return 1e-5;
+  }
+}
+// Against the reference on the rounded activations only the fp32 summation differs.
+constexpr double kMaxAccumulationError = 1e-5;
+
+struct Case {
+  int64_t m, n, k;
+  DType dtype;
+  bool bias = false;
+  DType bias_dtype = DType::kF32;
+  bool accumulate = false;
+  // Shifts a, b and out by this many of their elements off 256-byte alignment.
+  int64_t offset_elements = 0;
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" +
+                     std::to_string(c.k) + "_" + DTypeName(c.dtype);
+  if (c.bias) name += std::string("_bias") + DTypeName(c.bias_dtype);
+  if (c.accumulate) name += "_accumulate";
+  if (c.offset_elements) name += "_unaligned";
+  return name;
+}
+
+// Runs one case on `context` and checks it against both references.
+void CheckCase(const Case& c, GemmCudaContext& context, uint64_t seed) {
+  const HostTensor a = RandomTensor(DType::kF32, {c.m, c.k}, seed, -1.0f, 1.0f);
+  const HostTensor b = RandomTensor(c.dtype, {c.n, c.k}, seed + 1, -1.0f, 1.0f);
+  const HostTensor bias = c.bias ? RandomTensor(c.bias_dtype, {c.n}, seed + 2, -1.0f, 1.0f)
+                                 : HostTensor(DType::kF32, {0});
+  const HostTensor out_init = c.accumulate
+                                  ? RandomTensor(DType::kF32, {c.m, c.n}, seed + 3, -4.0f, 4.0f)
+                                  : PoisonedF32({c.m, c.n});
+  const ConstTensorView bias_view = c.bias ? CView(bias) : ConstTensorView{};
+
+  HostTensor out_ref = CopyF32(out_init);
+  ASSERT_TRUE(GemmRef({CView(a), CView(b), bias_view, out_ref.view(), c.accumulate}).ok());
+  const HostTensor a_rounded = RoundedThrough(a, c.dtype);
+  HostTensor out_rounded_ref = CopyF32(out_init);
+  ASSERT_TRUE(
+      GemmRef({CView(a_rounded), CView(b), bias_view, out_rounded_ref.view(), c.accumulate}).ok());
+
+  const size_t offset = static_cast<size_t>(c.offset_elements);
+  DeviceTensor d_a(a, offset * sizeof(float)), d_b(b, offset * DTypeSize(c.dtype)), d_bias(bias);
+  DeviceTensor d_out(out_init, offset * sizeof(float));
+  GemmArgs args{d_a.cview(), d_b.cview(), ConstTensorView{}, d_out.view(), c.accumulate};
+  if (c.bias) args.bias = d_bias.cview();
+  const Status status = GemmCuda(args, context, nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const HostTensor out = d_out.Read();
+  EXPECT_TRUE(NormalisedErrorBelow(out, out_ref, MaxErrorVsFp32Activations(c.dtype)));
+  EXPECT_TRUE(NormalisedErrorBelow(out, out_rounded_ref, kMaxAccumulationError));
+  EXPECT_TRUE(d_a.Unchanged(a));
+  EXPECT_TRUE(d_b.Unchanged(b));
+}
+
+std::unique_ptr<GemmCudaContext> NewContext() {
+  StatusOr<std::unique_ptr<GemmCudaContext>> context = GemmCudaContext::Create();
+  EXPECT_TRUE(context.ok()) << context.status().ToString();
+  return context.ok() ? std::move(*context) : nullptr;
+}
+
+class GemmCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(GemmCudaTest, MatchesReference) {
+  std::unique_ptr<GemmCudaContext> context = NewContext();
+  ASSERT_NE(context, nullptr);
+  CheckCase(GetParam(), *context, 61);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmCudaTest,
+    ::testing::Values(
+        Case{1, 4096, 4096, DType::kBF16}, Case{63, 1000, 4097, DType::kBF16, true, DType::kBF16},
+        Case{65, 257, 512, DType::kF16, true, DType::kF32, true},
+        Case{4097, 96, 136, DType::kBF16}, Case{7, 130, 63, DType::kF32, true, DType::kF32},
+        Case{1, 33, 7, DType::kF32, false, DType::kF32, true},
+        Case{64, 512, 1024, DType::kF32, true, DType::kF16},
+        Case{5, 77, 129, DType::kBF16, true, DType::kF64, true},
+        Case{1, 1, 1, DType::kBF16}, Case{3, 5, 0, DType::kBF16, true, DType::kF32, true},
+        Case{2, 3, 0, DType::kF32}, Case{9, 40, 64, DType::kF32, false, DType::kF32, false, 1},
+        Case{9, 40, 64, DType::kBF16, true, DType::kBF16, true, 1},
+        Case{17, 300, 200, DType::kF16, false, DType::kF32, false, 3}),
+    Name);
+
+TEST(GemmCudaContextTest, ReusedAcrossShapes) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<GemmCudaContext> context = NewContext();
+  ASSERT_NE(context, nullptr);
+  // Growing m makes the activation scratch grow; repeats hit the cached plans.
+  const std::vector<Case> cases = {
+      {1, 256, 512, DType::kBF16},        {32, 256, 512, DType::kBF16},
+      {1000, 256, 512, DType::kBF16},     {1, 256, 512, DType::kBF16},
+      {1000, 256, 512, DType::kF16},      {1000, 256, 512, DType::kF32, true},
+      {2000, 128, 1024, DType::kBF16},    {32, 256, 512, DType::kBF16, false, DType::kF32, true},
+  };
+  uint64_t seed = 70;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(::testing::TestParamInfo<Case>(c, 0)));
+    CheckCase(c, *context, seed += 10);
+  }
+}
+
+TEST(GemmCudaContextTest, ReserveThenRun) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<GemmCudaContext> context = NewContext();
+  ASSERT_NE(context, nullptr);
+  ASSERT_TRUE(context->Reserve(300 * 700, nullptr).ok());
+  CheckCase({300, 64, 700, DType::kBF16}, *context, 90);
+}
+
+TEST(GemmCudaArgsTest, RejectsBadArgs) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<GemmCudaContext> context = NewContext();
+  ASSERT_NE(context, nullptr);
+  // Host memory stands in for device memory: both fail before anything is launched.
+  std::vector<double> fake(64);
+  GemmArgs args{{fake.data(), DType::kF32, {2, 4}},
+                {fake.data(), DType::kF32, {3, 5}},
+                {},
+                {fake.data(), DType::kF32, {2, 3}}};
+  Status status = GemmCuda(args, *context, nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("gemm b"), std::string::npos) << status.ToString();
+  args.b = {fake.data(), DType::kF64, {3, 4}};
+  status = GemmCuda(args, *context, nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.ToString();
+}
+
+}  // namespace
+}  // namespace millipede

@@ -1,0 +1,132 @@
+// RmsNormCuda against RmsNormRef: weight dtypes, with and without the fused residual add, output
+// aliasing x or the residual, odd hidden sizes (vectorised and scalar paths) and row counts,
+// outputs NaN-poisoned between guard bands. Skips without a GPU.
+#include "kernels/rms_norm_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/rms_norm.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CopyF32;
+using testing::CView;
+using testing::DeviceTensor;
+using testing::HaveGpu;
+using testing::NormalisedErrorBelow;
+using testing::PoisonedF32;
+using testing::RandomTensor;
+
+// max |out - ref| / max |ref|. The kernel sums squares in fp32 (the reference in double); the
+// rest is the same fp32 arithmetic, so a few ulps at most.
+constexpr double kMaxError = 1e-5;
+// residual += x is one fp32 addition on both sides: bit-exact.
+constexpr double kMaxResidualError = 0.0;
+
+enum class Alias { kNone, kOutIsX, kOutIsResidual };
+
+struct Case {
+  int64_t n, hidden;
+  DType weight_dtype;
+  bool residual;
+  Alias alias = Alias::kNone;
+  float eps = 1e-5f;
+  size_t offset_bytes = 0;  // applied to x, residual and out
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = "n" + std::to_string(c.n) + "_h" + std::to_string(c.hidden) + "_" +
+                     DTypeName(c.weight_dtype) + (c.residual ? "_residual" : "");
+  if (c.alias == Alias::kOutIsX) name += "_out_is_x";
+  if (c.alias == Alias::kOutIsResidual) name += "_out_is_residual";
+  if (c.offset_bytes) name += "_unaligned";
+  return name;
+}
+
+class RmsNormCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(RmsNormCudaTest, MatchesReference) {
+  const Case c = GetParam();
+  const Shape shape{c.n, c.hidden};
+  const HostTensor x = RandomTensor(DType::kF32, shape, 31, -2.0f, 2.0f);
+  const HostTensor weight = RandomTensor(c.weight_dtype, {c.hidden}, 32, 0.5f, 1.5f);
+  const HostTensor residual =
+      c.residual ? RandomTensor(DType::kF32, shape, 33, -3.0f, 3.0f) : HostTensor();
+
+  // Reference, with the same aliasing as the device run.
+  HostTensor x_ref = CopyF32(x);
+  HostTensor residual_ref = c.residual ? CopyF32(residual) : HostTensor();
+  HostTensor out_ref = PoisonedF32(shape);
+  RmsNormArgs ref_args{CView(x_ref), CView(weight), TensorView{}, out_ref.view(), c.eps};
+  if (c.residual) ref_args.residual = residual_ref.view();
+  if (c.alias == Alias::kOutIsX) ref_args.out = x_ref.view();
+  if (c.alias == Alias::kOutIsResidual) ref_args.out = residual_ref.view();
+  ASSERT_TRUE(RmsNormRef(ref_args).ok());
+
+  DeviceTensor d_x(x, c.offset_bytes), d_weight(weight);
+  const HostTensor no_residual(DType::kF32, {0});
+  DeviceTensor d_residual(c.residual ? residual : no_residual, c.offset_bytes);
+  DeviceTensor d_out(PoisonedF32(shape), c.offset_bytes);
+  RmsNormArgs args{d_x.cview(), d_weight.cview(), TensorView{}, d_out.view(), c.eps};
+  if (c.residual) args.residual = d_residual.view();
+  if (c.alias == Alias::kOutIsX) args.out = d_x.view();
+  if (c.alias == Alias::kOutIsResidual) args.out = d_residual.view();
+  const Status status = RmsNormCuda(args, nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const HostTensor& expected = c.alias == Alias::kOutIsX          ? x_ref
+                               : c.alias == Alias::kOutIsResidual ? residual_ref
+                                                                  : out_ref;
+  const DeviceTensor& actual = c.alias == Alias::kOutIsX          ? d_x
+                               : c.alias == Alias::kOutIsResidual ? d_residual
+                                                                  : d_out;
+  EXPECT_TRUE(NormalisedErrorBelow(actual.Read(), expected, kMaxError));
+  if (c.residual && c.alias != Alias::kOutIsResidual)
+    EXPECT_TRUE(NormalisedErrorBelow(d_residual.Read(), residual_ref, kMaxResidualError));
+  if (c.alias != Alias::kOutIsX) EXPECT_TRUE(d_x.Unchanged(x));
+  EXPECT_TRUE(d_weight.Unchanged(weight));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, RmsNormCudaTest,
+    ::testing::Values(Case{1, 4096, DType::kBF16, true}, Case{63, 4097, DType::kF32, false},
+                      Case{65, 4100, DType::kF16, true, Alias::kOutIsResidual},
+                      Case{4097, 1024, DType::kBF16, true, Alias::kOutIsX},
+                      Case{4097, 7, DType::kF32, false}, Case{2, 1, DType::kF32, true},
+                      Case{3, 8192, DType::kF64, true}, Case{7, 63, DType::kBF16, false,
+                                                             Alias::kOutIsX, 1e-6f},
+                      Case{5, 5120, DType::kBF16, true, Alias::kNone, 0.0f},
+                      Case{9, 2048, DType::kF16, true, Alias::kNone, 1e-5f, 4},
+                      Case{1, 16384, DType::kF32, false}),
+    Name);
+
+TEST(RmsNormCudaArgsTest, RejectsBadArgs) {
+  std::vector<float> fake(64);
+  RmsNormArgs args{{fake.data(), DType::kF32, {4, 8}},
+                   {fake.data(), DType::kF32, {7}},
+                   TensorView{},
+                   {fake.data(), DType::kF32, {4, 8}}};
+  Status status = RmsNormCuda(args, nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("rms_norm weight"), std::string::npos) << status.ToString();
+  args.weight.shape = {8};
+  args.eps = -1.0f;
+  EXPECT_EQ(RmsNormCuda(args, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace millipede

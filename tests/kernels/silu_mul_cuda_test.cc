@@ -1,0 +1,113 @@
+// SiluMulCuda against SiluMulRef: row and width sizes around the 4-wide vector path (odd counts,
+// unaligned buffers), output aliasing gate or up, NaN/Inf/huge inputs, outputs NaN-poisoned
+// between guard bands. Skips without a GPU.
+#include "kernels/silu_mul_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/silu_mul.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CopyF32;
+using testing::CView;
+using testing::DeviceTensor;
+using testing::HaveGpu;
+using testing::kInf;
+using testing::kNaN;
+using testing::NormalisedErrorBelow;
+using testing::PoisonedF32;
+using testing::RandomTensor;
+
+// max |out - ref| / max |ref|: fp32 expf (2 ulp) and an IEEE division against the reference's
+// double arithmetic.
+constexpr double kMaxError = 1e-5;
+
+enum class Alias { kNone, kOutIsGate, kOutIsUp };
+
+struct Case {
+  int64_t n, inter;
+  Alias alias = Alias::kNone;
+  size_t offset_bytes = 0;  // applied to gate, up and out
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = "n" + std::to_string(c.n) + "_i" + std::to_string(c.inter);
+  if (c.alias == Alias::kOutIsGate) name += "_out_is_gate";
+  if (c.alias == Alias::kOutIsUp) name += "_out_is_up";
+  if (c.offset_bytes) name += "_unaligned";
+  return name;
+}
+
+class SiluMulCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(SiluMulCudaTest, MatchesReference) {
+  const Case c = GetParam();
+  const Shape shape{c.n, c.inter};
+  HostTensor gate = RandomTensor(DType::kF32, shape, 51, -12.0f, 12.0f);
+  HostTensor up = RandomTensor(DType::kF32, shape, 52, -3.0f, 3.0f);
+  // silu's edges: NaN, both infinities, exp overflow (-100 gives -0 in fp32) and its mirror.
+  const std::vector<float> specials = {kNaN, kInf, -kInf, -100.0f, 100.0f, 0.0f};
+  for (size_t i = 0; i < specials.size() && static_cast<int64_t>(i) < gate.NumElements(); ++i)
+    gate.data<float>()[i] = specials[i];
+  if (up.NumElements() > 7) up.data<float>()[7] = -kInf;
+
+  HostTensor gate_ref = CopyF32(gate), up_ref = CopyF32(up), out_ref = PoisonedF32(shape);
+  SiluMulArgs ref_args{CView(gate_ref), CView(up_ref), out_ref.view()};
+  if (c.alias == Alias::kOutIsGate) ref_args.out = gate_ref.view();
+  if (c.alias == Alias::kOutIsUp) ref_args.out = up_ref.view();
+  ASSERT_TRUE(SiluMulRef(ref_args).ok());
+
+  DeviceTensor d_gate(gate, c.offset_bytes), d_up(up, c.offset_bytes);
+  DeviceTensor d_out(PoisonedF32(shape), c.offset_bytes);
+  SiluMulArgs args{d_gate.cview(), d_up.cview(), d_out.view()};
+  if (c.alias == Alias::kOutIsGate) args.out = d_gate.view();
+  if (c.alias == Alias::kOutIsUp) args.out = d_up.view();
+  const Status status = SiluMulCuda(args, nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const HostTensor& expected = c.alias == Alias::kOutIsGate ? gate_ref
+                               : c.alias == Alias::kOutIsUp ? up_ref
+                                                            : out_ref;
+  const DeviceTensor& actual = c.alias == Alias::kOutIsGate ? d_gate
+                               : c.alias == Alias::kOutIsUp ? d_up
+                                                            : d_out;
+  EXPECT_TRUE(NormalisedErrorBelow(actual.Read(), expected, kMaxError));
+  if (c.alias != Alias::kOutIsGate) EXPECT_TRUE(d_gate.Unchanged(gate));
+  if (c.alias != Alias::kOutIsUp) EXPECT_TRUE(d_up.Unchanged(up));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SiluMulCudaTest,
+    ::testing::Values(Case{1, 11008}, Case{63, 14336}, Case{65, 4097}, Case{4097, 64},
+                      Case{1, 1}, Case{3, 7}, Case{4097, 13, Alias::kOutIsGate},
+                      Case{17, 1024, Alias::kOutIsUp}, Case{9, 256, Alias::kNone, 4},
+                      Case{5, 4095, Alias::kOutIsGate, 8}),
+    Name);
+
+TEST(SiluMulCudaArgsTest, RejectsBadShapes) {
+  std::vector<float> fake(64);
+  SiluMulArgs args{{fake.data(), DType::kF32, {2, 8}},
+                   {fake.data(), DType::kF32, {2, 7}},
+                   {fake.data(), DType::kF32, {2, 8}}};
+  const Status status = SiluMulCuda(args, nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("silu_mul up"), std::string::npos) << status.ToString();
+}
+
+}  // namespace
+}  // namespace millipede
