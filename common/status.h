@@ -65,10 +65,9 @@ class [[nodiscard]] StatusOr {
  public:
   StatusOr(const T& value) : value_(value) {}                 // NOLINT(runtime/explicit)
   StatusOr(T&& value) : value_(std::move(value)) {}           // NOLINT(runtime/explicit)
-  StatusOr(Status status) : status_(std::move(status)) {      // NOLINT(runtime/explicit)
-    if (status_.ok())
-      status_ = Status(StatusCode::kInternal, "StatusOr constructed from an OK status");
-  }
+  StatusOr(Status status)  // NOLINT(runtime/explicit)
+      : status_(status.ok() ? Status(StatusCode::kInternal, "StatusOr made from an OK status")
+                            : std::move(status)) {}
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }

@@ -15,6 +15,9 @@ struct EmbeddingArgs {
   TensorView out;
 };
 
+// Checks EmbeddingArgs' shapes and dtypes (not the ids, which may live on a device).
+Status EmbeddingCheckArgs(const EmbeddingArgs& args);
+
 // Gathers one table row per id, converted to F32. An id outside [0, vocab) is an OutOfRange
 // error naming the id and its position; `out` is then unspecified.
 Status EmbeddingRef(const EmbeddingArgs& args);

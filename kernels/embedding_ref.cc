@@ -3,14 +3,20 @@
 
 namespace millipede {
 
-Status EmbeddingRef(const EmbeddingArgs& args) {
+Status EmbeddingCheckArgs(const EmbeddingArgs& args) {
   MP_RETURN_IF_ERROR(CheckFloatTensor(args.table, "embedding table", 2));
-  const int64_t vocab = args.table.dim(0);
   const int64_t hidden = args.table.dim(1);
   MP_REQUIRE(args.ids.rank() == 1, "embedding ids: rank ", args.ids.rank(), ", expected 1");
   const int64_t n = args.ids.dim(0);
   MP_RETURN_IF_ERROR(CheckTensor(args.ids, "embedding ids", DType::kI32, Shape{n}));
-  MP_RETURN_IF_ERROR(CheckTensor(args.out, "embedding out", DType::kF32, Shape{n, hidden}));
+  return CheckTensor(args.out, "embedding out", DType::kF32, Shape{n, hidden});
+}
+
+Status EmbeddingRef(const EmbeddingArgs& args) {
+  MP_RETURN_IF_ERROR(EmbeddingCheckArgs(args));
+  const int64_t vocab = args.table.dim(0);
+  const int64_t hidden = args.table.dim(1);
+  const int64_t n = args.ids.dim(0);
 
   const int32_t* ids = args.ids.as<const int32_t>();
   float* out = args.out.as<float>();

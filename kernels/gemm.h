@@ -19,6 +19,9 @@ struct GemmArgs {
   bool accumulate = false;
 };
 
+// Checks GemmArgs' shapes and dtypes (not the data, which may live on a device).
+Status GemmCheckArgs(const GemmArgs& args);
+
 // out[i, j] (+)= sum_p a[i, p] * b[j, p] + bias[j].
 Status GemmRef(const GemmArgs& args);
 

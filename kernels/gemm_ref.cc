@@ -22,7 +22,7 @@ double Dot(const float* a, const float* b, int64_t k) {
 
 }  // namespace
 
-Status GemmRef(const GemmArgs& args) {
+Status GemmCheckArgs(const GemmArgs& args) {
   MP_REQUIRE(args.a.rank() == 2, "gemm a: rank ", args.a.rank(), ", expected 2");
   MP_RETURN_IF_ERROR(CheckFloatTensor(args.b, "gemm b", 2));
   const int64_t m = args.a.dim(0);
@@ -37,7 +37,15 @@ Status GemmRef(const GemmArgs& args) {
     MP_REQUIRE(args.bias.dim(0) == n, "gemm bias: shape ", args.bias.shape.ToString(),
                ", expected [", n, "]");
   }
-  MP_RETURN_IF_ERROR(CheckTensor(args.out, "gemm out", DType::kF32, Shape{m, n}));
+  return CheckTensor(args.out, "gemm out", DType::kF32, Shape{m, n});
+}
+
+Status GemmRef(const GemmArgs& args) {
+  MP_RETURN_IF_ERROR(GemmCheckArgs(args));
+  const int64_t m = args.a.dim(0);
+  const int64_t k = args.a.dim(1);
+  const int64_t n = args.b.dim(0);
+  const bool has_bias = args.bias.data != nullptr;
 
   std::vector<float> bias(n, 0.0f);
   if (has_bias) LoadFloatRow(args.bias.data, args.bias.dtype, 0, n, bias.data());

@@ -22,6 +22,9 @@ struct RmsNormArgs {
   float eps = 1e-5f;
 };
 
+// Checks RmsNormArgs' shapes, dtypes and eps (not the data, which may live on a device).
+Status RmsNormCheckArgs(const RmsNormArgs& args);
+
 // Per row r (of x, or of the updated residual when present):
 //   out[r, j] = weight[j] * (r[j] * rsqrt(mean(r^2) + eps)).
 Status RmsNormRef(const RmsNormArgs& args);

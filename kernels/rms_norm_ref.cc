@@ -6,7 +6,7 @@
 
 namespace millipede {
 
-Status RmsNormRef(const RmsNormArgs& args) {
+Status RmsNormCheckArgs(const RmsNormArgs& args) {
   MP_REQUIRE(args.x.rank() == 2, "rms_norm x: rank ", args.x.rank(), ", expected 2");
   const int64_t n = args.x.dim(0);
   const int64_t hidden = args.x.dim(1);
@@ -16,11 +16,17 @@ Status RmsNormRef(const RmsNormArgs& args) {
   MP_RETURN_IF_ERROR(CheckFloatTensor(args.weight, "rms_norm weight", 1));
   MP_REQUIRE(args.weight.dim(0) == hidden, "rms_norm weight: shape ", args.weight.shape.ToString(),
              ", expected [", hidden, "]");
-  const bool has_residual = args.residual.data != nullptr;
-  if (has_residual)
+  if (args.residual.data != nullptr)
     MP_RETURN_IF_ERROR(
         CheckTensor(args.residual, "rms_norm residual", DType::kF32, Shape{n, hidden}));
-  MP_RETURN_IF_ERROR(CheckTensor(args.out, "rms_norm out", DType::kF32, Shape{n, hidden}));
+  return CheckTensor(args.out, "rms_norm out", DType::kF32, Shape{n, hidden});
+}
+
+Status RmsNormRef(const RmsNormArgs& args) {
+  MP_RETURN_IF_ERROR(RmsNormCheckArgs(args));
+  const int64_t n = args.x.dim(0);
+  const int64_t hidden = args.x.dim(1);
+  const bool has_residual = args.residual.data != nullptr;
 
   std::vector<float> weight(hidden);
   LoadFloatRow(args.weight.data, args.weight.dtype, 0, hidden, weight.data());

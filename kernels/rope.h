@@ -36,6 +36,9 @@ struct RopeArgs {
   ConstTensorView inv_freq;
 };
 
+// Checks RopeArgs' shapes and dtypes (not the data, which may live on a device).
+Status RopeCheckArgs(const RopeArgs& args);
+
 // For every row t, head h and i < d/2, with angle = float(positions[t]) * inv_freq[i] (an fp32
 // product, as HF computes it):
 //   x'[i]       = x[i] * cos(angle) - x[i + d/2] * sin(angle)

@@ -91,7 +91,7 @@ StatusOr<std::vector<float>> RopeInvFreq(int64_t head_dim, double theta, const R
   return InvalidArgumentError("rope_scaling: unknown type");
 }
 
-Status RopeRef(const RopeArgs& args) {
+Status RopeCheckArgs(const RopeArgs& args) {
   MP_REQUIRE(args.x.rank() == 3, "rope x: rank ", args.x.rank(), ", expected 3");
   const int64_t n = args.x.dim(0);
   const int64_t num_heads = args.x.dim(1);
@@ -100,7 +100,15 @@ Status RopeRef(const RopeArgs& args) {
   const int64_t half = head_dim / 2;
   MP_RETURN_IF_ERROR(CheckTensor(args.x, "rope x", DType::kF32, Shape{n, num_heads, head_dim}));
   MP_RETURN_IF_ERROR(CheckTensor(args.positions, "rope positions", DType::kI64, Shape{n}));
-  MP_RETURN_IF_ERROR(CheckTensor(args.inv_freq, "rope inv_freq", DType::kF32, Shape{half}));
+  return CheckTensor(args.inv_freq, "rope inv_freq", DType::kF32, Shape{half});
+}
+
+Status RopeRef(const RopeArgs& args) {
+  MP_RETURN_IF_ERROR(RopeCheckArgs(args));
+  const int64_t n = args.x.dim(0);
+  const int64_t num_heads = args.x.dim(1);
+  const int64_t head_dim = args.x.dim(2);
+  const int64_t half = head_dim / 2;
 
   const int64_t* positions = args.positions.as<const int64_t>();
   const float* inv_freq = args.inv_freq.as<const float>();

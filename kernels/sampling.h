@@ -25,6 +25,10 @@ struct SamplingParams {
 // InvalidArgument naming the field if a parameter is out of range (NaN included).
 Status CheckSamplingParams(const SamplingParams& params);
 
+// Checks the parameters and the logits' shape and dtype (not their values, which may live on a
+// device).
+Status SampleCheckArgs(ConstTensorView logits, const SamplingParams& params);
+
 // Picks a token id from `logits` ([vocab] F32; -inf allowed, NaN and +inf are errors, at least
 // one must be finite), in Hugging Face's order: temperature, then top-k, then top-p on the
 // renormalised probabilities, then one draw u = RandomUniform(seed, step) (kernels/random.h)

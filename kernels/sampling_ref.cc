@@ -38,14 +38,19 @@ Status CheckSamplingParams(const SamplingParams& params) {
   return OkStatus();
 }
 
-StatusOr<int32_t> SampleRef(ConstTensorView logits_view, const SamplingParams& params,
-                            uint64_t step) {
+Status SampleCheckArgs(ConstTensorView logits, const SamplingParams& params) {
   MP_RETURN_IF_ERROR(CheckSamplingParams(params));
-  MP_REQUIRE(logits_view.rank() == 1, "sampling logits: rank ", logits_view.rank(), ", expected 1");
-  const int64_t vocab = logits_view.dim(0);
+  MP_REQUIRE(logits.rank() == 1, "sampling logits: rank ", logits.rank(), ", expected 1");
+  const int64_t vocab = logits.dim(0);
   MP_REQUIRE(vocab > 0 && vocab <= std::numeric_limits<int32_t>::max(), "sampling: vocab size ",
              vocab, " must lie in [1, 2^31)");
-  MP_RETURN_IF_ERROR(CheckTensor(logits_view, "sampling logits", DType::kF32, Shape{vocab}));
+  return CheckTensor(logits, "sampling logits", DType::kF32, Shape{vocab});
+}
+
+StatusOr<int32_t> SampleRef(ConstTensorView logits_view, const SamplingParams& params,
+                            uint64_t step) {
+  MP_RETURN_IF_ERROR(SampleCheckArgs(logits_view, params));
+  const int64_t vocab = logits_view.dim(0);
   const float* logits = logits_view.as<const float>();
   bool any_finite = false;
   for (int64_t i = 0; i < vocab; ++i) {

@@ -15,6 +15,9 @@ struct SiluMulArgs {
   TensorView out;
 };
 
+// Checks SiluMulArgs' shapes and dtypes (not the data, which may live on a device).
+Status SiluMulCheckArgs(const SiluMulArgs& args);
+
 // out = silu(gate) * up, elementwise, with silu(x) = x / (1 + exp(-x)).
 Status SiluMulRef(const SiluMulArgs& args);
 

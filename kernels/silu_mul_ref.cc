@@ -4,12 +4,17 @@
 
 namespace millipede {
 
-Status SiluMulRef(const SiluMulArgs& args) {
+Status SiluMulCheckArgs(const SiluMulArgs& args) {
   MP_REQUIRE(args.gate.rank() == 2, "silu_mul gate: rank ", args.gate.rank(), ", expected 2");
   const Shape shape{args.gate.dim(0), args.gate.dim(1)};
   MP_RETURN_IF_ERROR(CheckTensor(args.gate, "silu_mul gate", DType::kF32, shape));
   MP_RETURN_IF_ERROR(CheckTensor(args.up, "silu_mul up", DType::kF32, shape));
-  MP_RETURN_IF_ERROR(CheckTensor(args.out, "silu_mul out", DType::kF32, shape));
+  return CheckTensor(args.out, "silu_mul out", DType::kF32, shape);
+}
+
+Status SiluMulRef(const SiluMulArgs& args) {
+  MP_RETURN_IF_ERROR(SiluMulCheckArgs(args));
+  const Shape shape{args.gate.dim(0), args.gate.dim(1)};
 
   const float* gate = args.gate.as<const float>();
   const float* up = args.up.as<const float>();

@@ -7,6 +7,10 @@
 #include "common/flags.h"
 #include "common/tokenizer/tokenizer.h"
 #include "worker/dist/mpi_communicator.h"
+#ifdef MILLIPEDE_HAVE_CUDA
+#include "common/cuda_check.h"
+#include "worker/dist/nccl_communicator.h"
+#endif
 #include "worker/generate.h"
 
 namespace millipede {
@@ -66,7 +70,27 @@ StatusOr<std::string> ReadInput(const std::string& path, int rank, Communicator*
   return ReadFileToString(path);
 }
 
-Status Run(int argc, char** argv, int rank, std::unique_ptr<Communicator> comm) {
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // among the ranks on this node: picks the GPU
+};
+
+// The data plane for this run: none for one rank, NCCL between GPUs, MPI otherwise.
+StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const MpiWorld& world,
+                                                           BackendKind backend) {
+  if (world.size == 1) return std::unique_ptr<Communicator>();
+#ifdef MILLIPEDE_HAVE_CUDA
+  if (backend == BackendKind::kCuda) {
+    MP_CUDA_CHECK(cudaSetDevice(world.local_rank));
+    return CreateNcclCommunicator(MPI_COMM_WORLD);
+  }
+#endif
+  return CreateMpiCommunicator(MPI_COMM_WORLD);
+}
+
+Status Run(int argc, char** argv, const MpiWorld& world) {
+  const int rank = world.rank;
   MP_ASSIGN_OR_RETURN(Flags flags,
                       Flags::Parse(argc, argv, {"json", "ignore-eos", "no-bos", "help"}));
   if (flags.GetBool("help")) {
@@ -86,6 +110,9 @@ Status Run(int argc, char** argv, int rank, std::unique_ptr<Communicator> comm) 
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
+  options.device = world.local_rank;
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                      CreateCommunicator(world, options.backend));
 
   GenerationRequest request;
   MP_ASSIGN_OR_RETURN(request.max_new_tokens, flags.GetInt("max-new-tokens", 16));
@@ -194,26 +221,21 @@ int main(int argc, char** argv) {
     std::cerr << "millipede-run: MPI initialisation failed\n";
     return 1;
   }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::unique_ptr<millipede::Communicator> comm;
-  millipede::Status s;
-  if (size > 1) {
-    auto mpi = millipede::CreateMpiCommunicator(MPI_COMM_WORLD);
-    if (mpi.ok()) {
-      comm = std::move(mpi).value();
-    } else {
-      s = mpi.status();
-    }
-  }
-  if (s.ok()) s = millipede::Run(argc, argv, rank, std::move(comm));
+  millipede::MpiWorld world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &world.local_rank);
+  MPI_Comm_free(&node);
+  millipede::Status s = millipede::Run(argc, argv, world);
   if (!s.ok()) {
-    std::cerr << "millipede-run" << (size > 1 ? " rank " + std::to_string(rank) : "") << ": "
+    std::cerr << "millipede-run"
+              << (world.size > 1 ? " rank " + std::to_string(world.rank) : "") << ": "
               << s.ToString() << "\n";
-    // Every rank meets the same error on its own (same flags, same input) except a rank-local
-    // failure; abort so that no rank is left waiting in a collective.
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    // Every rank meets input errors on its own (same flags, same input); abort so that a
+    // rank-local failure cannot leave another rank waiting in a collective.
+    if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     MPI_Finalize();
     return 1;
   }

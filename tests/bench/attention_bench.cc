@@ -7,10 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
@@ -77,10 +76,11 @@ StatusOr<double> TimeMs(const std::function<Status()>& run, int64_t warmup, int6
   float ms = 0.0f;
   if (cudaEventRecord(start) == cudaSuccess) {
     for (int64_t i = 0; i < iters && status.ok(); ++i) status = run();
-    if (status.ok() && (cudaEventRecord(stop) != cudaSuccess ||
-                        cudaEventSynchronize(stop) != cudaSuccess ||
-                        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess))
-      status = DeviceError(detail::StrCat("timing failed: ", cudaGetErrorString(cudaGetLastError())));
+    if (status.ok() &&
+        (cudaEventRecord(stop) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+         cudaEventElapsedTime(&ms, start, stop) != cudaSuccess))
+      status =
+          DeviceError(detail::StrCat("timing failed: ", cudaGetErrorString(cudaGetLastError())));
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -115,9 +115,8 @@ StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
   AttentionCudaOptions options;
   options.workspace = workspace.data();
   options.workspace_bytes = workspace_bytes;
-  MP_ASSIGN_OR_RETURN(const double ms,
-                      TimeMs([&] { return AttentionCuda(args, options, nullptr); }, s.warmup,
-                             s.iters));
+  MP_ASSIGN_OR_RETURN(const double ms, TimeMs([&] { return AttentionCuda(args, options, nullptr); },
+                                              s.warmup, s.iters));
   const double flops = 4.0 * static_cast<double>(seq) * seq / 2.0 * s.q_heads * s.head_dim;
   return nlohmann::json{{"seq", seq}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}};
 }
@@ -149,9 +148,9 @@ StatusOr<nlohmann::json> BenchDecode(const Shapes& s, int64_t ctx) {
     if (workspace_bytes > 0) MP_RETURN_IF_ERROR(workspace.Allocate(workspace_bytes));
     options.workspace = workspace.data();
     options.workspace_bytes = workspace_bytes;
-    MP_ASSIGN_OR_RETURN(const double ms,
-                        TimeMs([&] { return AttentionCuda(args, options, nullptr); }, s.warmup,
-                               s.iters));
+    MP_ASSIGN_OR_RETURN(
+        const double ms,
+        TimeMs([&] { return AttentionCuda(args, options, nullptr); }, s.warmup, s.iters));
     const std::string key = splits == 0 ? "split" : "unsplit";
     result[key] = {{"us", ms * 1e3},
                    {"gb_per_s", kv_bytes / (ms * 1e-3) / 1e9},
@@ -166,8 +165,8 @@ Status Run(int argc, char** argv) {
     std::cout << kUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown({"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim",
-                                       "dtype", "warmup", "iters"}));
+  MP_RETURN_IF_ERROR(flags.CheckKnown(
+      {"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim", "dtype", "warmup", "iters"}));
   Shapes s;
   MP_ASSIGN_OR_RETURN(const int64_t seq, flags.GetInt("seq", 32768));
   MP_ASSIGN_OR_RETURN(const int64_t ctx, flags.GetInt("ctx", 131072));
@@ -186,15 +185,10 @@ Status Run(int argc, char** argv) {
   cudaDeviceProp prop{};
   MP_CUDA_CHECK(cudaGetDevice(&device));
   MP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  nlohmann::json out{{"bench", "attention"},
-                     {"device", prop.name},
-                     {"sms", prop.multiProcessorCount},
-                     {"q_heads", s.q_heads},
-                     {"kv_heads", s.kv_heads},
-                     {"head_dim", s.head_dim},
-                     {"dtype", DTypeName(s.dtype)},
-                     {"warmup", s.warmup},
-                     {"iters", s.iters}};
+  nlohmann::json out{
+      {"bench", "attention"},        {"device", prop.name},    {"sms", prop.multiProcessorCount},
+      {"q_heads", s.q_heads},        {"kv_heads", s.kv_heads}, {"head_dim", s.head_dim},
+      {"dtype", DTypeName(s.dtype)}, {"warmup", s.warmup},     {"iters", s.iters}};
   if (seq > 0) {
     MP_ASSIGN_OR_RETURN(out["prefill_causal"], BenchPrefill(s, seq));
   }

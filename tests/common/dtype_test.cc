@@ -72,9 +72,13 @@ TEST(DTypeTest, Float16GoldenValues) {
 TEST(DTypeTest, RoundTripEveryEncoding) {
   for (uint32_t b = 0; b < 65536; ++b) {
     float f = DecodeBF16(static_cast<uint16_t>(b));
-    if (!std::isnan(f)) EXPECT_EQ(FloatToBFloat16(f).bits, b);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(FloatToBFloat16(f).bits, b);
+    }
     float h = DecodeF16(static_cast<uint16_t>(b));
-    if (!std::isnan(h)) EXPECT_EQ(FloatToFloat16(h).bits, b);
+    if (!std::isnan(h)) {
+      EXPECT_EQ(FloatToFloat16(h).bits, b);
+    }
   }
 }
 
@@ -84,7 +88,9 @@ TEST(DTypeTest, RandomValuesMatchExhaustiveNearest) {
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
   for (int i = 0; i < 300; ++i) {
     float x = std::ldexp(mant(rng), static_cast<int>(exponent(rng))) * (i % 2 ? -1.0f : 1.0f);
-    if (std::fabs(x) < 65504.0f) EXPECT_EQ(FloatToFloat16(x).bits, NearestEncoding(x, DecodeF16)) << x;
+    if (std::fabs(x) < 65504.0f) {
+      EXPECT_EQ(FloatToFloat16(x).bits, NearestEncoding(x, DecodeF16)) << x;
+    }
     EXPECT_EQ(FloatToBFloat16(x).bits, NearestEncoding(x, DecodeBF16)) << x;
   }
 }

@@ -53,8 +53,7 @@ class DeviceTensor {
     std::vector<unsigned char> staged(bytes_ + 2 * kGuardBytes, kSentinel);
     std::memcpy(staged.data() + kGuardBytes, host.view().data, bytes_);
     EXPECT_EQ(cudaMalloc(&base_, staged.size()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(base_, staged.data(), staged.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(base_, staged.data(), staged.size(), cudaMemcpyHostToDevice), cudaSuccess);
   }
   ~DeviceTensor() { cudaFree(base_); }
   DeviceTensor(const DeviceTensor&) = delete;
@@ -65,8 +64,7 @@ class DeviceTensor {
   // The payload; also checks that both guard bands still hold the sentinel.
   HostTensor Read() const {
     std::vector<unsigned char> staged(bytes_ + 2 * kGuardBytes);
-    EXPECT_EQ(cudaMemcpy(staged.data(), base_, staged.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(staged.data(), base_, staged.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     for (size_t i = 0; i < kGuardBytes; ++i) {
       EXPECT_EQ(staged[i], kSentinel) << "write before the buffer at byte " << i;
       EXPECT_EQ(staged[kGuardBytes + bytes_ + i], kSentinel) << "write after the buffer at " << i;
@@ -123,7 +121,7 @@ Outputs RunCuda(const Case& c, const Inputs& in, const AttentionCudaOptions& opt
   DeviceTensor q(in.q), k(in.k), v(in.v);
   DeviceTensor o(PoisonedF32({c.n_q, c.num_q_heads, c.head_dim}));
   DeviceTensor lse(PoisonedF32({c.n_q, c.num_q_heads}));
-  const AttentionArgs args{q.cview(), k.cview(),  v.cview(),
+  const AttentionArgs args{q.cview(),  k.cview(),  v.cview(),
                            c.q_offset, c.k_offset, c.mask,
                            c.scale,    o.view(),   c.want_lse ? lse.view() : TensorView{}};
   const Status status = AttentionCuda(args, options, nullptr);
@@ -138,8 +136,7 @@ HostTensor Rows(const HostTensor& t, int64_t begin, int64_t end) {
   const size_t row_bytes = t.NumBytes() / shape.dims[0];
   shape.dims[0] = end - begin;
   HostTensor out(t.dtype(), shape);
-  std::memcpy(out.view().data,
-              static_cast<const unsigned char*>(t.view().data) + begin * row_bytes,
+  std::memcpy(out.view().data, static_cast<const unsigned char*>(t.view().data) + begin * row_bytes,
               (end - begin) * row_bytes);
   return out;
 }
@@ -160,9 +157,8 @@ void ExpectMatchesReference(const Case& c, const Inputs& in, const Outputs& out)
   for (const auto& [begin, end] : CheckedRows(c.n_q)) {
     const HostTensor q = Rows(in.q, begin, end);
     Outputs ref{PoisonedF32({end - begin, heads, d}), PoisonedF32({end - begin, heads})};
-    const AttentionArgs args{CView(q),   CView(in.k), CView(in.v),  c.q_offset + begin,
-                             c.k_offset, c.mask,      c.scale,      ref.o.view(),
-                             ref.lse.view()};
+    const AttentionArgs args{CView(q), CView(in.k), CView(in.v),  c.q_offset + begin, c.k_offset,
+                             c.mask,   c.scale,     ref.o.view(), ref.lse.view()};
     const Status status = AttentionRef(args);
     ASSERT_TRUE(status.ok()) << status.ToString();
     const float* o = out.o.data<float>() + begin * heads * d;
@@ -204,10 +200,9 @@ void ExpectEveryRowWritten(const Case& c, const Outputs& out) {
     if (bad++ == 0) ADD_FAILURE() << "query " << t << ", head " << h << ": " << what;
   };
   for (int64_t t = 0; t < c.n_q; ++t) {
-    const int64_t visible =
-        c.mask == AttentionMask::kNone
-            ? c.n_kv
-            : std::clamp<int64_t>(c.q_offset + t - c.k_offset + 1, 0, c.n_kv);
+    const int64_t visible = c.mask == AttentionMask::kNone
+                                ? c.n_kv
+                                : std::clamp<int64_t>(c.q_offset + t - c.k_offset + 1, 0, c.n_kv);
     for (int64_t h = 0; h < heads; ++h) {
       const float* o = out.o.data<float>() + (t * heads + h) * d;
       const float lse = out.lse.data<float>()[t * heads + h];
@@ -339,8 +334,8 @@ TEST_P(AttentionCudaSplitTest, SplitsEqualWhole) {
     ExpectEveryRowWritten(c, split);
     double max_diff = 0.0, max_ref = 0.0, max_lse_diff = 0.0;
     for (int64_t i = 0; i < whole.o.NumElements(); ++i) {
-      max_diff = std::max<double>(max_diff, std::abs(split.o.data<float>()[i] -
-                                                     whole.o.data<float>()[i]));
+      max_diff =
+          std::max<double>(max_diff, std::abs(split.o.data<float>()[i] - whole.o.data<float>()[i]));
       max_ref = std::max<double>(max_ref, std::abs(whole.o.data<float>()[i]));
     }
     for (int64_t i = 0; i < whole.lse.NumElements(); ++i) {
@@ -373,9 +368,9 @@ TEST(AttentionCudaArgsTest, RejectsBadArguments) {
   HostTensor k_long = RandomTensor(DType::kBF16, {256, 2, 64}, 5);  // 4 key tiles
   HostTensor o = PoisonedF32({3, 6, 64}), lse = PoisonedF32({3, 6});
   auto run = [&](const HostTensor& kk, float scale, const AttentionCudaOptions& options = {}) {
-    return AttentionCuda({CView(q), CView(kk), CView(kk), 0, 0, kCausal, scale, o.view(),
-                          lse.view()},
-                         options, nullptr);
+    return AttentionCuda(
+        {CView(q), CView(kk), CView(kk), 0, 0, kCausal, scale, o.view(), lse.view()}, options,
+        nullptr);
   };
   EXPECT_EQ(run(k_bad_heads, 0.0f).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(run(k_int, 0.0f).code(), StatusCode::kInvalidArgument);
@@ -389,11 +384,12 @@ TEST(AttentionCudaArgsTest, RejectsBadArguments) {
   HostTensor q_wide = RandomTensor(DType::kF32, {3, 2, 512}, 3);
   HostTensor k_wide = RandomTensor(DType::kBF16, {3, 2, 512}, 4);
   HostTensor o_wide = PoisonedF32({3, 2, 512});
-  EXPECT_EQ(AttentionCuda({CView(q_wide), CView(k_wide), CView(k_wide), 0, 0, kCausal, 0.0f,
-                           o_wide.view(), {}},
-                          nullptr)
-                .code(),
-            StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      AttentionCuda(
+          {CView(q_wide), CView(k_wide), CView(k_wide), 0, 0, kCausal, 0.0f, o_wide.view(), {}},
+          nullptr)
+          .code(),
+      StatusCode::kUnimplemented);
 }
 
 TEST(AttentionCudaArgsTest, WorkspaceOnlyWhenSplit) {

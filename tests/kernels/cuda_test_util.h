@@ -38,8 +38,7 @@ class DeviceTensor {
     std::vector<unsigned char> staged(front_ + bytes_ + kGuardBytes, kSentinel);
     if (bytes_ > 0) std::memcpy(staged.data() + front_, host.view().data, bytes_);
     EXPECT_EQ(cudaMalloc(&base_, staged.size()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(base_, staged.data(), staged.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(base_, staged.data(), staged.size(), cudaMemcpyHostToDevice), cudaSuccess);
   }
   ~DeviceTensor() { cudaFree(base_); }
   DeviceTensor(const DeviceTensor&) = delete;
@@ -51,8 +50,7 @@ class DeviceTensor {
   // The payload; also checks that both guard bands still hold the sentinel.
   HostTensor Read() const {
     std::vector<unsigned char> staged(front_ + bytes_ + kGuardBytes);
-    EXPECT_EQ(cudaMemcpy(staged.data(), base_, staged.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(staged.data(), base_, staged.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     for (size_t i = 0; i < front_; ++i)
       EXPECT_EQ(staged[i], kSentinel) << "write " << front_ - i << " bytes before the tensor";
     for (size_t i = 0; i < kGuardBytes; ++i)

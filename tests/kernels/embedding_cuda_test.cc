@@ -47,9 +47,8 @@ struct Case {
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return "n" + std::to_string(c.n) + "_v" + std::to_string(c.vocab) + "_h" +
-         std::to_string(c.hidden) + "_" + DTypeName(c.dtype) +
-         (c.table_offset_bytes ? "_unaligned" : "");
+  return detail::StrCat("n", c.n, "_v", c.vocab, "_h", c.hidden, "_", DTypeName(c.dtype),
+                        c.table_offset_bytes ? "_unaligned" : "");
 }
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<Case> {
@@ -66,7 +65,8 @@ TEST_P(EmbeddingCudaTest, MatchesReference) {
   HostTensor out_ref = PoisonedF32({c.n, c.hidden});
   ASSERT_TRUE(EmbeddingRef({CView(ids), CView(table), out_ref.view()}).ok());
 
-  DeviceTensor d_ids(ids), d_table(table, c.table_offset_bytes), d_out(PoisonedF32({c.n, c.hidden}));
+  DeviceTensor d_ids(ids), d_table(table, c.table_offset_bytes),
+      d_out(PoisonedF32({c.n, c.hidden}));
   const Status status = EmbeddingCuda({d_ids.cview(), d_table.cview(), d_out.view()}, nullptr);
   ASSERT_TRUE(status.ok()) << status.ToString();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

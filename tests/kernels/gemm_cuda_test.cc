@@ -56,8 +56,7 @@ struct Case {
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string name = "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" +
-                     std::to_string(c.k) + "_" + DTypeName(c.dtype);
+  std::string name = detail::StrCat("m", c.m, "_n", c.n, "_k", c.k, "_", DTypeName(c.dtype));
   if (c.bias) name += std::string("_bias") + DTypeName(c.bias_dtype);
   if (c.accumulate) name += "_accumulate";
   if (c.offset_elements) name += "_unaligned";
@@ -121,13 +120,13 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmCudaTest,
     ::testing::Values(
         Case{1, 4096, 4096, DType::kBF16}, Case{63, 1000, 4097, DType::kBF16, true, DType::kBF16},
-        Case{65, 257, 512, DType::kF16, true, DType::kF32, true},
-        Case{4097, 96, 136, DType::kBF16}, Case{7, 130, 63, DType::kF32, true, DType::kF32},
+        Case{65, 257, 512, DType::kF16, true, DType::kF32, true}, Case{4097, 96, 136, DType::kBF16},
+        Case{7, 130, 63, DType::kF32, true, DType::kF32},
         Case{1, 33, 7, DType::kF32, false, DType::kF32, true},
         Case{64, 512, 1024, DType::kF32, true, DType::kF16},
-        Case{5, 77, 129, DType::kBF16, true, DType::kF64, true},
-        Case{1, 1, 1, DType::kBF16}, Case{3, 5, 0, DType::kBF16, true, DType::kF32, true},
-        Case{2, 3, 0, DType::kF32}, Case{9, 40, 64, DType::kF32, false, DType::kF32, false, 1},
+        Case{5, 77, 129, DType::kBF16, true, DType::kF64, true}, Case{1, 1, 1, DType::kBF16},
+        Case{3, 5, 0, DType::kBF16, true, DType::kF32, true}, Case{2, 3, 0, DType::kF32},
+        Case{9, 40, 64, DType::kF32, false, DType::kF32, false, 1},
         Case{9, 40, 64, DType::kBF16, true, DType::kBF16, true, 1},
         Case{17, 300, 200, DType::kF16, false, DType::kF32, false, 3}),
     Name);
@@ -138,10 +137,10 @@ TEST(GemmCudaContextTest, ReusedAcrossShapes) {
   ASSERT_NE(context, nullptr);
   // Growing m makes the activation scratch grow; repeats hit the cached plans.
   const std::vector<Case> cases = {
-      {1, 256, 512, DType::kBF16},        {32, 256, 512, DType::kBF16},
-      {1000, 256, 512, DType::kBF16},     {1, 256, 512, DType::kBF16},
-      {1000, 256, 512, DType::kF16},      {1000, 256, 512, DType::kF32, true},
-      {2000, 128, 1024, DType::kBF16},    {32, 256, 512, DType::kBF16, false, DType::kF32, true},
+      {1, 256, 512, DType::kBF16},     {32, 256, 512, DType::kBF16},
+      {1000, 256, 512, DType::kBF16},  {1, 256, 512, DType::kBF16},
+      {1000, 256, 512, DType::kF16},   {1000, 256, 512, DType::kF32, true},
+      {2000, 128, 1024, DType::kBF16}, {32, 256, 512, DType::kBF16, false, DType::kF32, true},
   };
   uint64_t seed = 70;
   for (const Case& c : cases) {

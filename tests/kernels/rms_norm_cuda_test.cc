@@ -1,6 +1,6 @@
 // RmsNormCuda against RmsNormRef: weight dtypes, with and without the fused residual add, output
 // aliasing x or the residual, odd hidden sizes (vectorised and scalar paths) and row counts,
-// outputs NaN-poisoned between guard bands. Skips without a GPU.
+// NaN and Inf rows, outputs NaN-poisoned between guard bands. Skips without a GPU.
 #include "kernels/rms_norm_cuda.h"
 
 #include <cuda_runtime.h>
@@ -43,8 +43,8 @@ struct Case {
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string name = "n" + std::to_string(c.n) + "_h" + std::to_string(c.hidden) + "_" +
-                     DTypeName(c.weight_dtype) + (c.residual ? "_residual" : "");
+  std::string name = detail::StrCat("n", c.n, "_h", c.hidden, "_", DTypeName(c.weight_dtype),
+                                    c.residual ? "_residual" : "");
   if (c.alias == Alias::kOutIsX) name += "_out_is_x";
   if (c.alias == Alias::kOutIsResidual) name += "_out_is_residual";
   if (c.offset_bytes) name += "_unaligned";
@@ -61,7 +61,12 @@ class RmsNormCudaTest : public ::testing::TestWithParam<Case> {
 TEST_P(RmsNormCudaTest, MatchesReference) {
   const Case c = GetParam();
   const Shape shape{c.n, c.hidden};
-  const HostTensor x = RandomTensor(DType::kF32, shape, 31, -2.0f, 2.0f);
+  HostTensor x = RandomTensor(DType::kF32, shape, 31, -2.0f, 2.0f);
+  // A NaN poisons its whole row; an Inf row normalises to 0 except the Inf itself (NaN).
+  if (c.n > 2) {
+    x.data<float>()[c.hidden] = testing::kNaN;
+    x.data<float>()[2 * c.hidden] = testing::kInf;
+  }
   const HostTensor weight = RandomTensor(c.weight_dtype, {c.hidden}, 32, 0.5f, 1.5f);
   const HostTensor residual =
       c.residual ? RandomTensor(DType::kF32, shape, 33, -3.0f, 3.0f) : HostTensor();
@@ -95,24 +100,28 @@ TEST_P(RmsNormCudaTest, MatchesReference) {
                                : c.alias == Alias::kOutIsResidual ? d_residual
                                                                   : d_out;
   EXPECT_TRUE(NormalisedErrorBelow(actual.Read(), expected, kMaxError));
-  if (c.residual && c.alias != Alias::kOutIsResidual)
+  if (c.residual && c.alias != Alias::kOutIsResidual) {
     EXPECT_TRUE(NormalisedErrorBelow(d_residual.Read(), residual_ref, kMaxResidualError));
-  if (c.alias != Alias::kOutIsX) EXPECT_TRUE(d_x.Unchanged(x));
+  }
+  if (c.alias != Alias::kOutIsX) {
+    EXPECT_TRUE(d_x.Unchanged(x));
+  }
   EXPECT_TRUE(d_weight.Unchanged(weight));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, RmsNormCudaTest,
-    ::testing::Values(Case{1, 4096, DType::kBF16, true}, Case{63, 4097, DType::kF32, false},
-                      Case{65, 4100, DType::kF16, true, Alias::kOutIsResidual},
-                      Case{4097, 1024, DType::kBF16, true, Alias::kOutIsX},
-                      Case{4097, 7, DType::kF32, false}, Case{2, 1, DType::kF32, true},
-                      Case{3, 8192, DType::kF64, true}, Case{7, 63, DType::kBF16, false,
-                                                             Alias::kOutIsX, 1e-6f},
-                      Case{5, 5120, DType::kBF16, true, Alias::kNone, 0.0f},
-                      Case{9, 2048, DType::kF16, true, Alias::kNone, 1e-5f, 4},
-                      Case{1, 16384, DType::kF32, false}),
-    Name);
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCudaTest,
+                         ::testing::Values(Case{1, 4096, DType::kBF16, true},
+                                           Case{63, 4097, DType::kF32, false},
+                                           Case{65, 4100, DType::kF16, true, Alias::kOutIsResidual},
+                                           Case{4097, 1024, DType::kBF16, true, Alias::kOutIsX},
+                                           Case{4097, 7, DType::kF32, false},
+                                           Case{2, 1, DType::kF32, true},
+                                           Case{3, 8192, DType::kF64, true},
+                                           Case{7, 63, DType::kBF16, false, Alias::kOutIsX, 1e-6f},
+                                           Case{5, 5120, DType::kBF16, true, Alias::kNone, 0.0f},
+                                           Case{9, 2048, DType::kF16, true, Alias::kNone, 1e-5f, 4},
+                                           Case{1, 16384, DType::kF32, false}),
+                         Name);
 
 TEST(RmsNormCudaArgsTest, RejectsBadArgs) {
   std::vector<float> fake(64);

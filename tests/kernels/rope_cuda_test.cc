@@ -40,9 +40,8 @@ struct Case {
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const char* scaling[] = {"none", "linear", "dynamic", "llama3"};
-  return "n" + std::to_string(c.n) + "_q" + std::to_string(c.num_q_heads) + "_gqa" +
-         std::to_string(c.gqa_ratio) + "_d" + std::to_string(c.head_dim) + "_" +
-         scaling[static_cast<int>(c.scaling)] + "_pos" + std::to_string(c.max_position);
+  return detail::StrCat("n", c.n, "_q", c.num_q_heads, "_gqa", c.gqa_ratio, "_d", c.head_dim, "_",
+                        scaling[static_cast<int>(c.scaling)], "_pos", c.max_position);
 }
 
 HostTensor InvFreq(const Case& c) {
@@ -82,7 +81,7 @@ TEST_P(RopeCudaTest, MatchesReference) {
     HostTensor x = RandomTensor(DType::kF32, {c.n, heads, c.head_dim}, 42 + heads, -2.0f, 2.0f);
     // Non-finite inputs must give non-finite outputs in the same places.
     if (c.n > 2) {
-      x.data<float>()[heads * c.head_dim] = kNaN;                              // row 1
+      x.data<float>()[heads * c.head_dim] = kNaN;                           // row 1
       x.data<float>()[2 * heads * c.head_dim + c.head_dim / 2 - 1] = kInf;  // row 2
     }
     HostTensor x_ref = CopyF32(x);
@@ -98,18 +97,18 @@ TEST_P(RopeCudaTest, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, RopeCudaTest,
-    ::testing::Values(Case{1, 32, 1, 128, RopeScalingType::kNone, 1},
-                      Case{63, 32, 4, 128, RopeScalingType::kLlama3, 131072},
-                      Case{65, 32, 8, 64, RopeScalingType::kLinear, 4096},
-                      Case{4097, 8, 8, 128, RopeScalingType::kNone, 1 << 20},
-                      Case{5, 4, 1, 96, RopeScalingType::kDynamic, 32768},
-                      Case{3, 2, 1, 2, RopeScalingType::kNone, 100},
-                      Case{17, 16, 4, 80, RopeScalingType::kLlama3, 8192},
-                      Case{7, 8, 1, 128, RopeScalingType::kNone, (1 << 25) + 7},
-                      Case{129, 40, 8, 128, RopeScalingType::kNone, 1 << 17}),
-    Name);
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeCudaTest,
+                         ::testing::Values(Case{1, 32, 1, 128, RopeScalingType::kNone, 1},
+                                           Case{63, 32, 4, 128, RopeScalingType::kLlama3, 131072},
+                                           Case{65, 32, 8, 64, RopeScalingType::kLinear, 4096},
+                                           Case{4097, 8, 8, 128, RopeScalingType::kNone, 1 << 20},
+                                           Case{5, 4, 1, 96, RopeScalingType::kDynamic, 32768},
+                                           Case{3, 2, 1, 2, RopeScalingType::kNone, 100},
+                                           Case{17, 16, 4, 80, RopeScalingType::kLlama3, 8192},
+                                           Case{7, 8, 1, 128, RopeScalingType::kNone,
+                                                (1 << 25) + 7},
+                                           Case{129, 40, 8, 128, RopeScalingType::kNone, 1 << 17}),
+                         Name);
 
 TEST(RopeCudaArgsTest, RejectsBadShapes) {
   std::vector<float> fake(64);

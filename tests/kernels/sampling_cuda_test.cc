@@ -74,7 +74,8 @@ bool NearBoundary(const HostTensor& logits, const SamplingParams& params, uint64
   std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) kept.resize(params.top_k);
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size())
+    kept.resize(params.top_k);
   std::vector<double> cumulative;
   double sum = 0.0;
   for (const auto& [score, id] : kept) cumulative.push_back(sum += std::exp(score - kept[0].first));
@@ -99,9 +100,9 @@ struct Setting {
 
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
-      {0.0f, 0, 1.0f},   {1.0f, 0, 1.0f},     {0.7f, 0, 1.0f},  {1.5f, 50, 1.0f},
-      {1.0f, 1, 1.0f},   {0.8f, 0, 0.9f},     {1.0f, 40, 0.95f}, {1.2f, 0, 0.5f},
-      {1.0f, 5, 0.01f},  {2.0f, 1 << 30, 0.999f},
+      {0.0f, 0, 1.0f},  {1.0f, 0, 1.0f},         {0.7f, 0, 1.0f},   {1.5f, 50, 1.0f},
+      {1.0f, 1, 1.0f},  {0.8f, 0, 0.9f},         {1.0f, 40, 0.95f}, {1.2f, 0, 0.5f},
+      {1.0f, 5, 0.01f}, {2.0f, 1 << 30, 0.999f},
   };
   return settings;
 }
@@ -119,7 +120,7 @@ struct Case {
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const char* kinds[] = {"uniform", "ties", "peaked"};
-  return "v" + std::to_string(info.param.vocab) + "_" + kinds[static_cast<int>(info.param.kind)];
+  return detail::StrCat("v", info.param.vocab, "_", kinds[static_cast<int>(info.param.kind)]);
 }
 
 class SampleCudaTest : public ::testing::TestWithParam<Case> {
@@ -141,9 +142,8 @@ TEST_P(SampleCudaTest, SameTokensAsReference) {
     for (const uint64_t seed : {uint64_t{0}, uint64_t{12345}, uint64_t{0xDEADBEEFCAFEF00Dull}}) {
       const SamplingParams params{s.temperature, s.top_k, s.top_p, seed};
       for (uint64_t step = 0; step < steps; ++step) {
-        SCOPED_TRACE("temperature " + std::to_string(s.temperature) + " top_k " +
-                     std::to_string(s.top_k) + " top_p " + std::to_string(s.top_p) + " seed " +
-                     std::to_string(seed) + " step " + std::to_string(step));
+        SCOPED_TRACE(detail::StrCat("temperature ", s.temperature, " top_k ", s.top_k, " top_p ",
+                                    s.top_p, " seed ", seed, " step ", step));
         const StatusOr<int32_t> expected = SampleRef(CView(logits), params, step);
         ASSERT_TRUE(expected.ok()) << expected.status().ToString();
         const StatusOr<int32_t> actual =

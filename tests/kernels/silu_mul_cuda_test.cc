@@ -40,7 +40,7 @@ struct Case {
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string name = "n" + std::to_string(c.n) + "_i" + std::to_string(c.inter);
+  std::string name = detail::StrCat("n", c.n, "_i", c.inter);
   if (c.alias == Alias::kOutIsGate) name += "_out_is_gate";
   if (c.alias == Alias::kOutIsUp) name += "_out_is_up";
   if (c.offset_bytes) name += "_unaligned";
@@ -87,17 +87,22 @@ TEST_P(SiluMulCudaTest, MatchesReference) {
                                : c.alias == Alias::kOutIsUp ? d_up
                                                             : d_out;
   EXPECT_TRUE(NormalisedErrorBelow(actual.Read(), expected, kMaxError));
-  if (c.alias != Alias::kOutIsGate) EXPECT_TRUE(d_gate.Unchanged(gate));
-  if (c.alias != Alias::kOutIsUp) EXPECT_TRUE(d_up.Unchanged(up));
+  if (c.alias != Alias::kOutIsGate) {
+    EXPECT_TRUE(d_gate.Unchanged(gate));
+  }
+  if (c.alias != Alias::kOutIsUp) {
+    EXPECT_TRUE(d_up.Unchanged(up));
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SiluMulCudaTest,
-    ::testing::Values(Case{1, 11008}, Case{63, 14336}, Case{65, 4097}, Case{4097, 64},
-                      Case{1, 1}, Case{3, 7}, Case{4097, 13, Alias::kOutIsGate},
-                      Case{17, 1024, Alias::kOutIsUp}, Case{9, 256, Alias::kNone, 4},
-                      Case{5, 4095, Alias::kOutIsGate, 8}),
-    Name);
+INSTANTIATE_TEST_SUITE_P(Shapes, SiluMulCudaTest,
+                         ::testing::Values(Case{1, 11008}, Case{63, 14336}, Case{65, 4097},
+                                           Case{4097, 64}, Case{1, 1}, Case{3, 7},
+                                           Case{4097, 13, Alias::kOutIsGate},
+                                           Case{17, 1024, Alias::kOutIsUp},
+                                           Case{9, 256, Alias::kNone, 4},
+                                           Case{5, 4095, Alias::kOutIsGate, 8}),
+                         Name);
 
 TEST(SiluMulCudaArgsTest, RejectsBadShapes) {
   std::vector<float> fake(64);

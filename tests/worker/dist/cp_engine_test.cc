@@ -53,8 +53,9 @@ std::vector<std::vector<float>> DistributedLogits(Engine& e, const std::vector<i
   auto step = e.ForwardShard(ranges, ids);
   EXPECT_TRUE(step.ok()) << step.status().ToString();
   const int owner = plan->RankOfPromptPosition(static_cast<int64_t>(prompt.size()) - 1);
-  if (step.ok() && step->has_value())
+  if (step.ok() && step->has_value()) {
     EXPECT_TRUE(e.backend().CopyToHost(**step, {logits.data(), DType::kF32, Shape{vocab}}).ok());
+  }
   EXPECT_EQ(step.ok() && step->has_value(), comm.rank() == owner);
   EXPECT_TRUE(comm.HostBroadcast(logits.data(), logits.size() * sizeof(float), owner).ok());
   out.push_back(logits);

@@ -48,7 +48,9 @@ TEST(ShardPlanTest, CoversAndBalancesAnyLength) {
         EXPECT_EQ(plan->RankOfPromptPosition(p), owner[p]);
       }
       EXPECT_LE(max_tokens - min_tokens, 2) << "S=" << s << " N=" << ranks;
-      if (s >= 64 * ranks) EXPECT_LT((max_work - min_work) / max_work, 0.02) << s << " " << ranks;
+      if (s >= 64 * ranks) {
+        EXPECT_LT((max_work - min_work) / max_work, 0.02) << s << " " << ranks;
+      }
     }
   }
 }

@@ -1,0 +1,222 @@
+// AttentionCuda: argument checks, the choice between the tensor-core and CUDA-core kernels, the
+// split-KV plan and the merge of split partials.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/attention_cuda.h"
+#include "kernels/attention_cuda_internal.h"
+#include "kernels/merge_state_cuda.h"
+
+namespace millipede {
+namespace {
+
+using attention_internal::AttentionFlashShape;
+using attention_internal::AttentionKernelParams;
+
+// A split shorter than this many key tiles costs more in setup and merge than it gains.
+constexpr int64_t kMinTilesPerSplit = 4;
+constexpr int64_t kMaxSplits = 1024;
+constexpr size_t kWorkspaceAlign = 256;
+// Positions beyond this could overflow q_offset - k_offset + row.
+constexpr int64_t kMaxAbsOffset = int64_t{1} << 62;
+
+size_t AlignUp(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+bool IsAligned(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+Status CheckKv(const ConstTensorView& t, const char* what, const Shape& shape) {
+  MP_REQUIRE(t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16, what,
+             ": dtype ", DTypeName(t.dtype), ", expected F32, BF16 or F16");
+  return CheckTensor(t, what, t.dtype, shape);
+}
+
+// The checks of AttentionRef, on views whose data may live on a device.
+Status CheckArgs(const AttentionArgs& args) {
+  MP_REQUIRE(args.q.rank() == 3, "attention q: rank ", args.q.rank(), ", expected 3");
+  MP_REQUIRE(args.k.rank() == 3, "attention k: rank ", args.k.rank(), ", expected 3");
+  const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t n_kv = args.k.dim(0), num_kv_heads = args.k.dim(1);
+  MP_REQUIRE(head_dim > 0, "attention: head_dim must be positive");
+  MP_REQUIRE(num_kv_heads > 0 && num_q_heads % num_kv_heads == 0, "attention: num_q_heads ",
+             num_q_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
+  MP_RETURN_IF_ERROR(
+      CheckTensor(args.q, "attention q", DType::kF32, Shape{n_q, num_q_heads, head_dim}));
+  const Shape kv_shape{n_kv, num_kv_heads, head_dim};
+  MP_RETURN_IF_ERROR(CheckKv(args.k, "attention k", kv_shape));
+  MP_RETURN_IF_ERROR(CheckKv(args.v, "attention v", kv_shape));
+  MP_RETURN_IF_ERROR(
+      CheckTensor(args.o, "attention o", DType::kF32, Shape{n_q, num_q_heads, head_dim}));
+  if (args.lse.data != nullptr)
+    MP_RETURN_IF_ERROR(
+        CheckTensor(args.lse, "attention lse", DType::kF32, Shape{n_q, num_q_heads}));
+  MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
+             "attention: scale ", args.scale, " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
+  MP_REQUIRE(std::abs(args.q_offset) < kMaxAbsOffset && std::abs(args.k_offset) < kMaxAbsOffset,
+             "attention: offsets ", args.q_offset, ", ", args.k_offset, " out of range");
+  MP_REQUIRE(num_q_heads < (int64_t{1} << 31) && num_kv_heads < 65536, "attention: too many heads");
+  return OkStatus();
+}
+
+// What one call runs. Workspace layout (each part 256-byte aligned):
+//   o_parts [num_splits, n_q, num_q_heads, head_dim] F32, lse_parts [num_splits, n_q,
+//   num_q_heads] F32, then, when the caller wants no LSE, lse [n_q, num_q_heads] F32 for the
+//   merge to write.
+struct Plan {
+  bool tensor_cores = false;
+  AttentionFlashShape shape = AttentionFlashShape::kPrefill;
+  int num_splits = 1;
+  int64_t keys_per_split = 0;
+  size_t o_parts_bytes = 0;
+  size_t lse_parts_bytes = 0;
+  size_t lse_bytes = 0;
+  size_t WorkspaceBytes() const { return o_parts_bytes + lse_parts_bytes + lse_bytes; }
+};
+
+StatusOr<int64_t> SplitsFor(const AttentionArgs& args, const Plan& plan, int64_t tiles,
+                            const AttentionCudaOptions& options) {
+  if (options.num_splits > 0) return std::min<int64_t>(options.num_splits, tiles);
+  const int64_t n_q = args.q.dim(0), group = args.q.dim(1) / args.k.dim(1);
+  const int64_t rows_per_block = attention_internal::AttentionFlashRowsPerBlock(plan.shape);
+  const int64_t blocks = (n_q * group + rows_per_block - 1) / rows_per_block * args.k.dim(1);
+  int device = 0, sms = 0;
+  MP_CUDA_CHECK(cudaGetDevice(&device));
+  MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MP_ASSIGN_OR_RETURN(const int per_sm,
+                      attention_internal::AttentionFlashBlocksPerSm(static_cast<int>(args.q.dim(2)),
+                                                                    args.k.dtype, plan.shape));
+  // Enough splits to fill one wave of resident blocks, no more: the grid then runs in a single
+  // wave and the merge reads as few partials as possible.
+  const int64_t slots = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  if (blocks == 0 || blocks >= slots) return 1;
+  return std::clamp<int64_t>(slots / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));
+}
+
+StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& options) {
+  MP_RETURN_IF_ERROR(CheckArgs(args));
+  const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t n_kv = args.k.dim(0);
+  const int64_t keys_per_tile = attention_internal::AttentionFlashKeysPerTile();
+  Plan plan;
+  // Vector loads of q (16 bytes), cp.async of K/V (16 bytes) and float2 stores of o.
+  plan.tensor_cores = attention_internal::AttentionFlashSupports(static_cast<int>(head_dim),
+                                                                 args.k.dtype, args.v.dtype) &&
+                      n_kv > 0 && n_kv < (int64_t{1} << 31) - keys_per_tile &&
+                      IsAligned(args.q.data, 16) && IsAligned(args.k.data, 16) &&
+                      IsAligned(args.v.data, 16) && IsAligned(args.o.data, 8);
+  if (!plan.tensor_cores) {
+    if (head_dim > attention_internal::kAttentionGenericMaxHeadDim)
+      return UnimplementedError(detail::StrCat("attention: head_dim ", head_dim, " with ",
+                                               DTypeName(args.k.dtype), " K/V is not supported"));
+    plan.keys_per_split = n_kv;
+    return plan;
+  }
+  const int64_t rows = n_q * (num_q_heads / args.k.dim(1));
+  plan.shape = rows <= attention_internal::AttentionFlashRowsPerBlock(AttentionFlashShape::kDecode)
+                   ? AttentionFlashShape::kDecode
+                   : AttentionFlashShape::kPrefill;
+  const int64_t tiles = (n_kv + keys_per_tile - 1) / keys_per_tile;
+  int64_t splits = 1;
+  if (n_q > 0) {
+    MP_ASSIGN_OR_RETURN(splits, SplitsFor(args, plan, tiles, options));
+  }
+  splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
+  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+  plan.keys_per_split = tiles_per_split * keys_per_tile;
+  plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
+  if (plan.num_splits > 1) {
+    const size_t rows_out = static_cast<size_t>(plan.num_splits) * n_q * num_q_heads;
+    plan.o_parts_bytes = AlignUp(rows_out * head_dim * sizeof(float));
+    plan.lse_parts_bytes = AlignUp(rows_out * sizeof(float));
+    if (args.lse.data == nullptr) plan.lse_bytes = AlignUp(n_q * num_q_heads * sizeof(float));
+  }
+  return plan;
+}
+
+AttentionKernelParams KernelParams(const AttentionArgs& args, const Plan& plan) {
+  AttentionKernelParams p;
+  p.q = args.q.as<const float>();
+  p.k = args.k.data;
+  p.v = args.v.data;
+  p.o = args.o.as<float>();
+  p.lse = args.lse.as<float>();
+  p.n_q = args.q.dim(0);
+  p.n_kv = args.k.dim(0);
+  p.num_q_heads = static_cast<int>(args.q.dim(1));
+  p.num_kv_heads = static_cast<int>(args.k.dim(1));
+  p.head_dim = static_cast<int>(args.q.dim(2));
+  p.group = p.num_q_heads / p.num_kv_heads;
+  p.causal = args.mask == AttentionMask::kCausal;
+  p.causal_shift = args.q_offset - args.k_offset;
+  p.scale = args.scale == 0.0f
+                ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))
+                : args.scale;
+  p.num_splits = plan.num_splits;
+  p.keys_per_split = plan.keys_per_split;
+  p.k_dtype = args.k.dtype;
+  p.v_dtype = args.v.dtype;
+  return p;
+}
+
+// Split-KV: each split writes its partial (o, lse) into the workspace, then one merge.
+Status RunSplit(const AttentionArgs& args, const Plan& plan, AttentionKernelParams p,
+                char* workspace, cudaStream_t stream) {
+  const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  float* const o_parts = reinterpret_cast<float*>(workspace);
+  float* const lse_parts = reinterpret_cast<float*>(workspace + plan.o_parts_bytes);
+  p.o = o_parts;
+  p.lse = lse_parts;
+  MP_RETURN_IF_ERROR(attention_internal::LaunchAttentionFlash(p, plan.shape, stream));
+  TensorView lse = args.lse;
+  if (lse.data == nullptr)
+    lse = {workspace + plan.o_parts_bytes + plan.lse_parts_bytes, DType::kF32,
+           Shape{n_q, num_q_heads}};
+  const MergeStateArgs merge{
+      {o_parts, DType::kF32, Shape{plan.num_splits, n_q, num_q_heads, head_dim}},
+      {lse_parts, DType::kF32, Shape{plan.num_splits, n_q, num_q_heads}},
+      args.o,
+      lse};
+  return MergeStateCuda(merge, stream);
+}
+
+}  // namespace
+
+StatusOr<size_t> AttentionCudaWorkspaceBytes(const AttentionArgs& args,
+                                             const AttentionCudaOptions& options) {
+  MP_ASSIGN_OR_RETURN(const Plan plan, MakePlan(args, options));
+  return plan.WorkspaceBytes();
+}
+
+Status AttentionCuda(const AttentionArgs& args, cudaStream_t stream) {
+  return AttentionCuda(args, AttentionCudaOptions{}, stream);
+}
+
+Status AttentionCuda(const AttentionArgs& args, const AttentionCudaOptions& options,
+                     cudaStream_t stream) {
+  MP_ASSIGN_OR_RETURN(const Plan plan, MakePlan(args, options));
+  if (args.q.NumElements() == 0) return OkStatus();
+  const AttentionKernelParams params = KernelParams(args, plan);
+  if (!plan.tensor_cores) return attention_internal::LaunchAttentionGeneric(params, stream);
+  if (plan.num_splits == 1)
+    return attention_internal::LaunchAttentionFlash(params, plan.shape, stream);
+
+  const size_t bytes = plan.WorkspaceBytes();
+  if (options.workspace != nullptr) {
+    MP_REQUIRE(options.workspace_bytes >= bytes, "attention: workspace of ",
+               options.workspace_bytes, " bytes, need ", bytes);
+    MP_REQUIRE(IsAligned(options.workspace, 16), "attention: workspace must be 16-byte aligned");
+    return RunSplit(args, plan, params, static_cast<char*>(options.workspace), stream);
+  }
+  void* workspace = nullptr;
+  MP_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  const Status status = RunSplit(args, plan, params, static_cast<char*>(workspace), stream);
+  // Freed even when a launch failed; the launch error is the one worth reporting.
+  const cudaError_t freed = cudaFreeAsync(workspace, stream);
+  MP_RETURN_IF_ERROR(status);
+  MP_CUDA_CHECK(freed);
+  return OkStatus();
+}
+
+}  // namespace millipede

@@ -1,0 +1,70 @@
+// Internal interface between the attention launcher (attention.cu) and its two kernels: the
+// tensor-core tiled kernel (attention_flash.cu) and the CUDA-core fallback
+// (attention_generic.cu). Not part of the public API; include only from those files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace millipede::attention_internal {
+
+// Everything a kernel needs, resolved on the host. Query rows are numbered per kv head in
+// "packed" order r = t * group + (h - kv_head * group), so that one tile of rows covers every q
+// head of a GQA group and reads its K/V tile once.
+struct AttentionKernelParams {
+  const float* q;  // [n_q, num_q_heads, head_dim] F32
+  const void* k;   // [n_kv, num_kv_heads, head_dim] of k_dtype
+  const void* v;   // [n_kv, num_kv_heads, head_dim] of v_dtype
+  // [num_splits, n_q, num_q_heads, head_dim] F32; with num_splits == 1 this is the final o.
+  float* o;
+  // [num_splits, n_q, num_q_heads] F32 natural-log LSE; null (no LSE wanted) only when
+  // num_splits == 1.
+  float* lse;
+  int64_t n_q = 0;
+  int64_t n_kv = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int group = 1;  // num_q_heads / num_kv_heads
+  bool causal = true;
+  // q_offset - k_offset: under the causal mask query row t sees keys j <= t + causal_shift.
+  int64_t causal_shift = 0;
+  float scale = 1.0f;  // softmax scale (natural log domain), > 0
+  // Keys [s * keys_per_split, (s + 1) * keys_per_split) go to split s (grid z); a multiple of
+  // the kernel's key tile. n_kv rounded up when num_splits == 1.
+  int num_splits = 1;
+  int64_t keys_per_split = 0;
+  DType k_dtype = DType::kBF16;
+  DType v_dtype = DType::kBF16;
+};
+
+// Shapes of the tensor-core kernel's thread block.
+enum class AttentionFlashShape {
+  // 4 warps x 32 query rows each (128 rows), one 64-key tile shared by all: long query runs.
+  kPrefill,
+  // 1 x 16 query rows, 4 warps each taking 16 keys of every 64-key tile: decode and other short
+  // query runs, where the keys (not the rows) must supply the parallelism.
+  kDecode,
+};
+
+// True when the tensor-core kernel has an instance for this head_dim and K/V dtype pair.
+bool AttentionFlashSupports(int head_dim, DType k_dtype, DType v_dtype);
+// Query rows per thread block (in packed order) and keys per tile of a shape.
+int AttentionFlashRowsPerBlock(AttentionFlashShape shape);
+int AttentionFlashKeysPerTile();
+// Resident blocks per SM of the instance on the current device (occupancy calculator, cached).
+StatusOr<int> AttentionFlashBlocksPerSm(int head_dim, DType kv_dtype, AttentionFlashShape shape);
+// Launches grid (row blocks, num_kv_heads, num_splits) on `stream`.
+Status LaunchAttentionFlash(const AttentionKernelParams& params, AttentionFlashShape shape,
+                            cudaStream_t stream);
+
+// The CUDA-core path's head_dim limit.
+inline constexpr int kAttentionGenericMaxHeadDim = 256;
+// Any head_dim <= kAttentionGenericMaxHeadDim, any K/V float dtypes, num_splits == 1 only.
+Status LaunchAttentionGeneric(const AttentionKernelParams& params, cudaStream_t stream);
+
+}  // namespace millipede::attention_internal

@@ -1,0 +1,486 @@
+// Tensor-core attention for head_dim 64 and 128 with bf16 or f16 K/V, in the manner of
+// FlashAttention-2: a thread block owns a tile of query rows of one kv head (every q head of
+// the GQA group, packed), streams 64-key K/V tiles through shared memory with cp.async (two
+// stages), computes S = Q K^T and O += P V with mma.sync m16n8k16 and keeps the softmax online
+// in fp32 through AttentionState. Optionally one block only sees a split of the keys and writes
+// a partial (o, lse) that the launcher merges (Flash-Decoding).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/attention_cuda_internal.h"
+#include "kernels/attention_mma.cuh"
+#include "kernels/attention_state.h"
+
+namespace millipede::attention_internal {
+namespace {
+
+constexpr int kKeysPerTile = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Compile-time shape of one kernel instance.
+template <int kHeadDimT, int kRowWarpsT, int kKeyWarpsT, int kMTilesT, int kMinBlocksT>
+struct FlashTile {
+  static constexpr int kHeadDim = kHeadDimT;
+  static constexpr int kRowWarps = kRowWarpsT;    // warps side by side over the query rows
+  static constexpr int kKeyWarps = kKeyWarpsT;    // warps side by side over each tile's keys
+  static constexpr int kMTiles = kMTilesT;        // 16-row MMA tiles per warp
+  static constexpr int kMinBlocks = kMinBlocksT;  // residency asked of __launch_bounds__
+  static constexpr int kThreads = 32 * kRowWarps * kKeyWarps;
+  static constexpr int kWarpRows = 16 * kMTiles;
+  static constexpr int kRows = kWarpRows * kRowWarps;
+  static constexpr int kKeys = kKeysPerTile;
+  static constexpr int kWarpKeys = kKeys / kKeyWarps;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks in a row of 16-bit values
+  static constexpr int kQElems = kRows * kHeadDim;
+  static constexpr int kKvElems = kKeys * kHeadDim;  // one tensor, one stage
+  // Q tile + two stages of (K tile, V tile), all 16-bit.
+  static constexpr int kSmemBytes = (kQElems + 4 * kKvElems) * 2;
+  static_assert(kHeadDim % 16 == 0 && kWarpKeys % 16 == 0, "MMA tiles are 16 wide");
+  static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
+                    kKeys % (kThreads / kChunks) == 0,
+                "each thread copies one chunk column, at rows of the same row % 8");
+  static_assert((kKeyWarps - 1) * kRows * (kHeadDim + 2) * 4 <= 4 * kKvElems * 2,
+                "the key warps' partials must fit in the K/V buffers they replace");
+};
+
+// Prefill: 4 warps of 32 rows, so each K/V fragment read from shared memory feeds two MMA row
+// tiles: half the ldmatrix traffic per MMA of 16-row warps, which matters because shared-memory
+// bandwidth rather than the tensor cores bounds mma.sync attention on Hopper. Costs up to 255
+// registers (no spills), hence 2 blocks per SM.
+// Decode: one 16-row tile and 4 warps that each take 16 keys of every 64-key tile, so that a
+// block of few rows still keeps 4 warps busy; 3 blocks per SM (shared memory).
+template <int kHeadDim, AttentionFlashShape kShape>
+struct TileFor;
+template <int kHeadDim>
+struct TileFor<kHeadDim, AttentionFlashShape::kPrefill> {
+  using Type = FlashTile<kHeadDim, 4, 1, 2, 2>;
+};
+template <int kHeadDim>
+struct TileFor<kHeadDim, AttentionFlashShape::kDecode> {
+  using Type = FlashTile<kHeadDim, 1, 4, 1, 4>;
+};
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] 16-bit tile. XOR-ing
+// the chunk with row % 8 spreads one chunk of 8 consecutive rows over all 32 banks, so ldmatrix
+// (8 rows, one chunk each) runs without conflicts and without padding.
+template <int kHeadDim>
+__device__ __forceinline__ int Swizzle(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+}
+
+// Index of the o row and lse element of packed query row `row` of `kv_head` in split `split` (in
+// q's layout when split is 0).
+__device__ __forceinline__ int64_t OutputRow(const AttentionKernelParams& p, int64_t row,
+                                             int kv_head, int split) {
+  const int64_t t = row / p.group;
+  const int h = kv_head * p.group + static_cast<int>(row - t * p.group);
+  return (static_cast<int64_t>(split) * p.n_q + t) * p.num_q_heads + h;
+}
+
+// Grid: (row blocks, num_kv_heads, num_splits); Tile::kThreads threads; Tile::kSmemBytes of
+// dynamic shared memory.
+template <typename Tile, typename T>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
+    AttentionFlashKernel(const AttentionKernelParams p) {
+  constexpr int kHeadDim = Tile::kHeadDim, kMTiles = Tile::kMTiles, kKeys = Tile::kKeys;
+  constexpr int kWarpKeys = Tile::kWarpKeys, kChunks = Tile::kChunks;
+  constexpr int kRowBytes = kHeadDim * 2;
+  constexpr int kKvBytes = Tile::kKvElems * 2;  // one K or V tile
+  constexpr int kStageBytes = 2 * kKvBytes;
+  using Mma = MmaType<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* const sq = reinterpret_cast<T*>(smem);  // [kRows][kHeadDim]
+  T* const skv = sq + Tile::kQElems;         // [stage][K, V][kKeys][kHeadDim]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row_warp = warp % Tile::kRowWarps, key_warp = warp / Tile::kRowWarps;
+  // Causal blocks of late rows see the most keys; launching them first lets the light ones
+  // fill the tail of the grid.
+  const int64_t row0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
+  const int kv_head = blockIdx.y, split = blockIdx.z;
+  const int64_t rows = p.n_q * p.group;
+  const int64_t block_last_row = min(row0 + Tile::kRows, rows) - 1;
+
+  // This block's keys, [key_begin, key_end); the launcher keeps n_kv below 2^31.
+  const int64_t split_begin = split * p.keys_per_split;
+  const int key_begin = static_cast<int>(split_begin);
+  const int split_end = static_cast<int>(min(p.n_kv, split_begin + p.keys_per_split));
+  // Row `row` sees keys [key_begin, row_key_end(row)); monotone in row.
+  auto row_key_end = [&](int64_t row) -> int {
+    if (!p.causal) return split_end;
+    const int64_t end = row / p.group + p.causal_shift + 1;
+    return static_cast<int>(max(split_begin, min(static_cast<int64_t>(split_end), end)));
+  };
+  // Causal tile skipping: nothing after the block's last query is loaded at all.
+  const int key_end = row_key_end(block_last_row);
+
+  if (key_end <= key_begin) {
+    // No row of the block sees a key of this split: the empty state.
+    const int64_t count = (block_last_row - row0 + 1) * kHeadDim;
+    for (int64_t i = threadIdx.x; i < count; i += Tile::kThreads) {
+      const int64_t out = OutputRow(p, row0 + i / kHeadDim, kv_head, split);
+      p.o[out * kHeadDim + i % kHeadDim] = 0.0f;
+      if (i % kHeadDim == 0 && p.lse != nullptr) p.lse[out] = -INFINITY;
+    }
+    return;
+  }
+
+  // K/V copies: each thread moves chunk tid % kChunks of rows tid / kChunks + n * kRowsPerPass.
+  constexpr int kRowsPerPass = Tile::kThreads / kChunks;
+  const int copy_row = threadIdx.x / kChunks, copy_chunk = threadIdx.x % kChunks;
+  const uint32_t copy_dst =
+      SharedAddress(skv) + Swizzle<kHeadDim>(copy_row, copy_chunk) * 2;  // rows keep row % 8
+  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
+  const T* const k_src = static_cast<const T*>(p.k) + kv_head * kHeadDim + copy_chunk * 8;
+  const T* const v_src = static_cast<const T*>(p.v) + kv_head * kHeadDim + copy_chunk * 8;
+  auto load_tile = [&](int tile_key0, int stage) {
+    const uint32_t dst = copy_dst + stage * kStageBytes;
+#pragma unroll
+    for (int n = 0; n < kKeys / kRowsPerPass; ++n) {
+      const int key = tile_key0 + copy_row + n * kRowsPerPass;
+      const bool valid = key < key_end;
+      const int64_t offset = valid ? key * kv_row_stride : 0;
+      CpAsync16(dst + n * kRowsPerPass * kRowBytes, k_src + offset, valid);
+      CpAsync16(dst + kKvBytes + n * kRowsPerPass * kRowBytes, v_src + offset, valid);
+    }
+    CpAsyncCommit();
+  };
+
+  // The first K/V tile streams in while the Q tile is converted.
+  load_tile(key_begin, 0);
+  // Q tile, converted from F32 to T once (its precision cost is documented in attention_cuda.h).
+  for (int i = threadIdx.x; i < Tile::kRows * kChunks; i += Tile::kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int64_t row = row0 + r;
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (row < rows) {
+      const float4* src =
+          reinterpret_cast<const float4*>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim) + 2 * c;
+      const float4 a = __ldg(src), b = __ldg(src + 1);
+      packed = make_uint4(Mma::Pack(a.x, a.y), Mma::Pack(a.z, a.w), Mma::Pack(b.x, b.y),
+                          Mma::Pack(b.z, b.w));
+    }
+    *reinterpret_cast<uint4*>(sq + Swizzle<kHeadDim>(r, c)) = packed;
+  }
+
+  // ldmatrix row addresses. Every lane's row r has r % 8 == lane % 8 (fragments start at
+  // multiples of 8 rows) and its chunk is 2 * step + bit, with a per-lane bit and a compile-time
+  // step, so by the swizzle its byte address is row_base + (((bit ^ lane % 8) * 16) ^ (step * 32)):
+  // one XOR per step instead of one address register per fragment.
+  const int slice_row0 = key_warp * kWarpKeys;  // first key of the warp's slice, as a tile row
+  const uint32_t q_row_addr =
+      SharedAddress(sq) + (row_warp * Tile::kWarpRows + lane % 8 + (lane / 8) % 2 * 8) * kRowBytes;
+  const uint32_t q_chunk = ((lane / 16) ^ (lane % 8)) * 16;
+  const uint32_t k_row_addr =
+      SharedAddress(skv) + (slice_row0 + lane % 8 + lane / 16 * 8) * kRowBytes;
+  const uint32_t k_chunk = (((lane / 8) % 2) ^ (lane % 8)) * 16;
+  const uint32_t v_row_addr =
+      SharedAddress(skv) + kKvBytes + (slice_row0 + lane % 8 + (lane / 8) % 2 * 8) * kRowBytes;
+  const uint32_t v_chunk = q_chunk;
+
+  // This thread holds rows g and g + 8 (g = lane / 4) of each of its warp's MMA row tiles.
+  const int64_t warp_row0 = row0 + row_warp * Tile::kWarpRows;
+  int row_end[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_end[mt][h] = row_key_end(warp_row0 + mt * 16 + lane / 4 + 8 * h);
+  // Keys seen by every / by some row of the warp (warp-uniform).
+  const bool warp_has_rows = warp_row0 < rows;
+  const int warp_all_end = warp_has_rows ? row_key_end(warp_row0) : key_begin;
+  const int warp_any_end =
+      warp_has_rows ? row_key_end(min(warp_row0 + Tile::kWarpRows, rows) - 1) : key_begin;
+
+  float acc[kMTiles][kHeadDim / 8][4];
+  AttentionState state[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
+    state[mt][0] = state[mt][1] = AttentionState::Empty();
+  }
+  const float scale_log2 = p.scale * kLog2e;
+
+  const int num_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int tile_key0 = key_begin + tile * kKeys;
+    CpAsyncWaitAll();
+    // Now tile `tile` (and, the first time, the Q tile) is visible to every warp, and every warp
+    // is done with tile - 1, whose stage the next copy overwrites.
+    __syncthreads();
+    if (tile + 1 < num_tiles) load_tile(tile_key0 + kKeys, (tile + 1) % 2);
+    const int warp_key0 = tile_key0 + key_warp * kWarpKeys;
+    if (warp_key0 >= warp_any_end) continue;  // every key of the warp's slice is masked
+    const uint32_t stage_offset = (tile % 2) * kStageBytes;
+
+    // S = Q K^T over the warp's slice, raw (unscaled) dot products.
+    float s[kMTiles][kWarpKeys / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kWarpKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        Ldmatrix4(a[mt], q_row_addr + mt * 16 * kRowBytes + (q_chunk ^ (ks * 32)));
+#pragma unroll
+      for (int np = 0; np < kWarpKeys / 16; ++np) {
+        uint32_t b[4];
+        Ldmatrix4(b, k_row_addr + stage_offset + np * 16 * kRowBytes + (k_chunk ^ (ks * 32)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma::Mma(s[mt][2 * np], a[mt], b[0], b[1]);
+          Mma::Mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Only tiles on the causal diagonal or at the end of the keys need a mask.
+    if (warp_key0 + kWarpKeys > warp_all_end) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kWarpKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (warp_key0 + nt * 8 + 2 * (lane % 4) + (e & 1) >= row_end[mt][e / 2])
+              s[mt][nt][e] = -INFINITY;
+    }
+
+    // Online softmax. The tile's state is taken relative to m_ref, the larger of the running max
+    // and the tile's max, so Merge() keeps m_ref as the max and returns a factor of exactly 1
+    // for the tile (0 when both are empty, where P is 0): P.V is added unscaled below, after the
+    // running accumulator is rescaled by f.self. m_ref is uniform across the quad of lanes that
+    // share a row, while each lane's d only sums its own columns; Merge() is linear in d, so
+    // adding the quad's d at the end gives the row's. exp() is exp2() with log2(e) folded into
+    // one FMA with the scale.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kWarpKeys / 8; ++nt)
+          tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float m_ref = fmaxf(state[mt][h].m, tile_max * p.scale);
+        // An all-masked row (m_ref = -inf) must give exp2(-inf) = 0, not exp2(NaN).
+        const float m_ref_log2 = m_ref == -INFINITY ? 0.0f : m_ref * kLog2e;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kWarpKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            s[mt][nt][e] = exp2f(fmaf(s[mt][nt][e], scale_log2, -m_ref_log2));
+            sum += s[mt][nt][e];
+          }
+        const AttentionState::Factors f = state[mt][h].Merge(AttentionState{m_ref, sum});
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+          acc[mt][dt][2 * h] *= f.self;
+          acc[mt][dt][2 * h + 1] *= f.self;
+        }
+      }
+    }
+
+    // O += P V: the S accumulators of two 8-key tiles form the A fragment of a 16-key step.
+#pragma unroll
+    for (int kk = 0; kk < kWarpKeys / 16; ++kk) {
+      uint32_t pa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        pa[mt][0] = Mma::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = Mma::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = Mma::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = Mma::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < kHeadDim / 16; ++np) {
+        uint32_t b[4];
+        Ldmatrix4Trans(b, v_row_addr + stage_offset + kk * 16 * kRowBytes + (v_chunk ^ (np * 32)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma::Mma(acc[mt][2 * np], pa[mt], b[0], b[1]);
+          Mma::Mma(acc[mt][2 * np + 1], pa[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float& d = state[mt][h].d;
+      d += __shfl_xor_sync(0xffffffffu, d, 1);
+      d += __shfl_xor_sync(0xffffffffu, d, 2);
+    }
+
+  if constexpr (Tile::kKeyWarps > 1) {
+    // Key warps 1.. hand their partial states to key warp 0 through the K/V buffers.
+    float* const part_acc = reinterpret_cast<float*>(skv);  // [kKeyWarps - 1][kRows][kHeadDim]
+    float* const part_md = part_acc + (Tile::kKeyWarps - 1) * Tile::kRows * kHeadDim;  // (m, d)
+    __syncthreads();  // every warp is done reading K/V
+    if (key_warp > 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = (key_warp - 1) * Tile::kRows + row_warp * Tile::kWarpRows + mt * 16 +
+                        lane / 4 + 8 * h;
+#pragma unroll
+          for (int dt = 0; dt < kHeadDim / 8; ++dt)
+            *reinterpret_cast<float2*>(part_acc + r * kHeadDim + dt * 8 + 2 * (lane % 4)) =
+                make_float2(acc[mt][dt][2 * h], acc[mt][dt][2 * h + 1]);
+          if (lane % 4 == 0) {
+            part_md[2 * r] = state[mt][h].m;
+            part_md[2 * r + 1] = state[mt][h].d;
+          }
+        }
+    }
+    __syncthreads();
+    if (key_warp > 0) return;
+    for (int w = 0; w < Tile::kKeyWarps - 1; ++w)
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = w * Tile::kRows + row_warp * Tile::kWarpRows + mt * 16 + lane / 4 + 8 * h;
+          const AttentionState::Factors f =
+              state[mt][h].Merge(AttentionState{part_md[2 * r], part_md[2 * r + 1]});
+#pragma unroll
+          for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+            const float2 other =
+                *reinterpret_cast<const float2*>(part_acc + r * kHeadDim + dt * 8 + 2 * (lane % 4));
+            acc[mt][dt][2 * h] = f.Apply(acc[mt][dt][2 * h], other.x);
+            acc[mt][dt][2 * h + 1] = f.Apply(acc[mt][dt][2 * h + 1], other.y);
+          }
+        }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = warp_row0 + mt * 16 + lane / 4 + 8 * h;
+      if (row >= rows) continue;
+      const int64_t out = OutputRow(p, row, kv_head, split);
+      const float o_scale = state[mt][h].OutputScale();
+      float* const o = p.o + out * kHeadDim + 2 * (lane % 4);
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt)
+        *reinterpret_cast<float2*>(o + dt * 8) =
+            make_float2(acc[mt][dt][2 * h] * o_scale, acc[mt][dt][2 * h + 1] * o_scale);
+      if (lane % 4 == 0 && p.lse != nullptr) p.lse[out] = state[mt][h].Lse();
+    }
+}
+
+// One kernel instance and its launch shape.
+struct FlashInstance {
+  void (*kernel)(AttentionKernelParams);
+  int threads;
+  int smem_bytes;
+  int rows;  // query rows (packed) per block
+};
+
+template <typename Tile, typename T>
+FlashInstance Instance() {
+  return {&AttentionFlashKernel<Tile, T>, Tile::kThreads, Tile::kSmemBytes, Tile::kRows};
+}
+
+// The instances: head_dim {64, 128} x {bf16, f16} x {kPrefill, kDecode}.
+template <int kHeadDim, typename T>
+FlashInstance InstanceOfShape(AttentionFlashShape shape) {
+  return shape == AttentionFlashShape::kPrefill
+             ? Instance<typename TileFor<kHeadDim, AttentionFlashShape::kPrefill>::Type, T>()
+             : Instance<typename TileFor<kHeadDim, AttentionFlashShape::kDecode>::Type, T>();
+}
+template <int kHeadDim>
+FlashInstance InstanceOfType(DType dtype, AttentionFlashShape shape) {
+  return dtype == DType::kBF16 ? InstanceOfShape<kHeadDim, __nv_bfloat16>(shape)
+                               : InstanceOfShape<kHeadDim, __half>(shape);
+}
+
+// An instance ready to launch on the current device, and how many of its blocks an SM holds.
+struct PreparedInstance {
+  FlashInstance instance;
+  int blocks_per_sm;
+};
+
+constexpr int kMaxCachedDevices = 64;
+constexpr int kNumInstances = 8;
+
+// Raising the shared-memory limit is per device and, with the occupancy query, costs driver
+// calls: both happen once per device and instance, so a decode step pays only for its launches.
+StatusOr<PreparedInstance> Prepare(int head_dim, DType dtype, AttentionFlashShape shape) {
+  MP_ASSERT(AttentionFlashSupports(head_dim, dtype, dtype));
+  const FlashInstance instance =
+      head_dim == 64 ? InstanceOfType<64>(dtype, shape) : InstanceOfType<128>(dtype, shape);
+  int device = 0;
+  MP_CUDA_CHECK(cudaGetDevice(&device));
+  const int slot = (head_dim == 128 ? 4 : 0) + (dtype == DType::kF16 ? 2 : 0) +
+                   (shape == AttentionFlashShape::kDecode ? 1 : 0);
+  // 0 until prepared; concurrent first calls both prepare, which is harmless.
+  static std::atomic<int> cached_blocks[kMaxCachedDevices][kNumInstances];
+  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable) {
+    const int blocks = cached_blocks[device][slot].load(std::memory_order_acquire);
+    if (blocks > 0) return PreparedInstance{instance, blocks};
+  }
+  MP_CUDA_CHECK(cudaFuncSetAttribute(instance.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     instance.smem_bytes));
+  int blocks = 0;
+  MP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, instance.kernel, instance.threads, instance.smem_bytes));
+  MP_ASSERT(blocks > 0, "an attention block does not fit on an SM");
+  if (cacheable) cached_blocks[device][slot].store(blocks, std::memory_order_release);
+  return PreparedInstance{instance, blocks};
+}
+
+}  // namespace
+
+bool AttentionFlashSupports(int head_dim, DType k_dtype, DType v_dtype) {
+  return (head_dim == 64 || head_dim == 128) && k_dtype == v_dtype &&
+         (k_dtype == DType::kBF16 || k_dtype == DType::kF16);
+}
+
+int AttentionFlashRowsPerBlock(AttentionFlashShape shape) {
+  return InstanceOfType<64>(DType::kBF16, shape).rows;
+}
+
+int AttentionFlashKeysPerTile() { return kKeysPerTile; }
+
+StatusOr<int> AttentionFlashBlocksPerSm(int head_dim, DType kv_dtype, AttentionFlashShape shape) {
+  MP_ASSIGN_OR_RETURN(const PreparedInstance prepared, Prepare(head_dim, kv_dtype, shape));
+  return prepared.blocks_per_sm;
+}
+
+Status LaunchAttentionFlash(const AttentionKernelParams& params, AttentionFlashShape shape,
+                            cudaStream_t stream) {
+  MP_ASSERT(params.k_dtype == params.v_dtype);
+  MP_ASSIGN_OR_RETURN(const PreparedInstance prepared,
+                      Prepare(params.head_dim, params.k_dtype, shape));
+  const FlashInstance& instance = prepared.instance;
+  const int64_t row_blocks = (params.n_q * params.group + instance.rows - 1) / instance.rows;
+  MP_REQUIRE(row_blocks < (int64_t{1} << 31), "attention: ", params.n_q, " queries is too many");
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(params.num_kv_heads),
+                  static_cast<unsigned>(params.num_splits));
+  instance.kernel<<<grid, instance.threads, instance.smem_bytes, stream>>>(params);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+}  // namespace millipede::attention_internal

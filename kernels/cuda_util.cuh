@@ -1,0 +1,89 @@
+// Internal helpers shared by the CUDA ops: widening loads of the float dtypes, picking a kernel
+// instance for a runtime dtype, and a grow-only device scratch buffer. Include only from .cu
+// files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace millipede::cuda_util {
+
+// p[i] widened to float: exact for F32, BF16 and F16; F64 rounds to nearest, like LoadAsFloat.
+__device__ __forceinline__ float LoadFloat(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float LoadFloat(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ float LoadFloat(const __half* p, int64_t i) {
+  return __half2float(p[i]);
+}
+__device__ __forceinline__ float LoadFloat(const double* p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+
+// Calls f(std::type_identity<T>{}) with T the device storage type of a float dtype (float,
+// __nv_bfloat16, __half or double), so that one generic lambda launches the matching kernel
+// instance. Other dtypes are an InvalidArgument naming `what` (callers normally checked them).
+template <typename F>
+Status VisitFloatDType(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(std::type_identity<float>{});
+    case DType::kBF16: return f(std::type_identity<__nv_bfloat16>{});
+    case DType::kF16: return f(std::type_identity<__half>{});
+    case DType::kF64: return f(std::type_identity<double>{});
+    default: break;
+  }
+  return InvalidArgumentError(
+      detail::StrCat(what, ": dtype ", DTypeName(dtype), " is not a float type"));
+}
+
+// True when `p` is a multiple of `bytes` (a power of two).
+inline bool IsAligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+// A device buffer that only grows, for the temporaries of one op. A scratch serves one stream:
+// growing waits for that stream before freeing the old buffer, since work queued earlier may
+// still use it. Capacities are powers of two so a slowly rising demand reallocates rarely.
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  ~DeviceScratch() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+  // Makes data() hold at least `bytes`; the contents are not kept.
+  Status Reserve(size_t bytes, cudaStream_t stream) {
+    if (bytes <= bytes_) return OkStatus();
+    if (data_ != nullptr) {
+      MP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      MP_CUDA_CHECK(cudaFree(data_));
+      data_ = nullptr;
+      bytes_ = 0;
+    }
+    size_t capacity = size_t{1} << 16;
+    while (capacity < bytes) capacity *= 2;
+    MP_CUDA_CHECK(cudaMalloc(&data_, capacity));
+    bytes_ = capacity;
+    return OkStatus();
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace millipede::cuda_util

@@ -1,0 +1,17 @@
+// CUDA form of SiluMulRef. Include only from CUDA-enabled translation units
+// (MILLIPEDE_HAVE_CUDA builds); kernels/silu_mul.h stays CUDA-free.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/status.h"
+#include "kernels/silu_mul.h"
+
+namespace millipede {
+
+// SiluMulRef on device memory, enqueued on `stream` (asynchronous), computed in fp32 (the
+// reference uses double): out = gate / (1 + exp(-gate)) * up. `out` may be `gate` or `up`.
+//   gate, up, out: [n, inter] F32.
+Status SiluMulCuda(const SiluMulArgs& args, cudaStream_t stream);
+
+}  // namespace millipede

@@ -1,0 +1,134 @@
+#include "worker/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "kernels/attention_cuda.h"
+#include "kernels/convert_cuda.h"
+#include "kernels/embedding_cuda.h"
+#include "kernels/gemm_cuda.h"
+#include "kernels/merge_state_cuda.h"
+#include "kernels/rms_norm_cuda.h"
+#include "kernels/rope_cuda.h"
+#include "kernels/sampling_cuda.h"
+#include "kernels/silu_mul_cuda.h"
+
+namespace millipede {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (void* p : weights_) cudaFree(p);
+  }
+
+  static StatusOr<std::unique_ptr<Backend>> Create(int device) {
+    int count = 0;
+    MP_CUDA_CHECK(cudaGetDeviceCount(&count));
+    MP_REQUIRE(device >= 0 && device < count, "GPU ", device, " does not exist (", count,
+               " visible)");
+    MP_CUDA_CHECK(cudaSetDevice(device));
+    auto b = std::unique_ptr<CudaBackend>(new CudaBackend());
+    b->device_ = device;
+    MP_ASSIGN_OR_RETURN(b->gemm_, GemmCudaContext::Create());
+    MP_ASSIGN_OR_RETURN(b->sample_, SampleCudaWorkspace::Create());
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+
+  StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) override {
+    MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free allocation error
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      return ResourceExhaustedError("GPU " + std::to_string(device_) + ": cannot allocate " +
+                                    std::to_string(bytes) + " bytes for a tensor " +
+                                    shape.ToString() + " (" + std::to_string(free_bytes) +
+                                    " bytes free)");
+    }
+    // cudaFree synchronises the device, so nothing still queued can touch freed memory.
+    return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFree(q); });
+  }
+
+  StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) override {
+    void* p = nullptr;
+    MP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(host.NumBytes(), 256)));
+    weights_.push_back(p);
+    MP_CUDA_CHECK(cudaMemcpy(p, host.data, host.NumBytes(), cudaMemcpyHostToDevice));
+    return ConstTensorView{p, host.dtype, host.shape};
+  }
+
+  Status CopyFromHost(ConstTensorView host_src, TensorView dst) override {
+    MP_RETURN_IF_ERROR(CheckCopy(host_src, AsConst(dst)));
+    // From pageable memory the copy has consumed the source when this returns.
+    MP_CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src.data, host_src.NumBytes(),
+                                  cudaMemcpyHostToDevice, stream_));
+    return OkStatus();
+  }
+  Status CopyToHost(ConstTensorView src, TensorView host_dst) override {
+    MP_RETURN_IF_ERROR(CheckCopy(src, AsConst(host_dst)));
+    MP_CUDA_CHECK(cudaMemcpyAsync(host_dst.data, src.data, src.NumBytes(),
+                                  cudaMemcpyDeviceToHost, stream_));
+    MP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return OkStatus();
+  }
+  Status Convert(ConstTensorView src, TensorView dst) override {
+    return ConvertCuda(src, dst, stream_);
+  }
+  Status Synchronize() override {
+    MP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return OkStatus();
+  }
+
+  Status Embedding(const EmbeddingArgs& args) override { return EmbeddingCuda(args, stream_); }
+  Status RmsNorm(const RmsNormArgs& args) override { return RmsNormCuda(args, stream_); }
+  Status Rope(const RopeArgs& args) override { return RopeCuda(args, stream_); }
+  Status Gemm(const GemmArgs& args) override { return GemmCuda(args, *gemm_, stream_); }
+  Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
+  Status Attention(const AttentionArgs& args) override { return AttentionCuda(args, stream_); }
+  Status MergeState(const MergeStateArgs& args) override { return MergeStateCuda(args, stream_); }
+  Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
+                           ConstTensorView lse_other) override {
+    return MergeStateInPlaceCuda(o, lse, o_other, lse_other, stream_);
+  }
+  Status ClearState(TensorView o, TensorView lse) override {
+    return ClearStateCuda(o, lse, stream_);
+  }
+  StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
+                           uint64_t step) override {
+    return SampleCuda(logits, params, step, *sample_, stream_);
+  }
+
+ private:
+  CudaBackend() = default;
+  static Status CheckCopy(ConstTensorView a, ConstTensorView b) {
+    MP_REQUIRE(a.dtype == b.dtype, "copy: dtype ", DTypeName(a.dtype), " vs ",
+               DTypeName(b.dtype));
+    MP_REQUIRE(a.NumElements() == b.NumElements(), "copy: element counts differ (",
+               a.shape.ToString(), " vs ", b.shape.ToString(), ")");
+    return OkStatus();
+  }
+
+  int device_ = 0;
+  // The calling thread's default stream: the NCCL data plane orders itself against it.
+  cudaStream_t stream_ = cudaStreamPerThread;
+  std::unique_ptr<GemmCudaContext> gemm_;
+  std::unique_ptr<SampleCudaWorkspace> sample_;
+  std::vector<void*> weights_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  return CudaBackend::Create(device);
+}
+
+}  // namespace millipede
