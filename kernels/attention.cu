@@ -27,36 +27,13 @@ bool IsAligned(const void* p, size_t alignment) {
   return reinterpret_cast<uintptr_t>(p) % alignment == 0;
 }
 
-Status CheckKv(const ConstTensorView& t, const char* what, const Shape& shape) {
-  MP_REQUIRE(t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16, what,
-             ": dtype ", DTypeName(t.dtype), ", expected F32, BF16 or F16");
-  return CheckTensor(t, what, t.dtype, shape);
-}
-
-// The checks of AttentionRef, on views whose data may live on a device.
+// AttentionRef's checks plus the limits of the CUDA launch (offsets, head counts).
 Status CheckArgs(const AttentionArgs& args) {
-  MP_REQUIRE(args.q.rank() == 3, "attention q: rank ", args.q.rank(), ", expected 3");
-  MP_REQUIRE(args.k.rank() == 3, "attention k: rank ", args.k.rank(), ", expected 3");
-  const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
-  const int64_t n_kv = args.k.dim(0), num_kv_heads = args.k.dim(1);
-  MP_REQUIRE(head_dim > 0, "attention: head_dim must be positive");
-  MP_REQUIRE(num_kv_heads > 0 && num_q_heads % num_kv_heads == 0, "attention: num_q_heads ",
-             num_q_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
-  MP_RETURN_IF_ERROR(
-      CheckTensor(args.q, "attention q", DType::kF32, Shape{n_q, num_q_heads, head_dim}));
-  const Shape kv_shape{n_kv, num_kv_heads, head_dim};
-  MP_RETURN_IF_ERROR(CheckKv(args.k, "attention k", kv_shape));
-  MP_RETURN_IF_ERROR(CheckKv(args.v, "attention v", kv_shape));
-  MP_RETURN_IF_ERROR(
-      CheckTensor(args.o, "attention o", DType::kF32, Shape{n_q, num_q_heads, head_dim}));
-  if (args.lse.data != nullptr)
-    MP_RETURN_IF_ERROR(
-        CheckTensor(args.lse, "attention lse", DType::kF32, Shape{n_q, num_q_heads}));
-  MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
-             "attention: scale ", args.scale, " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
+  MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
   MP_REQUIRE(std::abs(args.q_offset) < kMaxAbsOffset && std::abs(args.k_offset) < kMaxAbsOffset,
              "attention: offsets ", args.q_offset, ", ", args.k_offset, " out of range");
-  MP_REQUIRE(num_q_heads < (int64_t{1} << 31) && num_kv_heads < 65536, "attention: too many heads");
+  MP_REQUIRE(args.q.dim(1) < (int64_t{1} << 31) && args.k.dim(1) < 65536,
+             "attention: too many heads");
   return OkStatus();
 }
 

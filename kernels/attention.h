@@ -41,5 +41,8 @@ struct AttentionArgs {
 
 // Computes o and lse. Every element of o (and lse) is written; never NaN for finite inputs.
 Status AttentionRef(const AttentionArgs& args);
+// AttentionRef's argument checks (shapes, dtypes, scale), for any backend: the data may live on a
+// device and is not read.
+Status AttentionCheckArgs(const AttentionArgs& args);
 
 }  // namespace millipede

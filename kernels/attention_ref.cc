@@ -27,7 +27,7 @@ std::vector<float> LoadKvHead(const ConstTensorView& t, int64_t kv_head) {
 
 }  // namespace
 
-Status AttentionRef(const AttentionArgs& args) {
+Status AttentionCheckArgs(const AttentionArgs& args) {
   MP_REQUIRE(args.q.rank() == 3, "attention q: rank ", args.q.rank(), ", expected 3");
   MP_REQUIRE(args.k.rank() == 3, "attention k: rank ", args.k.rank(), ", expected 3");
   const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
@@ -42,12 +42,19 @@ Status AttentionRef(const AttentionArgs& args) {
   MP_RETURN_IF_ERROR(CheckKv(args.v, "attention v", kv_shape));
   MP_RETURN_IF_ERROR(
       CheckTensor(args.o, "attention o", DType::kF32, Shape{n_q, num_q_heads, head_dim}));
-  const bool write_lse = args.lse.data != nullptr;
-  if (write_lse)
+  if (args.lse.data != nullptr)
     MP_RETURN_IF_ERROR(
         CheckTensor(args.lse, "attention lse", DType::kF32, Shape{n_q, num_q_heads}));
   MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
              "attention: scale ", args.scale, " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
+  return OkStatus();
+}
+
+Status AttentionRef(const AttentionArgs& args) {
+  MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
+  const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t n_kv = args.k.dim(0), num_kv_heads = args.k.dim(1);
+  const bool write_lse = args.lse.data != nullptr;
   const double scale =
       args.scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : args.scale;
 
