@@ -1,6 +1,7 @@
 #include "common/flags.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -35,7 +36,9 @@ StatusOr<Flags> Flags::Parse(int argc, char** argv,
       continue;
     }
     if (!value) {
-      if (i + 1 >= argc) return InvalidArgumentError("flag --" + name + " needs a value");
+      // A following "--flag" is a forgotten value, not the value (write --name=--x to mean it).
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)
+        return InvalidArgumentError("flag --" + name + " needs a value");
       value = argv[++i];
     }
     f.values_[name].push_back(*value);
@@ -85,7 +88,8 @@ StatusOr<int64_t> ParseInt64(const std::string& text, const std::string& what) {
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ||
+      end != text.c_str() + text.size() || errno == ERANGE)
     return InvalidArgumentError(what + ": \"" + text + "\" is not an integer");
   return static_cast<int64_t>(v);
 }
@@ -94,8 +98,9 @@ StatusOr<double> ParseDouble(const std::string& text, const std::string& what) {
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || std::isnan(v))
-    return InvalidArgumentError(what + ": \"" + text + "\" is not a number");
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ||
+      end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+    return InvalidArgumentError(what + ": \"" + text + "\" is not a finite number");
   return v;
 }
 

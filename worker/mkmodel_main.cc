@@ -2,7 +2,9 @@
 // safetensors, tokenizer.json) for any Llama-family shape.
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "common/checkpoint/safetensors_writer.h"
@@ -109,6 +111,9 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(weights.dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
   weights.seed = static_cast<uint64_t>(seed);
+  MP_ASSIGN_OR_RETURN(int64_t shard_mb, flags.GetInt("shard-size-mb", 0));
+  MP_REQUIRE(shard_mb >= 0 && shard_mb <= (int64_t{1} << 30), "--shard-size-mb must lie in [0, ",
+             int64_t{1} << 30, "], got ", shard_mb);
   config.torch_dtype = weights.dtype == DType::kF32   ? "float32"
                        : weights.dtype == DType::kF16 ? "float16"
                                                       : "bfloat16";
@@ -135,13 +140,12 @@ Status Run(int argc, char** argv) {
   MP_RETURN_IF_ERROR(ValidateModelConfig(config));
 
   if (::mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return IoError("cannot create " + out_dir);
+    return IoError("cannot create " + out_dir + ": " + std::strerror(errno));
   MP_ASSIGN_OR_RETURN(std::vector<NamedHostTensor> tensors,
                       GenerateRandomWeights(config, weights));
   std::vector<NamedTensor> views;
   for (const auto& t : tensors) views.emplace_back(t.name, t.tensor.view());
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  MP_ASSIGN_OR_RETURN(int64_t shard_mb, flags.GetInt("shard-size-mb", 0));
   if (shard_mb > 0) {
     MP_RETURN_IF_ERROR(WriteShardedSafetensors(out_dir, views,
                                                static_cast<uint64_t>(shard_mb) << 20, metadata));
