@@ -16,15 +16,6 @@ int64_t TotalSize(std::span<const TokenRange> ranges) {
   return n;
 }
 
-// Appends `r` to `out`, merging it with the last range when they touch.
-void AppendRange(std::vector<TokenRange>* out, const TokenRange& r) {
-  if (!out->empty() && out->back().end == r.begin) {
-    out->back().end = r.end;
-  } else {
-    out->push_back(r);
-  }
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,

@@ -53,11 +53,7 @@ Status KvCache::Commit(const TokenRange& positions) {
              " rows exceed the capacity of ", capacity_);
   MP_REQUIRE(ranges_.empty() || positions.begin >= ranges_.back().end,
              "KV cache: positions must be appended in increasing order");
-  if (!ranges_.empty() && ranges_.back().end == positions.begin) {
-    ranges_.back().end = positions.end;
-  } else {
-    ranges_.push_back(positions);
-  }
+  AppendRange(&ranges_, positions);
   rows_ += positions.size();
   return OkStatus();
 }

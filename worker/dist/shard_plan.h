@@ -27,6 +27,16 @@ struct TokenRange {
   bool empty() const { return end <= begin; }
 };
 
+// Appends `r` to `ranges` (kept in increasing order), merging it with the last range when they
+// touch.
+inline void AppendRange(std::vector<TokenRange>* ranges, const TokenRange& r) {
+  if (!ranges->empty() && ranges->back().end == r.begin) {
+    ranges->back().end = r.end;
+  } else {
+    ranges->push_back(r);
+  }
+}
+
 class ShardPlan {
  public:
   // A plan for a prompt of `prompt_tokens` (>= 1) tokens over `num_ranks` (>= 1) ranks.
