@@ -251,13 +251,25 @@ Status Engine::CheckShard(std::span<const TokenRange> ranges,
   return OkStatus();
 }
 
+Status Engine::AgreeToContinue(bool go_on) {
+  int32_t flag = go_on ? 1 : 0;
+  if (comm_->size() > 1) {
+    std::vector<int32_t> flags(static_cast<size_t>(comm_->size()));
+    MP_RETURN_IF_ERROR(comm_->HostAllGather(&flag, flags.data(), sizeof(flag)));
+    for (int32_t f : flags) flag = std::min(flag, f);
+  }
+  if (flag == 0) return CancelledError("the step was cancelled");
+  return OkStatus();
+}
+
 struct Engine::Block {
   ConstTensorView k, v;  // [rows, kv_heads, head_dim] per layer-independent buffer
   std::vector<TokenRange> ranges;
 };
 
 StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
-    std::span<const TokenRange> ranges, std::span<const int32_t> ids) {
+    std::span<const TokenRange> ranges, std::span<const int32_t> ids,
+    const LayerCallback& after_layer) {
   MP_REQUIRE(kv_ != nullptr, "forward: no sequence started");
   const ModelConfig& c = config_;
   Backend& b = *backend_;
@@ -380,6 +392,8 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
     // Phase 3: output projection and MLP, chunk by chunk.
     for (int64_t s = 0; s < n; s += chunk)
       MP_RETURN_IF_ERROR(OutputAndMlp(layer, s, std::min(n, s + chunk), o_acc_.cview()));
+    if (after_layer) MP_RETURN_IF_ERROR(AgreeToContinue(after_layer(layer + 1,
+                                                                    c.num_hidden_layers)));
   }
   for (const TokenRange& r : ranges) MP_RETURN_IF_ERROR(kv_->Commit(r));
   global_length_ = global_end;

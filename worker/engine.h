@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -28,6 +29,9 @@
 #include "worker/model_weights.h"
 
 namespace millipede {
+
+// Called after each layer of a sharded step: (layers done, layers total) -> keep going?
+using LayerCallback = std::function<bool(int64_t layers_done, int64_t layers_total)>;
 
 struct EngineOptions {
   // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
@@ -73,8 +77,13 @@ class Engine {
   // must tile [length(), length() + n) exactly. With several ranks it must be the sequence's
   // first step (prefill). Returns the logits of position length() + n - 1 ([vocab] F32, backend
   // memory, valid until the next step) on the rank that holds it, nullopt on the others.
+  //
+  // `after_layer`, when set, is called on every rank after each layer with (layers done, layers
+  // total); if it returns false on any rank the step stops on every rank with Cancelled (with
+  // several ranks the answers are combined by a host all-gather per layer).
   StatusOr<std::optional<ConstTensorView>> ForwardShard(std::span<const TokenRange> ranges,
-                                                        std::span<const int32_t> ids);
+                                                        std::span<const int32_t> ids,
+                                                        const LayerCallback& after_layer = {});
   // A replicated step, called by every rank with the same token: runs it at position length(),
   // stores its K/V on rank length() mod N, and returns its logits on every rank.
   StatusOr<ConstTensorView> ForwardDecode(int32_t id);
@@ -88,6 +97,8 @@ class Engine {
   Engine() = default;
   // Checks this rank's share of a sharded step (ids, ranges, capacity).
   Status CheckShard(std::span<const TokenRange> ranges, std::span<const int32_t> ids) const;
+  // Cancelled on every rank if any rank passes false (a host all-gather with several ranks).
+  Status AgreeToContinue(bool go_on);
   Status EnsureScratch(int64_t chunk);
   Status EnsureStepBuffers(int64_t n);
   StatusOr<BackendTensor> UploadInvFreq(int64_t seq_len);

@@ -53,7 +53,8 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
 }
 
 StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
-                                    const TokenCallback& on_token) {
+                                    const TokenCallback& on_token,
+                                    const ProgressCallback& on_progress) {
   MP_RETURN_IF_ERROR(ValidateGenerationRequest(engine, request));
   const auto t0 = std::chrono::steady_clock::now();
   Communicator& comm = engine.comm();
@@ -81,8 +82,14 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   GenerationResult result;
   result.prompt_tokens = prompt;
   std::chrono::steady_clock::time_point first_token;
+  LayerCallback after_layer;
+  if (on_progress) {
+    after_layer = [&](int64_t done, int64_t total) {
+      return on_progress(done * prompt / total, prompt);
+    };
+  }
   MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> prefill_logits,
-                      engine.ForwardShard(ranges, ids));
+                      engine.ForwardShard(ranges, ids, after_layer));
   // The rank holding the last prompt token samples; the others learn the token from it.
   const int sampler = plan.RankOfPromptPosition(prompt - 1);
   int32_t token = 0;

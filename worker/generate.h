@@ -42,6 +42,11 @@ struct GenerationResult {
 // (Generate then returns a Cancelled status; the tokens so far were all passed to the callback).
 using TokenCallback = std::function<bool(int32_t id)>;
 
+// Called during prefill after each layer with the prompt tokens done so far (all ranks together,
+// counted as layers done x prompt length / layers) and the prompt length; returning false on any
+// rank cancels the job on every rank (Generate returns Cancelled).
+using ProgressCallback = std::function<bool(int64_t tokens_done, int64_t tokens_total)>;
+
 // Checks a request against the engine's model before any work: a non-empty prompt of in-vocabulary
 // ids, max_new_tokens >= 1, prompt + max_new_tokens within the context limit, valid sampling.
 Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& request);
@@ -52,6 +57,7 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
 // ranks `on_token` must answer the same on every rank. The engine's sequence is freed afterwards
 // whatever happens.
 StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
-                                    const TokenCallback& on_token = nullptr);
+                                    const TokenCallback& on_token = nullptr,
+                                    const ProgressCallback& on_progress = nullptr);
 
 }  // namespace millipede

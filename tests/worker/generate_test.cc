@@ -98,6 +98,17 @@ TEST(GenerateTest, StopConditions) {
   EXPECT_EQ(cancelled.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(engine->kv_cache(), nullptr);
+  // So can the prefill progress callback, which counts prompt tokens layer by layer.
+  std::vector<int64_t> progress;
+  auto stopped_in_prefill =
+      Generate(*engine, Request(10), nullptr, [&](int64_t done, int64_t total) {
+        progress.push_back(done);
+        EXPECT_EQ(total, static_cast<int64_t>(Request(10).prompt_ids.size()));
+        return progress.size() < 2;
+      });
+  EXPECT_EQ(stopped_in_prefill.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(progress.size(), 2u);
+  EXPECT_EQ(engine->kv_cache(), nullptr);
 }
 
 TEST(GenerateTest, ValidationErrorsNameTheProblem) {

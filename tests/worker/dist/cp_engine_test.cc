@@ -2,6 +2,7 @@
 // process (logits within 1e-5 relative in fp32, identical greedy tokens).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../engine_test_util.h"
@@ -135,6 +136,34 @@ TEST(CpGenerateTest, BadRequestFailsOnEveryRankWithoutHanging) {
   r.prompt_ids = {1, 2, 3};
   r.max_new_tokens = 3;
   EXPECT_TRUE(Generate(*engine, r).ok());  // the engine is still usable
+}
+
+TEST(CpGenerateTest, OneRankCancellingPrefillStopsEveryRank) {
+  auto engine = MakeDistributed(32);
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(300, 97, 9);
+  r.max_new_tokens = 4;
+  std::vector<int64_t> seen;
+  // Only the last rank says stop, after the first layer: every rank must return Cancelled.
+  const int last = engine->comm().size() - 1;
+  auto result = Generate(*engine, r, nullptr, [&](int64_t done, int64_t total) {
+    EXPECT_EQ(total, 300);
+    seen.push_back(done);
+    return !(engine->comm().rank() == last && seen.size() == 1);
+  });
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_EQ(engine->kv_cache(), nullptr);
+  // Progress runs to the whole prompt when nobody cancels.
+  seen.clear();
+  auto full = Generate(*engine, r, nullptr, [&](int64_t done, int64_t) {
+    seen.push_back(done);
+    return true;
+  });
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), 300);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
 }
 
 }  // namespace

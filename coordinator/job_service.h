@@ -1,0 +1,122 @@
+// The coordinator's job API as the front ends (Cap'n Proto RPC, OpenAI HTTP, the canary) see it:
+// submit a job with an observer for its events, query or cancel it, describe the model and the
+// service's health. One implementation (the scheduler in coordinator/) runs jobs on the worker
+// ranks; tests may use fakes.
+//
+// Threading: every method may be called from any thread. Events of one job are delivered in
+// order, never concurrently, from a thread owned by the service; observers must not block (front
+// ends post the event to their own event loop) and must not call back into the service from the
+// event callback itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/sampling.h"
+
+namespace millipede {
+
+using JobId = uint64_t;
+
+// A job as a front end hands it over, after parsing its own wire format.
+struct JobRequest {
+  // Exactly one of the two is non-empty: text is tokenized by the coordinator (no BOS is added;
+  // chat templates and callers add special tokens as text), ids are used as they are.
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  // At least 1; prompt + max_new_tokens must fit the context limit and the workers' KV capacity.
+  int64_t max_new_tokens = 16;
+  SamplingParams sampling;
+  // Generation stops after any of these ids (the id is part of the output) ...
+  std::vector<int32_t> stop_ids;
+  // ... or as soon as the generated text contains one of these strings (OpenAI's `stop`: the
+  // text is cut before the match and the finish reason is "stop").
+  std::vector<std::string> stop_strings;
+  // When false, the model's EOS ids stop generation too.
+  bool ignore_eos = false;
+  // Attention policy overrides in the policy-file JSON format; empty = the service's default.
+  std::string policy_json;
+};
+
+enum class JobState { kQueued, kPrefill, kDecode, kFinished, kCancelled, kFailed };
+const char* JobStateName(JobState state);  // "queued", "prefill", ...
+
+// The final record of a job that produced its answer.
+struct JobCompletion {
+  std::string finish_reason;  // "stop" or "length" (OpenAI's names)
+  std::vector<int32_t> ids;   // generated ids
+  std::string text;           // their text (cut at a matched stop string)
+  int64_t prompt_tokens = 0;
+  double queue_s = 0;              // submit to start of prefill
+  double ttft_s = 0;               // submit to first generated token
+  double e2e_s = 0;                // submit to completion
+  double prefill_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;
+};
+
+// One job's events. Exactly one of OnComplete / OnError ends every accepted job (a cancelled job
+// ends with OnError(CancelledError)).
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  // Prefill progress in prompt tokens (monotonic; total = the prompt length).
+  virtual void OnProgress(int64_t tokens_done, int64_t tokens_total) = 0;
+  // One generated token and the text it completes (may be empty while a UTF-8 sequence or a
+  // possible stop string is still open; the pieces concatenate to JobCompletion::text).
+  virtual void OnToken(int32_t id, std::string_view text_delta) = 0;
+  virtual void OnComplete(const JobCompletion& completion) = 0;
+  virtual void OnError(const Status& error) = 0;
+};
+
+struct JobStatusInfo {
+  JobId id = 0;
+  JobState state = JobState::kQueued;
+  int64_t queue_position = 0;  // jobs ahead of it while queued, else 0
+  int64_t prompt_tokens = 0;
+  int64_t prefill_done = 0;    // prompt tokens prefilled so far
+  int64_t generated_tokens = 0;
+  std::string error;           // for kFailed
+};
+
+struct ModelInfo {
+  std::string id;              // the served model's name (directory name unless configured)
+  int64_t context_limit = 0;   // prompt + generated tokens
+  int64_t kv_capacity_tokens = 0;  // what the workers' memory holds for one job
+  int64_t vocab_size = 0;
+  int num_workers = 0;
+  std::string chat_format;     // "llama3", "chatml" or "" (no chat template known)
+};
+
+struct HealthInfo {
+  bool alive = true;           // the process and its workers are up
+  bool accepting = true;       // false while draining (SIGTERM) or after a worker failure
+  int64_t running = 0;
+  int64_t waiting = 0;
+  double seconds_since_last_token = -1;  // -1: no token produced yet
+  std::string detail;          // why not alive / not accepting
+};
+
+class Tokenizer;
+
+class JobService {
+ public:
+  virtual ~JobService() = default;
+  // Validates (tokenizes text, checks limits, sampling, ids) and queues the job. Any error is
+  // returned here with nothing queued: InvalidArgument for bad input, OutOfRange for a prompt
+  // over the context limit (the message names both numbers), ResourceExhausted "queue full",
+  // FailedPrecondition while draining or after a worker failure.
+  virtual StatusOr<JobId> Submit(JobRequest request, std::shared_ptr<JobObserver> observer) = 0;
+  // Cancels a queued or running job (its KV is freed on every rank); NotFound for unknown or
+  // already finished ids.
+  virtual Status Cancel(JobId id) = 0;
+  virtual StatusOr<JobStatusInfo> GetStatus(JobId id) const = 0;
+  virtual ModelInfo GetModelInfo() const = 0;
+  virtual HealthInfo GetHealth() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+};
+
+}  // namespace millipede

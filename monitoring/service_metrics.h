@@ -1,0 +1,59 @@
+// The service's Prometheus metrics: names (prefix millipede_, vLLM's meanings so dashboards port),
+// buckets and the /metrics endpoint, behind calls the coordinator makes as jobs move. No label
+// carries a per-job value. The coordinator is the one scrape target: workers' numbers arrive over
+// MPI and are recorded here with UpdateRank.
+//
+// Thread-safe. This header compiles without prometheus-cpp (the registry lives in the .cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace millipede {
+
+// One worker rank's counters, cumulative since the worker started (except the KV gauges).
+struct RankStats {
+  int rank = 0;                // worker rank (1..N in the MPMD launch)
+  int64_t kv_bytes_gpu = 0;    // KV cache bytes held now, by tier
+  int64_t kv_bytes_host = 0;
+  double attention_s = 0;      // time in attention kernels
+  double comm_s = 0;           // time waiting for the data plane (ring transfers, merges)
+  int64_t comm_bytes = 0;      // bytes sent over the data plane
+};
+
+class ServiceMetrics {
+ public:
+  // Serves /metrics on `bind_address` ("HOST:PORT"; port 0 picks a free one).
+  static StatusOr<std::unique_ptr<ServiceMetrics>> Create(const std::string& bind_address);
+  virtual ~ServiceMetrics() = default;
+  // "http://HOST:PORT/metrics" with the port actually bound.
+  virtual std::string url() const = 0;
+
+  // requests_waiting +1.
+  virtual void JobQueued() = 0;
+  // requests_waiting -1, requests_running +1, queue_time_seconds observed.
+  virtual void JobStarted(double queue_s) = 0;
+  // prefill_progress_ratio of the running job (0..1) and prompt_tokens_total.
+  virtual void PrefillProgress(int64_t tokens_done, int64_t tokens_total) = 0;
+  // time_to_first_token_seconds, prefill throughput (prompt tokens / prefill seconds).
+  virtual void FirstToken(double ttft_s, double prefill_tokens_per_s) = 0;
+  // generation_tokens_total +1 and time_per_output_token_seconds (0 for the first token: not
+  // observed).
+  virtual void OutputToken(double since_previous_s) = 0;
+  // requests_running -1 (if it had started; requests_waiting -1 if it had not),
+  // request_finished_total{reason} with reason stop|length|cancelled|error,
+  // e2e_request_latency_seconds, decode throughput of the job.
+  virtual void JobFinished(std::string_view reason, bool started, double e2e_s,
+                           double decode_tokens_per_s) = 0;
+  // request_errors_total{reason}: a rejected submission (reason: invalid|too_long|queue_full|
+  // draining) or a failed job (reason: worker|internal).
+  virtual void RequestError(std::string_view reason) = 0;
+  // kv_cache_bytes{tier,rank}, attention/communication seconds and bytes per rank.
+  virtual void UpdateRank(const RankStats& stats) = 0;
+};
+
+}  // namespace millipede
