@@ -56,6 +56,12 @@ class BackendTensor {
 };
 
 enum class BackendKind { kCpu, kCuda };
+
+// Memory of the place a backend's tensors live (host RAM for the CPU backend, the GPU's memory).
+struct BackendMemory {
+  int64_t free_bytes = 0;   // what allocations can still get
+  int64_t total_bytes = 0;
+};
 const char* BackendKindName(BackendKind kind);
 StatusOr<BackendKind> ParseBackendKind(std::string_view name);
 
@@ -76,6 +82,8 @@ class Backend {
   virtual Status Convert(ConstTensorView src, TensorView dst) = 0;
   // Waits until every queued op has finished.
   virtual Status Synchronize() = 0;
+  // Free and total memory now.
+  virtual StatusOr<BackendMemory> Memory() = 0;
 
   // The model's ops; argument contracts are those of the kernels/ headers.
   virtual Status Embedding(const EmbeddingArgs& args) = 0;

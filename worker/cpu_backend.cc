@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <limits>
 #include <cstring>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 namespace millipede {
 namespace {
@@ -12,6 +16,28 @@ Status CheckSameSize(ConstTensorView a, ConstTensorView b, const char* what) {
   MP_REQUIRE(a.NumElements() == b.NumElements(), what, ": element counts differ (",
              a.shape.ToString(), " vs ", b.shape.ToString(), ")");
   return OkStatus();
+}
+
+// MemAvailable / MemTotal from /proc/meminfo (what the kernel can give without swapping).
+StatusOr<BackendMemory> HostMemory() {
+  std::ifstream in("/proc/meminfo");
+  BackendMemory m;
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") m.free_bytes = kib * 1024;
+    if (key == "MemTotal:") m.total_bytes = kib * 1024;
+  }
+  if (m.total_bytes <= 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    MP_REQUIRE(pages > 0 && page > 0, "cannot read the host's memory size");
+    m.total_bytes = static_cast<int64_t>(pages) * page;
+    m.free_bytes = static_cast<int64_t>(std::max(avail, 0L)) * page;
+  }
+  return m;
 }
 
 class CpuBackend final : public Backend {
@@ -39,6 +65,7 @@ class CpuBackend final : public Backend {
   }
   Status Convert(ConstTensorView src, TensorView dst) override { return ConvertRef(src, dst); }
   Status Synchronize() override { return OkStatus(); }
+  StatusOr<BackendMemory> Memory() override { return HostMemory(); }
 
   Status Embedding(const EmbeddingArgs& args) override { return EmbeddingRef(args); }
   Status RmsNorm(const RmsNormArgs& args) override { return RmsNormRef(args); }

@@ -87,6 +87,11 @@ class CudaBackend final : public Backend {
     MP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return OkStatus();
   }
+  StatusOr<BackendMemory> Memory() override {
+    size_t free_bytes = 0, total = 0;
+    MP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return BackendMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total)};
+  }
 
   Status Embedding(const EmbeddingArgs& args) override { return EmbeddingCuda(args, stream_); }
   Status RmsNorm(const RmsNormArgs& args) override { return RmsNormCuda(args, stream_); }

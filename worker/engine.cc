@@ -52,15 +52,81 @@ int64_t Engine::max_context() const {
   return limit;
 }
 
-Status Engine::StartSequence(int64_t capacity) {
+MemoryPlanShape Engine::memory_shape() const {
+  return MemoryPlanShape{options_.kv_dtype, options_.prefill_chunk, attention_chunk(),
+                         comm_->size()};
+}
+
+int64_t Engine::attention_chunk() const {
+  return options_.attention_chunk > 0 ? options_.attention_chunk : options_.prefill_chunk;
+}
+
+SequenceMemoryPlan Engine::PlanSequence(int64_t capacity, int64_t step_tokens,
+                                        int64_t ring_rows) const {
+  return PlanSequenceMemory(config_, memory_shape(), capacity, step_tokens, ring_rows);
+}
+
+StatusOr<int64_t> Engine::MaxSequencePositionsNow() {
+  MP_ASSIGN_OR_RETURN(BackendMemory memory, backend_->Memory());
+  // The current sequence's memory would be freed first.
+  int64_t held = 0;
+  if (kv_) held += PlanSequence(kv_->capacity(), step_rows_, ring_rows_).total();
+  return MaxSequencePositions(config_, memory_shape(), memory.free_bytes + held);
+}
+
+Status Engine::StartSequence(int64_t capacity, int64_t step_tokens) {
   EndSequence();
-  MP_REQUIRE(capacity > 0 && capacity <= max_context(), "sequence capacity ", capacity,
-             " outside [1, ", max_context(), "]");
+  if (step_tokens <= 0) step_tokens = capacity;
+  Status local;
+  if (capacity <= 0 || capacity > max_context())
+    local = InvalidArgumentError("sequence capacity " + std::to_string(capacity) +
+                                 " outside [1, " + std::to_string(max_context()) + "]");
+  // Every rank learns every rank's step size (the ring blocks' rows), need and free memory.
+  const int num_ranks = comm_->size();
+  int64_t mine[3] = {step_tokens, 0, 0};
+  BackendMemory memory;
+  if (local.ok()) {
+    StatusOr<BackendMemory> m = backend_->Memory();
+    if (m.ok()) memory = *m; else local = m.status();
+  }
+  std::vector<int64_t> all(3 * static_cast<size_t>(num_ranks));
+  int64_t ring_rows = step_tokens;
+  if (num_ranks > 1) {
+    MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(int64_t)));
+    for (int r = 0; r < num_ranks; ++r) ring_rows = std::max(ring_rows, all[r]);
+  }
+  const SequenceMemoryPlan plan = PlanSequence(std::max<int64_t>(capacity, 1), step_tokens,
+                                               ring_rows);
+  mine[0] = local.ok() ? 1 : 0;
+  mine[1] = plan.total();
+  mine[2] = memory.free_bytes;
+  if (num_ranks > 1) {
+    MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(mine)));
+  } else {
+    std::copy(mine, mine + 3, all.begin());
+  }
+  MP_RETURN_IF_ERROR(local);
+  for (int r = 0; r < num_ranks; ++r) {
+    const int64_t* m = &all[3 * static_cast<size_t>(r)];
+    MP_REQUIRE(m[0] == 1, "rank ", r, " refused the sequence (its log says why)");
+    if (m[1] > m[2]) {
+      const std::string where = backend_->kind() == BackendKind::kCuda ? "GPU" : "host";
+      return ResourceExhaustedError(
+          "the sequence does not fit: rank " + std::to_string(r) + " needs " +
+          FormatBytes(m[1]) + " for " + std::to_string(capacity) + " positions" +
+          (r == comm_->rank() ? " = " + plan.ToString() : "") + " but its " + where + " has " +
+          FormatBytes(m[2]) + " free (weights already loaded); use more ranks or a shorter "
+          "prompt");
+    }
+  }
   MP_ASSIGN_OR_RETURN(KvCache cache,
                       KvCache::Create(*backend_, config_.num_hidden_layers,
                                       config_.num_key_value_heads, config_.head_dim, capacity,
                                       options_.kv_dtype));
   kv_ = std::make_unique<KvCache>(std::move(cache));
+  MP_RETURN_IF_ERROR(EnsureStepBuffers(step_tokens));
+  MP_RETURN_IF_ERROR(EnsureScratch(std::min(step_tokens, options_.prefill_chunk)));
+  if (num_ranks > 1) MP_RETURN_IF_ERROR(EnsureRingBuffers(ring_rows));
   return OkStatus();
 }
 
@@ -77,6 +143,11 @@ void Engine::EndSequence() {
     ring_v_[i] = BackendTensor();
   }
   ring_rows_ = 0;
+  positions_ = BackendTensor();
+  ids_ = BackendTensor();
+  o_part_ = BackendTensor();
+  lse_part_ = BackendTensor();
+  scratch_rows_ = 0;
 }
 
 Status Engine::EnsureScratch(int64_t chunk) {
@@ -89,12 +160,13 @@ Status Engine::EnsureScratch(int64_t chunk) {
   MP_ASSIGN_OR_RETURN(normed_, b.Allocate(DType::kF32, Shape{chunk, c.hidden_size}));
   MP_ASSIGN_OR_RETURN(k_, b.Allocate(DType::kF32, Shape{chunk, kv_width}));
   MP_ASSIGN_OR_RETURN(v_, b.Allocate(DType::kF32, Shape{chunk, kv_width}));
-  MP_ASSIGN_OR_RETURN(o_part_, b.Allocate(DType::kF32, Shape{chunk, q_width}));
-  MP_ASSIGN_OR_RETURN(lse_part_, b.Allocate(DType::kF32, Shape{chunk, c.num_attention_heads}));
+  // Attention partials: as many query rows as one attention call takes (at least a chunk).
+  const int64_t attention_rows = std::max(chunk, std::min(attention_chunk(), step_rows_));
+  MP_ASSIGN_OR_RETURN(o_part_, b.Allocate(DType::kF32, Shape{attention_rows, q_width}));
+  MP_ASSIGN_OR_RETURN(lse_part_,
+                      b.Allocate(DType::kF32, Shape{attention_rows, c.num_attention_heads}));
   MP_ASSIGN_OR_RETURN(gate_, b.Allocate(DType::kF32, Shape{chunk, c.intermediate_size}));
   MP_ASSIGN_OR_RETURN(up_, b.Allocate(DType::kF32, Shape{chunk, c.intermediate_size}));
-  MP_ASSIGN_OR_RETURN(positions_, b.Allocate(DType::kI64, Shape{chunk}));
-  MP_ASSIGN_OR_RETURN(ids_, b.Allocate(DType::kI32, Shape{chunk}));
   scratch_rows_ = chunk;
   return OkStatus();
 }
@@ -109,25 +181,54 @@ Status Engine::EnsureStepBuffers(int64_t n) {
   MP_ASSIGN_OR_RETURN(q_, b.Allocate(DType::kF32, Shape{n, q_width}));
   MP_ASSIGN_OR_RETURN(o_acc_, b.Allocate(DType::kF32, Shape{n, q_width}));
   MP_ASSIGN_OR_RETURN(lse_acc_, b.Allocate(DType::kF32, Shape{n, c.num_attention_heads}));
+  MP_ASSIGN_OR_RETURN(positions_, b.Allocate(DType::kI64, Shape{n}));
+  MP_ASSIGN_OR_RETURN(ids_, b.Allocate(DType::kI32, Shape{n}));
   step_rows_ = n;
+  // The attention partials follow the step size (up to attention_chunk rows).
+  scratch_rows_ = 0;
   return OkStatus();
 }
 
-StatusOr<BackendTensor> Engine::UploadInvFreq(int64_t seq_len) {
+Status Engine::EnsureRingBuffers(int64_t rows) {
+  if (rows <= ring_rows_) return OkStatus();
+  const Shape shape{rows, config_.num_key_value_heads, config_.head_dim};
+  for (int i = 0; i < 2; ++i) {
+    MP_ASSIGN_OR_RETURN(ring_k_[i], backend_->Allocate(options_.kv_dtype, shape));
+    MP_ASSIGN_OR_RETURN(ring_v_[i], backend_->Allocate(options_.kv_dtype, shape));
+  }
+  ring_rows_ = rows;
+  return OkStatus();
+}
+
+Status Engine::Mark(double* bucket) {
+  if (!options_.profile) return OkStatus();
+  MP_RETURN_IF_ERROR(backend_->Synchronize());
+  const auto now = std::chrono::steady_clock::now();
+  if (bucket != nullptr) *bucket += std::chrono::duration<double>(now - mark_).count();
+  mark_ = now;
+  return OkStatus();
+}
+
+StatusOr<ConstTensorView> Engine::InvFreq(int64_t seq_len) {
   const ModelConfig& c = config_;
+  const bool depends_on_length = c.rope_scaling.type == RopeScalingType::kDynamic;
+  if (inv_freq_len_ >= 0 && (!depends_on_length || inv_freq_len_ == seq_len))
+    return inv_freq_.cview();
   // Dynamic NTK scaling depends on the longest position in this pass, as in transformers.
   MP_ASSIGN_OR_RETURN(std::vector<float> host,
                       RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling,
                                   c.max_position_embeddings, seq_len));
-  MP_ASSIGN_OR_RETURN(BackendTensor dev, backend_->Allocate(DType::kF32, Shape{c.head_dim / 2}));
+  if (inv_freq_.view().data == nullptr) {
+    MP_ASSIGN_OR_RETURN(inv_freq_, backend_->Allocate(DType::kF32, Shape{c.head_dim / 2}));
+  }
   MP_RETURN_IF_ERROR(backend_->CopyFromHost(
-      ConstTensorView{host.data(), DType::kF32, Shape{c.head_dim / 2}}, dev.view()));
-  return dev;
+      ConstTensorView{host.data(), DType::kF32, Shape{c.head_dim / 2}}, inv_freq_.view()));
+  inv_freq_len_ = seq_len;
+  return inv_freq_.cview();
 }
 
-Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end,
-                          std::span<const int64_t> positions, int64_t cache_row, bool store_kv,
-                          ConstTensorView inv_freq) {
+Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end, int64_t cache_row,
+                          bool store_kv, ConstTensorView inv_freq) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
   Backend& b = *backend_;
@@ -141,15 +242,13 @@ Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end,
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.q_proj, w.q_bias, q}));
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.k_proj, w.k_bias, k}));
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.v_proj, w.v_bias, v}));
-  TensorView pos = SliceRows(positions_.view(), 0, m);
-  MP_RETURN_IF_ERROR(b.CopyFromHost(
-      ConstTensorView{positions.data() + begin, DType::kI64, Shape{m}}, pos));
+  ConstTensorView pos = SliceRows(positions_.cview(), begin, m);
   MP_ASSIGN_OR_RETURN(TensorView q3, Reshape(q, Shape{m, c.num_attention_heads, c.head_dim}));
   MP_ASSIGN_OR_RETURN(TensorView k3, Reshape(k, Shape{m, c.num_key_value_heads, c.head_dim}));
   MP_ASSIGN_OR_RETURN(TensorView v3, Reshape(v, Shape{m, c.num_key_value_heads, c.head_dim}));
-  MP_RETURN_IF_ERROR(b.Rope({q3, AsConst(pos), inv_freq}));
+  MP_RETURN_IF_ERROR(b.Rope({q3, pos, inv_freq}));
   if (!store_kv) return OkStatus();
-  MP_RETURN_IF_ERROR(b.Rope({k3, AsConst(pos), inv_freq}));
+  MP_RETURN_IF_ERROR(b.Rope({k3, pos, inv_freq}));
   return kv_->Write(b, layer, cache_row, AsConst(k3), AsConst(v3));
 }
 
@@ -159,10 +258,11 @@ Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_range
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const int64_t heads = c.num_attention_heads;
+  const int64_t rows_per_call = std::min(attention_chunk(), o_part_.view().shape.dims[0]);
   int64_t q_row = 0;
   for (const TokenRange& qr : q_ranges) {
-    for (int64_t s = 0; s < qr.size(); s += options_.prefill_chunk) {
-      const int64_t m = std::min(options_.prefill_chunk, qr.size() - s);
+    for (int64_t s = 0; s < qr.size(); s += rows_per_call) {
+      const int64_t m = std::min(rows_per_call, qr.size() - s);
       const int64_t q_first = qr.begin + s, q_last = q_first + m - 1;
       MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), q_row + s, m),
                                                      Shape{m, heads, c.head_dim}));
@@ -331,38 +431,37 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
   MP_REQUIRE(global_end <= max_context(), "forward: ", global_end,
              " positions exceed the context limit of ", max_context());
 
+  // Buffers come from StartSequence; they grow here only for steps larger than it planned.
   MP_RETURN_IF_ERROR(EnsureStepBuffers(n));
   MP_RETURN_IF_ERROR(EnsureScratch(std::min(std::max<int64_t>(n, 1), options_.prefill_chunk)));
-  if (num_ranks > 1 && max_rows > ring_rows_) {
-    const Shape shape{max_rows, c.num_key_value_heads, c.head_dim};
-    for (int i = 0; i < 2; ++i) {
-      MP_ASSIGN_OR_RETURN(ring_k_[i], b.Allocate(options_.kv_dtype, shape));
-      MP_ASSIGN_OR_RETURN(ring_v_[i], b.Allocate(options_.kv_dtype, shape));
-    }
-    ring_rows_ = max_rows;
+  if (num_ranks > 1) MP_RETURN_IF_ERROR(EnsureRingBuffers(max_rows));
+  MP_RETURN_IF_ERROR(Mark(nullptr));
+  MP_ASSIGN_OR_RETURN(ConstTensorView inv_freq, InvFreq(global_end));
+  // Host uploads happen here, once per step: nothing inside a layer waits for the host.
+  if (n > 0) {
+    std::vector<int64_t> positions;
+    positions.reserve(static_cast<size_t>(n));
+    for (const TokenRange& r : ranges)
+      for (int64_t p = r.begin; p < r.end; ++p) positions.push_back(p);
+    MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{positions.data(), DType::kI64, Shape{n}},
+                                      SliceRows(positions_.view(), 0, n)));
+    MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{ids.data(), DType::kI32, Shape{n}},
+                                      SliceRows(ids_.view(), 0, n)));
+    MP_RETURN_IF_ERROR(b.Embedding({SliceRows(ids_.cview(), 0, n), weights_->embed_tokens,
+                                    SliceRows(hidden_.view(), 0, n)}));
   }
-  MP_ASSIGN_OR_RETURN(BackendTensor inv_freq, UploadInvFreq(global_end));
-  std::vector<int64_t> positions;
-  positions.reserve(static_cast<size_t>(n));
-  for (const TokenRange& r : ranges)
-    for (int64_t p = r.begin; p < r.end; ++p) positions.push_back(p);
+  MP_RETURN_IF_ERROR(Mark(&stats_.embed_s));
   const std::vector<TokenRange> q_ranges(ranges.begin(), ranges.end());
   const int64_t chunk = options_.prefill_chunk;
-
-  for (int64_t s = 0; s < n; s += chunk) {
-    const int64_t m = std::min(chunk, n - s);
-    TensorView ids_dev = SliceRows(ids_.view(), 0, m);
-    MP_RETURN_IF_ERROR(
-        b.CopyFromHost(ConstTensorView{ids.data() + s, DType::kI32, Shape{m}}, ids_dev));
-    MP_RETURN_IF_ERROR(
-        b.Embedding({AsConst(ids_dev), weights_->embed_tokens, SliceRows(hidden_.view(), s, m)}));
-  }
   const int64_t local_rows = rows0 + n;
+  const int64_t kv_row_bytes =
+      c.num_key_value_heads * c.head_dim * static_cast<int64_t>(DTypeSize(options_.kv_dtype));
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     // Phase 1: this rank's queries, and its keys and values into the cache.
     for (int64_t s = 0; s < n; s += chunk)
-      MP_RETURN_IF_ERROR(ProjectQkv(layer, s, std::min(n, s + chunk), positions, rows0 + s,
-                                    /*store_kv=*/true, inv_freq.cview()));
+      MP_RETURN_IF_ERROR(ProjectQkv(layer, s, std::min(n, s + chunk), rows0 + s,
+                                    /*store_kv=*/true, inv_freq));
+    MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
     // Phase 2: ring attention. At step t this rank holds the block of rank (rank - t) mod N and
     // passes it on while receiving the next one.
     MP_RETURN_IF_ERROR(b.ClearState(SliceRows(o_acc_.view(), 0, n),
@@ -382,16 +481,21 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
                                               SliceRows(ring_k_[t % 2].view(), 0, in_rows), prev));
         MP_RETURN_IF_ERROR(comm.StartSendRecv(block.v, next,
                                               SliceRows(ring_v_[t % 2].view(), 0, in_rows), prev));
+        stats_.comm_bytes += 2 * block.k.shape.dims[0] * kv_row_bytes;
       }
       if (n > 0) MP_RETURN_IF_ERROR(AttendBlock(layer, q_ranges, block.k, block.v, block.ranges));
+      MP_RETURN_IF_ERROR(Mark(&stats_.attention_s));
       if (pass_on) {
         MP_RETURN_IF_ERROR(comm.WaitAll());
         block = std::move(incoming);
+        MP_RETURN_IF_ERROR(Mark(&stats_.comm_wait_s));
       }
     }
     // Phase 3: output projection and MLP, chunk by chunk.
     for (int64_t s = 0; s < n; s += chunk)
       MP_RETURN_IF_ERROR(OutputAndMlp(layer, s, std::min(n, s + chunk), o_acc_.cview()));
+    MP_RETURN_IF_ERROR(Mark(&stats_.mlp_s));
+    ++stats_.prefill_layers;
     if (after_layer) MP_RETURN_IF_ERROR(AgreeToContinue(after_layer(layer + 1,
                                                                     c.num_hidden_layers)));
   }
@@ -403,6 +507,7 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
   for (const TokenRange& r : ranges) {
     if (r.end == global_end) {
       MP_RETURN_IF_ERROR(Logits(row + r.size() - 1));
+      MP_RETURN_IF_ERROR(Mark(&stats_.logits_s));
       MP_ASSIGN_OR_RETURN(ConstTensorView logits, Reshape(logits_.cview(), Shape{c.vocab_size}));
       return std::optional<ConstTensorView>(logits);
     }
@@ -444,15 +549,20 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
     MP_ASSIGN_OR_RETURN(gathered_lse_,
                         b.Allocate(DType::kF32, Shape{num_ranks, 1, c.num_attention_heads}));
   }
-  MP_ASSIGN_OR_RETURN(BackendTensor inv_freq, UploadInvFreq(position + 1));
-  const int64_t positions[1] = {position};
+  MP_RETURN_IF_ERROR(Mark(nullptr));
+  MP_ASSIGN_OR_RETURN(ConstTensorView inv_freq, InvFreq(position + 1));
+  // The step's only host uploads: its token and position.
   TensorView ids_dev = SliceRows(ids_.view(), 0, 1);
   MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{&id, DType::kI32, Shape{1}}, ids_dev));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{&position, DType::kI64, Shape{1}},
+                                    SliceRows(positions_.view(), 0, 1)));
   MP_RETURN_IF_ERROR(
       b.Embedding({AsConst(ids_dev), weights_->embed_tokens, SliceRows(hidden_.view(), 0, 1)}));
+  MP_RETURN_IF_ERROR(Mark(&stats_.embed_s));
   const int64_t visible = rows0 + (owner ? 1 : 0);
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, positions, rows0, owner, inv_freq.cview()));
+    MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, rows0, owner, inv_freq));
+    MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
     // Every key of the sequence precedes (or is) this token, so no mask is needed; a rank
     // without keys contributes the empty state.
     MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), 0, 1),
@@ -469,6 +579,7 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
     a.o = o_part;
     a.lse = lse_part;
     MP_RETURN_IF_ERROR(b.Attention(a));
+    MP_RETURN_IF_ERROR(Mark(&stats_.attention_s));
     ConstTensorView attention_out = SliceRows(o_part_.cview(), 0, 1);
     if (num_ranks > 1) {
       // Only O(heads x head_dim) values per rank cross the wire, merged by log-sum-exp.
@@ -479,12 +590,17 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
       MP_RETURN_IF_ERROR(b.MergeState({gathered_o_.cview(), gathered_lse_.cview(), o_acc,
                                        SliceRows(lse_acc_.view(), 0, 1)}));
       attention_out = SliceRows(o_acc_.cview(), 0, 1);
+      stats_.comm_bytes += static_cast<int64_t>(o_part.NumBytes() + lse_part.NumBytes());
+      MP_RETURN_IF_ERROR(Mark(&stats_.comm_wait_s));
     }
     MP_RETURN_IF_ERROR(OutputAndMlp(layer, 0, 1, attention_out));
+    MP_RETURN_IF_ERROR(Mark(&stats_.mlp_s));
+    ++stats_.decode_layers;
   }
   if (owner) MP_RETURN_IF_ERROR(kv_->Commit({position, position + 1}));
   global_length_ = position + 1;
   MP_RETURN_IF_ERROR(Logits(0));
+  MP_RETURN_IF_ERROR(Mark(&stats_.logits_s));
   return Reshape(logits_.cview(), Shape{c.vocab_size});
 }
 

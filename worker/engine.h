@@ -12,6 +12,7 @@
 // With one rank both reduce to ordinary single-process inference.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "worker/dist/communicator.h"
 #include "worker/dist/shard_plan.h"
 #include "worker/kv_cache.h"
+#include "worker/memory_plan.h"
 #include "worker/model_weights.h"
 
 namespace millipede {
@@ -44,9 +46,29 @@ struct EngineOptions {
   int device = 0;
   // Storage type of the KV cache: BF16 (default), F16 or F32.
   DType kv_dtype = DType::kBF16;
-  // Tokens per chunk for projections, attention queries and the MLP: activations are
-  // O(chunk x intermediate) rather than O(sequence x intermediate).
+  // Tokens per chunk for projections and the MLP: activations are O(chunk x intermediate)
+  // rather than O(sequence x intermediate).
   int64_t prefill_chunk = 512;
+  // Query rows per attention call in a sharded step (0: prefill_chunk). Larger calls keep a GPU
+  // busy; the scratch is O(attention_chunk x heads x head_dim).
+  int64_t attention_chunk = 0;
+  // Measure where the time goes (EngineStats seconds): the backend is synchronised at phase
+  // boundaries, which costs a little overlap. Off: only the byte counters are kept.
+  bool profile = false;
+};
+
+// Where one rank's time and bytes went, cumulative since the engine was created (ResetStats).
+// Seconds are measured only with EngineOptions::profile.
+struct EngineStats {
+  double embed_s = 0;       // embeddings and host uploads of a step
+  double qkv_s = 0;         // RMSNorm, Q/K/V projections, RoPE, K/V into the cache
+  double attention_s = 0;   // attention kernels and (o, lse) merges
+  double comm_wait_s = 0;   // waiting for ring transfers / decode partials beyond the compute
+  double mlp_s = 0;         // output projection and MLP
+  double logits_s = 0;      // final norm and LM head
+  int64_t comm_bytes = 0;   // bytes this rank sent over the data plane
+  int64_t prefill_layers = 0;  // layer passes of sharded steps
+  int64_t decode_layers = 0;   // layer passes of decode steps
 };
 
 class Engine {
@@ -64,13 +86,25 @@ class Engine {
   // engine does not implement).
   int64_t max_context() const;
 
-  // Starts a new sequence with room for `capacity` positions on this rank (frees the previous).
-  Status StartSequence(int64_t capacity);
+  // Starts a new sequence with room for `capacity` positions on this rank and steps of up to
+  // `step_tokens` tokens (0: capacity), freeing the previous one. Called by every rank at once:
+  // the ranks' memory plans are checked against each GPU's (or host's) free memory before
+  // anything is allocated, and if any rank cannot fit, every rank fails with its numbers.
+  // Every buffer the plan names is allocated here, so later steps of at most `step_tokens`
+  // tokens do not allocate.
+  Status StartSequence(int64_t capacity, int64_t step_tokens = 0);
+  // The plan StartSequence checks, for this rank (ring rows: the widest rank's step).
+  SequenceMemoryPlan PlanSequence(int64_t capacity, int64_t step_tokens,
+                                  int64_t ring_rows) const;
+  // The most positions this rank could hold in one sequence now (free memory / plan).
+  StatusOr<int64_t> MaxSequencePositionsNow();
   // Frees the current sequence's KV cache and buffers.
   void EndSequence();
   // Positions in the current sequence over all ranks.
   int64_t length() const { return global_length_; }
   const KvCache* kv_cache() const { return kv_.get(); }
+  const EngineStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = EngineStats(); }
 
   // A sharded step, called by every rank at once: this rank runs `ids` at the global positions
   // `ranges` (in increasing order; ids concatenated in that order). Over all ranks the ranges
@@ -99,12 +133,20 @@ class Engine {
   Status CheckShard(std::span<const TokenRange> ranges, std::span<const int32_t> ids) const;
   // Cancelled on every rank if any rank passes false (a host all-gather with several ranks).
   Status AgreeToContinue(bool go_on);
+  MemoryPlanShape memory_shape() const;
+  int64_t attention_chunk() const;
   Status EnsureScratch(int64_t chunk);
   Status EnsureStepBuffers(int64_t n);
-  StatusOr<BackendTensor> UploadInvFreq(int64_t seq_len);
+  Status EnsureRingBuffers(int64_t rows);
+  // RoPE frequencies for a pass whose longest position is seq_len - 1, uploaded only when they
+  // change (dynamic NTK scaling depends on seq_len; the other scalings do not).
+  StatusOr<ConstTensorView> InvFreq(int64_t seq_len);
+  // With profiling: waits for the backend and adds the time since the last mark to `*bucket`.
+  Status Mark(double* bucket);
   // RMSNorm, Q/K/V projections and RoPE of tokens [begin, end) of the step, K/V into cache rows.
-  Status ProjectQkv(int64_t layer, int64_t begin, int64_t end, std::span<const int64_t> positions,
-                    int64_t cache_row, bool store_kv, ConstTensorView inv_freq);
+  // Positions come from positions_ (uploaded once per step).
+  Status ProjectQkv(int64_t layer, int64_t begin, int64_t end, int64_t cache_row, bool store_kv,
+                    ConstTensorView inv_freq);
   // Attention of the step's query rows `q_rows` (global positions `q_ranges`) to a K/V block,
   // merged into the accumulators.
   Status AttendBlock(int64_t layer, const std::vector<TokenRange>& q_ranges,
@@ -128,16 +170,21 @@ class Engine {
   BackendTensor q_;         // [n, heads * head_dim] F32 queries (after RoPE)
   BackendTensor o_acc_;     // [n, heads * head_dim] F32 attention output accumulator
   BackendTensor lse_acc_;   // [n, heads] F32 its log-sum-exp
-  // Per-chunk scratch, sized for `scratch_rows_` tokens.
+  BackendTensor positions_;  // [n] I64 global positions of the step's tokens
+  BackendTensor ids_;        // [n] I32
+  // Per-chunk scratch, sized for `scratch_rows_` tokens (attention partials for
+  // max(scratch_rows_, attention_chunk) rows).
   int64_t scratch_rows_ = 0;
   BackendTensor normed_;     // [chunk, hidden]
   BackendTensor k_, v_;      // [chunk, kv_heads * head_dim]
   BackendTensor o_part_;     // [chunk, heads * head_dim]
   BackendTensor lse_part_;   // [chunk, heads]
   BackendTensor gate_, up_;  // [chunk, intermediate]
-  BackendTensor positions_;  // [chunk] I64
-  BackendTensor ids_;        // [chunk] I32
   BackendTensor logits_;     // [1, vocab]
+  BackendTensor inv_freq_;   // [head_dim / 2] F32
+  int64_t inv_freq_len_ = -1;  // the seq_len inv_freq_ was computed for
+  EngineStats stats_;
+  std::chrono::steady_clock::time_point mark_;
   // Ring buffers: two blocks of K and V received from neighbours.
   BackendTensor ring_k_[2], ring_v_[2];
   int64_t ring_rows_ = 0;

@@ -74,7 +74,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   const int64_t decode_positions = request.max_new_tokens - 1;
   const int64_t capacity = std::max<int64_t>(
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
-  MP_RETURN_IF_ERROR(engine.StartSequence(capacity));
+  MP_RETURN_IF_ERROR(engine.StartSequence(capacity, static_cast<int64_t>(ids.size())));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   Backend& backend = engine.backend();

@@ -138,6 +138,33 @@ TEST(CpGenerateTest, BadRequestFailsOnEveryRankWithoutHanging) {
   EXPECT_TRUE(Generate(*engine, r).ok());  // the engine is still usable
 }
 
+TEST(CpGenerateTest, OneRankThatCannotFitFailsEveryRank) {
+  ModelConfig c = SmallConfig();
+  c.max_position_embeddings = int64_t{1} << 34;
+  auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
+  ASSERT_TRUE(comm.ok());
+  auto engine = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32, 32),
+                               std::move(comm).value());
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const int last = e.comm().size() - 1;
+  const int64_t capacity = e.comm().rank() == last ? int64_t{1} << 33 : 100;
+  Status s = e.StartSequence(capacity, 50);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("rank " + std::to_string(last) + " needs"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(e.kv_cache(), nullptr);
+  // Afterwards the ranks still work together, and they count what the ring sent.
+  EXPECT_TRUE(e.StartSequence(100, 50).ok());
+  e.EndSequence();
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(64, 97, 4);
+  r.max_new_tokens = 2;
+  e.ResetStats();
+  ASSERT_TRUE(Generate(e, r).ok());
+  if (e.comm().size() > 1) EXPECT_GT(e.stats().comm_bytes, 0);
+}
+
 TEST(CpGenerateTest, OneRankCancellingPrefillStopsEveryRank) {
   auto engine = MakeDistributed(32);
   GenerationRequest r;

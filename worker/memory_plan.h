@@ -1,0 +1,48 @@
+// The memory plan of one sequence on one rank, computed before anything is allocated, so that a
+// job that cannot fit is refused with the numbers instead of running out of memory half-way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/checkpoint/model_config.h"
+#include "common/dtype.h"
+
+namespace millipede {
+
+// What shapes the engine's buffers (see Engine: step buffers hold every token of a step, chunk
+// scratch `prefill_chunk` tokens, attention scratch `attention_chunk` query rows).
+struct MemoryPlanShape {
+  DType kv_dtype = DType::kBF16;
+  int64_t prefill_chunk = 512;
+  int64_t attention_chunk = 512;
+  int num_ranks = 1;
+};
+
+struct SequenceMemoryPlan {
+  int64_t kv_bytes = 0;          // K and V of every layer: capacity x 2 x layers x kv_heads x d
+  int64_t step_bytes = 0;        // per-step F32 buffers: residual stream, queries, (o, lse)
+  int64_t scratch_bytes = 0;     // per-chunk scratch: norms, K/V, MLP, attention partials, GEMM
+  int64_t ring_bytes = 0;        // two K/V blocks in flight (several ranks only)
+  int64_t reserve_bytes = 0;     // kernel workspaces, sampling, allocator slack
+  int64_t total() const {
+    return kv_bytes + step_bytes + scratch_bytes + ring_bytes + reserve_bytes;
+  }
+  // "9.3 GiB (KV 8.0 GiB, step 1.1 GiB, scratch 0.1 GiB, ring 0 B, reserve 0.1 GiB)".
+  std::string ToString() const;
+};
+
+// The plan for `capacity` positions on this rank, steps of up to `step_tokens` tokens and ring
+// blocks of up to `ring_rows` rows (ignored with one rank).
+SequenceMemoryPlan PlanSequenceMemory(const ModelConfig& config, const MemoryPlanShape& shape,
+                                      int64_t capacity, int64_t step_tokens, int64_t ring_rows);
+
+// The most positions one rank can hold in `free_bytes` when a whole sequence is one step of its
+// own length (a prompt shard): 0 if not even one fits.
+int64_t MaxSequencePositions(const ModelConfig& config, const MemoryPlanShape& shape,
+                             int64_t free_bytes);
+
+// "1.5 GiB", "512 MiB", "12 B".
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace millipede
