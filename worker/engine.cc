@@ -37,6 +37,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
     MP_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Random(e->config_, options.random_weights,
                                                           *e->backend_));
   }
+  e->policy_ = DensePolicy(e->config_.num_hidden_layers, e->config_.num_key_value_heads);
+  if (!options.policy_file.empty()) {
+    MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
+                        LoadAttentionPolicy(options.policy_file, e->config_.num_hidden_layers,
+                                            e->config_.num_key_value_heads));
+    MP_RETURN_IF_ERROR(e->SetPolicy(std::move(policy)));
+  }
   MP_ASSIGN_OR_RETURN(e->logits_,
                       e->backend_->Allocate(DType::kF32, Shape{1, e->config_.vocab_size}));
   return e;
@@ -50,6 +57,44 @@ int64_t Engine::max_context() const {
     limit = static_cast<int64_t>(static_cast<double>(limit) * config_.rope_scaling.factor);
   if (config_.sliding_window > 0) limit = std::min(limit, config_.sliding_window);
   return limit;
+}
+
+Status Engine::SetPolicy(AttentionPolicy policy) {
+  const ModelConfig& c = config_;
+  MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == c.num_hidden_layers,
+             "attention policy: ", policy.layers.size(), " layers for a model of ",
+             c.num_hidden_layers);
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == c.num_key_value_heads,
+               "attention policy: layer ", l, " has ", layer.prefill.size(),
+               " prefill patterns for ", c.num_key_value_heads, " KV heads");
+    for (size_t h = 0; h < layer.prefill.size(); ++h) {
+      if (layer.prefill[h] != PrefillPattern::kDense)
+        return UnimplementedError(
+            std::string("attention policy: prefill pattern \"") +
+            PrefillPatternName(layer.prefill[h]) + "\" (layer " + std::to_string(l) +
+            ", KV head " + std::to_string(h) +
+            ") is not available yet in this engine; available: dense");
+    }
+    if (layer.decode != DecodeRole::kFull)
+      return UnimplementedError(std::string("attention policy: decode role \"") +
+                                DecodeRoleName(layer.decode) + "\" (layer " + std::to_string(l) +
+                                ") is not available yet in this engine; available: full");
+  }
+  policy_ = std::move(policy);
+  return OkStatus();
+}
+
+StatusOr<AttentionPolicy> Engine::ParsePolicy(std::string_view json) const {
+  MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
+                      ParseAttentionPolicy(json, config_.num_hidden_layers,
+                                           config_.num_key_value_heads));
+  // Check that it could run, on a copy of this engine's state.
+  Engine probe;
+  probe.config_ = config_;
+  MP_RETURN_IF_ERROR(probe.SetPolicy(policy));
+  return policy;
 }
 
 MemoryPlanShape Engine::memory_shape() const {
@@ -462,8 +507,14 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
       MP_RETURN_IF_ERROR(ProjectQkv(layer, s, std::min(n, s + chunk), rows0 + s,
                                     /*store_kv=*/true, inv_freq));
     MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
-    // Phase 2: ring attention. At step t this rank holds the block of rank (rank - t) mod N and
-    // passes it on while receiving the next one.
+    // Phase 2: attention by the layer's policy. Every head this engine runs is dense (SetPolicy
+    // refuses the others), and short prompts are dense under any policy.
+    const LayerPolicy& layer_policy = policy_.layers[static_cast<size_t>(layer)];
+    for (PrefillPattern p : layer_policy.prefill)
+      MP_ASSERT(p == PrefillPattern::kDense || total < policy_.dense_below_tokens,
+                "only dense prefill heads reach the ring");
+    // Dense heads: ring attention. At step t this rank holds the block of rank (rank - t) mod N
+    // and passes it on while receiving the next one.
     MP_RETURN_IF_ERROR(b.ClearState(SliceRows(o_acc_.view(), 0, n),
                                     SliceRows(lse_acc_.view(), 0, n)));
     Block block{kv_->Keys(layer, local_rows), kv_->Values(layer, local_rows), after};
@@ -561,6 +612,8 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
   MP_RETURN_IF_ERROR(Mark(&stats_.embed_s));
   const int64_t visible = rows0 + (owner ? 1 : 0);
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    MP_ASSERT(policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kFull,
+              "only full decode layers are run");
     MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, rows0, owner, inv_freq));
     MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
     // Every key of the sequence precedes (or is) this token, so no mask is needed; a rank

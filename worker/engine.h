@@ -19,9 +19,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/checkpoint/model_config.h"
+#include "common/policy/attention_policy.h"
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/dist/communicator.h"
@@ -52,6 +54,8 @@ struct EngineOptions {
   // Query rows per attention call in a sharded step (0: prefill_chunk). Larger calls keep a GPU
   // busy; the scratch is O(attention_chunk x heads x head_dim).
   int64_t attention_chunk = 0;
+  // Attention policy file (JSON, common/policy/attention_policy.h); empty: dense/full.
+  std::string policy_file;
   // Measure where the time goes (EngineStats seconds): the backend is synchronised at phase
   // boundaries, which costs a little overlap. Off: only the byte counters are kept.
   bool profile = false;
@@ -104,6 +108,16 @@ class Engine {
   int64_t length() const { return global_length_; }
   const KvCache* kv_cache() const { return kv_.get(); }
   const EngineStats& stats() const { return stats_; }
+
+  // The attention policy the following steps use (dense/full unless set).
+  const AttentionPolicy& policy() const { return policy_; }
+  // Checks `policy` against the model and against what this engine can run, then uses it.
+  // Patterns and roles not implemented yet are refused with Unimplemented naming them, the
+  // layer and the head; the current policy is then unchanged.
+  Status SetPolicy(AttentionPolicy policy);
+  // Parses a policy file's text for this model (see ParseAttentionPolicy) and checks that this
+  // engine can run it, without using it.
+  StatusOr<AttentionPolicy> ParsePolicy(std::string_view json) const;
   void ResetStats() { stats_ = EngineStats(); }
 
   // A sharded step, called by every rank at once: this rank runs `ids` at the global positions
@@ -184,6 +198,7 @@ class Engine {
   BackendTensor inv_freq_;   // [head_dim / 2] F32
   int64_t inv_freq_len_ = -1;  // the seq_len inv_freq_ was computed for
   EngineStats stats_;
+  AttentionPolicy policy_;
   std::chrono::steady_clock::time_point mark_;
   // Ring buffers: two blocks of K and V received from neighbours.
   BackendTensor ring_k_[2], ring_v_[2];

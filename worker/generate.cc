@@ -17,10 +17,14 @@ bool Contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// Frees the engine's sequence on every exit path.
+// Frees the engine's sequence and restores its policy on every exit path.
 struct SequenceGuard {
   Engine& engine;
-  ~SequenceGuard() { engine.EndSequence(); }
+  std::optional<AttentionPolicy> saved_policy;
+  ~SequenceGuard() {
+    engine.EndSequence();
+    if (saved_policy) (void)engine.SetPolicy(std::move(*saved_policy));
+  }
 };
 
 }  // namespace
@@ -49,7 +53,9 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
   MP_REQUIRE(request.max_new_tokens <= limit - prompt, "prompt (", prompt,
              " tokens) + max_new_tokens (", request.max_new_tokens,
              ") exceeds the context limit of ", limit, " tokens");
-  return CheckSamplingParams(request.sampling);
+  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  if (!request.policy_json.empty()) MP_RETURN_IF_ERROR(engine.ParsePolicy(request.policy_json).status());
+  return OkStatus();
 }
 
 StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
@@ -74,8 +80,16 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   const int64_t decode_positions = request.max_new_tokens - 1;
   const int64_t capacity = std::max<int64_t>(
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
+  std::optional<AttentionPolicy> job_policy;
+  if (!request.policy_json.empty()) {
+    MP_ASSIGN_OR_RETURN(job_policy, engine.ParsePolicy(request.policy_json));
+  }
   MP_RETURN_IF_ERROR(engine.StartSequence(capacity, static_cast<int64_t>(ids.size())));
-  SequenceGuard guard{engine};
+  SequenceGuard guard{engine, std::nullopt};
+  if (job_policy) {
+    guard.saved_policy = engine.policy();
+    MP_RETURN_IF_ERROR(engine.SetPolicy(std::move(*job_policy)));
+  }
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   Backend& backend = engine.backend();
 

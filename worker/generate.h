@@ -21,6 +21,8 @@ struct GenerationRequest {
   std::vector<int32_t> stop_ids;
   // When false, the model's EOS ids (config.json eos_token_id) also stop generation.
   bool ignore_eos = false;
+  // An attention policy for this request only (policy-file JSON); empty: the engine's.
+  std::string policy_json;
 };
 
 enum class FinishReason { kStop, kLength };

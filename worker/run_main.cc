@@ -36,6 +36,8 @@ and rank 0 prints the result.
   --no-bos               do not prepend the tokenizer's BOS token to a text prompt
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
+  --attention-chunk N    query rows per attention call (default: the prefill chunk)
+  --policy FILE          attention policy file (JSON; default dense/full)
   --backend B            cpu (default) | cuda
   --json                 print one JSON object: ids, text, finish_reason, timings
 )";
@@ -99,7 +101,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
       {"model", "prompt", "prompt-file", "prompt-ids", "max-new-tokens", "temperature", "top-k",
-       "top-p", "seed", "stop-id", "ignore-eos", "no-bos", "kv-dtype", "prefill-chunk", "backend",
+       "top-p", "seed", "stop-id", "ignore-eos", "no-bos", "kv-dtype", "prefill-chunk", "attention-chunk", "policy", "backend",
        "json", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const int sources = flags.Has("prompt") + flags.Has("prompt-file") + flags.Has("prompt-ids");
@@ -109,6 +111,9 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
+  MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 0));
+  MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0");
+  options.policy_file = flags.Get("policy").value_or("");
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,

@@ -162,7 +162,9 @@ TEST(CpGenerateTest, OneRankThatCannotFitFailsEveryRank) {
   r.max_new_tokens = 2;
   e.ResetStats();
   ASSERT_TRUE(Generate(e, r).ok());
-  if (e.comm().size() > 1) EXPECT_GT(e.stats().comm_bytes, 0);
+  if (e.comm().size() > 1) {
+    EXPECT_GT(e.stats().comm_bytes, 0);
+  }
 }
 
 TEST(CpGenerateTest, OneRankCancellingPrefillStopsEveryRank) {

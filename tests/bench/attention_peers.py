@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""One layer's attention in Millipede beside PyTorch SDPA's flash and cuDNN backends, same run.
+
+Shapes: 32 query heads, 8 KV heads, head_dim 128, bf16 K/V, causal prefill of S tokens, and
+single-token decode over N cached tokens (no mask). Millipede's figures come from
+millipede-bench-attention (CUDA events); the peers are timed here with CUDA events. Prints one
+JSON line per measurement and a Markdown table at the end.
+
+usage: attention_peers.py BIN_DIR [--seq 32768,131072,...] [--ctx 32768,...] [--iters N]
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+
+
+def cuda_time_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / iters
+
+
+def sdpa_call(backend, q, k, v, causal):
+    """SDPA with native GQA where the backend takes it, else with K/V expanded to the q heads."""
+    def native():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    try:
+        native()
+        return native, "gqa"
+    except RuntimeError:
+        group = q.shape[1] // k.shape[1]
+        ke = k.repeat_interleave(group, dim=1)
+        ve = v.repeat_interleave(group, dim=1)
+
+        def expanded():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, ke, ve, is_causal=causal)
+        expanded()
+        return expanded, "expanded kv"
+
+
+def peers_prefill(seq, warmup, iters):
+    out = []
+    q = torch.randn(1, Q_HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, KV_HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, KV_HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    flops = 4.0 * seq * seq / 2 * Q_HEADS * HEAD_DIM
+    for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
+                          ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            fn, how = sdpa_call(backend, q, k, v, True)
+            ms = cuda_time_ms(fn, warmup, iters)
+            out.append({"kind": "prefill", "impl": name, "seq": seq, "ms": ms,
+                        "tflops": flops / (ms * 1e-3) / 1e12, "gqa": how})
+        except RuntimeError as e:
+            out.append({"kind": "prefill", "impl": name, "seq": seq, "error": str(e)[:200]})
+        torch.cuda.empty_cache()
+    return out
+
+
+def peers_decode(ctx, warmup, iters):
+    out = []
+    q = torch.randn(1, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    kv_bytes = 2.0 * ctx * KV_HEADS * HEAD_DIM * 2
+    for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
+                          ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            fn, how = sdpa_call(backend, q, k, v, False)
+            ms = cuda_time_ms(fn, warmup, iters)
+            # With expanded K/V the peer reads group x more bytes; report the model's KV bytes.
+            out.append({"kind": "decode", "impl": name, "ctx": ctx, "us": ms * 1e3,
+                        "gb_per_s": kv_bytes / (ms * 1e-3) / 1e9, "gqa": how})
+        except RuntimeError as e:
+            out.append({"kind": "decode", "impl": name, "ctx": ctx, "error": str(e)[:200]})
+        torch.cuda.empty_cache()
+    return out
+
+
+def millipede(bin_dir, seq, ctx, warmup, iters):
+    cmd = [f"{bin_dir}/millipede-bench-attention", "--seq", str(seq), "--ctx", str(ctx),
+           "--warmup", str(warmup), "--iters", str(iters)]
+    r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    out = []
+    if seq:
+        p = r["prefill_causal"]
+        out.append({"kind": "prefill", "impl": "millipede", "seq": seq, "ms": p["ms"],
+                    "tflops": p["tflops"], "cmd": " ".join(cmd[1:])})
+    if ctx:
+        d = r["decode"]["split"]
+        out.append({"kind": "decode", "impl": "millipede", "ctx": ctx, "us": d["us"],
+                    "gb_per_s": d["gb_per_s"], "cmd": " ".join(cmd[1:])})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin_dir")
+    ap.add_argument("--seq", default="32768,131072,524288,1048576")
+    ap.add_argument("--ctx", default="32768,131072,524288,1048576")
+    ap.add_argument("--iters", type=int, default=3, help="timed runs for S <= 128K")
+    ap.add_argument("--big-iters", type=int, default=1, help="timed runs for S > 128K")
+    args = ap.parse_args()
+    rows = []
+    for seq in [int(s) for s in args.seq.split(",") if s]:
+        warmup, iters = (1, args.iters) if seq <= 131072 else (0, args.big_iters)
+        if warmup == 0:  # one small untimed call loads the kernels and builds cuDNN's plan
+            peers_prefill(4096, 0, 1)
+        for r in millipede(args.bin_dir, seq, 0, warmup, iters) + peers_prefill(seq, warmup, iters):
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+    for ctx in [int(c) for c in args.ctx.split(",") if c]:
+        for r in millipede(args.bin_dir, 0, ctx, 3, 20) + peers_decode(ctx, 3, 20):
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}\n")
+    print("| kind | size | impl | time | rate |\n| --- | --- | --- | --- | --- |")
+    for r in rows:
+        size = r.get("seq", r.get("ctx"))
+        if "error" in r:
+            print(f"| {r['kind']} | {size} | {r['impl']} | error | {r['error'][:60]} |")
+        elif r["kind"] == "prefill":
+            print(f"| prefill | {size} | {r['impl']} | {r['ms']:.2f} ms | {r['tflops']:.0f} TFLOP/s |")
+        else:
+            print(f"| decode | {size} | {r['impl']} | {r['us']:.1f} us | {r['gb_per_s']:.0f} GB/s |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+// millipede-bench-e2e: end-to-end prefill and decode of a random-weight model on 1..N ranks
+// (run under mpirun for N > 1; one GPU per rank with --backend cuda). For each prompt length it
+// runs one job (random prompt ids, greedy, EOS ignored): prefill time, decode tokens/s, the first
+// generated ids (N ranks must give the ids of one), and where each rank's time went. With
+// --profile the engine synchronises at phase boundaries and reports per-layer compute vs
+// communication time (a little slower). --gemm-reference times the model's GEMMs alone on this
+// backend (cuBLAS speed) for the same token count. Rank 0 prints one JSON object per line.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "worker/dist/mpi_communicator.h"
+#ifdef MILLIPEDE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "worker/dist/nccl_communicator.h"
+#endif
+#include "worker/generate.h"
+#include "worker/model_presets.h"
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
+
+  --preset P           model shape: llama3-8b (default) | tiny | any millipede-mkmodel preset
+  --layers L           run only the first L layers of the shape (default: all); per-layer
+                       figures are unaffected, whole-model times scale with L
+  --seq S[,S...]       prompt lengths (default 32768)
+  --decode-tokens N    tokens generated after the prompt and timed (default 32)
+  --warmup-seq S       untimed warm-up job of S tokens first (default 2048; 0 skips)
+  --backend B          cuda (default) | cpu
+  --kv-dtype D         bf16 (default) | fp16 | fp32
+  --dtype D            weight dtype: bf16 (default) | fp16 | fp32
+  --prefill-chunk N    tokens per projection/MLP chunk (default 4096)
+  --attention-chunk N  query rows per attention call (default 16384)
+  --seed S             weight and prompt seed (default 1)
+  --policy FILE        attention policy file (default dense/full)
+  --profile            per-phase times (synchronises at phase boundaries)
+  --gemm-reference     also time the model's GEMMs alone for each prompt length
+)";
+
+struct World {
+  int rank = 0, size = 1, local_rank = 0;
+};
+
+StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const World& w, BackendKind backend) {
+  if (w.size == 1) return std::unique_ptr<Communicator>();
+#ifdef MILLIPEDE_HAVE_CUDA
+  if (backend == BackendKind::kCuda) {
+    MP_CUDA_CHECK(cudaSetDevice(w.local_rank));
+    return CreateNcclCommunicator(MPI_COMM_WORLD);
+  }
+#endif
+  return CreateMpiCommunicator(MPI_COMM_WORLD);
+}
+
+StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
+  std::vector<int64_t> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    MP_ASSIGN_OR_RETURN(int64_t v, ParseInt64(text.substr(begin, end - begin), flag));
+    MP_REQUIRE(v > 0, flag, " values must be positive, got ", v);
+    out.push_back(v);
+    begin = end + 1;
+  }
+  return out;
+}
+
+std::vector<int32_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+  for (auto& id : ids) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    id = static_cast<int32_t>(state % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
+// The seven weight GEMMs of one layer at m = chunk rows, timed on `backend`; returns seconds
+// for `tokens` tokens through `layers` layers (plus the LM head once).
+StatusOr<double> GemmReferenceSeconds(Backend& backend, const ModelConfig& c, DType dtype,
+                                      int64_t chunk, int64_t tokens, int64_t layers) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, f = c.intermediate_size;
+  struct Shape2 {
+    int64_t n, k;
+  };
+  const std::vector<Shape2> shapes = {{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}};
+  std::vector<BackendTensor> weights, inputs, outputs;
+  for (const Shape2& s : shapes) {
+    MP_ASSIGN_OR_RETURN(BackendTensor w, backend.Allocate(dtype, Shape{s.n, s.k}));
+    MP_ASSIGN_OR_RETURN(BackendTensor a, backend.Allocate(DType::kF32, Shape{chunk, s.k}));
+    MP_ASSIGN_OR_RETURN(BackendTensor o, backend.Allocate(DType::kF32, Shape{chunk, s.n}));
+    // Any finite contents do: cuBLAS's speed does not depend on the values.
+    std::vector<float> host_a(static_cast<size_t>(chunk * s.k), 0.01f);
+    MP_RETURN_IF_ERROR(backend.CopyFromHost(
+        ConstTensorView{host_a.data(), DType::kF32, Shape{chunk, s.k}}, a.view()));
+    std::vector<float> host_w(static_cast<size_t>(s.n * s.k), 0.02f);
+    MP_ASSIGN_OR_RETURN(BackendTensor w32, backend.Allocate(DType::kF32, Shape{s.n, s.k}));
+    MP_RETURN_IF_ERROR(backend.CopyFromHost(
+        ConstTensorView{host_w.data(), DType::kF32, Shape{s.n, s.k}}, w32.view()));
+    MP_RETURN_IF_ERROR(backend.Convert(w32.cview(), w.view()));
+    weights.push_back(std::move(w));
+    inputs.push_back(std::move(a));
+    outputs.push_back(std::move(o));
+  }
+  auto run_layer = [&]() -> Status {
+    for (size_t i = 0; i < shapes.size(); ++i)
+      MP_RETURN_IF_ERROR(backend.Gemm(
+          {inputs[i].cview(), weights[i].cview(), ConstTensorView{}, outputs[i].view()}));
+    return OkStatus();
+  };
+  MP_RETURN_IF_ERROR(run_layer());  // warm-up (algorithm selection)
+  MP_RETURN_IF_ERROR(backend.Synchronize());
+  const int iters = 10;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) MP_RETURN_IF_ERROR(run_layer());
+  MP_RETURN_IF_ERROR(backend.Synchronize());
+  const double per_layer_chunk =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  return per_layer_chunk * static_cast<double>(tokens) / static_cast<double>(chunk) *
+         static_cast<double>(layers);
+}
+
+EngineStats Minus(const EngineStats& a, const EngineStats& b) {
+  EngineStats d;
+  d.embed_s = a.embed_s - b.embed_s;
+  d.qkv_s = a.qkv_s - b.qkv_s;
+  d.attention_s = a.attention_s - b.attention_s;
+  d.comm_wait_s = a.comm_wait_s - b.comm_wait_s;
+  d.mlp_s = a.mlp_s - b.mlp_s;
+  d.logits_s = a.logits_s - b.logits_s;
+  d.comm_bytes = a.comm_bytes - b.comm_bytes;
+  d.prefill_layers = a.prefill_layers - b.prefill_layers;
+  d.decode_layers = a.decode_layers - b.decode_layers;
+  return d;
+}
+
+// Every rank's `s`, in rank order, as JSON (a collective: every rank calls it).
+StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
+  const double mine[9] = {s.embed_s,  s.qkv_s,   s.attention_s,
+                          s.comm_wait_s, s.mlp_s, s.logits_s,
+                          static_cast<double>(s.comm_bytes),
+                          static_cast<double>(s.prefill_layers),
+                          static_cast<double>(s.decode_layers)};
+  const int n = engine.comm().size();
+  std::vector<double> all(9 * static_cast<size_t>(n));
+  if (n > 1) {
+    MP_RETURN_IF_ERROR(engine.comm().HostAllGather(mine, all.data(), sizeof(mine)));
+  } else {
+    std::copy(mine, mine + 9, all.begin());
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < n; ++r) {
+    const double* m = &all[9 * static_cast<size_t>(r)];
+    ranks.push_back({{"rank", r},
+                     {"embed_s", m[0]},
+                     {"qkv_s", m[1]},
+                     {"attention_s", m[2]},
+                     {"comm_wait_s", m[3]},
+                     {"mlp_s", m[4]},
+                     {"logits_s", m[5]},
+                     {"comm_bytes", m[6]},
+                     {"prefill_layers", m[7]},
+                     {"decode_layers", m[8]}});
+  }
+  return ranks;
+}
+
+Status Run(int argc, char** argv, const World& world) {
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "help"}));
+  if (flags.GetBool("help")) {
+    if (world.rank == 0) std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(flags.CheckKnown({"preset", "layers", "seq", "decode-tokens", "warmup-seq",
+                                       "backend", "kv-dtype", "dtype", "prefill-chunk",
+                                       "attention-chunk", "seed", "policy", "profile", "gemm-reference",
+                                       "help"}));
+  MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
+  const std::string preset = flags.Get("preset").value_or("llama3-8b");
+  MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
+  MP_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("layers", config.num_hidden_layers));
+  MP_REQUIRE(layers >= 1 && layers <= config.num_hidden_layers, "--layers must lie in [1, ",
+             config.num_hidden_layers, "]");
+  const int64_t full_layers = config.num_hidden_layers;
+  config.num_hidden_layers = layers;
+  MP_ASSIGN_OR_RETURN(std::vector<int64_t> seqs,
+                      ParseList(flags.Get("seq").value_or("32768"), "--seq"));
+  MP_ASSIGN_OR_RETURN(int64_t decode_tokens, flags.GetInt("decode-tokens", 32));
+  MP_ASSIGN_OR_RETURN(int64_t warmup_seq, flags.GetInt("warmup-seq", 2048));
+  MP_REQUIRE(decode_tokens >= 1 && warmup_seq >= 0, "--decode-tokens >= 1, --warmup-seq >= 0");
+  MP_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 1));
+
+  EngineOptions options;
+  options.random_config = config;
+  MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cuda")));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.random_weights.dtype,
+                      ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
+  options.random_weights.seed = static_cast<uint64_t>(seed);
+  MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 4096));
+  MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 16384));
+  options.profile = flags.GetBool("profile");
+  options.policy_file = flags.Get("policy").value_or("");
+  options.device = world.local_rank;
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                      MakeCommunicator(world, options.backend));
+  const auto load0 = std::chrono::steady_clock::now();
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(options, std::move(comm)));
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load0).count();
+
+  // The stats when the first token came out: everything before is prefill.
+  EngineStats at_first_token;
+  auto job = [&](int64_t seq, uint64_t job_seed) {
+    GenerationRequest request;
+    request.prompt_ids = RandomPrompt(seq, config.vocab_size, job_seed);
+    request.max_new_tokens = decode_tokens + 1;
+    request.ignore_eos = true;
+    bool first = true;
+    return Generate(*engine, request, [&](int32_t) {
+      if (first) at_first_token = engine->stats();
+      first = false;
+      return true;
+    });
+  };
+  if (warmup_seq > 0) MP_RETURN_IF_ERROR(job(warmup_seq, 0).status());
+
+  for (int64_t seq : seqs) {
+    engine->ResetStats();
+    MP_ASSIGN_OR_RETURN(GenerationResult result, job(seq, static_cast<uint64_t>(seed) + seq));
+    MP_ASSIGN_OR_RETURN(nlohmann::json prefill_stats, GatherStats(*engine, at_first_token));
+    MP_ASSIGN_OR_RETURN(nlohmann::json decode_stats,
+                        GatherStats(*engine, Minus(engine->stats(), at_first_token)));
+    double gemm_s = -1;
+    if (flags.GetBool("gemm-reference") && world.rank == 0) {
+      // Each rank runs about seq / N tokens through the GEMMs.
+      const int64_t tokens = (seq + world.size - 1) / world.size;
+      MP_ASSIGN_OR_RETURN(gemm_s, GemmReferenceSeconds(engine->backend(), config,
+                                                       options.random_weights.dtype,
+                                                       options.prefill_chunk, tokens, layers));
+    }
+    if (world.rank != 0) continue;
+    const std::vector<int32_t> first(result.ids.begin(),
+                                     result.ids.begin() + std::min<size_t>(8, result.ids.size()));
+    nlohmann::json out = {
+        {"bench", "e2e"},
+        {"preset", preset},
+        {"layers", layers},
+        {"model_layers", full_layers},
+        {"ranks", world.size},
+        {"backend", BackendKindName(options.backend)},
+        {"seq", seq},
+        {"prefill_s", result.ttft_s},
+        {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
+        {"prefill_s_full_model",
+         result.ttft_s * static_cast<double>(full_layers) / static_cast<double>(layers)},
+        {"decode_tokens", static_cast<int64_t>(result.ids.size()) - 1},
+        {"decode_tokens_per_s", result.decode_tokens_per_s()},
+        {"decode_ms_per_token",
+         result.decode_tokens_per_s() > 0 ? 1000.0 / result.decode_tokens_per_s() : 0.0},
+        {"first_ids", first},
+        {"profile", options.profile},
+        {"load_s", load_s},
+        {"prefill_stats", prefill_stats},
+        {"decode_stats", decode_stats},
+    };
+    if (gemm_s >= 0) out["gemm_reference_s"] = gemm_s;
+    std::cout << out.dump() << std::endl;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return 1;
+  millipede::World world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &world.local_rank);
+  MPI_Comm_free(&node);
+  millipede::Status s = millipede::Run(argc, argv, world);
+  if (!s.ok()) {
+    std::cerr << "millipede-bench-e2e rank " << world.rank << ": " << s.ToString() << "\n";
+    if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
