@@ -9,6 +9,7 @@
 #   cpN         the same model on N GPUs (mpirun -np N, NCCL): 128K (all layers), 512K and 1M
 #               (4 layers), then 128K again with per-phase profiling (compute vs communication)
 #   cpN:SEQS:L  N GPUs, prompt lengths SEQS (comma-separated), L layers
+#   decN:SEQS   N GPUs, decode only (all layers) over synthetic caches of lengths SEQS
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${MILLIPEDE_CUDA_BIN:-$root/build/cuda/bin}"
@@ -31,6 +32,9 @@ for stage in "$@"; do
       e2e 1 --seq 32768,131072 --gemm-reference || status=1
       e2e 1 --seq 524288 --layers 4 || status=1
       python3 "$root/tests/bench/hf_e2e_peer.py" --seq 32768 || status=1 ;;
+    dec*:*)
+      IFS=: read -r n seqs <<< "${stage#dec}"
+      e2e "$n" --seq "$seqs" --decode-only || status=1 ;;
     cp*:*:*)
       IFS=: read -r n seqs layers <<< "${stage#cp}"
       e2e "$n" --seq "$seqs" --layers "$layers" || status=1 ;;

@@ -175,6 +175,34 @@ Status Engine::StartSequence(int64_t capacity, int64_t step_tokens) {
   return OkStatus();
 }
 
+Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
+  const int num_ranks = comm_->size(), rank = comm_->rank();
+  MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
+  MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
+  const int64_t mine = plan.RankPromptTokens(rank);
+  const int64_t capacity =
+      std::max<int64_t>(1, mine + (decode_positions + num_ranks - 1) / num_ranks);
+  MP_RETURN_IF_ERROR(StartSequence(capacity, 1));
+  const ModelConfig& c = config_;
+  const int64_t rows = std::min<int64_t>(std::max<int64_t>(mine, 1), 16384);
+  const Shape shape{rows, c.num_key_value_heads, c.head_dim};
+  std::vector<float> host_zeros(static_cast<size_t>(shape.NumElements()), 0.0f);
+  MP_ASSIGN_OR_RETURN(BackendTensor zeros, backend_->Allocate(DType::kF32, shape));
+  MP_RETURN_IF_ERROR(backend_->CopyFromHost(
+      ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    for (int64_t row = 0; row < mine; row += rows) {
+      const int64_t m = std::min(rows, mine - row);
+      ConstTensorView z = SliceRows(zeros.cview(), 0, m);
+      MP_RETURN_IF_ERROR(kv_->Write(*backend_, layer, row, z, z));
+    }
+  }
+  for (const TokenRange& r : plan.RankPromptRanges(rank))
+    if (!r.empty()) MP_RETURN_IF_ERROR(kv_->Commit(r));
+  global_length_ = length;
+  return backend_->Synchronize();
+}
+
 void Engine::EndSequence() {
   kv_.reset();
   global_length_ = 0;

@@ -102,6 +102,11 @@ class Engine {
                                   int64_t ring_rows) const;
   // The most positions this rank could hold in one sequence now (free memory / plan).
   StatusOr<int64_t> MaxSequencePositionsNow();
+  // For decode benchmarks: starts a sequence (every rank at once) whose first `length` positions
+  // are already in the cache — placed over the ranks as ShardPlan places a prompt, K and V set to
+  // zero (what a decode step costs does not depend on the values) — with room for
+  // `decode_positions` more. Skips the prefill that would make a real cache of that length.
+  Status StartSyntheticSequence(int64_t length, int64_t decode_positions);
   // Frees the current sequence's KV cache and buffers.
   void EndSequence();
   // Positions in the current sequence over all ranks.

@@ -38,7 +38,7 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name) {
     c.rope_scaling.low_freq_factor = 1.0;
     c.rope_scaling.high_freq_factor = 4.0;
     c.rope_scaling.original_max_position_embeddings = 8192;
-    c.max_position_embeddings = 1048576;
+    c.max_position_embeddings = 4194304;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001, 128009};
     return c;

@@ -12,7 +12,8 @@ namespace millipede {
 // "tiny": a 2-layer llama (hidden 64, 4 query heads, 2 KV heads, head_dim 16) for tests and the
 // quick start; vocab_size is set from the tokenizer it is written with.
 // "llama3-8b": Llama-3-8B's shape (32 layers, hidden 4096, 32/8 heads, head_dim 128, MLP 14336,
-// vocab 128256, rope_theta 500000 with llama3 scaling) with a 1M-token position limit.
+// vocab 128256, rope_theta 500000 with llama3 scaling) with a 4M-token position limit
+// (so that 1M- and 2M-token prompts plus their answers fit).
 StatusOr<ModelConfig> ModelPreset(const std::string& name);
 std::vector<std::string> ModelPresetNames();
 

@@ -1,6 +1,7 @@
 // millipede-bench-e2e: end-to-end prefill and decode of a random-weight model on 1..N ranks
 // (run under mpirun for N > 1; one GPU per rank with --backend cuda). For each prompt length it
-// runs one job (random prompt ids, greedy, EOS ignored): prefill time, decode tokens/s, the first
+// runs one job (random prompt ids, greedy, EOS ignored): time to first token, prefill time (until
+// every rank is done), decode tokens/s (median time between tokens), the first
 // generated ids (N ranks must give the ids of one), and where each rank's time went. With
 // --profile the engine synchronises at phase boundaries and reports per-layer compute vs
 // communication time (a little slower). --gemm-reference times the model's GEMMs alone on this
@@ -46,6 +47,8 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
   --policy FILE        attention policy file (default dense/full)
   --profile            per-phase times (synchronises at phase boundaries)
   --gemm-reference     also time the model's GEMMs alone for each prompt length
+  --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
+                       placed over the ranks as a prompt would be (decode speed only)
 )";
 
 struct World {
@@ -179,15 +182,45 @@ StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
   return ranks;
 }
 
+// Decode steps over a synthetic cache of `length` positions: the first step is untimed (warm-up),
+// the next `tokens` are timed. Greedy; rank 0 samples and broadcasts, as Generate does.
+StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t tokens) {
+  MP_RETURN_IF_ERROR(engine.StartSyntheticSequence(length, tokens + 1));
+  Communicator& comm = engine.comm();
+  int32_t token = 1;
+  std::vector<int32_t> ids;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step <= tokens; ++step) {
+    if (step == 1) t0 = std::chrono::steady_clock::now();
+    MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
+    if (comm.rank() == 0) {
+      MP_ASSIGN_OR_RETURN(token, engine.backend().Sample(logits, SamplingParams{}, 0));
+    }
+    if (comm.size() > 1) MP_RETURN_IF_ERROR(comm.HostBroadcast(&token, sizeof(token), 0));
+    ids.push_back(token);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  engine.EndSequence();
+  return nlohmann::json{{"bench", "e2e-decode"},
+                        {"backend", BackendKindName(engine.backend().kind())},
+                        {"ranks", comm.size()},
+                        {"context", length},
+                        {"decode_tokens", tokens},
+                        {"decode_tokens_per_s", static_cast<double>(tokens) / s},
+                        {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
+                        {"first_ids", std::vector<int32_t>(ids.begin(), ids.begin() +
+                                                           std::min<size_t>(8, ids.size()))}};
+}
+
 Status Run(int argc, char** argv, const World& world) {
-  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "help"}));
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "decode-only", "help"}));
   if (flags.GetBool("help")) {
     if (world.rank == 0) std::cout << kUsage;
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown({"preset", "layers", "seq", "decode-tokens", "warmup-seq",
                                        "backend", "kv-dtype", "dtype", "prefill-chunk",
-                                       "attention-chunk", "seed", "policy", "profile", "gemm-reference",
+                                       "attention-chunk", "seed", "policy", "profile", "gemm-reference", "decode-only",
                                        "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
@@ -225,23 +258,59 @@ Status Run(int argc, char** argv, const World& world) {
 
   // The stats when the first token came out: everything before is prefill.
   EngineStats at_first_token;
+  std::vector<double> token_ms;  // time between consecutive generated tokens
+  // The first token is out when the rank holding the last prompt position has its logits; the
+  // other ranks may still be finishing their own rows' last layers. Prefill is over when every
+  // rank is: measured after the first token by waiting for every GPU and every rank.
+  double prefill_all_ranks_s = 0;
+  Status first_token_status;
   auto job = [&](int64_t seq, uint64_t job_seed) {
+    token_ms.clear();
+    const auto start = std::chrono::steady_clock::now();
+    auto last = start;
     GenerationRequest request;
     request.prompt_ids = RandomPrompt(seq, config.vocab_size, job_seed);
     request.max_new_tokens = decode_tokens + 1;
     request.ignore_eos = true;
     bool first = true;
     return Generate(*engine, request, [&](int32_t) {
-      if (first) at_first_token = engine->stats();
+      if (first) {
+        at_first_token = engine->stats();
+        first_token_status = engine->backend().Synchronize();
+        int32_t flag = 1;
+        std::vector<int32_t> flags(static_cast<size_t>(engine->comm().size()));
+        if (first_token_status.ok() && engine->comm().size() > 1)
+          first_token_status = engine->comm().HostAllGather(&flag, flags.data(), sizeof(flag));
+        prefill_all_ranks_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (!first) token_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+      last = now;
       first = false;
       return true;
     });
   };
   if (warmup_seq > 0) MP_RETURN_IF_ERROR(job(warmup_seq, 0).status());
 
+  if (flags.GetBool("decode-only")) {
+    for (int64_t seq : seqs) {
+      MP_ASSIGN_OR_RETURN(nlohmann::json out, DecodeOnly(*engine, seq, decode_tokens));
+      out["preset"] = preset;
+      out["layers"] = layers;
+      out["model_layers"] = full_layers;
+      if (world.rank == 0) std::cout << out.dump() << std::endl;
+    }
+    return OkStatus();
+  }
   for (int64_t seq : seqs) {
     engine->ResetStats();
     MP_ASSIGN_OR_RETURN(GenerationResult result, job(seq, static_cast<uint64_t>(seed) + seq));
+    MP_RETURN_IF_ERROR(first_token_status);
+    // Steady-state decode: the median time between tokens.
+    std::vector<double> sorted = token_ms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_ms = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
     MP_ASSIGN_OR_RETURN(nlohmann::json prefill_stats, GatherStats(*engine, at_first_token));
     MP_ASSIGN_OR_RETURN(nlohmann::json decode_stats,
                         GatherStats(*engine, Minus(engine->stats(), at_first_token)));
@@ -264,15 +333,16 @@ Status Run(int argc, char** argv, const World& world) {
         {"ranks", world.size},
         {"backend", BackendKindName(options.backend)},
         {"seq", seq},
-        {"prefill_s", result.ttft_s},
-        {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
+        {"ttft_s", result.ttft_s},
+        {"prefill_s", prefill_all_ranks_s},
+        {"prefill_tokens_per_s", static_cast<double>(seq) / prefill_all_ranks_s},
         {"prefill_s_full_model",
-         result.ttft_s * static_cast<double>(full_layers) / static_cast<double>(layers)},
+         prefill_all_ranks_s * static_cast<double>(full_layers) / static_cast<double>(layers)},
         {"decode_tokens", static_cast<int64_t>(result.ids.size()) - 1},
-        {"decode_tokens_per_s", result.decode_tokens_per_s()},
-        {"decode_ms_per_token",
-         result.decode_tokens_per_s() > 0 ? 1000.0 / result.decode_tokens_per_s() : 0.0},
+        {"decode_ms_per_token", median_ms},
+        {"decode_tokens_per_s", median_ms > 0 ? 1000.0 / median_ms : 0.0},
         {"first_ids", first},
+        {"token_ms", token_ms},
         {"profile", options.profile},
         {"load_s", load_s},
         {"prefill_stats", prefill_stats},

@@ -26,4 +26,21 @@ for seq in 1 13 300; do
     fi
   done
 done
+# Decode over a synthetic cache placed over the ranks: the same ids for any rank count.
+decode_ids() {
+  mpirun --oversubscribe -np "$1" "$bench" --preset tiny --backend cpu --seq 700 \
+    --decode-tokens 5 --decode-only --kv-dtype fp32 --dtype fp32 | python3 -c '
+import json, sys
+print(json.loads(sys.stdin.readline())["first_ids"])'
+}
+want="$(decode_ids 1)"
+for n in 3 8; do
+  got="$(decode_ids "$n")"
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: decode-only, $n ranks: $got, 1 rank: $want"
+    status=1
+  else
+    echo "ok: decode-only, $n ranks: $got"
+  fi
+done
 exit $status
