@@ -1,0 +1,98 @@
+// Engine::ForwardDecode: a replicated step, each rank attending to its own KV shard and the
+// (o, lse) partials merged across ranks by log-sum-exp.
+#include <algorithm>
+
+#include "worker/engine.h"
+
+namespace millipede {
+
+StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
+  MP_REQUIRE(kv_ != nullptr, "decode: no sequence started");
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  Communicator& comm = *comm_;
+  const int num_ranks = comm.size();
+  MP_REQUIRE(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary [0, ",
+             c.vocab_size, ")");
+  const int64_t position = global_length_;
+  MP_REQUIRE(position + 1 <= max_context(), "decode: position ", position,
+             " is beyond the context limit of ", max_context());
+  const bool owner = ShardPlan::DecodeOwner(position, num_ranks) == comm.rank();
+  const int64_t rows0 = kv_->rows();
+  const bool fits = !owner || rows0 + 1 <= kv_->capacity();
+  if (num_ranks > 1) {
+    // Only the owner can tell whether its shard has room; all ranks must stop together if not.
+    int32_t flag = fits ? 1 : 0;
+    std::vector<int32_t> flags(static_cast<size_t>(num_ranks));
+    MP_RETURN_IF_ERROR(comm.HostAllGather(&flag, flags.data(), sizeof(flag)));
+    for (int r = 0; r < num_ranks; ++r)
+      MP_REQUIRE(flags[r] == 1, "decode: the sequence capacity on rank ", r, " is full");
+  }
+  MP_REQUIRE(fits, "decode: the sequence capacity of ", kv_->capacity(),
+             " positions on this rank is full");
+  MP_RETURN_IF_ERROR(EnsureStepBuffers(1));
+  MP_RETURN_IF_ERROR(EnsureScratch(1));
+  if (num_ranks > 1 && gathered_o_.view().data == nullptr) {
+    MP_ASSIGN_OR_RETURN(gathered_o_, b.Allocate(DType::kF32, Shape{num_ranks, 1,
+                                                                   c.num_attention_heads,
+                                                                   c.head_dim}));
+    MP_ASSIGN_OR_RETURN(gathered_lse_,
+                        b.Allocate(DType::kF32, Shape{num_ranks, 1, c.num_attention_heads}));
+  }
+  MP_RETURN_IF_ERROR(Mark(nullptr));
+  MP_ASSIGN_OR_RETURN(ConstTensorView inv_freq, InvFreq(position + 1));
+  // The step's only host uploads: its token and position.
+  TensorView ids_dev = SliceRows(ids_.view(), 0, 1);
+  MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{&id, DType::kI32, Shape{1}}, ids_dev));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{&position, DType::kI64, Shape{1}},
+                                    SliceRows(positions_.view(), 0, 1)));
+  MP_RETURN_IF_ERROR(
+      b.Embedding({AsConst(ids_dev), weights_->embed_tokens, SliceRows(hidden_.view(), 0, 1)}));
+  MP_RETURN_IF_ERROR(Mark(&stats_.embed_s));
+  const int64_t visible = rows0 + (owner ? 1 : 0);
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    MP_ASSERT(policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kFull,
+              "only full decode layers are run");
+    MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, rows0, owner, inv_freq));
+    MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
+    // Every key of the sequence precedes (or is) this token, so no mask is needed; a rank
+    // without keys contributes the empty state.
+    MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), 0, 1),
+                                                   Shape{1, c.num_attention_heads, c.head_dim}));
+    MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, 1),
+                                                   Shape{1, c.num_attention_heads, c.head_dim}));
+    TensorView lse_part = SliceRows(lse_part_.view(), 0, 1);
+    AttentionArgs a;
+    a.q = q;
+    a.k = kv_->Keys(layer, visible);
+    a.v = kv_->Values(layer, visible);
+    a.q_offset = position;
+    a.mask = AttentionMask::kNone;
+    a.o = o_part;
+    a.lse = lse_part;
+    MP_RETURN_IF_ERROR(b.Attention(a));
+    MP_RETURN_IF_ERROR(Mark(&stats_.attention_s));
+    ConstTensorView attention_out = SliceRows(o_part_.cview(), 0, 1);
+    if (num_ranks > 1) {
+      // Only O(heads x head_dim) values per rank cross the wire, merged by log-sum-exp.
+      MP_RETURN_IF_ERROR(comm.AllGather(AsConst(o_part), gathered_o_.view()));
+      MP_RETURN_IF_ERROR(comm.AllGather(AsConst(lse_part), gathered_lse_.view()));
+      MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(o_acc_.view(), 0, 1),
+                                                    Shape{1, c.num_attention_heads, c.head_dim}));
+      MP_RETURN_IF_ERROR(b.MergeState({gathered_o_.cview(), gathered_lse_.cview(), o_acc,
+                                       SliceRows(lse_acc_.view(), 0, 1)}));
+      attention_out = SliceRows(o_acc_.cview(), 0, 1);
+      stats_.comm_bytes += static_cast<int64_t>(o_part.NumBytes() + lse_part.NumBytes());
+      MP_RETURN_IF_ERROR(Mark(&stats_.comm_wait_s));
+    }
+    MP_RETURN_IF_ERROR(OutputAndMlp(layer, 0, 1, attention_out));
+    MP_RETURN_IF_ERROR(Mark(&stats_.mlp_s));
+    ++stats_.decode_layers;
+  }
+  if (owner) MP_RETURN_IF_ERROR(kv_->Commit({position, position + 1}));
+  global_length_ = position + 1;
+  MP_RETURN_IF_ERROR(Logits(0));
+  MP_RETURN_IF_ERROR(Mark(&stats_.logits_s));
+  return Reshape(logits_.cview(), Shape{c.vocab_size});
+}
+}  // namespace millipede
