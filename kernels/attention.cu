@@ -30,6 +30,9 @@ bool IsAligned(const void* p, size_t alignment) {
 // AttentionRef's checks plus the limits of the CUDA launch (offsets, head counts).
 Status CheckArgs(const AttentionArgs& args) {
   MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
+  if (AttentionHasWindow(args))
+    return UnimplementedError(
+        "attention on the GPU: A-shape (sink + window) heads are not available yet");
   MP_REQUIRE(std::abs(args.q_offset) < kMaxAbsOffset && std::abs(args.k_offset) < kMaxAbsOffset,
              "attention: offsets ", args.q_offset, ", ", args.k_offset, " out of range");
   MP_REQUIRE(args.q.dim(1) < (int64_t{1} << 31) && args.k.dim(1) < 65536,

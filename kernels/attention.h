@@ -37,7 +37,16 @@ struct AttentionArgs {
   // [n_q, num_q_heads] F32: natural-log log(sum_j exp(scale * q.k_j)) over the visible keys;
   // -inf for a query that sees no key. Optional: not written when `lse.data == nullptr`.
   TensorView lse;
+  // A-shape (StreamingLLM) heads, on top of `mask`: when `kv_head_window` is set and
+  // kv_head_window[g] > 0, a query of KV head g at position p sees only keys at positions
+  // k < sink_tokens or p - k < kv_head_window[g] (the attention sinks and a recent window).
+  // Host memory, one entry per KV head (>= 0); null: every head sees what `mask` allows.
+  const int64_t* kv_head_window = nullptr;
+  int64_t sink_tokens = 0;
 };
+
+// True when args.kv_head_window limits at least one head.
+bool AttentionHasWindow(const AttentionArgs& args);
 
 // Computes o and lse. Every element of o (and lse) is written; never NaN for finite inputs.
 Status AttentionRef(const AttentionArgs& args);

@@ -47,7 +47,19 @@ Status AttentionCheckArgs(const AttentionArgs& args) {
         CheckTensor(args.lse, "attention lse", DType::kF32, Shape{n_q, num_q_heads}));
   MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
              "attention: scale ", args.scale, " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
+  MP_REQUIRE(args.sink_tokens >= 0, "attention: sink_tokens ", args.sink_tokens, " < 0");
+  if (args.kv_head_window != nullptr)
+    for (int64_t g = 0; g < num_kv_heads; ++g)
+      MP_REQUIRE(args.kv_head_window[g] >= 0, "attention: window of KV head ", g, " is ",
+                 args.kv_head_window[g], " < 0");
   return OkStatus();
+}
+
+bool AttentionHasWindow(const AttentionArgs& args) {
+  if (args.kv_head_window == nullptr || args.k.rank() != 3) return false;
+  for (int64_t g = 0; g < args.k.dim(1); ++g)
+    if (args.kv_head_window[g] > 0) return true;
+  return false;
 }
 
 Status AttentionRef(const AttentionArgs& args) {
@@ -72,12 +84,26 @@ Status AttentionRef(const AttentionArgs& args) {
       int64_t visible = n_kv;
       if (args.mask == AttentionMask::kCausal)
         visible = std::clamp<int64_t>(args.q_offset + t - args.k_offset + 1, 0, n_kv);
+      // An A-shape head drops the keys between the sinks and its window: seen[j] says which of
+      // the prefix remain (positions are global, so blocks of a ring see the same mask).
+      const int64_t window = args.kv_head_window != nullptr ? args.kv_head_window[g] : 0;
+      auto seen = [&](int64_t j) {
+        if (window <= 0) return true;
+        const int64_t key = args.k_offset + j, query = args.q_offset + t;
+        return key < args.sink_tokens || query - key < window;
+      };
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         const float* q = args.q.as<const float>() + (t * num_q_heads + h) * head_dim;
         float* o = args.o.as<float>() + (t * num_q_heads + h) * head_dim;
         scores.resize(visible);
         double max_score = -std::numeric_limits<double>::infinity();
+        int64_t num_seen = 0;
         for (int64_t j = 0; j < visible; ++j) {
+          if (!seen(j)) {
+            scores[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          ++num_seen;
           double dot = 0.0;
           for (int64_t c = 0; c < head_dim; ++c)
             dot += static_cast<double>(q[c]) * k[j * head_dim + c];
@@ -87,17 +113,18 @@ Status AttentionRef(const AttentionArgs& args) {
         std::fill(acc.begin(), acc.end(), 0.0);
         double sum = 0.0;
         for (int64_t j = 0; j < visible; ++j) {
+          if (!seen(j)) continue;
           const double p = std::exp(scores[j] - max_score);
           sum += p;
           for (int64_t c = 0; c < head_dim; ++c) acc[c] += p * v[j * head_dim + c];
         }
         // No visible key: o = 0 and lse = -inf by definition (sum == 0 here).
         for (int64_t c = 0; c < head_dim; ++c)
-          o[c] = visible == 0 ? 0.0f : static_cast<float>(acc[c] / sum);
+          o[c] = num_seen == 0 ? 0.0f : static_cast<float>(acc[c] / sum);
         if (write_lse)
           args.lse.as<float>()[t * num_q_heads + h] =
-              visible == 0 ? -std::numeric_limits<float>::infinity()
-                           : static_cast<float>(max_score + std::log(sum));
+              num_seen == 0 ? -std::numeric_limits<float>::infinity()
+                            : static_cast<float>(max_score + std::log(sum));
       }
     }
   }

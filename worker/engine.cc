@@ -59,18 +59,23 @@ Status Engine::SetPolicy(AttentionPolicy policy) {
     MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == c.num_key_value_heads,
                "attention policy: layer ", l, " has ", layer.prefill.size(),
                " prefill patterns for ", c.num_key_value_heads, " KV heads");
+    // A-shape and streaming heads have CPU references only so far.
+    const bool cpu = options_.backend == BackendKind::kCpu;
+    const std::string available = cpu ? "dense, a-shape" : "dense (a-shape: CPU backend only)";
     for (size_t h = 0; h < layer.prefill.size(); ++h) {
-      if (layer.prefill[h] != PrefillPattern::kDense)
+      const PrefillPattern p = layer.prefill[h];
+      if (p != PrefillPattern::kDense && !(cpu && p == PrefillPattern::kAShape))
         return UnimplementedError(
-            std::string("attention policy: prefill pattern \"") +
-            PrefillPatternName(layer.prefill[h]) + "\" (layer " + std::to_string(l) +
-            ", KV head " + std::to_string(h) +
-            ") is not available yet in this engine; available: dense");
+            std::string("attention policy: prefill pattern \"") + PrefillPatternName(p) +
+            "\" (layer " + std::to_string(l) + ", KV head " + std::to_string(h) +
+            ") is not available yet in this engine; available: " + available);
     }
-    if (layer.decode != DecodeRole::kFull)
-      return UnimplementedError(std::string("attention policy: decode role \"") +
-                                DecodeRoleName(layer.decode) + "\" (layer " + std::to_string(l) +
-                                ") is not available yet in this engine; available: full");
+    if (layer.decode != DecodeRole::kFull &&
+        !(cpu && layer.decode == DecodeRole::kStreamingHead))
+      return UnimplementedError(
+          std::string("attention policy: decode role \"") + DecodeRoleName(layer.decode) +
+          "\" (layer " + std::to_string(l) + ") is not available yet in this engine; available: " +
+          (cpu ? "full, streaming-head" : "full (streaming-head: CPU backend only)"));
   }
   policy_ = std::move(policy);
   return OkStatus();
@@ -83,6 +88,7 @@ StatusOr<AttentionPolicy> Engine::ParsePolicy(std::string_view json) const {
   // Check that it could run, on a copy of this engine's state.
   Engine probe;
   probe.config_ = config_;
+  probe.options_ = options_;
   MP_RETURN_IF_ERROR(probe.SetPolicy(policy));
   return policy;
 }
@@ -141,7 +147,8 @@ Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end, int64_t cac
 
 Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_ranges,
                            ConstTensorView block_k, ConstTensorView block_v,
-                           const std::vector<TokenRange>& block_ranges) {
+                           const std::vector<TokenRange>& block_ranges,
+                           const HeadWindows& windows) {
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const int64_t heads = c.num_attention_heads;
@@ -172,6 +179,8 @@ Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_range
           a.mask = AttentionMask::kCausal;
           a.o = o_part;
           a.lse = lse_part;
+          a.kv_head_window = windows.data();
+          a.sink_tokens = windows.sink;
           MP_RETURN_IF_ERROR(b.Attention(a));
           MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part),
                                                  AsConst(lse_part)));
@@ -182,6 +191,19 @@ Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_range
     q_row += qr.size();
   }
   return OkStatus();
+}
+
+Engine::HeadWindows Engine::PrefillWindows(int64_t layer, int64_t total) const {
+  HeadWindows w;
+  if (total < policy_.dense_below_tokens) return w;
+  const LayerPolicy& lp = policy_.layers[static_cast<size_t>(layer)];
+  for (size_t h = 0; h < lp.prefill.size(); ++h) {
+    if (lp.prefill[h] != PrefillPattern::kAShape) continue;
+    if (w.window.empty()) w.window.assign(lp.prefill.size(), 0);
+    w.window[h] = policy_.a_shape.window_tokens;
+  }
+  w.sink = policy_.a_shape.sink_tokens;
+  return w;
 }
 
 Status Engine::OutputAndMlp(int64_t layer, int64_t begin, int64_t end,

@@ -117,8 +117,10 @@ class Engine {
   // The attention policy the following steps use (dense/full unless set).
   const AttentionPolicy& policy() const { return policy_; }
   // Checks `policy` against the model and against what this engine can run, then uses it.
-  // Patterns and roles not implemented yet are refused with Unimplemented naming them, the
-  // layer and the head; the current policy is then unchanged.
+  // Runs: dense prefill and full decode everywhere; a-shape prefill heads and streaming-head
+  // decode layers on the CPU backend. Other patterns and roles (and those two on the GPU) are
+  // refused with Unimplemented naming them, the layer and the head; the current policy is then
+  // unchanged.
   Status SetPolicy(AttentionPolicy policy);
   // Parses a policy file's text for this model (see ParseAttentionPolicy) and checks that this
   // engine can run it, without using it.
@@ -168,9 +170,22 @@ class Engine {
                     ConstTensorView inv_freq);
   // Attention of the step's query rows `q_rows` (global positions `q_ranges`) to a K/V block,
   // merged into the accumulators.
+  // A-shape heads of one layer: window per KV head (0 = dense) and the sink tokens.
+  struct HeadWindows {
+    std::vector<int64_t> window;
+    int64_t sink = 0;
+    const int64_t* data() const { return window.empty() ? nullptr : window.data(); }
+  };
+  // The layer's prefill windows from the policy (empty = every head dense) for a step of `total`
+  // tokens over all ranks.
+  HeadWindows PrefillWindows(int64_t layer, int64_t total) const;
   Status AttendBlock(int64_t layer, const std::vector<TokenRange>& q_ranges,
                      ConstTensorView block_k, ConstTensorView block_v,
-                     const std::vector<TokenRange>& block_ranges);
+                     const std::vector<TokenRange>& block_ranges, const HeadWindows& windows);
+  // Decode attention of the step's query over this rank's rows [0, visible) into o_part_ /
+  // lse_part_: all rows, or for a streaming-head layer only those at positions < sink or within
+  // the window of `position`.
+  Status AttendDecode(int64_t layer, int64_t position, int64_t visible);
   // Output projection into the residual stream, then the MLP, for tokens [begin, end).
   Status OutputAndMlp(int64_t layer, int64_t begin, int64_t end, ConstTensorView attention_out);
   Status Logits(int64_t row);

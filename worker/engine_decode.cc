@@ -6,6 +6,53 @@
 
 namespace millipede {
 
+Status Engine::AttendDecode(int64_t layer, int64_t position, int64_t visible) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const Shape q_shape{1, c.num_attention_heads, c.head_dim};
+  MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), 0, 1), q_shape));
+  // Rows [begin, end) of this rank's cache to attend to. Every key precedes (or is) this token,
+  // so no mask is needed; a rank without keys contributes the empty state.
+  std::vector<std::pair<int64_t, int64_t>> parts = {{0, visible}};
+  if (policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kStreamingHead) {
+    // Rows are in increasing position order (committed ranges, then this token's row if this
+    // rank stores it), so the sinks are a prefix and the window a suffix of the rows.
+    auto rows_before = [&](int64_t pos) {
+      int64_t n = 0;
+      for (const TokenRange& r : kv_->ranges()) n += std::clamp<int64_t>(pos - r.begin, 0, r.size());
+      if (visible > kv_->rows() && position < pos) ++n;
+      return n;
+    };
+    const int64_t sinks = rows_before(policy_.streaming_head.sink_tokens);
+    const int64_t window_begin =
+        rows_before(position - policy_.streaming_head.window_tokens + 1);
+    if (sinks < window_begin) parts = {{0, sinks}, {window_begin, visible}};
+  } else {
+    MP_ASSERT(policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kFull,
+              "decode roles other than full and streaming-head are refused by SetPolicy");
+  }
+  MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, 1), q_shape));
+  TensorView lse_part = SliceRows(lse_part_.view(), 0, 1);
+  MP_ASSIGN_OR_RETURN(TensorView o_tmp, Reshape(SliceRows(o_acc_.view(), 0, 1), q_shape));
+  TensorView lse_tmp = SliceRows(lse_acc_.view(), 0, 1);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto [begin, end] = parts[i];
+    if (i > 0 && end <= begin) continue;
+    AttentionArgs a;
+    a.q = q;
+    a.k = SliceRows(kv_->Keys(layer, visible), begin, end - begin);
+    a.v = SliceRows(kv_->Values(layer, visible), begin, end - begin);
+    a.q_offset = position;
+    a.mask = AttentionMask::kNone;
+    a.o = i == 0 ? o_part : o_tmp;
+    a.lse = i == 0 ? lse_part : lse_tmp;
+    MP_RETURN_IF_ERROR(b.Attention(a));
+    if (i > 0) MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_part, lse_part, AsConst(o_tmp),
+                                                      AsConst(lse_tmp)));
+  }
+  return OkStatus();
+}
+
 StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
   MP_REQUIRE(kv_ != nullptr, "decode: no sequence started");
   const ModelConfig& c = config_;
@@ -51,26 +98,12 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
   MP_RETURN_IF_ERROR(Mark(&stats_.embed_s));
   const int64_t visible = rows0 + (owner ? 1 : 0);
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    MP_ASSERT(policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kFull,
-              "only full decode layers are run");
     MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, rows0, owner, inv_freq));
     MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
-    // Every key of the sequence precedes (or is) this token, so no mask is needed; a rank
-    // without keys contributes the empty state.
-    MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), 0, 1),
-                                                   Shape{1, c.num_attention_heads, c.head_dim}));
+    MP_RETURN_IF_ERROR(AttendDecode(layer, position, visible));
     MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, 1),
                                                    Shape{1, c.num_attention_heads, c.head_dim}));
     TensorView lse_part = SliceRows(lse_part_.view(), 0, 1);
-    AttentionArgs a;
-    a.q = q;
-    a.k = kv_->Keys(layer, visible);
-    a.v = kv_->Values(layer, visible);
-    a.q_offset = position;
-    a.mask = AttentionMask::kNone;
-    a.o = o_part;
-    a.lse = lse_part;
-    MP_RETURN_IF_ERROR(b.Attention(a));
     MP_RETURN_IF_ERROR(Mark(&stats_.attention_s));
     ConstTensorView attention_out = SliceRows(o_part_.cview(), 0, 1);
     if (num_ranks > 1) {

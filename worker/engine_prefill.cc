@@ -151,14 +151,12 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
       MP_RETURN_IF_ERROR(ProjectQkv(layer, s, std::min(n, s + chunk), rows0 + s,
                                     /*store_kv=*/true, inv_freq));
     MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
-    // Phase 2: attention by the layer's policy. Every head this engine runs is dense (SetPolicy
-    // refuses the others), and short prompts are dense under any policy.
-    const LayerPolicy& layer_policy = policy_.layers[static_cast<size_t>(layer)];
-    for (PrefillPattern p : layer_policy.prefill)
-      MP_ASSERT(p == PrefillPattern::kDense || total < policy_.dense_below_tokens,
-                "only dense prefill heads reach the ring");
-    // Dense heads: ring attention. At step t this rank holds the block of rank (rank - t) mod N
-    // and passes it on while receiving the next one.
+    // Phase 2: attention by the layer's policy: dense heads see every earlier key, A-shape heads
+    // their sinks and window (short prompts are dense under any policy; SetPolicy refuses what
+    // this engine cannot run).
+    const HeadWindows windows = PrefillWindows(layer, total);
+    // Ring attention: at step t this rank holds the block of rank (rank - t) mod N and passes it
+    // on while receiving the next one.
     MP_RETURN_IF_ERROR(b.ClearState(SliceRows(o_acc_.view(), 0, n),
                                     SliceRows(lse_acc_.view(), 0, n)));
     Block block{kv_->Keys(layer, local_rows), kv_->Values(layer, local_rows), after};
@@ -178,7 +176,8 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
                                               SliceRows(ring_v_[t % 2].view(), 0, in_rows), prev));
         stats_.comm_bytes += 2 * block.k.shape.dims[0] * kv_row_bytes;
       }
-      if (n > 0) MP_RETURN_IF_ERROR(AttendBlock(layer, q_ranges, block.k, block.v, block.ranges));
+      if (n > 0) MP_RETURN_IF_ERROR(AttendBlock(layer, q_ranges, block.k, block.v, block.ranges,
+                                                windows));
       MP_RETURN_IF_ERROR(Mark(&stats_.attention_s));
       if (pass_on) {
         MP_RETURN_IF_ERROR(comm.WaitAll());

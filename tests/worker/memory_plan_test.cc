@@ -3,9 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
-#include <fstream>
-
-#include "worker/generate.h"
 #include "worker/memory_plan.h"
 
 namespace millipede {
@@ -85,67 +82,3 @@ TEST(EngineStatsTest, ProfilingAccountsForTheSteps) {
 }  // namespace
 }  // namespace millipede
 
-namespace millipede {
-namespace {
-
-TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
-  auto engine = Engine::Create(testing::RandomEngineOptions(testing::SmallConfig(), DType::kF32,
-                                                            DType::kF32));
-  ASSERT_TRUE(engine.ok());
-  Engine& e = **engine;
-  EXPECT_TRUE(e.policy().IsDense());
-  GenerationRequest r;
-  r.prompt_ids = testing::RandomIds(40, 97, 2);
-  r.max_new_tokens = 4;
-  auto plain = Generate(e, r);
-  ASSERT_TRUE(plain.ok());
-  // An explicit dense policy gives the same tokens.
-  r.policy_json = R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})";
-  auto dense = Generate(e, r);
-  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
-  EXPECT_EQ(dense->ids, plain->ids);
-  // A pattern that is not implemented yet: refused before any work, naming layer and head.
-  r.policy_json = R"({"version": 1, "layers": [{"layer": 1, "prefill": ["dense", "a-shape"]}]})";
-  auto refused = Generate(e, r);
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("\"a-shape\" (layer 1, KV head 1)"),
-            std::string::npos)
-      << refused.status().ToString();
-  EXPECT_NE(refused.status().message().find("not available yet"), std::string::npos);
-  EXPECT_EQ(e.kv_cache(), nullptr);
-  r.policy_json = R"({"version": 1, "default": {"decode": "filter"}})";
-  EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kUnimplemented);
-  r.policy_json = R"({"version": 1, "layers": [{"layer": 9}]})";  // the model has 2 layers
-  EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);
-  // The engine's own policy is untouched by the refused requests.
-  EXPECT_TRUE(e.policy().IsDense());
-  r.policy_json.clear();
-  auto again = Generate(e, r);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->ids, plain->ids);
-}
-
-TEST(EnginePolicyTest, PolicyFileIsLoadedAtCreation) {
-  const std::string path = ::testing::TempDir() + "/policy_test.json";
-  {
-    std::ofstream f(path);
-    f << R"({"version": 1, "default": {"prefill": "block-sparse"}})";
-  }
-  EngineOptions o = testing::RandomEngineOptions(testing::SmallConfig(), DType::kF32, DType::kF32);
-  o.policy_file = path;
-  auto refused = Engine::Create(o);
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("block-sparse"), std::string::npos);
-  {
-    std::ofstream f(path);
-    f << R"({"version": 1, "dense_below_tokens": 100})";
-  }
-  auto ok = Engine::Create(o);
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_EQ((*ok)->policy().dense_below_tokens, 100);
-  o.policy_file = path + ".missing";
-  EXPECT_FALSE(Engine::Create(o).ok());
-}
-
-}  // namespace
-}  // namespace millipede

@@ -127,6 +127,33 @@ TEST(CpGenerateTest, GreedyTokensMatchSingleProcess) {
   EXPECT_EQ(dist_sampled->ids, local_sampled->ids);
 }
 
+TEST(CpGenerateTest, AShapeAndStreamingHeadsMatchSingleProcess) {
+  // Windows narrower than a shard, so the mask cuts across ring blocks and decode shards.
+  auto engine = MakeDistributed(32);
+  auto local_engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
+  ASSERT_TRUE(local_engine.ok());
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(500, 97, 12);
+  r.max_new_tokens = 10;
+  r.ignore_eos = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 4;
+  r.policy_json = R"({"version": 1,
+      "layers": [{"layer": 0, "prefill": ["a-shape", "dense"], "decode": "streaming-head"},
+                 {"layer": 1, "prefill": "a-shape"}],
+      "a_shape": {"sink_tokens": 5, "window_tokens": 37},
+      "streaming_head": {"sink_tokens": 3, "window_tokens": 7}})";
+  auto dist = Generate(*engine, r);
+  ASSERT_TRUE(dist.ok()) << dist.status().ToString();
+  auto local = Generate(**local_engine, r);
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(dist->ids, local->ids);
+  r.policy_json.clear();
+  auto dense = Generate(**local_engine, r);
+  ASSERT_TRUE(dense.ok());
+  EXPECT_NE(dense->ids, local->ids);  // the policy changed the answer
+}
+
 TEST(CpGenerateTest, BadRequestFailsOnEveryRankWithoutHanging) {
   auto engine = MakeDistributed(32);
   GenerationRequest r;

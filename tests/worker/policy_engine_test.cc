@@ -1,0 +1,155 @@
+// Attention policies in the engine: dense policies change nothing, A-shape prefill heads and
+// streaming-head decode layers run (CPU backend) and equal dense when their window covers the
+// sequence, and names this engine cannot run are refused before any work.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "engine_test_util.h"
+#include "worker/generate.h"
+
+namespace millipede {
+namespace {
+
+TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
+  auto engine = Engine::Create(testing::RandomEngineOptions(testing::SmallConfig(), DType::kF32,
+                                                            DType::kF32));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  EXPECT_TRUE(e.policy().IsDense());
+  GenerationRequest r;
+  r.prompt_ids = testing::RandomIds(40, 97, 2);
+  r.max_new_tokens = 4;
+  auto plain = Generate(e, r);
+  ASSERT_TRUE(plain.ok());
+  // An explicit dense policy gives the same tokens.
+  r.policy_json = R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})";
+  auto dense = Generate(e, r);
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  EXPECT_EQ(dense->ids, plain->ids);
+  // A pattern that is not implemented yet: refused before any work, naming layer and head.
+  r.policy_json =
+      R"({"version": 1, "layers": [{"layer": 1, "prefill": ["dense", "vertical-slash"]}]})";
+  auto refused = Generate(e, r);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("\"vertical-slash\" (layer 1, KV head 1)"),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("not available yet"), std::string::npos);
+  EXPECT_EQ(e.kv_cache(), nullptr);
+  r.policy_json = R"({"version": 1, "default": {"decode": "filter"}})";
+  EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kUnimplemented);
+  r.policy_json = R"({"version": 1, "layers": [{"layer": 9}]})";  // the model has 2 layers
+  EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);
+  // The engine's own policy is untouched by the refused requests.
+  EXPECT_TRUE(e.policy().IsDense());
+  r.policy_json.clear();
+  auto again = Generate(e, r);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ids, plain->ids);
+}
+
+TEST(EnginePolicyTest, PolicyFileIsLoadedAtCreation) {
+  const std::string path = ::testing::TempDir() + "/policy_test.json";
+  {
+    std::ofstream f(path);
+    f << R"({"version": 1, "default": {"prefill": "block-sparse"}})";
+  }
+  EngineOptions o = testing::RandomEngineOptions(testing::SmallConfig(), DType::kF32, DType::kF32);
+  o.policy_file = path;
+  auto refused = Engine::Create(o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("block-sparse"), std::string::npos);
+  {
+    std::ofstream f(path);
+    f << R"({"version": 1, "dense_below_tokens": 100})";
+  }
+  auto ok = Engine::Create(o);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)->policy().dense_below_tokens, 100);
+  o.policy_file = path + ".missing";
+  EXPECT_FALSE(Engine::Create(o).ok());
+}
+
+}  // namespace
+}  // namespace millipede
+
+namespace millipede {
+namespace {
+
+using testing::MaxRelError;
+using testing::RandomEngineOptions;
+using testing::RandomIds;
+using testing::SmallConfig;
+
+std::vector<float> PromptLogits(Engine& e, const std::vector<int32_t>& ids) {
+  std::vector<float> logits;
+  EXPECT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size()) + 4).ok());
+  Status s = e.ForwardToHost(ids, &logits);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return logits;
+}
+
+TEST(EnginePolicyTest, AShapePrefillEqualsDenseOnlyWhenTheWindowCoversThePrompt) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const std::vector<int32_t> ids = RandomIds(90, 97, 5);
+  const std::vector<float> dense = PromptLogits(e, ids);
+  auto policy = [&](int64_t window, int64_t dense_below) {
+    return e.ParsePolicy(R"({"version": 1, "default": {"prefill": "a-shape"},
+        "dense_below_tokens": )" + std::to_string(dense_below) +
+                         R"(, "a_shape": {"sink_tokens": 4, "window_tokens": )" +
+                         std::to_string(window) + "}}");
+  };
+  auto wide = policy(90, 0);
+  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
+  ASSERT_TRUE(e.SetPolicy(*wide).ok());
+  EXPECT_LT(MaxRelError(PromptLogits(e, ids), dense), 1e-6);
+  auto narrow = policy(8, 0);
+  ASSERT_TRUE(narrow.ok());
+  ASSERT_TRUE(e.SetPolicy(*narrow).ok());
+  EXPECT_GT(MaxRelError(PromptLogits(e, ids), dense), 1e-3);
+  // Below dense_below_tokens the same narrow policy is dense.
+  auto fallback = policy(8, 91);
+  ASSERT_TRUE(fallback.ok());
+  ASSERT_TRUE(e.SetPolicy(*fallback).ok());
+  EXPECT_LT(MaxRelError(PromptLogits(e, ids), dense), 1e-6);
+}
+
+TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(60, 97, 6);
+  r.max_new_tokens = 6;
+  r.sampling.temperature = 1.0f;  // sampled, so that small logit changes show in the tokens
+  r.sampling.seed = 3;
+  auto full = Generate(e, r);
+  ASSERT_TRUE(full.ok());
+  r.policy_json = R"({"version": 1, "default": {"decode": "streaming-head"},
+                      "streaming_head": {"sink_tokens": 2, "window_tokens": 100}})";
+  auto wide = Generate(e, r);
+  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
+  EXPECT_EQ(wide->ids, full->ids);
+  // A window of 3 recent tokens: decode logits differ from full attention.
+  const std::vector<int32_t> ids = RandomIds(60, 97, 6);
+  const std::vector<float> prompt_logits = PromptLogits(e, ids);
+  std::vector<float> full_step(97), narrow_step(97);
+  auto step = e.ForwardDecode(11);
+  ASSERT_TRUE(step.ok());
+  ASSERT_TRUE(e.backend().CopyToHost(*step, {full_step.data(), DType::kF32, Shape{97}}).ok());
+  auto narrow = e.ParsePolicy(R"({"version": 1, "default": {"decode": "streaming-head"},
+                                   "streaming_head": {"sink_tokens": 2, "window_tokens": 3}})");
+  ASSERT_TRUE(narrow.ok());
+  ASSERT_TRUE(e.SetPolicy(*narrow).ok());
+  PromptLogits(e, ids);  // prefill is unaffected by the decode role
+  step = e.ForwardDecode(11);
+  ASSERT_TRUE(step.ok());
+  ASSERT_TRUE(e.backend().CopyToHost(*step, {narrow_step.data(), DType::kF32, Shape{97}}).ok());
+  EXPECT_GT(MaxRelError(narrow_step, full_step), 1e-3);
+}
+
+}  // namespace
+}  // namespace millipede
