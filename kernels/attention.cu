@@ -33,6 +33,8 @@ Status CheckArgs(const AttentionArgs& args) {
   if (AttentionHasWindow(args))
     return UnimplementedError(
         "attention on the GPU: A-shape (sink + window) heads are not available yet");
+  if (args.kv_row_visible != nullptr)
+    return UnimplementedError("attention on the GPU: evicted key rows are not available yet");
   MP_REQUIRE(std::abs(args.q_offset) < kMaxAbsOffset && std::abs(args.k_offset) < kMaxAbsOffset,
              "attention: offsets ", args.q_offset, ", ", args.k_offset, " out of range");
   MP_REQUIRE(args.q.dim(1) < (int64_t{1} << 31) && args.k.dim(1) < 65536,

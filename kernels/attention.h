@@ -43,6 +43,10 @@ struct AttentionArgs {
   // Host memory, one entry per KV head (>= 0); null: every head sees what `mask` allows.
   const int64_t* kv_head_window = nullptr;
   int64_t sink_tokens = 0;
+  // Token eviction (H2O-style static selection), on top of the above: when set,
+  // kv_row_visible[j * num_kv_heads + g] == 0 hides key row j from KV head g's queries.
+  // Host memory, [n_kv, num_kv_heads]; null: no row is hidden. CPU reference only so far.
+  const uint8_t* kv_row_visible = nullptr;
 };
 
 // True when args.kv_head_window limits at least one head.

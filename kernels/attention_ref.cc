@@ -88,6 +88,8 @@ Status AttentionRef(const AttentionArgs& args) {
       // the prefix remain (positions are global, so blocks of a ring see the same mask).
       const int64_t window = args.kv_head_window != nullptr ? args.kv_head_window[g] : 0;
       auto seen = [&](int64_t j) {
+        if (args.kv_row_visible != nullptr && args.kv_row_visible[j * num_kv_heads + g] == 0)
+          return false;
         if (window <= 0) return true;
         const int64_t key = args.k_offset + j, query = args.q_offset + t;
         return key < args.sink_tokens || query - key < window;

@@ -71,11 +71,13 @@ Status Engine::SetPolicy(AttentionPolicy policy) {
             ") is not available yet in this engine; available: " + available);
     }
     if (layer.decode != DecodeRole::kFull &&
-        !(cpu && layer.decode == DecodeRole::kStreamingHead))
+        !(cpu && (layer.decode == DecodeRole::kStreamingHead ||
+                  layer.decode == DecodeRole::kStaticEviction)))
       return UnimplementedError(
           std::string("attention policy: decode role \"") + DecodeRoleName(layer.decode) +
           "\" (layer " + std::to_string(l) + ") is not available yet in this engine; available: " +
-          (cpu ? "full, streaming-head" : "full (streaming-head: CPU backend only)"));
+          (cpu ? "full, streaming-head, static-eviction"
+               : "full (streaming-head, static-eviction: CPU backend only)"));
   }
   policy_ = std::move(policy);
   return OkStatus();

@@ -117,8 +117,8 @@ class Engine {
   // The attention policy the following steps use (dense/full unless set).
   const AttentionPolicy& policy() const { return policy_; }
   // Checks `policy` against the model and against what this engine can run, then uses it.
-  // Runs: dense prefill and full decode everywhere; a-shape prefill heads and streaming-head
-  // decode layers on the CPU backend. Other patterns and roles (and those two on the GPU) are
+  // Runs: dense prefill and full decode everywhere; a-shape prefill heads, streaming-head and
+  // static-eviction decode layers on the CPU backend. Other patterns and roles (and those two on the GPU) are
   // refused with Unimplemented naming them, the layer and the head; the current policy is then
   // unchanged.
   Status SetPolicy(AttentionPolicy policy);
@@ -186,6 +186,14 @@ class Engine {
   // lse_part_: all rows, or for a streaming-head layer only those at positions < sink or within
   // the window of `position`.
   Status AttendDecode(int64_t layer, int64_t position, int64_t visible);
+  // Static eviction (engine_eviction.cc, CPU backend): ranks this rank's key rows (global
+  // positions `row_ranges`, rows [0, rows)) by the attention the step's last observed prompt
+  // queries pay them, normalised over every rank's keys, and marks each KV head's global top
+  // keep_tokens in heavy_[layer]. Called by every rank after the layer's attention, while q_
+  // holds the step's queries (positions `q_ranges`).
+  Status SelectHeavyHitters(int64_t layer, const std::vector<TokenRange>& q_ranges,
+                            const std::vector<TokenRange>& row_ranges, int64_t rows,
+                            int64_t global_end);
   // Output projection into the residual stream, then the MLP, for tokens [begin, end).
   Status OutputAndMlp(int64_t layer, int64_t begin, int64_t end, ConstTensorView attention_out);
   Status Logits(int64_t row);
@@ -219,6 +227,8 @@ class Engine {
   int64_t inv_freq_len_ = -1;  // the seq_len inv_freq_ was computed for
   EngineStats stats_;
   AttentionPolicy policy_;
+  // Per layer with static eviction: [capacity, num_kv_heads] 1 = kept heavy hitter.
+  std::vector<std::vector<uint8_t>> heavy_;
   std::chrono::steady_clock::time_point mark_;
   // Ring buffers: two blocks of K and V received from neighbours.
   BackendTensor ring_k_[2], ring_v_[2];

@@ -14,6 +14,7 @@ Status Engine::AttendDecode(int64_t layer, int64_t position, int64_t visible) {
   // Rows [begin, end) of this rank's cache to attend to. Every key precedes (or is) this token,
   // so no mask is needed; a rank without keys contributes the empty state.
   std::vector<std::pair<int64_t, int64_t>> parts = {{0, visible}};
+  std::vector<uint8_t> row_visible;  // static eviction: [visible, kv_heads]
   if (policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kStreamingHead) {
     // Rows are in increasing position order (committed ranges, then this token's row if this
     // rank stores it), so the sinks are a prefix and the window a suffix of the rows.
@@ -27,6 +28,24 @@ Status Engine::AttendDecode(int64_t layer, int64_t position, int64_t visible) {
     const int64_t window_begin =
         rows_before(position - policy_.streaming_head.window_tokens + 1);
     if (sinks < window_begin) parts = {{0, sinks}, {window_begin, visible}};
+  } else if (policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kStaticEviction) {
+    // Heavy hitters chosen after prefill, plus the most recent positions.
+    const int64_t kv_heads = c.num_key_value_heads;
+    // Without a prefill that chose them (a policy set afterwards) no key is a heavy hitter.
+    static const std::vector<uint8_t> kNone;
+    const std::vector<uint8_t>& heavy =
+        static_cast<size_t>(layer) < heavy_.size() ? heavy_[static_cast<size_t>(layer)] : kNone;
+    row_visible.assign(static_cast<size_t>(std::max<int64_t>(visible, 1) * kv_heads), 0);
+    const int64_t recent_from = position - policy_.static_eviction.recent_tokens + 1;
+    int64_t row = 0;
+    std::vector<TokenRange> ranges = kv_->ranges();
+    if (visible > kv_->rows()) ranges.push_back({position, position + 1});
+    for (const TokenRange& r : ranges)
+      for (int64_t p = r.begin; p < r.end; ++p, ++row)
+        for (int64_t g = 0; g < kv_heads; ++g) {
+          const size_t i = static_cast<size_t>(row * kv_heads + g);
+          row_visible[i] = (p >= recent_from || (i < heavy.size() && heavy[i] != 0)) ? 1 : 0;
+        }
   } else {
     MP_ASSERT(policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kFull,
               "decode roles other than full and streaming-head are refused by SetPolicy");
@@ -44,6 +63,7 @@ Status Engine::AttendDecode(int64_t layer, int64_t position, int64_t visible) {
     a.v = SliceRows(kv_->Values(layer, visible), begin, end - begin);
     a.q_offset = position;
     a.mask = AttentionMask::kNone;
+    if (!row_visible.empty()) a.kv_row_visible = row_visible.data();
     a.o = i == 0 ? o_part : o_tmp;
     a.lse = i == 0 ? lse_part : lse_tmp;
     MP_RETURN_IF_ERROR(b.Attention(a));

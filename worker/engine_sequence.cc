@@ -114,6 +114,7 @@ Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) 
 
 void Engine::EndSequence() {
   kv_.reset();
+  heavy_.clear();
   global_length_ = 0;
   step_rows_ = 0;
   hidden_ = BackendTensor();

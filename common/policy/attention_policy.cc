@@ -83,6 +83,7 @@ const char* DecodeRoleName(DecodeRole r) {
     case DecodeRole::kFilter: return "filter";
     case DecodeRole::kSelected: return "selected";
     case DecodeRole::kStreamingHead: return "streaming-head";
+    case DecodeRole::kStaticEviction: return "static-eviction";
   }
   return "?";
 }
@@ -101,8 +102,9 @@ StatusOr<DecodeRole> ParseDecodeRole(std::string_view name) {
   if (name == "filter") return DecodeRole::kFilter;
   if (name == "selected") return DecodeRole::kSelected;
   if (name == "streaming-head") return DecodeRole::kStreamingHead;
+  if (name == "static-eviction" || name == "h2o") return DecodeRole::kStaticEviction;
   return InvalidArgumentError("unknown decode role \"" + std::string(name) +
-                              "\" (full, filter, selected, streaming-head)");
+                              "\" (full, filter, selected, streaming-head, static-eviction)");
 }
 
 bool AttentionPolicy::IsDense() const {
@@ -146,7 +148,7 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
   MP_RETURN_IF_ERROR(CheckKeys(root,
                                {"version", "default", "dense_below_tokens", "a_shape",
                                 "vertical_slash", "block_sparse", "filter", "streaming_head",
-                                "layers"},
+                                "static_eviction", "layers"},
                                what));
   MP_ASSIGN_OR_RETURN(int64_t version, JsonGetInt(root, "version", what));
   MP_REQUIRE(version == 1, what, ": version ", version, " is not supported (expected 1)");
@@ -171,6 +173,11 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
       root, "streaming_head", {"sink_tokens", "window_tokens"},
       {&policy.streaming_head.sink_tokens, &policy.streaming_head.window_tokens}, what));
 
+  MP_RETURN_IF_ERROR(ReadParams(
+      root, "static_eviction", {"keep_tokens", "recent_tokens", "observed_queries"},
+      {&policy.static_eviction.keep_tokens, &policy.static_eviction.recent_tokens,
+       &policy.static_eviction.observed_queries},
+      what));
   LayerPolicy fallback = policy.layers[0];
   if (root.contains("default")) {
     const Json& d = root.at("default");

@@ -13,13 +13,17 @@
 //     "block_sparse": {"block": 64, "top_blocks": 100},
 //     "filter": {"top_k": 4096},
 //     "streaming_head": {"sink_tokens": 128, "window_tokens": 1024},
+//     "static_eviction": {"keep_tokens": 4096, "recent_tokens": 256, "observed_queries": 32},
 //     "layers": [
 //       {"layer": 0, "prefill": "dense", "decode": "full"},
 //       {"layer": 5, "prefill": ["dense", "a-shape", ...one per KV head], "decode": "filter"}
 //     ]
 //   }
 // Layers not listed take "default". Pattern names: dense, a-shape (alias streaming),
-// vertical-slash, block-sparse. Decode roles: full, filter, selected, streaming-head.
+// vertical-slash, block-sparse. Decode roles: full, filter, selected, streaming-head, and the
+// static-eviction baseline (H2O-style: after prefill each KV head keeps the keep_tokens keys the
+// last observed_queries prompt queries attended to most; decode sees those plus the
+// recent_tokens most recent positions).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +36,7 @@
 namespace millipede {
 
 enum class PrefillPattern { kDense, kAShape, kVerticalSlash, kBlockSparse };
-enum class DecodeRole { kFull, kFilter, kSelected, kStreamingHead };
+enum class DecodeRole { kFull, kFilter, kSelected, kStreamingHead, kStaticEviction };
 
 const char* PrefillPatternName(PrefillPattern p);  // "dense", "a-shape", ...
 const char* DecodeRoleName(DecodeRole r);          // "full", "filter", ...
@@ -56,6 +60,12 @@ struct FilterParams {
   int64_t top_k = 4096;       // tokens the filter layer selects for the following layers
 };
 
+struct StaticEvictionParams {
+  int64_t keep_tokens = 4096;      // heavy hitters kept per KV head (over all ranks)
+  int64_t recent_tokens = 256;     // the most recent positions, always visible
+  int64_t observed_queries = 32;   // last prompt queries whose attention ranks the keys
+};
+
 struct LayerPolicy {
   std::vector<PrefillPattern> prefill;  // [num_kv_heads]
   DecodeRole decode = DecodeRole::kFull;
@@ -69,6 +79,7 @@ struct AttentionPolicy {
   BlockSparseParams block_sparse;
   FilterParams filter;
   AShapeParams streaming_head{128, 1024};
+  StaticEvictionParams static_eviction;
 
   // True when every head is dense in prefill and every layer full in decode.
   bool IsDense() const;

@@ -151,5 +151,42 @@ TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
   EXPECT_GT(MaxRelError(narrow_step, full_step), 1e-3);
 }
 
+TEST(EnginePolicyTest, StaticEvictionKeepsHeavyHittersAndRecentTokens) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(120, 97, 8);
+  r.max_new_tokens = 8;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 5;
+  auto full = Generate(e, r);
+  ASSERT_TRUE(full.ok());
+  auto with = [&](int64_t keep, int64_t recent) {
+    GenerationRequest x = r;
+    x.policy_json = R"({"version": 1, "default": {"decode": "static-eviction"},
+        "static_eviction": {"keep_tokens": )" + std::to_string(keep) +
+                    R"(, "recent_tokens": )" + std::to_string(recent) +
+                    R"(, "observed_queries": 8}})";
+    return Generate(e, x);
+  };
+  // Keeping every prompt token, with a window covering the generated ones, is full attention.
+  auto everything = with(120, 8);
+  ASSERT_TRUE(everything.ok()) << everything.status().ToString();
+  EXPECT_EQ(everything->ids, full->ids);
+  // Generated tokens outside the window are evicted too (they are never heavy hitters).
+  auto no_window = with(120, 1);
+  ASSERT_TRUE(no_window.ok());
+  EXPECT_NE(no_window->ids, full->ids);
+  // A recent window covering the sequence is full attention too, whatever is kept.
+  auto recent = with(1, 200);
+  ASSERT_TRUE(recent.ok());
+  EXPECT_EQ(recent->ids, full->ids);
+  // A small budget changes the answer.
+  auto evicted = with(4, 4);
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_NE(evicted->ids, full->ids);
+}
+
 }  // namespace
 }  // namespace millipede

@@ -98,7 +98,7 @@ TEST(AttentionPolicyTest, NamesRoundTrip) {
                            PrefillPattern::kVerticalSlash, PrefillPattern::kBlockSparse})
     EXPECT_EQ(*ParsePrefillPattern(PrefillPatternName(p)), p);
   for (DecodeRole r : {DecodeRole::kFull, DecodeRole::kFilter, DecodeRole::kSelected,
-                       DecodeRole::kStreamingHead})
+                       DecodeRole::kStreamingHead, DecodeRole::kStaticEviction})
     EXPECT_EQ(*ParseDecodeRole(DecodeRoleName(r)), r);
 }
 

@@ -154,6 +154,26 @@ TEST(CpGenerateTest, AShapeAndStreamingHeadsMatchSingleProcess) {
   EXPECT_NE(dense->ids, local->ids);  // the policy changed the answer
 }
 
+TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
+  // The heavy hitters are chosen over every rank's keys: N ranks keep what one process keeps.
+  auto engine = MakeDistributed(32);
+  auto local_engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
+  ASSERT_TRUE(local_engine.ok());
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(400, 97, 13);
+  r.max_new_tokens = 10;
+  r.ignore_eos = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 6;
+  r.policy_json = R"({"version": 1, "default": {"decode": "static-eviction"},
+      "static_eviction": {"keep_tokens": 20, "recent_tokens": 6, "observed_queries": 12}})";
+  auto dist = Generate(*engine, r);
+  ASSERT_TRUE(dist.ok()) << dist.status().ToString();
+  auto local = Generate(**local_engine, r);
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(dist->ids, local->ids);
+}
+
 TEST(CpGenerateTest, BadRequestFailsOnEveryRankWithoutHanging) {
   auto engine = MakeDistributed(32);
   GenerationRequest r;
