@@ -1,0 +1,195 @@
+// millipede-coordinator: world rank 0 of the service's MPMD launch,
+//   mpirun -np 1 millipede-coordinator --model DIR ... : -np N millipede-worker --model DIR ...
+// Tokenizes, validates and queues jobs from the Cap'n Proto and OpenAI HTTP front ends, runs them
+// on the workers over the MPI control plane and serves the metrics. No CUDA.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include <kj/async-io.h>
+#include <kj/timer.h>
+
+#include "common/file_util.h"
+#include "common/flags.h"
+#include "common/mpi_check.h"
+#include "coordinator/scheduler.h"
+#include "rpc/rpc_server.h"
+#ifdef MILLIPEDE_HAVE_HTTP
+#include "coordinator/http/openai_server.h"
+#endif
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] = R"(usage: mpirun -np 1 millipede-coordinator --model DIR [options] : -np N millipede-worker --model DIR ...
+
+  --model DIR              the model directory the workers load (tokenizer.json is read here)
+  --served-model-name NAME the model's name for clients (default: the directory's name)
+  --chat-format F          llama3 | chatml (default: detected from the tokenizer by the HTTP API)
+  --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
+  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
+  --api-key KEY            require "Authorization: Bearer KEY" on the HTTP API
+  --metrics HOST:PORT      Prometheus /metrics (default 127.0.0.1:9400)
+  --max-queue N            jobs that may wait (default 64); more get "queue full"
+  --worker-timeout-s S     a worker silent this long counts as dead (default 30)
+  --startup-timeout-s S    time the workers have to load the model (default 600)
+  --drain-timeout-s S      on SIGTERM, time the running job has to finish (default 30)
+)";
+
+std::atomic<Scheduler*> g_scheduler{nullptr};
+std::atomic<bool> g_drain_early{false};
+
+void OnTerminate(int) {
+  Scheduler* s = g_scheduler.load();
+  if (s != nullptr) {
+    s->RequestDrain();
+  } else {
+    g_drain_early.store(true);
+  }
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+Status Serve(int argc, char** argv, int world_size) {
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(flags.CheckKnown(
+      {"model", "served-model-name", "chat-format", "rpc", "http", "api-key", "metrics",
+       "max-queue", "worker-timeout-s", "startup-timeout-s", "drain-timeout-s", "help"}));
+  MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
+  MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
+  SchedulerOptions options;
+  options.model_id = flags.Get("served-model-name").value_or(BaseName(model_dir));
+  options.chat_format = flags.Get("chat-format").value_or("");
+  MP_REQUIRE(options.chat_format.empty() || options.chat_format == "llama3" ||
+                 options.chat_format == "chatml",
+             "--chat-format must be llama3 or chatml");
+  MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
+  MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
+  options.max_queue = static_cast<size_t>(max_queue);
+  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 30));
+  MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
+  MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
+  MP_REQUIRE(options.worker_timeout_s > 0 && options.drain_timeout_s >= 0 &&
+                 startup_timeout_s > 0,
+             "timeouts must be positive");
+  const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
+  const std::string http_bind = flags.Get("http").value_or("127.0.0.1:8000");
+  const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
+
+  const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
+  MP_REQUIRE(FileExists(tokenizer_path), model_dir, " has no tokenizer.json");
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromFile(tokenizer_path));
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<ServiceMetrics> metrics,
+                      ServiceMetrics::Create(metrics_bind));
+
+  std::cerr << "millipede-coordinator: waiting for " << world_size - 1 << " worker(s)\n";
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<WorkerLink> link,
+                      WorkerLink::Connect(world_size, startup_timeout_s));
+  const WorkerFacts facts = link->facts();
+  Scheduler scheduler(std::move(tokenizer), std::move(link), metrics.get(), options);
+  g_scheduler.store(&scheduler);
+  if (g_drain_early.load()) scheduler.RequestDrain();
+
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcServer> rpc_server,
+                      rpc::RpcServer::Start(scheduler, io, rpc_bind));
+#ifdef MILLIPEDE_HAVE_HTTP
+  std::unique_ptr<OpenAiServer> http_server;
+  if (http_bind != "off") {
+    OpenAiServerOptions http_options;
+    http_options.bind_address = http_bind;
+    http_options.api_key = flags.Get("api-key").value_or("");
+    http_options.served_model_name = options.model_id;
+    MP_ASSIGN_OR_RETURN(http_server, OpenAiServer::Start(scheduler, http_options));
+  }
+#else
+  MP_REQUIRE(!flags.Has("http") || http_bind == "off",
+             "this build has no HTTP front end (--http off)");
+#endif
+  const ModelInfo model = scheduler.GetModelInfo();
+  std::cerr << "millipede-coordinator: ready: model " << model.id << " (context "
+            << model.context_limit << " tokens, KV for " << model.kv_capacity_tokens
+            << " tokens) on " << facts.num_workers << " " << facts.backend
+            << " worker(s), pid " << getpid() << "\n"
+            << "millipede-coordinator: rpc " << rpc_bind.substr(0, rpc_bind.rfind(':')) << ":"
+            << rpc_server->port() << ", metrics " << metrics->url();
+#ifdef MILLIPEDE_HAVE_HTTP
+  if (http_server) {
+    std::cerr << ", http " << http_bind.substr(0, http_bind.rfind(':')) << ":"
+              << http_server->port();
+  }
+#endif
+  std::cerr << std::endl;
+
+  // The control loop owns every MPI call from here on (MPI_THREAD_SERIALIZED).
+  auto stop = kj::newPromiseAndCrossThreadFulfiller<void>();
+  Status loop_status;
+  std::thread control([&] {
+    loop_status = scheduler.Run();
+    stop.fulfiller->fulfill();
+  });
+  stop.promise.wait(io.waitScope);
+  // Let the last events (completions, errors) reach the clients, within bounds.
+  rpc_server->OnCallbacksDone()
+      .exclusiveJoin(io.provider->getTimer().afterDelay(3 * kj::SECONDS))
+      .wait(io.waitScope);
+  control.join();
+#ifdef MILLIPEDE_HAVE_HTTP
+  http_server.reset();
+#endif
+  g_scheduler.store(nullptr);
+  rpc_server.reset();
+  if (loop_status.ok()) std::cerr << "millipede-coordinator: drained, workers stopped\n";
+  return loop_status;
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  struct sigaction action = {};
+  action.sa_handler = millipede::OnTerminate;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS ||
+      provided < MPI_THREAD_SERIALIZED) {
+    std::cerr << "millipede-coordinator: MPI initialisation failed (need MPI_THREAD_SERIALIZED)\n";
+    return 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (rank != 0) {
+    std::cerr << "millipede-coordinator: must be world rank 0 (one coordinator first in the "
+                 "mpirun command line)\n";
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  // The workers split off their data-plane communicator; the coordinator takes no part in it.
+  MPI_Comm none;
+  MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none);
+  const millipede::Status s = millipede::Serve(argc, argv, size);
+  if (!s.ok()) {
+    std::cerr << "millipede-coordinator: " << s.ToString() << "\n";
+    // The workers may be stuck or gone: end the whole job.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
