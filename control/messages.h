@@ -6,7 +6,8 @@
 //    for all of them before serving;
 //  - the coordinator sends kJob to every worker (one job at a time), kCancel to the worker leader
 //    (world rank 1) only, kPing to every worker about once a second (liveness), kShutdown to
-//    every worker to stop;
+//    every worker to stop after a drain (all ranks then finalize MPI), kAbort when it is about
+//    to fail (the workers exit at once without finalizing);
 //  - the worker leader sends kEvent for the running job (progress, tokens, done or failed);
 //  - every worker sends kStats about twice a second while idle, now and then during a job and
 //    after each job: its heartbeat and the numbers for the metrics.
@@ -30,6 +31,7 @@ enum Tag : int {
   kTagCancel = 102,
   kTagShutdown = 103,
   kTagPing = 104,
+  kTagAbort = 105,
   kTagHello = 201,
   kTagEvent = 202,
   kTagStats = 203,

@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/mpi_check.h"
+#include "control/mpi_channel.h"
 #include "coordinator/scheduler.h"
 #include "rpc/rpc_server.h"
 #ifdef MILLIPEDE_HAVE_HTTP
@@ -30,14 +31,21 @@ constexpr char kUsage[] = R"(usage: mpirun -np 1 millipede-coordinator --model D
   --served-model-name NAME the model's name for clients (default: the directory's name)
   --chat-format F          llama3 | chatml (default: detected from the tokenizer by the HTTP API)
   --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
-  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
-  --api-key KEY            require "Authorization: Bearer KEY" on the HTTP API
   --metrics HOST:PORT      Prometheus /metrics (default 127.0.0.1:9400)
   --max-queue N            jobs that may wait (default 64); more get "queue full"
   --worker-timeout-s S     a worker silent this long counts as dead (default 30)
   --startup-timeout-s S    time the workers have to load the model (default 600)
   --drain-timeout-s S      on SIGTERM, time the running job has to finish (default 30)
 )";
+
+#ifdef MILLIPEDE_HAVE_HTTP
+constexpr char kHttpUsage[] = R"(  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
+  --api-key KEY            require "Authorization: Bearer KEY" on the HTTP API
+)";
+#else
+constexpr char kHttpUsage[] = R"(  (this build has no HTTP front end: build with -DMILLIPEDE_HTTP=ON)
+)";
+#endif
 
 std::atomic<Scheduler*> g_scheduler{nullptr};
 std::atomic<bool> g_drain_early{false};
@@ -51,6 +59,14 @@ void OnTerminate(int) {
   }
 }
 
+// Before the coordinator aborts: asks every worker to exit too, so that none waits for its
+// coordinator-timeout (under mpirun --enable-recovery an abort does not stop the other ranks).
+void AbortWorkers(int world_size) {
+  control::MpiChannel channel(MPI_COMM_WORLD);
+  for (int r = 1; r < world_size; ++r) channel.Send(r, control::kTagAbort, {}).IgnoreError();
+  channel.Flush(std::chrono::seconds(2)).IgnoreError();
+}
+
 std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   const size_t slash = path.rfind('/');
@@ -60,7 +76,7 @@ std::string BaseName(std::string path) {
 Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
   if (flags.GetBool("help")) {
-    std::cout << kUsage;
+    std::cout << kUsage << kHttpUsage;
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
@@ -187,6 +203,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     std::cerr << "millipede-coordinator: " << s.ToString() << "\n";
     // The workers may be stuck or gone: end the whole job.
+    millipede::AbortWorkers(size);
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 
 MPI_ENV = {
     # OpenMPI refuses root and more ranks than cores unless told; CI machines are small.
@@ -113,6 +114,21 @@ class Service:
                 return kv
             time.sleep(0.05)
         raise Failure(f"worker KV never {what}: {self.kv_bytes()}")
+
+    def metrics(self):
+        """The /metrics page as {(name, labels): value}."""
+        body = urllib.request.urlopen(self.metrics_url, timeout=10).read().decode()
+        out = {}
+        for line in body.splitlines():
+            m = re.match(r"([a-z_:]+)(\{[^}]*\})? (\S+)$", line)
+            if m:
+                out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+        return out
+
+    def metric(self, name, label_fragment=""):
+        """The sum of `name`'s series whose labels contain `label_fragment`."""
+        return sum(v for (n, labels), v in self.metrics().items()
+                   if n == name and label_fragment in labels)
 
     def status(self, job):
         r = self.client("status", str(job))

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 from service_harness import Failure, Service, check, make_model, offline, read_until
 
@@ -46,6 +45,18 @@ def scenario_stream(bin_dir, model):
         check(got["finish_reason"] == "length", f"finish reason {got['finish_reason']}")
         check(got["ttft_s"] > 0 and got["prefill_tokens_per_s"] > 0, f"timings {got}")
         check(got["decode_tokens_per_s"] > 0, f"decode rate {got}")
+
+        # A stop string cuts the text before it and ends the job with "stop".
+        text = want["text"]
+        cut = next((i for i in range(3, len(text) - 2) if text[i:i + 2].strip() == text[i:i + 2]
+                    and text.find(text[i:i + 2]) == i), None)
+        check(cut is not None, f"no stop string candidate in {text!r}")
+        if cut is not None:
+            r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
+                           "--stop", text[cut:cut + 2])
+            check(r.rc == 0, f"submit with a stop string failed: {r}")
+            check(r.json()["text"] == text[:cut] and r.json()["finish_reason"] == "stop",
+                  f"stop string {text[cut:cut + 2]!r}: got {r.json()} from {text!r}")
 
         # The streamed text is the same text.
         r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos")
@@ -113,8 +124,17 @@ def scenario_stream(bin_dir, model):
               f"models: {m}")
         h = svc.client("health")
         check(h.rc == 0 and h.json()["alive"] and h.json()["accepting"], f"health: {h}")
-        body = urllib.request.urlopen(svc.metrics_url, timeout=10).read().decode()
-        check("millipede_" in body, "the metrics endpoint serves no millipede_ metrics")
+        # The metrics saw the jobs.
+        check(svc.metric("millipede_time_to_first_token_seconds_count") >= 8,
+              "TTFT observations missing from /metrics")
+        check(svc.metric("millipede_generation_tokens_total") >= 60,
+              "generated tokens missing from /metrics")
+        check(svc.metric("millipede_request_finished_total", 'reason="length"') >= 8,
+              "finished jobs missing from /metrics")
+        check(svc.metric("millipede_request_finished_total", 'reason="cancelled"') >= 1,
+              "the cancelled job is missing from /metrics")
+        check(svc.metric("millipede_communication_bytes_total", 'rank="2"') > 0,
+              "rank 2's data-plane bytes missing from /metrics")
     finally:
         svc.stop()
 
@@ -217,6 +237,9 @@ def scenario_cancel(bin_dir, model):
         job = int(read_until(p.stderr, r"job (\d+) queued", 20).group(1))
         read_until(p.stdout, r"\S", 30)
         svc.wait_kv(lambda kv: all(b > 0 for b in kv), "held during decode")
+        check(svc.metric("millipede_kv_cache_bytes", 'rank="1"') > 0 and
+              svc.metric("millipede_kv_cache_bytes", 'rank="2"') > 0,
+              "the metrics do not show the running job's KV on both ranks")
         check(svc.status(job)["state"] == "decode", "the job is not decoding")
         check(svc.client("cancel", str(job)).rc == 0, "cancel failed")
         out, err = p.communicate(timeout=30)
@@ -224,6 +247,8 @@ def scenario_cancel(bin_dir, model):
         st = svc.status(job)
         check(st["state"] == "cancelled" and st["generated_tokens"] < 1500, f"state {st}")
         svc.wait_kv(lambda kv: kv == [0, 0], "freed after the decode cancel")
+        check(svc.metric("millipede_kv_cache_bytes") == 0,
+              "the metrics still show KV after the cancel")
 
         # Disconnect: kill the client mid-decode.
         p = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "1500", "--ignore-eos")

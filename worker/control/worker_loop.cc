@@ -87,7 +87,9 @@ Status WorkerLoop::PollDuringJob(uint64_t job_id) {
                         channel_.Poll(control::kCoordinatorRank, MPI_ANY_TAG));
     if (!m) break;
     last_heard_ = Clock::now();
-    if (m->tag == control::kTagCancel) {
+    if (m->tag == control::kTagAbort) {
+      return FailedPreconditionError("the coordinator is stopping after a failure");
+    } else if (m->tag == control::kTagCancel) {
       control::JobCancel cancel;
       MP_RETURN_IF_ERROR(control::Decode(m->bytes, &cancel));
       if (cancel.job_id == job_id) cancel_ = true;
@@ -196,6 +198,8 @@ Status WorkerLoop::Run() {
         case control::kTagShutdown:
           MP_RETURN_IF_ERROR(MaybeSendStats(0, 0, /*force=*/true));
           return channel_.Flush(std::chrono::seconds(5));
+        case control::kTagAbort:
+          return FailedPreconditionError("the coordinator is stopping after a failure");
         case control::kTagPing:
         case control::kTagCancel:  // for a job that already ended
           break;
