@@ -33,7 +33,8 @@ constexpr char kUsage[] = R"(usage: mpirun -np 1 millipede-coordinator --model D
   --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
   --metrics HOST:PORT      Prometheus /metrics (default 127.0.0.1:9400)
   --max-queue N            jobs that may wait (default 64); more get "queue full"
-  --worker-timeout-s S     a worker silent this long counts as dead (default 30)
+  --worker-timeout-s S     a worker silent this long counts as dead (default 60; workers report
+                           at every prefill layer, so it must exceed the slowest layer)
   --startup-timeout-s S    time the workers have to load the model (default 600)
   --drain-timeout-s S      on SIGTERM, time the running job has to finish (default 30)
 )";
@@ -93,7 +94,7 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
   MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
   options.max_queue = static_cast<size_t>(max_queue);
-  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 30));
+  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 60));
   MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
   MP_REQUIRE(options.worker_timeout_s > 0 && options.drain_timeout_s >= 0 &&

@@ -32,7 +32,7 @@ struct SchedulerOptions {
   // Jobs that may wait (the running one not counted); a full queue refuses with "queue full".
   size_t max_queue = 64;
   // A worker silent this long counts as dead (it reports at least at every prefill layer).
-  double worker_timeout_s = 30;
+  double worker_timeout_s = 60;
   // After a drain starts, the running job may go on this long before it is cancelled.
   double drain_timeout_s = 30;
   int64_t max_prompt_bytes = 32 << 20;

@@ -1,6 +1,11 @@
 #include "rpc/rpc_server.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
@@ -156,10 +161,55 @@ class JobImpl final : public Job::Server {
   const JobId id_;
 };
 
+// Threads that run JobService::Submit (tokenizing a long prompt takes a while) off the event
+// loop, so that other jobs' events keep flowing meanwhile.
+class SubmitPool {
+ public:
+  explicit SubmitPool(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~SubmitPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void Run(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 class MillipedeImpl final : public Millipede::Server {
  public:
-  MillipedeImpl(JobService& service, EventPump& pump, kj::TaskSet& tasks)
-      : service_(service), pump_(pump), tasks_(tasks) {}
+  MillipedeImpl(JobService& service, EventPump& pump, kj::TaskSet& tasks, SubmitPool& pool)
+      : service_(service), pump_(pump), tasks_(tasks), pool_(pool) {}
 
  protected:
   kj::Promise<void> submit(SubmitContext context) override {
@@ -185,14 +235,26 @@ class MillipedeImpl final : public Millipede::Server {
 
     auto observer =
         std::make_shared<CallbackObserver>(service_, pump_, tasks_, params.getCallback());
-    const JobId id = ValueOrThrow(service_.Submit(std::move(request), observer));
-    observer->set_id(id);
-    auto results = context.getResults();
-    results.setJob(kj::heap<JobImpl>(service_, id));
-    results.setId(id);
-    StatusOr<JobStatusInfo> info = service_.GetStatus(id);
-    if (info.ok()) results.setPromptTokens(info->prompt_tokens);
-    return kj::READY_NOW;
+    auto submitted = kj::newPromiseAndCrossThreadFulfiller<StatusOr<JobId>>();
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<StatusOr<JobId>>>>(
+        kj::mv(submitted.fulfiller));
+    auto shared_request = std::make_shared<JobRequest>(std::move(request));
+    JobService& service = service_;
+    pool_.Run([&service, shared_request, observer, fulfiller] {
+      StatusOr<JobId> id = service.Submit(std::move(*shared_request), observer);
+      // The id lets a failed callback cancel the job. (An event that races ahead of this,
+      // with id 0, cancels nothing if its call fails; the next one will.)
+      if (id.ok()) observer->set_id(*id);
+      (*fulfiller)->fulfill(std::move(id));
+    });
+    return submitted.promise.then([this, context, observer](StatusOr<JobId> id) mutable {
+      const JobId job = ValueOrThrow(std::move(id));
+      auto results = context.getResults();
+      results.setJob(kj::heap<JobImpl>(service_, job));
+      results.setId(job);
+      StatusOr<JobStatusInfo> info = service_.GetStatus(job);
+      if (info.ok()) results.setPromptTokens(info->prompt_tokens);
+    });
   }
   kj::Promise<void> status(StatusContext context) override {
     FillStatus(ValueOrThrow(service_.GetStatus(context.getParams().getId())),
@@ -244,6 +306,7 @@ class MillipedeImpl final : public Millipede::Server {
   JobService& service_;
   EventPump& pump_;
   kj::TaskSet& tasks_;
+  SubmitPool& pool_;
 };
 
 // One client connection: its transport, with our message limits, and its RPC system.
@@ -266,8 +329,8 @@ class LogErrors final : public kj::TaskSet::ErrorHandler {
 
 class RpcServer::Impl {
  public:
-  Impl(JobService& service) : callbacks_(errors_), connections_(errors_) {
-    bootstrap_ = kj::heap<MillipedeImpl>(service, pump_, callbacks_);
+  explicit Impl(JobService& service) : callbacks_(errors_), connections_(errors_) {
+    bootstrap_ = kj::heap<MillipedeImpl>(service, pump_, callbacks_, pool_);
   }
 
   kj::Promise<void> Accept() {
@@ -280,6 +343,7 @@ class RpcServer::Impl {
   }
 
   EventPump pump_;
+  SubmitPool pool_{2};
   LogErrors errors_;
   kj::TaskSet callbacks_;
   kj::TaskSet connections_;

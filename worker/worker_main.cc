@@ -20,18 +20,17 @@ Engine flags as for millipede-run:
 )";
 
 constexpr char kWorkerUsage[] = R"(Service:
-  --kv-budget-mb M          KV cache memory one job may take on this rank (default: as much as the
-                            context limit needs); jobs that do not fit are refused at submission
-  --coordinator-timeout-s S exit when the coordinator is silent this long (default 30)
+  --kv-budget-mb M          KV cache memory (MiB, may be fractional) one job may take on this
+                            rank (default: as much as the context limit needs); the coordinator
+                            refuses jobs that do not fit
+  --coordinator-timeout-s S exit when the coordinator is silent this long (default 60)
 )";
 
-Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers) {
-  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
-  if (flags.GetBool("help")) {
-    if (world_rank == 1) std::cout << kUsage << kEngineFlagsUsage << kWorkerUsage;
-    return OkStatus();
-  }
-  std::vector<std::string> known = {"kv-budget-mb", "coordinator-timeout-s", "help"};
+// Runs the worker; sets *hello_sent once the coordinator was told this rank is up (before that,
+// a failure is reported to the coordinator with an error hello).
+Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool* hello_sent) {
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {}));
+  std::vector<std::string> known = {"kv-budget-mb", "coordinator-timeout-s"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
   MP_RETURN_IF_ERROR(flags.CheckKnown(known));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
@@ -39,10 +38,10 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers) {
   MP_ASSIGN_OR_RETURN(EngineOptions options, ParseEngineFlags(flags, local_rank));
   WorkerLoopOptions loop_options;
   MP_ASSIGN_OR_RETURN(loop_options.coordinator_timeout_s,
-                      flags.GetDouble("coordinator-timeout-s", 30));
+                      flags.GetDouble("coordinator-timeout-s", 60));
   MP_REQUIRE(loop_options.coordinator_timeout_s > 0, "--coordinator-timeout-s must be positive");
-  MP_ASSIGN_OR_RETURN(int64_t budget_mb, flags.GetInt("kv-budget-mb", 0));
-  MP_REQUIRE(budget_mb >= 0 && budget_mb < (int64_t{1} << 40), "--kv-budget-mb out of range");
+  MP_ASSIGN_OR_RETURN(double budget_mb, flags.GetDouble("kv-budget-mb", 0));
+  MP_REQUIRE(budget_mb >= 0 && budget_mb < 1e12, "--kv-budget-mb out of range");
 
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> plane,
                       CreateDataPlane(workers, local_rank, options.backend));
@@ -59,20 +58,40 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers) {
     const int64_t per_position = KvCache::BytesPerPosition(
         c.num_hidden_layers, c.num_key_value_heads, c.head_dim, options.kv_dtype);
     loop_options.kv_capacity_tokens =
-        std::min(loop_options.kv_capacity_tokens, (budget_mb << 20) / per_position);
+        std::min(loop_options.kv_capacity_tokens,
+                 static_cast<int64_t>(budget_mb * (1 << 20)) / per_position);
   }
   std::cerr << "millipede-worker rank " << world_rank << " pid " << getpid() << ": "
             << c.num_hidden_layers << " layers, " << BackendKindName(options.backend)
             << " backend, KV for " << loop_options.kv_capacity_tokens << " positions\n";
   WorkerLoop loop(*engine, counting, world_rank, loop_options);
   MP_RETURN_IF_ERROR(loop.SendHello());
+  *hello_sent = true;
   return loop.Run();
+}
+
+// Tells the coordinator why this rank could not start, so that it stops the service with the
+// reason instead of waiting for the rank.
+void ReportStartFailure(int world_rank, const Status& error) {
+  control::WorkerHello hello;
+  hello.rank = world_rank;
+  hello.status_code = static_cast<int32_t>(error.code());
+  hello.error = error.ToString();
+  control::MpiChannel channel(MPI_COMM_WORLD);
+  if (channel.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello)).ok())
+    channel.Flush(std::chrono::seconds(2)).IgnoreError();
 }
 
 }  // namespace
 }  // namespace millipede
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help") {
+      std::cout << millipede::kUsage << millipede::kEngineFlagsUsage << millipede::kWorkerUsage;
+      return 0;
+    }
+  }
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     std::cerr << "millipede-worker: MPI initialisation failed\n";
@@ -90,9 +109,11 @@ int main(int argc, char** argv) {
   MPI_Comm workers;
   MPI_Comm_split(MPI_COMM_WORLD, 1, world_rank, &workers);
   MPI_Comm_set_errhandler(workers, MPI_ERRORS_RETURN);
-  millipede::Status s = millipede::Serve(argc, argv, world_rank, workers);
+  bool hello_sent = false;
+  millipede::Status s = millipede::Serve(argc, argv, world_rank, workers, &hello_sent);
   if (!s.ok()) {
     std::cerr << "millipede-worker rank " << world_rank << ": " << s.ToString() << "\n";
+    if (!hello_sent) millipede::ReportStartFailure(world_rank, s);
     // The coordinator and the other workers may be waiting on this rank: take the job down.
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;

@@ -60,9 +60,12 @@ class Service:
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        if not self.ready.wait(60):
-            self.kill()
-            raise Failure("the service did not become ready:\n" + self.log())
+        deadline = time.time() + 60
+        while not self.ready.wait(0.1):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.kill()
+                self.reader.join(5)
+                raise Failure("the service did not become ready:\n" + self.log())
         check(self.proc.poll() is None, "the service exited at start:\n" + self.log())
 
     def _read(self):

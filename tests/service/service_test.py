@@ -210,6 +210,33 @@ def scenario_errors(bin_dir, model):
         svc.stop()
 
 
+def scenario_limits(bin_dir, model):
+    """The workers' KV budget bounds admission; a worker that cannot start stops the service
+    with its reason."""
+    # 8 layers x 2 KV heads x 16 dims x (K, V) x bf16 = 1 KiB per position: 256 per rank.
+    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "0.25"])
+    try:
+        m = svc.client("models").json()
+        check(m["kv_capacity_tokens"] == 512, f"KV capacity {m}")
+        r = svc.submit("-", "--ids", "--max-tokens", "16", "--json", stdin=long_ids(300))
+        check(r.rc == 0, f"a job within the KV budget failed: {r}")
+        expect_error(svc.submit("-", "--ids", "--max-tokens", "16", stdin=long_ids(500)),
+                     "OUT_OF_RANGE", "KV", "256 per rank")
+        r = svc.submit("--prompt", PROMPT, "--max-tokens", "3", "--json")
+        check(r.rc == 0, f"the next job was not served: {r}")
+    finally:
+        svc.stop()
+
+    t0 = time.time()
+    try:
+        Service(bin_dir, model, worker_args=["--backend", "tpu"])
+        raise Failure("the service started with a bad worker flag")
+    except Failure as e:
+        check("worker rank" in str(e) and "failed to start" in str(e) and "tpu" in str(e),
+              f"the coordinator did not report the worker's reason: {e}")
+    check(time.time() - t0 < 30, "a worker's start failure took too long to surface")
+
+
 def scenario_cancel(bin_dir, model):
     """Cancel in prefill and in decode, and a client that disconnects: the job ends and its KV
     is freed on every worker rank."""
@@ -328,6 +355,7 @@ SCENARIOS = {
     "stream": scenario_stream,
     "errors": scenario_errors,
     "cancel": scenario_cancel,
+    "limits": scenario_limits,
     "drain": scenario_drain,
     "worker_death": scenario_worker_death,
 }
