@@ -43,7 +43,8 @@ class Result:
 class Service:
     """One mpirun launch: coordinator (world rank 0) and `workers` worker ranks."""
 
-    def __init__(self, bin_dir, model, workers=2, coordinator_args=(), worker_args=()):
+    def __init__(self, bin_dir, model, workers=2, coordinator_args=(), worker_args=(),
+                 http=False):
         self.bin_dir = bin_dir
         self.model = model
         env = dict(os.environ, **MPI_ENV)
@@ -51,7 +52,8 @@ class Service:
         # the coordinator can tell its clients before it exits.
         cmd = ["mpirun", "--enable-recovery", "-np", "1",
                os.path.join(bin_dir, "millipede-coordinator"), "--model", model,
-               "--rpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--http", "off",
+               "--rpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+               "--http", "127.0.0.1:0" if http else "off",
                *coordinator_args, ":", "-np", str(workers),
                os.path.join(bin_dir, "millipede-worker"), "--model", model, *worker_args]
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
@@ -75,6 +77,8 @@ class Service:
             if m:
                 self.server = f"{m.group(1)}:{m.group(2)}"
                 self.metrics_url = m.group(3)
+                h = re.search(r", http (\S+)$", line.strip())
+                self.http = h.group(1) if h else None
                 self.ready.set()
             m = re.search(r"ready: .* pid (\d+)", line)
             if m:

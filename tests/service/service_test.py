@@ -5,6 +5,8 @@ usage: service_test.py --bin DIR --work DIR SCENARIO
 """
 
 import argparse
+import json
+import urllib.request
 import os
 import subprocess
 import sys
@@ -30,7 +32,7 @@ def expect_error(result, code, *fragments):
 def scenario_stream(bin_dir, model):
     """Streaming and --json answers equal millipede-run's; ids prompts; sampling; models/health;
     concurrent clients each get their own answer; FIFO order; metrics served."""
-    svc = Service(bin_dir, model)
+    svc = Service(bin_dir, model, http=True)
     try:
         # Greedy text prompt: the service's answer is the offline engine's on as many ranks as
         # the service has workers (no BOS on either). Rank counts may differ in the last bits
@@ -45,6 +47,16 @@ def scenario_stream(bin_dir, model):
         check(got["finish_reason"] == "length", f"finish reason {got['finish_reason']}")
         check(got["ttft_s"] > 0 and got["prefill_tokens_per_s"] > 0, f"timings {got}")
         check(got["decode_tokens_per_s"] > 0, f"decode rate {got}")
+
+        # The OpenAI HTTP front end runs the same job on the same workers.
+        check(svc.http is not None, "no HTTP address in the coordinator's ready line")
+        body = json.dumps({"model": "model", "prompt": PROMPT, "max_tokens": 12,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        req = urllib.request.Request(f"http://{svc.http}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        answer = json.loads(urllib.request.urlopen(req, timeout=30).read())
+        check(answer["choices"][0]["text"] == want["text"],
+              f"HTTP completion {answer} differs from millipede-run")
 
         # A stop string cuts the text before it and ends the job with "stop".
         text = want["text"]
@@ -309,7 +321,6 @@ def scenario_drain(bin_dir, model):
           f"a job was accepted while draining: {r}")
     out, err = p.communicate(timeout=60)
     check(p.returncode == 0, f"the running job did not finish during the drain: {err}")
-    import json
     check(len(json.loads(out)["ids"]) == 300, "the drained job was cut short")
     rc = svc.wait(30)
     check(rc == 0, f"the service exited {rc} after the drain:\n{svc.log()}")
