@@ -239,22 +239,40 @@ class MillipedeImpl final : public Millipede::Server {
     auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<StatusOr<JobId>>>>(
         kj::mv(submitted.fulfiller));
     auto shared_request = std::make_shared<JobRequest>(std::move(request));
+    // If the caller cancels this call before the answer, nobody will hold the job: cancel it.
+    struct Pending {
+      std::atomic<JobId> id{0};
+      std::atomic<bool> abandoned{false};
+      bool answered = false;  // loop thread only
+    };
+    auto pending = std::make_shared<Pending>();
     JobService& service = service_;
-    pool_.Run([&service, shared_request, observer, fulfiller] {
+    pool_.Run([&service, shared_request, observer, fulfiller, pending] {
       StatusOr<JobId> id = service.Submit(std::move(*shared_request), observer);
-      // The id lets a failed callback cancel the job. (An event that races ahead of this,
-      // with id 0, cancels nothing if its call fails; the next one will.)
-      if (id.ok()) observer->set_id(*id);
+      if (id.ok()) {
+        // The id lets a failed callback cancel the job. (An event that races ahead of this,
+        // with id 0, cancels nothing if its call fails; the next one will.)
+        observer->set_id(*id);
+        pending->id.store(*id);
+        if (pending->abandoned.load()) service.Cancel(*id).IgnoreError();
+      }
       (*fulfiller)->fulfill(std::move(id));
     });
-    return submitted.promise.then([this, context, observer](StatusOr<JobId> id) mutable {
+    auto on_drop = kj::defer([&service, pending] {
+      if (pending->answered) return;
+      pending->abandoned.store(true);
+      const JobId id = pending->id.load();
+      if (id != 0) service.Cancel(id).IgnoreError();
+    });
+    return submitted.promise.then([this, context, observer, pending](StatusOr<JobId> id) mutable {
+      pending->answered = true;
       const JobId job = ValueOrThrow(std::move(id));
       auto results = context.getResults();
       results.setJob(kj::heap<JobImpl>(service_, job));
       results.setId(job);
       StatusOr<JobStatusInfo> info = service_.GetStatus(job);
       if (info.ok()) results.setPromptTokens(info->prompt_tokens);
-    });
+    }).attach(kj::mv(on_drop));
   }
   kj::Promise<void> status(StatusContext context) override {
     FillStatus(ValueOrThrow(service_.GetStatus(context.getParams().getId())),

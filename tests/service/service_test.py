@@ -113,7 +113,7 @@ def scenario_stream(bin_dir, model):
             check(r.json()["ids"] == wants[i], f"concurrent client {i} got another answer")
 
         # Arrival order: a long job runs; the next two wait in submission order.
-        a = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "1500", "--ignore-eos",
+        a = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "2000", "--ignore-eos",
                           "--no-progress")
         ja = int(read_until(a.stderr, r"job (\d+) queued", 20).group(1))
         read_until(a.stdout, r"\S", 20)
@@ -204,7 +204,7 @@ def scenario_errors(bin_dir, model):
         served()
 
         # Queue full: one job running, two waiting, the fourth is refused.
-        a = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "1500", "--ignore-eos",
+        a = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "2000", "--ignore-eos",
                           "--no-progress")
         ja = int(read_until(a.stderr, r"job (\d+) queued", 20).group(1))
         read_until(a.stdout, r"\S", 20)
