@@ -1,6 +1,7 @@
 // millipede: the command-line client of the service's Cap'n Proto API.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -354,7 +355,7 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags, Connect
     std::cout << out.dump() << "\n";
     return 0;
   }
-  return InvalidArgumentError("unknown command \"" + command + "\" (see millipede --help)");
+  return InternalError("unhandled command " + command);
 }
 
 int Main(int argc, char** argv) {
@@ -363,6 +364,11 @@ int Main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  const std::vector<std::string> commands = {"submit", "status", "cancel",
+                                             "models", "health", "workers"};
+  if (std::find(commands.begin(), commands.end(), command) == commands.end()) {
+    return Fail(InvalidArgumentError("unknown command \"" + command + "\" (see millipede --help)"));
+  }
   StatusOr<Flags> flags = Flags::Parse(argc - 1, argv + 1,
                                        {"ids", "ignore-eos", "json", "no-progress", "help"});
   if (!flags.ok()) return Fail(flags.status());

@@ -23,7 +23,8 @@ namespace {
 // Bytes of a pipelined next request held while a job runs; past this the connection stops
 // reading until the answer is out.
 constexpr size_t kMaxReadAhead = 1 << 20;
-// Output a client has not read yet; past this it is treated as gone (its job is cancelled).
+// Stream output a client has not read yet; past this it is treated as gone (its job is
+// cancelled).
 constexpr size_t kMaxQueuedOutput = 16 << 20;
 
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -296,7 +297,8 @@ void HttpSession::Enqueue(std::string bytes, bool ends_response) {
   out_bytes_ += bytes.size();
   out_.push_back(std::move(bytes));
   if (ends_response) response_queued_ = true;
-  if (out_bytes_ > kMaxQueuedOutput) return PeerGone();
+  // Only a stream can pile up output faster than the client reads it.
+  if (stream_started_ && out_bytes_ > kMaxQueuedOutput) return PeerGone();
   if (!writing_) DoWrite();
 }
 
