@@ -110,7 +110,8 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(std::unique_ptr<ServiceMetrics> metrics,
                       ServiceMetrics::Create(metrics_bind));
 
-  std::cerr << "millipede-coordinator: waiting for " << world_size - 1 << " worker(s)\n";
+  std::cerr << "millipede-coordinator: waiting for " + std::to_string(world_size - 1) +
+                   " worker(s)\n";
   MP_ASSIGN_OR_RETURN(std::unique_ptr<WorkerLink> link,
                       WorkerLink::Connect(world_size, startup_timeout_s));
   const WorkerFacts facts = link->facts();
@@ -135,19 +136,21 @@ Status Serve(int argc, char** argv, int world_size) {
              "this build has no HTTP front end (--http off)");
 #endif
   const ModelInfo model = scheduler.GetModelInfo();
-  std::cerr << "millipede-coordinator: ready: model " << model.id << " (context "
-            << model.context_limit << " tokens, KV for " << model.kv_capacity_tokens
-            << " tokens) on " << facts.num_workers << " " << facts.backend
-            << " worker(s), pid " << getpid() << "\n"
-            << "millipede-coordinator: rpc " << rpc_bind.substr(0, rpc_bind.rfind(':')) << ":"
-            << rpc_server->port() << ", metrics " << metrics->url();
+  // Whole lines in one write each, so that the workers' output cannot split them.
+  std::string ready = "millipede-coordinator: ready: model " + model.id + " (context " +
+                      std::to_string(model.context_limit) + " tokens, KV for " +
+                      std::to_string(model.kv_capacity_tokens) + " tokens) on " +
+                      std::to_string(facts.num_workers) + " " + facts.backend +
+                      " worker(s), pid " + std::to_string(getpid()) + "\n";
+  ready += "millipede-coordinator: rpc " + rpc_bind.substr(0, rpc_bind.rfind(':')) + ":" +
+           std::to_string(rpc_server->port()) + ", metrics " + metrics->url();
 #ifdef MILLIPEDE_HAVE_HTTP
   if (http_server) {
-    std::cerr << ", http " << http_bind.substr(0, http_bind.rfind(':')) << ":"
-              << http_server->port();
+    ready += ", http " + http_bind.substr(0, http_bind.rfind(':')) + ":" +
+             std::to_string(http_server->port());
   }
 #endif
-  std::cerr << std::endl;
+  std::cerr << ready + "\n" << std::flush;
 
   // The control loop owns every MPI call from here on (MPI_THREAD_SERIALIZED).
   auto stop = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -202,7 +205,7 @@ int main(int argc, char** argv) {
   MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none);
   const millipede::Status s = millipede::Serve(argc, argv, size);
   if (!s.ok()) {
-    std::cerr << "millipede-coordinator: " << s.ToString() << "\n";
+    std::cerr << "millipede-coordinator: " + s.ToString() + "\n";
     // The workers may be stuck or gone: end the whole job.
     millipede::AbortWorkers(size);
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -411,8 +411,8 @@ Status Scheduler::Run() {
           drain_deadline = now + std::chrono::duration_cast<Clock::duration>(
               std::chrono::duration<double>(options_.drain_timeout_s));
         if (running_ && now > *drain_deadline && !running_->cancel_requested) {
-          std::cerr << "millipede-coordinator: drain deadline passed: cancelling job "
-                    << running_->id << "\n";
+          std::cerr << "millipede-coordinator: drain deadline passed: cancelling job " +
+                           std::to_string(running_->id) + "\n";
           running_->cancel_requested = true;
         }
         drained = !running_ && queue_.empty();

@@ -61,9 +61,11 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool* hell
         std::min(loop_options.kv_capacity_tokens,
                  static_cast<int64_t>(budget_mb * (1 << 20)) / per_position);
   }
-  std::cerr << "millipede-worker rank " << world_rank << " pid " << getpid() << ": "
-            << c.num_hidden_layers << " layers, " << BackendKindName(options.backend)
-            << " backend, KV for " << loop_options.kv_capacity_tokens << " positions\n";
+  // One write, so that the ranks' lines do not interleave in mpirun's output.
+  std::cerr << "millipede-worker rank " + std::to_string(world_rank) + " pid " +
+                   std::to_string(getpid()) + ": " + std::to_string(c.num_hidden_layers) +
+                   " layers, " + BackendKindName(options.backend) + " backend, KV for " +
+                   std::to_string(loop_options.kv_capacity_tokens) + " positions\n";
   WorkerLoop loop(*engine, counting, world_rank, loop_options);
   MP_RETURN_IF_ERROR(loop.SendHello());
   *hello_sent = true;
@@ -112,7 +114,8 @@ int main(int argc, char** argv) {
   bool hello_sent = false;
   millipede::Status s = millipede::Serve(argc, argv, world_rank, workers, &hello_sent);
   if (!s.ok()) {
-    std::cerr << "millipede-worker rank " << world_rank << ": " << s.ToString() << "\n";
+    std::cerr << "millipede-worker rank " + std::to_string(world_rank) + ": " + s.ToString() +
+                     "\n";
     if (!hello_sent) millipede::ReportStartFailure(world_rank, s);
     // The coordinator and the other workers may be waiting on this rank: take the job down.
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -170,8 +170,8 @@ Status WorkerLoop::RunJob(const control::JobDescriptor& job) {
     }
     MP_RETURN_IF_ERROR(SendEvent(end));
   } else if (!result.ok() && result.status().code() != StatusCode::kCancelled) {
-    std::cerr << "millipede-worker rank " << world_rank_ << ": job " << job.job_id << ": "
-              << result.status().ToString() << "\n";
+    std::cerr << "millipede-worker rank " + std::to_string(world_rank_) + ": job " +
+                     std::to_string(job.job_id) + ": " + result.status().ToString() + "\n";
   }
   // The sequence is freed: report the KV going back to zero at once.
   return MaybeSendStats(0, 0, /*force=*/true);
