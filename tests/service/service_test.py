@@ -210,14 +210,19 @@ def scenario_errors(bin_dir, model):
         read_until(a.stdout, r"\S", 20)
         waiting = [svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "2",
                                  "--no-progress") for _ in range(2)]
-        for p in waiting:
-            read_until(p.stderr, r"job (\d+) queued", 20)
+        ids = [int(read_until(p.stderr, r"job (\d+) queued", 20).group(1)) for p in waiting]
         expect_error(svc.submit("--prompt", PROMPT), "RESOURCE_EXHAUSTED", "queue full")
+        # Cancelling a queued job ends it at once and frees its place.
+        check(svc.client("cancel", str(ids[1])).rc == 0, "cancel of a queued job failed")
+        out, err = waiting[1].communicate(timeout=30)
+        check(waiting[1].returncode != 0 and "CANCELLED" in err, f"queued cancel: {err}")
+        check(svc.status(ids[1])["state"] == "cancelled", "the queued job is not cancelled")
         check(svc.client("cancel", str(ja)).rc == 0, "cancel failed")
-        for p in waiting:
-            check(p.wait(30) == 0, "a waiting job failed")
+        check(waiting[0].wait(30) == 0, "a waiting job failed")
         a.wait(30)
         served()
+        expect_error(svc.client("status", "999999"), "NOT_FOUND", "no job 999999")
+        expect_error(svc.client("cancel", str(ids[0])), "NOT_FOUND", "already ended")
     finally:
         svc.stop()
 
