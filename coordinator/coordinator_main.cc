@@ -9,18 +9,12 @@
 #include <iostream>
 #include <thread>
 
-#include <kj/async-io.h>
-#include <kj/timer.h>
-
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/mpi_check.h"
 #include "control/mpi_channel.h"
+#include "coordinator/front_ends.h"
 #include "coordinator/scheduler.h"
-#include "rpc/rpc_server.h"
-#ifdef MILLIPEDE_HAVE_HTTP
-#include "coordinator/http/openai_server.h"
-#endif
 
 namespace millipede {
 namespace {
@@ -101,7 +95,11 @@ Status Serve(int argc, char** argv, int world_size) {
                  startup_timeout_s > 0,
              "timeouts must be positive");
   const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
+#ifdef MILLIPEDE_HAVE_HTTP
   const std::string http_bind = flags.Get("http").value_or("127.0.0.1:8000");
+#else
+  const std::string http_bind = flags.Get("http").value_or("off");
+#endif
   const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
 
   const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
@@ -119,57 +117,29 @@ Status Serve(int argc, char** argv, int world_size) {
   g_scheduler.store(&scheduler);
   if (g_drain_early.load()) scheduler.RequestDrain();
 
-  kj::AsyncIoContext io = kj::setupAsyncIo();
-  MP_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcServer> rpc_server,
-                      rpc::RpcServer::Start(scheduler, io, rpc_bind));
-#ifdef MILLIPEDE_HAVE_HTTP
-  std::unique_ptr<OpenAiServer> http_server;
-  if (http_bind != "off") {
-    OpenAiServerOptions http_options;
-    http_options.bind_address = http_bind;
-    http_options.api_key = flags.Get("api-key").value_or("");
-    http_options.served_model_name = options.model_id;
-    MP_ASSIGN_OR_RETURN(http_server, OpenAiServer::Start(scheduler, http_options));
-  }
-#else
-  MP_REQUIRE(!flags.Has("http") || http_bind == "off",
-             "this build has no HTTP front end (--http off)");
-#endif
+  FrontEndOptions front_options;
+  front_options.rpc_bind = rpc_bind;
+  front_options.http_bind = http_bind;
+  front_options.api_key = flags.Get("api-key").value_or("");
+  front_options.served_model_name = options.model_id;
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<FrontEnds> front_ends,
+                      FrontEnds::Start(scheduler, front_options));
   const ModelInfo model = scheduler.GetModelInfo();
   // Whole lines in one write each, so that the workers' output cannot split them.
-  std::string ready = "millipede-coordinator: ready: model " + model.id + " (context " +
-                      std::to_string(model.context_limit) + " tokens, KV for " +
-                      std::to_string(model.kv_capacity_tokens) + " tokens) on " +
-                      std::to_string(facts.num_workers) + " " + facts.backend +
-                      " worker(s), pid " + std::to_string(getpid()) + "\n";
-  ready += "millipede-coordinator: rpc " + rpc_bind.substr(0, rpc_bind.rfind(':')) + ":" +
-           std::to_string(rpc_server->port()) + ", metrics " + metrics->url();
-#ifdef MILLIPEDE_HAVE_HTTP
-  if (http_server) {
-    ready += ", http " + http_bind.substr(0, http_bind.rfind(':')) + ":" +
-             std::to_string(http_server->port());
-  }
-#endif
-  std::cerr << ready + "\n" << std::flush;
+  std::cerr << "millipede-coordinator: ready: model " + model.id + " (context " +
+                   std::to_string(model.context_limit) + " tokens, KV for " +
+                   std::to_string(model.kv_capacity_tokens) + " tokens) on " +
+                   std::to_string(facts.num_workers) + " " + facts.backend +
+                   " worker(s), pid " + std::to_string(getpid()) + "\n" +
+                   "millipede-coordinator: " + front_ends->addresses() + ", metrics " +
+                   metrics->url() + "\n"
+            << std::flush;
 
-  // The control loop owns every MPI call from here on (MPI_THREAD_SERIALIZED).
-  auto stop = kj::newPromiseAndCrossThreadFulfiller<void>();
-  Status loop_status;
-  std::thread control([&] {
-    loop_status = scheduler.Run();
-    stop.fulfiller->fulfill();
-  });
-  stop.promise.wait(io.waitScope);
-  // Let the last events (completions, errors) reach the clients, within bounds.
-  rpc_server->OnCallbacksDone()
-      .exclusiveJoin(io.provider->getTimer().afterDelay(3 * kj::SECONDS))
-      .wait(io.waitScope);
-  control.join();
-#ifdef MILLIPEDE_HAVE_HTTP
-  http_server.reset();
-#endif
+  // The control loop: this (the main) thread makes every MPI call of the process.
+  const Status loop_status = scheduler.Run();
+  front_ends->Stop();
+  front_ends.reset();
   g_scheduler.store(nullptr);
-  rpc_server.reset();
   if (loop_status.ok()) std::cerr << "millipede-coordinator: drained, workers stopped\n";
   return loop_status;
 }
@@ -186,9 +156,10 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS ||
-      provided < MPI_THREAD_SERIALIZED) {
-    std::cerr << "millipede-coordinator: MPI initialisation failed (need MPI_THREAD_SERIALIZED)\n";
+  // Every MPI call is made on this thread; the front ends run on their own threads.
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS ||
+      provided < MPI_THREAD_FUNNELED) {
+    std::cerr << "millipede-coordinator: MPI initialisation failed\n";
     return 1;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

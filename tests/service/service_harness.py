@@ -73,11 +73,11 @@ class Service:
     def _read(self):
         for line in self.proc.stdout:
             self.lines.append(line)
-            m = re.search(r"rpc (\S+):(\d+), metrics ([^\s,]+)", line)
+            m = re.search(r"coordinator: rpc ([^\s,]+):(\d+)", line)
             if m:
                 self.server = f"{m.group(1)}:{m.group(2)}"
-                self.metrics_url = m.group(3)
-                h = re.search(r", http (\S+)$", line.strip())
+                self.metrics_url = re.search(r"metrics ([^\s,]+)", line).group(1)
+                h = re.search(r", http ([^\s,]+)", line)
                 self.http = h.group(1) if h else None
                 self.ready.set()
             m = re.search(r"ready: .* pid (\d+)", line)
