@@ -44,23 +44,18 @@ StatusOr<std::optional<Message>> MpiChannel::Poll(int source, int tag) {
 }
 
 StatusOr<std::chrono::duration<double>> MpiChannel::Progress() {
-  // Sends to one peer complete in order, and the peers poll all the time, so testing from the
-  // front is enough.
-  while (!pending_.empty()) {
-    int done = 0;
-    MP_MPI_CHECK(MPI_Test(&pending_.front().request, &done, MPI_STATUS_IGNORE));
-    if (!done) break;
-    pending_.pop_front();
-  }
-  // Sends to other peers may finish out of order; sweep the rest too.
+  auto oldest = std::chrono::steady_clock::time_point::max();
   for (auto it = pending_.begin(); it != pending_.end();) {
     int done = 0;
     MP_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
-    it = done ? pending_.erase(it) : it + 1;
+    if (done) {
+      it = pending_.erase(it);
+    } else {
+      oldest = std::min(oldest, it->started);
+      ++it;
+    }
   }
   if (pending_.empty()) return std::chrono::duration<double>(0);
-  auto oldest = pending_.front().started;
-  for (const Pending& p : pending_) oldest = std::min(oldest, p.started);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest);
 }
 
