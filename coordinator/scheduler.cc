@@ -174,6 +174,7 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
   const double e2e = Seconds(now - job.submitted);
   std::shared_ptr<JobObserver> observer = job.observer;
   JobStatusInfo info = StatusOf(job);
+  info.queue_position = 0;
   double decode_tps = 0;
   if (job.ids.size() > 1 && job.last_token > job.first_token)
     decode_tps = static_cast<double>(job.ids.size() - 1) / Seconds(job.last_token - job.first_token);
