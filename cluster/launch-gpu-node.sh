@@ -21,6 +21,7 @@ usage: launch-gpu-node.sh --model DIR [options] [-- extra millipede-worker flags
   --metrics HOST:PORT  Prometheus /metrics (default 127.0.0.1:9400)
   --api-key KEY        require "Authorization: Bearer KEY" on the HTTP API
   --served-model-name NAME   the model's name for clients
+  --chat-format F      llama3 | chatml (default: detected from the tokenizer's special tokens)
   --kv-dtype T         bf16 | fp16 | fp32 KV cache (default bf16)
   --mpirun-args "..."  extra mpirun arguments (e.g. "--mca btl_tcp_if_include eth0")
   --dry-run            print the mpirun command instead of running it
@@ -28,7 +29,7 @@ EOF
 }
 
 model="" gpus="" backend="cuda" bin="" rpc="127.0.0.1:7700" http="127.0.0.1:8000"
-metrics="127.0.0.1:9400" api_key="" served_name="" kv_dtype="" mpirun_args="" dry_run=0
+metrics="127.0.0.1:9400" api_key="" served_name="" chat_format="" kv_dtype="" mpirun_args="" dry_run=0
 worker_extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -41,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --metrics) metrics="$2"; shift 2 ;;
     --api-key) api_key="$2"; shift 2 ;;
     --served-model-name) served_name="$2"; shift 2 ;;
+    --chat-format) chat_format="$2"; shift 2 ;;
     --kv-dtype) kv_dtype="$2"; shift 2 ;;
     --mpirun-args) mpirun_args="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -83,6 +85,7 @@ fi
 coordinator_args=(--model "$model" --rpc "$rpc" --http "$http" --metrics "$metrics")
 [[ -n "$api_key" ]] && coordinator_args+=(--api-key "$api_key")
 [[ -n "$served_name" ]] && coordinator_args+=(--served-model-name "$served_name")
+[[ -n "$chat_format" ]] && coordinator_args+=(--chat-format "$chat_format")
 worker_args=(--model "$model" --backend "$backend")
 [[ -n "$kv_dtype" ]] && worker_args+=(--kv-dtype "$kv_dtype")
 worker_args+=("${worker_extra[@]}")
