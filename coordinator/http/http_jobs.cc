@@ -1,6 +1,11 @@
 // HttpSession's completion requests: parse, tokenize and submit off the event loop, then turn
 // the job's events into a JSON response or an SSE stream.
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+
+#include <deque>
+#include <functional>
+#include <mutex>
 
 #include <chrono>
 #include <cstdio>
@@ -15,13 +20,19 @@ namespace net = boost::asio;
 
 namespace {
 
+// A connection's job events in arrival order. Service threads append; the connection's strand
+// takes them out, so events stay in order whichever loop thread runs the notification.
+struct EventMailbox {
+  std::mutex mutex;
+  std::deque<std::function<void(HttpSession&)>> events;
+};
+
 // Forwards a job's events to its connection's strand. Holds the session weakly: a connection
 // that is gone receives nothing (its job was cancelled when it went).
 class SessionObserver final : public JobObserver {
  public:
-  SessionObserver(std::shared_ptr<ServerContext> ctx, net::any_io_executor executor,
-                  std::weak_ptr<HttpSession> session)
-      : ctx_(std::move(ctx)), executor_(std::move(executor)), session_(std::move(session)) {}
+  SessionObserver(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> session)
+      : ctx_(std::move(ctx)), session_(std::move(session)) {}
 
   // Called once Submit returned the id; the registry forgets the id when the job has ended.
   void SetId(JobId id) {
@@ -46,10 +57,26 @@ class SessionObserver final : public JobObserver {
   }
 
  private:
-  template <typename Fn>
-  void Post(Fn fn) {
-    ctx_->gate.Post(executor_, [session = session_, fn = std::move(fn)] {
-      if (auto s = session.lock()) fn(*s);
+  void Post(std::function<void(HttpSession&)> event) {
+    {
+      std::lock_guard<std::mutex> lock(mailbox_->mutex);
+      mailbox_->events.push_back(std::move(event));
+    }
+    ctx_->gate.Post([session = session_, mailbox = mailbox_] {
+      auto s = session.lock();
+      if (!s) return;
+      net::dispatch(s->executor(), [s, mailbox] {
+        for (;;) {
+          std::function<void(HttpSession&)> next;
+          {
+            std::lock_guard<std::mutex> lock(mailbox->mutex);
+            if (mailbox->events.empty()) return;
+            next = std::move(mailbox->events.front());
+            mailbox->events.pop_front();
+          }
+          next(*s);
+        }
+      });
     });
   }
   void End() {
@@ -59,8 +86,8 @@ class SessionObserver final : public JobObserver {
   }
 
   std::shared_ptr<ServerContext> ctx_;
-  net::any_io_executor executor_;
   std::weak_ptr<HttpSession> session_;
+  std::shared_ptr<EventMailbox> mailbox_ = std::make_shared<EventMailbox>();
   std::mutex mutex_;
   std::optional<JobId> id_;
   bool ended_ = false;
@@ -68,11 +95,11 @@ class SessionObserver final : public JobObserver {
 
 // Runs on the submit pool: tokenizes, fills the default length, submits, reports back.
 void SubmitJob(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> weak,
-               net::any_io_executor executor, OpenAiRequest request) {
+               OpenAiRequest request) {
   auto report = [&](StatusOr<JobId> id, int64_t prompt_tokens) {
-    bool posted = ctx->gate.Post(executor, [ctx, weak, id, prompt_tokens] {
+    bool posted = ctx->gate.Post([ctx, weak, id, prompt_tokens] {
       if (auto s = weak.lock()) {
-        s->OnSubmitted(id, prompt_tokens);
+        net::dispatch(s->executor(), [s, id, prompt_tokens] { s->OnSubmitted(id, prompt_tokens); });
       } else if (id.ok()) {
         ctx->service.Cancel(*id).IgnoreError();  // the client left before the id was known
       }
@@ -99,7 +126,7 @@ void SubmitJob(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> we
     // A prompt at or over the limit keeps 1 and gets the service's error naming both numbers.
     job.max_new_tokens = limit > prompt_tokens ? limit - prompt_tokens : 1;
   }
-  auto observer = std::make_shared<SessionObserver>(ctx, executor, weak);
+  auto observer = std::make_shared<SessionObserver>(ctx, weak);
   StatusOr<JobId> id = ctx->service.Submit(std::move(job), observer);
   if (id.ok()) {
     ctx->jobs.Add(*id);
@@ -139,9 +166,8 @@ void HttpSession::StartJob(Endpoint endpoint) {
   phase_ = Phase::kSubmitting;
   Watch();
   net::post(ctx_->submit_pool, [ctx = ctx_, weak = weak_from_this(),
-                                executor = net::any_io_executor(stream_.get_executor()),
                                 request = std::move(request)]() mutable {
-    SubmitJob(std::move(ctx), std::move(weak), std::move(executor), std::move(request));
+    SubmitJob(std::move(ctx), std::move(weak), std::move(request));
   });
 }
 

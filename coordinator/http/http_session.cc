@@ -193,11 +193,12 @@ void HttpSession::HandleReady() {
   phase_ = Phase::kWaitingReady;
   Watch();
   std::weak_ptr<HttpSession> weak = weak_from_this();
-  auto executor = stream_.get_executor();
   std::shared_ptr<ServerContext> ctx = ctx_;
-  ctx_->readiness->Check([weak, executor, ctx](bool ready, const std::string& detail) {
-    ctx->gate.Post(executor, [weak, ready, detail] {
-      if (auto self = weak.lock()) self->OnReadyResult(ready, detail);
+  ctx_->readiness->Check([weak, ctx](bool ready, const std::string& detail) {
+    ctx->gate.Post([weak, ready, detail] {
+      auto self = weak.lock();
+      if (!self) return;
+      net::dispatch(self->executor(), [self, ready, detail] { self->OnReadyResult(ready, detail); });
     });
   });
 }

@@ -1,6 +1,6 @@
 // One HTTP/1.1 connection: reads requests (keep-alive, pipelining, 100-continue), routes them,
 // runs completion jobs and writes JSON responses or SSE streams. Everything runs on the
-// connection's strand; job events are posted there through the server's EventGate.
+// connection's strand; job events reach it through the server's EventGate.
 //
 // While a request is being answered asynchronously (a job, a readiness canary) the connection
 // keeps a read pending: end of stream or a reset means the client left, and its job is
@@ -29,6 +29,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   ~HttpSession();
 
   void Start();
+  // The connection's strand.
+  boost::asio::any_io_executor executor() { return stream_.get_executor(); }
 
   // Job events (on the strand).
   void OnSubmitted(StatusOr<JobId> id, int64_t prompt_tokens);

@@ -90,6 +90,7 @@ class OpenAiServer::Impl {
     ctx_->readiness = std::make_shared<Readiness>(service, ioc_.get_executor(),
                                                   ctx_->options.ready_recent_s,
                                                   ctx_->options.canary_timeout_s);
+    ctx_->gate.Open(&ioc_);
     Accept();
     int threads = std::max(1, ctx_->options.io_threads);
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });

@@ -2,6 +2,7 @@
 // gate that carries job events onto connection strands, and the jobs in flight.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
@@ -21,27 +22,32 @@ namespace millipede {
 
 class Readiness;
 
-// Job events arrive on service threads; they are posted to a connection's strand through the
+// Job events arrive on service threads; they are posted to the server's event loop through the
 // gate. Once the server shuts down the gate is closed and nothing more is posted, so no event
-// reaches an event loop that is being destroyed.
+// reaches an event loop that is being destroyed. Nothing posted holds an executor of the loop
+// beyond the loop's life (a strand's executor outliving its io_context is undefined).
 class EventGate {
  public:
-  // Posts `fn` to `executor`; false (and `fn` is dropped) once closed.
-  template <typename Executor, typename Fn>
-  bool Post(const Executor& executor, Fn&& fn) {
+  void Open(boost::asio::io_context* ioc) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return false;
-    boost::asio::post(executor, std::forward<Fn>(fn));
+    ioc_ = ioc;
+  }
+  // Posts `fn` to the event loop; false (and `fn` is dropped) once closed.
+  template <typename Fn>
+  bool Post(Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ioc_ == nullptr) return false;
+    boost::asio::post(*ioc_, std::forward<Fn>(fn));
     return true;
   }
   void Close() {
     std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
+    ioc_ = nullptr;
   }
 
  private:
   std::mutex mutex_;
-  bool closed_ = false;
+  boost::asio::io_context* ioc_ = nullptr;
 };
 
 // Ids of the jobs HTTP requests have submitted and not yet seen end; cancelled at shutdown.
