@@ -179,6 +179,8 @@ int main(int argc, char** argv) {
     std::cerr << "millipede-coordinator: " + s.ToString() + "\n";
     // The workers may be stuck or gone: end the whole job.
     millipede::AbortWorkers(size);
+    // mpirun forwards output asynchronously and an abort may cut it: let the reason get out.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

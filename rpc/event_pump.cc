@@ -10,9 +10,15 @@ void EventPump::Post(std::function<void()> fn) {
 }
 
 void EventPump::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
-  closed_ = true;
-  queue_.clear();
+  std::deque<std::function<void()>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    left.swap(queue_);
+  }
+  // Run what was posted before the close (releasing capabilities among it) here, on the loop
+  // thread, with no lock held: a function may post, which is dropped now.
+  for (auto& fn : left) fn();
 }
 
 kj::Promise<void> EventPump::Run() {

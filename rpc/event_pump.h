@@ -12,11 +12,11 @@ namespace millipede::rpc {
 
 class EventPump {
  public:
-  // Queues `fn` to run on the loop thread. After Close() it is dropped.
+  // Queues `fn` to run on the loop thread. After Close() it is dropped (never run).
   void Post(std::function<void()> fn);
   // On the loop thread: runs posted functions as they come; never resolves (drop to stop).
   kj::Promise<void> Run();
-  // Drops everything posted from now on.
+  // On the loop thread: runs what is still queued, then drops everything posted from now on.
   void Close();
 
  private:

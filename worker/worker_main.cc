@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <thread>
 
 #include "common/flags.h"
 #include "worker/control/counting_communicator.h"
@@ -80,8 +81,18 @@ void ReportStartFailure(int world_rank, const Status& error) {
   hello.status_code = static_cast<int32_t>(error.code());
   hello.error = error.ToString();
   control::MpiChannel channel(MPI_COMM_WORLD);
-  if (channel.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello)).ok())
-    channel.Flush(std::chrono::seconds(2)).IgnoreError();
+  if (!channel.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello)).ok())
+    return;
+  channel.Flush(std::chrono::seconds(2)).IgnoreError();
+  // An abort from this rank could take the coordinator down before it reads the reason: wait
+  // (boundedly) for the coordinator to answer with kAbort.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    StatusOr<std::optional<control::Message>> m =
+        channel.Poll(control::kCoordinatorRank, control::kTagAbort);
+    if (!m.ok() || m->has_value()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace
