@@ -111,7 +111,7 @@ Status Serve(int argc, char** argv, int world_size) {
   std::cerr << "millipede-coordinator: waiting for " + std::to_string(world_size - 1) +
                    " worker(s)\n";
   MP_ASSIGN_OR_RETURN(std::unique_ptr<WorkerLink> link,
-                      WorkerLink::Connect(world_size, startup_timeout_s));
+                      WorkerLink::Connect(world_size, startup_timeout_s, &g_drain_early));
   const WorkerFacts facts = link->facts();
   Scheduler scheduler(std::move(tokenizer), std::move(link), metrics.get(), options);
   g_scheduler.store(&scheduler);

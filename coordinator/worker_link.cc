@@ -12,7 +12,8 @@ WorkerLink::WorkerLink(int world_size)
       world_size_(world_size),
       last_heard_(static_cast<size_t>(world_size), Clock::now()) {}
 
-StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double timeout_s) {
+StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double timeout_s,
+                                                          const std::atomic<bool>* interrupted) {
   MP_REQUIRE(world_size >= 2,
              "no workers: launch with mpirun -np 1 millipede-coordinator ... : -np N "
              "millipede-worker ...");
@@ -27,6 +28,8 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
     MP_ASSIGN_OR_RETURN(std::optional<control::Message> m,
                         link->channel_.Poll(MPI_ANY_SOURCE, control::kTagHello));
     if (!m) {
+      if (interrupted != nullptr && interrupted->load())
+        return CancelledError("stopped by a signal while waiting for the workers");
       if (Clock::now() > deadline)
         return FailedPreconditionError(std::to_string(missing) + " worker(s) did not report "
                                        "within " + std::to_string(static_cast<int>(timeout_s)) +

@@ -5,6 +5,7 @@
 // Every call must come from the one thread that makes the coordinator's MPI calls.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -32,7 +33,9 @@ class WorkerLink {
   // Waits up to `timeout_s` for every worker's hello (world ranks 1..world_size-1). Fails if a
   // worker's engine did not come up (with its reason), the workers disagree about the model, or
   // one stays silent.
-  static StatusOr<std::unique_ptr<WorkerLink>> Connect(int world_size, double timeout_s);
+  // Gives up with Cancelled once `*interrupted` is true (a signal while waiting).
+  static StatusOr<std::unique_ptr<WorkerLink>> Connect(int world_size, double timeout_s,
+                                                       const std::atomic<bool>* interrupted);
 
   const WorkerFacts& facts() const { return facts_; }
 
