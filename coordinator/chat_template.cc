@@ -34,8 +34,8 @@ StatusOr<ChatFormat> ResolveChatFormat(std::string_view configured, const Tokeni
     return InvalidArgumentError("unknown chat format \"" + std::string(configured) +
                                 "\" (supported: llama3, chatml)");
   }
-  if (HasTokens(tokenizer, {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                            "<|eot_id|>"})) {
+  if (HasTokens(tokenizer,
+                {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})) {
     return ChatFormat::kLlama3;
   }
   if (HasTokens(tokenizer, {"<|im_start|>", "<|im_end|>"})) return ChatFormat::kChatMl;

@@ -17,7 +17,7 @@ class Tokenizer;
 enum class ChatFormat { kLlama3, kChatMl };
 
 struct ChatMessage {
-  std::string role;     // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant"
   std::string content;
 };
 

@@ -28,8 +28,8 @@ using prometheus::Histogram;
 
 // Label values are fixed sets so that no label carries a per-job or client-chosen value.
 const char* const kFinishReasons[] = {"stop", "length", "cancelled", "error"};
-const char* const kErrorReasons[] = {"invalid", "too_long", "queue_full", "draining",
-                                     "worker",  "internal"};
+const char* const kErrorReasons[] = {"invalid",  "too_long", "queue_full",
+                                     "draining", "worker",   "internal"};
 // Ranks beyond this are refused (a bound on the number of label values).
 constexpr int kMaxRank = 4096;
 
@@ -58,8 +58,11 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
         host_(std::move(host)) {
     auto histogram = [&](const char* name, const char* help,
                          const std::vector<double>& buckets) -> Histogram& {
-      return prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add(
-          {}, buckets);
+      return prometheus::BuildHistogram()
+          .Name(name)
+          .Help(help)
+          .Register(*registry_)
+          .Add({}, buckets);
     };
     ttft_ = &histogram("millipede_time_to_first_token_seconds",
                        "Seconds from submission to the first generated token.", TtftBuckets());
@@ -71,22 +74,22 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     queue_ = &histogram("millipede_queue_time_seconds",
                         "Seconds a job waited in the queue before its prefill started.",
                         RequestLatencyBuckets());
-    prefill_tput_ = &histogram("millipede_prefill_throughput_tokens_per_second",
-                               "Per job: prompt tokens divided by prefill seconds.",
-                               ThroughputBuckets());
-    decode_tput_ = &histogram("millipede_decode_throughput_tokens_per_second",
-                              "Per job: generated tokens per second of decode.",
-                              ThroughputBuckets());
+    prefill_tput_ =
+        &histogram("millipede_prefill_throughput_tokens_per_second",
+                   "Per job: prompt tokens divided by prefill seconds.", ThroughputBuckets());
+    decode_tput_ =
+        &histogram("millipede_decode_throughput_tokens_per_second",
+                   "Per job: generated tokens per second of decode.", ThroughputBuckets());
 
     auto counter = [&](const char* name, const char* help) -> Family<Counter>& {
       return prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
     };
     prompt_tokens_ = &counter("millipede_prompt_tokens_total", "Prompt tokens prefilled.").Add({});
-    generation_tokens_ =
-        &counter("millipede_generation_tokens_total", "Tokens generated.").Add({});
+    generation_tokens_ = &counter("millipede_generation_tokens_total", "Tokens generated.").Add({});
     auto& finished = counter("millipede_request_finished_total",
                              "Jobs that ended, by reason (stop, length, cancelled, error).");
-    for (const char* reason : kFinishReasons) finished_[reason] = &finished.Add({{"reason", reason}});
+    for (const char* reason : kFinishReasons)
+      finished_[reason] = &finished.Add({{"reason", reason}});
     auto& errors = counter("millipede_request_errors_total",
                            "Rejected submissions (invalid, too_long, queue_full, draining) and "
                            "failed jobs (worker, internal).");
@@ -232,11 +235,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(
-    const std::string& bind_address) {
+StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& bind_address) {
   if (ParsePort(bind_address) < 0) {
-    return InvalidArgumentError("metrics address must be HOST:PORT, got \"" + bind_address +
-                                "\"");
+    return InvalidArgumentError("metrics address must be HOST:PORT, got \"" + bind_address + "\"");
   }
   std::string host = bind_address.substr(0, bind_address.rfind(':'));
   std::unique_ptr<prometheus::Exposer> exposer;

@@ -2,14 +2,12 @@
 // the job's events into a JSON response or an SSE stream.
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-
-#include <deque>
-#include <functional>
-#include <mutex>
-
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <deque>
+#include <functional>
+#include <mutex>
 
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/http/http_session.h"
@@ -136,8 +134,7 @@ void SubmitJob(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> we
 }
 
 double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -149,10 +146,9 @@ void HttpSession::StartJob(Endpoint endpoint) {
   }
   uint64_t number = ctx_->next_request.fetch_add(1);
   char id[48];
-  std::snprintf(id, sizeof(id), "%s-%llx%06llx",
-                endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(ctx_->created_unix),
-                static_cast<unsigned long long>(number));
+  std::snprintf(
+      id, sizeof(id), "%s-%llx%06llx", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl",
+      static_cast<unsigned long long>(ctx_->created_unix), static_cast<unsigned long long>(number));
   meta_ = ResponseMeta{endpoint, id, static_cast<int64_t>(std::time(nullptr)), ctx_->model.name};
   streaming_ = request.stream;
   include_usage_ = request.include_usage;
@@ -165,10 +161,10 @@ void HttpSession::StartJob(Endpoint endpoint) {
   early_events_.clear();
   phase_ = Phase::kSubmitting;
   Watch();
-  net::post(ctx_->submit_pool, [ctx = ctx_, weak = weak_from_this(),
-                                request = std::move(request)]() mutable {
-    SubmitJob(std::move(ctx), std::move(weak), std::move(request));
-  });
+  net::post(ctx_->submit_pool,
+            [ctx = ctx_, weak = weak_from_this(), request = std::move(request)]() mutable {
+              SubmitJob(std::move(ctx), std::move(weak), std::move(request));
+            });
 }
 
 void HttpSession::OnSubmitted(StatusOr<JobId> id, int64_t prompt_tokens) {
@@ -243,8 +239,8 @@ void HttpSession::OnComplete(const JobCompletion& completion) {
     }
     StreamWrite(StreamChunkEvent(meta_, "", completion.finish_reason));
     if (include_usage_) {
-      StreamWrite(StreamUsageEvent(meta_, prompt_tokens,
-                                   static_cast<int64_t>(completion.ids.size())));
+      StreamWrite(
+          StreamUsageEvent(meta_, prompt_tokens, static_cast<int64_t>(completion.ids.size())));
     }
     StreamWrite(kStreamDone);
     EndStream();

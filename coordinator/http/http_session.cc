@@ -3,7 +3,6 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -72,10 +71,9 @@ void HttpSession::ReadHeader() {
   parser_.emplace();
   parser_->body_limit(static_cast<uint64_t>(ctx_->options.max_body_bytes));
   stream_.expires_after(Seconds(ctx_->options.idle_timeout_s));
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                            self->OnHeader(ec);
-                          });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
 }
 
 void HttpSession::OnHeader(beast::error_code ec) {
@@ -87,17 +85,15 @@ void HttpSession::OnHeader(beast::error_code ec) {
       net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
                        [self = shared_from_this()](beast::error_code write_ec, size_t) {
                          if (write_ec) return self->Close();
-                         http::async_read(self->stream_, self->buffer_, *self->parser_,
-                                          [self](beast::error_code read_ec, size_t) {
-                                            self->OnBody(read_ec);
-                                          });
+                         http::async_read(
+                             self->stream_, self->buffer_, *self->parser_,
+                             [self](beast::error_code read_ec, size_t) { self->OnBody(read_ec); });
                        });
       return;
     }
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code read_ec, size_t) {
-                       self->OnBody(read_ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code read_ec, size_t) { self->OnBody(read_ec); });
     return;
   }
   OnBody(ec);
@@ -156,8 +152,8 @@ void HttpSession::Route() {
   const bool post = method == http::verb::post;
   auto wrong_method = [&](const char* allowed) {
     SendError(ApiError{405,
-                       "method " + std::string(req.method_string()) + " is not allowed on " +
-                           path + " (allowed: " + allowed + ")",
+                       "method " + std::string(req.method_string()) + " is not allowed on " + path +
+                           " (allowed: " + allowed + ")",
                        "invalid_request_error", "", "method_not_allowed"},
               {{"Allow", allowed}});
   };
@@ -198,7 +194,8 @@ void HttpSession::HandleReady() {
     ctx->gate.Post([weak, ready, detail] {
       auto self = weak.lock();
       if (!self) return;
-      net::dispatch(self->executor(), [self, ready, detail] { self->OnReadyResult(ready, detail); });
+      net::dispatch(self->executor(),
+                    [self, ready, detail] { self->OnReadyResult(ready, detail); });
     });
   });
 }
@@ -218,8 +215,8 @@ void HttpSession::HandleModels(const std::string& path) {
   if (id == ctx_->model.name || (!ctx_->model.alt_name.empty() && id == ctx_->model.alt_name)) {
     return SendJson(200, ModelObject(*ctx_).dump());
   }
-  SendError(ApiError{404, "The model `" + id + "` does not exist", "invalid_request_error",
-                     "model", "model_not_found"});
+  SendError(ApiError{404, "The model `" + id + "` does not exist", "invalid_request_error", "model",
+                     "model_not_found"});
 }
 
 void HttpSession::Watch() {
@@ -272,8 +269,9 @@ void HttpSession::SendError(const ApiError& error,
 void HttpSession::BeginStream() {
   stream_started_ = true;
   std::string head = version_ >= 11 ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n";
-  head += "Server: millipede\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-          "X-Accel-Buffering: no\r\n";
+  head +=
+      "Server: millipede\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+      "X-Accel-Buffering: no\r\n";
   if (version_ >= 11) {
     head += "Transfer-Encoding: chunked\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
@@ -305,10 +303,9 @@ void HttpSession::Enqueue(std::string bytes, bool ends_response) {
 
 void HttpSession::DoWrite() {
   writing_ = true;
-  net::async_write(stream_, net::buffer(out_.front()),
-                   [self = shared_from_this()](beast::error_code ec, size_t) {
-                     self->OnWrite(ec);
-                   });
+  net::async_write(
+      stream_, net::buffer(out_.front()),
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
 }
 
 void HttpSession::OnWrite(beast::error_code ec) {

@@ -10,7 +10,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <deque>
 #include <functional>
 #include <memory>
@@ -86,7 +85,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool closed_ = false;
   bool keep_alive_ = true;
   unsigned version_ = 11;
-  bool watching_ = false;        // a read is pending to notice the client leaving
+  bool watching_ = false;          // a read is pending to notice the client leaving
   bool awaiting_request_ = false;  // the response is written; the pending read starts the next
   bool resume_reading_ = false;    // the pending read was cancelled to parse buffered bytes
 

@@ -74,8 +74,8 @@ std::optional<ApiError> RefuseUnsupported(const Json& body) {
   }
   if (Present(body, "best_of") && body.at("best_of") != 1) return refuse("best_of");
   if (Present(body, "suffix") && body.at("suffix") != "") return refuse("suffix");
-  for (const char* key : {"logit_bias", "tools", "functions", "tool_choice", "function_call",
-                          "top_logprobs"}) {
+  for (const char* key :
+       {"logit_bias", "tools", "functions", "tool_choice", "function_call", "top_logprobs"}) {
     if (Present(body, key) && !body.at(key).empty()) return refuse(key);
   }
   if (Present(body, "response_format") &&
@@ -107,8 +107,8 @@ std::optional<ApiError> ParseCommon(const Json& body, OpenAiRequest* out) {
   double temperature = 1.0;  // OpenAI's default
   if (auto e = GetNumber(body, "temperature", &temperature)) return e;
   if (!(temperature >= 0 && temperature <= 2)) {
-    return InvalidField("temperature",
-                        "temperature must be in [0, 2], got " + DescribeJson(body.at("temperature")));
+    return InvalidField("temperature", "temperature must be in [0, 2], got " +
+                                           DescribeJson(body.at("temperature")));
   }
   sampling.temperature = static_cast<float>(temperature);
   double top_p = 1.0;
@@ -236,10 +236,10 @@ std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 
 Json BaseObject(const ResponseMeta& meta, bool chunk) {
   const bool chat = meta.endpoint == Endpoint::kChatCompletions;
-  const char* object = chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                            : "text_completion";
-  return Json{{"id", meta.id}, {"object", object}, {"created", meta.created},
-              {"model", meta.model}};
+  const char* object =
+      chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return Json{
+      {"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
 }
 
 Json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
@@ -255,17 +255,22 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string&
   *out = OpenAiRequest{};
   out->endpoint = endpoint;
   auto parsed = ParseJson(body_text, "request body");
-  if (!parsed.ok()) return ApiError{400, parsed.status().message(), "invalid_request_error", "", "invalid_json"};
+  if (!parsed.ok())
+    return ApiError{400, parsed.status().message(), "invalid_request_error", "", "invalid_json"};
   const Json& body = *parsed;
-  if (!body.is_object()) return ApiError{400, "request body must be a JSON object", "invalid_request_error", "", "invalid_json"};
+  if (!body.is_object())
+    return ApiError{400, "request body must be a JSON object", "invalid_request_error", "",
+                    "invalid_json"};
 
   if (Present(body, "model")) {
     const Json& name = body.at("model");
     if (!name.is_string()) return InvalidField("model", "model must be a string");
     if (name != model.name && (model.alt_name.empty() || name != model.alt_name)) {
       return ApiError{404,
-                      "The model `" + name.get<std::string>() + "` does not exist; this server "
-                      "serves `" + model.name + "`",
+                      "The model `" + name.get<std::string>() +
+                          "` does not exist; this server "
+                          "serves `" +
+                          model.name + "`",
                       "invalid_request_error", "model", "model_not_found"};
     }
   }

@@ -31,8 +31,8 @@ struct OpenAiRequest {
 
 // What the parser needs to know about the served model.
 struct ServedModel {
-  std::string name;       // the name clients use ("model" field, /v1/models)
-  std::string alt_name;   // also accepted in "model" (the model's own id)
+  std::string name;         // the name clients use ("model" field, /v1/models)
+  std::string alt_name;     // also accepted in "model" (the model's own id)
   std::string chat_format;  // ModelInfo::chat_format
   const Tokenizer* tokenizer = nullptr;
 };

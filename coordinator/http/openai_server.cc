@@ -1,11 +1,10 @@
 #include "coordinator/http/openai_server.h"
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
-
-#include <algorithm>
 #include <ctime>
 #include <thread>
 #include <vector>
@@ -87,9 +86,8 @@ class OpenAiServer::Impl {
     ctx_->context_limit = info.context_limit;
     ctx_->kv_capacity_tokens = info.kv_capacity_tokens;
     ctx_->created_unix = static_cast<int64_t>(std::time(nullptr));
-    ctx_->readiness = std::make_shared<Readiness>(service, ioc_.get_executor(),
-                                                  ctx_->options.ready_recent_s,
-                                                  ctx_->options.canary_timeout_s);
+    ctx_->readiness = std::make_shared<Readiness>(
+        service, ioc_.get_executor(), ctx_->options.ready_recent_s, ctx_->options.canary_timeout_s);
     ctx_->gate.Open(&ioc_);
     Accept();
     int threads = std::max(1, ctx_->options.io_threads);
@@ -100,16 +98,17 @@ class OpenAiServer::Impl {
 
  private:
   void Accept() {
-    acceptor_.async_accept(net::make_strand(ioc_), [this](boost::system::error_code ec,
-                                                          tcp::socket socket) {
-      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-      if (ec) {
-        MP_LOG(WARNING) << "HTTP accept failed: " << ec.message();
-      } else {
-        std::make_shared<HttpSession>(std::move(socket), ctx_)->Start();
-      }
-      Accept();
-    });
+    acceptor_.async_accept(net::make_strand(ioc_),
+                           [this](boost::system::error_code ec, tcp::socket socket) {
+                             if (ec == net::error::operation_aborted || !acceptor_.is_open())
+                               return;
+                             if (ec) {
+                               MP_LOG(WARNING) << "HTTP accept failed: " << ec.message();
+                             } else {
+                               std::make_shared<HttpSession>(std::move(socket), ctx_)->Start();
+                             }
+                             Accept();
+                           });
   }
 
   // Declaration order is destruction order in reverse: the io_context (with the connections
@@ -123,7 +122,7 @@ class OpenAiServer::Impl {
 };
 
 StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(JobService& service,
-                                                             const OpenAiServerOptions& options) {
+                                                            const OpenAiServerOptions& options) {
   MP_REQUIRE(options.max_body_bytes > 0, "max_body_bytes must be positive");
   MP_REQUIRE(options.io_threads >= 1 && options.submit_threads >= 1,
              "io_threads and submit_threads must be at least 1");

@@ -1,7 +1,6 @@
 #include "coordinator/http/readiness.h"
 
 #include <boost/asio/steady_timer.hpp>
-
 #include <cstdio>
 
 #include "common/tokenizer/tokenizer.h"
@@ -42,16 +41,15 @@ void Readiness::Check(Callback done) {
   if (!health.accepting) return done(false, "not accepting jobs: " + health.detail);
   if (health.seconds_since_last_token >= 0 && health.seconds_since_last_token <= recent_s_) {
     char detail[80];
-    std::snprintf(detail, sizeof(detail), "last token %.1f s ago",
-                  health.seconds_since_last_token);
+    std::snprintf(detail, sizeof(detail), "last token %.1f s ago", health.seconds_since_last_token);
     return done(true, detail);
   }
   uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shut_down_) return done(false, "server shutting down");
-    auto since_success = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                       last_success_).count();
+    auto since_success =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_success_).count();
     if (succeeded_once_ && since_success <= recent_s_) return done(true, "recent canary succeeded");
     waiters_.push_back(std::move(done));
     if (in_flight_) return;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -2,11 +2,10 @@
 // gate that carries job events onto connection strands, and the jobs in flight.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
-
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -80,9 +79,9 @@ struct ServerContext {
   JobService& service;
   const OpenAiServerOptions options;
   ServedModel model;
-  int64_t context_limit = 0;      // ModelInfo::context_limit
+  int64_t context_limit = 0;       // ModelInfo::context_limit
   int64_t kv_capacity_tokens = 0;  // ModelInfo::kv_capacity_tokens
-  int64_t created_unix = 0;       // server start, shown as the model's "created"
+  int64_t created_unix = 0;        // server start, shown as the model's "created"
   EventGate gate;
   JobRegistry jobs;
   // Tokenizing and submitting run here, off the event loop (long prompts take a while).

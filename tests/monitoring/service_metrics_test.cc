@@ -52,9 +52,9 @@ TEST_F(ServiceMetricsTest, UrlNamesTheBoundPort) {
 TEST_F(ServiceMetricsTest, ExposesEveryFamilyBeforeAnyJob) {
   auto s = Scrape();
   for (const char* series :
-       {"millipede_requests_running", "millipede_requests_waiting",
-        "millipede_prompt_tokens_total", "millipede_generation_tokens_total",
-        "millipede_prefill_progress_ratio", "millipede_time_to_first_token_seconds_count",
+       {"millipede_requests_running", "millipede_requests_waiting", "millipede_prompt_tokens_total",
+        "millipede_generation_tokens_total", "millipede_prefill_progress_ratio",
+        "millipede_time_to_first_token_seconds_count",
         "millipede_time_per_output_token_seconds_count",
         "millipede_e2e_request_latency_seconds_count", "millipede_queue_time_seconds_count",
         "millipede_prefill_throughput_tokens_per_second_count",
@@ -151,10 +151,18 @@ TEST_F(ServiceMetricsTest, ErrorsByReasonAndUnknownReasonsAreBounded) {
 }
 
 TEST_F(ServiceMetricsTest, RankStatsBecomeGaugesAndMonotonicCounters) {
-  RankStats r1{.rank = 1, .kv_bytes_gpu = 4096, .kv_bytes_host = 1 << 20, .attention_s = 1.5,
-               .comm_s = 0.5, .comm_bytes = 1000};
-  RankStats r2{.rank = 2, .kv_bytes_gpu = 2048, .kv_bytes_host = 0, .attention_s = 2.0,
-               .comm_s = 0.25, .comm_bytes = 500};
+  RankStats r1{.rank = 1,
+               .kv_bytes_gpu = 4096,
+               .kv_bytes_host = 1 << 20,
+               .attention_s = 1.5,
+               .comm_s = 0.5,
+               .comm_bytes = 1000};
+  RankStats r2{.rank = 2,
+               .kv_bytes_gpu = 2048,
+               .kv_bytes_host = 0,
+               .attention_s = 2.0,
+               .comm_s = 0.25,
+               .comm_bytes = 500};
   metrics_->UpdateRank(r1);
   metrics_->UpdateRank(r2);
   auto s = Scrape();
@@ -188,8 +196,8 @@ TEST_F(ServiceMetricsTest, RankStatsBecomeGaugesAndMonotonicCounters) {
 }
 
 TEST(ServiceMetricsCreateTest, BadAddressesAreClearErrors) {
-  for (const char* address : {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:99999",
-                              "127.0.0.1:http"}) {
+  for (const char* address :
+       {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:99999", "127.0.0.1:http"}) {
     auto metrics = ServiceMetrics::Create(address);
     ASSERT_FALSE(metrics.ok()) << address;
     EXPECT_EQ(metrics.status().code(), StatusCode::kInvalidArgument) << address;

@@ -87,8 +87,8 @@ TEST(ChatTemplateTest, FormatFromConfigurationOrSpecialTokens) {
 // encode to single ids.
 TEST(ChatTemplateTest, RealTokenizersAreRecognised) {
   const std::string dir = std::string(MILLIPEDE_TESTDATA_DIR) + "/tokenizers";
-  for (auto [name, format] : {std::pair{"llama3", ChatFormat::kLlama3},
-                              std::pair{"qwen2", ChatFormat::kChatMl}}) {
+  for (auto [name, format] :
+       {std::pair{"llama3", ChatFormat::kLlama3}, std::pair{"qwen2", ChatFormat::kChatMl}}) {
     const std::string path = dir + "/" + name + "/tokenizer.json";
     if (!FileExists(path)) GTEST_SKIP() << "reference tokenizer not found at " << path;
     auto tokenizer = Tokenizer::FromFile(path);

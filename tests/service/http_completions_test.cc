@@ -1,11 +1,10 @@
 // /v1/completions and /v1/chat/completions: responses, SSE framing, request mapping, client
 // disconnects, keep-alive and concurrency.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <string>
 #include <thread>
@@ -21,9 +20,11 @@ TEST_F(HttpServerTest, CompletionResponseAndRequestMapping) {
   FakeScript script;
   script.pieces = {"Hel", "lo", " world"};
   fake_.QueueScript(script);
-  Json body = {{"model", "fake-model"}, {"prompt", "Hello there"}, {"max_tokens", 3},
-               {"temperature", 0.7},    {"top_p", 0.9},              {"top_k", 40},
-               {"seed", 1234},          {"stop", {"\n\n", "END"}},   {"ignore_eos", true}};
+  Json body = {{"model", "fake-model"}, {"prompt", "Hello there"},
+               {"max_tokens", 3},       {"temperature", 0.7},
+               {"top_p", 0.9},          {"top_k", 40},
+               {"seed", 1234},          {"stop", {"\n\n", "END"}},
+               {"ignore_eos", true}};
   HttpReply reply = Post("/v1/completions", body);
   ASSERT_EQ(reply.status, 200) << reply.body;
   Json json = reply.json();
@@ -81,8 +82,8 @@ TEST_F(HttpServerTest, CompletionStreamIsServerSentEvents) {
   script.finish_reason = "stop";
   fake_.QueueScript(script);
   HttpReply reply =
-      Post("/v1/completions", Json{{"prompt", "Hi"}, {"stream", true},
-                                   {"stream_options", {{"include_usage", true}}}});
+      Post("/v1/completions",
+           Json{{"prompt", "Hi"}, {"stream", true}, {"stream_options", {{"include_usage", true}}}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   EXPECT_EQ(reply.headers["Content-Type"], "text/event-stream");
   EXPECT_EQ(reply.headers["Transfer-Encoding"], "chunked");
@@ -164,10 +165,10 @@ TEST_F(HttpServerTest, ChatStreamStartsWithTheRole) {
   FakeScript script;
   script.pieces = {"Hi", " there"};
   fake_.QueueScript(script);
-  HttpReply reply = Post("/v1/chat/completions",
-                         Json{{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
-                              {"stream", true},
-                              {"max_tokens", 2}});
+  HttpReply reply =
+      Post("/v1/chat/completions", Json{{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                                        {"stream", true},
+                                        {"max_tokens", 2}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   bool framing_ok = false;
   std::vector<std::string> data = SseData(reply.body, &framing_ok);
@@ -256,8 +257,7 @@ TEST_F(HttpServerTest, ClientLeavingAStreamCancelsItsJob) {
   script.hold_after = 1;
   fake_.QueueScript(script);
   ASSERT_TRUE(SendAndHangUp(
-      port_, RawPost("/v1/completions", Json{{"prompt", "Hi"}, {"stream", true}}.dump()),
-      "first"));
+      port_, RawPost("/v1/completions", Json{{"prompt", "Hi"}, {"stream", true}}.dump()), "first"));
   ASSERT_EQ(fake_.submitted().size(), 1u);
   EXPECT_TRUE(fake_.WaitForCancel(fake_.submitted()[0]));
   EXPECT_TRUE(fake_.WaitForEnd(fake_.submitted()[0]));
@@ -270,11 +270,11 @@ TEST_F(HttpServerTest, ClientLeavingBeforeTheAnswerCancelsItsJob) {
   script.pieces = {"a"};
   script.hold_after = 0;
   fake_.QueueScript(script);
-  ASSERT_TRUE(SendAndHangUp(port_, RawPost("/v1/chat/completions",
-                                           Json{{"messages", {{{"role", "user"},
-                                                               {"content", "Hi"}}}}}
-                                               .dump()),
-                            ""));
+  ASSERT_TRUE(
+      SendAndHangUp(port_,
+                    RawPost("/v1/chat/completions",
+                            Json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}.dump()),
+                    ""));
   ASSERT_TRUE(fake_.WaitForSubmitted(1));
   EXPECT_TRUE(fake_.WaitForCancel(fake_.submitted()[0]));
 }
@@ -282,10 +282,9 @@ TEST_F(HttpServerTest, ClientLeavingBeforeTheAnswerCancelsItsJob) {
 TEST_F(HttpServerTest, KeepAliveServesRequestsInTurn) {
   HttpClient client(port_);
   for (int i = 1; i <= 3; ++i) {
-    HttpReply reply = client.Send("POST", "/v1/completions",
-                                  Json{{"prompt", std::vector<int>(static_cast<size_t>(i), 1)},
-                                       {"stream", i == 2}}
-                                      .dump());
+    HttpReply reply = client.Send(
+        "POST", "/v1/completions",
+        Json{{"prompt", std::vector<int>(static_cast<size_t>(i), 1)}, {"stream", i == 2}}.dump());
     ASSERT_EQ(reply.status, 200) << reply.body;
     const std::string expected = i == 2 ? "data: [DONE]" : "<" + std::to_string(i) + ">";
     EXPECT_NE(reply.body.find(expected), std::string::npos) << reply.body;
@@ -319,6 +318,94 @@ TEST_F(HttpServerTest, ConcurrentRequestsGetTheirOwnAnswers) {
     EXPECT_EQ(answers[i], "<" + std::to_string(i + 1) + ">") << "client " << i;
   }
   EXPECT_EQ(fake_.requests().size(), static_cast<size_t>(kClients));
+}
+
+}  // namespace
+}  // namespace millipede::http_test
+
+namespace millipede::http_test {
+namespace {
+
+// Connects, sends `request`, then reads until the server closes the connection.
+std::string RawExchange(int port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
+  ::send(fd, request.data(), request.size(), 0);
+  std::string received;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    received.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return received;
+}
+
+std::string Request(const std::string& version, const std::string& body,
+                    const std::string& extra_headers = "") {
+  return "POST /v1/completions HTTP/" + version + "\r\nHost: x\r\n" + extra_headers +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(HttpServerTest, Http10StreamEndsWithTheConnection) {
+  std::string reply =
+      RawExchange(port_, Request("1.0", Json{{"prompt", {1, 2}}, {"stream", true}}.dump()));
+  EXPECT_EQ(reply.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_EQ(reply.find("chunked"), std::string::npos);
+  ASSERT_GE(reply.size(), 14u);
+  EXPECT_EQ(reply.substr(reply.size() - 14), "data: [DONE]\n\n");
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  const std::string first = Request("1.1", Json{{"prompt", {1}}}.dump());
+  const std::string second =
+      Request("1.1", Json{{"prompt", {1, 2, 3, 4}}}.dump(), "Connection: close\r\n");
+  std::string replies = RawExchange(port_, first + second);
+  EXPECT_EQ(Count(replies, "HTTP/1.1 200 OK"), 2u) << replies;
+  size_t a = replies.find("<1>");
+  size_t b = replies.find("<4>");
+  ASSERT_NE(a, std::string::npos) << replies;
+  ASSERT_NE(b, std::string::npos) << replies;
+  EXPECT_LT(a, b);
+}
+
+TEST_F(HttpServerTest, ExpectContinueGetsAnInterimReply) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body = Json{{"prompt", {7, 7}}}.dump();
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Expect: 100-continue\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  ::send(fd, head.data(), head.size(), 0);
+  char buffer[4096];
+  ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buffer, static_cast<size_t>(n)), "HTTP/1.1 100 Continue\r\n\r\n");
+  ::send(fd, body.data(), body.size(), 0);
+  std::string reply;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0)
+    reply.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK", 0), 0u) << reply;
+  EXPECT_NE(reply.find("<2>"), std::string::npos) << reply;
 }
 
 }  // namespace

@@ -32,9 +32,9 @@ struct FakeScript {
 
 // A tokenizer trained on a small corpus, with `specials` as special added tokens.
 inline std::unique_ptr<Tokenizer> MakeTestTokenizer(const std::vector<std::string>& specials) {
-  auto json = TrainByteLevelBpe({"Hello there, how are you? The quick brown fox.",
-                                 "system user assistant helpful"},
-                                50, specials);
+  auto json = TrainByteLevelBpe(
+      {"Hello there, how are you? The quick brown fox.", "system user assistant helpful"}, 50,
+      specials);
   if (!json.ok()) return nullptr;
   auto tokenizer = Tokenizer::FromJson(*json, "test tokenizer");
   return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
@@ -44,8 +44,7 @@ class FakeJobService final : public JobService {
  public:
   explicit FakeJobService(std::vector<std::string> specials = {"<|begin_of_text|>",
                                                                "<|start_header_id|>",
-                                                               "<|end_header_id|>",
-                                                               "<|eot_id|>"})
+                                                               "<|end_header_id|>", "<|eot_id|>"})
       : tokenizer_(MakeTestTokenizer(specials)) {
     info_.id = "fake-model";
     info_.context_limit = 4096;
@@ -86,8 +85,8 @@ class FakeJobService final : public JobService {
       submit_errors_.pop_front();
       return error;
     }
-    const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size()) +
-                           (request.prompt_text.empty() ? 0 : 1);
+    const int64_t prompt =
+        static_cast<int64_t>(request.prompt_ids.size()) + (request.prompt_text.empty() ? 0 : 1);
     if (prompt + request.max_new_tokens > info_.context_limit) {
       return OutOfRangeError("prompt of " + std::to_string(prompt) + " tokens plus " +
                              std::to_string(request.max_new_tokens) +

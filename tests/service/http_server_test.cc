@@ -100,9 +100,9 @@ TEST_F(HttpServerTest, WrongTypesAndRangesNameTheField) {
     EXPECT_EQ(error["param"], c.param);
     EXPECT_NE(error["message"].get<std::string>().find(c.param), std::string::npos);
   }
-  Json error = ExpectError(Post("/v1/chat/completions",
-                                Json{{"messages", {{{"role", "user"}, {"content", 5}}}}}),
-                           400, "invalid_request_error");
+  Json error = ExpectError(
+      Post("/v1/chat/completions", Json{{"messages", {{{"role", "user"}, {"content", 5}}}}}), 400,
+      "invalid_request_error");
   EXPECT_EQ(error["param"], "messages[0].content");
   EXPECT_TRUE(fake_.requests().empty());
 }
@@ -128,14 +128,13 @@ TEST_F(HttpServerTest, PromptOverTheContextLimitNamesBothNumbers) {
 
 TEST_F(HttpServerTest, SubmissionRefusalsMapToHttpCodes) {
   fake_.FailNextSubmit(ResourceExhaustedError("queue full (64 jobs waiting)"));
-  Json error = ExpectError(Post("/v1/completions", Json{{"prompt", kPrompt}}), 429,
-                           "rate_limit_error");
+  Json error =
+      ExpectError(Post("/v1/completions", Json{{"prompt", kPrompt}}), 429, "rate_limit_error");
   EXPECT_EQ(error["code"], "queue_full");
   EXPECT_NE(error["message"].get<std::string>().find("queue full"), std::string::npos);
 
   fake_.FailNextSubmit(FailedPreconditionError("draining"));
-  ExpectError(Post("/v1/completions", Json{{"prompt", kPrompt}}), 503,
-              "service_unavailable_error");
+  ExpectError(Post("/v1/completions", Json{{"prompt", kPrompt}}), 503, "service_unavailable_error");
   fake_.FailNextSubmit(InvalidArgumentError("token id 99999 is outside the vocabulary"));
   ExpectError(Post("/v1/completions", Json{{"prompt", {99999}}}), 400, "invalid_request_error");
   // The server keeps serving.
@@ -147,8 +146,7 @@ TEST_F(HttpServerTest, JobFailureIs500) {
   script.pieces = {"a"};
   script.fail = DeviceError("NCCL error on rank 2");
   fake_.QueueScript(script);
-  Json error = ExpectError(Post("/v1/completions", Json{{"prompt", kPrompt}}), 500,
-                           "server_error");
+  Json error = ExpectError(Post("/v1/completions", Json{{"prompt", kPrompt}}), 500, "server_error");
   EXPECT_NE(error["message"].get<std::string>().find("rank 2"), std::string::npos);
 }
 

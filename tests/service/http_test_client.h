@@ -5,7 +5,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <map>
 #include <string>
 #include <vector>
@@ -28,13 +27,12 @@ struct HttpReply {
 class HttpClient {
  public:
   explicit HttpClient(int port) : stream_(ioc_) {
-    stream_.connect(boost::asio::ip::tcp::endpoint(
-        boost::asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+    stream_.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
+                                                   static_cast<uint16_t>(port)));
   }
 
   // Sends one request on this connection and reads the whole reply (chunked bodies joined).
-  HttpReply Send(const std::string& method, const std::string& target,
-                 const std::string& body = "",
+  HttpReply Send(const std::string& method, const std::string& target, const std::string& body = "",
                  const std::map<std::string, std::string>& headers = {}) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req{http::string_to_verb(method), target, 11};

@@ -30,9 +30,7 @@ class HttpServerTest : public ::testing::Test {
                  const std::map<std::string, std::string>& headers = {}) {
     return Fetch(port_, "POST", target, body, headers);
   }
-  HttpReply Post(const std::string& target, const Json& body) {
-    return Post(target, body.dump());
-  }
+  HttpReply Post(const std::string& target, const Json& body) { return Post(target, body.dump()); }
 
   // Checks OpenAI's error shape and returns the error object.
   static Json ExpectError(const HttpReply& reply, int status, const std::string& type) {
