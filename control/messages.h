@@ -73,9 +73,9 @@ enum class JobEventKind : uint8_t { kProgress = 1, kToken = 2, kDone = 3, kFaile
 struct JobEvent {
   JobEventKind kind = JobEventKind::kProgress;
   uint64_t job_id = 0;
-  int64_t tokens_done = 0;   // kProgress
-  int64_t tokens_total = 0;  // kProgress
-  int32_t token = 0;         // kToken
+  int64_t tokens_done = 0;        // kProgress
+  int64_t tokens_total = 0;       // kProgress
+  int32_t token = 0;              // kToken
   bool finished_by_stop = false;  // kDone: a stop/EOS id ended it (else the token budget)
   double ttft_s = 0;              // kDone: worker-side prefill + first sample
   double decode_s = 0;            // kDone: first to last token

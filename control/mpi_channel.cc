@@ -21,8 +21,8 @@ Status MpiChannel::Send(int dest, int tag, std::vector<char> bytes) {
                            comm_, &p.request);
   if (rc != MPI_SUCCESS) {
     pending_.pop_back();
-    return DeviceError("MPI send to rank " + std::to_string(dest) + " failed: " +
-                       detail::MpiErrorString(rc));
+    return DeviceError("MPI send to rank " + std::to_string(dest) +
+                       " failed: " + detail::MpiErrorString(rc));
   }
   return OkStatus();
 }
@@ -38,8 +38,8 @@ StatusOr<std::optional<Message>> MpiChannel::Poll(int source, int tag) {
   m.source = status.MPI_SOURCE;
   m.tag = status.MPI_TAG;
   m.bytes.resize(static_cast<size_t>(count));
-  MP_MPI_CHECK(MPI_Recv(m.bytes.data(), count, MPI_BYTE, m.source, m.tag, comm_,
-                        MPI_STATUS_IGNORE));
+  MP_MPI_CHECK(
+      MPI_Recv(m.bytes.data(), count, MPI_BYTE, m.source, m.tag, comm_, MPI_STATUS_IGNORE));
   return std::optional<Message>(std::move(m));
 }
 

@@ -40,16 +40,16 @@ StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tok
                limits.max_prompt_bytes / 4, " are accepted");
     ids = request.prompt_ids;
     for (size_t i = 0; i < ids.size(); ++i)
-      MP_REQUIRE(ids[i] >= 0 && ids[i] < limits.vocab_size, "prompt token ", i, " has id ",
-                 ids[i], ", outside the vocabulary [0, ", limits.vocab_size, ")");
+      MP_REQUIRE(ids[i] >= 0 && ids[i] < limits.vocab_size, "prompt token ", i, " has id ", ids[i],
+                 ", outside the vocabulary [0, ", limits.vocab_size, ")");
   }
   MP_REQUIRE(request.max_new_tokens >= 1, "max_new_tokens must be at least 1, got ",
              request.max_new_tokens);
   MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
   MP_REQUIRE(request.stop_ids.size() <= kMaxStopIds, "at most ", kMaxStopIds, " stop ids");
   for (int32_t id : request.stop_ids)
-    MP_REQUIRE(id >= 0 && id < limits.vocab_size, "stop id ", id,
-               " is outside the vocabulary [0, ", limits.vocab_size, ")");
+    MP_REQUIRE(id >= 0 && id < limits.vocab_size, "stop id ", id, " is outside the vocabulary [0, ",
+               limits.vocab_size, ")");
   MP_REQUIRE(request.stop_strings.size() <= kMaxStopStrings, "at most ", kMaxStopStrings,
              " stop strings");
   for (const std::string& s : request.stop_strings) {
@@ -59,10 +59,12 @@ StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tok
                "a stop string is not valid UTF-8");
   }
   if (!request.policy_json.empty()) {
-    MP_REQUIRE(nlohmann::json::accept(request.policy_json), "the attention policy is not valid "
+    MP_REQUIRE(nlohmann::json::accept(request.policy_json),
+               "the attention policy is not valid "
                "JSON");
-    return UnimplementedError("attention policy overrides are not supported yet: this service "
-                              "runs dense attention on every layer");
+    return UnimplementedError(
+        "attention policy overrides are not supported yet: this service "
+        "runs dense attention on every layer");
   }
 
   const int64_t prompt = static_cast<int64_t>(ids.size());
@@ -74,8 +76,7 @@ StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tok
   if (request.max_new_tokens > limit - prompt)
     return OutOfRangeError("prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
                            std::to_string(request.max_new_tokens) +
-                           ") exceeds the context limit of " + std::to_string(limit) +
-                           " tokens");
+                           ") exceeds the context limit of " + std::to_string(limit) + " tokens");
   const int64_t need = KvPositionsPerRank(prompt, request.max_new_tokens, limits.num_workers);
   if (need > limits.kv_capacity_per_rank)
     return OutOfRangeError(

@@ -19,7 +19,8 @@
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: mpirun -np 1 millipede-coordinator --model DIR [options] : -np N millipede-worker --model DIR ...
+constexpr char kUsage[] =
+    R"(usage: mpirun -np 1 millipede-coordinator --model DIR [options] : -np N millipede-worker --model DIR ...
 
   --model DIR              the model directory the workers load (tokenizer.json is read here)
   --served-model-name NAME the model's name for clients (default: the directory's name)
@@ -34,11 +35,13 @@ constexpr char kUsage[] = R"(usage: mpirun -np 1 millipede-coordinator --model D
 )";
 
 #ifdef MILLIPEDE_HAVE_HTTP
-constexpr char kHttpUsage[] = R"(  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
+constexpr char kHttpUsage[] =
+    R"(  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
   --api-key KEY            require "Authorization: Bearer KEY" on the HTTP API
 )";
 #else
-constexpr char kHttpUsage[] = R"(  (this build has no HTTP front end: build with -DMILLIPEDE_HTTP=ON)
+constexpr char kHttpUsage[] =
+    R"(  (this build has no HTTP front end: build with -DMILLIPEDE_HTTP=ON)
 )";
 #endif
 
@@ -74,9 +77,9 @@ Status Serve(int argc, char** argv, int world_size) {
     std::cout << kUsage << kHttpUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"model", "served-model-name", "chat-format", "rpc", "http", "api-key", "metrics",
-       "max-queue", "worker-timeout-s", "startup-timeout-s", "drain-timeout-s", "help"}));
+  MP_RETURN_IF_ERROR(flags.CheckKnown({"model", "served-model-name", "chat-format", "rpc", "http",
+                                       "api-key", "metrics", "max-queue", "worker-timeout-s",
+                                       "startup-timeout-s", "drain-timeout-s", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
   SchedulerOptions options;
@@ -91,8 +94,7 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 60));
   MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
-  MP_REQUIRE(options.worker_timeout_s > 0 && options.drain_timeout_s >= 0 &&
-                 startup_timeout_s > 0,
+  MP_REQUIRE(options.worker_timeout_s > 0 && options.drain_timeout_s >= 0 && startup_timeout_s > 0,
              "timeouts must be positive");
   const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
 #ifdef MILLIPEDE_HAVE_HTTP
@@ -129,8 +131,8 @@ Status Serve(int argc, char** argv, int world_size) {
   std::cerr << "millipede-coordinator: ready: model " + model.id + " (context " +
                    std::to_string(model.context_limit) + " tokens, KV for " +
                    std::to_string(model.kv_capacity_tokens) + " tokens) on " +
-                   std::to_string(facts.num_workers) + " " + facts.backend +
-                   " worker(s), pid " + std::to_string(getpid()) + "\n" +
+                   std::to_string(facts.num_workers) + " " + facts.backend + " worker(s), pid " +
+                   std::to_string(getpid()) + "\n" +
                    "millipede-coordinator: " + front_ends->addresses() + ", metrics " +
                    metrics->url() + "\n"
             << std::flush;

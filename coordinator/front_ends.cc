@@ -1,10 +1,10 @@
 #include "coordinator/front_ends.h"
 
-#include <future>
-#include <thread>
-
 #include <kj/async-io.h>
 #include <kj/timer.h>
+
+#include <future>
+#include <thread>
 
 #include "rpc/rpc_server.h"
 #ifdef MILLIPEDE_HAVE_HTTP
@@ -47,13 +47,12 @@ class FrontEnds::Impl {
         return;
       }
       http_server = std::move(http).value();
-      addresses_ += ", http " + Host(options_.http_bind) + ":" +
-                    std::to_string(http_server->port());
+      addresses_ +=
+          ", http " + Host(options_.http_bind) + ":" + std::to_string(http_server->port());
     }
 #else
     if (options_.http_bind != "off") {
-      started_.set_value(
-          InvalidArgumentError("this build has no HTTP front end (use --http off)"));
+      started_.set_value(InvalidArgumentError("this build has no HTTP front end (use --http off)"));
       return;
     }
 #endif
@@ -78,7 +77,7 @@ class FrontEnds::Impl {
   const FrontEndOptions options_;
   std::promise<Status> started_;
   std::string addresses_;
-  rpc::EventPump* pump_ = nullptr;                    // set before started_
+  rpc::EventPump* pump_ = nullptr;                        // set before started_
   kj::PromiseFulfiller<void>* stop_fulfiller_ = nullptr;  // loop thread only
   std::thread thread_;
   bool stopped_ = false;

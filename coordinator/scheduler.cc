@@ -16,10 +16,14 @@ double Seconds(std::chrono::steady_clock::duration d) {
 // The request_errors_total reason of a refused submission.
 const char* RejectReason(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOutOfRange: return "too_long";
-    case StatusCode::kResourceExhausted: return "queue_full";
-    case StatusCode::kFailedPrecondition: return "draining";
-    default: return "invalid";
+    case StatusCode::kOutOfRange:
+      return "too_long";
+    case StatusCode::kResourceExhausted:
+      return "queue_full";
+    case StatusCode::kFailedPrecondition:
+      return "draining";
+    default:
+      return "invalid";
   }
 }
 
@@ -40,7 +44,7 @@ struct Scheduler::Job {
   bool cancel_requested = false;  // by the client or the drain deadline
   bool stop_matched = false;      // a stop string ended the text; the workers are stopping
   bool cancel_sent = false;
-  bool stopped_by_id = false;     // the workers ended it at a stop or EOS id
+  bool stopped_by_id = false;  // the workers ended it at a stop or EOS id
 };
 
 Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
@@ -177,7 +181,8 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
   info.queue_position = 0;
   double decode_tps = 0;
   if (job.ids.size() > 1 && job.last_token > job.first_token)
-    decode_tps = static_cast<double>(job.ids.size() - 1) / Seconds(job.last_token - job.first_token);
+    decode_tps =
+        static_cast<double>(job.ids.size() - 1) / Seconds(job.last_token - job.first_token);
   const char* reason = "error";
   if (error) {
     if (error->code() == StatusCode::kCancelled) {
@@ -252,9 +257,8 @@ Status Scheduler::HandleEvent(const control::JobEvent& e, Deliveries* out) {
       job.prefill_done = e.tokens_done;
       if (ending) break;
       if (metrics_) metrics_->PrefillProgress(e.tokens_done, e.tokens_total);
-      out->push_back([observer, d = e.tokens_done, t = e.tokens_total] {
-        observer->OnProgress(d, t);
-      });
+      out->push_back(
+          [observer, d = e.tokens_done, t = e.tokens_total] { observer->OnProgress(d, t); });
       break;
     case control::JobEventKind::kToken: {
       if (ending) break;
@@ -283,9 +287,8 @@ Status Scheduler::HandleEvent(const control::JobEvent& e, Deliveries* out) {
       if (piece.open) {
         job.held_token.emplace(e.token, std::move(piece.delta));
       } else {
-        out->push_back([observer, id = e.token, d = std::move(piece.delta)] {
-          observer->OnToken(id, d);
-        });
+        out->push_back(
+            [observer, id = e.token, d = std::move(piece.delta)] { observer->OnToken(id, d); });
       }
       if (piece.stopped) {
         job.stop_matched = true;
@@ -341,8 +344,8 @@ Status Scheduler::HandleMessage(const control::Message& m, Deliveries* out) {
     if (metrics_) metrics_->UpdateRank(r);
     return OkStatus();
   }
-  return InternalError("unexpected control message (tag " + std::to_string(m.tag) +
-                       ") from rank " + std::to_string(m.source));
+  return InternalError("unexpected control message (tag " + std::to_string(m.tag) + ") from rank " +
+                       std::to_string(m.source));
 }
 
 Status Scheduler::Step(Deliveries* out, bool* busy) {
@@ -410,7 +413,7 @@ Status Scheduler::Run() {
       if (draining_) {
         if (!drain_deadline)
           drain_deadline = now + std::chrono::duration_cast<Clock::duration>(
-              std::chrono::duration<double>(options_.drain_timeout_s));
+                                     std::chrono::duration<double>(options_.drain_timeout_s));
         if (running_ && now > *drain_deadline && !running_->cancel_requested) {
           std::cerr << "millipede-coordinator: drain deadline passed: cancelling job " +
                            std::to_string(running_->id) + "\n";

@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
   std::vector<bool> seen(static_cast<size_t>(world_size), false);
   int missing = facts.num_workers;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(timeout_s));
+                                           std::chrono::duration<double>(timeout_s));
   while (missing > 0) {
     MP_ASSIGN_OR_RETURN(std::optional<control::Message> m,
                         link->channel_.Poll(MPI_ANY_SOURCE, control::kTagHello));
@@ -31,8 +31,10 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       if (interrupted != nullptr && interrupted->load())
         return CancelledError("stopped by a signal while waiting for the workers");
       if (Clock::now() > deadline)
-        return FailedPreconditionError(std::to_string(missing) + " worker(s) did not report "
-                                       "within " + std::to_string(static_cast<int>(timeout_s)) +
+        return FailedPreconditionError(std::to_string(missing) +
+                                       " worker(s) did not report "
+                                       "within " +
+                                       std::to_string(static_cast<int>(timeout_s)) +
                                        " s (loading the model may need a longer "
                                        "--startup-timeout-s)");
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -55,9 +57,9 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.backend = hello.backend;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
-                 "worker rank ", hello.rank, " serves a different model (vocab ",
-                 hello.vocab_size, ", context ", hello.max_context, ") than rank 1 (vocab ",
-                 facts.vocab_size, ", context ", facts.max_context, ")");
+                 "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,
+                 ", context ", hello.max_context, ") than rank 1 (vocab ", facts.vocab_size,
+                 ", context ", facts.max_context, ")");
       facts.kv_capacity_per_rank = std::min(facts.kv_capacity_per_rank, hello.kv_capacity_tokens);
     }
   }

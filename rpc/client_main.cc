@@ -1,4 +1,6 @@
 // millipede: the command-line client of the service's Cap'n Proto API.
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,9 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-
-#include <capnp/rpc-twoparty.h>
-#include <kj/async-io.h>
 
 #include "common/file_util.h"
 #include "common/flags.h"
@@ -177,12 +176,12 @@ struct Connection {
 };
 
 Status Connect(const std::string& server, Connection* c) {
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
-                auto address = c->io.provider->getNetwork()
-                                   .parseAddress(server.c_str())
-                                   .wait(c->io.waitScope);
-                c->stream = address->connect().wait(c->io.waitScope);
-              })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 auto address = c->io.provider->getNetwork()
+                                    .parseAddress(server.c_str())
+                                    .wait(c->io.waitScope);
+                 c->stream = address->connect().wait(c->io.waitScope);
+               })) {
     return IoError("cannot connect to " + server + ": " + e->getDescription().cStr());
   }
   c->network = kj::heap<capnp::TwoPartyVatNetwork>(*c->stream, capnp::rpc::twoparty::Side::CLIENT,
@@ -198,12 +197,18 @@ Status Connect(const std::string& server, Connection* c) {
 
 const char* StateName(rpc::JobState s) {
   switch (s) {
-    case rpc::JobState::QUEUED: return "queued";
-    case rpc::JobState::PREFILL: return "prefill";
-    case rpc::JobState::DECODE: return "decode";
-    case rpc::JobState::FINISHED: return "finished";
-    case rpc::JobState::CANCELLED: return "cancelled";
-    case rpc::JobState::FAILED: return "failed";
+    case rpc::JobState::QUEUED:
+      return "queued";
+    case rpc::JobState::PREFILL:
+      return "prefill";
+    case rpc::JobState::DECODE:
+      return "decode";
+    case rpc::JobState::FINISHED:
+      return "finished";
+    case rpc::JobState::CANCELLED:
+      return "cancelled";
+    case rpc::JobState::FAILED:
+      return "failed";
   }
   return "unknown";
 }
@@ -247,25 +252,26 @@ StatusOr<int> Submit(const Flags& flags, Connection& c) {
 
   const bool json = flags.GetBool("json");
   auto paf = kj::newPromiseAndFulfiller<void>();
-  auto callback_owned = kj::heap<Callback>(json, !flags.GetBool("no-progress"),
-                                           kj::mv(paf.fulfiller));
+  auto callback_owned =
+      kj::heap<Callback>(json, !flags.GetBool("no-progress"), kj::mv(paf.fulfiller));
   Callback& callback = *callback_owned;
   request.setCallback(kj::mv(callback_owned));
 
   rpc::Job::Client job = nullptr;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
-                auto response = request.send().wait(c.io.waitScope);
-                job = response.getJob();
-                std::cerr << "millipede: job " << response.getId() << " queued ("
-                          << response.getPromptTokens() << " prompt tokens)\n";
-              })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 auto response = request.send().wait(c.io.waitScope);
+                 job = response.getJob();
+                 std::cerr << "millipede: job " << response.getId() << " queued ("
+                           << response.getPromptTokens() << " prompt tokens)\n";
+               })) {
     return rpc::StatusFromException(*e);
   }
   // Wait for the end, or for the connection to drop.
   bool lost = false;
   auto disconnected = c.network->onDisconnect().then([&lost] { lost = true; });
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions(
-                     [&] { paf.promise.exclusiveJoin(kj::mv(disconnected)).wait(c.io.waitScope); })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 paf.promise.exclusiveJoin(kj::mv(disconnected)).wait(c.io.waitScope);
+               })) {
     return rpc::StatusFromException(*e);
   }
   if (!callback.record && callback.failure.ok())
@@ -282,9 +288,8 @@ StatusOr<int> Submit(const Flags& flags, Connection& c) {
     std::cout << "\n" << std::flush;
     std::cerr << "millipede: " << r["prompt_tokens"].get<int64_t>() << " prompt tokens, "
               << r["generated_tokens"].get<int64_t>() << " generated ("
-              << r["finish_reason"].get<std::string>() << "), TTFT "
-              << r["ttft_s"].get<double>() << " s, prefill "
-              << r["prefill_tokens_per_s"].get<double>() << " tok/s, decode "
+              << r["finish_reason"].get<std::string>() << "), TTFT " << r["ttft_s"].get<double>()
+              << " s, prefill " << r["prefill_tokens_per_s"].get<double>() << " tok/s, decode "
               << r["decode_tokens_per_s"].get<double>() << " tok/s\n";
   }
   return 0;
@@ -369,8 +374,8 @@ int Main(int argc, char** argv) {
   if (std::find(commands.begin(), commands.end(), command) == commands.end()) {
     return Fail(InvalidArgumentError("unknown command \"" + command + "\" (see millipede --help)"));
   }
-  StatusOr<Flags> flags = Flags::Parse(argc - 1, argv + 1,
-                                       {"ids", "ignore-eos", "json", "no-progress", "help"});
+  StatusOr<Flags> flags =
+      Flags::Parse(argc - 1, argv + 1, {"ids", "ignore-eos", "json", "no-progress", "help"});
   if (!flags.ok()) return Fail(flags.status());
   Status known = flags->CheckKnown({"server", "prompt", "prompt-file", "ids", "max-tokens",
                                     "temperature", "top-k", "top-p", "seed", "stop", "stop-id",
@@ -380,7 +385,7 @@ int Main(int argc, char** argv) {
   Status connected = Connect(flags->Get("server").value_or("127.0.0.1:7700"), &c);
   if (!connected.ok()) return Fail(connected);
   StatusOr<int> result = InvalidArgumentError("no result");
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { result = RunCommand(command, *flags, c); })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { result = RunCommand(command, *flags, c); })) {
     return Fail(rpc::StatusFromException(*e));
   }
   if (!result.ok()) return Fail(result.status());

@@ -2,11 +2,11 @@
 // Run() on the loop's thread executes the posted functions there, in order.
 #pragma once
 
+#include <kj/async.h>
+
 #include <deque>
 #include <functional>
 #include <mutex>
-
-#include <kj/async.h>
 
 namespace millipede::rpc {
 

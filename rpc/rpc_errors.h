@@ -2,9 +2,9 @@
 // with the status code name) and where a client turns it back.
 #pragma once
 
-#include <string>
-
 #include <kj/exception.h>
+
+#include <string>
 
 #include "common/status.h"
 

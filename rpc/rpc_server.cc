@@ -1,14 +1,14 @@
 #include "rpc/rpc_server.h"
 
+#include <capnp/rpc-twoparty.h>
+#include <capnp/rpc.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
-
-#include <capnp/rpc-twoparty.h>
-#include <capnp/rpc.h>
 
 #include "rpc/millipede.capnp.h"
 #include "rpc/rpc_errors.h"
@@ -27,12 +27,18 @@ namespace {
 ::millipede::rpc::JobState ToWire(::millipede::JobState s) {
   using W = ::millipede::rpc::JobState;
   switch (s) {
-    case ::millipede::JobState::kQueued: return W::QUEUED;
-    case ::millipede::JobState::kPrefill: return W::PREFILL;
-    case ::millipede::JobState::kDecode: return W::DECODE;
-    case ::millipede::JobState::kFinished: return W::FINISHED;
-    case ::millipede::JobState::kCancelled: return W::CANCELLED;
-    case ::millipede::JobState::kFailed: return W::FAILED;
+    case ::millipede::JobState::kQueued:
+      return W::QUEUED;
+    case ::millipede::JobState::kPrefill:
+      return W::PREFILL;
+    case ::millipede::JobState::kDecode:
+      return W::DECODE;
+    case ::millipede::JobState::kFinished:
+      return W::FINISHED;
+    case ::millipede::JobState::kCancelled:
+      return W::CANCELLED;
+    case ::millipede::JobState::kFailed:
+      return W::FAILED;
   }
   return W::FAILED;
 }
@@ -264,15 +270,17 @@ class MillipedeImpl final : public Millipede::Server {
       const JobId id = pending->id.load();
       if (id != 0) service.Cancel(id).IgnoreError();
     });
-    return submitted.promise.then([this, context, observer, pending](StatusOr<JobId> id) mutable {
-      pending->answered = true;
-      const JobId job = ValueOrThrow(std::move(id));
-      auto results = context.getResults();
-      results.setJob(kj::heap<JobImpl>(service_, job));
-      results.setId(job);
-      StatusOr<JobStatusInfo> info = service_.GetStatus(job);
-      if (info.ok()) results.setPromptTokens(info->prompt_tokens);
-    }).attach(kj::mv(on_drop));
+    return submitted.promise
+        .then([this, context, observer, pending](StatusOr<JobId> id) mutable {
+          pending->answered = true;
+          const JobId job = ValueOrThrow(std::move(id));
+          auto results = context.getResults();
+          results.setJob(kj::heap<JobImpl>(service_, job));
+          results.setId(job);
+          StatusOr<JobStatusInfo> info = service_.GetStatus(job);
+          if (info.ok()) results.setPromptTokens(info->prompt_tokens);
+        })
+        .attach(kj::mv(on_drop));
   }
   kj::Promise<void> status(StatusContext context) override {
     FillStatus(ValueOrThrow(service_.GetStatus(context.getParams().getId())),
@@ -374,15 +382,15 @@ class RpcServer::Impl {
 StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(JobService& service, kj::AsyncIoContext& io,
                                                       const std::string& bind_address) {
   const size_t colon = bind_address.rfind(':');
-  MP_REQUIRE(colon != std::string::npos && colon > 0, "--rpc wants HOST:PORT, got \"",
-             bind_address, "\"");
+  MP_REQUIRE(colon != std::string::npos && colon > 0, "--rpc wants HOST:PORT, got \"", bind_address,
+             "\"");
   auto impl = std::make_unique<Impl>(service);
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
-                auto address = io.provider->getNetwork()
-                                   .parseAddress(bind_address.c_str())
-                                   .wait(io.waitScope);
-                impl->listener_ = address->listen();
-              })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 auto address = io.provider->getNetwork()
+                                    .parseAddress(bind_address.c_str())
+                                    .wait(io.waitScope);
+                 impl->listener_ = address->listen();
+               })) {
     return IoError("cannot listen on " + bind_address + ": " + e->getDescription().cStr());
   }
   impl->accepting_ = impl->Accept().eagerlyEvaluate(nullptr);

@@ -3,11 +3,11 @@
 // events (which the service delivers on its own thread) reach the loop through an EventPump.
 #pragma once
 
-#include <memory>
-#include <string>
-
 #include <capnp/message.h>
 #include <kj/async-io.h>
+
+#include <memory>
+#include <string>
 
 #include "coordinator/job_service.h"
 #include "rpc/event_pump.h"

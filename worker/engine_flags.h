@@ -27,6 +27,6 @@ StatusOr<int> NodeLocalRank(MPI_Comm comm);
 // The data plane between the ranks of `comm`: none (null) for a single rank, NCCL for the cuda
 // backend (selecting GPU `local_rank` first), MPI otherwise. Collective over `comm`.
 StatusOr<std::unique_ptr<Communicator>> CreateDataPlane(MPI_Comm comm, int local_rank,
-                                                         BackendKind backend);
+                                                        BackendKind backend);
 
 }  // namespace millipede

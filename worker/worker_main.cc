@@ -15,7 +15,8 @@
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: mpirun -np 1 millipede-coordinator ... : -np N millipede-worker --model DIR [options]
+constexpr char kUsage[] =
+    R"(usage: mpirun -np 1 millipede-coordinator ... : -np N millipede-worker --model DIR [options]
 
 Engine flags as for millipede-run:
 )";
@@ -125,8 +126,7 @@ int main(int argc, char** argv) {
   bool hello_sent = false;
   millipede::Status s = millipede::Serve(argc, argv, world_rank, workers, &hello_sent);
   if (!s.ok()) {
-    std::cerr << "millipede-worker rank " + std::to_string(world_rank) + ": " + s.ToString() +
-                     "\n";
+    std::cerr << "millipede-worker rank " + std::to_string(world_rank) + ": " + s.ToString() + "\n";
     if (!hello_sent) millipede::ReportStartFailure(world_rank, s);
     // The coordinator and the other workers may be waiting on this rank: take the job down.
     MPI_Abort(MPI_COMM_WORLD, 1);

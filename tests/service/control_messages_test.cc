@@ -1,6 +1,6 @@
-#include "control/messages.h"
-
 #include <gtest/gtest.h>
+
+#include "control/messages.h"
 
 namespace millipede::control {
 namespace {

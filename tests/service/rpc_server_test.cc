@@ -2,9 +2,8 @@
 // loop over loopback TCP.
 #include "rpc/rpc_server.h"
 
-#include <gtest/gtest.h>
-
 #include <capnp/rpc-twoparty.h>
+#include <gtest/gtest.h>
 #include <kj/async-io.h>
 
 #include <mutex>
@@ -79,8 +78,8 @@ class Collector final : public rpc::JobCallback::Server {
     return kj::READY_NOW;
   }
   kj::Promise<void> complete(CompleteContext c) override {
-    *log_ += "complete " + std::string(c.getParams().getCompletion().getFinishReason().cStr()) +
-             ";";
+    *log_ +=
+        "complete " + std::string(c.getParams().getCompletion().getFinishReason().cStr()) + ";";
     return kj::READY_NOW;
   }
   kj::Promise<void> error(ErrorContext c) override {
@@ -135,7 +134,7 @@ class RpcServerTest : public ::testing::Test {
   // The service drops its observers before the server goes, as the scheduler does when jobs end.
   void TearDown() override {
     if (loop_) loop_->service.observers.clear();
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { delete loop_.release(); })) {
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { delete loop_.release(); })) {
       ADD_FAILURE() << "tearing down: " << e->getDescription().cStr();
     }
   }
@@ -194,7 +193,7 @@ TEST_F(RpcServerTest, RefusedSubmissionCarriesTheStatusCode) {
   auto req = loop_->millipede.submitRequest();
   req.getSpec().getPrompt().setText("x");
   req.setCallback(kj::heap<Collector>(&log));
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { req.send().wait(ws()); })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { req.send().wait(ws()); })) {
     Status s = rpc::StatusFromException(*e);
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
     EXPECT_EQ(s.message(), "queue full: 64 jobs are waiting");
@@ -209,7 +208,7 @@ TEST_F(RpcServerTest, OversizedMessageClosesOnlyThatConnection) {
   // 80 MiB of ids: over the 64 MiB limit on every message a peer sends.
   req.getSpec().getPrompt().initIds(20 << 20);
   req.setCallback(kj::heap<Collector>(&log));
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { req.send().wait(ws()); })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { req.send().wait(ws()); })) {
     EXPECT_EQ(rpc::StatusFromException(*e).code(), StatusCode::kIoError);
   } else {
     ADD_FAILURE() << "an oversized message was accepted";

@@ -8,8 +8,7 @@ template <typename F>
 Status CountingCommunicator::Count(int64_t bytes, F&& call) {
   const auto t0 = std::chrono::steady_clock::now();
   Status s = call();
-  counters_.seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (s.ok()) counters_.bytes_sent += bytes;
   return s;
 }
