@@ -16,12 +16,16 @@ for arg in "$@"; do
   esac
 done
 
+# capnproto/libcapnp-dev: the RPC API; libboost-dev: Boost.Asio (headers) for the HTTP front end;
+# prometheus-cpp-dev: the metrics registry and /metrics endpoint (coordinator only).
 packages=(build-essential cmake ninja-build pkg-config git
           libpcre2-dev nlohmann-json3-dev libgtest-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin
+          capnproto libcapnp-dev libboost-dev prometheus-cpp-dev)
 if [ "$want_test" = 1 ]; then
   # python3-torch: Debian's CPU build of PyTorch 1.13, for the Hugging Face transformers oracle.
-  packages+=(python3 python3-venv python3-pip python3-torch)
+  # prometheus and curl: the service tests scrape /metrics with them.
+  packages+=(python3 python3-venv python3-pip python3-torch prometheus curl)
 fi
 
 missing=()

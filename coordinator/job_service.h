@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "kernels/sampling.h"
+#include "monitoring/service_metrics.h"
 
 namespace millipede {
 
@@ -117,6 +118,11 @@ class JobService {
   virtual ModelInfo GetModelInfo() const = 0;
   virtual HealthInfo GetHealth() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
+  // Extension: the latest stats each worker rank reported (KV bytes held now, communication
+  // totals), in rank order; the RPC API serves them so that operators and tests can see a
+  // cancelled job's KV freed on every rank without scraping metrics. Services without worker
+  // ranks (fakes in tests) have none.
+  virtual std::vector<RankStats> GetWorkerStats() const { return {}; }
 };
 
 }  // namespace millipede

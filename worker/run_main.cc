@@ -6,11 +6,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/tokenizer/tokenizer.h"
-#include "worker/dist/mpi_communicator.h"
-#ifdef MILLIPEDE_HAVE_CUDA
-#include "common/cuda_check.h"
-#include "worker/dist/nccl_communicator.h"
-#endif
+#include "worker/engine_flags.h"
 #include "worker/generate.h"
 
 namespace millipede {
@@ -22,7 +18,6 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-run --model DIR
 Under mpirun the N ranks share the job: the prompt is sharded over them (context parallelism)
 and rank 0 prints the result.
 
-  --model DIR            Hugging Face model directory (config.json, safetensors, tokenizer.json)
   --prompt TEXT          prompt text (tokenized with DIR/tokenizer.json)
   --prompt-file F        prompt text from a file ("-" for stdin)
   --prompt-ids F         whitespace-separated token ids from a file ("-" for stdin)
@@ -34,12 +29,8 @@ and rank 0 prints the result.
   --stop-id ID           also stop after this token id (repeatable)
   --ignore-eos           do not stop at the model's EOS ids
   --no-bos               do not prepend the tokenizer's BOS token to a text prompt
-  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
-  --prefill-chunk N      tokens per projection/MLP chunk (default 512)
-  --attention-chunk N    query rows per attention call (default: the prefill chunk)
-  --policy FILE          attention policy file (JSON; default dense/full)
-  --backend B            cpu (default) | cuda
   --json                 print one JSON object: ids, text, finish_reason, timings
+Engine:
 )";
 
 // Reads a prompt file ("-" = stdin). Under mpirun only rank 0 has stdin, so rank 0 reads and
@@ -78,46 +69,26 @@ struct MpiWorld {
   int local_rank = 0;  // among the ranks on this node: picks the GPU
 };
 
-// The data plane for this run: none for one rank, NCCL between GPUs, MPI otherwise.
-StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const MpiWorld& world,
-                                                           BackendKind backend) {
-  if (world.size == 1) return std::unique_ptr<Communicator>();
-#ifdef MILLIPEDE_HAVE_CUDA
-  if (backend == BackendKind::kCuda) {
-    MP_CUDA_CHECK(cudaSetDevice(world.local_rank));
-    return CreateNcclCommunicator(MPI_COMM_WORLD);
-  }
-#endif
-  return CreateMpiCommunicator(MPI_COMM_WORLD);
-}
-
 Status Run(int argc, char** argv, const MpiWorld& world) {
   const int rank = world.rank;
   MP_ASSIGN_OR_RETURN(Flags flags,
-                      Flags::Parse(argc, argv, {"json", "ignore-eos", "no-bos", "help"}));
+                      Flags::Parse(argc, argv, {"json", "ignore-eos", "no-bos", "profile", "help"}));
   if (flags.GetBool("help")) {
-    std::cout << kUsage;
+    std::cout << kUsage << kEngineFlagsUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"model", "prompt", "prompt-file", "prompt-ids", "max-new-tokens", "temperature", "top-k",
-       "top-p", "seed", "stop-id", "ignore-eos", "no-bos", "kv-dtype", "prefill-chunk", "attention-chunk", "policy", "backend",
-       "json", "help"}));
+  std::vector<std::string> known = {"prompt", "prompt-file", "prompt-ids", "max-new-tokens",
+                                    "temperature", "top-k", "top-p", "seed", "stop-id",
+                                    "ignore-eos", "no-bos", "json", "help"};
+  for (const std::string& name : EngineFlagNames()) known.push_back(name);
+  MP_RETURN_IF_ERROR(flags.CheckKnown(known));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const int sources = flags.Has("prompt") + flags.Has("prompt-file") + flags.Has("prompt-ids");
   MP_REQUIRE(sources == 1, "give exactly one of --prompt, --prompt-file, --prompt-ids");
 
-  EngineOptions options;
-  MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
-  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
-  MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
-  MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 0));
-  MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0");
-  options.policy_file = flags.Get("policy").value_or("");
-  MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
-  options.device = world.local_rank;
+  MP_ASSIGN_OR_RETURN(EngineOptions options, ParseEngineFlags(flags, world.local_rank));
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                      CreateCommunicator(world, options.backend));
+                      CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));
 
   GenerationRequest request;
   MP_ASSIGN_OR_RETURN(request.max_new_tokens, flags.GetInt("max-new-tokens", 16));

@@ -1,0 +1,91 @@
+#include "coordinator/admission.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/tokenizer/utf8.h"
+
+namespace millipede {
+namespace {
+
+constexpr size_t kMaxStopIds = 256;
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopStringBytes = 256;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers) {
+  const int64_t n = std::max(1, num_workers);
+  return 2 * CeilDiv(prompt_tokens, 2 * n) + CeilDiv(std::max<int64_t>(max_new_tokens - 1, 0), n);
+}
+
+StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
+                                            const AdmissionLimits& limits) {
+  const bool has_text = !request.prompt_text.empty(), has_ids = !request.prompt_ids.empty();
+  MP_REQUIRE(has_text || has_ids, "the prompt is empty");
+  MP_REQUIRE(!(has_text && has_ids), "give the prompt as text or as token ids, not both");
+  std::vector<int32_t> ids;
+  if (has_text) {
+    MP_REQUIRE(static_cast<int64_t>(request.prompt_text.size()) <= limits.max_prompt_bytes,
+               "the prompt text has ", request.prompt_text.size(), " bytes; at most ",
+               limits.max_prompt_bytes, " are accepted");
+    const size_t bad = tokenizer_internal::FindInvalidUtf8(request.prompt_text);
+    MP_REQUIRE(bad == std::string::npos, "the prompt text is not valid UTF-8 (at byte ", bad, ")");
+    MP_ASSIGN_OR_RETURN(ids, tokenizer.Encode(request.prompt_text));
+    MP_REQUIRE(!ids.empty(), "the prompt text encodes to no tokens");
+  } else {
+    MP_REQUIRE(static_cast<int64_t>(request.prompt_ids.size()) * 4 <= limits.max_prompt_bytes,
+               "the prompt has ", request.prompt_ids.size(), " ids; at most ",
+               limits.max_prompt_bytes / 4, " are accepted");
+    ids = request.prompt_ids;
+    for (size_t i = 0; i < ids.size(); ++i)
+      MP_REQUIRE(ids[i] >= 0 && ids[i] < limits.vocab_size, "prompt token ", i, " has id ", ids[i],
+                 ", outside the vocabulary [0, ", limits.vocab_size, ")");
+  }
+  MP_REQUIRE(request.max_new_tokens >= 1, "max_new_tokens must be at least 1, got ",
+             request.max_new_tokens);
+  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  MP_REQUIRE(request.stop_ids.size() <= kMaxStopIds, "at most ", kMaxStopIds, " stop ids");
+  for (int32_t id : request.stop_ids)
+    MP_REQUIRE(id >= 0 && id < limits.vocab_size, "stop id ", id, " is outside the vocabulary [0, ",
+               limits.vocab_size, ")");
+  MP_REQUIRE(request.stop_strings.size() <= kMaxStopStrings, "at most ", kMaxStopStrings,
+             " stop strings");
+  for (const std::string& s : request.stop_strings) {
+    MP_REQUIRE(!s.empty() && s.size() <= kMaxStopStringBytes, "stop strings must have 1 to ",
+               kMaxStopStringBytes, " bytes");
+    MP_REQUIRE(tokenizer_internal::FindInvalidUtf8(s) == std::string::npos,
+               "a stop string is not valid UTF-8");
+  }
+  if (!request.policy_json.empty()) {
+    MP_REQUIRE(nlohmann::json::accept(request.policy_json),
+               "the attention policy is not valid "
+               "JSON");
+    return UnimplementedError(
+        "attention policy overrides are not supported yet: this service "
+        "runs dense attention on every layer");
+  }
+
+  const int64_t prompt = static_cast<int64_t>(ids.size());
+  const int64_t limit = limits.context_limit;
+  if (prompt >= limit)
+    return OutOfRangeError("the prompt has " + std::to_string(prompt) +
+                           " tokens; the context limit is " + std::to_string(limit) +
+                           " tokens and at least one generated token must fit");
+  if (request.max_new_tokens > limit - prompt)
+    return OutOfRangeError("prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
+                           std::to_string(request.max_new_tokens) +
+                           ") exceeds the context limit of " + std::to_string(limit) + " tokens");
+  const int64_t need = KvPositionsPerRank(prompt, request.max_new_tokens, limits.num_workers);
+  if (need > limits.kv_capacity_per_rank)
+    return OutOfRangeError(
+        "prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
+        std::to_string(request.max_new_tokens) + ") needs " + std::to_string(need) +
+        " KV positions on a worker rank; the workers' KV budget holds " +
+        std::to_string(limits.kv_capacity_per_rank) + " per rank (" +
+        std::to_string(limits.kv_capacity_per_rank * limits.num_workers) + " in all)");
+  return ids;
+}
+
+}  // namespace millipede

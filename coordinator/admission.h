@@ -1,0 +1,38 @@
+// Admission control: turns a front end's JobRequest into the prompt ids the workers run, or the
+// clear error the client gets. Nothing is queued for a request that fails here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/job_service.h"
+
+namespace millipede {
+
+struct AdmissionLimits {
+  int64_t vocab_size = 0;
+  // Prompt + generated tokens (the engine's max_context).
+  int64_t context_limit = 0;
+  // Positions one job may take on one worker rank, and the number of ranks.
+  int64_t kv_capacity_per_rank = 0;
+  int num_workers = 1;
+  // Largest prompt accepted, as text bytes or as ids (a front end's message limit is larger).
+  int64_t max_prompt_bytes = 32 << 20;
+};
+
+// KV positions the busiest rank holds for a job: its zig-zag prompt share (at most two chunks
+// of ceil(prompt / 2N)) plus its round-robin share of the decode positions.
+int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers);
+
+// The job's prompt ids, after checking everything the workers would refuse and more:
+// InvalidArgument for malformed input (empty or non-UTF-8 prompt, both or neither of text and
+// ids, ids outside the vocabulary, max_new_tokens < 1, bad sampling values, bad stop lists,
+// malformed policy JSON), OutOfRange when the prompt and its tokens exceed the context limit or
+// the workers' KV capacity (the message names the numbers), Unimplemented for attention-policy
+// overrides (the engine runs dense attention only).
+StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
+                                            const AdmissionLimits& limits);
+
+}  // namespace millipede

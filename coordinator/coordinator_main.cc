@@ -1,0 +1,191 @@
+// millipede-coordinator: world rank 0 of the service's MPMD launch,
+//   mpirun -np 1 millipede-coordinator --model DIR ... : -np N millipede-worker --model DIR ...
+// Tokenizes, validates and queues jobs from the Cap'n Proto and OpenAI HTTP front ends, runs them
+// on the workers over the MPI control plane and serves the metrics. No CUDA.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "common/file_util.h"
+#include "common/flags.h"
+#include "common/mpi_check.h"
+#include "control/mpi_channel.h"
+#include "coordinator/front_ends.h"
+#include "coordinator/scheduler.h"
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] =
+    R"(usage: mpirun -np 1 millipede-coordinator --model DIR [options] : -np N millipede-worker --model DIR ...
+
+  --model DIR              the model directory the workers load (tokenizer.json is read here)
+  --served-model-name NAME the model's name for clients (default: the directory's name)
+  --chat-format F          llama3 | chatml (default: detected from the tokenizer by the HTTP API)
+  --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
+  --metrics HOST:PORT      Prometheus /metrics (default 127.0.0.1:9400)
+  --max-queue N            jobs that may wait (default 64); more get "queue full"
+  --worker-timeout-s S     a worker silent this long counts as dead (default 60; workers report
+                           at every prefill layer, so it must exceed the slowest layer)
+  --startup-timeout-s S    time the workers have to load the model (default 600)
+  --drain-timeout-s S      on SIGTERM, time the running job has to finish (default 30)
+)";
+
+#ifdef MILLIPEDE_HAVE_HTTP
+constexpr char kHttpUsage[] =
+    R"(  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
+  --api-key KEY            require "Authorization: Bearer KEY" on the HTTP API
+)";
+#else
+constexpr char kHttpUsage[] =
+    R"(  (this build has no HTTP front end: build with -DMILLIPEDE_HTTP=ON)
+)";
+#endif
+
+std::atomic<Scheduler*> g_scheduler{nullptr};
+std::atomic<bool> g_drain_early{false};
+
+void OnTerminate(int) {
+  Scheduler* s = g_scheduler.load();
+  if (s != nullptr) {
+    s->RequestDrain();
+  } else {
+    g_drain_early.store(true);
+  }
+}
+
+// Before the coordinator aborts: asks every worker to exit too, so that none waits for its
+// coordinator-timeout (under mpirun --enable-recovery an abort does not stop the other ranks).
+void AbortWorkers(int world_size) {
+  control::MpiChannel channel(MPI_COMM_WORLD);
+  for (int r = 1; r < world_size; ++r) channel.Send(r, control::kTagAbort, {}).IgnoreError();
+  channel.Flush(std::chrono::seconds(2)).IgnoreError();
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+Status Serve(int argc, char** argv, int world_size) {
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage << kHttpUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(flags.CheckKnown({"model", "served-model-name", "chat-format", "rpc", "http",
+                                       "api-key", "metrics", "max-queue", "worker-timeout-s",
+                                       "startup-timeout-s", "drain-timeout-s", "help"}));
+  MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
+  MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
+  SchedulerOptions options;
+  options.model_id = flags.Get("served-model-name").value_or(BaseName(model_dir));
+  options.chat_format = flags.Get("chat-format").value_or("");
+  MP_REQUIRE(options.chat_format.empty() || options.chat_format == "llama3" ||
+                 options.chat_format == "chatml",
+             "--chat-format must be llama3 or chatml");
+  MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
+  MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
+  options.max_queue = static_cast<size_t>(max_queue);
+  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 60));
+  MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
+  MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
+  MP_REQUIRE(options.worker_timeout_s > 0 && options.drain_timeout_s >= 0 && startup_timeout_s > 0,
+             "timeouts must be positive");
+  const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
+#ifdef MILLIPEDE_HAVE_HTTP
+  const std::string http_bind = flags.Get("http").value_or("127.0.0.1:8000");
+#else
+  const std::string http_bind = flags.Get("http").value_or("off");
+#endif
+  const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
+
+  const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
+  MP_REQUIRE(FileExists(tokenizer_path), model_dir, " has no tokenizer.json");
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromFile(tokenizer_path));
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<ServiceMetrics> metrics,
+                      ServiceMetrics::Create(metrics_bind));
+
+  std::cerr << "millipede-coordinator: waiting for " + std::to_string(world_size - 1) +
+                   " worker(s)\n";
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<WorkerLink> link,
+                      WorkerLink::Connect(world_size, startup_timeout_s, &g_drain_early));
+  const WorkerFacts facts = link->facts();
+  Scheduler scheduler(std::move(tokenizer), std::move(link), metrics.get(), options);
+  g_scheduler.store(&scheduler);
+  if (g_drain_early.load()) scheduler.RequestDrain();
+
+  FrontEndOptions front_options;
+  front_options.rpc_bind = rpc_bind;
+  front_options.http_bind = http_bind;
+  front_options.api_key = flags.Get("api-key").value_or("");
+  front_options.served_model_name = options.model_id;
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<FrontEnds> front_ends,
+                      FrontEnds::Start(scheduler, front_options));
+  const ModelInfo model = scheduler.GetModelInfo();
+  // Whole lines in one write each, so that the workers' output cannot split them.
+  std::cerr << "millipede-coordinator: ready: model " + model.id + " (context " +
+                   std::to_string(model.context_limit) + " tokens, KV for " +
+                   std::to_string(model.kv_capacity_tokens) + " tokens) on " +
+                   std::to_string(facts.num_workers) + " " + facts.backend + " worker(s), pid " +
+                   std::to_string(getpid()) + "\n" +
+                   "millipede-coordinator: " + front_ends->addresses() + ", metrics " +
+                   metrics->url() + "\n"
+            << std::flush;
+
+  // The control loop: this (the main) thread makes every MPI call of the process.
+  const Status loop_status = scheduler.Run();
+  front_ends->Stop();
+  front_ends.reset();
+  g_scheduler.store(nullptr);
+  if (loop_status.ok()) std::cerr << "millipede-coordinator: drained, workers stopped\n";
+  return loop_status;
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  struct sigaction action = {};
+  action.sa_handler = millipede::OnTerminate;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  int provided = 0;
+  // Every MPI call is made on this thread; the front ends run on their own threads.
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS ||
+      provided < MPI_THREAD_FUNNELED) {
+    std::cerr << "millipede-coordinator: MPI initialisation failed\n";
+    return 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (rank != 0) {
+    std::cerr << "millipede-coordinator: must be world rank 0 (one coordinator first in the "
+                 "mpirun command line)\n";
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  // The workers split off their data-plane communicator; the coordinator takes no part in it.
+  MPI_Comm none;
+  MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none);
+  const millipede::Status s = millipede::Serve(argc, argv, size);
+  if (!s.ok()) {
+    std::cerr << "millipede-coordinator: " + s.ToString() + "\n";
+    // The workers may be stuck or gone: end the whole job.
+    millipede::AbortWorkers(size);
+    // mpirun forwards output asynchronously and an abort may cut it: let the reason get out.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,43 @@
+// The coordinator's front ends — the Cap'n Proto RPC server and, when built, the OpenAI HTTP
+// server — on a thread of their own that runs the KJ event loop, so that the process's main
+// thread can make every MPI call (the scheduler's control loop).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "coordinator/job_service.h"
+
+namespace millipede {
+
+struct FrontEndOptions {
+  std::string rpc_bind = "127.0.0.1:7700";
+  std::string http_bind = "127.0.0.1:8000";  // "off": no HTTP server
+  std::string api_key;
+  std::string served_model_name;
+};
+
+class FrontEnds {
+ public:
+  // Starts the thread and the servers; returns once they listen, or with the reason they could
+  // not. `service` must outlive the front ends.
+  static StatusOr<std::unique_ptr<FrontEnds>> Start(JobService& service,
+                                                    const FrontEndOptions& options);
+  // Stop() if still running.
+  ~FrontEnds();
+
+  // "rpc HOST:PORT[, http HOST:PORT]" with the ports bound.
+  const std::string& addresses() const;
+  // Lets the events already posted reach their clients (at most a few seconds), stops the
+  // servers and joins the thread.
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit FrontEnds(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace millipede

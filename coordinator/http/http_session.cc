@@ -1,0 +1,366 @@
+#include "coordinator/http/http_session.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "common/json_util.h"
+#include "coordinator/http/readiness.h"
+
+namespace millipede {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// Bytes of a pipelined next request held while a job runs; past this the connection stops
+// reading until the answer is out.
+constexpr size_t kMaxReadAhead = 1 << 20;
+// Stream output a client has not read yet; past this it is treated as gone (its job is
+// cancelled).
+constexpr size_t kMaxQueuedOutput = 16 << 20;
+
+const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+std::chrono::steady_clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
+}
+
+// Compares in time that depends only on the lengths, not on where the strings differ.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  size_t n = a.size() > b.size() ? a.size() : b.size();
+  volatile unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+Json ModelObject(const ServerContext& ctx) {
+  return Json{{"id", ctx.model.name},
+              {"object", "model"},
+              {"created", ctx.created_unix},
+              {"owned_by", "millipede"},
+              {"max_model_len", ctx.context_limit}};
+}
+
+}  // namespace
+
+HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<ServerContext> ctx)
+    : stream_(std::move(socket)), ctx_(std::move(ctx)), idle_timer_(stream_.get_executor()) {}
+
+HttpSession::~HttpSession() {
+  if (job_id_ && !job_ended_) ctx_->service.Cancel(*job_id_).IgnoreError();
+}
+
+void HttpSession::Start() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+}
+
+void HttpSession::ReadHeader() {
+  phase_ = Phase::kReading;
+  parser_.emplace();
+  parser_->body_limit(static_cast<uint64_t>(ctx_->options.max_body_bytes));
+  stream_.expires_after(Seconds(ctx_->options.idle_timeout_s));
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+}
+
+void HttpSession::OnHeader(beast::error_code ec) {
+  if (closed_) return;
+  if (!ec) {
+    auto& req = parser_->get();
+    version_ = req.version();
+    if (beast::iequals(req[http::field::expect], "100-continue")) {
+      net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
+                       [self = shared_from_this()](beast::error_code write_ec, size_t) {
+                         if (write_ec) return self->Close();
+                         http::async_read(
+                             self->stream_, self->buffer_, *self->parser_,
+                             [self](beast::error_code read_ec, size_t) { self->OnBody(read_ec); });
+                       });
+      return;
+    }
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code read_ec, size_t) { self->OnBody(read_ec); });
+    return;
+  }
+  OnBody(ec);
+}
+
+void HttpSession::OnBody(beast::error_code ec) {
+  if (closed_) return;
+  stream_.expires_never();
+  if (ec == http::error::body_limit) {
+    keep_alive_ = false;
+    return SendError(ApiError{413,
+                              "request body exceeds the limit of " +
+                                  std::to_string(ctx_->options.max_body_bytes) + " bytes",
+                              "invalid_request_error", "", "request_too_large"});
+  }
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+      ec == net::error::connection_reset || ec == net::error::eof ||
+      ec == net::error::operation_aborted) {
+    return Close();
+  }
+  if (ec) {
+    keep_alive_ = false;
+    return SendError(ApiError{400, "malformed HTTP request: " + ec.message(),
+                              "invalid_request_error", "", "malformed_request"});
+  }
+  Route();
+}
+
+bool HttpSession::Authorized() const {
+  const std::string& key = ctx_->options.api_key;
+  if (key.empty()) return true;
+  beast::string_view header = parser_->get()[http::field::authorization];
+  const beast::string_view kBearer = "Bearer ";
+  if (header.size() < kBearer.size() ||
+      !beast::iequals(header.substr(0, kBearer.size()), kBearer)) {
+    return false;
+  }
+  beast::string_view token = header.substr(kBearer.size());
+  return ConstantTimeEquals(std::string_view(token.data(), token.size()), key);
+}
+
+void HttpSession::Route() {
+  auto& req = parser_->get();
+  keep_alive_ = req.keep_alive();
+  std::string target(req.target());
+  std::string path = target.substr(0, target.find('?'));
+  const http::verb method = req.method();
+
+  const bool v1 = path == "/v1" || path.rfind("/v1/", 0) == 0;
+  if (v1 && !Authorized()) {
+    return SendError(ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)",
+                              "authentication_error", "", "invalid_api_key"},
+                     {{"WWW-Authenticate", "Bearer"}});
+  }
+  const bool get = method == http::verb::get;
+  const bool post = method == http::verb::post;
+  auto wrong_method = [&](const char* allowed) {
+    SendError(ApiError{405,
+                       "method " + std::string(req.method_string()) + " is not allowed on " + path +
+                           " (allowed: " + allowed + ")",
+                       "invalid_request_error", "", "method_not_allowed"},
+              {{"Allow", allowed}});
+  };
+  if (path == "/health") return get ? HandleHealth() : wrong_method("GET");
+  if (path == "/ready") return get ? HandleReady() : wrong_method("GET");
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+    return get ? HandleModels(path) : wrong_method("GET");
+  }
+  if (path == "/v1/completions") {
+    return post ? StartJob(Endpoint::kCompletions) : wrong_method("POST");
+  }
+  if (path == "/v1/chat/completions") {
+    return post ? StartJob(Endpoint::kChatCompletions) : wrong_method("POST");
+  }
+  SendError(ApiError{404, "no route for " + std::string(req.method_string()) + " " + path,
+                     "not_found_error", "", "unknown_route"});
+}
+
+void HttpSession::HandleHealth() {
+  HealthInfo health = ctx_->service.GetHealth();
+  if (!health.alive) {
+    return SendError(ApiError{503, "service is not alive: " + health.detail,
+                              "service_unavailable_error", "", "not_alive"});
+  }
+  Json body = {{"status", "ok"},
+               {"accepting", health.accepting},
+               {"running", health.running},
+               {"waiting", health.waiting}};
+  SendJson(200, body.dump());
+}
+
+void HttpSession::HandleReady() {
+  phase_ = Phase::kWaitingReady;
+  Watch();
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  std::shared_ptr<ServerContext> ctx = ctx_;
+  ctx_->readiness->Check([weak, ctx](bool ready, const std::string& detail) {
+    ctx->gate.Post([weak, ready, detail] {
+      auto self = weak.lock();
+      if (!self) return;
+      net::dispatch(self->executor(),
+                    [self, ready, detail] { self->OnReadyResult(ready, detail); });
+    });
+  });
+}
+
+void HttpSession::OnReadyResult(bool ready, const std::string& detail) {
+  if (closed_ || phase_ != Phase::kWaitingReady) return;
+  phase_ = Phase::kIdle;
+  if (ready) return SendJson(200, Json{{"status", "ready"}, {"detail", detail}}.dump());
+  SendError(ApiError{503, "not ready: " + detail, "service_unavailable_error", "", "not_ready"});
+}
+
+void HttpSession::HandleModels(const std::string& path) {
+  if (path == "/v1/models") {
+    return SendJson(200, Json{{"object", "list"}, {"data", {ModelObject(*ctx_)}}}.dump());
+  }
+  std::string id = path.substr(std::string("/v1/models/").size());
+  if (id == ctx_->model.name || (!ctx_->model.alt_name.empty() && id == ctx_->model.alt_name)) {
+    return SendJson(200, ModelObject(*ctx_).dump());
+  }
+  SendError(ApiError{404, "The model `" + id + "` does not exist", "invalid_request_error", "model",
+                     "model_not_found"});
+}
+
+void HttpSession::Watch() {
+  if (watching_ || closed_ || buffer_.size() >= kMaxReadAhead) return;
+  watching_ = true;
+  stream_.expires_never();
+  stream_.async_read_some(buffer_.prepare(4096),
+                          [self = shared_from_this()](beast::error_code ec, size_t bytes) {
+                            self->OnWatch(ec, bytes);
+                          });
+}
+
+void HttpSession::OnWatch(beast::error_code ec, size_t bytes) {
+  watching_ = false;
+  if (closed_) return;
+  if (ec == net::error::operation_aborted && resume_reading_) {
+    resume_reading_ = false;
+    return ReadHeader();
+  }
+  if (ec) return PeerGone();
+  buffer_.commit(bytes);
+  if (awaiting_request_ || resume_reading_) {
+    awaiting_request_ = false;
+    resume_reading_ = false;
+    idle_timer_.cancel();
+    return ReadHeader();
+  }
+  if (phase_ != Phase::kIdle && phase_ != Phase::kReading) Watch();
+}
+
+void HttpSession::SendJson(unsigned status, const std::string& body,
+                           const std::vector<std::pair<std::string, std::string>>& headers) {
+  http::response<http::string_body> res{static_cast<http::status>(status), version_};
+  res.set(http::field::server, "millipede");
+  res.set(http::field::content_type, "application/json");
+  for (const auto& [name, value] : headers) res.set(name, value);
+  res.keep_alive(keep_alive_);
+  res.body() = body;
+  res.prepare_payload();
+  std::ostringstream out;
+  out << res;
+  Enqueue(out.str(), /*ends_response=*/true);
+}
+
+void HttpSession::SendError(const ApiError& error,
+                            const std::vector<std::pair<std::string, std::string>>& headers) {
+  SendJson(static_cast<unsigned>(error.http_status), ApiErrorBody(error), headers);
+}
+
+void HttpSession::BeginStream() {
+  stream_started_ = true;
+  std::string head = version_ >= 11 ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n";
+  head +=
+      "Server: millipede\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+      "X-Accel-Buffering: no\r\n";
+  if (version_ >= 11) {
+    head += "Transfer-Encoding: chunked\r\n";
+    head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  } else {
+    keep_alive_ = false;  // HTTP/1.0 has no chunking: the end of the stream is the close
+    head += "Connection: close\r\n";
+  }
+  Enqueue(head + "\r\n", false);
+}
+
+void HttpSession::StreamWrite(const std::string& event) {
+  if (version_ < 11) return Enqueue(event, false);
+  char size[32];
+  std::snprintf(size, sizeof(size), "%zx\r\n", event.size());
+  Enqueue(size + event + "\r\n", false);
+}
+
+void HttpSession::EndStream() { Enqueue(version_ >= 11 ? "0\r\n\r\n" : "", true); }
+
+void HttpSession::Enqueue(std::string bytes, bool ends_response) {
+  if (closed_) return;
+  out_bytes_ += bytes.size();
+  out_.push_back(std::move(bytes));
+  if (ends_response) response_queued_ = true;
+  // Only a stream can pile up output faster than the client reads it.
+  if (stream_started_ && out_bytes_ > kMaxQueuedOutput) return PeerGone();
+  if (!writing_) DoWrite();
+}
+
+void HttpSession::DoWrite() {
+  writing_ = true;
+  net::async_write(
+      stream_, net::buffer(out_.front()),
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+}
+
+void HttpSession::OnWrite(beast::error_code ec) {
+  writing_ = false;
+  if (closed_) return;
+  if (ec) return PeerGone();
+  out_bytes_ -= out_.front().size();
+  out_.pop_front();
+  if (!out_.empty()) return DoWrite();
+  if (response_queued_) {
+    response_queued_ = false;
+    AfterResponse();
+  }
+}
+
+void HttpSession::AfterResponse() {
+  phase_ = Phase::kIdle;
+  job_id_.reset();
+  job_ended_ = false;
+  stream_started_ = false;
+  early_events_.clear();
+  if (!keep_alive_) return Close();
+  if (watching_ && buffer_.size() > 0) {
+    // The next request arrived while this one was answered: stop the pending read (nothing
+    // else is pending now) and parse what is buffered.
+    resume_reading_ = true;
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
+    return;
+  }
+  if (watching_) {
+    // The pending read starts the next request; a quiet connection is closed.
+    awaiting_request_ = true;
+    idle_timer_.expires_after(Seconds(ctx_->options.idle_timeout_s));
+    idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->awaiting_request_) self->Close();
+    });
+    return;
+  }
+  ReadHeader();
+}
+
+void HttpSession::PeerGone() {
+  if (job_id_ && !job_ended_) ctx_->service.Cancel(*job_id_).IgnoreError();
+  Close();
+}
+
+void HttpSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  awaiting_request_ = false;
+  idle_timer_.cancel();
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+}
+
+}  // namespace millipede

@@ -1,0 +1,66 @@
+// The OpenAI-compatible HTTP front end (Boost.Beast): /v1/completions and /v1/chat/completions
+// (JSON or SSE streaming), /v1/models, /health and /ready, over a JobService.
+//
+// Routes:
+//   POST /v1/completions, POST /v1/chat/completions  jobs; `stream: true` answers with SSE
+//        events ending in "data: [DONE]"; a client that disconnects cancels its job.
+//   GET  /v1/models, GET /v1/models/{id}            the served model.
+//   GET  /health   200 while the process and its workers are up.
+//   GET  /ready    200 when a token was produced within `ready_recent_s`, else after a
+//                  one-token canary job succeeds (503 with the reason otherwise).
+// With an API key, every /v1/ route needs "Authorization: Bearer KEY" (401 otherwise);
+// /health and /ready stay open for probes. Errors use OpenAI's shape
+// {"error": {"message", "type", "param", "code"}}.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "coordinator/job_service.h"
+
+namespace millipede {
+
+struct OpenAiServerOptions {
+  // "HOST:PORT"; port 0 picks a free one (see OpenAiServer::port()).
+  std::string bind_address = "127.0.0.1:8000";
+  // Empty: no authentication.
+  std::string api_key;
+  // The name clients use; empty = ModelInfo::id.
+  std::string served_model_name;
+  // Request bodies above this get 413 (token-id arrays of million-token prompts are ~8 MB).
+  int64_t max_body_bytes = 64ll << 20;
+  // Threads running the event loop, and threads tokenizing and submitting jobs.
+  int io_threads = 2;
+  int submit_threads = 2;
+  // /ready: a token this recent means ready without a canary; the canary's time limit.
+  double ready_recent_s = 30;
+  double canary_timeout_s = 30;
+  // Seconds a keep-alive connection may sit idle, and a request may take to arrive.
+  double idle_timeout_s = 60;
+};
+
+class OpenAiServer {
+ public:
+  // Binds, starts the threads and returns; InvalidArgument for a malformed address, IoError
+  // when the address cannot be bound. `service` must outlive the server.
+  static StatusOr<std::unique_ptr<OpenAiServer>> Start(JobService& service,
+                                                       const OpenAiServerOptions& options);
+  // Stops accepting, cancels the jobs of open requests, closes connections, joins the threads.
+  ~OpenAiServer();
+
+  OpenAiServer(const OpenAiServer&) = delete;
+  OpenAiServer& operator=(const OpenAiServer&) = delete;
+
+  // The bound port.
+  int port() const;
+
+  class Impl;
+
+ private:
+  explicit OpenAiServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace millipede

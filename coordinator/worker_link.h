@@ -1,0 +1,66 @@
+// The coordinator's end of the MPI control plane (control/messages.h): the handshake with the
+// workers, job/cancel/ping/shutdown messages to them, their events and stats back, and liveness
+// (every worker reports at least twice a second while idle and at every prefill layer and token
+// while busy; a worker silent past the timeout, or a send it never takes, counts as dead).
+// Every call must come from the one thread that makes the coordinator's MPI calls.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/messages.h"
+#include "control/mpi_channel.h"
+
+namespace millipede {
+
+// What the workers reported at the handshake.
+struct WorkerFacts {
+  int num_workers = 0;
+  int64_t vocab_size = 0;
+  int64_t max_context = 0;
+  // The smallest per-rank KV capacity (positions one job may take on one rank).
+  int64_t kv_capacity_per_rank = 0;
+  std::vector<int32_t> eos_ids;
+  std::string backend;
+};
+
+class WorkerLink {
+ public:
+  // Waits up to `timeout_s` for every worker's hello (world ranks 1..world_size-1). Fails if a
+  // worker's engine did not come up (with its reason), the workers disagree about the model, or
+  // one stays silent.
+  // Gives up with Cancelled once `*interrupted` is true (a signal while waiting).
+  static StatusOr<std::unique_ptr<WorkerLink>> Connect(int world_size, double timeout_s,
+                                                       const std::atomic<bool>* interrupted);
+
+  const WorkerFacts& facts() const { return facts_; }
+
+  // The job to every worker.
+  Status StartJob(const control::JobDescriptor& job);
+  // Asks the worker leader to stop the job.
+  Status CancelJob(uint64_t job_id);
+  // Tells every worker the coordinator is alive.
+  Status Ping();
+  // Tells every worker to exit and waits (up to `timeout_s`) until they took the message.
+  Status Shutdown(double timeout_s);
+  // One message from any worker, or nullopt; notes the sender as alive.
+  StatusOr<std::optional<control::Message>> Poll();
+  // FailedPrecondition naming the first worker silent for more than `timeout_s`, or a message
+  // not taken for that long.
+  Status CheckAlive(double timeout_s);
+
+ private:
+  explicit WorkerLink(int world_size);
+  Status SendToAll(int tag, const std::vector<char>& bytes);
+
+  control::MpiChannel channel_;
+  int world_size_;
+  WorkerFacts facts_;
+  std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by world rank
+};
+
+}  // namespace millipede

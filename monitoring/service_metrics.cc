@@ -1,0 +1,257 @@
+// ServiceMetrics on prometheus-cpp: one Registry exposed by one Exposer (civetweb) at /metrics.
+#include "monitoring/service_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "monitoring/metric_buckets.h"
+
+namespace millipede {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+// Label values are fixed sets so that no label carries a per-job or client-chosen value.
+const char* const kFinishReasons[] = {"stop", "length", "cancelled", "error"};
+const char* const kErrorReasons[] = {"invalid",  "too_long", "queue_full",
+                                     "draining", "worker",   "internal"};
+// Ranks beyond this are refused (a bound on the number of label values).
+constexpr int kMaxRank = 4096;
+
+// Splits "HOST:PORT" (HOST may be "[v6]") and checks the port; returns the port or -1.
+int ParsePort(const std::string& bind_address) {
+  size_t colon = bind_address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == bind_address.size()) return -1;
+  std::string port = bind_address.substr(colon + 1);
+  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit)) return -1;
+  int value = std::atoi(port.c_str());
+  return value <= 65535 ? value : -1;
+}
+
+// Adds the cumulative `value` to `counter`, which holds the previous cumulative value: counters
+// only go up, so a smaller value (a restarted worker) starts counting again from it.
+void AdvanceCounter(Counter* counter, double value) {
+  double previous = counter->Value();
+  counter->Increment(value >= previous ? value - previous : value);
+}
+
+class PrometheusServiceMetrics final : public ServiceMetrics {
+ public:
+  PrometheusServiceMetrics(std::unique_ptr<prometheus::Exposer> exposer, std::string host)
+      : registry_(std::make_shared<prometheus::Registry>()),
+        exposer_(std::move(exposer)),
+        host_(std::move(host)) {
+    auto histogram = [&](const char* name, const char* help,
+                         const std::vector<double>& buckets) -> Histogram& {
+      return prometheus::BuildHistogram()
+          .Name(name)
+          .Help(help)
+          .Register(*registry_)
+          .Add({}, buckets);
+    };
+    ttft_ = &histogram("millipede_time_to_first_token_seconds",
+                       "Seconds from submission to the first generated token.", TtftBuckets());
+    tpot_ = &histogram("millipede_time_per_output_token_seconds",
+                       "Seconds between consecutive generated tokens of a job.", TpotBuckets());
+    e2e_ = &histogram("millipede_e2e_request_latency_seconds",
+                      "Seconds from submission to the end of a job (any reason).",
+                      RequestLatencyBuckets());
+    queue_ = &histogram("millipede_queue_time_seconds",
+                        "Seconds a job waited in the queue before its prefill started.",
+                        RequestLatencyBuckets());
+    prefill_tput_ =
+        &histogram("millipede_prefill_throughput_tokens_per_second",
+                   "Per job: prompt tokens divided by prefill seconds.", ThroughputBuckets());
+    decode_tput_ =
+        &histogram("millipede_decode_throughput_tokens_per_second",
+                   "Per job: generated tokens per second of decode.", ThroughputBuckets());
+
+    auto counter = [&](const char* name, const char* help) -> Family<Counter>& {
+      return prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+    };
+    prompt_tokens_ = &counter("millipede_prompt_tokens_total", "Prompt tokens prefilled.").Add({});
+    generation_tokens_ = &counter("millipede_generation_tokens_total", "Tokens generated.").Add({});
+    auto& finished = counter("millipede_request_finished_total",
+                             "Jobs that ended, by reason (stop, length, cancelled, error).");
+    for (const char* reason : kFinishReasons)
+      finished_[reason] = &finished.Add({{"reason", reason}});
+    auto& errors = counter("millipede_request_errors_total",
+                           "Rejected submissions (invalid, too_long, queue_full, draining) and "
+                           "failed jobs (worker, internal).");
+    for (const char* reason : kErrorReasons) errors_[reason] = &errors.Add({{"reason", reason}});
+    other_finished_ = &finished.Add({{"reason", "other"}});
+    other_error_ = &errors.Add({{"reason", "other"}});
+    attention_s_ = &counter("millipede_attention_seconds_total",
+                            "Seconds each worker rank spent in attention kernels.");
+    comm_s_ = &counter("millipede_communication_seconds_total",
+                       "Seconds each worker rank waited on the data plane.");
+    comm_bytes_ = &counter("millipede_communication_bytes_total",
+                           "Bytes each worker rank sent over the data plane.");
+
+    auto gauge = [&](const char* name, const char* help) -> Family<Gauge>& {
+      return prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+    };
+    running_ = &gauge("millipede_requests_running", "Jobs in prefill or decode.").Add({});
+    waiting_ = &gauge("millipede_requests_waiting", "Jobs queued, not started.").Add({});
+    progress_ = &gauge("millipede_prefill_progress_ratio",
+                       "Prefilled fraction (0..1) of the prompt of the job in prefill.")
+                     .Add({});
+    kv_bytes_ = &gauge("millipede_kv_cache_bytes", "KV cache bytes held, by tier and rank.");
+
+    exposer_->RegisterCollectable(registry_);
+  }
+
+  std::string url() const override {
+    std::vector<int> ports = exposer_->GetListeningPorts();
+    int port = ports.empty() ? 0 : ports.front();
+    return "http://" + host_ + ":" + std::to_string(port) + "/metrics";
+  }
+
+  void JobQueued() override { waiting_->Increment(); }
+
+  void JobStarted(double queue_s) override {
+    waiting_->Decrement();
+    running_->Increment();
+    queue_->Observe(queue_s);
+    std::lock_guard<std::mutex> lock(mutex_);
+    prefill_done_ = 0;
+    prefill_total_ = -1;
+  }
+
+  void PrefillProgress(int64_t tokens_done, int64_t tokens_total) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The interface carries no job id: a changed total or a step back marks the next job.
+    if (tokens_total != prefill_total_ || tokens_done < prefill_done_) prefill_done_ = 0;
+    if (tokens_done > prefill_done_) {
+      prompt_tokens_->Increment(static_cast<double>(tokens_done - prefill_done_));
+      prefill_done_ = tokens_done;
+    }
+    prefill_total_ = tokens_total;
+    progress_->Set(tokens_total > 0 ? std::clamp(static_cast<double>(tokens_done) /
+                                                     static_cast<double>(tokens_total),
+                                                 0.0, 1.0)
+                                    : 0.0);
+  }
+
+  void FirstToken(double ttft_s, double prefill_tokens_per_s) override {
+    ttft_->Observe(ttft_s);
+    if (prefill_tokens_per_s > 0) prefill_tput_->Observe(prefill_tokens_per_s);
+  }
+
+  void OutputToken(double since_previous_s) override {
+    generation_tokens_->Increment();
+    if (since_previous_s > 0) tpot_->Observe(since_previous_s);
+  }
+
+  void JobFinished(std::string_view reason, bool started, double e2e_s,
+                   double decode_tokens_per_s) override {
+    (started ? running_ : waiting_)->Decrement();
+    auto it = finished_.find(std::string(reason));
+    (it == finished_.end() ? other_finished_ : it->second)->Increment();
+    e2e_->Observe(e2e_s);
+    if (decode_tokens_per_s > 0) decode_tput_->Observe(decode_tokens_per_s);
+  }
+
+  void RequestError(std::string_view reason) override {
+    auto it = errors_.find(std::string(reason));
+    (it == errors_.end() ? other_error_ : it->second)->Increment();
+  }
+
+  void UpdateRank(const RankStats& stats) override {
+    if (stats.rank < 0 || stats.rank > kMaxRank) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    RankSeries& series = RankSeriesLocked(stats.rank);
+    series.kv_gpu->Set(static_cast<double>(stats.kv_bytes_gpu));
+    series.kv_host->Set(static_cast<double>(stats.kv_bytes_host));
+    AdvanceCounter(series.attention_s, stats.attention_s);
+    AdvanceCounter(series.comm_s, stats.comm_s);
+    AdvanceCounter(series.comm_bytes, static_cast<double>(stats.comm_bytes));
+  }
+
+ private:
+  struct RankSeries {
+    Gauge* kv_gpu;
+    Gauge* kv_host;
+    Counter* attention_s;
+    Counter* comm_s;
+    Counter* comm_bytes;
+  };
+
+  RankSeries& RankSeriesLocked(int rank) {
+    auto it = ranks_.find(rank);
+    if (it != ranks_.end()) return it->second;
+    std::string r = std::to_string(rank);
+    RankSeries series{&kv_bytes_->Add({{"tier", "gpu"}, {"rank", r}}),
+                      &kv_bytes_->Add({{"tier", "host"}, {"rank", r}}),
+                      &attention_s_->Add({{"rank", r}}), &comm_s_->Add({{"rank", r}}),
+                      &comm_bytes_->Add({{"rank", r}})};
+    return ranks_.emplace(rank, series).first->second;
+  }
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string host_;
+
+  Histogram* ttft_;
+  Histogram* tpot_;
+  Histogram* e2e_;
+  Histogram* queue_;
+  Histogram* prefill_tput_;
+  Histogram* decode_tput_;
+  Counter* prompt_tokens_;
+  Counter* generation_tokens_;
+  std::map<std::string, Counter*> finished_;
+  std::map<std::string, Counter*> errors_;
+  Counter* other_finished_;
+  Counter* other_error_;
+  Gauge* running_;
+  Gauge* waiting_;
+  Gauge* progress_;
+  Family<Gauge>* kv_bytes_;
+  Family<Counter>* attention_s_;
+  Family<Counter>* comm_s_;
+  Family<Counter>* comm_bytes_;
+
+  std::mutex mutex_;  // guards the fields below
+  int64_t prefill_done_ = 0;
+  int64_t prefill_total_ = -1;
+  std::map<int, RankSeries> ranks_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& bind_address) {
+  if (ParsePort(bind_address) < 0) {
+    return InvalidArgumentError("metrics address must be HOST:PORT, got \"" + bind_address + "\"");
+  }
+  std::string host = bind_address.substr(0, bind_address.rfind(':'));
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    // civetweb throws when it cannot bind.
+    exposer = std::make_unique<prometheus::Exposer>(bind_address, 2);
+  } catch (const std::exception& e) {
+    return IoError("cannot serve metrics on " + bind_address + ": " + e.what());
+  }
+  if (exposer->GetListeningPorts().empty()) {
+    return IoError("cannot serve metrics on " + bind_address + ": no listening port");
+  }
+  return std::unique_ptr<ServiceMetrics>(
+      new PrometheusServiceMetrics(std::move(exposer), std::move(host)));
+}
+
+}  // namespace millipede

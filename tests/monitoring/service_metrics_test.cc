@@ -1,0 +1,220 @@
+// ServiceMetrics: every call moves the numbers a Prometheus scrape of /metrics sees.
+#include "monitoring/service_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "tests/monitoring/scrape_util.h"
+
+namespace millipede {
+namespace {
+
+using scrape_test::HttpGet;
+using scrape_test::ParseSamples;
+
+int PortOf(const std::string& url) {
+  size_t colon = url.rfind(':');
+  return std::stoi(url.substr(colon + 1));
+}
+
+class ServiceMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto metrics = ServiceMetrics::Create("127.0.0.1:0");
+    ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+    metrics_ = std::move(metrics).value();
+  }
+
+  // Scrapes /metrics and returns series -> value; fails the test on a bad response.
+  std::map<std::string, double> Scrape() {
+    auto response = HttpGet(PortOf(metrics_->url()), "/metrics");
+    EXPECT_TRUE(response.ok()) << response.status().ToString();
+    if (!response.ok()) return {};
+    EXPECT_EQ(response->rfind("HTTP/1.1 200", 0), 0u) << response->substr(0, 80);
+    size_t body = response->find("\r\n\r\n");
+    EXPECT_NE(body, std::string::npos);
+    return ParseSamples(response->substr(body == std::string::npos ? 0 : body + 4));
+  }
+
+  std::unique_ptr<ServiceMetrics> metrics_;
+};
+
+TEST_F(ServiceMetricsTest, UrlNamesTheBoundPort) {
+  const std::string url = metrics_->url();
+  EXPECT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
+  EXPECT_EQ(url.substr(url.size() - 8), "/metrics");
+  EXPECT_GT(PortOf(url), 0);
+}
+
+TEST_F(ServiceMetricsTest, ExposesEveryFamilyBeforeAnyJob) {
+  auto s = Scrape();
+  for (const char* series :
+       {"millipede_requests_running", "millipede_requests_waiting", "millipede_prompt_tokens_total",
+        "millipede_generation_tokens_total", "millipede_prefill_progress_ratio",
+        "millipede_time_to_first_token_seconds_count",
+        "millipede_time_per_output_token_seconds_count",
+        "millipede_e2e_request_latency_seconds_count", "millipede_queue_time_seconds_count",
+        "millipede_prefill_throughput_tokens_per_second_count",
+        "millipede_decode_throughput_tokens_per_second_count",
+        "millipede_request_finished_total{reason=\"stop\"}",
+        "millipede_request_finished_total{reason=\"cancelled\"}",
+        "millipede_request_errors_total{reason=\"queue_full\"}",
+        "millipede_request_errors_total{reason=\"too_long\"}"}) {
+    ASSERT_TRUE(s.count(series)) << series;
+    EXPECT_EQ(s[series], 0) << series;
+  }
+  // TTFT buckets reach one hour.
+  EXPECT_TRUE(s.count("millipede_time_to_first_token_seconds_bucket{le=\"3600\"}"));
+}
+
+TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
+  metrics_->JobQueued();
+  metrics_->JobQueued();
+  auto s = Scrape();
+  EXPECT_EQ(s["millipede_requests_waiting"], 2);
+  EXPECT_EQ(s["millipede_requests_running"], 0);
+
+  metrics_->JobStarted(0.25);
+  metrics_->PrefillProgress(300, 1000);
+  s = Scrape();
+  EXPECT_EQ(s["millipede_requests_waiting"], 1);
+  EXPECT_EQ(s["millipede_requests_running"], 1);
+  EXPECT_EQ(s["millipede_queue_time_seconds_count"], 1);
+  EXPECT_DOUBLE_EQ(s["millipede_queue_time_seconds_sum"], 0.25);
+  EXPECT_EQ(s["millipede_queue_time_seconds_bucket{le=\"0.3\"}"], 1);
+  EXPECT_EQ(s["millipede_queue_time_seconds_bucket{le=\"0.1\"}"], 0);
+  EXPECT_DOUBLE_EQ(s["millipede_prefill_progress_ratio"], 0.3);
+  EXPECT_EQ(s["millipede_prompt_tokens_total"], 300);
+
+  metrics_->PrefillProgress(1000, 1000);
+  metrics_->FirstToken(1.5, 800.0);
+  metrics_->OutputToken(0);
+  metrics_->OutputToken(0.02);
+  metrics_->OutputToken(0.04);
+  s = Scrape();
+  EXPECT_EQ(s["millipede_prompt_tokens_total"], 1000);
+  EXPECT_DOUBLE_EQ(s["millipede_prefill_progress_ratio"], 1.0);
+  EXPECT_EQ(s["millipede_time_to_first_token_seconds_count"], 1);
+  EXPECT_DOUBLE_EQ(s["millipede_time_to_first_token_seconds_sum"], 1.5);
+  EXPECT_EQ(s["millipede_prefill_throughput_tokens_per_second_count"], 1);
+  EXPECT_EQ(s["millipede_generation_tokens_total"], 3);
+  // The first token has no predecessor: two gaps observed.
+  EXPECT_EQ(s["millipede_time_per_output_token_seconds_count"], 2);
+  EXPECT_NEAR(s["millipede_time_per_output_token_seconds_sum"], 0.06, 1e-12);
+
+  metrics_->JobFinished("length", /*started=*/true, 2.0, 40.0);
+  metrics_->JobFinished("cancelled", /*started=*/false, 0.5, 0.0);
+  s = Scrape();
+  EXPECT_EQ(s["millipede_requests_running"], 0);
+  EXPECT_EQ(s["millipede_requests_waiting"], 0);
+  EXPECT_EQ(s["millipede_request_finished_total{reason=\"length\"}"], 1);
+  EXPECT_EQ(s["millipede_request_finished_total{reason=\"cancelled\"}"], 1);
+  EXPECT_EQ(s["millipede_request_finished_total{reason=\"stop\"}"], 0);
+  EXPECT_EQ(s["millipede_e2e_request_latency_seconds_count"], 2);
+  EXPECT_DOUBLE_EQ(s["millipede_e2e_request_latency_seconds_sum"], 2.5);
+  // Only the job that decoded reports a decode throughput.
+  EXPECT_EQ(s["millipede_decode_throughput_tokens_per_second_count"], 1);
+  EXPECT_DOUBLE_EQ(s["millipede_decode_throughput_tokens_per_second_sum"], 40.0);
+}
+
+TEST_F(ServiceMetricsTest, PromptTokensCountEachJobOnce) {
+  metrics_->JobQueued();
+  metrics_->JobStarted(0);
+  metrics_->PrefillProgress(50, 100);
+  metrics_->PrefillProgress(100, 100);
+  metrics_->JobFinished("stop", true, 1, 1);
+  // The next job has the same length: the reset at JobStarted keeps its tokens apart.
+  metrics_->JobQueued();
+  metrics_->JobStarted(0);
+  metrics_->PrefillProgress(100, 100);
+  // A third job whose first report is past the previous job's end but with another total.
+  metrics_->JobFinished("stop", true, 1, 1);
+  metrics_->PrefillProgress(150, 400);
+  auto s = Scrape();
+  EXPECT_EQ(s["millipede_prompt_tokens_total"], 350);
+  EXPECT_DOUBLE_EQ(s["millipede_prefill_progress_ratio"], 0.375);
+}
+
+TEST_F(ServiceMetricsTest, ErrorsByReasonAndUnknownReasonsAreBounded) {
+  metrics_->RequestError("queue_full");
+  metrics_->RequestError("queue_full");
+  metrics_->RequestError("too_long");
+  metrics_->RequestError("something-a-client-made-up");
+  auto s = Scrape();
+  EXPECT_EQ(s["millipede_request_errors_total{reason=\"queue_full\"}"], 2);
+  EXPECT_EQ(s["millipede_request_errors_total{reason=\"too_long\"}"], 1);
+  EXPECT_EQ(s["millipede_request_errors_total{reason=\"other\"}"], 1);
+  EXPECT_FALSE(s.count("millipede_request_errors_total{reason=\"something-a-client-made-up\"}"));
+}
+
+TEST_F(ServiceMetricsTest, RankStatsBecomeGaugesAndMonotonicCounters) {
+  RankStats r1{.rank = 1,
+               .kv_bytes_gpu = 4096,
+               .kv_bytes_host = 1 << 20,
+               .attention_s = 1.5,
+               .comm_s = 0.5,
+               .comm_bytes = 1000};
+  RankStats r2{.rank = 2,
+               .kv_bytes_gpu = 2048,
+               .kv_bytes_host = 0,
+               .attention_s = 2.0,
+               .comm_s = 0.25,
+               .comm_bytes = 500};
+  metrics_->UpdateRank(r1);
+  metrics_->UpdateRank(r2);
+  auto s = Scrape();
+  EXPECT_EQ(s["millipede_kv_cache_bytes{rank=\"1\",tier=\"gpu\"}"], 4096);
+  EXPECT_EQ(s["millipede_kv_cache_bytes{rank=\"1\",tier=\"host\"}"], 1 << 20);
+  EXPECT_EQ(s["millipede_kv_cache_bytes{rank=\"2\",tier=\"gpu\"}"], 2048);
+  EXPECT_DOUBLE_EQ(s["millipede_attention_seconds_total{rank=\"2\"}"], 2.0);
+  EXPECT_DOUBLE_EQ(s["millipede_communication_seconds_total{rank=\"1\"}"], 0.5);
+  EXPECT_EQ(s["millipede_communication_bytes_total{rank=\"1\"}"], 1000);
+
+  // Cumulative values advance the counters; KV gauges follow the latest report.
+  r1.kv_bytes_gpu = 0;
+  r1.attention_s = 4.0;
+  r1.comm_bytes = 3000;
+  metrics_->UpdateRank(r1);
+  s = Scrape();
+  EXPECT_EQ(s["millipede_kv_cache_bytes{rank=\"1\",tier=\"gpu\"}"], 0);
+  EXPECT_DOUBLE_EQ(s["millipede_attention_seconds_total{rank=\"1\"}"], 4.0);
+  EXPECT_EQ(s["millipede_communication_bytes_total{rank=\"1\"}"], 3000);
+
+  // A restarted worker reports from zero again: the counter keeps growing, never drops.
+  r1.comm_bytes = 100;
+  metrics_->UpdateRank(r1);
+  s = Scrape();
+  EXPECT_EQ(s["millipede_communication_bytes_total{rank=\"1\"}"], 3100);
+
+  // Absurd ranks create no series.
+  metrics_->UpdateRank(RankStats{.rank = -3});
+  s = Scrape();
+  EXPECT_FALSE(s.count("millipede_kv_cache_bytes{rank=\"-3\",tier=\"gpu\"}"));
+}
+
+TEST(ServiceMetricsCreateTest, BadAddressesAreClearErrors) {
+  for (const char* address :
+       {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:99999", "127.0.0.1:http"}) {
+    auto metrics = ServiceMetrics::Create(address);
+    ASSERT_FALSE(metrics.ok()) << address;
+    EXPECT_EQ(metrics.status().code(), StatusCode::kInvalidArgument) << address;
+    EXPECT_NE(metrics.status().message().find("HOST:PORT"), std::string::npos);
+  }
+}
+
+TEST(ServiceMetricsCreateTest, PortInUseIsAnIoError) {
+  auto first = ServiceMetrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::string url = (*first)->url();
+  std::string port = url.substr(url.rfind(':') + 1);
+  port = port.substr(0, port.find('/'));
+  auto second = ServiceMetrics::Create("127.0.0.1:" + port);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kIoError);
+}
+
+}  // namespace
+}  // namespace millipede

@@ -1,0 +1,108 @@
+#include "coordinator/admission.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/service/coordinator_test_util.h"
+
+namespace millipede {
+namespace {
+
+AdmissionLimits Limits() {
+  AdmissionLimits l;
+  l.vocab_size = 256;
+  l.context_limit = 100;
+  l.kv_capacity_per_rank = 100;
+  l.num_workers = 2;
+  l.max_prompt_bytes = 1000;
+  return l;
+}
+
+JobRequest Ids(int n, int64_t max_new = 1) {
+  JobRequest r;
+  for (int i = 0; i < n; ++i) r.prompt_ids.push_back(65 + i % 26);
+  r.max_new_tokens = max_new;
+  return r;
+}
+
+void ExpectError(const StatusOr<std::vector<int32_t>>& s, StatusCode code,
+                 const std::string& fragment) {
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), code) << s.status().ToString();
+  EXPECT_NE(s.status().message().find(fragment), std::string::npos) << s.status().ToString();
+}
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Tokenizer> tok_ = coordinator_test::ByteTokenizer();
+};
+
+TEST_F(AdmissionTest, TextIsTokenized) {
+  JobRequest r;
+  r.prompt_text = "hi";
+  auto ids = AdmitRequest(r, *tok_, Limits());
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{'h', 'i'}));
+}
+
+TEST_F(AdmissionTest, ContextLimitIsExclusiveOfThePrompt) {
+  EXPECT_TRUE(AdmitRequest(Ids(99, 1), *tok_, Limits()).ok());
+  ExpectError(AdmitRequest(Ids(100, 1), *tok_, Limits()), StatusCode::kOutOfRange,
+              "at least one generated token must fit");
+  ExpectError(AdmitRequest(Ids(101, 1), *tok_, Limits()), StatusCode::kOutOfRange, "101");
+  ExpectError(AdmitRequest(Ids(90, 11), *tok_, Limits()), StatusCode::kOutOfRange,
+              "exceeds the context limit of 100");
+  EXPECT_TRUE(AdmitRequest(Ids(90, 10), *tok_, Limits()).ok());
+}
+
+TEST_F(AdmissionTest, KvCapacityPerRank) {
+  // 2 ranks: 40 prompt tokens -> 2 chunks of 10 each; 21 new -> 10 decode positions each.
+  EXPECT_EQ(KvPositionsPerRank(40, 21, 2), 30);
+  EXPECT_EQ(KvPositionsPerRank(41, 1, 2), 22);
+  EXPECT_EQ(KvPositionsPerRank(1, 1, 1), 2);
+  AdmissionLimits l = Limits();
+  l.kv_capacity_per_rank = 29;
+  ExpectError(AdmitRequest(Ids(40, 21), *tok_, l), StatusCode::kOutOfRange, "KV");
+  l.kv_capacity_per_rank = 30;
+  EXPECT_TRUE(AdmitRequest(Ids(40, 21), *tok_, l).ok());
+}
+
+TEST_F(AdmissionTest, BadInputsAreInvalidArguments) {
+  JobRequest empty;
+  ExpectError(AdmitRequest(empty, *tok_, Limits()), StatusCode::kInvalidArgument, "empty");
+  JobRequest both = Ids(3);
+  both.prompt_text = "x";
+  ExpectError(AdmitRequest(both, *tok_, Limits()), StatusCode::kInvalidArgument, "not both");
+  JobRequest oov = Ids(3);
+  oov.prompt_ids[1] = 256;
+  ExpectError(AdmitRequest(oov, *tok_, Limits()), StatusCode::kInvalidArgument, "vocabulary");
+  oov.prompt_ids[1] = -1;
+  ExpectError(AdmitRequest(oov, *tok_, Limits()), StatusCode::kInvalidArgument, "vocabulary");
+  ExpectError(AdmitRequest(Ids(3, 0), *tok_, Limits()), StatusCode::kInvalidArgument,
+              "max_new_tokens");
+  JobRequest hot = Ids(3);
+  hot.sampling.temperature = -0.5f;
+  ExpectError(AdmitRequest(hot, *tok_, Limits()), StatusCode::kInvalidArgument, "temperature");
+  JobRequest top_p = Ids(3);
+  top_p.sampling.top_p = 0;
+  ExpectError(AdmitRequest(top_p, *tok_, Limits()), StatusCode::kInvalidArgument, "top_p");
+  JobRequest bad_text;
+  bad_text.prompt_text = "ok \xff";
+  ExpectError(AdmitRequest(bad_text, *tok_, Limits()), StatusCode::kInvalidArgument, "UTF-8");
+  JobRequest big;
+  big.prompt_text = std::string(1001, 'a');
+  ExpectError(AdmitRequest(big, *tok_, Limits()), StatusCode::kInvalidArgument, "at most");
+  JobRequest stop = Ids(3);
+  stop.stop_ids = {300};
+  ExpectError(AdmitRequest(stop, *tok_, Limits()), StatusCode::kInvalidArgument, "stop id");
+  JobRequest stop_text = Ids(3);
+  stop_text.stop_strings = {""};
+  ExpectError(AdmitRequest(stop_text, *tok_, Limits()), StatusCode::kInvalidArgument, "stop");
+  JobRequest policy = Ids(3);
+  policy.policy_json = "{not json";
+  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kInvalidArgument, "JSON");
+  policy.policy_json = "{}";
+  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kUnimplemented, "policy");
+}
+
+}  // namespace
+}  // namespace millipede

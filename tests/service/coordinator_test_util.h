@@ -1,0 +1,17 @@
+// Helpers for the coordinator's unit tests.
+#pragma once
+
+#include <memory>
+
+#include "common/tokenizer/tokenizer.h"
+#include "tests/common/tokenizer/tokenizer_test_util.h"
+
+namespace millipede::coordinator_test {
+
+// A byte-level tokenizer without merges: token id b is byte b, so tests spell ids as bytes.
+inline std::unique_ptr<Tokenizer> ByteTokenizer() {
+  auto t = Tokenizer::FromJson(tokenizer_test::ByteLevelTokenizerJson({}).dump(), "bytes");
+  return std::move(t).value();
+}
+
+}  // namespace millipede::coordinator_test

@@ -1,0 +1,224 @@
+// The Cap'n Proto front end against a recording JobService, client and server on one KJ event
+// loop over loopback TCP.
+#include "rpc/rpc_server.h"
+
+#include <capnp/rpc-twoparty.h>
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+
+#include <mutex>
+#include <thread>
+
+#include "rpc/millipede.capnp.h"
+#include "rpc/rpc_errors.h"
+#include "tests/service/coordinator_test_util.h"
+
+namespace millipede {
+namespace {
+
+class RecordingService final : public JobService {
+ public:
+  StatusOr<JobId> Submit(JobRequest request, std::shared_ptr<JobObserver> observer) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!refuse.ok()) return refuse;
+    requests.push_back(request);
+    observers.push_back(observer);
+    return static_cast<JobId>(requests.size());
+  }
+  Status Cancel(JobId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled.push_back(id);
+    return OkStatus();
+  }
+  StatusOr<JobStatusInfo> GetStatus(JobId id) const override {
+    JobStatusInfo info;
+    info.id = id;
+    info.state = JobState::kDecode;
+    info.prompt_tokens = 3;
+    return info;
+  }
+  ModelInfo GetModelInfo() const override {
+    ModelInfo m;
+    m.id = "recorded";
+    m.context_limit = 4096;
+    return m;
+  }
+  HealthInfo GetHealth() const override { return {}; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+
+  std::vector<JobId> Cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled;
+  }
+
+  Status refuse;
+  std::vector<JobRequest> requests;
+  std::vector<std::shared_ptr<JobObserver>> observers;
+  std::vector<JobId> cancelled;
+
+ private:
+  mutable std::mutex mu_;
+  std::unique_ptr<Tokenizer> tokenizer_ = coordinator_test::ByteTokenizer();
+};
+
+// Collects what the server sends to the client's callback.
+class Collector final : public rpc::JobCallback::Server {
+ public:
+  explicit Collector(std::string* log) : log_(log) {}
+
+ protected:
+  kj::Promise<void> progress(ProgressContext c) override {
+    *log_ += "progress " + std::to_string(c.getParams().getTokensDone()) + ";";
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> token(TokenContext c) override {
+    auto text = c.getParams().getText();
+    *log_ += "token " + std::to_string(c.getParams().getId()) + " " +
+             std::string(text.begin(), text.size()) + ";";
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> complete(CompleteContext c) override {
+    *log_ +=
+        "complete " + std::string(c.getParams().getCompletion().getFinishReason().cStr()) + ";";
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> error(ErrorContext c) override {
+    *log_ += "error " + std::string(c.getParams().getError().getCode().cStr()) + ";";
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::string* log_;
+};
+
+// Server and client on one event loop. (KJ objects may throw from destructors, which a
+// GoogleTest fixture may not, so they live behind a pointer.)
+struct Loop {
+  RecordingService service;
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  std::unique_ptr<rpc::RpcServer> server;
+  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<capnp::TwoPartyClient> client;
+  rpc::Millipede::Client millipede = nullptr;
+
+  void Connect() {
+    millipede = nullptr;
+    client = nullptr;
+    stream = nullptr;
+    auto address = io.provider->getNetwork()
+                       .parseAddress("127.0.0.1", static_cast<unsigned>(server->port()))
+                       .wait(io.waitScope);
+    stream = address->connect().wait(io.waitScope);
+    client = kj::heap<capnp::TwoPartyClient>(*stream);
+    millipede = client->bootstrap().castAs<rpc::Millipede>();
+  }
+};
+
+class RpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loop_ = std::make_unique<Loop>();
+    auto server = rpc::RpcServer::Start(loop_->service, loop_->io, "127.0.0.1:0");
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    loop_->server = std::move(server).value();
+    loop_->Connect();
+  }
+
+  // Runs the loop until `done` or about two seconds passed.
+  template <typename F>
+  void RunUntil(F done) {
+    for (int i = 0; i < 200 && !done(); ++i)
+      loop_->io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(ws());
+  }
+  kj::WaitScope& ws() { return loop_->io.waitScope; }
+  // The service drops its observers before the server goes, as the scheduler does when jobs end.
+  void TearDown() override {
+    if (loop_) loop_->service.observers.clear();
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { delete loop_.release(); })) {
+      ADD_FAILURE() << "tearing down: " << e->getDescription().cStr();
+    }
+  }
+
+  std::unique_ptr<Loop> loop_;
+};
+
+TEST_F(RpcServerTest, SubmitStreamsEventsFromAnotherThreadInOrder) {
+  std::string log;
+  auto req = loop_->millipede.submitRequest();
+  req.getSpec().getPrompt().setText("abc");
+  req.getSpec().setMaxNewTokens(5);
+  req.getSpec().getSampling().setTemperature(0.5f);
+  req.setCallback(kj::heap<Collector>(&log));
+  auto response = req.send().wait(ws());
+  EXPECT_EQ(response.getId(), 1u);
+  EXPECT_EQ(response.getPromptTokens(), 3);
+  ASSERT_EQ(loop_->service.requests.size(), 1u);
+  EXPECT_EQ(loop_->service.requests[0].prompt_text, "abc");
+  EXPECT_EQ(loop_->service.requests[0].max_new_tokens, 5);
+  EXPECT_FLOAT_EQ(loop_->service.requests[0].sampling.temperature, 0.5f);
+
+  std::shared_ptr<JobObserver> observer = loop_->service.observers[0];
+  std::thread service_thread([observer] {
+    observer->OnProgress(3, 3);
+    observer->OnToken(104, "h");
+    observer->OnToken(105, std::string("i\0", 2));  // text may hold any byte
+    JobCompletion done;
+    done.finish_reason = "stop";
+    observer->OnComplete(done);
+  });
+  service_thread.join();
+  loop_->service.observers.clear();
+  observer.reset();
+  RunUntil([&] { return log.find("complete") != std::string::npos; });
+  EXPECT_EQ(log, "progress 3;token 104 h;token 105 i" + std::string(1, '\0') + ";complete stop;");
+}
+
+TEST_F(RpcServerTest, DroppingTheJobCancelsIt) {
+  std::string log;
+  {
+    auto req = loop_->millipede.submitRequest();
+    req.getSpec().getPrompt().initIds(2).set(0, 7);
+    req.setCallback(kj::heap<Collector>(&log));
+    auto response = req.send().wait(ws());
+    EXPECT_EQ(loop_->service.requests[0].prompt_ids, (std::vector<int32_t>{7, 0}));
+    EXPECT_TRUE(loop_->service.Cancelled().empty());
+  }  // the response, and with it the Job capability, is dropped here
+  RunUntil([&] { return !loop_->service.Cancelled().empty(); });
+  EXPECT_EQ(loop_->service.Cancelled(), std::vector<JobId>{1});
+}
+
+TEST_F(RpcServerTest, RefusedSubmissionCarriesTheStatusCode) {
+  loop_->service.refuse = ResourceExhaustedError("queue full: 64 jobs are waiting");
+  std::string log;
+  auto req = loop_->millipede.submitRequest();
+  req.getSpec().getPrompt().setText("x");
+  req.setCallback(kj::heap<Collector>(&log));
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { req.send().wait(ws()); })) {
+    Status s = rpc::StatusFromException(*e);
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(s.message(), "queue full: 64 jobs are waiting");
+  } else {
+    ADD_FAILURE() << "the submission was not refused";
+  }
+}
+
+TEST_F(RpcServerTest, OversizedMessageClosesOnlyThatConnection) {
+  std::string log;
+  auto req = loop_->millipede.submitRequest();
+  // 80 MiB of ids: over the 64 MiB limit on every message a peer sends.
+  req.getSpec().getPrompt().initIds(20 << 20);
+  req.setCallback(kj::heap<Collector>(&log));
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { req.send().wait(ws()); })) {
+    EXPECT_EQ(rpc::StatusFromException(*e).code(), StatusCode::kIoError);
+  } else {
+    ADD_FAILURE() << "an oversized message was accepted";
+  }
+  EXPECT_TRUE(loop_->service.requests.empty());
+  // A new connection is served.
+  loop_->Connect();
+  auto info = loop_->millipede.modelInfoRequest().send().wait(ws());
+  EXPECT_EQ(std::string(info.getInfo().getId().cStr()), "recorded");
+}
+
+}  // namespace
+}  // namespace millipede

@@ -1,0 +1,68 @@
+#include "worker/engine_flags.h"
+
+#include "worker/dist/mpi_communicator.h"
+#ifdef MILLIPEDE_HAVE_CUDA
+#include "common/cuda_check.h"
+#include "worker/dist/nccl_communicator.h"
+#endif
+
+namespace millipede {
+
+const char kEngineFlagsUsage[] =
+    R"(  --model DIR            Hugging Face model directory (config.json, safetensors, tokenizer.json)
+  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
+  --prefill-chunk N      tokens per projection/MLP chunk (default 512)
+  --attention-chunk N    query rows per attention call (default: the prefill chunk)
+  --policy FILE          attention policy file (JSON; default dense/full)
+  --profile              time the engine's phases (synchronises at phase boundaries)
+  --backend B            cpu (default) | cuda
+)";
+
+std::vector<std::string> EngineFlagNames() {
+  return {"model", "kv-dtype", "prefill-chunk", "attention-chunk", "policy", "profile",
+          "backend"};
+}
+
+StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
+  EngineOptions options;
+  MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype,
+                      ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
+  MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 0));
+  MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0, got ",
+             options.attention_chunk);
+  options.policy_file = flags.Get("policy").value_or("");
+  options.profile = flags.GetBool("profile");
+  MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
+  options.device = local_rank;
+  return options;
+}
+
+StatusOr<int> NodeLocalRank(MPI_Comm comm) {
+  int rank = 0;
+  MP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_Comm node;
+  MP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int local = 0;
+  const int rc = MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  MP_MPI_CHECK(rc);
+  return local;
+}
+
+StatusOr<std::unique_ptr<Communicator>> CreateDataPlane(MPI_Comm comm, int local_rank,
+                                                        BackendKind backend) {
+  int size = 1;
+  MP_MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (size == 1) return std::unique_ptr<Communicator>();
+#ifdef MILLIPEDE_HAVE_CUDA
+  if (backend == BackendKind::kCuda) {
+    MP_CUDA_CHECK(cudaSetDevice(local_rank));
+    return CreateNcclCommunicator(comm);
+  }
+#endif
+  return CreateMpiCommunicator(comm);
+}
+
+}  // namespace millipede
