@@ -18,7 +18,7 @@ done
 
 packages=(build-essential cmake ninja-build pkg-config git
           libpcre2-dev nlohmann-json3-dev libgtest-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin zlib1g-dev)
 if [ "$want_test" = 1 ]; then
   # python3-torch: Debian's CPU build of PyTorch 1.13, for the Hugging Face transformers oracle.
   packages+=(python3 python3-venv python3-pip python3-torch)
