@@ -165,11 +165,41 @@ StatusOr<std::string> RetrievalTokenizerJson() {
   MP_ASSIGN_OR_RETURN(std::string text,
                       TrainByteLevelBpe(RetrievalHaystackSentences(), 400, added));
   // Only BOS and EOS are special: the task tokens must show in decoded text.
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  using OrderedJson = nlohmann::ordered_json;
+  OrderedJson j = OrderedJson::parse(text);
+  int64_t bos_id = -1;
   for (auto& t : j["added_tokens"]) {
     const std::string content = t["content"];
     t["special"] = content == kRetrievalBosToken || content == kRetrievalEosToken;
+    if (content == kRetrievalBosToken) bos_id = t["id"];
   }
+  // As Llama 3's: encoding with special tokens (HF's default, millipede-run's) starts with BOS,
+  // the attention sink of the construction.
+  auto piece = [](const char* kind, const std::string& id, int type_id) {
+    OrderedJson inner = OrderedJson::object();
+    inner["id"] = id;
+    inner["type_id"] = type_id;
+    OrderedJson p = OrderedJson::object();
+    p[kind] = inner;
+    return p;
+  };
+  OrderedJson templ = OrderedJson::object();
+  templ["type"] = "TemplateProcessing";
+  templ["single"] = OrderedJson::array(
+      {piece("SpecialToken", kRetrievalBosToken, 0), piece("Sequence", "A", 0)});
+  templ["pair"] = OrderedJson::array(
+      {piece("SpecialToken", kRetrievalBosToken, 0), piece("Sequence", "A", 0),
+       piece("SpecialToken", kRetrievalBosToken, 1), piece("Sequence", "B", 1)});
+  OrderedJson bos_entry = OrderedJson::object();
+  bos_entry["id"] = kRetrievalBosToken;
+  bos_entry["ids"] = OrderedJson::array({bos_id});
+  bos_entry["tokens"] = OrderedJson::array({kRetrievalBosToken});
+  templ["special_tokens"] = OrderedJson::object();
+  templ["special_tokens"][kRetrievalBosToken] = bos_entry;
+  OrderedJson sequence = OrderedJson::object();
+  sequence["type"] = "Sequence";
+  sequence["processors"] = OrderedJson::array({j["post_processor"], templ});
+  j["post_processor"] = sequence;
   return j.dump(2) + "\n";
 }
 

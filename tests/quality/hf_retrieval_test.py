@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zlib
 
 try:
@@ -120,6 +121,13 @@ def hf_greedy(model, prompt, steps):
     return ids[len(prompt):]
 
 
+START = time.monotonic()
+
+
+def note(text):
+    print(f"[{time.monotonic() - START:6.1f} s] {text}", flush=True)
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -128,6 +136,8 @@ def main():
         print(f"SKIP: needs torch, transformers and tokenizers ({IMPORT_ERROR})")
         return SKIP
     transformers.logging.set_verbosity_error()
+    # The test machines are small and shared: one intra-op thread avoids oversubscription.
+    torch.set_num_threads(1)
     bin_dir = sys.argv[1]
     work = tempfile.mkdtemp(prefix="hf_retrieval_")
     checks = 0
@@ -140,7 +150,7 @@ def main():
 
         # 2. the engine on a grid, and its control
         out = os.path.join(work, "run")
-        lengths, depths = ["64", "512", "2K"], ["0", "0.5", "1"]
+        lengths, depths = ["64", "512", "1K"], ["0", "0.5", "1"]
         run([os.path.join(bin_dir, "millipede-quality"), "--model", models["fp32"],
              "--kv-dtype", "fp32", "--tasks", "needle,kv,chain", "--lengths", ",".join(lengths),
              "--depths", ",".join(depths), "--hops", "5", "--pairs", "12", "--out", out,
@@ -152,6 +162,7 @@ def main():
         check_heatmap(os.path.join(out, "kv.png"), len(lengths), len(depths))
         check_heatmap(os.path.join(out, "chain.png"), len(lengths), 5)
         checks += 4
+        note("millipede-quality: 27 tasks right, heatmaps decoded")
         control = os.path.join(work, "control")
         run([os.path.join(bin_dir, "millipede-quality"), "--model", models["bf16"],
              "--tasks", "needle,kv,chain", "--lengths", "64,512", "--depths", "0,1",
@@ -159,6 +170,7 @@ def main():
         if any(t["correct"] for t in load_tasks(control)):
             raise Failure("control: a task was answered without its needle")
         checks += 1
+        note("control: every task wrong without its needle")
 
         # 3. tokenizers round trip
         tok = Tokenizer.from_file(os.path.join(models["fp32"], "tokenizer.json"))
@@ -166,22 +178,29 @@ def main():
             text = tok.decode(t["prompt"], skip_special_tokens=False)
             if tok.encode(text, add_special_tokens=False).ids != t["prompt"]:
                 raise Failure(f"tokenizers: {t['kind']} {t['context_tokens']} does not round-trip")
+        bos = tasks[0]["prompt"][0]
+        if tok.encode("<k3:v9> The river.<k3>").ids != [bos] + tok.encode(
+                "<k3:v9> The river.<k3>", add_special_tokens=False).ids:
+            raise Failure("tokenizers: the template does not put BOS first")
         checks += 1
 
-        # 4. transformers answers as the engine does
-        for dtype, torch_dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        # 4. transformers answers as the engine does (bf16 matmuls are slow on CPUs without bf16
+        # instructions, so bf16 replays the tasks up to 512 tokens)
+        for dtype, torch_dtype, limit in (("fp32", torch.float32, 1 << 20),
+                                          ("bf16", torch.bfloat16, 512)):
             model = hf_model(models[dtype], torch_dtype)
-            for t in tasks:
+            for t in (t for t in tasks if t["context_tokens"] <= limit):
                 got = hf_greedy(model, t["prompt"], len(t["expected"]))
                 if got != t["expected"] or got != t["output"]:
                     raise Failure(f"HF {dtype} {t['kind']} {t['context_tokens']} depth "
                                   f"{t['depth']}: {got}, expected {t['expected']}, engine "
                                   f"{t['output']}")
             checks += 1
+            note(f"HF {dtype}: every task answered as expected")
 
         # 5. margins
         model = hf_model(models["fp32"], torch.float32)
-        worst_weight, worst_gap = 1.0, float("inf")
+        worst_miss, worst_gap = 0.0, float("inf")
         for t in tasks:
             if t["kind"] != "needle":
                 continue
@@ -190,14 +209,15 @@ def main():
             needle = t["needle_positions"][0]
             for layer, heads in RETRIEVAL_HEADS.items():
                 for h in heads:
-                    worst_weight = min(worst_weight, float(o.attentions[layer][0, h, -1, needle]))
+                    miss = 1 - o.attentions[layer][0, h, -1, needle].double()
+                    worst_miss = max(worst_miss, float(miss))
             logits = o.logits[0, -1]
             want = t["expected"][0]
             others = torch.cat([logits[:want], logits[want + 1:]])
             worst_gap = min(worst_gap, float(logits[want] - others.max()))
-        print(f"needle attention weight (worst retrieval head): {worst_weight:.9f}; "
+        note(f"attention off the needle, worst retrieval head: 1 - w = {worst_miss:.1e}; "
               f"logit gap (worst): {worst_gap:.3f}")
-        if worst_weight < MIN_NEEDLE_WEIGHT or worst_gap < MIN_LOGIT_GAP:
+        if 1 - worst_miss < MIN_NEEDLE_WEIGHT or worst_gap < MIN_LOGIT_GAP:
             raise Failure("margins below the construction's")
         checks += 1
         # The query ~1M positions after the needle: RoPE must not break the match.
@@ -214,7 +234,7 @@ def main():
                                position_ids=torch.tensor([pos])).logits[0, -1].float()
             want = t["expected"][0]
             gap = float(logits[want] - torch.cat([logits[:want], logits[want + 1:]]).max())
-            print(f"{dtype}: query at position {pos[-1]}, needle at {needle}: logit gap {gap:.3f}")
+            note(f"{dtype}: query at position {pos[-1]}, needle at {needle}: logit gap {gap:.3f}")
             if int(logits.argmax()) != want or gap < MIN_LOGIT_GAP:
                 raise Failure(f"{dtype}: the needle is lost 2^20 positions away")
             checks += 1

@@ -32,15 +32,17 @@ std::unique_ptr<Engine> MakeEngine(bool distributed) {
 
 TEST(QualityDistTest, NRanksAnswerLikeOne) {
   auto distributed = MakeEngine(true);
-  auto local = MakeEngine(false);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // One process's answers, computed on rank 0 (the others have the same model and prompts).
+  std::unique_ptr<Engine> local = rank == 0 ? MakeEngine(false) : nullptr;
   std::vector<TaskSpec> specs;
-  for (int64_t length : {5, 300, 1000}) {
-    for (double depth : {0.0, 0.5, 1.0}) {
-      TaskSpec s;
-      s.context_tokens = length;
-      s.depth = depth;
-      specs.push_back(s);
-    }
+  for (auto [length, depth] : {std::pair<int64_t, double>{5, 0.5}, {300, 0.0}, {300, 1.0},
+                               {700, 0.5}}) {
+    TaskSpec s;
+    s.context_tokens = length;
+    s.depth = depth;
+    specs.push_back(s);
   }
   TaskSpec kv;
   kv.kind = TaskKind::kKvRetrieval;
@@ -53,16 +55,18 @@ TEST(QualityDistTest, NRanksAnswerLikeOne) {
   chain.hops = 8;
   chain.distractors = 10;
   specs.push_back(chain);
-  TaskSpec control = specs[4];
+  TaskSpec control = specs[1];
   control.control = TaskControl::kRemoveNeedle;
   specs.push_back(control);
   for (const TaskSpec& spec : specs) {
     const QualityTask task = MustMakeTask(spec);
     auto d = RunTask(*distributed, task);
-    auto l = RunTask(*local, task);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
-    ASSERT_TRUE(l.ok()) << l.status().ToString();
-    EXPECT_EQ(d->output, l->output) << TaskKindName(spec.kind) << " " << spec.context_tokens;
+    if (local) {
+      auto l = RunTask(*local, task);
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      EXPECT_EQ(d->output, l->output) << TaskKindName(spec.kind) << " " << spec.context_tokens;
+    }
     EXPECT_EQ(d->correct, spec.control == TaskControl::kNone)
         << TaskKindName(spec.kind) << " " << spec.context_tokens << " depth " << spec.depth;
   }

@@ -34,6 +34,7 @@ TEST(RetrievalModelTest, VocabularyHasEveryTaskTokenOnce) {
   // Only BOS and EOS are special: decoded answers show the task tokens.
   const Tokenizer& tok = *RetrievalData().tokenizer;
   EXPECT_TRUE(tok.IsSpecial(v.bos));
+  EXPECT_EQ(tok.bos_id(), v.bos);  // the template puts the sink first
   EXPECT_FALSE(tok.IsSpecial(v.needle(3, 9)));
   EXPECT_EQ(*tok.Decode({v.key_ids[3], v.needle(3, 9), v.value_ids[9]}, true), "<k3><k3:v9><v9>");
 }
