@@ -54,8 +54,10 @@ constexpr float kMatchQ = 2.0f, kMatchK = 2.0f;
 constexpr float kSinkK = 2.0f;          // BOS key on the sink dimension
 constexpr float kSinkQNonQuery = 2.0f;  // non-query tokens: score 45.25 on BOS
 constexpr float kSinkQQuery = 0.25f;    // query tokens: score 5.66 on BOS
-constexpr float kLocalSinkQ = 1.0f;     // local heads: score 22.6 on BOS
-constexpr float kLocalRecencyQ = 1.0f, kLocalRecencyK = 0.5f;  // 5.66 cos(f_j d) per pair
+// Local heads: BOS scores 14.14 (even heads) or 16.97 (odd heads); each recency pair adds
+// 6 * 4 / sqrt(32) cos(f_j d) = 4.24 cos(f_j d), pairs {2, 3} (even) or {2, 3, 4} (odd).
+constexpr float kLocalSinkQEven = 0.625f, kLocalSinkQOdd = 0.75f;
+constexpr float kLocalRecencyQ = 0.75f, kLocalRecencyK = 0.5f;
 constexpr float kValueV = 0.125f;       // v = one-hot of the needle's value
 constexpr float kAnswerO = 0.0625f;     // 4 retrieval heads per layer write 1/4 each layer
 constexpr float kAnswerLogit = 8.0f;    // LM head on the answer dimensions
@@ -110,7 +112,11 @@ void BuildAttention(int layer, HostTensor& q, HostTensor& k, HostTensor& v, Host
     const int base = g * kHeadDim;
     for (int i = 0; i < kCodeDims; ++i) Set(k, base + SlowDim(i), kKeyCode + i, kMatchK);
     Set(k, base + SlowDim(kSinkSlot), kBosFlag, kSinkK);
-    for (int j = 1; j <= 3; ++j) Set(k, base + j, kAlways, kLocalRecencyK);
+    // Recency keys for every token but BOS, whose score must not depend on its distance.
+    for (int j = 2; j <= 4; ++j) {
+      Set(k, base + j, kAlways, kLocalRecencyK);
+      Set(k, base + j, kBosFlag, -kLocalRecencyK);
+    }
     for (int b = 0; b < kRetrievalSymbols; ++b) Set(v, base + b, kValueCode + b, kValueV);
   }
   const int group = kHeads / kKvHeads;
@@ -122,9 +128,10 @@ void BuildAttention(int layer, HostTensor& q, HostTensor& k, HostTensor& v, Host
       Set(q, base + SlowDim(kSinkSlot), kQueryFlag, kSinkQQuery);
       for (int b = 0; b < kRetrievalSymbols; ++b) Set(o, kAnswer + b, base + b, kAnswerO);
     } else {
-      // A local (streaming) head: the sink plus a recency bump from two fast rotary pairs.
-      Set(q, base + SlowDim(kSinkSlot), kAlways, kLocalSinkQ);
-      for (int j = 1 + h % 2; j <= 2 + h % 2; ++j) Set(q, base + j, kAlways, kLocalRecencyQ);
+      // A local (streaming) head: the sink plus recency from fast rotary pairs.
+      const bool odd = h % 2 == 1;
+      Set(q, base + SlowDim(kSinkSlot), kAlways, odd ? kLocalSinkQOdd : kLocalSinkQEven);
+      for (int j = 2; j <= (odd ? 4 : 3); ++j) Set(q, base + j, kAlways, kLocalRecencyQ);
     }
   }
 }
