@@ -156,7 +156,8 @@ StatusOr<QualityTask> MakeTask(const Haystack& haystack, const TaskSpec& spec) {
   for (const Needle& n : needles) answers += n.answer_index >= 0;
   task.expected.resize(static_cast<size_t>(answers));
   for (const Needle& n : needles)
-    if (n.answer_index >= 0) task.expected[static_cast<size_t>(n.answer_index)] = vocab.value_ids[n.value];
+    if (n.answer_index >= 0)
+      task.expected[static_cast<size_t>(n.answer_index)] = vocab.value_ids[n.value];
 
   // The controls take the answer away from the needle at `depth`.
   std::vector<int32_t> needle_ids;

@@ -283,7 +283,8 @@ StatusOr<std::vector<NamedHostTensor>> BuildRetrievalWeights(const ModelConfig& 
                    get(p + "v_proj.weight"), get(p + "o_proj.weight"));
   }
   HostTensor& lm = get("lm_head.weight");
-  for (int s = 0; s < kRetrievalSymbols; ++s) Set(lm, vocab.value_ids[s], kAnswer + s, kAnswerLogit);
+  for (int s = 0; s < kRetrievalSymbols; ++s)
+    Set(lm, vocab.value_ids[s], kAnswer + s, kAnswerLogit);
   Set(lm, vocab.none, kAlways, kNoneLogit);
   return out;
 }

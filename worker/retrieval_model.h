@@ -37,10 +37,10 @@ std::string RetrievalNeedleToken(int key, int value);     // "<k7:v12>"
 // are the concatenation of the sentences' tokens (the split regex cuts before " Word").
 std::vector<std::string> RetrievalHaystackSentences();
 
-// The tokenizer.json of the retrieval model: a byte-level BPE trained on the haystack sentences with
-// the tokens above added (BOS and EOS special, the others ordinary added tokens, so that decoded
-// text shows them), and a post-processor template that puts BOS first when special tokens are
-// added (as Llama 3's). Deterministic.
+// The tokenizer.json of the retrieval model: a byte-level BPE trained on the haystack sentences
+// with the tokens above added (BOS and EOS special, the others ordinary added tokens, so that
+// decoded text shows them), and a post-processor template that puts BOS first when special tokens
+// are added (as Llama 3's). Deterministic.
 StatusOr<std::string> RetrievalTokenizerJson();
 
 // The ids of the retrieval tokens in a tokenizer built by RetrievalTokenizerJson.
