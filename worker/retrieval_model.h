@@ -65,7 +65,8 @@ struct RetrievalVocab {
 Status CheckRetrievalConfig(const ModelConfig& c, const RetrievalVocab& vocab);
 
 // Every weight of ExpectedModelTensors(c), in that order, stored as `dtype` (F32, BF16 or F16;
-// every constructed value is a small power of two or 0, so all three hold them exactly).
+// every constructed value is 0 or +- a short binary fraction such as 1/16, 5/8 or 8, so all
+// three hold them exactly).
 StatusOr<std::vector<NamedHostTensor>> BuildRetrievalWeights(const ModelConfig& c,
                                                              const RetrievalVocab& vocab,
                                                              DType dtype);
