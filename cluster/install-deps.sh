@@ -20,7 +20,7 @@ done
 # prometheus-cpp-dev: the metrics registry and /metrics endpoint (coordinator only).
 packages=(build-essential cmake ninja-build pkg-config git
           libpcre2-dev nlohmann-json3-dev libgtest-dev
-          libopenmpi-dev openmpi-bin
+          libopenmpi-dev openmpi-bin zlib1g-dev
           capnproto libcapnp-dev libboost-dev prometheus-cpp-dev)
 if [ "$want_test" = 1 ]; then
   # python3-torch: Debian's CPU build of PyTorch 1.13, for the Hugging Face transformers oracle.

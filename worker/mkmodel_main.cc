@@ -1,5 +1,5 @@
 // millipede-mkmodel: writes a random-weight model in Hugging Face format (config.json,
-// safetensors, tokenizer.json) for any Llama-family shape.
+// safetensors, tokenizer.json) for any Llama-family shape, or the constructed retrieval model.
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -15,6 +15,7 @@
 #include "worker/demo_corpus.h"
 #include "worker/model_presets.h"
 #include "worker/random_weights.h"
+#include "worker/retrieval_model.h"
 
 namespace millipede {
 namespace {
@@ -24,7 +25,9 @@ constexpr char kUsage[] = R"(usage: millipede-mkmodel --preset NAME --out DIR [o
 Writes a random-weight model in Hugging Face format: config.json, model.safetensors (or shards),
 tokenizer.json.
 
-  --preset NAME              tiny | llama3-8b
+  --preset NAME              tiny | llama3-8b | retrieval
+                             (retrieval: weights constructed so that attention retrieves needles
+                             at any length, see docs/quality.md; takes only --out and --dtype)
   --out DIR                  output directory (created)
   --dtype D                  bf16 (default) | fp16 | fp32
   --seed S                   random seed (default 0)
@@ -106,6 +109,22 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(std::string preset, flags.GetRequired("preset"));
   MP_ASSIGN_OR_RETURN(std::string out_dir, flags.GetRequired("out"));
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
+  if (preset == "retrieval") {
+    for (const char* f : {"seed", "tokenizer", "bpe-merges", "shard-size-mb", "model-type",
+                          "vocab-size", "hidden-size", "intermediate-size", "num-layers",
+                          "num-heads", "num-kv-heads", "head-dim", "max-position-embeddings",
+                          "rms-norm-eps", "rope-theta", "rope-scaling", "rope-factor",
+                          "rope-original-max", "tie-word-embeddings"}) {
+      MP_REQUIRE(!flags.Has(f),
+                 "--preset retrieval takes only --out and --dtype (its shape, tokenizer and "
+                 "weights are fixed by the construction), got --", f);
+    }
+    MP_ASSIGN_OR_RETURN(DType dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
+    MP_RETURN_IF_ERROR(WriteRetrievalModel(out_dir, dtype));
+    std::cerr << "millipede-mkmodel: wrote " << out_dir << " (retrieval, " << DTypeName(dtype)
+              << ")\n";
+    return OkStatus();
+  }
 
   RandomWeightsOptions weights;
   MP_ASSIGN_OR_RETURN(weights.dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));

@@ -2,7 +2,7 @@
 
 namespace millipede {
 
-std::vector<std::string> ModelPresetNames() { return {"tiny", "llama3-8b"}; }
+std::vector<std::string> ModelPresetNames() { return {"tiny", "llama3-8b", "retrieval"}; }
 
 StatusOr<ModelConfig> ModelPreset(const std::string& name) {
   ModelConfig c;
@@ -41,6 +41,24 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name) {
     c.max_position_embeddings = 4194304;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001, 128009};
+    return c;
+  }
+  if (name == "retrieval") {
+    // The constructed retrieval model (worker/retrieval_model.h); its weights are set by hand for
+    // this exact shape. vocab_size comes from its tokenizer.
+    c.vocab_size = 2048;
+    c.hidden_size = 256;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 2;
+    c.head_dim = 32;
+    c.rms_norm_eps = 1e-5;
+    // Rotary frequencies theta^(-2j/32): pairs j >= 7 turn by at most 0.014 rad over 2^20
+    // positions, so the content dimensions placed there match at any distance.
+    c.rope_theta = 1e18;
+    c.max_position_embeddings = 1048576;
+    c.tie_word_embeddings = false;
     return c;
   }
   std::string names;
