@@ -42,6 +42,8 @@ parallelism) and rank 0 reports.
   --out DIR              write DIR/results.csv, DIR/tasks.jsonl and DIR/<task>.png heatmaps
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
+  --policy FILE          attention policy file (JSON; default dense); the reports name the
+                         policy by the file's name without its extension
   --backend B            cpu (default) | cuda
 )";
 
@@ -112,7 +114,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
       {"model", "tasks", "lengths", "depths", "samples", "pairs", "hops", "distractors", "seed",
-       "control", "min-accuracy", "out", "kv-dtype", "prefill-chunk", "backend", "help"}));
+       "control", "min-accuracy", "out", "kv-dtype", "prefill-chunk", "policy", "backend",
+       "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
 
   EngineOptions options;
@@ -122,6 +125,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = world.local_rank;
+  options.policy_file = flags.Get("policy").value_or("");
 
   TaskGridOptions grid;
   grid.kinds.clear();
@@ -166,6 +170,11 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   labels.backend = BackendKindName(options.backend);
   labels.kv_dtype = kv_name;
   labels.ranks = engine->comm().size();
+  if (!options.policy_file.empty()) {
+    std::string name = options.policy_file.substr(options.policy_file.find_last_of('/') + 1);
+    if (const size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0) name.resize(dot);
+    labels.policy = name;
+  }
 
   const bool speak = world.rank == 0;
   std::vector<TaskResult> results;
