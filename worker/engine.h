@@ -118,9 +118,9 @@ class Engine {
   const AttentionPolicy& policy() const { return policy_; }
   // Checks `policy` against the model and against what this engine can run, then uses it.
   // Runs: dense prefill and full decode everywhere; a-shape prefill heads, streaming-head and
-  // static-eviction decode layers on the CPU backend. Other patterns and roles (and those two on the GPU) are
-  // refused with Unimplemented naming them, the layer and the head; the current policy is then
-  // unchanged.
+  // static-eviction decode layers on the CPU backend. Other patterns and roles (and these on the
+  // GPU) are refused with Unimplemented naming them, the layer and the head; the current policy
+  // is then unchanged.
   Status SetPolicy(AttentionPolicy policy);
   // Parses a policy file's text for this model (see ParseAttentionPolicy) and checks that this
   // engine can run it, without using it.

@@ -20,7 +20,8 @@ Status Engine::AttendDecode(int64_t layer, int64_t position, int64_t visible) {
     // rank stores it), so the sinks are a prefix and the window a suffix of the rows.
     auto rows_before = [&](int64_t pos) {
       int64_t n = 0;
-      for (const TokenRange& r : kv_->ranges()) n += std::clamp<int64_t>(pos - r.begin, 0, r.size());
+      for (const TokenRange& r : kv_->ranges())
+        n += std::clamp<int64_t>(pos - r.begin, 0, r.size());
       if (visible > kv_->rows() && position < pos) ++n;
       return n;
     };

@@ -51,7 +51,8 @@ Status Engine::SelectHeavyHitters(int64_t layer, const std::vector<TokenRange>& 
   for (const TokenRange& r : q_ranges) {
     for (int64_t p = r.begin; p < r.end; ++p, ++q_row)
       if (p >= obs_begin)
-        std::copy_n(q_host + q_row * heads * d, heads * d, mine.data() + (p - obs_begin) * heads * d);
+        std::copy_n(q_host + q_row * heads * d, heads * d,
+                    mine.data() + (p - obs_begin) * heads * d);
   }
   if (num_ranks > 1) {
     MP_RETURN_IF_ERROR(comm.HostAllGather(mine.data(), all.data(), q_floats * sizeof(float)));

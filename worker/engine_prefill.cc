@@ -87,7 +87,8 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
       comm.HostAllGather(meta.data(), all_meta.data(), sizeof(int64_t) * kMetaWidth));
   MP_RETURN_IF_ERROR(local);
   for (int r = 0; r < num_ranks; ++r)
-    MP_REQUIRE(all_meta[static_cast<size_t>(r) * kMetaWidth + kMetaWidth - 1] == 1, "forward: rank ",
+    MP_REQUIRE(all_meta[static_cast<size_t>(r) * kMetaWidth + kMetaWidth - 1] == 1,
+               "forward: rank ",
                r, " refused its share of the step (its log says why)");
   std::vector<std::vector<TokenRange>> rank_ranges(static_cast<size_t>(num_ranks));
   std::vector<TokenRange> new_ranges;

@@ -54,7 +54,8 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
              " tokens) + max_new_tokens (", request.max_new_tokens,
              ") exceeds the context limit of ", limit, " tokens");
   MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
-  if (!request.policy_json.empty()) MP_RETURN_IF_ERROR(engine.ParsePolicy(request.policy_json).status());
+  if (!request.policy_json.empty())
+    MP_RETURN_IF_ERROR(engine.ParsePolicy(request.policy_json).status());
   return OkStatus();
 }
 

@@ -70,7 +70,9 @@ SequenceMemoryPlan PlanSequenceMemory(const ModelConfig& c, const MemoryPlanShap
 int64_t MaxSequencePositions(const ModelConfig& c, const MemoryPlanShape& shape,
                              int64_t free_bytes) {
   // The plan grows with n: double until it no longer fits, then bisect.
-  auto fits = [&](int64_t n) { return PlanSequenceMemory(c, shape, n, n, n).total() <= free_bytes; };
+  auto fits = [&](int64_t n) {
+    return PlanSequenceMemory(c, shape, n, n, n).total() <= free_bytes;
+  };
   if (!fits(1)) return 0;
   int64_t lo = 1, hi = 2;
   while (fits(hi)) {

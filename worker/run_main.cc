@@ -72,7 +72,8 @@ struct MpiWorld {
 Status Run(int argc, char** argv, const MpiWorld& world) {
   const int rank = world.rank;
   MP_ASSIGN_OR_RETURN(Flags flags,
-                      Flags::Parse(argc, argv, {"json", "ignore-eos", "no-bos", "profile", "help"}));
+                      Flags::Parse(argc, argv,
+                                   {"json", "ignore-eos", "no-bos", "profile", "help"}));
   if (flags.GetBool("help")) {
     std::cout << kUsage << kEngineFlagsUsage;
     return OkStatus();

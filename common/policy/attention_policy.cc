@@ -51,7 +51,8 @@ StatusOr<std::vector<PrefillPattern>> ReadPrefill(const Json& v, int64_t num_kv_
     out.assign(static_cast<size_t>(num_kv_heads), p);
     return out;
   }
-  MP_REQUIRE(v.is_array(), where, ".prefill must be a pattern name or a list of one per KV head, got ",
+  MP_REQUIRE(v.is_array(), where,
+             ".prefill must be a pattern name or a list of one per KV head, got ",
              DescribeJson(v));
   MP_REQUIRE(static_cast<int64_t>(v.size()) == num_kv_heads, where, ".prefill lists ", v.size(),
              " patterns but the model has ", num_kv_heads, " KV heads");
