@@ -15,6 +15,7 @@ std::vector<char> Encode(const JobDescriptor& m) {
   w.Put(m.seed);
   w.PutVector(m.stop_ids);
   w.Put<uint8_t>(m.ignore_eos ? 1 : 0);
+  w.PutString(m.policy_json);
   return w.Take();
 }
 
@@ -31,6 +32,7 @@ Status Decode(const std::vector<char>& bytes, JobDescriptor* m) {
   MP_RETURN_IF_ERROR(r.GetVector(&m->stop_ids));
   MP_RETURN_IF_ERROR(r.Get(&ignore_eos));
   m->ignore_eos = ignore_eos != 0;
+  MP_RETURN_IF_ERROR(r.GetString(&m->policy_json));
   return r.ExpectEnd();
 }
 
@@ -56,6 +58,8 @@ std::vector<char> Encode(const WorkerHello& m) {
   w.Put(m.kv_capacity_tokens);
   w.PutVector(m.eos_ids);
   w.PutString(m.backend);
+  w.Put(m.num_layers);
+  w.Put(m.num_kv_heads);
   return w.Take();
 }
 
@@ -69,6 +73,8 @@ Status Decode(const std::vector<char>& bytes, WorkerHello* m) {
   MP_RETURN_IF_ERROR(r.Get(&m->kv_capacity_tokens));
   MP_RETURN_IF_ERROR(r.GetVector(&m->eos_ids));
   MP_RETURN_IF_ERROR(r.GetString(&m->backend));
+  MP_RETURN_IF_ERROR(r.Get(&m->num_layers));
+  MP_RETURN_IF_ERROR(r.Get(&m->num_kv_heads));
   return r.ExpectEnd();
 }
 

@@ -48,6 +48,7 @@ struct JobDescriptor {
   uint64_t seed = 0;
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
+  std::string policy_json;  // attention policy for this job (policy-file JSON); empty: default
 };
 
 struct JobCancel {
@@ -65,6 +66,9 @@ struct WorkerHello {
   int64_t kv_capacity_tokens = 0;
   std::vector<int32_t> eos_ids;
   std::string backend;  // "cpu" or "cuda"
+  // The model's shape, for checking attention policies at admission.
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
 };
 
 enum class JobEventKind : uint8_t { kProgress = 1, kToken = 2, kDone = 3, kFailed = 4 };

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/policy/attention_policy.h"
 #include "common/tokenizer/utf8.h"
 
 namespace millipede {
@@ -59,12 +60,12 @@ StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tok
                "a stop string is not valid UTF-8");
   }
   if (!request.policy_json.empty()) {
-    MP_REQUIRE(nlohmann::json::accept(request.policy_json),
-               "the attention policy is not valid "
-               "JSON");
-    return UnimplementedError(
-        "attention policy overrides are not supported yet: this service "
-        "runs dense attention on every layer");
+    // Parsed for this model's shape and checked against what the workers' engine can run, so
+    // that a policy the workers would refuse is refused here, before the job is queued.
+    MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
+                        ParseAttentionPolicy(request.policy_json, limits.num_layers,
+                                             limits.num_kv_heads, "the attention policy"));
+    MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, limits.cpu_backend));
   }
 
   const int64_t prompt = static_cast<int64_t>(ids.size());

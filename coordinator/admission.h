@@ -20,6 +20,10 @@ struct AdmissionLimits {
   int num_workers = 1;
   // Largest prompt accepted, as text bytes or as ids (a front end's message limit is larger).
   int64_t max_prompt_bytes = 32 << 20;
+  // The model's shape and the workers' backend, for attention policy overrides.
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  bool cpu_backend = true;
 };
 
 // KV positions the busiest rank holds for a job: its zig-zag prompt share (at most two chunks
@@ -29,9 +33,9 @@ int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int nu
 // The job's prompt ids, after checking everything the workers would refuse and more:
 // InvalidArgument for malformed input (empty or non-UTF-8 prompt, both or neither of text and
 // ids, ids outside the vocabulary, max_new_tokens < 1, bad sampling values, bad stop lists,
-// malformed policy JSON), OutOfRange when the prompt and its tokens exceed the context limit or
-// the workers' KV capacity (the message names the numbers), Unimplemented for attention-policy
-// overrides (the engine runs dense attention only).
+// a malformed attention policy or one for another model shape), OutOfRange when the prompt and
+// its tokens exceed the context limit or the workers' KV capacity (the message names the
+// numbers), Unimplemented for a policy the workers' engine cannot run (CheckPolicyRunnable).
 StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
                                             const AdmissionLimits& limits);
 

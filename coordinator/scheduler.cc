@@ -57,7 +57,10 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
               .context_limit = link_->facts().max_context,
               .kv_capacity_per_rank = link_->facts().kv_capacity_per_rank,
               .num_workers = link_->facts().num_workers,
-              .max_prompt_bytes = options_.max_prompt_bytes} {}
+              .max_prompt_bytes = options_.max_prompt_bytes,
+              .num_layers = link_->facts().num_layers,
+              .num_kv_heads = link_->facts().num_kv_heads,
+              .cpu_backend = link_->facts().backend == "cpu"} {}
 
 Scheduler::~Scheduler() = default;
 
@@ -84,6 +87,7 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   d.seed = request.sampling.seed;
   d.stop_ids = request.stop_ids;
   d.ignore_eos = request.ignore_eos;
+  d.policy_json = request.policy_json;
 
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) return reject(FailedPreconditionError("the service has failed: " + failure_));

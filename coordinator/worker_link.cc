@@ -55,6 +55,8 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.kv_capacity_per_rank = hello.kv_capacity_tokens;
       facts.eos_ids = hello.eos_ids;
       facts.backend = hello.backend;
+      facts.num_layers = hello.num_layers;
+      facts.num_kv_heads = hello.num_kv_heads;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
                  "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,

@@ -26,6 +26,8 @@ struct WorkerFacts {
   int64_t kv_capacity_per_rank = 0;
   std::vector<int32_t> eos_ids;
   std::string backend;
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
 };
 
 class WorkerLink {

@@ -41,6 +41,8 @@ submit:
   --stop TEXT            stop when the text contains TEXT (repeatable)
   --stop-id ID           stop after this token id (repeatable)
   --ignore-eos           do not stop at the model's EOS ids
+  --policy FILE          attention policy for this job (policy-file JSON); default: the
+                         service's
   --json                 print only the final record as JSON (ids, text, finish_reason, timings)
   --no-progress          no prefill progress bar on stderr
 )";
@@ -249,6 +251,10 @@ StatusOr<int> Submit(const Flags& flags, Connection& c) {
     stop_id_list.set(static_cast<unsigned>(i), static_cast<int32_t>(id));
   }
   spec.setIgnoreEos(flags.GetBool("ignore-eos"));
+  if (auto policy_file = flags.Get("policy")) {
+    MP_ASSIGN_OR_RETURN(std::string policy, ReadFileToString(*policy_file));
+    spec.setPolicyJson(kj::StringPtr(policy.c_str(), policy.size()));
+  }
 
   const bool json = flags.GetBool("json");
   auto paf = kj::newPromiseAndFulfiller<void>();
@@ -379,7 +385,7 @@ int Main(int argc, char** argv) {
   if (!flags.ok()) return Fail(flags.status());
   Status known = flags->CheckKnown({"server", "prompt", "prompt-file", "ids", "max-tokens",
                                     "temperature", "top-k", "top-p", "seed", "stop", "stop-id",
-                                    "ignore-eos", "json", "no-progress", "help"});
+                                    "ignore-eos", "policy", "json", "no-progress", "help"});
   if (!known.ok()) return Fail(known);
   Connection c;
   Status connected = Connect(flags->Get("server").value_or("127.0.0.1:7700"), &c);

@@ -59,26 +59,8 @@ Status Engine::SetPolicy(AttentionPolicy policy) {
     MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == c.num_key_value_heads,
                "attention policy: layer ", l, " has ", layer.prefill.size(),
                " prefill patterns for ", c.num_key_value_heads, " KV heads");
-    // A-shape and streaming heads have CPU references only so far.
-    const bool cpu = options_.backend == BackendKind::kCpu;
-    const std::string available = cpu ? "dense, a-shape" : "dense (a-shape: CPU backend only)";
-    for (size_t h = 0; h < layer.prefill.size(); ++h) {
-      const PrefillPattern p = layer.prefill[h];
-      if (p != PrefillPattern::kDense && !(cpu && p == PrefillPattern::kAShape))
-        return UnimplementedError(
-            std::string("attention policy: prefill pattern \"") + PrefillPatternName(p) +
-            "\" (layer " + std::to_string(l) + ", KV head " + std::to_string(h) +
-            ") is not available yet in this engine; available: " + available);
-    }
-    if (layer.decode != DecodeRole::kFull &&
-        !(cpu && (layer.decode == DecodeRole::kStreamingHead ||
-                  layer.decode == DecodeRole::kStaticEviction)))
-      return UnimplementedError(
-          std::string("attention policy: decode role \"") + DecodeRoleName(layer.decode) +
-          "\" (layer " + std::to_string(l) + ") is not available yet in this engine; available: " +
-          (cpu ? "full, streaming-head, static-eviction"
-               : "full (streaming-head, static-eviction: CPU backend only)"));
   }
+  MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, options_.backend == BackendKind::kCpu));
   policy_ = std::move(policy);
   return OkStatus();
 }

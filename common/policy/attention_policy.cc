@@ -220,6 +220,30 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
   return policy;
 }
 
+Status CheckPolicyRunnable(const AttentionPolicy& policy, bool cpu) {
+  const std::string available = cpu ? "dense, a-shape" : "dense (a-shape: CPU backend only)";
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    for (size_t h = 0; h < layer.prefill.size(); ++h) {
+      const PrefillPattern p = layer.prefill[h];
+      if (p != PrefillPattern::kDense && !(cpu && p == PrefillPattern::kAShape))
+        return UnimplementedError(
+            std::string("attention policy: prefill pattern \"") + PrefillPatternName(p) +
+            "\" (layer " + std::to_string(l) + ", KV head " + std::to_string(h) +
+            ") is not available yet in this engine; available: " + available);
+    }
+    if (layer.decode != DecodeRole::kFull &&
+        !(cpu && (layer.decode == DecodeRole::kStreamingHead ||
+                  layer.decode == DecodeRole::kStaticEviction)))
+      return UnimplementedError(
+          std::string("attention policy: decode role \"") + DecodeRoleName(layer.decode) +
+          "\" (layer " + std::to_string(l) + ") is not available yet in this engine; available: " +
+          (cpu ? "full, streaming-head, static-eviction"
+               : "full (streaming-head, static-eviction: CPU backend only)"));
+  }
+  return OkStatus();
+}
+
 StatusOr<AttentionPolicy> LoadAttentionPolicy(const std::string& path, int64_t num_layers,
                                               int64_t num_kv_heads) {
   MP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));

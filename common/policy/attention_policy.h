@@ -99,4 +99,10 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view json, int64_t nu
 StatusOr<AttentionPolicy> LoadAttentionPolicy(const std::string& path, int64_t num_layers,
                                               int64_t num_kv_heads);
 
+// What the engine can run today: dense prefill and full decode on every backend; a-shape
+// prefill heads and streaming-head / static-eviction decode layers on the CPU backend only.
+// Unimplemented naming the first pattern or role that cannot run (with its layer and head).
+// The engine (SetPolicy) and the service's admission both ask this one function.
+Status CheckPolicyRunnable(const AttentionPolicy& policy, bool cpu_backend);
+
 }  // namespace millipede

@@ -14,6 +14,9 @@ AdmissionLimits Limits() {
   l.kv_capacity_per_rank = 100;
   l.num_workers = 2;
   l.max_prompt_bytes = 1000;
+  l.num_layers = 2;
+  l.num_kv_heads = 2;
+  l.cpu_backend = true;
   return l;
 }
 
@@ -99,9 +102,27 @@ TEST_F(AdmissionTest, BadInputsAreInvalidArguments) {
   ExpectError(AdmitRequest(stop_text, *tok_, Limits()), StatusCode::kInvalidArgument, "stop");
   JobRequest policy = Ids(3);
   policy.policy_json = "{not json";
-  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kInvalidArgument, "JSON");
+  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kInvalidArgument,
+              "attention policy");
   policy.policy_json = "{}";
-  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kUnimplemented, "policy");
+  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kInvalidArgument, "version");
+  policy.policy_json = R"({"version": 1, "layers": [{"layer": 2}]})";
+  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kInvalidArgument, "layer 2");
+  policy.policy_json = R"({"version": 1, "default": {"prefill": "vertical-slash"}})";
+  ExpectError(AdmitRequest(policy, *tok_, Limits()), StatusCode::kUnimplemented,
+              "vertical-slash");
+}
+
+TEST_F(AdmissionTest, PoliciesTheWorkersRunAreAdmitted) {
+  JobRequest r = Ids(3);
+  r.policy_json = R"({"version": 1, "default": {"prefill": "a-shape", "decode": "full"}})";
+  EXPECT_TRUE(AdmitRequest(r, *tok_, Limits()).ok());
+  // The same policy for GPU workers, which run dense heads only.
+  AdmissionLimits gpu = Limits();
+  gpu.cpu_backend = false;
+  ExpectError(AdmitRequest(r, *tok_, gpu), StatusCode::kUnimplemented, "CPU backend only");
+  r.policy_json = R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})";
+  EXPECT_TRUE(AdmitRequest(r, *tok_, gpu).ok());
 }
 
 }  // namespace

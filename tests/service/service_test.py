@@ -70,6 +70,23 @@ def scenario_stream(bin_dir, model):
             check(r.json()["text"] == text[:cut] and r.json()["finish_reason"] == "stop",
                   f"stop string {text[cut:cut + 2]!r}: got {r.json()} from {text!r}")
 
+        # A per-job attention policy (A-shape heads and streaming-head decode, which this CPU
+        # engine runs) reaches the workers: the answer is millipede-run's with the same policy
+        # on as many ranks, and differs from dense.
+        policy = os.path.join(os.path.dirname(model), "a-shape-policy.json")
+        with open(policy, "w") as f:
+            json.dump({"version": 1, "default": {"prefill": "a-shape", "decode": "streaming-head"},
+                       "a_shape": {"sink_tokens": 1, "window_tokens": 3},
+                       "streaming_head": {"sink_tokens": 1, "window_tokens": 3}}, f)
+        want_policy = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos", "--max-new-tokens",
+                                               "12", "--ignore-eos", "--policy", policy], ranks=2)
+        r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
+                       "--policy", policy)
+        check(r.rc == 0, f"submit with a policy failed: {r}")
+        check(r.json()["ids"] == want_policy["ids"],
+              f"policy job: service {r.json()['ids']} offline {want_policy['ids']}")
+        check(want_policy["ids"] != want["ids"], "the A-shape policy did not change the answer")
+
         # The streamed text is the same text.
         r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos")
         check(r.rc == 0, f"streaming submit failed: {r}")
@@ -161,6 +178,17 @@ def scenario_errors(bin_dir, model):
             check(r.rc == 0 and len(r.json()["ids"]) >= 1, f"the next job was not served: {r}")
 
         expect_error(svc.submit("--prompt", ""), "INVALID_ARGUMENT", "the prompt is empty")
+        served()
+        bad_policy = os.path.join(work, "bad-policy.json")
+        with open(bad_policy, "w") as f:
+            f.write('{"version": 1, "default": {"prefill": "vertical-slash"}}')
+        expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "UNIMPLEMENTED",
+                     "vertical-slash")
+        served()
+        with open(bad_policy, "w") as f:
+            f.write('{"version": 1, "layers": [{"layer": 99}]}')
+        expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "INVALID_ARGUMENT",
+                     "layer 99")
         served()
         expect_error(svc.submit("-", "--ids", stdin=long_ids(2100)), "OUT_OF_RANGE", "2100",
                      "2048")

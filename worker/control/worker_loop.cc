@@ -43,6 +43,8 @@ Status WorkerLoop::SendHello() {
   hello.kv_capacity_tokens = options_.kv_capacity_tokens;
   hello.eos_ids = engine_.config().eos_token_ids;
   hello.backend = BackendKindName(engine_.options().backend);
+  hello.num_layers = engine_.config().num_hidden_layers;
+  hello.num_kv_heads = engine_.config().num_key_value_heads;
   return channel_.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello));
 }
 
@@ -113,6 +115,7 @@ Status WorkerLoop::RunJob(const control::JobDescriptor& job) {
   request.sampling = {job.temperature, job.top_k, job.top_p, job.seed};
   request.stop_ids = job.stop_ids;
   request.ignore_eos = job.ignore_eos;
+  request.policy_json = job.policy_json;
   cancel_ = false;
   Status control_error;  // a control-plane failure inside a callback ends the job and the loop
   Communicator& comm = engine_.comm();
