@@ -106,7 +106,16 @@ for _ in $(seq 150); do
   sleep 0.2
 done
 curl -sf "$prom/-/ready" >/dev/null || fail "prometheus did not become ready"
-sleep 2  # samples before the jobs, so that rates over the window see them
+# Rates need a sample from before the jobs: wait until Prometheus has scraped the coordinator.
+scraped=0
+for _ in $(seq 150); do
+  if curl -sf "$prom/api/v1/query?query=millipede_requests_running" | grep -q '"value"'; then
+    scraped=1
+    break
+  fi
+  sleep 0.2
+done
+[[ "$scraped" == 1 ]] || fail "prometheus did not scrape the coordinator"
 
 auth=(-H "Authorization: Bearer $key")
 # --- the HTTP API
@@ -189,7 +198,7 @@ log "hang-up cancelled the job"
 curl -sf "$api/ready" >/dev/null || fail "/ready after jobs"
 
 # --- every dashboard expression returns data through Prometheus
-python3 - "$source/cluster/grafana/dashboards/millipede.json" "$prom" <<'EOF' || fail "dashboard queries"
+python3 - "$source/cluster/grafana/dashboards/millipede.json" "$prom" "$api" "$key" <<'EOF' || fail "dashboard queries"
 import json, math, sys, time, urllib.parse, urllib.request
 dashboard = json.load(open(sys.argv[1]))
 exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
@@ -202,7 +211,15 @@ def query(expr):
     assert reply["status"] == "success", reply
     return [float(r["value"][1]) for r in reply["data"]["result"]]
 
-deadline = time.time() + 30
+def small_job():
+    """One more job, so that every counter and histogram moves inside the rate window (on a
+    loaded machine the earlier jobs may have fallen out of it)."""
+    body = json.dumps({"prompt": "again", "max_tokens": 2, "ignore_eos": True}).encode()
+    req = urllib.request.Request(sys.argv[3] + "/v1/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer " + sys.argv[4]})
+    urllib.request.urlopen(req, timeout=30).read()
+
+deadline = time.time() + 60
 while True:
     missing = []
     for expr in exprs:
@@ -211,7 +228,8 @@ while True:
             missing.append(expr)
     if not missing or time.time() > deadline:
         break
-    time.sleep(1)
+    small_job()
+    time.sleep(2)
 for expr in missing:
     print("no data:", expr)
 assert not missing, f"{len(missing)} of {len(exprs)} expressions returned no data"
