@@ -12,11 +12,7 @@
 #include "common/flags.h"
 #include "quality/report.h"
 #include "quality/runner.h"
-#include "worker/dist/mpi_communicator.h"
-#ifdef MILLIPEDE_HAVE_CUDA
-#include "common/cuda_check.h"
-#include "worker/dist/nccl_communicator.h"
-#endif
+#include "worker/engine_flags.h"
 
 namespace millipede {
 namespace {
@@ -52,19 +48,6 @@ struct MpiWorld {
   int size = 1;
   int local_rank = 0;
 };
-
-// The data plane: none for one rank, NCCL between GPUs, MPI otherwise (as millipede-run).
-StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const MpiWorld& world,
-                                                           BackendKind backend) {
-  if (world.size == 1) return std::unique_ptr<Communicator>();
-#ifdef MILLIPEDE_HAVE_CUDA
-  if (backend == BackendKind::kCuda) {
-    MP_CUDA_CHECK(cudaSetDevice(world.local_rank));
-    return CreateNcclCommunicator(MPI_COMM_WORLD);
-  }
-#endif
-  return CreateMpiCommunicator(MPI_COMM_WORLD);
-}
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -162,7 +145,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   }
 
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                      CreateCommunicator(world, options.backend));
+                      CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));
   MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options, std::move(comm)));
   MP_REQUIRE(engine->config().vocab_size >= vocab.vocab_size, options.model_dir,
              ": the model's vocabulary is smaller than its tokenizer's");

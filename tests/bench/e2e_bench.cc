@@ -17,13 +17,7 @@
 #include <vector>
 
 #include "common/flags.h"
-#include "worker/dist/mpi_communicator.h"
-#ifdef MILLIPEDE_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "common/cuda_check.h"
-#include "worker/dist/nccl_communicator.h"
-#endif
+#include "worker/engine_flags.h"
 #include "worker/generate.h"
 #include "worker/model_presets.h"
 
@@ -54,17 +48,6 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
 struct World {
   int rank = 0, size = 1, local_rank = 0;
 };
-
-StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const World& w, BackendKind backend) {
-  if (w.size == 1) return std::unique_ptr<Communicator>();
-#ifdef MILLIPEDE_HAVE_CUDA
-  if (backend == BackendKind::kCuda) {
-    MP_CUDA_CHECK(cudaSetDevice(w.local_rank));
-    return CreateNcclCommunicator(MPI_COMM_WORLD);
-  }
-#endif
-  return CreateMpiCommunicator(MPI_COMM_WORLD);
-}
 
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
   std::vector<int64_t> out;
@@ -250,7 +233,7 @@ Status Run(int argc, char** argv, const World& world) {
   options.policy_file = flags.Get("policy").value_or("");
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                      MakeCommunicator(world, options.backend));
+                      CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));
   const auto load0 = std::chrono::steady_clock::now();
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(options, std::move(comm)));
   const double load_s =
