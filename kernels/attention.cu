@@ -1,5 +1,6 @@
-// AttentionCuda: argument checks, the choice between the tensor-core and CUDA-core kernels, the
-// split-KV plan and the merge of split partials.
+// AttentionCuda: argument checks, the choice between the kernels (Hopper wgmma for prefill,
+// mma.sync for decode, CUDA cores for the rest), the split-KV plan and the merge of split
+// partials.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +50,7 @@ Status CheckArgs(const AttentionArgs& args) {
 struct Plan {
   bool tensor_cores = false;
   AttentionFlashShape shape = AttentionFlashShape::kPrefill;
+  bool wgmma = false;  // kPrefill runs on the Hopper wgmma kernel instead of mma.sync
   int num_splits = 1;
   int64_t keys_per_split = 0;
   size_t o_parts_bytes = 0;
@@ -61,14 +63,18 @@ StatusOr<int64_t> SplitsFor(const AttentionArgs& args, const Plan& plan, int64_t
                             const AttentionCudaOptions& options) {
   if (options.num_splits > 0) return std::min<int64_t>(options.num_splits, tiles);
   const int64_t n_q = args.q.dim(0), group = args.q.dim(1) / args.k.dim(1);
-  const int64_t rows_per_block = attention_internal::AttentionFlashRowsPerBlock(plan.shape);
+  const int64_t rows_per_block =
+      plan.wgmma ? attention_internal::AttentionWgmmaRowsPerBlock()
+                 : attention_internal::AttentionFlashRowsPerBlock(plan.shape);
   const int64_t blocks = (n_q * group + rows_per_block - 1) / rows_per_block * args.k.dim(1);
   int device = 0, sms = 0;
   MP_CUDA_CHECK(cudaGetDevice(&device));
   MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MP_ASSIGN_OR_RETURN(const int per_sm,
-                      attention_internal::AttentionFlashBlocksPerSm(static_cast<int>(args.q.dim(2)),
-                                                                    args.k.dtype, plan.shape));
+  int per_sm = 1;  // the wgmma kernel's shared memory takes a whole SM
+  if (!plan.wgmma) {
+    MP_ASSIGN_OR_RETURN(per_sm, attention_internal::AttentionFlashBlocksPerSm(
+                                    static_cast<int>(args.q.dim(2)), args.k.dtype, plan.shape));
+  }
   // Enough splits to fill one wave of resident blocks, no more: the grid then runs in a single
   // wave and the merge reads as few partials as possible.
   const int64_t slots = static_cast<int64_t>(sms) * std::max(per_sm, 1);
@@ -99,6 +105,9 @@ StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& o
   plan.shape = rows <= attention_internal::AttentionFlashRowsPerBlock(AttentionFlashShape::kDecode)
                    ? AttentionFlashShape::kDecode
                    : AttentionFlashShape::kPrefill;
+  plan.wgmma = options.allow_wgmma && plan.shape == AttentionFlashShape::kPrefill &&
+               attention_internal::AttentionWgmmaSupports(static_cast<int>(head_dim),
+                                                          args.k.dtype, args.v.dtype);
   const int64_t tiles = (n_kv + keys_per_tile - 1) / keys_per_tile;
   int64_t splits = 1;
   if (n_q > 0) {
@@ -142,6 +151,11 @@ AttentionKernelParams KernelParams(const AttentionArgs& args, const Plan& plan) 
   return p;
 }
 
+Status Launch(const Plan& plan, const AttentionKernelParams& p, cudaStream_t stream) {
+  return plan.wgmma ? attention_internal::LaunchAttentionWgmma(p, stream)
+                    : attention_internal::LaunchAttentionFlash(p, plan.shape, stream);
+}
+
 // Split-KV: each split writes its partial (o, lse) into the workspace, then one merge.
 Status RunSplit(const AttentionArgs& args, const Plan& plan, AttentionKernelParams p,
                 char* workspace, cudaStream_t stream) {
@@ -150,7 +164,7 @@ Status RunSplit(const AttentionArgs& args, const Plan& plan, AttentionKernelPara
   float* const lse_parts = reinterpret_cast<float*>(workspace + plan.o_parts_bytes);
   p.o = o_parts;
   p.lse = lse_parts;
-  MP_RETURN_IF_ERROR(attention_internal::LaunchAttentionFlash(p, plan.shape, stream));
+  MP_RETURN_IF_ERROR(Launch(plan, p, stream));
   TensorView lse = args.lse;
   if (lse.data == nullptr)
     lse = {workspace + plan.o_parts_bytes + plan.lse_parts_bytes, DType::kF32,
@@ -181,8 +195,7 @@ Status AttentionCuda(const AttentionArgs& args, const AttentionCudaOptions& opti
   if (args.q.NumElements() == 0) return OkStatus();
   const AttentionKernelParams params = KernelParams(args, plan);
   if (!plan.tensor_cores) return attention_internal::LaunchAttentionGeneric(params, stream);
-  if (plan.num_splits == 1)
-    return attention_internal::LaunchAttentionFlash(params, plan.shape, stream);
+  if (plan.num_splits == 1) return Launch(plan, params, stream);
 
   const size_t bytes = plan.WorkspaceBytes();
   if (options.workspace != nullptr) {

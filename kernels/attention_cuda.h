@@ -2,11 +2,14 @@
 // units (MILLIPEDE_HAVE_CUDA builds); kernels/attention.h stays CUDA-free.
 //
 // Paths (chosen per call, invisible to the caller except for precision and speed):
-//  - Tensor cores (attention_flash.cu): head_dim 64 or 128, K and V both BF16 or both F16,
-//    16-byte aligned q/k/v. Tiles of query rows per kv head (GQA heads packed, K/V never
-//    expanded), 64-key K/V tiles, causal tile skipping. Long key runs with too few tiles of
-//    query rows to fill the GPU (decode) are split over thread blocks (Flash-Decoding) and the
-//    partial (o, lse) merged with MergeStateCuda.
+//  - Tensor cores: head_dim 64 or 128, K and V both BF16 or both F16, 16-byte aligned q/k/v.
+//    Tiles of query rows per kv head (GQA heads packed, K/V never expanded), causal tile
+//    skipping. More than 16 packed query rows (prefill) run on the Hopper kernel
+//    (attention_wgmma.cu: TMA-fed 128-key tiles, wgmma, two warpgroups of 64 rows) on a
+//    compute capability 9.0 device; fewer (decode), or other devices, on the mma.sync kernel
+//    (attention_flash.cu: 64-key tiles). Long key runs with too few tiles of query rows to
+//    fill the GPU are split over thread blocks (Flash-Decoding) and the partial (o, lse)
+//    merged with MergeStateCuda.
 //  - CUDA cores (attention_generic.cu): everything else up to head_dim 256 (F32 K/V, mixed K/V
 //    dtypes, head_dim 16, 32, 80, ...), fp32 throughout; correct but slow, never split.
 //
@@ -40,6 +43,8 @@ struct AttentionCudaOptions {
   // mapping cost).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // false keeps prefill on the mma.sync kernel (tests and benchmarks compare the two).
+  bool allow_wgmma = true;
 };
 
 // Bytes of workspace AttentionCuda(args, options, ...) needs (0 when it does not split). Checks

@@ -1,6 +1,6 @@
-// Internal interface between the attention launcher (attention.cu) and its two kernels: the
-// tensor-core tiled kernel (attention_flash.cu) and the CUDA-core fallback
-// (attention_generic.cu). Not part of the public API; include only from those files.
+// Internal interface between the attention launcher (attention.cu) and its kernels: the Hopper
+// wgmma/TMA prefill kernel (attention_wgmma.cu), the mma.sync tensor-core kernel
+// (attention_flash.cu) and the CUDA-core fallback (attention_generic.cu). Not part of the public API; include only from those files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,6 +61,15 @@ StatusOr<int> AttentionFlashBlocksPerSm(int head_dim, DType kv_dtype, AttentionF
 // Launches grid (row blocks, num_kv_heads, num_splits) on `stream`.
 Status LaunchAttentionFlash(const AttentionKernelParams& params, AttentionFlashShape shape,
                             cudaStream_t stream);
+
+// True when the wgmma kernel runs here: AttentionFlashSupports' head dims and types, a device
+// of compute capability 9.0 and a driver that encodes tensor maps.
+bool AttentionWgmmaSupports(int head_dim, DType k_dtype, DType v_dtype);
+// Query rows (packed) per thread block of the wgmma kernel; one block per SM.
+int AttentionWgmmaRowsPerBlock();
+// Launches grid (row blocks, num_kv_heads, num_splits) on `stream`. K and V rows must be
+// 16-byte aligned (head_dim 64/128 of a 16-bit type always are when the base is).
+Status LaunchAttentionWgmma(const AttentionKernelParams& params, cudaStream_t stream);
 
 // The CUDA-core path's head_dim limit.
 inline constexpr int kAttentionGenericMaxHeadDim = 256;

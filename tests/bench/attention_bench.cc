@@ -27,6 +27,7 @@ constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
   --kv-heads H     key/value heads (default 8)
   --head-dim D     64 or 128 (default 128)
   --dtype T        K/V dtype: bf16 (default) | fp16
+  --kernel K       prefill kernel: auto (default; wgmma on Hopper) | mma-sync
   --warmup N       untimed runs first (default 3)
   --iters N        timed runs, averaged (default 10)
 )";
@@ -91,6 +92,7 @@ StatusOr<double> TimeMs(const std::function<Status()>& run, int64_t warmup, int6
 struct Shapes {
   int64_t q_heads, kv_heads, head_dim, warmup, iters;
   DType dtype;
+  bool allow_wgmma = true;
 };
 
 StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
@@ -109,16 +111,20 @@ StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
                            0.0f,
                            {o.data(), DType::kF32, {seq, s.q_heads, s.head_dim}},
                            {lse.data(), DType::kF32, {seq, s.q_heads}}};
-  MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args));
+  AttentionCudaOptions options;
+  options.allow_wgmma = s.allow_wgmma;
+  MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args, options));
   DeviceBuffer workspace;
   if (workspace_bytes > 0) MP_RETURN_IF_ERROR(workspace.Allocate(workspace_bytes));
-  AttentionCudaOptions options;
   options.workspace = workspace.data();
   options.workspace_bytes = workspace_bytes;
   MP_ASSIGN_OR_RETURN(const double ms, TimeMs([&] { return AttentionCuda(args, options, nullptr); },
                                               s.warmup, s.iters));
   const double flops = 4.0 * static_cast<double>(seq) * seq / 2.0 * s.q_heads * s.head_dim;
-  return nlohmann::json{{"seq", seq}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}};
+  return nlohmann::json{{"seq", seq},
+                        {"kernel", s.allow_wgmma ? "auto" : "mma-sync"},
+                        {"ms", ms},
+                        {"tflops", flops / (ms * 1e-3) / 1e12}};
 }
 
 StatusOr<nlohmann::json> BenchDecode(const Shapes& s, int64_t ctx) {
@@ -166,7 +172,8 @@ Status Run(int argc, char** argv) {
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim", "dtype", "warmup", "iters"}));
+      {"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim", "dtype", "kernel", "warmup",
+       "iters"}));
   Shapes s;
   MP_ASSIGN_OR_RETURN(const int64_t seq, flags.GetInt("seq", 32768));
   MP_ASSIGN_OR_RETURN(const int64_t ctx, flags.GetInt("ctx", 131072));
@@ -177,6 +184,9 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 10));
   MP_ASSIGN_OR_RETURN(s.dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   MP_REQUIRE(s.dtype == DType::kBF16 || s.dtype == DType::kF16, "--dtype must be bf16 or fp16");
+  const std::string kernel = flags.Get("kernel").value_or("auto");
+  MP_REQUIRE(kernel == "auto" || kernel == "mma-sync", "--kernel must be auto or mma-sync");
+  s.allow_wgmma = kernel == "auto";
   MP_REQUIRE(seq >= 0 && ctx >= 0 && s.iters > 0 && s.warmup >= 0 && s.q_heads > 0 &&
                  s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0,
              "bad sizes (see --help)");

@@ -1,5 +1,6 @@
 // AttentionCuda against AttentionRef, which gets the same 16-bit K/V values: random inputs over
-// query and key counts around the 64-key tiles, offsets (including chunks that see no key), GQA
+// query and key counts around the 64- and 128-key tiles, both tensor-core prefill kernels
+// (wgmma and mma.sync), long causal prefill, offsets (including chunks that see no key), GQA
 // ratios, head dims (64 and 128 on the tensor cores, 16, 32 and 80 on the CUDA cores), both
 // masks, K/V dtypes, long decode with split-KV, and splits against no splits. Outputs start
 // NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
@@ -88,6 +89,8 @@ struct Case {
   DType v_dtype = DType::kBF16;
   float scale = 0.0f;
   bool want_lse = true;
+  // false keeps prefill on the mma.sync kernel instead of the Hopper wgmma kernel.
+  bool allow_wgmma = true;
 };
 
 std::string Name(const Case& c) {
@@ -98,6 +101,7 @@ std::string Name(const Case& c) {
        << (c.mask == AttentionMask::kCausal ? "_causal" : "_nomask");
   if (c.scale != 0.0f) name << "_scaled";
   if (!c.want_lse) name << "_nolse";
+  if (!c.allow_wgmma) name << "_mmasync";
   return name.str();
 }
 
@@ -117,7 +121,8 @@ struct Outputs {
   HostTensor o, lse;
 };
 
-Outputs RunCuda(const Case& c, const Inputs& in, const AttentionCudaOptions& options = {}) {
+Outputs RunCuda(const Case& c, const Inputs& in, AttentionCudaOptions options = {}) {
+  options.allow_wgmma = c.allow_wgmma;
   DeviceTensor q(in.q), k(in.k), v(in.v);
   DeviceTensor o(PoisonedF32({c.n_q, c.num_q_heads, c.head_dim}));
   DeviceTensor lse(PoisonedF32({c.n_q, c.num_q_heads}));
@@ -301,6 +306,36 @@ std::vector<Case> OffsetCases() {
 }
 INSTANTIATE_TEST_SUITE_P(Offsets, AttentionCudaTest, ::testing::ValuesIn(OffsetCases()), CaseName);
 
+// The same prefill cases on the mma.sync kernel, which the wgmma kernel replaces for prefill
+// on Hopper (it still runs decode, and prefill elsewhere).
+std::vector<Case> MmaSyncCases() {
+  std::vector<Case> cases;
+  for (const std::vector<Case>& set : {SizeCases(), HeadCases(), OffsetCases()})
+    for (Case c : set)
+      if ((c.head_dim == 64 || c.head_dim == 128) && c.k_dtype == c.v_dtype &&
+          c.k_dtype != DType::kF32) {
+        c.allow_wgmma = false;
+        cases.push_back(c);
+      }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(MmaSync, AttentionCudaTest, ::testing::ValuesIn(MmaSyncCases()),
+                         CaseName);
+
+// Long causal prefill: hundreds of key tiles through the stage ring, GQA 4 and 8, both dtypes
+// and head dims, a chunk that starts after earlier keys (ring step), and one that ends before
+// the last keys (skipped tiles).
+std::vector<Case> LongCases() {
+  return {
+      {8192, 8192, 32, 8, 128, 0, 0, kCausal},
+      {8192, 8192, 16, 2, 64, 0, 0, kCausal, DType::kF16, DType::kF16},
+      {3000, 20000, 32, 8, 128, 17000, 0, kCausal},
+      {3000, 20000, 8, 2, 128, 9000, 0, kCausal, DType::kF16, DType::kF16},
+      {2048, 6000, 32, 8, 128, 0, 0, kNone},
+  };
+}
+INSTANTIATE_TEST_SUITE_P(Long, AttentionCudaTest, ::testing::ValuesIn(LongCases()), CaseName);
+
 // Decode over a long context: the grid is too small for the SMs, so the keys are split.
 std::vector<Case> DecodeCases() {
   return {
@@ -356,6 +391,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{1, 100000, 32, 8, 128, 99999, 0, kCausal},
                       Case{65, 4097, 8, 2, 64, 4032, 0, kCausal},
                       Case{65, 4097, 8, 2, 128, 1000, 0, kCausal, DType::kF16, DType::kF16},
+                      Case{300, 9000, 32, 8, 128, 8700, 0, kCausal},
                       Case{1, 1000, 4, 4, 128, 5000, 0, kNone, DType::kF16, DType::kF16}),
     CaseName);
 
