@@ -3,8 +3,9 @@
 // "empty"), and two warpgroups, each owning 64 packed query rows of one kv head, compute
 // S = Q K^T with wgmma (both operands from shared memory) and O += P V with wgmma (P from
 // registers, V transposed from shared memory), keeping the online softmax in fp32 through
-// AttentionState. Thread 0 also issues the TMA loads, kStages - 1 tiles ahead. Same contract as
-// the mma.sync kernel (attention_flash.cu), including key splits and causal tile skipping.
+// AttentionState. A producer warp issues the TMA loads; the consumers overlap each tile's
+// softmax with MMAs (their own and, taking turns, the other warpgroup's). Same contract as the
+// mma.sync kernel (attention_flash.cu), including key splits and causal tile skipping.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,7 +27,15 @@ constexpr int kWgRows = 64;                // packed query rows per warpgroup (w
 constexpr int kWarpgroups = 2;             // per block
 constexpr int kRows = kWgRows * kWarpgroups;
 constexpr int kKeys = 128;                 // keys per K/V tile (wgmma N of Q K^T)
-constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kConsumerThreads = 128 * kWarpgroups;
+constexpr int kThreads = kConsumerThreads + 128;  // + the producer warpgroup
+// Registers per thread after the producer gives its share to the consumers (setmaxnreg):
+// 128 x 24 + 256 x 240 <= 65536.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+// Named barrier ids: per-warpgroup Q staging, and the two warpgroups' MMA turns.
+constexpr int kQBarrier = 1;     // 1, 2
+constexpr int kTurnBarrier = 3;  // 3, 4
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory of one block (from a 1024-byte aligned base): the Q tile [warpgroup][column
@@ -69,6 +78,12 @@ __device__ __forceinline__ void PvStep(float (&o)[kHeadDim / 2], const uint32_t 
 // Grid: (row blocks, num_kv_heads, num_splits); kThreads threads; Tile::kSmemBytes of dynamic
 // shared memory. k_map / v_map: 2-D tensor maps over K / V as [n_kv rows][num_kv_heads *
 // head_dim] with 64 x 128 boxes and 128-byte swizzle.
+//
+// Warpgroups 0 and 1 consume, warpgroup 2 produces (one thread issues every TMA load).
+// A consumer warpgroup issues, in one turn, S(t) = Q K(t)^T and O += P(t-1) V(t-1), then runs
+// the softmax of tile t while both MMAs are in flight (intra-warpgroup overlap); the two
+// warpgroups take turns through two named barriers (ping-pong), so one's softmax runs while
+// the other's MMAs use the tensor cores.
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionWgmmaKernel(const AttentionKernelParams p, const __grid_constant__ CUtensorMap k_map,
@@ -118,30 +133,35 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       MbarrierInit(full_bar + 8 * s, 1);
-      MbarrierInit(empty_bar + 8 * s, kThreads);
+      MbarrierInit(empty_bar + 8 * s, kConsumerThreads);
     }
     MbarrierInitFence();
   }
   __syncthreads();
 
-  // Thread 0 loads tile `tile` into stage tile % kStages once every thread has released the
-  // tile that stage held before.
-  auto issue = [&](int tile) {
-    const int stage = tile % kStages;
-    if (tile >= kStages) MbarrierWait(empty_bar + 8 * stage, (tile / kStages - 1) & 1);
-    const uint32_t bar = full_bar + 8 * stage;
-    MbarrierArriveExpectTx(bar, Tile::kStageBytes);
-    const int key0 = key_begin + tile * kKeys;
-    const uint32_t k_dst = kv_base + stage * Tile::kStageBytes;
+  if (wg == kWarpgroups) {
+    // Producer: tile t goes to stage t % kStages once both warpgroups have released the tile
+    // that stage held before.
+    SetMaxRegisters<kProducerRegisters, false>();
+    if (threadIdx.x == kConsumerThreads) {
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        const int stage = tile % kStages;
+        if (tile >= kStages) MbarrierWait(empty_bar + 8 * stage, (tile / kStages - 1) & 1);
+        const uint32_t bar = full_bar + 8 * stage;
+        MbarrierArriveExpectTx(bar, Tile::kStageBytes);
+        const int key0 = key_begin + tile * kKeys;
+        const uint32_t k_dst = kv_base + stage * Tile::kStageBytes;
 #pragma unroll
-    for (int b = 0; b < Tile::kColumnBlocks; ++b) {
-      const int x = kv_head * kHeadDim + b * 64;
-      TmaLoad2d(k_dst + b * Tile::kKvBlockBytes, &k_map, x, key0, bar);
-      TmaLoad2d(k_dst + Tile::kKvBytes + b * Tile::kKvBlockBytes, &v_map, x, key0, bar);
+        for (int b = 0; b < Tile::kColumnBlocks; ++b) {
+          const int x = kv_head * kHeadDim + b * 64;
+          TmaLoad2d(k_dst + b * Tile::kKvBlockBytes, &k_map, x, key0, bar);
+          TmaLoad2d(k_dst + Tile::kKvBytes + b * Tile::kKvBlockBytes, &v_map, x, key0, bar);
+        }
+      }
     }
-  };
-  if (threadIdx.x == 0)
-    for (int t = 0; t < kStages - 1 && t < num_tiles; ++t) issue(t);
+    return;
+  }
+  SetMaxRegisters<kConsumerRegisters, true>();
 
   // This warpgroup's Q rows, converted from F32 to T and stored swizzled while the first
   // tiles stream in (its precision cost is documented in attention_cuda.h).
@@ -164,110 +184,148 @@ __global__ void __launch_bounds__(kThreads, 1)
     *reinterpret_cast<uint4*>(smem + offset) = packed;
   }
   FenceProxyAsync();
-  WarpgroupBarrier(1 + wg);
+  NamedBarrierSync(kQBarrier + wg, 128);
 
   // This thread holds rows r and r + 8 of the warpgroup's 64 (r = 16 warp + lane / 4).
   const int64_t thread_row = wg_row0 + warp * 16 + lane / 4;
   const int row_end[2] = {row_key_end(thread_row), row_key_end(thread_row + 8)};
-  const bool wg_has_rows = wg_row0 < rows;
-  const int wg_any_end =
-      wg_has_rows ? row_key_end(min(wg_row0 + kWgRows, rows) - 1) : key_begin;
 
   float o_acc[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o_acc[i] = 0.0f;
+  float s[kKeys / 2];
+  uint32_t pa[kKeys / 16][4];  // P of the previous tile: A fragments of eight 16-key steps
   AttentionState state[2] = {AttentionState::Empty(), AttentionState::Empty()};
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    if (threadIdx.x == 0 && tile + kStages - 1 < num_tiles) issue(tile + kStages - 1);
-    const int stage = tile % kStages;
-    const int key0 = key_begin + tile * kKeys;
-    MbarrierWait(full_bar + 8 * stage, (tile / kStages) & 1);
-    if (key0 < wg_any_end) {  // warpgroup-uniform: some row of the warpgroup sees a key here
-      const uint32_t k_tile = kv_base + stage * Tile::kStageBytes;
-      const uint32_t v_tile = k_tile + Tile::kKvBytes;
-
-      // S = Q K^T, raw dot products: 16 columns of head_dim per MMA, four per column block.
-      float s[kKeys / 2];
-      WgmmaFence();
+  // S = Q K^T of a tile, raw dot products: 16 columns of head_dim per MMA, four per column
+  // block.
+  auto issue_qk = [&](int tile) {
+    const uint32_t k_tile = kv_base + (tile % kStages) * Tile::kStageBytes;
 #pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        const uint32_t column = (ks % 4) * 32;  // bytes into the 128-byte row
-        Wgmma<T>::QK(s,
-                     SmemDescriptor(q_wg + (ks / 4) * Tile::kQBlockBytes + column, 16, 1024),
-                     SmemDescriptor(k_tile + (ks / 4) * Tile::kKvBlockBytes + column, 16, 1024),
-                     ks > 0 ? 1 : 0);
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-      FenceRegisters(s);
-
-      // Only tiles on the causal diagonal or at the end of the keys need a mask.
-      if (key0 + kKeys > row_end[0]) {
-#pragma unroll
-        for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (key0 + 8 * j + 2 * (lane % 4) + (e & 1) >= row_end[e / 2]) s[4 * j + e] = -INFINITY;
-      }
-
-      // Online softmax, as in the mma.sync kernel: the tile's state is taken relative to
-      // m_ref (the larger of the running max and the tile's), so Merge() returns a factor of
-      // exactly 1 for the tile and P V is added unscaled after O is rescaled.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kKeys / 8; ++j)
-          tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float m_ref = fmaxf(state[h].m, tile_max * p.scale);
-        const float m_ref_log2 = m_ref == -INFINITY ? 0.0f : m_ref * kLog2e;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[4 * j + e] = exp2f(fmaf(s[4 * j + e], scale_log2, -m_ref_log2));
-            sum += s[4 * j + e];
-          }
-        const AttentionState::Factors f = state[h].Merge(AttentionState{m_ref, sum});
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          o_acc[4 * j + 2 * h] *= f.self;
-          o_acc[4 * j + 2 * h + 1] *= f.self;
-        }
-      }
-
-      // P as the A fragments of eight 16-key steps (two 8-key accumulator blocks each).
-      uint32_t pa[kKeys / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        pa[kk][0] = Mma::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = Mma::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = Mma::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = Mma::Pack(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) FenceRegisters(pa[kk]);
-      FenceRegisters(o_acc);
-      WgmmaFence();
-      // O += P V: 16 keys (two 8-row groups, 1024 bytes apart) per MMA; the column blocks of
-      // V are Tile::kKvBlockBytes apart.
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk)
-        PvStep<T, kHeadDim>(o_acc, pa[kk],
-                            SmemDescriptor(v_tile + kk * 2048, Tile::kKvBlockBytes, 1024));
-      WgmmaCommit();
-      WgmmaWaitAll();
-      FenceRegisters(o_acc);
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) FenceRegisters(pa[kk]);
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const uint32_t column = (ks % 4) * 32;  // bytes into the 128-byte row
+      Wgmma<T>::QK(s, SmemDescriptor(q_wg + (ks / 4) * Tile::kQBlockBytes + column, 16, 1024),
+                   SmemDescriptor(k_tile + (ks / 4) * Tile::kKvBlockBytes + column, 16, 1024),
+                   ks > 0 ? 1 : 0);
     }
-    MbarrierArrive(empty_bar + 8 * stage);
+    WgmmaCommit();
+  };
+  // O += P V of a tile: 16 keys (two 8-row groups, 1024 bytes apart) per MMA; the column blocks
+  // of V are Tile::kKvBlockBytes apart.
+  auto issue_pv = [&](int tile) {
+    const uint32_t v_tile = kv_base + (tile % kStages) * Tile::kStageBytes + Tile::kKvBytes;
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      PvStep<T, kHeadDim>(o_acc, pa[kk],
+                          SmemDescriptor(v_tile + kk * 2048, Tile::kKvBlockBytes, 1024));
+    WgmmaCommit();
+  };
+  // Masks S of `tile`, merges its softmax statistics into the state and turns S into
+  // exp(S - m) relative to the new running max; returns the factors O must be scaled by (as
+  // in the mma.sync kernel, the tile's own factor is exactly 1, so P V is added unscaled).
+  auto softmax = [&](int tile, float (&factor)[2]) {
+    const int key0 = key_begin + tile * kKeys;
+    if (key0 + kKeys > row_end[0]) {  // only tiles on the diagonal or at the end of the keys
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + 8 * j + 2 * (lane % 4) + (e & 1) >= row_end[e / 2]) s[4 * j + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+        tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m_ref = fmaxf(state[h].m, tile_max * p.scale);
+      const float m_ref_log2 = m_ref == -INFINITY ? 0.0f : m_ref * kLog2e;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[4 * j + e] = FastExp2(fmaf(s[4 * j + e], scale_log2, -m_ref_log2));
+          sum += s[4 * j + e];
+        }
+      factor[h] = state[h].Merge(AttentionState{m_ref, sum}).self;
+    }
+  };
+  // O *= factor, then P = S as 16-bit A fragments (two 8-key accumulator blocks per step).
+  auto rescale_and_pack = [&](const float (&factor)[2]) {
+    // Once the running max settles, most tiles leave it unchanged (factor 1).
+    if (factor[0] != 1.0f || factor[1] != 1.0f) {
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[4 * j + e] *= factor[e / 2];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      pa[kk][0] = Mma::Pack(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = Mma::Pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = Mma::Pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = Mma::Pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto fence_all = [&] {
+    FenceRegisters(o_acc);
+    FenceRegisters(s);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) FenceRegisters(pa[kk]);
+  };
+
+  // Turns alternate between the warpgroups, warpgroup 0 first. Every warpgroup computes every
+  // tile of the block (keys no row of it sees are masked): MMAs under a branch would be
+  // serialised by the compiler.
+  const int my_turn = kTurnBarrier + wg, their_turn = kTurnBarrier + 1 - wg;
+  if (wg == 1) NamedBarrierArrive(their_turn, kConsumerThreads);
+
+  MbarrierWait(full_bar, 0);
+  NamedBarrierSync(my_turn, kConsumerThreads);
+  fence_all();
+  WgmmaFence();
+  issue_qk(0);
+  NamedBarrierArrive(their_turn, kConsumerThreads);
+  WgmmaWait<0>();
+  fence_all();
+  {
+    float factor[2];
+    softmax(0, factor);
+    rescale_and_pack(factor);
   }
+  for (int tile = 1; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    MbarrierWait(full_bar + 8 * stage, (tile / kStages) & 1);
+    NamedBarrierSync(my_turn, kConsumerThreads);
+    fence_all();
+    WgmmaFence();
+    issue_qk(tile);
+    issue_pv(tile - 1);
+    NamedBarrierArrive(their_turn, kConsumerThreads);
+    WgmmaWait<1>();  // S of this tile; P V of the last may still run
+    fence_all();
+    float factor[2];
+    softmax(tile, factor);
+    WgmmaWait<0>();
+    fence_all();
+    MbarrierArrive(empty_bar + 8 * ((tile - 1) % kStages));
+    rescale_and_pack(factor);
+  }
+  const int last = num_tiles - 1;
+  NamedBarrierSync(my_turn, kConsumerThreads);
+  fence_all();
+  WgmmaFence();
+  issue_pv(last);
+  NamedBarrierArrive(their_turn, kConsumerThreads);
+  WgmmaWait<0>();
+  fence_all();
+  MbarrierArrive(empty_bar + 8 * (last % kStages));
+  // Warpgroup 1's last arrival, so that no barrier is left half-complete.
+  if (wg == 0) NamedBarrierSync(my_turn, kConsumerThreads);
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -74,9 +74,30 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, 
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-// Barrier over the 128 threads of one warpgroup (ids 1.. ; 0 is __syncthreads').
-__device__ __forceinline__ void WarpgroupBarrier(int id) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+// Named barriers (ids 1..15; 0 is __syncthreads'): wait until `threads` threads have arrived
+// (this one included), or arrive without waiting.
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// 2^x in one MUFU instruction (flush-to-zero; about 2 ulp): the probabilities it makes are
+// rounded to 16 bits before P V anyway.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Sets this warpgroup's registers per thread (every thread of the warpgroup executes it).
+template <int kRegisters, bool kIncrease>
+__device__ __forceinline__ void SetMaxRegisters() {
+  if constexpr (kIncrease)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
 __device__ __forceinline__ void WgmmaFence() {
@@ -85,8 +106,10 @@ __device__ __forceinline__ void WgmmaFence() {
 __device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most `kPending` of this warpgroup's committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Keeps the compiler from moving accesses of accumulator registers across the asynchronous
 // MMAs (which read and write them behind its back).
