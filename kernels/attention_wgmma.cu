@@ -1,9 +1,9 @@
 // Tensor-core prefill attention for Hopper (sm_90a): TMA brings 128-key K/V tiles into a ring
 // of shared-memory stages (128-byte swizzle, one mbarrier per stage for "full" and one for
 // "empty"), and two warpgroups, each owning 64 packed query rows of one kv head, compute
-// S = Q K^T with wgmma (both operands from shared memory) and O += P V with wgmma (P from
+// S = Q K^T with wgmma (Q from registers, K from shared memory) and O += P V with wgmma (P from
 // registers, V transposed from shared memory), keeping the online softmax in fp32 through
-// AttentionState. A producer warp issues the TMA loads; the consumers overlap each tile's
+// AttentionState. A producer warpgroup issues the TMA loads; the consumers overlap each tile's
 // softmax with MMAs (their own and, taking turns, the other warpgroup's). Same contract as the
 // mma.sync kernel (attention_flash.cu), including key splits and causal tile skipping.
 #include <cuda.h>
@@ -183,8 +183,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                             (((c % 8) ^ (r % 8)) << 4);
     *reinterpret_cast<uint4*>(smem + offset) = packed;
   }
-  FenceProxyAsync();
   NamedBarrierSync(kQBarrier + wg, 128);
+  // Q stays in registers as the A fragments of the head_dim / 16 steps of Q K^T, so that the
+  // MMAs read only K from shared memory.
+  uint32_t qa[kHeadDim / 16][4];
+  {
+    const int r = warp * 16 + lane % 8 + (lane / 8) % 2 * 8;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const int chunk = 2 * ks + lane / 16;
+      Ldmatrix4(qa[ks], q_wg + (chunk / 8) * Tile::kQBlockBytes + r * 128 +
+                            (((chunk % 8) ^ (r % 8)) << 4));
+    }
+  }
 
   // This thread holds rows r and r + 8 of the warpgroup's 64 (r = 16 warp + lane / 4).
   const int64_t thread_row = wg_row0 + warp * 16 + lane / 4;
@@ -205,9 +216,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       const uint32_t column = (ks % 4) * 32;  // bytes into the 128-byte row
-      Wgmma<T>::QK(s, SmemDescriptor(q_wg + (ks / 4) * Tile::kQBlockBytes + column, 16, 1024),
-                   SmemDescriptor(k_tile + (ks / 4) * Tile::kKvBlockBytes + column, 16, 1024),
-                   ks > 0 ? 1 : 0);
+      Wgmma<T>::QKRegisters(
+          s, qa[ks], SmemDescriptor(k_tile + (ks / 4) * Tile::kKvBlockBytes + column, 16, 1024),
+          ks > 0 ? 1 : 0);
     }
     WgmmaCommit();
   };

@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks of the wgmma attention kernel: shared-memory matrix
 // descriptors for 128-byte-swizzled tiles, mbarriers, TMA tile loads and the warpgroup MMAs it
-// issues (m64n128k16 for Q K^T, m64n{128,64}k16 for P V), for bf16 and f16 operands with fp32
-// accumulators. Device code only; compile for sm_90a.
+// issues (m64n128k16 for Q K^T, m64n{128,64}k16 for P V, A from registers), for bf16 and f16
+// operands with fp32 accumulators. Device code only; compile for sm_90a.
 //
 // Register layout of an m64nNk16 fp32 accumulator (PTX ISA, wgmma): warp w of the warpgroup
 // holds rows 16 w .. 16 w + 15; with g = lane / 4 and c = lane % 4, element d[4 j + e] is row
@@ -70,10 +70,6 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, 
       : "memory");
 }
 
-// Generic-proxy writes to shared memory (st.shared) become visible to wgmma's async proxy.
-__device__ __forceinline__ void FenceProxyAsync() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 // Named barriers (ids 1..15; 0 is __syncthreads'): wait until `threads` threads have arrived
 // (this one included), or arrive without waiting.
 __device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
@@ -130,12 +126,12 @@ struct Wgmma;
 
 template <>
 struct Wgmma<__nv_bfloat16> {
-  // d (+)= A B: A [64 x 16] and B [16 x 128] both K-major in shared memory (descriptors);
-  // accumulate 0 overwrites d.
-  __device__ __forceinline__ static void QK(float (&d)[64], uint64_t a_desc, uint64_t b_desc,
-                                   int accumulate) {
+  // d (+)= A B: A [64 x 16] in registers (per warp the m16n8k16 A fragment of its 16 rows), B
+  // [16 x 128] K-major in shared memory; accumulate 0 overwrites d.
+  __device__ __forceinline__ static void QKRegisters(float (&d)[64], const uint32_t (&a)[4],
+                                     uint64_t b_desc, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -143,7 +139,7 @@ struct Wgmma<__nv_bfloat16> {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, "
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -155,7 +151,7 @@ struct Wgmma<__nv_bfloat16> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
           "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
   }
   // d += A B: A [64 x 16] in registers (per warp the m16n8k16 A fragment of its 16 rows), B
   // [16 x 128] MN-major (transposed) in shared memory.
@@ -208,12 +204,12 @@ struct Wgmma<__nv_bfloat16> {
 
 template <>
 struct Wgmma<__half> {
-  // d (+)= A B: A [64 x 16] and B [16 x 128] both K-major in shared memory (descriptors);
-  // accumulate 0 overwrites d.
-  __device__ __forceinline__ static void QK(float (&d)[64], uint64_t a_desc, uint64_t b_desc,
-                                   int accumulate) {
+  // d (+)= A B: A [64 x 16] in registers (per warp the m16n8k16 A fragment of its 16 rows), B
+  // [16 x 128] K-major in shared memory; accumulate 0 overwrites d.
+  __device__ __forceinline__ static void QKRegisters(float (&d)[64], const uint32_t (&a)[4],
+                                     uint64_t b_desc, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
         "{"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -221,7 +217,7 @@ struct Wgmma<__half> {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, "
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -233,7 +229,7 @@ struct Wgmma<__half> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
           "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
   }
   // d += A B: A [64 x 16] in registers (per warp the m16n8k16 A fragment of its 16 rows), B
   // [16 x 128] MN-major (transposed) in shared memory.
