@@ -47,14 +47,14 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name) {
     // The constructed retrieval model (worker/retrieval_model.h); its weights are set by hand for
     // this exact shape. vocab_size comes from its tokenizer.
     c.vocab_size = 2048;
-    c.hidden_size = 256;
+    c.hidden_size = 512;  // = 8 heads x head_dim 64, so no reader needs head_dim from config.json
     c.intermediate_size = 128;
     c.num_hidden_layers = 3;
     c.num_attention_heads = 8;
     c.num_key_value_heads = 2;
-    c.head_dim = 32;
+    c.head_dim = 64;  // the tensor-core attention kernel takes head_dim 64 and 128
     c.rms_norm_eps = 1e-5;
-    // Rotary frequencies theta^(-2j/32): pairs j >= 7 turn by at most 0.014 rad over 2^20
+    // Rotary frequencies theta^(-2j/64): pairs j >= 23 turn by at most 1.2e-7 rad over 2^20
     // positions, so the content dimensions placed there match at any distance.
     c.rope_theta = 1e18;
     c.max_position_embeddings = 1048576;

@@ -17,47 +17,56 @@
 namespace millipede {
 namespace {
 
-// Residual stream layout (hidden 256; unused dimensions stay 0). Every token embedding has four
-// entries of +-1, so RMSNorm turns each into +-8 at the first layer.
+// Residual stream layout (hidden 512; unused dimensions stay 0). Every token embedding has eight
+// entries of +-1 (its four role entries and the four ballast ones), so its mean square is 1/64
+// and RMSNorm turns each entry into +-8 at the first layer.
 constexpr int kAnswer = 0;       // [32] what retrieval heads write: one-hot of the value found
 constexpr int kValueCode = 32;   // [32] a needle's value, one-hot
-constexpr int kKeyCode = 64;     // [16] a needle's key, signed one-hot (see SymbolCode)
+constexpr int kKeyCode = 64;     // [16] a needle's key, signed one-hot (see CodeIndex)
 constexpr int kQueryCode = 80;   // [16] a query token's key, signed one-hot
 constexpr int kAlways = 96;      // 1 in every token
 constexpr int kSinkQuery = 97;   // 1 in every token that is not a query: look at the sink
 constexpr int kBosFlag = 98;     // 1 in BOS: the attention sink's key
 constexpr int kQueryFlag = 99;   // 1 in query tokens: a weak pull to the sink
-constexpr int kPad0 = 100;       // pads, so that every embedding has sum of squares 4
+constexpr int kPad0 = 100;       // pads, so that every token has four entries besides ballast
 constexpr int kPad1 = 101;
+constexpr int kBallast = 102;    // [4] 1 in every token, read by nothing: with hidden 512 they keep
+                                 // the embeddings' mean square at 8 / 512 = 1/64
 
-constexpr int kHidden = 256;
+constexpr int kHidden = 512;
 constexpr int kLayers = 3;
 constexpr int kHeads = 8;
 constexpr int kKvHeads = 2;
-constexpr int kHeadDim = 32;
+constexpr int kHeadDim = 64;
+constexpr int kBallastDims = 4;
 constexpr int kCodeDims = 16;  // signed one-hot: 16 dimensions carry 32 symbols
 
-// Head dimensions whose rotary frequency is theta^(-2j/32) for pair j (dims j and j + 16):
-// with theta 1e18, pairs j >= 7 turn by at most 0.014 rad over 2^20 positions. Key codes use
-// the first 16 of these 18 dimensions, the sink the 17th.
-int SlowDim(int i) { return i < 9 ? 7 + i : 23 + (i - 9); }
+// Rotary pair j of a head is dims (j, j + 32) with frequency theta^(-2j/64) = 10^(-0.5625 j)
+// for theta 1e18. The slowest pairs, 23..31, turn by at most 1.2e-7 rad over 2^20 positions;
+// their 18 dimensions (23..31 and 55..63) carry content: key codes on the first 16, the sink on
+// the 17th. Pairs 4, 6 and 8 (5.6e-3, 4.2e-4 and 3.2e-5 rad per position) give local heads
+// their recency.
+constexpr int kSlowPair = 23;
+int SlowDim(int i) { return i < 9 ? kSlowPair + i : kSlowPair + kHeadDim / 2 + (i - 9); }
 constexpr int kSinkSlot = 16;
+constexpr int kRecencyDims[] = {4, 6, 8};
 
 // Symbol s is +e_(s mod 16) for s < 16 and -e_(s mod 16) above: two keys are orthogonal or
 // (s, s + 16) opposite, never alike.
 int CodeIndex(int s) { return s % kCodeDims; }
 float CodeSign(int s) { return s < kCodeDims ? 1.0f : -1.0f; }
 
-// Weights of query and key projections (power-of-two scales; see docs/quality.md for the
-// scores they give: 2 * 2 * 8 * 8 / sqrt(32) = 45.25 for a matching needle).
-constexpr float kMatchQ = 2.0f, kMatchK = 2.0f;
+// Weights of query and key projections (short binary fractions). With RMSNorm entries of 8 and
+// the softmax scale 1/sqrt(64) = 1/8, a query weight wq meeting a key weight wk on one dimension
+// scores 8 * 8 * wq * wk / 8 = 8 wq wk (docs/quality.md): 8 * 3 * 2 = 48 for a matching needle.
+constexpr float kMatchQ = 3.0f, kMatchK = 2.0f;
 constexpr float kSinkK = 2.0f;          // BOS key on the sink dimension
-constexpr float kSinkQNonQuery = 2.0f;  // non-query tokens: score 45.25 on BOS
-constexpr float kSinkQQuery = 0.25f;    // query tokens: score 5.66 on BOS
-// Local heads: BOS scores 14.14 (even heads) or 16.97 (odd heads); each recency pair adds
-// 6 * 4 / sqrt(32) cos(f_j d) = 4.24 cos(f_j d), pairs {2, 3} (even) or {2, 3, 4} (odd).
-constexpr float kLocalSinkQEven = 0.625f, kLocalSinkQOdd = 0.75f;
-constexpr float kLocalRecencyQ = 0.75f, kLocalRecencyK = 0.5f;
+constexpr float kSinkQNonQuery = 3.0f;  // non-query tokens: score 48 on BOS
+constexpr float kSinkQQuery = 0.375f;   // query tokens: score 6 on BOS
+// Local heads: BOS scores 14 (even heads) or 17 (odd heads); each recency pair adds
+// 8 * 17/16 * 1/2 cos(f_j d) = 4.25 cos(f_j d), pairs {4, 6} (even) or {4, 6, 8} (odd).
+constexpr float kLocalSinkQEven = 0.875f, kLocalSinkQOdd = 1.0625f;
+constexpr float kLocalRecencyQ = 1.0625f, kLocalRecencyK = 0.5f;
 constexpr float kValueV = 0.125f;       // v = one-hot of the needle's value
 constexpr float kAnswerO = 0.0625f;     // 4 retrieval heads per layer write 1/4 each layer
 constexpr float kAnswerLogit = 8.0f;    // LM head on the answer dimensions
@@ -82,6 +91,7 @@ void BuildEmbedding(const RetrievalVocab& vocab, HostTensor& e) {
     Set(e, id, kSinkQuery, 1);
     Set(e, id, kPad0, 1);
     Set(e, id, kPad1, 1);
+    for (int i = 0; i < kBallastDims; ++i) Set(e, id, kBallast + i, 1);
   }
   auto clear = [&](int32_t id) {
     for (int c : {kAlways, kSinkQuery, kPad0, kPad1}) Set(e, id, c, 0);
@@ -113,7 +123,7 @@ void BuildAttention(int layer, HostTensor& q, HostTensor& k, HostTensor& v, Host
     for (int i = 0; i < kCodeDims; ++i) Set(k, base + SlowDim(i), kKeyCode + i, kMatchK);
     Set(k, base + SlowDim(kSinkSlot), kBosFlag, kSinkK);
     // Recency keys for every token but BOS, whose score must not depend on its distance.
-    for (int j = 2; j <= 4; ++j) {
+    for (int j : kRecencyDims) {
       Set(k, base + j, kAlways, kLocalRecencyK);
       Set(k, base + j, kBosFlag, -kLocalRecencyK);
     }
@@ -131,7 +141,8 @@ void BuildAttention(int layer, HostTensor& q, HostTensor& k, HostTensor& v, Host
       // A local (streaming) head: the sink plus recency from fast rotary pairs.
       const bool odd = h % 2 == 1;
       Set(q, base + SlowDim(kSinkSlot), kAlways, odd ? kLocalSinkQOdd : kLocalSinkQEven);
-      for (int j = 2; j <= (odd ? 4 : 3); ++j) Set(q, base + j, kAlways, kLocalRecencyQ);
+      for (int r = 0; r < (odd ? 3 : 2); ++r)
+        Set(q, base + kRecencyDims[r], kAlways, kLocalRecencyQ);
     }
   }
 }

@@ -60,13 +60,13 @@ struct RetrievalVocab {
 };
 
 // Checks that `c` has the shape the construction needs (the "retrieval" preset's: llama, hidden
-// 256, 3 layers, 8 query heads over 2 KV heads of head_dim 32, rope_theta 1e18, no scaling, no
+// 512, 3 layers, 8 query heads over 2 KV heads of head_dim 64, rope_theta 1e18, no scaling, no
 // biases, untied) and a vocabulary covering `vocab`.
 Status CheckRetrievalConfig(const ModelConfig& c, const RetrievalVocab& vocab);
 
 // Every weight of ExpectedModelTensors(c), in that order, stored as `dtype` (F32, BF16 or F16;
-// every constructed value is 0 or +- a short binary fraction such as 1/16, 5/8 or 8, so all
-// three hold them exactly).
+// every constructed value is 0 or +- a short binary fraction such as 1/16, 3/8, 17/16 or 8, so
+// all three hold them exactly).
 StatusOr<std::vector<NamedHostTensor>> BuildRetrievalWeights(const ModelConfig& c,
                                                              const RetrievalVocab& vocab,
                                                              DType dtype);

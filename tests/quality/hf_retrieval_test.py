@@ -39,6 +39,7 @@ except Exception as e:  # ImportError, or a broken install failing inside an imp
 SKIP = 77
 # Retrieval heads (layer -> query heads): layer 0 is all local, then KV head 0, then KV head 1.
 RETRIEVAL_HEADS = {1: range(0, 4), 2: range(4, 8)}
+HEAD_DIM = 64
 MIN_NEEDLE_WEIGHT = 1 - 1e-6
 MIN_LOGIT_GAP = 20.0
 GREEN = (26, 152, 80)
@@ -106,6 +107,9 @@ def hf_model(model_dir, dtype):
     problems = {k: v for k, v in info.items() if v}
     if problems:
         raise Failure(f"transformers did not load {model_dir} cleanly: {problems}")
+    attn = model.model.layers[0].self_attn
+    if attn.head_dim != HEAD_DIM or model.model.rotary_emb.inv_freq.numel() != HEAD_DIM // 2:
+        raise Failure(f"transformers reads head_dim {attn.head_dim}, not {HEAD_DIM}")
     return model.eval()
 
 

@@ -59,13 +59,16 @@ TEST(RetrievalModelTest, WeightsAreExactInEveryDtype) {
         nonzero += x != 0;
       }
     }
-    EXPECT_GT(nonzero, 5000);  // 8321: the constructed entries
+    EXPECT_GT(nonzero, 5000);  // 15875: the constructed entries
   }
 }
 
 TEST(RetrievalModelTest, RejectsOtherShapes) {
   ModelConfig c = RetrievalConfig();
   c.num_key_value_heads = 4;
+  EXPECT_FALSE(CheckRetrievalConfig(c, RetrievalData().vocab).ok());
+  c = RetrievalConfig();
+  c.head_dim = 32;  // the old shape
   EXPECT_FALSE(CheckRetrievalConfig(c, RetrievalData().vocab).ok());
   c = RetrievalConfig();
   c.rope_theta = 10000;
