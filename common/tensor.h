@@ -71,6 +71,21 @@ StatusOr<BasicTensorView<Ptr>> Reshape(const BasicTensorView<Ptr>& t, const Shap
   return out;
 }
 
+// `shape` elements of `t` starting at element `offset` of its flat contents (e.g. one of several
+// matrices stored back to back in one buffer). Past the end of `t`: InvalidArgument.
+template <typename Ptr>
+StatusOr<BasicTensorView<Ptr>> SubView(const BasicTensorView<Ptr>& t, int64_t offset,
+                                       const Shape& shape) {
+  if (offset < 0 || shape.NumElements() < 0 || offset + shape.NumElements() > t.NumElements())
+    return InvalidArgumentError("a view of " + shape.ToString() + " at element " +
+                                std::to_string(offset) + " is outside " + t.shape.ToString());
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Ptr>>, const char, char>;
+  BasicTensorView<Ptr> out = t;
+  out.data = static_cast<Byte*>(t.data) + offset * static_cast<int64_t>(DTypeSize(t.dtype));
+  out.shape = shape;
+  return out;
+}
+
 // shape.NumElements() * DTypeSize(dtype) with every product overflow-checked (sizes may come
 // from files and requests); negative dimensions are errors.
 StatusOr<size_t> CheckedNumBytes(const Shape& shape, DType dtype);

@@ -241,8 +241,11 @@ Status GemmCuda(const GemmArgs& args, GemmCudaContext& context, cudaStream_t str
     return OkStatus();
   }
 
+  // F32 activations with BF16/F16 weights are rounded to the weight's dtype here (one more
+  // kernel); activations already in that dtype (GemmCheckArgs allows no other mix) are used as
+  // they are, with the same result.
   const void* activations = args.a.data;
-  if (dtype != DType::kF32) {
+  if (args.a.dtype != dtype) {
     MP_RETURN_IF_ERROR(
         impl.activations.Reserve(static_cast<size_t>(m * k) * DTypeSize(dtype), stream));
     const TensorView scratch{impl.activations.data(), dtype, Shape{m, k}};

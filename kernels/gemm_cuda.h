@@ -44,12 +44,14 @@ class GemmCudaContext {
 
 // GemmRef on device memory, enqueued on `stream` (asynchronous); out = a @ b^T (+ bias), or
 // out += ... with `accumulate`. All accumulation is fp32 (CUBLAS_COMPUTE_32F):
-//   a    [m, k] F32 activations.
+//   a    [m, k] F32 activations, or BF16/F16 ones equal to the weight's dtype.
 //   b    [n, k] BF16, F16 or F32 weight (F64 is Unimplemented on the GPU).
 //   bias optional [n], any float dtype.
 //   out  [m, n] F32; must not overlap a or b.
-// Precision: cuBLASLt needs both operands in one dtype, so with BF16/F16 weights `a` is first
-// rounded to the weight's dtype (to nearest even, as a bf16/fp16 PyTorch model runs): expect
+// Precision: cuBLASLt needs both operands in one dtype, so with BF16/F16 weights F32 `a` is first
+// rounded to the weight's dtype (to nearest even, as a bf16/fp16 PyTorch model runs) by a
+// conversion kernel of its own; `a` given already rounded skips that kernel and gives bit for bit
+// the same result. Expect
 // ~2^-9 (BF16) or ~2^-11 (F16) relative error against the fp32-activation reference, and fp32
 // rounding only against a reference fed the same rounded activations. F32 weights run a true
 // FP32 GEMM (never TF32), within fp32 summation error of the reference.

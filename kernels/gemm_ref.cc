@@ -28,7 +28,12 @@ Status GemmCheckArgs(const GemmArgs& args) {
   const int64_t m = args.a.dim(0);
   const int64_t k = args.a.dim(1);
   const int64_t n = args.b.dim(0);
-  MP_RETURN_IF_ERROR(CheckTensor(args.a, "gemm a", DType::kF32, Shape{m, k}));
+  const bool rounded_a = (args.a.dtype == DType::kBF16 || args.a.dtype == DType::kF16) &&
+                         args.a.dtype == args.b.dtype;
+  MP_REQUIRE(args.a.dtype == DType::kF32 || rounded_a, "gemm a: dtype ", DTypeName(args.a.dtype),
+             " with a ", DTypeName(args.b.dtype),
+             " weight (expected F32, or BF16/F16 equal to the weight's dtype)");
+  MP_RETURN_IF_ERROR(CheckTensor(args.a, "gemm a", args.a.dtype, Shape{m, k}));
   MP_REQUIRE(args.b.dim(1) == k, "gemm b: shape ", args.b.shape.ToString(), ", expected [", n, ", ",
              k, "] (inner dimension of a is ", k, ")");
   const bool has_bias = args.bias.data != nullptr;
@@ -49,11 +54,18 @@ Status GemmRef(const GemmArgs& args) {
 
   std::vector<float> bias(n, 0.0f);
   if (has_bias) LoadFloatRow(args.bias.data, args.bias.dtype, 0, n, bias.data());
-  const float* a = args.a.as<const float>();
   float* out = args.out.as<float>();
   std::vector<float> b_row(args.b.dtype == DType::kF32 ? 0 : k);
+  // BF16/F16 activations are widened (exactly) one row block at a time.
+  std::vector<float> a_block(args.a.dtype == DType::kF32 ? 0 : kRowBlock * k);
   for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
     const int64_t i1 = std::min(m, i0 + kRowBlock);
+    // Row i of the block starts at a + (i - i0) * k.
+    const float* a = a_block.data();
+    if (args.a.dtype == DType::kF32)
+      a = args.a.as<const float>() + i0 * k;
+    else
+      LoadFloatRow(args.a.data, args.a.dtype, i0 * k, (i1 - i0) * k, a_block.data());
     for (int64_t j = 0; j < n; ++j) {
       const float* b;
       if (args.b.dtype == DType::kF32) {
@@ -63,7 +75,7 @@ Status GemmRef(const GemmArgs& args) {
         b = b_row.data();
       }
       for (int64_t i = i0; i < i1; ++i) {
-        const double value = Dot(a + i * k, b, k) + bias[j];
+        const double value = Dot(a + (i - i0) * k, b, k) + bias[j];
         float& dst = out[i * n + j];
         dst = args.accumulate ? static_cast<float>(dst + value) : static_cast<float>(value);
       }

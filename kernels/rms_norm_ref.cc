@@ -19,7 +19,10 @@ Status RmsNormCheckArgs(const RmsNormArgs& args) {
   if (args.residual.data != nullptr)
     MP_RETURN_IF_ERROR(
         CheckTensor(args.residual, "rms_norm residual", DType::kF32, Shape{n, hidden}));
-  return CheckTensor(args.out, "rms_norm out", DType::kF32, Shape{n, hidden});
+  MP_REQUIRE(args.out.dtype == DType::kF32 || args.out.dtype == DType::kBF16 ||
+                 args.out.dtype == DType::kF16,
+             "rms_norm out: dtype ", DTypeName(args.out.dtype), ", expected F32, BF16 or F16");
+  return CheckTensor(args.out, "rms_norm out", args.out.dtype, Shape{n, hidden});
 }
 
 Status RmsNormRef(const RmsNormArgs& args) {
@@ -32,7 +35,6 @@ Status RmsNormRef(const RmsNormArgs& args) {
   LoadFloatRow(args.weight.data, args.weight.dtype, 0, hidden, weight.data());
   for (int64_t r = 0; r < n; ++r) {
     const float* x = args.x.as<const float>() + r * hidden;
-    float* out = args.out.as<float>() + r * hidden;
     const float* src = x;
     if (has_residual) {
       float* residual = args.residual.as<float>() + r * hidden;
@@ -45,7 +47,9 @@ Status RmsNormRef(const RmsNormArgs& args) {
     for (int64_t j = 0; j < hidden; ++j) sum_sq += static_cast<double>(src[j]) * src[j];
     const float variance = static_cast<float>(sum_sq / static_cast<double>(hidden));
     const float inv_rms = 1.0f / std::sqrt(variance + args.eps);
-    for (int64_t j = 0; j < hidden; ++j) out[j] = weight[j] * (src[j] * inv_rms);
+    for (int64_t j = 0; j < hidden; ++j)
+      StoreFromFloat(args.out.data, args.out.dtype, static_cast<size_t>(r * hidden + j),
+                     weight[j] * (src[j] * inv_rms));
   }
   return OkStatus();
 }

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "kernels/rope.cuh"
 #include "kernels/rope_cuda.h"
 
 namespace millipede {
@@ -21,18 +22,13 @@ __global__ void RopeKernel(float* __restrict__ x, const int64_t* __restrict__ po
   float* sin_t = table + half;
   const int64_t pairs = num_heads * half;
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
-    const float position = static_cast<float>(positions[t]);
-    for (int64_t i = threadIdx.x; i < half; i += blockDim.x)
-      sincosf(position * inv_freq[i], &sin_t[i], &cos_t[i]);
+    rope_cuda::FillTable(positions[t], inv_freq, half, cos_t, sin_t);
     __syncthreads();
     float* row = x + t * num_heads * 2 * half;
     for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
       const int64_t h = p / half, i = p - h * half;
       float* head = row + h * 2 * half;
-      const float x1 = head[i];
-      const float x2 = head[i + half];
-      head[i] = x1 * cos_t[i] - x2 * sin_t[i];
-      head[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+      rope_cuda::RotatePair(head, i, half, cos_t, sin_t, &head[i], &head[i + half]);
     }
     // The table is rewritten for the next row.
     __syncthreads();

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tensor.h"
@@ -15,6 +17,7 @@
 #include "kernels/merge_state.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
@@ -72,9 +75,18 @@ class Backend {
 
   // Uninitialised memory for a tensor.
   virtual StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) = 0;
-  // Makes a host weight usable by the ops. The CPU backend returns `host` itself (zero copy: the
-  // caller keeps the memory alive); a device backend copies it into memory it owns.
-  virtual StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) = 0;
+  // Makes host weights usable by the ops, one view per weight in order. The CPU backend returns
+  // the host views themselves (zero copy: the caller keeps the memory alive); a device backend
+  // copies them into one allocation it owns, back to back in the given order (each at a multiple
+  // of its element size), so that weights of one dtype and width which one GEMM can take
+  // together (a layer's q/k/v or gate/up projections) form one matrix there.
+  virtual StatusOr<std::vector<ConstTensorView>> AdoptWeights(
+      std::span<const ConstTensorView> hosts) = 0;
+  // AdoptWeights of one weight.
+  StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) {
+    MP_ASSIGN_OR_RETURN(std::vector<ConstTensorView> adopted, AdoptWeights({&host, 1}));
+    return adopted.at(0);
+  }
   // Copies between host memory and backend memory (same dtype and element count).
   virtual Status CopyFromHost(ConstTensorView host_src, TensorView dst) = 0;
   virtual Status CopyToHost(ConstTensorView src, TensorView host_dst) = 0;
@@ -85,10 +97,17 @@ class Backend {
   // Free and total memory now.
   virtual StatusOr<BackendMemory> Memory() = 0;
 
+  // The dtype in which an op feeding a GEMM with `weight_dtype` weights (RMSNorm, SiLU-mul)
+  // should write its output (GemmArgs::a). F32 on the CPU backend (exact fp32 activations); on a
+  // GPU, whose GEMM rounds F32 activations to BF16/F16 weights' dtype with a conversion kernel of
+  // its own, that dtype: the producer rounds as it writes, one kernel fewer for the same result.
+  virtual DType GemmInputDType(DType weight_dtype) const = 0;
+
   // The model's ops; argument contracts are those of the kernels/ headers.
   virtual Status Embedding(const EmbeddingArgs& args) = 0;
   virtual Status RmsNorm(const RmsNormArgs& args) = 0;
   virtual Status Rope(const RopeArgs& args) = 0;
+  virtual Status RopeKv(const RopeKvArgs& args) = 0;
   virtual Status Gemm(const GemmArgs& args) = 0;
   virtual Status SiluMul(const SiluMulArgs& args) = 0;
   virtual Status Attention(const AttentionArgs& args) = 0;

@@ -55,7 +55,10 @@ class CpuBackend final : public Backend {
     return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { std::free(q); });
   }
 
-  StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) override { return host; }
+  StatusOr<std::vector<ConstTensorView>> AdoptWeights(
+      std::span<const ConstTensorView> hosts) override {
+    return std::vector<ConstTensorView>(hosts.begin(), hosts.end());
+  }
 
   Status CopyFromHost(ConstTensorView host_src, TensorView dst) override {
     return Copy(host_src, dst);
@@ -66,10 +69,12 @@ class CpuBackend final : public Backend {
   Status Convert(ConstTensorView src, TensorView dst) override { return ConvertRef(src, dst); }
   Status Synchronize() override { return OkStatus(); }
   StatusOr<BackendMemory> Memory() override { return HostMemory(); }
+  DType GemmInputDType(DType) const override { return DType::kF32; }
 
   Status Embedding(const EmbeddingArgs& args) override { return EmbeddingRef(args); }
   Status RmsNorm(const RmsNormArgs& args) override { return RmsNormRef(args); }
   Status Rope(const RopeArgs& args) override { return RopeRef(args); }
+  Status RopeKv(const RopeKvArgs& args) override { return RopeKvRef(args); }
   Status Gemm(const GemmArgs& args) override { return GemmRef(args); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulRef(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionRef(args); }

@@ -13,6 +13,7 @@
 #include "kernels/merge_state_cuda.h"
 #include "kernels/rms_norm_cuda.h"
 #include "kernels/rope_cuda.h"
+#include "kernels/rope_kv_cuda.h"
 #include "kernels/sampling_cuda.h"
 #include "kernels/silu_mul_cuda.h"
 
@@ -58,12 +59,28 @@ class CudaBackend final : public Backend {
     return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFree(q); });
   }
 
-  StatusOr<ConstTensorView> AdoptWeight(ConstTensorView host) override {
-    void* p = nullptr;
-    MP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(host.NumBytes(), 256)));
+  StatusOr<std::vector<ConstTensorView>> AdoptWeights(
+      std::span<const ConstTensorView> hosts) override {
+    std::vector<size_t> offsets;
+    size_t bytes = 0;
+    for (const ConstTensorView& host : hosts) {
+      const size_t element = DTypeSize(host.dtype);
+      bytes = (bytes + element - 1) / element * element;
+      offsets.push_back(bytes);
+      bytes += host.NumBytes();
+    }
+    char* p = nullptr;
+    MP_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
     weights_.push_back(p);
-    MP_CUDA_CHECK(cudaMemcpy(p, host.data, host.NumBytes(), cudaMemcpyHostToDevice));
-    return ConstTensorView{p, host.dtype, host.shape};
+    std::vector<ConstTensorView> adopted;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const ConstTensorView& host = hosts[i];
+      if (host.NumBytes() > 0)
+        MP_CUDA_CHECK(cudaMemcpy(p + offsets[i], host.data, host.NumBytes(),
+                                 cudaMemcpyHostToDevice));
+      adopted.push_back(ConstTensorView{p + offsets[i], host.dtype, host.shape});
+    }
+    return adopted;
   }
 
   Status CopyFromHost(ConstTensorView host_src, TensorView dst) override {
@@ -87,6 +104,11 @@ class CudaBackend final : public Backend {
     MP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return OkStatus();
   }
+  DType GemmInputDType(DType weight_dtype) const override {
+    // GemmCuda runs BF16/F16 weights on operands of their dtype (see kernels/gemm_cuda.h).
+    return weight_dtype == DType::kBF16 || weight_dtype == DType::kF16 ? weight_dtype
+                                                                       : DType::kF32;
+  }
   StatusOr<BackendMemory> Memory() override {
     size_t free_bytes = 0, total = 0;
     MP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
@@ -96,6 +118,7 @@ class CudaBackend final : public Backend {
   Status Embedding(const EmbeddingArgs& args) override { return EmbeddingCuda(args, stream_); }
   Status RmsNorm(const RmsNormArgs& args) override { return RmsNormCuda(args, stream_); }
   Status Rope(const RopeArgs& args) override { return RopeCuda(args, stream_); }
+  Status RopeKv(const RopeKvArgs& args) override { return RopeKvCuda(args, stream_); }
   Status Gemm(const GemmArgs& args) override { return GemmCuda(args, *gemm_, stream_); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
   Status Attention(const AttentionArgs& args) override { return AttentionCuda(args, stream_); }

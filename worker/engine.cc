@@ -8,14 +8,35 @@
 
 namespace millipede {
 
+namespace {
+
+// The dtype every GEMM weight (projections and LM head) has, or F32 when they differ.
+DType SharedGemmWeightDType(const ModelWeights& w) {
+  const DType dtype = w.lm_head.dtype;
+  for (const LayerWeights& l : w.layers)
+    for (const ConstTensorView* t : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                                     &l.up_proj, &l.down_proj})
+      if (t->dtype != dtype) return DType::kF32;
+  return dtype;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
-                                                 std::unique_ptr<Communicator> comm) {
+                                                 std::unique_ptr<Communicator> comm,
+                                                 std::unique_ptr<Backend> backend) {
   auto e = std::unique_ptr<Engine>(new Engine());
   e->options_ = options;
   e->comm_ = comm ? std::move(comm) : CreateLocalCommunicator();
   MP_REQUIRE(options.prefill_chunk > 0, "prefill chunk must be positive, got ",
              options.prefill_chunk);
-  MP_ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend, options.device));
+  if (backend) {
+    MP_REQUIRE(backend->kind() == options.backend, "engine: a ", BackendKindName(backend->kind()),
+               " backend for options naming ", BackendKindName(options.backend));
+    e->backend_ = std::move(backend);
+  } else {
+    MP_ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend, options.device));
+  }
   if (!options.model_dir.empty()) {
     MP_ASSIGN_OR_RETURN(e->config_,
                         LoadModelConfig(JoinPath(options.model_dir, "config.json")));
@@ -27,6 +48,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
     MP_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Random(e->config_, options.random_weights,
                                                           *e->backend_));
   }
+  e->gemm_input_dtype_ = e->backend_->GemmInputDType(SharedGemmWeightDType(*e->weights_));
   e->policy_ = DensePolicy(e->config_.num_hidden_layers, e->config_.num_key_value_heads);
   if (!options.policy_file.empty()) {
     MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
@@ -104,6 +126,20 @@ StatusOr<ConstTensorView> Engine::InvFreq(int64_t seq_len) {
   return inv_freq_.cview();
 }
 
+bool Engine::UseFused(ConstTensorView fused, ConstTensorView part_bias,
+                      ConstTensorView fused_bias) const {
+  return options_.fuse_projections && fused.data != nullptr &&
+         (part_bias.data == nullptr || fused_bias.data != nullptr);
+}
+
+Status Engine::RopeAndStore(int64_t layer, TensorView q, ConstTensorView k, ConstTensorView v,
+                            ConstTensorView positions, int64_t cache_row, bool store_kv,
+                            ConstTensorView inv_freq) {
+  if (!store_kv) return backend_->Rope({q, positions, inv_freq});
+  MP_ASSIGN_OR_RETURN(KvCache::Rows rows, kv_->MutableRows(layer, cache_row, q.dim(0)));
+  return backend_->RopeKv({q, k, v, positions, inv_freq, rows.k, rows.v});
+}
+
 Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end, int64_t cache_row,
                           bool store_kv, ConstTensorView inv_freq) {
   const ModelConfig& c = config_;
@@ -119,14 +155,11 @@ Status Engine::ProjectQkv(int64_t layer, int64_t begin, int64_t end, int64_t cac
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.q_proj, w.q_bias, q}));
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.k_proj, w.k_bias, k}));
   MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.v_proj, w.v_bias, v}));
-  ConstTensorView pos = SliceRows(positions_.cview(), begin, m);
   MP_ASSIGN_OR_RETURN(TensorView q3, Reshape(q, Shape{m, c.num_attention_heads, c.head_dim}));
   MP_ASSIGN_OR_RETURN(TensorView k3, Reshape(k, Shape{m, c.num_key_value_heads, c.head_dim}));
   MP_ASSIGN_OR_RETURN(TensorView v3, Reshape(v, Shape{m, c.num_key_value_heads, c.head_dim}));
-  MP_RETURN_IF_ERROR(b.Rope({q3, pos, inv_freq}));
-  if (!store_kv) return OkStatus();
-  MP_RETURN_IF_ERROR(b.Rope({k3, pos, inv_freq}));
-  return kv_->Write(b, layer, cache_row, AsConst(k3), AsConst(v3));
+  return RopeAndStore(layer, q3, AsConst(k3), AsConst(v3),
+                      SliceRows(positions_.cview(), begin, m), cache_row, store_kv, inv_freq);
 }
 
 Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_ranges,
@@ -201,15 +234,28 @@ Status Engine::OutputAndMlp(int64_t layer, int64_t begin, int64_t end,
   MP_RETURN_IF_ERROR(b.Gemm({SliceRows(attention_out, begin, m), w.o_proj, w.o_bias, hidden,
                              /*accumulate=*/true}));
   // hidden += down(silu(gate(norm(hidden))) * up(norm(hidden)))
+  const int64_t inter = c.intermediate_size;
   TensorView normed = SliceRows(normed_.view(), 0, m);
-  TensorView gate = SliceRows(gate_.view(), 0, m);
-  TensorView up = SliceRows(up_.view(), 0, m);
   MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(hidden), w.post_attention_norm, TensorView{}, normed,
                                 static_cast<float>(c.rms_norm_eps)}));
-  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.gate_proj, w.gate_bias, gate}));
-  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.up_proj, w.up_bias, up}));
-  MP_RETURN_IF_ERROR(b.SiluMul({AsConst(gate), AsConst(up), gate}));
-  return b.Gemm({AsConst(gate), w.down_proj, w.down_bias, hidden, /*accumulate=*/true});
+  TensorView gate, up;
+  if (m == 1 && UseFused(w.gate_up_proj, w.gate_bias, w.gate_up_bias)) {
+    // One GEMM over gate_proj | up_proj: for one token its output row is gate | up.
+    MP_ASSIGN_OR_RETURN(TensorView gate_up, SubView(gate_up_.view(), 0, Shape{1, 2 * inter}));
+    MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.gate_up_proj, w.gate_up_bias, gate_up}));
+    MP_ASSIGN_OR_RETURN(gate, SubView(gate_up, 0, Shape{1, inter}));
+    MP_ASSIGN_OR_RETURN(up, SubView(gate_up, inter, Shape{1, inter}));
+  } else {
+    // Separate GEMMs (over several tokens a fused output's rows would interleave gate and up).
+    MP_ASSIGN_OR_RETURN(gate, SubView(gate_up_.view(), 0, Shape{m, inter}));
+    MP_ASSIGN_OR_RETURN(up, SubView(gate_up_.view(), scratch_rows_ * inter, Shape{m, inter}));
+    MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.gate_proj, w.gate_bias, gate}));
+    MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.up_proj, w.up_bias, up}));
+  }
+  const TensorView activated =
+      gemm_input_dtype_ == DType::kF32 ? gate : SliceRows(silu_out_.view(), 0, m);
+  MP_RETURN_IF_ERROR(b.SiluMul({AsConst(gate), AsConst(up), activated}));
+  return b.Gemm({AsConst(activated), w.down_proj, w.down_bias, hidden, /*accumulate=*/true});
 }
 
 Status Engine::Logits(int64_t row) {

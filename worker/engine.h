@@ -56,6 +56,12 @@ struct EngineOptions {
   int64_t attention_chunk = 0;
   // Attention policy file (JSON, common/policy/attention_policy.h); empty: dense/full.
   std::string policy_file;
+  // For one token (a decode step), run the Q/K/V projections as one GEMM and gate/up as one GEMM
+  // over the fused weights (LayerWeights::qkv_proj, gate_up_proj) when they lie back to back in
+  // backend memory: as a device backend places them, and as random weights are made on the CPU;
+  // a memory-mapped checkpoint on the CPU backend runs them separately. false: separate GEMMs
+  // always (the same results on the CPU; tests compare the two).
+  bool fuse_projections = true;
   // Measure where the time goes (EngineStats seconds): the backend is synchronised at phase
   // boundaries, which costs a little overlap. Off: only the byte counters are kept.
   bool profile = false;
@@ -77,9 +83,12 @@ struct EngineStats {
 
 class Engine {
  public:
-  // `comm` connects the ranks sharing each sequence; null means a single rank.
+  // `comm` connects the ranks sharing each sequence; null means a single rank. `backend`, when
+  // set, runs the engine's ops instead of CreateBackend(options.backend, options.device) (tests
+  // wrap a backend to watch its ops); its kind must be options.backend.
   static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
-                                                  std::unique_ptr<Communicator> comm = nullptr);
+                                                  std::unique_ptr<Communicator> comm = nullptr,
+                                                  std::unique_ptr<Backend> backend = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
@@ -164,10 +173,24 @@ class Engine {
   StatusOr<ConstTensorView> InvFreq(int64_t seq_len);
   // With profiling: waits for the backend and adds the time since the last mark to `*bucket`.
   Status Mark(double* bucket);
-  // RMSNorm, Q/K/V projections and RoPE of tokens [begin, end) of the step, K/V into cache rows.
+  // RMSNorm, Q/K/V projections and RoPE of tokens [begin, end) of the step, K/V into cache rows
+  // [cache_row, cache_row + end - begin) when `store_kv`. Queries go to q_ rows [begin, end).
   // Positions come from positions_ (uploaded once per step).
   Status ProjectQkv(int64_t layer, int64_t begin, int64_t end, int64_t cache_row, bool store_kv,
                     ConstTensorView inv_freq);
+  // ProjectQkv of a decode step's one token, with one GEMM over the fused Q/K/V weights when
+  // UseFused allows (its queries then stay in qkv_). Returns the queries [1, heads, head_dim].
+  StatusOr<ConstTensorView> ProjectQkvDecode(int64_t layer, int64_t cache_row, bool store_kv,
+                                             ConstTensorView inv_freq);
+  // RoPE of queries `q` [m, heads, head_dim] (in place) and, when `store_kv`, of keys `k` stored
+  // with values `v` ([m, kv_heads, head_dim]) into cache rows [cache_row, cache_row + m): one op.
+  Status RopeAndStore(int64_t layer, TensorView q, ConstTensorView k, ConstTensorView v,
+                      ConstTensorView positions, int64_t cache_row, bool store_kv,
+                      ConstTensorView inv_freq);
+  // Whether one GEMM over `fused` (LayerWeights::qkv_proj or gate_up_proj) may replace its parts':
+  // fusion is on, the parts are adjacent, and so are their biases (`part_bias`: the first part's)
+  // if the model has them.
+  bool UseFused(ConstTensorView fused, ConstTensorView part_bias, ConstTensorView fused_bias) const;
   // Attention of the step's query rows `q_rows` (global positions `q_ranges`) to a K/V block,
   // merged into the accumulators.
   // A-shape heads of one layer: window per KV head (0 = dense) and the sink tokens.
@@ -185,7 +208,8 @@ class Engine {
   // Decode attention of the step's query over this rank's rows [0, visible) into o_part_ /
   // lse_part_: all rows, or for a streaming-head layer only those at positions < sink or within
   // the window of `position`.
-  Status AttendDecode(int64_t layer, int64_t position, int64_t visible);
+  // `q`: the token's queries [1, heads, head_dim].
+  Status AttendDecode(int64_t layer, ConstTensorView q, int64_t position, int64_t visible);
   // Static eviction (engine_eviction.cc, CPU backend): ranks this rank's key rows (global
   // positions `row_ranges`, rows [0, rows)) by the attention the step's last observed prompt
   // queries pay them, normalised over every rank's keys, and marks each KV head's global top
@@ -205,6 +229,9 @@ class Engine {
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<KvCache> kv_;
   int64_t global_length_ = 0;
+  // The dtype RMSNorm and SiLU-mul write GEMM inputs in (Backend::GemmInputDType of the weights';
+  // F32 where the GEMM weights do not share one dtype).
+  DType gemm_input_dtype_ = DType::kF32;
 
   // Per-step buffers, sized for `step_rows_` tokens.
   int64_t step_rows_ = 0;
@@ -217,11 +244,17 @@ class Engine {
   // Per-chunk scratch, sized for `scratch_rows_` tokens (attention partials for
   // max(scratch_rows_, attention_chunk) rows).
   int64_t scratch_rows_ = 0;
-  BackendTensor normed_;     // [chunk, hidden]
+  BackendTensor normed_;     // [chunk, hidden] in gemm_input_dtype_
   BackendTensor k_, v_;      // [chunk, kv_heads * head_dim]
+  BackendTensor qkv_;        // [1, (heads + 2 * kv_heads) * head_dim]: q | k | v of a decode step
   BackendTensor o_part_;     // [chunk, heads * head_dim]
   BackendTensor lse_part_;   // [chunk, heads]
-  BackendTensor gate_, up_;  // [chunk, intermediate]
+  // [chunk, 2 * intermediate] F32: for m tokens gate in the first m * intermediate elements and
+  // up from element chunk * intermediate; for one token through the fused GEMM, gate | up.
+  BackendTensor gate_up_;
+  // [chunk, intermediate] silu(gate) * up in gemm_input_dtype_ when that is not F32 (with F32 it
+  // overwrites gate).
+  BackendTensor silu_out_;
   BackendTensor logits_;     // [1, vocab]
   BackendTensor inv_freq_;   // [head_dim / 2] F32
   int64_t inv_freq_len_ = -1;  // the seq_len inv_freq_ was computed for

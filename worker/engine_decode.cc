@@ -6,11 +6,38 @@
 
 namespace millipede {
 
-Status Engine::AttendDecode(int64_t layer, int64_t position, int64_t visible) {
+StatusOr<ConstTensorView> Engine::ProjectQkvDecode(int64_t layer, int64_t cache_row,
+                                                   bool store_kv, ConstTensorView inv_freq) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
+  const Shape q_shape{1, c.num_attention_heads, c.head_dim};
+  if (!UseFused(w.qkv_proj, w.q_bias, w.qkv_bias)) {
+    MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, cache_row, store_kv, inv_freq));
+    return Reshape(SliceRows(q_.cview(), 0, 1), q_shape);
+  }
+  Backend& b = *backend_;
+  TensorView normed = SliceRows(normed_.view(), 0, 1);
+  MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(hidden_.view(), 0, 1)), w.input_norm,
+                                TensorView{}, normed, static_cast<float>(c.rms_norm_eps)}));
+  // One GEMM over q_proj | k_proj | v_proj: for one token its output row is q | k | v.
+  TensorView qkv = SliceRows(qkv_.view(), 0, 1);
+  MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), w.qkv_proj, w.qkv_bias, qkv}));
+  const Shape kv_shape{1, c.num_key_value_heads, c.head_dim};
+  const int64_t q_width = c.num_attention_heads * c.head_dim;
+  const int64_t kv_width = c.num_key_value_heads * c.head_dim;
+  MP_ASSIGN_OR_RETURN(TensorView q, SubView(qkv, 0, q_shape));
+  MP_ASSIGN_OR_RETURN(ConstTensorView k, SubView(AsConst(qkv), q_width, kv_shape));
+  MP_ASSIGN_OR_RETURN(ConstTensorView v, SubView(AsConst(qkv), q_width + kv_width, kv_shape));
+  MP_RETURN_IF_ERROR(RopeAndStore(layer, q, k, v, SliceRows(positions_.cview(), 0, 1), cache_row,
+                                  store_kv, inv_freq));
+  return AsConst(q);
+}
+
+Status Engine::AttendDecode(int64_t layer, ConstTensorView q, int64_t position,
+                            int64_t visible) {
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const Shape q_shape{1, c.num_attention_heads, c.head_dim};
-  MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(q_.cview(), 0, 1), q_shape));
   // Rows [begin, end) of this rank's cache to attend to. Every key precedes (or is) this token,
   // so no mask is needed; a rank without keys contributes the empty state.
   std::vector<std::pair<int64_t, int64_t>> parts = {{0, visible}};
@@ -119,9 +146,9 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
   MP_RETURN_IF_ERROR(Mark(&stats_.embed_s));
   const int64_t visible = rows0 + (owner ? 1 : 0);
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    MP_RETURN_IF_ERROR(ProjectQkv(layer, 0, 1, rows0, owner, inv_freq));
+    MP_ASSIGN_OR_RETURN(ConstTensorView q, ProjectQkvDecode(layer, rows0, owner, inv_freq));
     MP_RETURN_IF_ERROR(Mark(&stats_.qkv_s));
-    MP_RETURN_IF_ERROR(AttendDecode(layer, position, visible));
+    MP_RETURN_IF_ERROR(AttendDecode(layer, q, position, visible));
     MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, 1),
                                                    Shape{1, c.num_attention_heads, c.head_dim}));
     TensorView lse_part = SliceRows(lse_part_.view(), 0, 1);

@@ -140,16 +140,21 @@ Status Engine::EnsureScratch(int64_t chunk) {
   const int64_t kv_width = c.num_key_value_heads * c.head_dim;
   const int64_t q_width = c.num_attention_heads * c.head_dim;
   Backend& b = *backend_;
-  MP_ASSIGN_OR_RETURN(normed_, b.Allocate(DType::kF32, Shape{chunk, c.hidden_size}));
+  MP_ASSIGN_OR_RETURN(normed_, b.Allocate(gemm_input_dtype_, Shape{chunk, c.hidden_size}));
   MP_ASSIGN_OR_RETURN(k_, b.Allocate(DType::kF32, Shape{chunk, kv_width}));
   MP_ASSIGN_OR_RETURN(v_, b.Allocate(DType::kF32, Shape{chunk, kv_width}));
+  MP_ASSIGN_OR_RETURN(qkv_, b.Allocate(DType::kF32, Shape{1, q_width + 2 * kv_width}));
   // Attention partials: as many query rows as one attention call takes (at least a chunk).
   const int64_t attention_rows = std::max(chunk, std::min(attention_chunk(), step_rows_));
   MP_ASSIGN_OR_RETURN(o_part_, b.Allocate(DType::kF32, Shape{attention_rows, q_width}));
   MP_ASSIGN_OR_RETURN(lse_part_,
                       b.Allocate(DType::kF32, Shape{attention_rows, c.num_attention_heads}));
-  MP_ASSIGN_OR_RETURN(gate_, b.Allocate(DType::kF32, Shape{chunk, c.intermediate_size}));
-  MP_ASSIGN_OR_RETURN(up_, b.Allocate(DType::kF32, Shape{chunk, c.intermediate_size}));
+  MP_ASSIGN_OR_RETURN(gate_up_, b.Allocate(DType::kF32, Shape{chunk, 2 * c.intermediate_size}));
+  silu_out_ = BackendTensor();
+  if (gemm_input_dtype_ != DType::kF32) {
+    MP_ASSIGN_OR_RETURN(silu_out_,
+                        b.Allocate(gemm_input_dtype_, Shape{chunk, c.intermediate_size}));
+  }
   scratch_rows_ = chunk;
   return OkStatus();
 }

@@ -33,17 +33,21 @@ size_t KvCache::NumBytes() const {
   return total;
 }
 
-Status KvCache::Write(Backend& backend, int64_t layer, int64_t row, ConstTensorView k,
-                      ConstTensorView v) {
+StatusOr<KvCache::Rows> KvCache::MutableRows(int64_t layer, int64_t row, int64_t n) {
   MP_REQUIRE(layer >= 0 && layer < static_cast<int64_t>(k_.size()), "KV cache: layer ", layer,
              " out of range");
-  const int64_t n = k.shape.dims[0];
-  MP_REQUIRE(row >= 0 && row + n <= capacity_, "KV cache: rows [", row, ", ", row + n,
+  MP_REQUIRE(n >= 0 && row >= 0 && row + n <= capacity_, "KV cache: rows [", row, ", ", row + n,
              ") exceed the capacity of ", capacity_);
+  return Rows{SliceRows(k_[layer].view(), row, n), SliceRows(v_[layer].view(), row, n)};
+}
+
+Status KvCache::Write(Backend& backend, int64_t layer, int64_t row, ConstTensorView k,
+                      ConstTensorView v) {
   MP_REQUIRE(v.shape == k.shape, "KV cache: K ", k.shape.ToString(), " and V ",
              v.shape.ToString(), " differ");
-  MP_RETURN_IF_ERROR(backend.Convert(k, SliceRows(k_[layer].view(), row, n)));
-  MP_RETURN_IF_ERROR(backend.Convert(v, SliceRows(v_[layer].view(), row, n)));
+  MP_ASSIGN_OR_RETURN(Rows rows, MutableRows(layer, row, k.shape.dims[0]));
+  MP_RETURN_IF_ERROR(backend.Convert(k, rows.k));
+  MP_RETURN_IF_ERROR(backend.Convert(v, rows.v));
   return OkStatus();
 }
 

@@ -34,6 +34,12 @@ class KvCache {
   // Writes K and V ([n, num_kv_heads, head_dim], any float dtype, backend memory) of `layer` into
   // rows [row, row + n), converting to the cache dtype. Rows must lie inside the capacity.
   Status Write(Backend& backend, int64_t layer, int64_t row, ConstTensorView k, ConstTensorView v);
+  // Rows [row, row + n) of `layer`'s K and V ([n, num_kv_heads, head_dim] in the cache dtype),
+  // for an op that writes them itself (RopeKv). Rows must lie inside the capacity.
+  struct Rows {
+    TensorView k, v;
+  };
+  StatusOr<Rows> MutableRows(int64_t layer, int64_t row, int64_t n);
   // Appends `positions` to the committed rows (after every layer's rows were written).
   Status Commit(const TokenRange& positions);
   // K and V of `layer`, rows [0, rows): [rows, num_kv_heads, head_dim].

@@ -21,13 +21,16 @@ int64_t ScratchBytes(const ModelConfig& c, int64_t chunk, int64_t attention_rows
   const int64_t kv_width = c.num_key_value_heads * c.head_dim;
   const int64_t q_width = c.num_attention_heads * c.head_dim;
   const int64_t widest = std::max(c.hidden_size, c.intermediate_size);
-  // normed, k, v, gate, up in F32, plus a 2-byte copy of the widest GEMM input.
+  // normed, k, v, gate, up in F32, a 2-byte silu(gate) * up for GPU GEMMs, plus a 2-byte copy of
+  // the widest GEMM input.
   const int64_t per_chunk_row =
-      4 * (c.hidden_size + 2 * kv_width + 2 * c.intermediate_size) + 2 * widest;
+      4 * (c.hidden_size + 2 * kv_width + 2 * c.intermediate_size) + 2 * c.intermediate_size +
+      2 * widest;
   // o_part and lse_part per attention query row.
   const int64_t per_attention_row = 4 * (q_width + c.num_attention_heads);
   return chunk * per_chunk_row + attention_rows * per_attention_row +
-         4 * c.vocab_size;  // logits
+         4 * (q_width + 2 * kv_width) +  // a decode step's q | k | v
+         4 * c.vocab_size;               // logits
 }
 
 }  // namespace

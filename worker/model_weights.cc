@@ -8,44 +8,83 @@
 
 namespace millipede {
 
+std::vector<std::vector<std::string>> FusedWeightGroups(const ModelConfig& config,
+                                                        int64_t layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  std::vector<std::vector<std::string>> groups = {
+      {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+      {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}};
+  if (config.qkv_bias)
+    groups.push_back(
+        {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"});
+  if (config.mlp_bias) groups.push_back({p + "mlp.gate_proj.bias", p + "mlp.up_proj.bias"});
+  return groups;
+}
+
+ConstTensorView AdjacentRows(std::initializer_list<ConstTensorView> parts) {
+  if (parts.size() == 0) return {};
+  const ConstTensorView& first = *parts.begin();
+  ConstTensorView whole = first;
+  const char* next = static_cast<const char*>(first.data);
+  for (const ConstTensorView& part : parts) {
+    if (part.data == nullptr || part.data != next || part.dtype != first.dtype ||
+        part.rank() != first.rank() || part.rank() < 1)
+      return {};
+    for (int d = 1; d < part.rank(); ++d)
+      if (part.dim(d) != first.dim(d)) return {};
+    if (&part != &first) whole.shape.dims[0] += part.dim(0);
+    next += part.NumBytes();
+  }
+  return whole;
+}
+
 template <typename GetFn>
 Status ModelWeights::Assign(const ModelConfig& config, Backend& backend, GetFn get) {
-  auto adopt = [&](const std::string& name, ConstTensorView* out) -> Status {
-    MP_ASSIGN_OR_RETURN(ConstTensorView host, get(name));
-    MP_ASSIGN_OR_RETURN(*out, backend.AdoptWeight(host));
+  // Adopts the weights `names` together, in order, into `outs`.
+  auto adopt = [&](const std::vector<std::string>& names,
+                   std::initializer_list<ConstTensorView*> outs) -> Status {
+    MP_ASSERT(names.size() == outs.size(), "one output per weight");
+    std::vector<ConstTensorView> hosts;
+    for (const std::string& name : names) {
+      MP_ASSIGN_OR_RETURN(ConstTensorView host, get(name));
+      hosts.push_back(host);
+    }
+    MP_ASSIGN_OR_RETURN(std::vector<ConstTensorView> adopted, backend.AdoptWeights(hosts));
+    MP_ASSERT(adopted.size() == hosts.size(), "the backend adopted every weight");
+    size_t i = 0;
+    for (ConstTensorView* out : outs) *out = adopted[i++];
     return OkStatus();
   };
-  auto adopt_if = [&](bool present, const std::string& name, ConstTensorView* out) -> Status {
-    if (!present) return OkStatus();
-    return adopt(name, out);
-  };
-  MP_RETURN_IF_ERROR(adopt("model.embed_tokens.weight", &embed_tokens));
-  MP_RETURN_IF_ERROR(adopt("model.norm.weight", &final_norm));
+  MP_RETURN_IF_ERROR(adopt({"model.embed_tokens.weight"}, {&embed_tokens}));
+  MP_RETURN_IF_ERROR(adopt({"model.norm.weight"}, {&final_norm}));
   if (config.tie_word_embeddings) {
     lm_head = embed_tokens;
   } else {
-    MP_RETURN_IF_ERROR(adopt("lm_head.weight", &lm_head));
+    MP_RETURN_IF_ERROR(adopt({"lm_head.weight"}, {&lm_head}));
   }
   layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     LayerWeights& l = layers[static_cast<size_t>(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    MP_RETURN_IF_ERROR(adopt(p + "input_layernorm.weight", &l.input_norm));
-    MP_RETURN_IF_ERROR(adopt(p + "post_attention_layernorm.weight", &l.post_attention_norm));
-    MP_RETURN_IF_ERROR(adopt(p + "self_attn.q_proj.weight", &l.q_proj));
-    MP_RETURN_IF_ERROR(adopt(p + "self_attn.k_proj.weight", &l.k_proj));
-    MP_RETURN_IF_ERROR(adopt(p + "self_attn.v_proj.weight", &l.v_proj));
-    MP_RETURN_IF_ERROR(adopt(p + "self_attn.o_proj.weight", &l.o_proj));
-    MP_RETURN_IF_ERROR(adopt_if(config.qkv_bias, p + "self_attn.q_proj.bias", &l.q_bias));
-    MP_RETURN_IF_ERROR(adopt_if(config.qkv_bias, p + "self_attn.k_proj.bias", &l.k_bias));
-    MP_RETURN_IF_ERROR(adopt_if(config.qkv_bias, p + "self_attn.v_proj.bias", &l.v_bias));
-    MP_RETURN_IF_ERROR(adopt_if(config.o_proj_bias, p + "self_attn.o_proj.bias", &l.o_bias));
-    MP_RETURN_IF_ERROR(adopt(p + "mlp.gate_proj.weight", &l.gate_proj));
-    MP_RETURN_IF_ERROR(adopt(p + "mlp.up_proj.weight", &l.up_proj));
-    MP_RETURN_IF_ERROR(adopt(p + "mlp.down_proj.weight", &l.down_proj));
-    MP_RETURN_IF_ERROR(adopt_if(config.mlp_bias, p + "mlp.gate_proj.bias", &l.gate_bias));
-    MP_RETURN_IF_ERROR(adopt_if(config.mlp_bias, p + "mlp.up_proj.bias", &l.up_bias));
-    MP_RETURN_IF_ERROR(adopt_if(config.mlp_bias, p + "mlp.down_proj.bias", &l.down_bias));
+    // The groups of FusedWeightGroups, in its order.
+    const std::vector<std::vector<std::string>> groups = FusedWeightGroups(config, i);
+    size_t g = 0;
+    MP_RETURN_IF_ERROR(adopt(groups[g++], {&l.q_proj, &l.k_proj, &l.v_proj}));
+    MP_RETURN_IF_ERROR(adopt(groups[g++], {&l.gate_proj, &l.up_proj}));
+    if (config.qkv_bias) MP_RETURN_IF_ERROR(adopt(groups[g++], {&l.q_bias, &l.k_bias, &l.v_bias}));
+    if (config.mlp_bias) MP_RETURN_IF_ERROR(adopt(groups[g++], {&l.gate_bias, &l.up_bias}));
+    MP_ASSERT(g == groups.size(), "every fused group adopted");
+    MP_RETURN_IF_ERROR(adopt({p + "input_layernorm.weight"}, {&l.input_norm}));
+    MP_RETURN_IF_ERROR(adopt({p + "post_attention_layernorm.weight"}, {&l.post_attention_norm}));
+    MP_RETURN_IF_ERROR(adopt({p + "self_attn.o_proj.weight"}, {&l.o_proj}));
+    if (config.o_proj_bias)
+      MP_RETURN_IF_ERROR(adopt({p + "self_attn.o_proj.bias"}, {&l.o_bias}));
+    MP_RETURN_IF_ERROR(adopt({p + "mlp.down_proj.weight"}, {&l.down_proj}));
+    if (config.mlp_bias) MP_RETURN_IF_ERROR(adopt({p + "mlp.down_proj.bias"}, {&l.down_bias}));
+    l.qkv_proj = AdjacentRows({l.q_proj, l.k_proj, l.v_proj});
+    l.gate_up_proj = AdjacentRows({l.gate_proj, l.up_proj});
+    if (config.qkv_bias) l.qkv_bias = AdjacentRows({l.q_bias, l.k_bias, l.v_bias});
+    if (config.mlp_bias) l.gate_up_bias = AdjacentRows({l.gate_bias, l.up_bias});
   }
   dtype = layers.empty() ? embed_tokens.dtype : layers[0].q_proj.dtype;
   return OkStatus();
@@ -77,14 +116,43 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const ModelConfig& 
                                                              Backend& backend) {
   auto w = std::unique_ptr<ModelWeights>(new ModelWeights());
   MP_ASSIGN_OR_RETURN(w->generated_, GenerateRandomWeights(config, options));
-  std::map<std::string, const HostTensor*> by_name;
-  for (const NamedHostTensor& t : w->generated_) by_name[t.name] = &t.tensor;
+  std::map<std::string, ConstTensorView> by_name;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < w->generated_.size(); ++i) {
+    by_name[w->generated_[i].name] = AsConst(w->generated_[i].tensor.view());
+    index[w->generated_[i].name] = i;
+  }
+  if (backend.kind() == BackendKind::kCpu) {
+    // The CPU backend uses host memory in place: each fused group is moved into one tensor, its
+    // members back to back, as a device backend places them when it copies them, so that the
+    // fused projections run here too. (The bits are those generated; only the place changes.)
+    for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+      for (const std::vector<std::string>& group : FusedWeightGroups(config, layer)) {
+        const HostTensor& first = w->generated_[index.at(group[0])].tensor;
+        Shape shape = first.shape();
+        shape.dims[0] = 0;
+        for (const std::string& name : group)
+          shape.dims[0] += w->generated_[index.at(name)].tensor.shape().dims[0];
+        NamedHostTensor packed{group[0] + " (with the rest of its group)",
+                               HostTensor(first.dtype(), shape)};
+        char* next = packed.tensor.data<char>();
+        for (const std::string& name : group) {
+          HostTensor& member = w->generated_[index.at(name)].tensor;
+          std::memcpy(next, member.data<char>(), member.NumBytes());
+          by_name[name] = ConstTensorView{next, member.dtype(), member.shape()};
+          next += member.NumBytes();
+          member = HostTensor();
+        }
+        w->generated_.push_back(std::move(packed));
+      }
+    }
+  }
   MP_RETURN_IF_ERROR(w->Assign(config, backend,
                                [&](const std::string& name) -> StatusOr<ConstTensorView> {
                                  auto it = by_name.find(name);
                                  if (it == by_name.end())
                                    return InternalError("random weights lack " + name);
-                                 return it->second->view();
+                                 return it->second;
                                }));
   // A device backend holds its own copies; the host tensors are then no longer needed.
   if (backend.kind() != BackendKind::kCpu) w->generated_.clear();

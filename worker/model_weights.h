@@ -1,6 +1,7 @@
 // The weights of a Llama-family decoder as the engine's backend sees them.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,24 @@ struct LayerWeights {
   ConstTensorView gate_proj, gate_bias;  // [intermediate, hidden], [intermediate]
   ConstTensorView up_proj, up_bias;      // [intermediate, hidden], [intermediate]
   ConstTensorView down_proj, down_bias;  // [hidden, intermediate], [hidden]
+  // The projections one GEMM can run together, as one matrix when they lie back to back in
+  // backend memory with one dtype (a device backend places them so; data == nullptr otherwise,
+  // e.g. a memory-mapped checkpoint on the CPU backend). A bias is absent when the model has none
+  // or when its parts are not adjacent. Views of the same memory as the matrices above.
+  ConstTensorView qkv_proj;      // [(heads + 2 * kv_heads) * head_dim, hidden]: q | k | v
+  ConstTensorView qkv_bias;      // [(heads + 2 * kv_heads) * head_dim]
+  ConstTensorView gate_up_proj;  // [2 * intermediate, hidden]: gate | up
+  ConstTensorView gate_up_bias;  // [2 * intermediate]
 };
+
+// The weights of one layer that are adopted together (Backend::AdoptWeights), each group in the
+// order its fused matrix holds them: q/k/v projections, gate/up projections and, when the model
+// has them, their biases.
+std::vector<std::vector<std::string>> FusedWeightGroups(const ModelConfig& config, int64_t layer);
+
+// `parts` as one tensor (rows concatenated) when they lie back to back in memory in this order
+// with one dtype and the same trailing dimensions; a view with data == nullptr otherwise.
+ConstTensorView AdjacentRows(std::initializer_list<ConstTensorView> parts);
 
 // Holds what keeps the views alive (a mapped checkpoint or generated host tensors; a device
 // backend owns its own copies).

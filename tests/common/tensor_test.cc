@@ -50,5 +50,21 @@ TEST(TensorTest, SliceRowsAndReshape) {
   EXPECT_FALSE(Reshape(t.view(), Shape{5, 3}).ok());
 }
 
+TEST(TensorTest, SubViewOfMatricesBackToBack) {
+  HostTensor t(DType::kBF16, Shape{4, 3});
+  // Elements 3..8 as a [2, 3] matrix, then the last 3 as [1, 3].
+  auto middle = SubView(AsConst(t.view()), 3, Shape{2, 3});
+  ASSERT_TRUE(middle.ok());
+  EXPECT_EQ(middle->shape, (Shape{2, 3}));
+  EXPECT_EQ(middle->dtype, DType::kBF16);
+  EXPECT_EQ(static_cast<const char*>(middle->data) - static_cast<const char*>(t.view().data), 6);
+  auto last = SubView(t.view(), 9, Shape{1, 3});
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->as<char>() - t.data<char>(), 18);
+  EXPECT_FALSE(SubView(t.view(), 10, Shape{1, 3}).ok());
+  EXPECT_FALSE(SubView(t.view(), -1, Shape{1}).ok());
+  EXPECT_TRUE(SubView(t.view(), 12, Shape{0}).ok());
+}
+
 }  // namespace
 }  // namespace millipede

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +131,56 @@ INSTANTIATE_TEST_SUITE_P(
         Case{9, 40, 64, DType::kBF16, true, DType::kBF16, true, 1},
         Case{17, 300, 200, DType::kF16, false, DType::kF32, false, 3}),
     Name);
+
+// Activations given already rounded to the weight's dtype (as RMSNorm and SiLU-mul write them
+// for the engine) skip the conversion kernel and give the same bits as the F32 activations.
+TEST(GemmCudaRoundedActivationsTest, SameBitsAsF32Activations) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<GemmCudaContext> context = NewContext();
+  ASSERT_NE(context, nullptr);
+  const std::vector<Case> cases = {{1, 6144, 4096, DType::kBF16, true, DType::kBF16},
+                                   {1, 28672, 4096, DType::kBF16},
+                                   {1, 4096, 14336, DType::kBF16, false, DType::kF32, true},
+                                   {37, 300, 129, DType::kF16, true, DType::kF32},
+                                   {1, 33, 7, DType::kF16}};
+  uint64_t seed = 110;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(::testing::TestParamInfo<Case>(c, 0)));
+    seed += 10;
+    const HostTensor a = RandomTensor(DType::kF32, {c.m, c.k}, seed, -1.0f, 1.0f);
+    HostTensor a_rounded(c.dtype, {c.m, c.k});
+    ASSERT_TRUE(ConvertFloats(a.view().data, DType::kF32, a_rounded.view().data, c.dtype,
+                              static_cast<size_t>(c.m * c.k))
+                    .ok());
+    const HostTensor b = RandomTensor(c.dtype, {c.n, c.k}, seed + 1, -1.0f, 1.0f);
+    const HostTensor bias = c.bias ? RandomTensor(c.bias_dtype, {c.n}, seed + 2, -1.0f, 1.0f)
+                                   : HostTensor(DType::kF32, {0});
+    const HostTensor out_init = c.accumulate
+                                    ? RandomTensor(DType::kF32, {c.m, c.n}, seed + 3, -4.0f, 4.0f)
+                                    : PoisonedF32({c.m, c.n});
+    DeviceTensor d_a(a), d_a_rounded(a_rounded), d_b(b), d_bias(bias);
+    DeviceTensor d_out(out_init), d_out_rounded(out_init);
+    GemmArgs args{d_a.cview(), d_b.cview(), ConstTensorView{}, d_out.view(), c.accumulate};
+    if (c.bias) args.bias = d_bias.cview();
+    ASSERT_TRUE(GemmCuda(args, *context, nullptr).ok());
+    args.a = d_a_rounded.cview();
+    args.out = d_out_rounded.view();
+    const Status status = GemmCuda(args, *context, nullptr);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const HostTensor out = d_out.Read(), out_rounded = d_out_rounded.Read();
+    ASSERT_TRUE(testing::AllFinite(out_rounded));
+    EXPECT_EQ(std::memcmp(out.view().data, out_rounded.view().data, out.NumBytes()), 0);
+    EXPECT_TRUE(d_a_rounded.Unchanged(a_rounded));
+  }
+  // BF16 activations with F16 weights are refused.
+  std::vector<float> fake(64);
+  GemmArgs mixed{{fake.data(), DType::kBF16, {2, 4}},
+                 {fake.data(), DType::kF16, {3, 4}},
+                 {},
+                 {fake.data(), DType::kF32, {2, 3}}};
+  EXPECT_EQ(GemmCuda(mixed, *context, nullptr).code(), StatusCode::kInvalidArgument);
+}
 
 TEST(GemmCudaContextTest, ReusedAcrossShapes) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";

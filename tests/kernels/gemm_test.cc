@@ -80,6 +80,34 @@ TEST(GemmTest, NoBiasAndAccumulateIntoExisting) {
   EXPECT_TRUE(AllClose(ToFloats(acc), expected, 1e-6, 1e-6));
 }
 
+// Activations given already rounded to the weight's dtype (what a GPU GEMM's producer writes) are
+// widened exactly: the same result, bit for bit, as F32 activations holding those rounded values.
+TEST(GemmTest, RoundedActivationsEqualTheirF32Values) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t m : {1, 16, 19}) {
+      const int64_t k = 70, n = 11;
+      HostTensor a = RandomTensor(dtype, {m, k}, 400 + m, -3.0f, 3.0f);
+      HostTensor a_f32 = TensorOf(DType::kF32, {m, k}, ToFloats(a));
+      HostTensor b = RandomTensor(dtype, {n, k}, 500 + m);
+      HostTensor bias = RandomTensor(DType::kF32, {n}, 600 + m);
+      HostTensor out = PoisonedF32({m, n}), expected = PoisonedF32({m, n});
+      ASSERT_TRUE(GemmRef({CView(a), CView(b), CView(bias), out.view()}).ok());
+      ASSERT_TRUE(GemmRef({CView(a_f32), CView(b), CView(bias), expected.view()}).ok());
+      ASSERT_TRUE(AllFinite(out));
+      EXPECT_EQ(ToFloats(out), ToFloats(expected)) << DTypeName(dtype) << " m=" << m;
+    }
+  }
+  // Only F32, or the weight's own BF16/F16.
+  HostTensor a = RandomTensor(DType::kBF16, {2, 3}, 1);
+  HostTensor out = PoisonedF32({2, 4});
+  for (DType weight : {DType::kF16, DType::kF32}) {
+    HostTensor b = RandomTensor(weight, {4, 3}, 2);
+    Status status = GemmRef({CView(a), CView(b), {}, out.view()});
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("gemm a"), std::string::npos) << status.ToString();
+  }
+}
+
 TEST(GemmTest, RejectsMismatchedShapes) {
   HostTensor a = RandomTensor(DType::kF32, {2, 3}, 1);
   HostTensor b = RandomTensor(DType::kF32, {4, 5}, 2);

@@ -46,6 +46,13 @@ inline HostTensor PoisonedF32(const Shape& shape) {
   return t;
 }
 
+// An output tensor of any float dtype filled with NaN.
+inline HostTensor Poisoned(DType dtype, const Shape& shape) {
+  HostTensor t(dtype, shape);
+  for (int64_t i = 0; i < t.NumElements(); ++i) StoreFromFloat(t.view().data, dtype, i, kNaN);
+  return t;
+}
+
 // A copy of an F32 tensor.
 inline HostTensor CopyF32(const HostTensor& src) {
   HostTensor t(DType::kF32, src.shape());

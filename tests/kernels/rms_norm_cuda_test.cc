@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,45 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCudaTest,
                                            Case{9, 2048, DType::kF16, true, Alias::kNone, 1e-5f, 4},
                                            Case{1, 16384, DType::kF32, false}),
                          Name);
+
+// A BF16/F16 output holds the kernel's F32 result rounded to nearest even, bit for bit (what the
+// GEMM that reads it would otherwise have converted), on the vectorised and the scalar paths.
+TEST(RmsNormCudaLowPrecisionTest, OutputIsTheRoundedF32Output) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t hidden : {4096, 4100, 63}) {
+    for (const DType dtype : {DType::kBF16, DType::kF16}) {
+      for (const bool residual : {false, true}) {
+        SCOPED_TRACE(detail::StrCat("hidden ", hidden, " ", DTypeName(dtype), " residual ",
+                                    residual));
+        const int64_t n = 3;
+        const HostTensor x = RandomTensor(DType::kF32, {n, hidden}, 71, -2.0f, 2.0f);
+        const HostTensor weight = RandomTensor(DType::kBF16, {hidden}, 72, 0.5f, 1.5f);
+        const HostTensor r = RandomTensor(DType::kF32, {n, hidden}, 73, -3.0f, 3.0f);
+        DeviceTensor d_x(x), d_weight(weight), d_r32(r), d_r16(r);
+        DeviceTensor d_out32(PoisonedF32({n, hidden}));
+        DeviceTensor d_out16(testing::Poisoned(dtype, {n, hidden}));
+        RmsNormArgs args{d_x.cview(), d_weight.cview(), TensorView{}, d_out32.view(), 1e-5f};
+        if (residual) args.residual = d_r32.view();
+        ASSERT_TRUE(RmsNormCuda(args, nullptr).ok());
+        args.out = d_out16.view();
+        if (residual) args.residual = d_r16.view();
+        const Status status = RmsNormCuda(args, nullptr);
+        ASSERT_TRUE(status.ok()) << status.ToString();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const HostTensor out32 = d_out32.Read(), out16 = d_out16.Read();
+        HostTensor expected(dtype, {n, hidden});
+        ASSERT_TRUE(ConvertFloats(out32.view().data, DType::kF32, expected.view().data, dtype,
+                                  static_cast<size_t>(n * hidden))
+                        .ok());
+        ASSERT_TRUE(testing::AllFinite(out16));
+        EXPECT_EQ(std::memcmp(out16.view().data, expected.view().data, expected.NumBytes()), 0);
+        if (residual) {
+          EXPECT_TRUE(d_r16.Unchanged(d_r32.Read()));
+        }
+      }
+    }
+  }
+}
 
 TEST(RmsNormCudaArgsTest, RejectsBadArgs) {
   std::vector<float> fake(64);

@@ -13,6 +13,7 @@ using testing::AllClose;
 using testing::AllFinite;
 using testing::CopyF32;
 using testing::CView;
+using testing::Poisoned;
 using testing::PoisonedF32;
 using testing::RandomTensor;
 using testing::TensorOf;
@@ -92,6 +93,34 @@ TEST(RmsNormTest, InPlaceEqualsOutOfPlace) {
   ASSERT_TRUE(RmsNormRef({CView(x2), CView(weight), residual2.view(), x2.view()}).ok());
   EXPECT_EQ(ToFloats(x2), ToFloats(out));
   EXPECT_EQ(ToFloats(residual2), ToFloats(residual));
+}
+
+// A BF16/F16 output is the F32 result rounded to nearest even, with and without the residual.
+TEST(RmsNormTest, LowPrecisionOutputIsTheRoundedF32Output) {
+  const int64_t n = 4, hidden = 72;
+  HostTensor x = RandomTensor(DType::kF32, {n, hidden}, 11, -2.0f, 2.0f);
+  HostTensor weight = RandomTensor(DType::kBF16, {hidden}, 12);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (bool with_residual : {false, true}) {
+      HostTensor residual = RandomTensor(DType::kF32, {n, hidden}, 13);
+      HostTensor residual_f32 = CopyF32(residual);
+      const TensorView r = with_residual ? residual.view() : TensorView{};
+      const TensorView r_f32 = with_residual ? residual_f32.view() : TensorView{};
+      HostTensor f32 = PoisonedF32({n, hidden});
+      HostTensor low = Poisoned(dtype, {n, hidden});
+      ASSERT_TRUE(RmsNormRef({CView(x), CView(weight), r_f32, f32.view()}).ok());
+      ASSERT_TRUE(RmsNormRef({CView(x), CView(weight), r, low.view()}).ok());
+      HostTensor expected(dtype, {n, hidden});
+      ASSERT_TRUE(ConvertFloats(f32.view().data, DType::kF32, expected.view().data, dtype,
+                                static_cast<size_t>(n * hidden)).ok());
+      ASSERT_TRUE(AllFinite(low));
+      EXPECT_EQ(ToFloats(low), ToFloats(expected)) << DTypeName(dtype) << " " << with_residual;
+      EXPECT_EQ(ToFloats(residual), ToFloats(residual_f32));
+    }
+  }
+  HostTensor out(DType::kF64, {n, hidden});
+  EXPECT_EQ(RmsNormRef({CView(x), CView(weight), {}, out.view()}).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(RmsNormTest, RejectsBadArguments) {

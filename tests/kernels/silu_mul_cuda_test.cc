@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SiluMulCudaTest,
                                            Case{9, 256, Alias::kNone, 4},
                                            Case{5, 4095, Alias::kOutIsGate, 8}),
                          Name);
+
+// A BF16/F16 output holds the kernel's F32 result rounded to nearest even, bit for bit, on the
+// vectorised and the scalar paths.
+TEST(SiluMulCudaLowPrecisionTest, OutputIsTheRoundedF32Output) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t inter : {14336, 4097, 13}) {
+    for (const DType dtype : {DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(detail::StrCat("inter ", inter, " ", DTypeName(dtype)));
+      const int64_t n = 2;
+      const HostTensor gate = RandomTensor(DType::kF32, {n, inter}, 81, -12.0f, 12.0f);
+      const HostTensor up = RandomTensor(DType::kF32, {n, inter}, 82, -3.0f, 3.0f);
+      DeviceTensor d_gate(gate), d_up(up), d_out32(PoisonedF32({n, inter}));
+      DeviceTensor d_out16(testing::Poisoned(dtype, {n, inter}));
+      ASSERT_TRUE(SiluMulCuda({d_gate.cview(), d_up.cview(), d_out32.view()}, nullptr).ok());
+      const Status status = SiluMulCuda({d_gate.cview(), d_up.cview(), d_out16.view()}, nullptr);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const HostTensor out32 = d_out32.Read(), out16 = d_out16.Read();
+      HostTensor expected(dtype, {n, inter});
+      ASSERT_TRUE(ConvertFloats(out32.view().data, DType::kF32, expected.view().data, dtype,
+                                static_cast<size_t>(n * inter))
+                      .ok());
+      ASSERT_TRUE(testing::AllFinite(out16));
+      EXPECT_EQ(std::memcmp(out16.view().data, expected.view().data, expected.NumBytes()), 0);
+      EXPECT_TRUE(d_gate.Unchanged(gate));
+      EXPECT_TRUE(d_up.Unchanged(up));
+    }
+  }
+}
 
 TEST(SiluMulCudaArgsTest, RejectsBadShapes) {
   std::vector<float> fake(64);

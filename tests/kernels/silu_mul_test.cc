@@ -12,6 +12,7 @@ namespace {
 using testing::AllClose;
 using testing::AllFinite;
 using testing::CView;
+using testing::Poisoned;
 using testing::PoisonedF32;
 using testing::RandomTensor;
 using testing::TensorOf;
@@ -45,6 +46,26 @@ TEST(SiluMulTest, MatchesFormulaOnRandomInputsAndRunsInPlace) {
   // out aliasing gate.
   ASSERT_TRUE(SiluMulRef({CView(gate), CView(up), gate.view()}).ok());
   EXPECT_TRUE(AllClose(ToFloats(gate), ToFloats(out), 0.0));
+}
+
+// A BF16/F16 output is the F32 result rounded to nearest even.
+TEST(SiluMulTest, LowPrecisionOutputIsTheRoundedF32Output) {
+  const int64_t n = 3, inter = 50;
+  HostTensor gate = RandomTensor(DType::kF32, {n, inter}, 3, -8.0f, 8.0f);
+  HostTensor up = RandomTensor(DType::kF32, {n, inter}, 4, -3.0f, 3.0f);
+  HostTensor f32 = PoisonedF32({n, inter});
+  ASSERT_TRUE(SiluMulRef({CView(gate), CView(up), f32.view()}).ok());
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    HostTensor low = Poisoned(dtype, {n, inter}), expected(dtype, {n, inter});
+    ASSERT_TRUE(SiluMulRef({CView(gate), CView(up), low.view()}).ok());
+    ASSERT_TRUE(ConvertFloats(f32.view().data, DType::kF32, expected.view().data, dtype,
+                              static_cast<size_t>(n * inter)).ok());
+    ASSERT_TRUE(AllFinite(low));
+    EXPECT_EQ(ToFloats(low), ToFloats(expected)) << DTypeName(dtype);
+  }
+  HostTensor out(DType::kI32, {n, inter});
+  EXPECT_EQ(SiluMulRef({CView(gate), CView(up), out.view()}).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(SiluMulTest, RejectsMismatchedShapes) {

@@ -1,0 +1,112 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "kernels/cuda_util.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/rope_kv_cuda.h"
+
+namespace millipede {
+namespace {
+
+constexpr int kMaxThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 20;
+
+// The cuda_bf16/cuda_fp16 conversions round to nearest even, as ConvertCuda's do.
+__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void Store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// One block per row t (grid-strided), as RopeKernel: the row's cos/sin table in shared memory
+// (2 * half floats), then the query pairs rotated in place, the key pairs rotated into k_cache
+// and the values copied into v_cache.
+//   q [n, q_heads, 2 * half]; k, v [n, kv_heads, 2 * half]; positions [n]; inv_freq [half];
+//   k_cache [n, kv_heads, 2 * half] of K; v_cache likewise of V.
+template <typename K, typename V>
+__global__ void RopeKvKernel(float* __restrict__ q, const float* __restrict__ k,
+                             const float* __restrict__ v, const int64_t* __restrict__ positions,
+                             const float* __restrict__ inv_freq, K* __restrict__ k_cache,
+                             V* __restrict__ v_cache, int64_t n, int64_t q_heads, int64_t kv_heads,
+                             int64_t half) {
+  extern __shared__ float table[];
+  float* cos_t = table;
+  float* sin_t = table + half;
+  const int64_t head_dim = 2 * half;
+  const int64_t q_pairs = q_heads * half, k_pairs = kv_heads * half;
+  const int64_t kv_row = kv_heads * head_dim;
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    rope_cuda::FillTable(positions[t], inv_freq, half, cos_t, sin_t);
+    __syncthreads();
+    float* q_row = q + t * q_heads * head_dim;
+    for (int64_t p = threadIdx.x; p < q_pairs; p += blockDim.x) {
+      const int64_t h = p / half, i = p - h * half;
+      float* head = q_row + h * head_dim;
+      rope_cuda::RotatePair(head, i, half, cos_t, sin_t, &head[i], &head[i + half]);
+    }
+    const float* k_row = k + t * kv_row;
+    K* k_out = k_cache + t * kv_row;
+    for (int64_t p = threadIdx.x; p < k_pairs; p += blockDim.x) {
+      const int64_t h = p / half, i = p - h * half;
+      float y1, y2;
+      rope_cuda::RotatePair(k_row + h * head_dim, i, half, cos_t, sin_t, &y1, &y2);
+      Store(k_out, h * head_dim + i, y1);
+      Store(k_out, h * head_dim + i + half, y2);
+    }
+    const float* v_row = v + t * kv_row;
+    V* v_out = v_cache + t * kv_row;
+    for (int64_t e = threadIdx.x; e < kv_row; e += blockDim.x) Store(v_out, e, v_row[e]);
+    // The table is rewritten for the next row.
+    __syncthreads();
+  }
+}
+
+// The storage type of a cache dtype (RopeKvCheckArgs allows F32, BF16 and F16).
+template <typename F>
+Status VisitCacheDType(DType dtype, const char* what, F&& f) {
+  return cuda_util::VisitFloatDType(dtype, what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      return InvalidArgumentError(detail::StrCat(what, ": F64 is not supported"));
+    } else {
+      return f(tag);
+    }
+  });
+}
+
+}  // namespace
+
+Status RopeKvCuda(const RopeKvArgs& args, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(RopeKvCheckArgs(args));
+  const int64_t n = args.q.dim(0);
+  const int64_t q_heads = args.q.dim(1);
+  const int64_t kv_heads = args.k.dim(1);
+  const int64_t half = args.q.dim(2) / 2;
+  if (n == 0 || half == 0 || (q_heads == 0 && kv_heads == 0)) return OkStatus();
+  const size_t shared_bytes = 2 * static_cast<size_t>(half) * sizeof(float);
+  MP_REQUIRE(shared_bytes <= 48 * 1024, "rope_kv: head_dim ", 2 * half,
+             " is too large for RopeKvCuda");
+  // Enough threads for the wider of the query pairs and the value elements of a row.
+  const int64_t work = std::max(q_heads * half, kv_heads * 2 * half);
+  const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, kMaxThreads));
+  const unsigned blocks = static_cast<unsigned>(std::min(n, kMaxBlocks));
+  return VisitCacheDType(args.k_cache.dtype, "rope_kv k_cache", [&](auto k_tag) {
+    using K = typename decltype(k_tag)::type;
+    return VisitCacheDType(args.v_cache.dtype, "rope_kv v_cache", [&](auto v_tag) {
+      using V = typename decltype(v_tag)::type;
+      RopeKvKernel<K, V><<<blocks, threads, shared_bytes, stream>>>(
+          args.q.as<float>(), args.k.as<const float>(), args.v.as<const float>(),
+          args.positions.as<const int64_t>(), args.inv_freq.as<const float>(), args.k_cache.as<K>(),
+          args.v_cache.as<V>(), n, q_heads, kv_heads, half);
+      MP_CUDA_CHECK_LAUNCH();
+      return OkStatus();
+    });
+  });
+}
+
+}  // namespace millipede

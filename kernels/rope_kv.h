@@ -1,0 +1,37 @@
+// What follows a layer's Q/K/V projections, as one op: RoPE of the queries and keys, and the
+// rotated keys and the values stored into rows of the KV cache (one GPU launch instead of two
+// RoPE calls and two conversions).
+#pragma once
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "kernels/rope.h"
+
+namespace millipede {
+
+struct RopeKvArgs {
+  // [n, num_q_heads, head_dim] F32 queries, rotated in place.
+  TensorView q;
+  // [n, num_kv_heads, head_dim] F32 keys before RoPE (not modified).
+  ConstTensorView k;
+  // [n, num_kv_heads, head_dim] F32 values.
+  ConstTensorView v;
+  // [n] I64: the global position of each row (of q and k alike).
+  ConstTensorView positions;
+  // [head_dim / 2] F32, from RopeInvFreq.
+  ConstTensorView inv_freq;
+  // [n, num_kv_heads, head_dim] F32, BF16 or F16 (the KV cache's rows for these tokens): the
+  // rotated keys and the values, rounded to nearest even. Must not overlap q, k or v.
+  TensorView k_cache;
+  TensorView v_cache;
+};
+
+// Checks RopeKvArgs' shapes and dtypes (not the data, which may live on a device).
+Status RopeKvCheckArgs(const RopeKvArgs& args);
+
+// RopeRef on q; k_cache = k rotated as RopeRef rotates it, converted (ConvertFloats);
+// v_cache = v converted. Bit for bit RopeRef on q and on a copy of k, then ConvertRef of that
+// copy and of v.
+Status RopeKvRef(const RopeKvArgs& args);
+
+}  // namespace millipede

@@ -1,0 +1,203 @@
+// RopeKvCuda against RopeCuda + ConvertCuda (bit for bit: the same device rotation, the same
+// rounding) and against RopeKvRef: GQA ratios, head dims, cache dtypes, row counts, positions past
+// 2^24, and the decode layout where q | k | v are one GEMM output row. Outputs start poisoned
+// between guard bands; the inputs k and v must stay unchanged. Skips without a GPU.
+#include "kernels/rope_kv_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/convert_cuda.h"
+#include "kernels/rope_cuda.h"
+#include "kernels/rope_kv.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CopyF32;
+using testing::CView;
+using testing::DeviceTensor;
+using testing::HaveGpu;
+using testing::NormalisedErrorBelow;
+using testing::Poisoned;
+using testing::PoisonedF32;
+using testing::RandomTensor;
+
+// Against the reference: RopeCuda's tolerance (sincosf within 2 ulp), plus the cache rounding
+// (compared through the same rounding of the reference).
+constexpr double kMaxError = 1e-5;
+
+struct Case {
+  int64_t n, q_heads, kv_heads, head_dim;
+  DType cache;
+  int64_t max_position;
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return detail::StrCat("n", c.n, "_q", c.q_heads, "_kv", c.kv_heads, "_d", c.head_dim, "_",
+                        DTypeName(c.cache), "_pos", c.max_position);
+}
+
+HostTensor InvFreq(int64_t head_dim) {
+  RopeScaling scaling;
+  scaling.type = RopeScalingType::kLlama3;
+  scaling.factor = 8.0;
+  scaling.original_max_position_embeddings = 8192;
+  StatusOr<std::vector<float>> inv = RopeInvFreq(head_dim, 500000.0, scaling, 8192, 0);
+  EXPECT_TRUE(inv.ok()) << inv.status().ToString();
+  return testing::TensorOf(DType::kF32, {head_dim / 2}, *inv);
+}
+
+HostTensor Positions(int64_t n, int64_t max_position) {
+  HostTensor positions(DType::kI64, {n});
+  std::mt19937_64 rng(43);
+  std::uniform_int_distribution<int64_t> dist(0, max_position - 1);
+  for (int64_t t = 0; t < n; ++t) positions.data<int64_t>()[t] = dist(rng);
+  positions.data<int64_t>()[n - 1] = max_position - 1;
+  return positions;
+}
+
+bool SameBytes(const HostTensor& a, const HostTensor& b) {
+  return a.NumBytes() == b.NumBytes() &&
+         std::memcmp(a.view().data, b.view().data, a.NumBytes()) == 0;
+}
+
+class RopeKvCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(RopeKvCudaTest, MatchesRopeThenConvert) {
+  const Case c = GetParam();
+  const Shape q_shape{c.n, c.q_heads, c.head_dim}, kv_shape{c.n, c.kv_heads, c.head_dim};
+  const HostTensor inv_freq = InvFreq(c.head_dim);
+  const HostTensor positions = Positions(c.n, c.max_position);
+  const HostTensor q = RandomTensor(DType::kF32, q_shape, 91, -2.0f, 2.0f);
+  const HostTensor k = RandomTensor(DType::kF32, kv_shape, 92, -2.0f, 2.0f);
+  const HostTensor v = RandomTensor(DType::kF32, kv_shape, 93, -2.0f, 2.0f);
+
+  DeviceTensor d_positions(positions), d_inv_freq(inv_freq);
+  DeviceTensor d_q(q), d_k(k), d_v(v);
+  DeviceTensor d_k_cache(Poisoned(c.cache, kv_shape)), d_v_cache(Poisoned(c.cache, kv_shape));
+  const Status status = RopeKvCuda({d_q.view(), d_k.cview(), d_v.cview(), d_positions.cview(),
+                                    d_inv_freq.cview(), d_k_cache.view(), d_v_cache.view()},
+                                   nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+
+  // The separate ops the engine ran before: RoPE on q, RoPE on k, two conversions.
+  DeviceTensor d_q2(q), d_k2(k);
+  DeviceTensor d_k_cache2(Poisoned(c.cache, kv_shape)), d_v_cache2(Poisoned(c.cache, kv_shape));
+  ASSERT_TRUE(RopeCuda({d_q2.view(), d_positions.cview(), d_inv_freq.cview()}, nullptr).ok());
+  ASSERT_TRUE(RopeCuda({d_k2.view(), d_positions.cview(), d_inv_freq.cview()}, nullptr).ok());
+  ASSERT_TRUE(ConvertCuda(d_k2.cview(), d_k_cache2.view(), nullptr).ok());
+  ASSERT_TRUE(ConvertCuda(d_v.cview(), d_v_cache2.view(), nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const HostTensor q_out = d_q.Read(), k_cache = d_k_cache.Read(), v_cache = d_v_cache.Read();
+  ASSERT_TRUE(testing::AllFinite(k_cache));
+  ASSERT_TRUE(testing::AllFinite(v_cache));
+  EXPECT_TRUE(SameBytes(q_out, d_q2.Read()));
+  EXPECT_TRUE(SameBytes(k_cache, d_k_cache2.Read()));
+  EXPECT_TRUE(SameBytes(v_cache, d_v_cache2.Read()));
+  EXPECT_TRUE(d_k.Unchanged(k));
+  EXPECT_TRUE(d_v.Unchanged(v));
+
+  // And the reference.
+  HostTensor q_ref = CopyF32(q);
+  HostTensor k_cache_ref = Poisoned(c.cache, kv_shape), v_cache_ref = Poisoned(c.cache, kv_shape);
+  ASSERT_TRUE(RopeKvRef({q_ref.view(), CView(k), CView(v), CView(positions), CView(inv_freq),
+                         k_cache_ref.view(), v_cache_ref.view()})
+                  .ok());
+  EXPECT_TRUE(NormalisedErrorBelow(q_out, q_ref, kMaxError));
+  // One rounding step of the cache dtype may differ where the F32 values differ by an ulp.
+  const double cache_error = c.cache == DType::kBF16  ? 1e-2
+                             : c.cache == DType::kF16 ? 1e-3
+                                                      : kMaxError;
+  EXPECT_TRUE(NormalisedErrorBelow(k_cache, k_cache_ref, cache_error));
+  EXPECT_TRUE(SameBytes(v_cache, v_cache_ref));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvCudaTest,
+                         ::testing::Values(Case{1, 32, 8, 128, DType::kBF16, 131072},
+                                           Case{1, 28, 4, 128, DType::kF16, 1 << 20},
+                                           Case{63, 32, 8, 128, DType::kBF16, 8192},
+                                           Case{65, 8, 8, 64, DType::kF32, 4096},
+                                           Case{4097, 4, 2, 16, DType::kBF16, 1 << 17},
+                                           Case{3, 2, 1, 2, DType::kF16, 100},
+                                           Case{7, 40, 8, 80, DType::kBF16, (1 << 25) + 7}),
+                         Name);
+
+// The decode layout: q | k | v of one token are one row of a fused GEMM's output, rotated and
+// stored by one call on views into that row.
+TEST(RopeKvCudaDecodeTest, ViewsIntoOneQkvRow) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t q_heads = 32, kv_heads = 8, head_dim = 128;
+  const int64_t q_width = q_heads * head_dim, kv_width = kv_heads * head_dim;
+  const HostTensor qkv = RandomTensor(DType::kF32, {1, q_width + 2 * kv_width}, 94);
+  const HostTensor inv_freq = InvFreq(head_dim);
+  const HostTensor positions = Positions(1, 131072);
+  DeviceTensor d_qkv(qkv), d_positions(positions), d_inv_freq(inv_freq);
+  const Shape kv_shape{1, kv_heads, head_dim};
+  DeviceTensor d_k_cache(Poisoned(DType::kBF16, kv_shape));
+  DeviceTensor d_v_cache(Poisoned(DType::kBF16, kv_shape));
+  const TensorView row = d_qkv.view();
+  const TensorView q{row.data, DType::kF32, {1, q_heads, head_dim}};
+  const ConstTensorView k{static_cast<const float*>(row.data) + q_width, DType::kF32, kv_shape};
+  const ConstTensorView v{static_cast<const float*>(row.data) + q_width + kv_width, DType::kF32,
+                          kv_shape};
+  ASSERT_TRUE(RopeKvCuda({q, k, v, d_positions.cview(), d_inv_freq.cview(), d_k_cache.view(),
+                          d_v_cache.view()},
+                         nullptr)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  // The reference on host copies of the three parts.
+  HostTensor q_ref(DType::kF32, {1, q_heads, head_dim}), k_ref(DType::kF32, kv_shape),
+      v_ref(DType::kF32, kv_shape);
+  std::memcpy(q_ref.view().data, qkv.view().data, q_width * sizeof(float));
+  std::memcpy(k_ref.view().data, qkv.data<float>() + q_width, kv_width * sizeof(float));
+  std::memcpy(v_ref.view().data, qkv.data<float>() + q_width + kv_width, kv_width * sizeof(float));
+  HostTensor k_cache_ref = Poisoned(DType::kBF16, kv_shape);
+  HostTensor v_cache_ref = Poisoned(DType::kBF16, kv_shape);
+  ASSERT_TRUE(RopeKvRef({q_ref.view(), CView(k_ref), CView(v_ref), CView(positions),
+                         CView(inv_freq), k_cache_ref.view(), v_cache_ref.view()})
+                  .ok());
+  const HostTensor row_out = d_qkv.Read();
+  HostTensor q_out(DType::kF32, {1, q_heads, head_dim});
+  std::memcpy(q_out.view().data, row_out.view().data, q_width * sizeof(float));
+  EXPECT_TRUE(NormalisedErrorBelow(q_out, q_ref, kMaxError));
+  // k and v in the row are inputs: unchanged.
+  EXPECT_EQ(std::memcmp(row_out.data<float>() + q_width, qkv.data<float>() + q_width,
+                        2 * kv_width * sizeof(float)),
+            0);
+  EXPECT_TRUE(NormalisedErrorBelow(d_k_cache.Read(), k_cache_ref, 1e-2));
+  EXPECT_TRUE(SameBytes(d_v_cache.Read(), v_cache_ref));
+}
+
+TEST(RopeKvCudaArgsTest, RejectsBadShapes) {
+  std::vector<float> fake(256);
+  RopeKvArgs args{{fake.data(), DType::kF32, {2, 4, 8}}, {fake.data(), DType::kF32, {2, 2, 8}},
+                  {fake.data(), DType::kF32, {2, 2, 4}}, {fake.data(), DType::kI64, {2}},
+                  {fake.data(), DType::kF32, {4}},       {fake.data(), DType::kBF16, {2, 2, 8}},
+                  {fake.data(), DType::kBF16, {2, 2, 8}}};
+  Status status = RopeKvCuda(args, nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("rope_kv v"), std::string::npos) << status.ToString();
+  args.v.shape = {2, 2, 8};
+  args.k_cache.dtype = DType::kI32;
+  status = RopeKvCuda(args, nullptr);
+  EXPECT_NE(status.message().find("rope_kv k_cache"), std::string::npos) << status.ToString();
+}
+
+}  // namespace
+}  // namespace millipede

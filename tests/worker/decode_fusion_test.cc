@@ -1,0 +1,288 @@
+// Decode with fused projections: at one token the engine runs Q/K/V as one GEMM and gate/up as
+// one GEMM over weights placed back to back, and RoPE of q and k plus the KV-cache stores as one
+// op. A backend that counts the ops it is asked for checks how many run per decode layer, and the
+// logits must equal, bit for bit, those of the unfused path on the CPU backend.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "worker/cpu_backend.h"
+
+namespace millipede {
+namespace {
+
+using testing::MaxRelError;
+using testing::RandomEngineOptions;
+using testing::RandomIds;
+using testing::SmallConfig;
+
+// Op name -> calls, shared with the test after the engine took the backend.
+using OpCounts = std::map<std::string, int64_t>;
+
+// The CPU backend, counting every op. Optionally it reports GEMM inputs in the weights' dtype, as
+// the CUDA backend does, or keeps every adopted weight in an allocation of its own (so that no
+// projections lie back to back, like a memory-mapped checkpoint's).
+class CountingBackend final : public Backend {
+ public:
+  struct Options {
+    bool gemm_input_in_weight_dtype = false;
+    bool separate_weights = false;
+  };
+  CountingBackend(OpCounts* counts, Options options)
+      : inner_(CreateCpuBackend()), counts_(counts), options_(options) {}
+
+  BackendKind kind() const override { return inner_->kind(); }
+  StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) override {
+    return inner_->Allocate(dtype, shape);
+  }
+  StatusOr<std::vector<ConstTensorView>> AdoptWeights(
+      std::span<const ConstTensorView> hosts) override {
+    if (!options_.separate_weights) return inner_->AdoptWeights(hosts);
+    std::vector<ConstTensorView> adopted;
+    for (const ConstTensorView& host : hosts) {
+      MP_ASSIGN_OR_RETURN(BackendTensor copy, inner_->Allocate(host.dtype, host.shape));
+      std::memcpy(copy.view().data, host.data, host.NumBytes());
+      adopted.push_back(copy.cview());
+      copies_.push_back(std::move(copy));
+    }
+    return adopted;
+  }
+  Status CopyFromHost(ConstTensorView src, TensorView dst) override {
+    return inner_->CopyFromHost(src, dst);
+  }
+  Status CopyToHost(ConstTensorView src, TensorView dst) override {
+    return inner_->CopyToHost(src, dst);
+  }
+  Status Convert(ConstTensorView src, TensorView dst) override {
+    Count("Convert");
+    return inner_->Convert(src, dst);
+  }
+  Status Synchronize() override { return inner_->Synchronize(); }
+  StatusOr<BackendMemory> Memory() override { return inner_->Memory(); }
+  DType GemmInputDType(DType weight_dtype) const override {
+    const bool narrow = weight_dtype == DType::kBF16 || weight_dtype == DType::kF16;
+    return options_.gemm_input_in_weight_dtype && narrow ? weight_dtype
+                                                         : inner_->GemmInputDType(weight_dtype);
+  }
+  Status Embedding(const EmbeddingArgs& a) override {
+    return Run("Embedding", &Backend::Embedding, a);
+  }
+  Status RmsNorm(const RmsNormArgs& a) override { return Run("RmsNorm", &Backend::RmsNorm, a); }
+  Status Rope(const RopeArgs& a) override { return Run("Rope", &Backend::Rope, a); }
+  Status RopeKv(const RopeKvArgs& a) override { return Run("RopeKv", &Backend::RopeKv, a); }
+  Status Gemm(const GemmArgs& a) override { return Run("Gemm", &Backend::Gemm, a); }
+  Status SiluMul(const SiluMulArgs& a) override { return Run("SiluMul", &Backend::SiluMul, a); }
+  Status Attention(const AttentionArgs& a) override {
+    return Run("Attention", &Backend::Attention, a);
+  }
+  Status MergeState(const MergeStateArgs& a) override {
+    return Run("MergeState", &Backend::MergeState, a);
+  }
+  Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
+                           ConstTensorView lse_other) override {
+    Count("MergeStateInPlace");
+    return inner_->MergeStateInPlace(o, lse, o_other, lse_other);
+  }
+  Status ClearState(TensorView o, TensorView lse) override {
+    Count("ClearState");
+    return inner_->ClearState(o, lse);
+  }
+  StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
+                           uint64_t step) override {
+    Count("Sample");
+    return inner_->Sample(logits, params, step);
+  }
+
+ private:
+  void Count(const char* op) { ++(*counts_)[op]; }
+  template <typename Args>
+  Status Run(const char* op, Status (Backend::*fn)(const Args&), const Args& args) {
+    Count(op);
+    return (inner_.get()->*fn)(args);
+  }
+
+  std::unique_ptr<Backend> inner_;
+  OpCounts* counts_;
+  Options options_;
+  std::vector<BackendTensor> copies_;
+};
+
+struct DecodeRun {
+  std::vector<std::vector<float>> logits;  // per decode step
+  OpCounts ops;                            // over the decode steps only
+};
+
+// Prefills `prompt` tokens, then decodes `steps` more one at a time with ForwardDecode.
+DecodeRun RunDecode(EngineOptions options, CountingBackend::Options backend_options,
+                    const std::vector<int32_t>& ids, size_t prompt) {
+  DecodeRun run;
+  OpCounts counts;
+  auto engine =
+      Engine::Create(options, nullptr, std::make_unique<CountingBackend>(&counts, backend_options));
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return run;
+  Engine& e = **engine;
+  EXPECT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size())).ok());
+  std::vector<float> logits;
+  EXPECT_TRUE(e.ForwardToHost(std::span(ids).first(prompt), &logits).ok());
+  counts.clear();
+  for (size_t i = prompt; i < ids.size(); ++i) {
+    StatusOr<ConstTensorView> step = e.ForwardDecode(ids[i]);
+    EXPECT_TRUE(step.ok()) << step.status().ToString();
+    if (!step.ok()) return run;
+    logits.assign(static_cast<size_t>(step->NumElements()), 0.0f);
+    EXPECT_TRUE(e.backend().CopyToHost(*step, {logits.data(), DType::kF32, step->shape}).ok());
+    run.logits.push_back(logits);
+  }
+  run.ops = counts;
+  return run;
+}
+
+// The models: the tiny llama (GQA 4 over 2), qwen2 with q/k/v biases and GQA 8 over 2, and a
+// llama with attention and MLP biases (o_proj and gate/up/down too).
+std::vector<ModelConfig> Models() {
+  ModelConfig tiny = SmallConfig();
+  ModelConfig qwen = SmallConfig();
+  qwen.model_type = "qwen2";
+  qwen.qkv_bias = true;
+  qwen.num_attention_heads = 8;
+  qwen.num_key_value_heads = 2;
+  ModelConfig biased = SmallConfig();
+  biased.qkv_bias = biased.o_proj_bias = biased.mlp_bias = true;
+  return {tiny, qwen, biased};
+}
+
+std::string Describe(const ModelConfig& c) {
+  return c.model_type + " heads " + std::to_string(c.num_attention_heads) + "/" +
+         std::to_string(c.num_key_value_heads) + (c.qkv_bias ? " qkv bias" : "") +
+         (c.mlp_bias ? " mlp bias" : "");
+}
+
+// Backend ops per decode layer before this path existed: RMSNorm x2, Q, K, V, O, gate, up and
+// down GEMMs, RoPE of q and of k, two KV-cache conversions, attention, SiLU-mul.
+constexpr int64_t kOpsPerLayerBefore = 15;
+
+int64_t OpsPerDecodeStep(const OpCounts& ops) {
+  int64_t total = 0;
+  for (const auto& [op, n] : ops) total += n;
+  return total;
+}
+
+TEST(DecodeFusionTest, FewerOpsPerLayerAndIdenticalLogits) {
+  const std::vector<int32_t> ids = RandomIds(27, 97, 8);
+  const size_t prompt = 24;
+  const int64_t steps = static_cast<int64_t>(ids.size() - prompt);
+  for (const ModelConfig& c : Models()) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(Describe(c) + " " + DTypeName(dtype));
+      EngineOptions options = RandomEngineOptions(c, dtype, dtype);
+      const DecodeRun fused = RunDecode(options, {}, ids, prompt);
+      options.fuse_projections = false;
+      const DecodeRun unfused = RunDecode(options, {}, ids, prompt);
+      ASSERT_EQ(fused.logits.size(), static_cast<size_t>(steps));
+      ASSERT_EQ(unfused.logits.size(), static_cast<size_t>(steps));
+      for (int64_t s = 0; s < steps; ++s) EXPECT_EQ(fused.logits[s], unfused.logits[s]) << s;
+
+      const int64_t layers = c.num_hidden_layers;
+      // Per step beyond the layers: the embedding, the final RMSNorm and the LM head.
+      auto per_layer = [&](const OpCounts& ops, const std::string& op, int64_t per_step) {
+        auto it = ops.find(op);
+        const int64_t n = it == ops.end() ? 0 : it->second;
+        EXPECT_EQ((n - per_step * steps) % (layers * steps), 0) << op;
+        return (n - per_step * steps) / (layers * steps);
+      };
+      EXPECT_EQ(per_layer(fused.ops, "Gemm", 1), 4);  // Q|K|V, O, gate|up, down
+      EXPECT_EQ(per_layer(unfused.ops, "Gemm", 1), 7);
+      for (const DecodeRun* run : {&fused, &unfused}) {
+        EXPECT_EQ(per_layer(run->ops, "RmsNorm", 1), 2);
+        EXPECT_EQ(per_layer(run->ops, "RopeKv", 0), 1);  // RoPE of q and k, K and V stored
+        EXPECT_EQ(per_layer(run->ops, "Rope", 0), 0);
+        EXPECT_EQ(per_layer(run->ops, "Convert", 0), 0);
+        EXPECT_EQ(per_layer(run->ops, "Attention", 0), 1);
+        EXPECT_EQ(per_layer(run->ops, "SiluMul", 0), 1);
+        EXPECT_EQ(per_layer(run->ops, "Embedding", 1), 0);
+      }
+      const int64_t fused_per_layer = (OpsPerDecodeStep(fused.ops) / steps - 3) / layers;
+      EXPECT_EQ(fused_per_layer, 9);
+      EXPECT_LT(fused_per_layer, kOpsPerLayerBefore);
+    }
+  }
+}
+
+// Projections that do not lie back to back (each weight in an allocation of its own, as a
+// memory-mapped checkpoint on the CPU backend) run as separate GEMMs with fusion on, with the
+// same logits.
+TEST(DecodeFusionTest, SeparateWeightsFallBackToSeparateGemms) {
+  const std::vector<int32_t> ids = RandomIds(22, 97, 9);
+  const size_t prompt = 20;
+  for (const ModelConfig& c : Models()) {
+    SCOPED_TRACE(Describe(c));
+    const EngineOptions options = RandomEngineOptions(c, DType::kBF16, DType::kBF16);
+    const DecodeRun fused = RunDecode(options, {}, ids, prompt);
+    CountingBackend::Options separate;
+    separate.separate_weights = true;
+    const DecodeRun fallback = RunDecode(options, separate, ids, prompt);
+    ASSERT_EQ(fused.logits.size(), fallback.logits.size());
+    for (size_t s = 0; s < fused.logits.size(); ++s)
+      EXPECT_EQ(fused.logits[s], fallback.logits[s]) << s;
+    const int64_t steps = static_cast<int64_t>(ids.size() - prompt);
+    EXPECT_EQ(fallback.ops.at("Gemm"), (7 * c.num_hidden_layers + 1) * steps);
+    EXPECT_EQ(fused.ops.at("Gemm"), (4 * c.num_hidden_layers + 1) * steps);
+  }
+}
+
+// With GEMM inputs written in the weights' dtype, as on the GPU (RMSNorm and SiLU-mul round as
+// they write; no conversion op runs): fused equals unfused bit for bit, and both stay within
+// bf16 rounding of the F32-input engine, which they must differ from (the path is taken).
+TEST(DecodeFusionTest, GemmInputsInWeightDtype) {
+  const std::vector<int32_t> ids = RandomIds(30, 97, 10);
+  const size_t prompt = 26;
+  CountingBackend::Options gpu_like;
+  gpu_like.gemm_input_in_weight_dtype = true;
+  for (const ModelConfig& c : Models()) {
+    SCOPED_TRACE(Describe(c));
+    EngineOptions options = RandomEngineOptions(c, DType::kBF16, DType::kBF16);
+    const DecodeRun f32_inputs = RunDecode(options, {}, ids, prompt);
+    const DecodeRun fused = RunDecode(options, gpu_like, ids, prompt);
+    options.fuse_projections = false;
+    const DecodeRun unfused = RunDecode(options, gpu_like, ids, prompt);
+    ASSERT_EQ(fused.logits.size(), f32_inputs.logits.size());
+    ASSERT_EQ(unfused.logits.size(), f32_inputs.logits.size());
+    for (size_t s = 0; s < fused.logits.size(); ++s) {
+      EXPECT_EQ(fused.logits[s], unfused.logits[s]) << s;
+      const double error = MaxRelError(fused.logits[s], f32_inputs.logits[s]);
+      EXPECT_LT(error, 3e-2) << s;
+      EXPECT_GT(error, 0.0) << s;
+    }
+    EXPECT_EQ(fused.ops.count("Convert"), 0u);
+  }
+}
+
+// Decoding through the fused path gives the logits of recomputing the sequence from scratch.
+TEST(DecodeFusionTest, FusedDecodeMatchesRecompute) {
+  const std::vector<int32_t> ids = RandomIds(25, 97, 11);
+  const size_t prompt = 21;
+  for (const ModelConfig& c : Models()) {
+    SCOPED_TRACE(Describe(c));
+    const EngineOptions options = RandomEngineOptions(c, DType::kF32, DType::kF32);
+    const DecodeRun fused = RunDecode(options, {}, ids, prompt);
+    ASSERT_EQ(fused.logits.size(), ids.size() - prompt);
+    auto engine = Engine::Create(options);
+    ASSERT_TRUE(engine.ok());
+    for (size_t s = 0; s < fused.logits.size(); ++s) {
+      const std::vector<int32_t> prefix(ids.begin(),
+                                        ids.begin() + static_cast<int64_t>(prompt + s + 1));
+      ASSERT_TRUE((*engine)->StartSequence(static_cast<int64_t>(prefix.size())).ok());
+      std::vector<float> full;
+      ASSERT_TRUE((*engine)->ForwardToHost(prefix, &full).ok());
+      EXPECT_LT(MaxRelError(fused.logits[s], full), 1e-5) << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace millipede
