@@ -4,7 +4,10 @@
 // launcher and, for comparison, unsplit). CUDA-event timing after warm-up runs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,8 @@ constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
   --head-dim D     64 or 128 (default 128)
   --dtype T        K/V dtype: bf16 (default) | fp16
   --kernel K       prefill kernel: auto (default; wgmma on Hopper) | mma-sync
+  --decode-splits L  comma-separated key splits to time decode with (default 0,1: the
+                   launcher's choice and unsplit)
   --warmup N       untimed runs first (default 3)
   --iters N        timed runs, averaged (default 10)
 )";
@@ -93,6 +98,7 @@ struct Shapes {
   int64_t q_heads, kv_heads, head_dim, warmup, iters;
   DType dtype;
   bool allow_wgmma = true;
+  std::vector<int64_t> decode_splits = {0, 1};
 };
 
 StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
@@ -146,9 +152,9 @@ StatusOr<nlohmann::json> BenchDecode(const Shapes& s, int64_t ctx) {
                            {lse.data(), DType::kF32, {1, s.q_heads}}};
   const double kv_bytes = 2.0 * ctx * s.kv_heads * s.head_dim * DTypeSize(s.dtype);
   nlohmann::json result{{"ctx", ctx}, {"kv_bytes", kv_bytes}};
-  for (const int splits : {0, 1}) {
+  for (const int64_t splits : s.decode_splits) {
     AttentionCudaOptions options;
-    options.num_splits = splits;
+    options.num_splits = static_cast<int>(splits);
     MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args, options));
     DeviceBuffer workspace;
     if (workspace_bytes > 0) MP_RETURN_IF_ERROR(workspace.Allocate(workspace_bytes));
@@ -157,7 +163,9 @@ StatusOr<nlohmann::json> BenchDecode(const Shapes& s, int64_t ctx) {
     MP_ASSIGN_OR_RETURN(
         const double ms,
         TimeMs([&] { return AttentionCuda(args, options, nullptr); }, s.warmup, s.iters));
-    const std::string key = splits == 0 ? "split" : "unsplit";
+    const std::string key = splits == 0   ? std::string("split")
+                            : splits == 1 ? std::string("unsplit")
+                                          : "splits_" + std::to_string(splits);
     result[key] = {{"us", ms * 1e3},
                    {"gb_per_s", kv_bytes / (ms * 1e-3) / 1e9},
                    {"workspace_bytes", workspace_bytes}};
@@ -172,8 +180,8 @@ Status Run(int argc, char** argv) {
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim", "dtype", "kernel", "warmup",
-       "iters"}));
+      {"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim", "dtype", "kernel",
+       "decode-splits", "warmup", "iters"}));
   Shapes s;
   MP_ASSIGN_OR_RETURN(const int64_t seq, flags.GetInt("seq", 32768));
   MP_ASSIGN_OR_RETURN(const int64_t ctx, flags.GetInt("ctx", 131072));
@@ -187,6 +195,19 @@ Status Run(int argc, char** argv) {
   const std::string kernel = flags.Get("kernel").value_or("auto");
   MP_REQUIRE(kernel == "auto" || kernel == "mma-sync", "--kernel must be auto or mma-sync");
   s.allow_wgmma = kernel == "auto";
+  if (const std::optional<std::string> list = flags.Get("decode-splits")) {
+    s.decode_splits.clear();
+    for (size_t begin = 0; begin <= list->size();) {
+      const size_t end = std::min(list->find(',', begin), list->size());
+      const std::string item = list->substr(begin, end - begin);
+      char* parse_end = nullptr;
+      const long long value = std::strtoll(item.c_str(), &parse_end, 10);
+      MP_REQUIRE(!item.empty() && *parse_end == '\0' && value >= 0 && value <= 1024,
+                 "--decode-splits: bad entry '", item, "'");
+      s.decode_splits.push_back(value);
+      begin = end + 1;
+    }
+  }
   MP_REQUIRE(seq >= 0 && ctx >= 0 && s.iters > 0 && s.warmup >= 0 && s.q_heads > 0 &&
                  s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0,
              "bad sizes (see --help)");
