@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <math.h>
+
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -41,6 +43,45 @@ struct AttentionKernelParams {
   DType k_dtype = DType::kBF16;
   DType v_dtype = DType::kBF16;
 };
+
+// Index of the o row and lse element of packed query row `row` of `kv_head` in split `split` (in
+// q's layout when split is 0).
+__device__ __forceinline__ int64_t OutputRow(const AttentionKernelParams& p, int64_t row,
+                                             int kv_head, int split) {
+  const int64_t t = row / p.group;
+  const int h = kv_head * p.group + static_cast<int>(row - t * p.group);
+  return (static_cast<int64_t>(split) * p.n_q + t) * p.num_q_heads + h;
+}
+
+// The keys of split `split` and which of them each packed query row sees: row `row` sees
+// [begin, RowEnd(row)), monotone in row. The launcher keeps n_kv below 2^31.
+struct SplitKeys {
+  int64_t split_begin;
+  int begin;  // first key of the split
+  int end;    // one past its last key
+  __device__ __forceinline__ SplitKeys(const AttentionKernelParams& p, int split)
+      : split_begin(split * p.keys_per_split),
+        begin(static_cast<int>(split_begin)),
+        end(static_cast<int>(min(p.n_kv, split_begin + p.keys_per_split))) {}
+  __device__ __forceinline__ int RowEnd(const AttentionKernelParams& p, int64_t row) const {
+    if (!p.causal) return end;
+    const int64_t last = row / p.group + p.causal_shift + 1;
+    return static_cast<int>(max(split_begin, min(static_cast<int64_t>(end), last)));
+  }
+};
+
+// The empty state (o = 0, lse = -inf) for packed rows [row0, last_row] of one block, written by
+// its `threads` threads: what a split gives to rows that see none of its keys.
+__device__ __forceinline__ void WriteEmptyRows(const AttentionKernelParams& p, int64_t row0,
+                                               int64_t last_row, int kv_head, int split,
+                                               int threads) {
+  const int64_t count = (last_row - row0 + 1) * p.head_dim;
+  for (int64_t i = threadIdx.x; i < count; i += threads) {
+    const int64_t out = OutputRow(p, row0 + i / p.head_dim, kv_head, split);
+    p.o[out * p.head_dim + i % p.head_dim] = 0.0f;
+    if (i % p.head_dim == 0 && p.lse != nullptr) p.lse[out] = -INFINITY;
+  }
+}
 
 // Shapes of the tensor-core kernel's thread block.
 enum class AttentionFlashShape {

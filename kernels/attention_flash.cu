@@ -73,15 +73,6 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
 }
 
-// Index of the o row and lse element of packed query row `row` of `kv_head` in split `split` (in
-// q's layout when split is 0).
-__device__ __forceinline__ int64_t OutputRow(const AttentionKernelParams& p, int64_t row,
-                                             int kv_head, int split) {
-  const int64_t t = row / p.group;
-  const int h = kv_head * p.group + static_cast<int>(row - t * p.group);
-  return (static_cast<int64_t>(split) * p.n_q + t) * p.num_q_heads + h;
-}
-
 // Grid: (row blocks, num_kv_heads, num_splits); Tile::kThreads threads; Tile::kSmemBytes of
 // dynamic shared memory.
 template <typename Tile, typename T>
@@ -106,27 +97,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const int64_t rows = p.n_q * p.group;
   const int64_t block_last_row = min(row0 + Tile::kRows, rows) - 1;
 
-  // This block's keys, [key_begin, key_end); the launcher keeps n_kv below 2^31.
-  const int64_t split_begin = split * p.keys_per_split;
-  const int key_begin = static_cast<int>(split_begin);
-  const int split_end = static_cast<int>(min(p.n_kv, split_begin + p.keys_per_split));
-  // Row `row` sees keys [key_begin, row_key_end(row)); monotone in row.
-  auto row_key_end = [&](int64_t row) -> int {
-    if (!p.causal) return split_end;
-    const int64_t end = row / p.group + p.causal_shift + 1;
-    return static_cast<int>(max(split_begin, min(static_cast<int64_t>(split_end), end)));
-  };
+  const SplitKeys keys(p, split);
+  const int key_begin = keys.begin;
+  auto row_key_end = [&](int64_t row) { return keys.RowEnd(p, row); };
   // Causal tile skipping: nothing after the block's last query is loaded at all.
   const int key_end = row_key_end(block_last_row);
-
   if (key_end <= key_begin) {
-    // No row of the block sees a key of this split: the empty state.
-    const int64_t count = (block_last_row - row0 + 1) * kHeadDim;
-    for (int64_t i = threadIdx.x; i < count; i += Tile::kThreads) {
-      const int64_t out = OutputRow(p, row0 + i / kHeadDim, kv_head, split);
-      p.o[out * kHeadDim + i % kHeadDim] = 0.0f;
-      if (i % kHeadDim == 0 && p.lse != nullptr) p.lse[out] = -INFINITY;
-    }
+    WriteEmptyRows(p, row0, block_last_row, kv_head, split, Tile::kThreads);
     return;
   }
 

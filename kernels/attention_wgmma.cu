@@ -39,7 +39,8 @@ constexpr int kTurnBarrier = 3;  // 3, 4
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory of one block (from a 1024-byte aligned base): the Q tile [warpgroup][column
-// block][64 rows][128 bytes], then kStages x (K tile, V tile) as [column block][128 keys][128
+// block][64 rows][128 bytes] (staging: each warpgroup loads its fragments into registers once),
+// then kStages x (K tile, V tile) as [column block][128 keys][128
 // bytes] each, then the full and empty barriers. A column block holds 64 of the head_dim
 // values of a row: 128 bytes, the swizzle span.
 template <int kHeadDimT>
@@ -57,13 +58,6 @@ struct WgmmaTile {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "one or two 128-byte column blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one SM");
 };
-
-__device__ __forceinline__ int64_t OutputRow(const AttentionKernelParams& p, int64_t row,
-                                             int kv_head, int split) {
-  const int64_t t = row / p.group;
-  const int h = kv_head * p.group + static_cast<int>(row - t * p.group);
-  return (static_cast<int64_t>(split) * p.n_q + t) * p.num_q_heads + h;
-}
 
 // P V for one 16-key step of the O accumulator of this head_dim.
 template <typename T, int kHeadDim>
@@ -108,24 +102,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t rows = p.n_q * p.group;
   const int64_t block_last_row = min(row0 + kRows, rows) - 1;
 
-  const int64_t split_begin = split * p.keys_per_split;
-  const int key_begin = static_cast<int>(split_begin);
-  const int split_end = static_cast<int>(min(p.n_kv, split_begin + p.keys_per_split));
-  // Row `row` sees keys [key_begin, row_key_end(row)); monotone in row.
-  auto row_key_end = [&](int64_t row) -> int {
-    if (!p.causal) return split_end;
-    const int64_t end = row / p.group + p.causal_shift + 1;
-    return static_cast<int>(max(split_begin, min(static_cast<int64_t>(split_end), end)));
-  };
+  const SplitKeys keys(p, split);
+  const int key_begin = keys.begin;
+  auto row_key_end = [&](int64_t row) { return keys.RowEnd(p, row); };
+  // Causal tile skipping: nothing after the block's last query is loaded at all.
   const int key_end = row_key_end(block_last_row);
-
   if (key_end <= key_begin) {
-    const int64_t count = (block_last_row - row0 + 1) * kHeadDim;
-    for (int64_t i = threadIdx.x; i < count; i += kThreads) {
-      const int64_t out = OutputRow(p, row0 + i / kHeadDim, kv_head, split);
-      p.o[out * kHeadDim + i % kHeadDim] = 0.0f;
-      if (i % kHeadDim == 0 && p.lse != nullptr) p.lse[out] = -INFINITY;
-    }
+    WriteEmptyRows(p, row0, block_last_row, kv_head, split, kThreads);
     return;
   }
   const int num_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
