@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     std::cerr << "millipede-coordinator: " + s.ToString() + "\n";
     // The workers may be stuck or gone: end the whole job.
+    std::cerr << "millipede-coordinator: ending the job with MPI_Abort, exit code 1\n";
     millipede::AbortWorkers(size);
     // mpirun forwards output asynchronously and an abort may cut it: let the reason get out.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

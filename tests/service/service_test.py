@@ -386,11 +386,16 @@ def scenario_worker_death(bin_dir, model):
         check(time.time() - t0 < 30, "the failure took too long to surface")
         # The coordinator ends the job with MPI_Abort(1), which also takes down the workers
         # still waiting on the dead one. (Under --enable-recovery OpenMPI 4.1's mpirun itself
-        # exits 0 whatever its ranks do, so the abort's error code is checked in its report.)
+        # exits 0 whatever its ranks do, so the abort's error code is checked in the log: the
+        # coordinator's own line, and mpirun's report when it manages to print one — after a
+        # lost rank its help-message forwarding sometimes fails with an ORTE unpack error.)
         log = svc.log()
         check("worker rank 2 stopped responding" in log, f"no reason in the log:\n{log}")
-        check("MPI_ABORT was invoked on rank 0" in log and "errorcode 1" in log,
-              f"the coordinator did not exit with status 1:\n{log}")
+        check("ending the job with MPI_Abort, exit code 1" in log,
+              f"the coordinator did not end the job with status 1:\n{log}")
+        if "MPI_ABORT was invoked" in log:
+            check("MPI_ABORT was invoked on rank 0" in log and "errorcode 1" in log,
+                  f"mpirun reports another abort than the coordinator's status 1:\n{log}")
     finally:
         svc.kill()
 
