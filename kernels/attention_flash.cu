@@ -134,14 +134,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   for (int i = threadIdx.x; i < Tile::kRows * kChunks; i += Tile::kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const int64_t row = row0 + r;
-    uint4 packed = make_uint4(0, 0, 0, 0);
-    if (row < rows) {
-      const float4* src =
-          reinterpret_cast<const float4*>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim) + 2 * c;
-      const float4 a = __ldg(src), b = __ldg(src + 1);
-      packed = make_uint4(Mma::Pack(a.x, a.y), Mma::Pack(a.z, a.w), Mma::Pack(b.x, b.y),
-                          Mma::Pack(b.z, b.w));
-    }
+    const uint4 packed = row < rows
+                             ? PackQChunk<T>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim + 8 * c)
+                             : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(sq + Swizzle<kHeadDim>(r, c)) = packed;
   }
 

@@ -87,4 +87,14 @@ struct MmaType<__half> {
   }
 };
 
+// Eight consecutive F32 values of a q row (16-byte aligned, read through the read-only cache)
+// as eight T packed into 16 bytes: one 16-byte chunk of a Q tile row in shared memory.
+template <typename T>
+__device__ __forceinline__ uint4 PackQChunk(const float* src) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(src));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(src) + 1);
+  return make_uint4(MmaType<T>::Pack(a.x, a.y), MmaType<T>::Pack(a.z, a.w),
+                    MmaType<T>::Pack(b.x, b.y), MmaType<T>::Pack(b.z, b.w));
+}
+
 }  // namespace millipede::attention_internal

@@ -64,9 +64,9 @@ template <typename T, int kHeadDim>
 __device__ __forceinline__ void PvStep(float (&o)[kHeadDim / 2], const uint32_t (&a)[4],
                                        uint64_t b_desc) {
   if constexpr (kHeadDim == 128)
-    Wgmma<T>::PV128(o, a, b_desc);
+    Wgmma<T>::template M64N128<1>(o, a, b_desc, 1);
   else
-    Wgmma<T>::PV64(o, a, b_desc);
+    Wgmma<T>::template M64N64<1>(o, a, b_desc, 1);
 }
 
 // Grid: (row blocks, num_kv_heads, num_splits); kThreads threads; Tile::kSmemBytes of dynamic
@@ -154,14 +154,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = tid; i < kWgRows * kChunks; i += 128) {
     const int r = i / kChunks, c = i % kChunks;
     const int64_t row = wg_row0 + r;
-    uint4 packed = make_uint4(0, 0, 0, 0);
-    if (row < rows) {
-      const float4* src =
-          reinterpret_cast<const float4*>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim) + 2 * c;
-      const float4 a = __ldg(src), b = __ldg(src + 1);
-      packed = make_uint4(Mma::Pack(a.x, a.y), Mma::Pack(a.z, a.w), Mma::Pack(b.x, b.y),
-                          Mma::Pack(b.z, b.w));
-    }
+    const uint4 packed = row < rows
+                             ? PackQChunk<T>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim + 8 * c)
+                             : make_uint4(0, 0, 0, 0);
     const uint32_t offset = (q_wg - base) + (c / 8) * Tile::kQBlockBytes + r * 128 +
                             (((c % 8) ^ (r % 8)) << 4);
     *reinterpret_cast<uint4*>(smem + offset) = packed;
@@ -199,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       const uint32_t column = (ks % 4) * 32;  // bytes into the 128-byte row
-      Wgmma<T>::QKRegisters(
+      Wgmma<T>::template M64N128<0>(
           s, qa[ks], SmemDescriptor(k_tile + (ks / 4) * Tile::kKvBlockBytes + column, 16, 1024),
           ks > 0 ? 1 : 0);
     }

@@ -211,11 +211,10 @@ int main(int argc, char** argv) {
   millipede::MpiWorld world;
   MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &world.local_rank);
-  MPI_Comm_free(&node);
-  millipede::Status s = millipede::Run(argc, argv, world);
+  const millipede::StatusOr<int> local_rank = millipede::NodeLocalRank(MPI_COMM_WORLD);
+  if (local_rank.ok()) world.local_rank = *local_rank;
+  millipede::Status s =
+      local_rank.ok() ? millipede::Run(argc, argv, world) : local_rank.status();
   if (!s.ok()) {
     std::cerr << "millipede-quality"
               << (world.size > 1 ? " rank " + std::to_string(world.rank) : "") << ": "
