@@ -10,11 +10,11 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
-#include "kernels/merge_state.h"
+#include "kernels/attention/merge_state.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/rope_kv.h"

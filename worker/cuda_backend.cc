@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "common/cuda_check.h"
-#include "kernels/attention_cuda.h"
+#include "kernels/attention/attention_cuda.h"
 #include "kernels/convert_cuda.h"
 #include "kernels/embedding_cuda.h"
 #include "kernels/gemm_cuda.h"
-#include "kernels/merge_state_cuda.h"
+#include "kernels/attention/merge_state_cuda.h"
 #include "kernels/rms_norm_cuda.h"
 #include "kernels/rope_cuda.h"
 #include "kernels/rope_kv_cuda.h"

@@ -17,7 +17,7 @@
 #include "common/cuda_check.h"
 #include "common/dtype.h"
 #include "common/flags.h"
-#include "kernels/attention_cuda.h"
+#include "kernels/attention/attention_cuda.h"
 
 namespace millipede {
 namespace {

@@ -3,7 +3,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/float_rows.h"
 
 namespace millipede {

@@ -1,8 +1,8 @@
 #include <algorithm>
 
 #include "common/cuda_check.h"
-#include "kernels/attention_state.h"
-#include "kernels/merge_state_cuda.h"
+#include "kernels/attention/attention_state.h"
+#include "kernels/attention/merge_state_cuda.h"
 
 namespace millipede {
 namespace {

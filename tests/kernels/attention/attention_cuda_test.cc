@@ -5,7 +5,7 @@
 // masks, K/V dtypes, long decode with split-KV, and splits against no splits. Outputs start
 // NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
 // without a GPU.
-#include "kernels/attention_cuda.h"
+#include "kernels/attention/attention_cuda.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace millipede {

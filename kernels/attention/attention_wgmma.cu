@@ -15,10 +15,10 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
-#include "kernels/attention_cuda_internal.h"
-#include "kernels/attention_mma.cuh"
-#include "kernels/attention_state.h"
-#include "kernels/attention_wgmma.cuh"
+#include "kernels/attention/attention_cuda_internal.h"
+#include "kernels/attention/attention_mma.cuh"
+#include "kernels/attention/attention_state.h"
+#include "kernels/attention/attention_wgmma.cuh"
 
 namespace millipede::attention_internal {
 namespace {

@@ -1,4 +1,4 @@
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/merge_state.h"
+#include "kernels/attention/merge_state.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace millipede {

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "common/status.h"
-#include "kernels/merge_state.h"
+#include "kernels/attention/merge_state.h"
 
 namespace millipede {
 

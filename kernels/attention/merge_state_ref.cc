@@ -2,8 +2,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/attention_state.h"
-#include "kernels/merge_state.h"
+#include "kernels/attention/attention_state.h"
+#include "kernels/attention/merge_state.h"
 
 namespace millipede {
 namespace {

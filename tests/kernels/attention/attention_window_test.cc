@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/merge_state.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/merge_state.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace millipede {

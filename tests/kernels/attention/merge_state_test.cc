@@ -1,4 +1,4 @@
-#include "kernels/merge_state.h"
+#include "kernels/attention/merge_state.h"
 
 #include <gtest/gtest.h>
 

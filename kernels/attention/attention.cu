@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
-#include "kernels/attention_cuda.h"
-#include "kernels/attention_cuda_internal.h"
-#include "kernels/merge_state_cuda.h"
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attention_cuda_internal.h"
+#include "kernels/attention/merge_state_cuda.h"
 
 namespace millipede {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
-#include "kernels/attention_cuda_internal.h"
-#include "kernels/attention_state.h"
+#include "kernels/attention/attention_cuda_internal.h"
+#include "kernels/attention/attention_state.h"
 
 namespace millipede::attention_internal {
 namespace {

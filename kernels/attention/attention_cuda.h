@@ -27,7 +27,7 @@
 #include <cstddef>
 
 #include "common/status.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 
 namespace millipede {
 

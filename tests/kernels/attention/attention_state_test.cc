@@ -1,4 +1,4 @@
-#include "kernels/attention_state.h"
+#include "kernels/attention/attention_state.h"
 
 #include <gtest/gtest.h>
 

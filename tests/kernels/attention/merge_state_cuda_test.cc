@@ -1,6 +1,6 @@
 // MergeStateCuda against MergeStateRef on random inputs (with empty parts), checked for every
 // element and for writes outside the outputs (guard bands). Skips without a GPU.
-#include "kernels/merge_state_cuda.h"
+#include "kernels/attention/merge_state_cuda.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/merge_state.h"
+#include "kernels/attention/merge_state.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace millipede {
