@@ -8,7 +8,7 @@
 
 #include "common/status.h"
 #include "quality/tasks.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace millipede {
 

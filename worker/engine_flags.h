@@ -8,7 +8,7 @@
 #include "common/flags.h"
 #include "common/mpi_check.h"
 #include "worker/dist/communicator.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace millipede {
 

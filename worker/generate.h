@@ -9,7 +9,7 @@
 
 #include "common/status.h"
 #include "kernels/sampling.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace millipede {
 

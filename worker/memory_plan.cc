@@ -50,6 +50,9 @@ std::string SequenceMemoryPlan::ToString() const {
   return FormatBytes(total()) + " (KV " + FormatBytes(kv_bytes) + ", step buffers " +
          FormatBytes(step_bytes) + ", chunk scratch " + FormatBytes(scratch_bytes) +
          ", ring buffers " + FormatBytes(ring_bytes) + ", reserve " + FormatBytes(reserve_bytes) +
+         (workspace_held_bytes > 0
+              ? ", less step buffers already held " + FormatBytes(workspace_held_bytes)
+              : std::string()) +
          ")";
 }
 

@@ -1,4 +1,4 @@
-// The memory plan of one sequence on one rank, computed before anything is allocated, so that a
+// The memory plan of one sequence on one rank (its KV stores and the step buffers it needs), computed before anything is allocated, so that a
 // job that cannot fit is refused with the numbers instead of running out of memory half-way.
 #pragma once
 
@@ -25,8 +25,13 @@ struct SequenceMemoryPlan {
   int64_t scratch_bytes = 0;     // per-chunk scratch: norms, K/V, MLP, attention partials, GEMM
   int64_t ring_bytes = 0;        // two K/V blocks in flight (several ranks only)
   int64_t reserve_bytes = 0;     // kernel workspaces, sampling, allocator slack
+  // Step buffers the engine already holds for other sequences (they are shared, so only what
+  // the new sequence needs beyond them counts).
+  int64_t workspace_held_bytes = 0;
   int64_t total() const {
-    return kv_bytes + step_bytes + scratch_bytes + ring_bytes + reserve_bytes;
+    const int64_t workspace = step_bytes + scratch_bytes + ring_bytes;
+    return kv_bytes + (workspace > workspace_held_bytes ? workspace - workspace_held_bytes : 0) +
+           reserve_bytes;
   }
   // "9.3 GiB (KV 8.0 GiB, step 1.1 GiB, scratch 0.1 GiB, ring 0 B, reserve 0.1 GiB)".
   std::string ToString() const;

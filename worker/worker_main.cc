@@ -11,6 +11,7 @@
 #include "worker/control/counting_communicator.h"
 #include "worker/control/worker_loop.h"
 #include "worker/engine_flags.h"
+#include "worker/kv/kv_buffer.h"
 
 namespace millipede {
 namespace {
@@ -57,8 +58,9 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool* hell
   const ModelConfig& c = engine->config();
   loop_options.kv_capacity_tokens = engine->max_context();
   if (budget_mb > 0) {
-    const int64_t per_position = KvCache::BytesPerPosition(
-        c.num_hidden_layers, c.num_key_value_heads, c.head_dim, options.kv_dtype);
+    const int64_t per_position =
+        c.num_hidden_layers * KvLayout{c.num_key_value_heads, c.head_dim, options.kv_dtype}
+                                  .RowBytes();
     loop_options.kv_capacity_tokens =
         std::min(loop_options.kv_capacity_tokens,
                  static_cast<int64_t>(budget_mb * (1 << 20)) / per_position);

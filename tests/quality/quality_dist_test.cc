@@ -5,7 +5,7 @@
 
 #include "quality_test_util.h"
 #include "worker/dist/mpi_communicator.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace millipede {
 namespace {

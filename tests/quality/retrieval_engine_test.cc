@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "quality_test_util.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace millipede {
 namespace {

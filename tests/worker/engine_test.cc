@@ -1,4 +1,4 @@
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 #include <gtest/gtest.h>
 

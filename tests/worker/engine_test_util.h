@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 #include "worker/model_presets.h"
 
 namespace millipede::testing {

@@ -34,7 +34,7 @@ TEST(GenerateTest, GreedyMatchesArgmaxOfRecomputedLogits) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_EQ(result->ids.size(), 6u);
   EXPECT_EQ(result->finish_reason, FinishReason::kLength);
-  EXPECT_EQ(engine->kv_cache(), nullptr);  // the sequence is freed
+  EXPECT_FALSE(engine->has_sequence());  // the sequence is freed
   // Each greedy token is the argmax of the logits of everything before it.
   std::vector<int32_t> seq = r.prompt_ids;
   for (int32_t id : result->ids) {
@@ -97,7 +97,7 @@ TEST(GenerateTest, StopConditions) {
   auto cancelled = Generate(*engine, Request(10), [&](int32_t) { return ++calls < 3; });
   EXPECT_EQ(cancelled.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 3);
-  EXPECT_EQ(engine->kv_cache(), nullptr);
+  EXPECT_FALSE(engine->has_sequence());
   // So can the prefill progress callback, which counts prompt tokens layer by layer.
   std::vector<int64_t> progress;
   auto stopped_in_prefill =
@@ -108,7 +108,7 @@ TEST(GenerateTest, StopConditions) {
       });
   EXPECT_EQ(stopped_in_prefill.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(progress.size(), 2u);
-  EXPECT_EQ(engine->kv_cache(), nullptr);
+  EXPECT_FALSE(engine->has_sequence());
 }
 
 TEST(GenerateTest, ValidationErrorsNameTheProblem) {
@@ -134,7 +134,7 @@ TEST(GenerateTest, ValidationErrorsNameTheProblem) {
   EXPECT_NE(m.find("500"), std::string::npos) << m;
   r = Request(4, -1.0f);
   EXPECT_NE(message(r).find("temperature"), std::string::npos);
-  EXPECT_EQ(engine->kv_cache(), nullptr);
+  EXPECT_FALSE(engine->has_sequence());
 }
 
 }  // namespace

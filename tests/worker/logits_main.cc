@@ -10,7 +10,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace millipede {
 namespace {

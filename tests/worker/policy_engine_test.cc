@@ -36,7 +36,7 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
             std::string::npos)
       << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("not available yet"), std::string::npos);
-  EXPECT_EQ(e.kv_cache(), nullptr);
+  EXPECT_FALSE(e.has_sequence());
   r.policy_json = R"({"version": 1, "default": {"decode": "filter"}})";
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kUnimplemented);
   r.policy_json = R"({"version": 1, "layers": [{"layer": 9}]})";  // the model has 2 layers

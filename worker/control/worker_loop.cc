@@ -61,7 +61,7 @@ Status WorkerLoop::MaybeSendStats(uint64_t running_job, double period_s, bool fo
   last_stats_ = Clock::now();
   control::WorkerStats stats;
   stats.rank = world_rank_;
-  const int64_t kv = engine_.kv_cache() ? static_cast<int64_t>(engine_.kv_cache()->NumBytes()) : 0;
+  const int64_t kv = engine_.KvBytes();
   // The engine keeps one KV tier, in the backend's memory.
   if (engine_.options().backend == BackendKind::kCuda) {
     stats.kv_bytes_gpu = kv;

@@ -1,0 +1,69 @@
+// What a layer's attention strategies work with during a step: the backend, the ranks sharing
+// the sequence, the model's shape, scratch buffers shared by every sequence of the engine, and
+// the engine's counters. Strategies are built per sequence (attention_strategy.h); this is the
+// engine's part they borrow.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "common/checkpoint/model_config.h"
+#include "worker/backend.h"
+#include "worker/dist/communicator.h"
+
+namespace millipede {
+
+// Where one rank's time and bytes went, cumulative since the engine was created (ResetStats).
+// Seconds are measured only with EngineOptions::profile.
+struct EngineStats {
+  double embed_s = 0;       // embeddings and host uploads of a step
+  double qkv_s = 0;         // RMSNorm, Q/K/V projections, RoPE, K/V into the cache
+  double attention_s = 0;   // attention kernels and (o, lse) merges
+  double comm_wait_s = 0;   // waiting for ring transfers / decode partials beyond the compute
+  double mlp_s = 0;         // output projection and MLP
+  double logits_s = 0;      // final norm and LM head
+  int64_t comm_bytes = 0;   // bytes this rank sent over the data plane
+  int64_t prefill_layers = 0;  // layer passes of sharded steps
+  int64_t decode_layers = 0;   // layer passes of decode steps
+};
+
+// With profiling on, Mark waits for the backend and adds the time since the previous mark to a
+// bucket; off, it does nothing (no synchronisation).
+class StepProfiler {
+ public:
+  StepProfiler(Backend& backend, bool enabled) : backend_(backend), enabled_(enabled) {}
+  Status Mark(double* bucket) {
+    if (!enabled_) return OkStatus();
+    MP_RETURN_IF_ERROR(backend_.Synchronize());
+    const auto now = std::chrono::steady_clock::now();
+    if (bucket != nullptr) *bucket += std::chrono::duration<double>(now - mark_).count();
+    mark_ = now;
+    return OkStatus();
+  }
+
+ private:
+  Backend& backend_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point mark_;
+};
+
+// Scratch the strategies share (sized by the engine's workspace before a step).
+struct AttentionScratch {
+  TensorView o_part;   // [rows, heads * head_dim] F32: one attention call's output
+  TensorView lse_part; // [rows, heads] F32
+  TensorView ring_k[2], ring_v[2];  // [ring_rows, kv_heads, head_dim] KV dtype (several ranks)
+  TensorView gathered_o;    // [ranks, 1, heads, head_dim] F32: decode partials of every rank
+  TensorView gathered_lse;  // [ranks, 1, heads] F32
+  int64_t attention_rows = 0;  // query rows per attention call in prefill
+};
+
+struct AttentionEnv {
+  Backend& backend;
+  Communicator& comm;
+  const ModelConfig& config;
+  AttentionScratch scratch;
+  EngineStats& stats;
+  StepProfiler& profiler;
+};
+
+}  // namespace millipede

@@ -1,0 +1,60 @@
+// Attention strategies: how one layer's heads of one sequence attend, in prefill and in decode,
+// built once from the sequence's attention policy (layer_attention.h). The engine's layer loop
+// only calls them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "worker/attention/attention_env.h"
+#include "worker/kv/kv_store.h"
+
+namespace millipede {
+
+// One sequence's query rows of a prefill step (or prefill chunk) in one layer.
+struct PrefillInput {
+  int64_t layer = 0;
+  KvStore* store = nullptr;      // this rank's rows of the layer: held rows, then the step's
+  int64_t step_rows = 0;         // rows this rank added in this step (its queries' keys)
+  ConstTensorView q;             // [n, heads * head_dim] F32, after RoPE
+  std::span<const TokenRange> q_ranges;  // the queries' global positions (n in all)
+  // Every rank's rows of this layer this step (held then new), by rank: the ring blocks.
+  std::span<const std::vector<TokenRange>> rank_blocks;
+  int64_t length = 0;            // positions over all ranks after the step
+  TensorView o_acc;              // [n, heads * head_dim] F32 output
+  TensorView lse_acc;            // [n, heads] F32 natural-log LSE
+};
+
+class PrefillStrategy {
+ public:
+  virtual ~PrefillStrategy() = default;
+  virtual const char* name() const = 0;
+  // Writes (o_acc, lse_acc) of the queries over every rank's keys they may see. Called by every
+  // rank sharing the sequence at once (it may exchange data with them).
+  virtual Status Run(AttentionEnv& env, const PrefillInput& in) = 0;
+};
+
+// One decode token of one sequence in one layer.
+struct DecodeInput {
+  int64_t layer = 0;
+  KvStore* store = nullptr;   // this rank's rows: held, then the token's own if this rank owns it
+  int64_t step_rows = 0;      // 1 on the rank that stores the token, else 0
+  ConstTensorView q;          // [1, heads, head_dim] F32, after RoPE
+  int64_t position = 0;       // the token's global position
+};
+
+class DecodeStrategy {
+ public:
+  virtual ~DecodeStrategy() = default;
+  virtual const char* name() const = 0;
+  // This rank's partial over its rows: o [1, heads, head_dim] F32, lse [1, heads] F32 (o = 0,
+  // lse = -inf when it sees none). The engine merges the ranks' partials.
+  virtual Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                         TensorView lse) = 0;
+  // Called by every rank after a prefill step's attention of the layer, while `in.q` holds the
+  // step's queries (static eviction chooses its keys here). Nothing by default.
+  virtual Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) { return OkStatus(); }
+};
+
+}  // namespace millipede

@@ -1,0 +1,21 @@
+#include "worker/attention/full_decode.h"
+
+namespace millipede {
+
+Status FullDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                           TensorView lse) {
+  // Every key precedes (or is) the token, so no mask is needed; a rank without keys contributes
+  // the empty state (the attention op writes o = 0, lse = -inf for it).
+  const ConstKvRows rows = in.store->Rows(in.step_rows);
+  AttentionArgs a;
+  a.q = in.q;
+  a.k = rows.k;
+  a.v = rows.v;
+  a.q_offset = in.position;
+  a.mask = AttentionMask::kNone;
+  a.o = o;
+  a.lse = lse;
+  return env.backend.Attention(a);
+}
+
+}  // namespace millipede

@@ -1,0 +1,22 @@
+// Decode over every row the layer's store holds on this rank (Flash-Decoding's split-KV: each
+// rank's partial is merged by log-sum-exp with the others' by the engine). Over a streaming store
+// (sinks + recent window only) this is DuoAttention's streaming head: the store decides what is
+// seen, the strategy attends to all of it.
+#pragma once
+
+#include "worker/attention/attention_strategy.h"
+
+namespace millipede {
+
+class FullDecode final : public DecodeStrategy {
+ public:
+  explicit FullDecode(const char* name = "full") : name_(name) {}
+  const char* name() const override { return name_; }
+  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                 TensorView lse) override;
+
+ private:
+  const char* name_;
+};
+
+}  // namespace millipede

@@ -1,0 +1,77 @@
+#include "worker/attention/layer_attention.h"
+
+#include "worker/attention/full_decode.h"
+#include "worker/attention/ring_prefill.h"
+#include "worker/attention/static_eviction.h"
+
+namespace millipede {
+namespace {
+
+StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& policy,
+                                                        const LayerPolicy& layer, int64_t index) {
+  HeadWindows windows;
+  for (size_t h = 0; h < layer.prefill.size(); ++h) {
+    switch (layer.prefill[h]) {
+      case PrefillPattern::kDense:
+        break;
+      case PrefillPattern::kAShape:
+        if (windows.window.empty()) windows.window.assign(layer.prefill.size(), 0);
+        windows.window[h] = policy.a_shape.window_tokens;
+        windows.sink = policy.a_shape.sink_tokens;
+        break;
+      default:
+        return UnimplementedError(std::string("prefill pattern ") +
+                                  PrefillPatternName(layer.prefill[h]) + " (layer " +
+                                  std::to_string(index) + ", KV head " + std::to_string(h) +
+                                  ") is not available in this engine yet");
+    }
+  }
+  return std::unique_ptr<PrefillStrategy>(
+      new RingPrefill(std::move(windows), policy.dense_below_tokens));
+}
+
+StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index) {
+  const LayerPolicy& layer = policy.layers[static_cast<size_t>(index)];
+  LayerAttention la;
+  MP_ASSIGN_OR_RETURN(la.prefill, BuildPrefill(policy, layer, index));
+  switch (layer.decode) {
+    case DecodeRole::kFull:
+      la.decode = std::make_unique<FullDecode>();
+      break;
+    case DecodeRole::kStreamingHead:
+      // The store keeps the sinks and the window; decode attends to all it keeps.
+      la.decode = std::make_unique<FullDecode>("streaming-head");
+      la.retention = {policy.streaming_head.sink_tokens, policy.streaming_head.window_tokens};
+      break;
+    case DecodeRole::kStaticEviction:
+      la.decode = std::make_unique<StaticEvictionDecode>(policy.static_eviction);
+      break;
+    default:
+      return UnimplementedError(std::string("decode role ") + DecodeRoleName(layer.decode) +
+                                " (layer " + std::to_string(index) +
+                                ") is not available in this engine yet");
+  }
+  return la;
+}
+
+}  // namespace
+
+StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,
+                                                          const ModelConfig& config) {
+  MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == config.num_hidden_layers,
+             "attention policy: ", policy.layers.size(), " layers for a model of ",
+             config.num_hidden_layers);
+  std::vector<LayerAttention> layers;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    MP_REQUIRE(static_cast<int64_t>(policy.layers[static_cast<size_t>(l)].prefill.size()) ==
+                   config.num_key_value_heads,
+               "attention policy: layer ", l, " has ",
+               policy.layers[static_cast<size_t>(l)].prefill.size(), " prefill patterns for ",
+               config.num_key_value_heads, " KV heads");
+    MP_ASSIGN_OR_RETURN(LayerAttention la, BuildLayer(policy, l));
+    layers.push_back(std::move(la));
+  }
+  return layers;
+}
+
+}  // namespace millipede

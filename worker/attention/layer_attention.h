@@ -1,0 +1,26 @@
+// Builds, from a sequence's attention policy, each layer's strategies and what its KV store must
+// keep: the only place that maps policy names to code.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/checkpoint/model_config.h"
+#include "common/policy/attention_policy.h"
+#include "worker/attention/attention_strategy.h"
+
+namespace millipede {
+
+struct LayerAttention {
+  std::unique_ptr<PrefillStrategy> prefill;
+  std::unique_ptr<DecodeStrategy> decode;
+  // What the layer's KV store keeps: every row, or the sinks and a recent window (streaming heads).
+  KvRetention retention;
+};
+
+// One LayerAttention per layer. The policy must fit the model (ParseAttentionPolicy checked it)
+// and be runnable on this engine (checked before the sequence starts).
+StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,
+                                                          const ModelConfig& config);
+
+}  // namespace millipede

@@ -1,0 +1,121 @@
+#include "worker/attention/ring_prefill.h"
+
+#include <algorithm>
+
+namespace millipede {
+namespace {
+
+int64_t Rows(std::span<const TokenRange> ranges) {
+  int64_t n = 0;
+  for (const TokenRange& r : ranges) n += r.size();
+  return n;
+}
+
+}  // namespace
+
+bool HeadWindows::AllWindowed() const {
+  return !window.empty() &&
+         std::all_of(window.begin(), window.end(), [](int64_t w) { return w > 0; });
+}
+
+int64_t HeadWindows::MaxWindow() const {
+  return window.empty() ? 0 : *std::max_element(window.begin(), window.end());
+}
+
+Status RingPrefill::AttendBlock(AttentionEnv& env, const PrefillInput& in, ConstKvRows block,
+                                std::span<const TokenRange> ranges,
+                                const HeadWindows& windows) const {
+  const ModelConfig& c = env.config;
+  Backend& b = env.backend;
+  const int64_t heads = c.num_attention_heads;
+  const int64_t rows_per_call =
+      std::min(env.scratch.attention_rows, env.scratch.o_part.shape.dims[0]);
+  const bool skip_far = windows.AllWindowed();
+  int64_t q_row = 0;
+  for (const TokenRange& qr : in.q_ranges) {
+    for (int64_t s = 0; s < qr.size(); s += rows_per_call) {
+      const int64_t m = std::min(rows_per_call, qr.size() - s);
+      const int64_t q_first = qr.begin + s, q_last = q_first + m - 1;
+      MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(in.q, q_row + s, m),
+                                                     Shape{m, heads, c.head_dim}));
+      MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(env.scratch.o_part, 0, m),
+                                                     Shape{m, heads, c.head_dim}));
+      TensorView lse_part = SliceRows(env.scratch.lse_part, 0, m);
+      MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(in.o_acc, q_row + s, m),
+                                                    Shape{m, heads, c.head_dim}));
+      TensorView lse_acc = SliceRows(in.lse_acc, q_row + s, m);
+      int64_t k_row = 0;
+      for (const TokenRange& kr : ranges) {
+        // Keys after the chunk's last query are masked for all of it; with every head windowed,
+        // so are keys that are neither sinks nor inside any head's window of the first query.
+        const bool visible =
+            kr.begin <= q_last &&
+            (!skip_far || kr.begin < windows.sink || q_first - (kr.end - 1) < windows.MaxWindow());
+        if (visible) {
+          AttentionArgs a;
+          a.q = q;
+          a.k = SliceRows(block.k, k_row, kr.size());
+          a.v = SliceRows(block.v, k_row, kr.size());
+          a.q_offset = q_first;
+          a.k_offset = kr.begin;
+          a.mask = AttentionMask::kCausal;
+          a.o = o_part;
+          a.lse = lse_part;
+          a.kv_head_window = windows.data();
+          a.sink_tokens = windows.sink;
+          MP_RETURN_IF_ERROR(b.Attention(a));
+          MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part),
+                                                 AsConst(lse_part)));
+        }
+        k_row += kr.size();
+      }
+    }
+    q_row += qr.size();
+  }
+  return OkStatus();
+}
+
+Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
+  Backend& b = env.backend;
+  Communicator& comm = env.comm;
+  const int num_ranks = comm.size(), rank = comm.rank();
+  static const HeadWindows kDense;
+  const HeadWindows& windows = in.length >= windowed_from_ ? windows_ : kDense;
+  const int64_t n = in.q.shape.dims[0];
+  MP_RETURN_IF_ERROR(b.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
+  const ConstKvRows mine = in.store->Rows(in.step_rows);
+  const int64_t row_bytes = static_cast<int64_t>(mine.k.NumBytes() + mine.v.NumBytes()) /
+                            std::max<int64_t>(mine.k.shape.dims[0], 1);
+  // At ring step t this rank holds the block of rank (rank - t) mod N and passes it on while
+  // receiving the next one.
+  ConstKvRows block = mine;
+  std::span<const TokenRange> block_ranges = in.rank_blocks[static_cast<size_t>(rank)];
+  for (int t = 0; t < num_ranks; ++t) {
+    const bool pass_on = t + 1 < num_ranks;
+    const int next_origin = ((rank - t - 1) % num_ranks + num_ranks) % num_ranks;
+    ConstKvRows incoming;
+    std::span<const TokenRange> incoming_ranges;
+    if (pass_on) {
+      incoming_ranges = in.rank_blocks[static_cast<size_t>(next_origin)];
+      const int64_t in_rows = Rows(incoming_ranges);
+      const TensorView recv_k = SliceRows(env.scratch.ring_k[t % 2], 0, in_rows);
+      const TensorView recv_v = SliceRows(env.scratch.ring_v[t % 2], 0, in_rows);
+      incoming = {AsConst(recv_k), AsConst(recv_v)};
+      const int next = (rank + 1) % num_ranks, prev = (rank + num_ranks - 1) % num_ranks;
+      MP_RETURN_IF_ERROR(comm.StartSendRecv(block.k, next, recv_k, prev));
+      MP_RETURN_IF_ERROR(comm.StartSendRecv(block.v, next, recv_v, prev));
+      env.stats.comm_bytes += block.k.shape.dims[0] * row_bytes;
+    }
+    if (n > 0) MP_RETURN_IF_ERROR(AttendBlock(env, in, block, block_ranges, windows));
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
+    if (pass_on) {
+      MP_RETURN_IF_ERROR(comm.WaitAll());
+      block = incoming;
+      block_ranges = incoming_ranges;
+      MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.comm_wait_s));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace millipede

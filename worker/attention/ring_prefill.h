@@ -1,0 +1,41 @@
+// Prefill by ring attention: every rank's K/V block of the layer travels around the ring of
+// ranks, each rank attending its own queries to the block in hand while the next transfer runs
+// (double buffering), partial (o, lse) merged by log-sum-exp (AttentionState). Exact dense
+// attention for dense heads; A-shape heads (sink tokens + a local window per KV head, masked by
+// global position so blocks and chunks compose exactly) ride the same pass, and blocks no head
+// can see are skipped.
+#pragma once
+
+#include <vector>
+
+#include "worker/attention/attention_strategy.h"
+
+namespace millipede {
+
+// Per KV head the window (0: the head is dense) and the layer's sink count.
+struct HeadWindows {
+  std::vector<int64_t> window;  // [num_kv_heads], empty: every head dense
+  int64_t sink = 0;
+  const int64_t* data() const { return window.empty() ? nullptr : window.data(); }
+  bool AllWindowed() const;
+  int64_t MaxWindow() const;
+};
+
+class RingPrefill final : public PrefillStrategy {
+ public:
+  // `windows` apply when the sequence holds at least `windowed_from` positions after the step
+  // (shorter prompts are dense under any policy).
+  RingPrefill(HeadWindows windows, int64_t windowed_from)
+      : windows_(std::move(windows)), windowed_from_(windowed_from) {}
+  const char* name() const override { return windows_.window.empty() ? "dense" : "a-shape"; }
+  Status Run(AttentionEnv& env, const PrefillInput& in) override;
+
+ private:
+  // Attends the queries to one block (rows with positions `ranges`) and merges into the output.
+  Status AttendBlock(AttentionEnv& env, const PrefillInput& in, ConstKvRows block,
+                     std::span<const TokenRange> ranges, const HeadWindows& windows) const;
+  HeadWindows windows_;
+  int64_t windowed_from_ = 0;
+};
+
+}  // namespace millipede

@@ -1,0 +1,188 @@
+// Engine: creation, policies, sequences and the memory plan checked on every rank before a
+// sequence starts.
+#include "worker/engine/engine.h"
+
+#include <algorithm>
+
+namespace millipede {
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
+                                                 std::unique_ptr<Communicator> comm,
+                                                 std::unique_ptr<Backend> backend) {
+  auto e = std::unique_ptr<Engine>(new Engine());
+  e->options_ = options;
+  e->comm_ = comm ? std::move(comm) : CreateLocalCommunicator();
+  MP_REQUIRE(options.prefill_chunk > 0, "prefill chunk must be positive, got ",
+             options.prefill_chunk);
+  if (backend) {
+    MP_REQUIRE(backend->kind() == options.backend, "engine: a ", BackendKindName(backend->kind()),
+               " backend for options naming ", BackendKindName(options.backend));
+    e->backend_ = std::move(backend);
+  } else {
+    MP_ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend, options.device));
+  }
+  MP_ASSIGN_OR_RETURN(e->model_,
+                      Model::Load({options.model_dir, options.random_config,
+                                   options.random_weights},
+                                  *e->backend_, options.fuse_projections));
+  const ModelConfig& c = e->model_->config();
+  WorkspaceShape shape;
+  shape.prefill_chunk = options.prefill_chunk;
+  shape.attention_chunk =
+      options.attention_chunk > 0 ? options.attention_chunk : options.prefill_chunk;
+  shape.kv_dtype = options.kv_dtype;
+  shape.gemm_input_dtype = e->model_->gemm_input_dtype();
+  e->workspace_ = std::make_unique<Workspace>(*e->backend_, e->model_->config(), shape);
+  e->policy_ = DensePolicy(c.num_hidden_layers, c.num_key_value_heads);
+  if (!options.policy_file.empty()) {
+    MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
+                        LoadAttentionPolicy(options.policy_file, c.num_hidden_layers,
+                                            c.num_key_value_heads));
+    MP_RETURN_IF_ERROR(e->SetPolicy(std::move(policy)));
+  }
+  return e;
+}
+
+Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
+  const ModelConfig& c = config();
+  MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == c.num_hidden_layers,
+             "attention policy: ", policy.layers.size(), " layers for a model of ",
+             c.num_hidden_layers);
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == c.num_key_value_heads,
+               "attention policy: layer ", l, " has ", layer.prefill.size(),
+               " prefill patterns for ", c.num_key_value_heads, " KV heads");
+  }
+  return CheckPolicyRunnable(policy, options_.backend == BackendKind::kCpu);
+}
+
+Status Engine::SetPolicy(AttentionPolicy policy) {
+  MP_RETURN_IF_ERROR(CheckPolicy(policy));
+  policy_ = std::move(policy);
+  return OkStatus();
+}
+
+StatusOr<AttentionPolicy> Engine::ParsePolicy(std::string_view json) const {
+  MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
+                      ParseAttentionPolicy(json, config().num_hidden_layers,
+                                           config().num_key_value_heads));
+  MP_RETURN_IF_ERROR(CheckPolicy(policy));
+  return policy;
+}
+
+const Sequence* Engine::sequence(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+Sequence* Engine::mutable_sequence(SequenceId id) {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+int64_t Engine::KvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : sequences_) bytes += s->KvBytes();
+  return bytes;
+}
+
+MemoryPlanShape Engine::memory_shape() const {
+  return MemoryPlanShape{options_.kv_dtype, options_.prefill_chunk,
+                         options_.attention_chunk > 0 ? options_.attention_chunk
+                                                      : options_.prefill_chunk,
+                         comm_->size()};
+}
+
+StatusOr<SequenceMemoryPlan> Engine::PlanSequence(const SequenceOptions& options,
+                                                  int64_t ring_rows) const {
+  const int64_t step = options.step_tokens > 0 ? options.step_tokens : options.capacity;
+  SequenceMemoryPlan plan = PlanSequenceMemory(config(), memory_shape(),
+                                               std::max<int64_t>(options.capacity, 1), step,
+                                               ring_rows);
+  MP_ASSIGN_OR_RETURN(plan.kv_bytes, Sequence::StoreBytes(config(), options_.kv_dtype, options));
+  plan.workspace_held_bytes = workspace_->NumBytes();
+  return plan;
+}
+
+StatusOr<int64_t> Engine::MaxSequencePositionsNow() {
+  MP_ASSIGN_OR_RETURN(BackendMemory memory, backend_->Memory());
+  // What the sequences and the step buffers hold would be freed first.
+  const int64_t held = KvBytes() + workspace_->NumBytes();
+  return MaxSequencePositions(config(), memory_shape(), memory.free_bytes + held);
+}
+
+Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
+  if (options.step_tokens <= 0) options.step_tokens = options.capacity;
+  Status local;
+  if (options.capacity <= 0 || options.capacity > max_context())
+    local = InvalidArgumentError("sequence capacity " + std::to_string(options.capacity) +
+                                 " outside [1, " + std::to_string(max_context()) + "]");
+  else if (sequence(id) != nullptr)
+    local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
+  if (local.ok()) local = CheckPolicy(options.policy);
+  // Every rank learns every rank's step size (the ring blocks' rows), need and free memory.
+  const int num_ranks = comm_->size();
+  int64_t mine[3] = {options.step_tokens, 0, 0};
+  std::vector<int64_t> all(3 * static_cast<size_t>(num_ranks));
+  int64_t ring_rows = options.step_tokens;
+  if (num_ranks > 1) {
+    MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(int64_t)));
+    for (int r = 0; r < num_ranks; ++r) ring_rows = std::max(ring_rows, all[r]);
+  }
+  SequenceMemoryPlan plan;
+  BackendMemory memory;
+  if (local.ok()) {
+    StatusOr<SequenceMemoryPlan> p = PlanSequence(options, ring_rows);
+    if (p.ok()) plan = *p; else local = p.status();
+  }
+  if (local.ok()) {
+    StatusOr<BackendMemory> m = backend_->Memory();
+    if (m.ok()) memory = *m; else local = m.status();
+  }
+  mine[0] = local.ok() ? 1 : 0;
+  mine[1] = plan.total();
+  mine[2] = memory.free_bytes;
+  if (num_ranks > 1) {
+    MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(mine)));
+  } else {
+    std::copy(mine, mine + 3, all.begin());
+  }
+  MP_RETURN_IF_ERROR(local);
+  for (int r = 0; r < num_ranks; ++r) {
+    const int64_t* m = &all[3 * static_cast<size_t>(r)];
+    MP_REQUIRE(m[0] == 1, "rank ", r, " refused the sequence (its log says why)");
+    if (m[1] > m[2]) {
+      const std::string where = backend_->kind() == BackendKind::kCuda ? "GPU" : "host";
+      return ResourceExhaustedError(
+          "the sequence does not fit: rank " + std::to_string(r) + " needs " +
+          FormatBytes(m[1]) + " for " + std::to_string(options.capacity) + " positions" +
+          (r == comm_->rank() ? " = " + plan.ToString() : "") + " but its " + where + " has " +
+          FormatBytes(m[2]) + " free (weights already loaded); use more ranks or a shorter "
+          "prompt");
+    }
+  }
+  MP_RETURN_IF_ERROR(workspace_->Reserve(options.step_tokens, ring_rows, num_ranks, 1));
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s,
+                      Sequence::Create(id, *backend_, config(), options_.kv_dtype,
+                                       std::move(options)));
+  sequences_[id] = std::move(s);
+  return OkStatus();
+}
+
+void Engine::EndSequence(SequenceId id) {
+  sequences_.erase(id);
+  if (sequences_.empty()) workspace_->Release();
+}
+
+int64_t Engine::length() const {
+  const Sequence* s = sequence(kDefaultSequence);
+  return s == nullptr ? 0 : s->length();
+}
+
+Status Engine::StartSequence(int64_t capacity, int64_t step_tokens) {
+  EndSequence(kDefaultSequence);
+  return StartSequence(kDefaultSequence, SequenceOptions{capacity, step_tokens, policy_});
+}
+
+}  // namespace millipede

@@ -1,0 +1,197 @@
+// The engine of one worker rank: a Llama-family decoder (llama, mistral, qwen2) run layer by layer
+// on a backend, over any number of sequences at once.
+//
+// Its parts: the Model (weights, backend, stateless layer pieces: model.h), Sequences (each with
+// its KV stores, length, policy and attention strategies: sequence.h), the Workspace (step
+// buffers shared by every sequence: workspace.h) and one entry point, RunStep, that runs a
+// StepPlan (step_plan.h): prefill chunks and decode tokens of several sequences in one pass over
+// the layers — projections and the MLP over all the step's rows, attention per sequence by its
+// layer's strategy (worker/attention/).
+//
+// A sequence may be spread over the ranks of a Communicator (context parallelism; see
+// dist/shard_plan.h): a prefill entry is sharded, each rank running its own tokens with ring
+// attention over every rank's K/V; a decode entry is replicated, every rank running the same
+// token, one rank storing its K/V and only (o, lse) partials crossing ranks. With one rank both
+// reduce to ordinary single-process inference. Every rank runs the same plans in the same order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/checkpoint/model_config.h"
+#include "common/policy/attention_policy.h"
+#include "common/status.h"
+#include "worker/attention/attention_env.h"
+#include "worker/backend.h"
+#include "worker/dist/communicator.h"
+#include "worker/dist/shard_plan.h"
+#include "worker/engine/model.h"
+#include "worker/engine/sequence.h"
+#include "worker/engine/step_plan.h"
+#include "worker/engine/workspace.h"
+#include "worker/memory_plan.h"
+
+namespace millipede {
+
+// Called after each layer of a step with prefill entries: (layers done, layers total) -> keep
+// going?
+using LayerCallback = std::function<bool(int64_t layers_done, int64_t layers_total)>;
+
+struct EngineOptions {
+  // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
+  std::string model_dir;
+  // Random weights for this config when model_dir is empty (benchmarks, tests).
+  ModelConfig random_config;
+  RandomWeightsOptions random_weights;
+  BackendKind backend = BackendKind::kCpu;
+  // GPU index for the cuda backend (ranks on one node use their node-local rank).
+  int device = 0;
+  // Storage type of the KV cache: BF16 (default), F16 or F32.
+  DType kv_dtype = DType::kBF16;
+  // Tokens per chunk for projections and the MLP: activations are O(chunk x intermediate)
+  // rather than O(sequence x intermediate).
+  int64_t prefill_chunk = 512;
+  // Query rows per attention call in a sharded step (0: prefill_chunk). Larger calls keep a GPU
+  // busy; the scratch is O(attention_chunk x heads x head_dim).
+  int64_t attention_chunk = 0;
+  // Attention policy file (JSON, common/policy/attention_policy.h); empty: dense/full.
+  std::string policy_file;
+  // For one token (a decode step), run the Q/K/V projections as one GEMM and gate/up as one GEMM
+  // over the fused weights (LayerWeights::qkv_proj, gate_up_proj) when they lie back to back in
+  // backend memory: as a device backend places them, and as random weights are made on the CPU;
+  // a memory-mapped checkpoint on the CPU backend runs them separately. false: separate GEMMs
+  // always (the same results on the CPU; tests compare the two).
+  bool fuse_projections = true;
+  // Measure where the time goes (EngineStats seconds): the backend is synchronised at phase
+  // boundaries, which costs a little overlap. Off: only the byte counters are kept.
+  bool profile = false;
+};
+
+class Engine {
+ public:
+  // The sequence the single-sequence calls below use.
+  static constexpr SequenceId kDefaultSequence = 0;
+
+  // `comm` connects the ranks sharing each sequence; null means a single rank. `backend`, when
+  // set, runs the engine's ops instead of CreateBackend(options.backend, options.device) (tests
+  // wrap a backend to watch its ops); its kind must be options.backend.
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                  std::unique_ptr<Communicator> comm = nullptr,
+                                                  std::unique_ptr<Backend> backend = nullptr);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const EngineOptions& options() const { return options_; }
+  Backend& backend() { return *backend_; }
+  Communicator& comm() { return *comm_; }
+  int64_t max_context() const { return model_->max_context(); }
+  const EngineStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = EngineStats(); }
+
+  // The attention policy sequences get unless they bring their own (dense/full unless set).
+  const AttentionPolicy& policy() const { return policy_; }
+  // Checks `policy` against the model and against what this engine can run, then makes it the
+  // default for sequences started afterwards. Runs: dense prefill and full decode everywhere;
+  // a-shape prefill heads, streaming-head and static-eviction decode layers on the CPU backend.
+  // Other patterns and roles (and these on the GPU) are refused with Unimplemented naming them,
+  // the layer and the head; the default is then unchanged.
+  Status SetPolicy(AttentionPolicy policy);
+  // Checks a policy for this model and engine without using it.
+  Status CheckPolicy(const AttentionPolicy& policy) const;
+  // Parses a policy file's text for this model (see ParseAttentionPolicy) and checks that this
+  // engine can run it, without using it.
+  StatusOr<AttentionPolicy> ParsePolicy(std::string_view json) const;
+
+  // ---- Sequences ----
+  // Starts sequence `id` (not running yet) with room for options.capacity positions on this rank.
+  // Called by every rank at once: the ranks' memory plans are checked against each GPU's (or
+  // host's) free memory before anything is allocated, and if any rank cannot fit, every rank
+  // fails with its numbers. The step buffers for options.step_tokens are allocated here.
+  Status StartSequence(SequenceId id, SequenceOptions options);
+  // Frees the sequence's KV stores (nothing if it does not exist). When no sequence is left the
+  // step buffers are freed too.
+  void EndSequence(SequenceId id);
+  // The sequence, or null.
+  const Sequence* sequence(SequenceId id) const;
+  int64_t num_sequences() const { return static_cast<int64_t>(sequences_.size()); }
+  // Bytes held by every sequence's KV stores on this rank.
+  int64_t KvBytes() const;
+  // The plan StartSequence checks, for this rank (ring rows: the widest rank's step).
+  StatusOr<SequenceMemoryPlan> PlanSequence(const SequenceOptions& options,
+                                            int64_t ring_rows) const;
+  // The most positions this rank could hold in one dense sequence if the engine were empty.
+  StatusOr<int64_t> MaxSequencePositionsNow();
+
+  // ---- Steps ----
+  // Runs one step plan, called by every rank at once with the same entries (see step_plan.h).
+  // Each rank's share is checked first and the outcome exchanged, so one rank's bad input fails
+  // the step on every rank before any collective. `after_layer`, when set and the plan has a
+  // prefill entry, is called on every rank after each layer; if it returns false on any rank the
+  // step stops on every rank with Cancelled (the answers combined by a host all-gather per layer)
+  // and the sequences are left as they were before the step... except that their KV rows for
+  // the step's positions may have been written (they are never committed).
+  StatusOr<StepOutput> RunStep(const StepPlan& plan, const LayerCallback& after_layer = {});
+
+  // ---- One sequence at a time (kDefaultSequence), as offline runs and benchmarks use it ----
+  // Starts the default sequence with the engine's policy (freeing the previous default one).
+  Status StartSequence(int64_t capacity, int64_t step_tokens = 0);
+  // For decode benchmarks: starts the default sequence (every rank at once) whose first `length`
+  // positions are already in the cache — placed over the ranks as ShardPlan places a prompt, K and
+  // V set to zero (what a decode step costs does not depend on the values) — with room for
+  // `decode_positions` more. Skips the prefill that would make a real cache of that length.
+  Status StartSyntheticSequence(int64_t length, int64_t decode_positions);
+  void EndSequence() { EndSequence(kDefaultSequence); }
+  bool has_sequence() const { return sequence(kDefaultSequence) != nullptr; }
+  // Positions of the default sequence over all ranks (0 without one).
+  int64_t length() const;
+  // A prefill entry of the default sequence: this rank runs `ids` at the global positions
+  // `ranges` (in increasing order; over all ranks the ranges tile [length(), length() + n)).
+  // Returns the logits of the step's last position on the rank that holds it.
+  StatusOr<std::optional<ConstTensorView>> ForwardShard(std::span<const TokenRange> ranges,
+                                                        std::span<const int32_t> ids,
+                                                        const LayerCallback& after_layer = {});
+  // A decode entry of the default sequence: the same token on every rank, logits on every rank.
+  StatusOr<ConstTensorView> ForwardDecode(int32_t id);
+  // Single-rank convenience: a prefill entry over [length(), length() + n).
+  StatusOr<ConstTensorView> Forward(std::span<const int32_t> ids);
+  // Forward, then the logits copied to the host.
+  Status ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits);
+
+ private:
+  struct Entry;  // one plan entry resolved on this rank (engine_step.cc)
+  Engine() = default;
+  Sequence* mutable_sequence(SequenceId id);
+  AttentionEnv Env(StepProfiler& profiler);
+  MemoryPlanShape memory_shape() const;
+  // Checks this rank's share of the plan, exchanges every rank's share and outcome, and resolves
+  // the entries (rows, positions, ring blocks, logit rows). Fails on every rank together.
+  StatusOr<std::vector<Entry>> PrepareStep(const StepPlan& plan);
+  Status CheckEntry(const SequenceStep& step, Entry* entry) const;
+  Status ExchangeEntries(std::vector<Entry>* entries, const Status& local);
+  Status ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows);
+  // Uploads ids and positions, embeds the step's tokens.
+  Status Embed(const std::vector<Entry>& entries, int64_t rows);
+  Status RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows,
+                  StepProfiler& profiler);
+  Status ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows);
+  Status AttendDecode(int64_t layer, Entry& entry, AttentionEnv& env);
+  // Cancelled on every rank if any rank passes false (a host all-gather with several ranks).
+  Status AgreeToContinue(bool go_on);
+
+  EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Workspace> workspace_;
+  std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
+  AttentionPolicy policy_;
+  EngineStats stats_;
+};
+
+}  // namespace millipede

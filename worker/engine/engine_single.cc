@@ -1,0 +1,78 @@
+// The engine's single-sequence calls: one-entry step plans over the default sequence, as offline
+// runs, tests and benchmarks use them, and synthetic sequences for decode benchmarks.
+#include <algorithm>
+
+#include "worker/engine/engine.h"
+
+namespace millipede {
+
+StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(std::span<const TokenRange> ranges,
+                                                              std::span<const int32_t> ids,
+                                                              const LayerCallback& after_layer) {
+  StepPlan plan;
+  SequenceStep& step = plan.steps.emplace_back();
+  step.sequence = kDefaultSequence;
+  step.kind = StepKind::kPrefill;
+  step.ranges.assign(ranges.begin(), ranges.end());
+  step.ids.assign(ids.begin(), ids.end());
+  MP_ASSIGN_OR_RETURN(StepOutput out, RunStep(plan, after_layer));
+  return out.logits[0];
+}
+
+StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
+  StepPlan plan;
+  plan.steps.push_back(DecodeStep(kDefaultSequence, id));
+  MP_ASSIGN_OR_RETURN(StepOutput out, RunStep(plan));
+  MP_ASSERT(out.logits[0].has_value(), "every rank has a decode token's logits");
+  return *out.logits[0];
+}
+
+StatusOr<ConstTensorView> Engine::Forward(std::span<const int32_t> ids) {
+  MP_REQUIRE(comm_->size() == 1, "Forward(ids) is for a single rank; use ForwardShard");
+  MP_REQUIRE(!ids.empty(), "forward: no tokens");
+  const TokenRange range{length(), length() + static_cast<int64_t>(ids.size())};
+  MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> logits,
+                      ForwardShard(std::span<const TokenRange>(&range, 1), ids));
+  MP_ASSERT(logits.has_value(), "a single rank holds the last position");
+  return *logits;
+}
+
+Status Engine::ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits) {
+  MP_ASSIGN_OR_RETURN(ConstTensorView dev, Forward(ids));
+  logits->resize(static_cast<size_t>(config().vocab_size));
+  return backend_->CopyToHost(dev, TensorView{logits->data(), DType::kF32, dev.shape});
+}
+
+Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
+  const int num_ranks = comm_->size(), rank = comm_->rank();
+  MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
+  MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
+  const int64_t mine = plan.RankPromptTokens(rank);
+  const int64_t capacity =
+      std::max<int64_t>(1, mine + (decode_positions + num_ranks - 1) / num_ranks);
+  MP_RETURN_IF_ERROR(StartSequence(capacity, 1));
+  Sequence& s = *mutable_sequence(kDefaultSequence);
+  const ModelConfig& c = config();
+  const int64_t rows = std::min<int64_t>(std::max<int64_t>(mine, 1), 16384);
+  const Shape shape{rows, c.num_key_value_heads, c.head_dim};
+  std::vector<float> host_zeros(static_cast<size_t>(shape.NumElements()), 0.0f);
+  MP_ASSIGN_OR_RETURN(BackendTensor zeros, backend_->Allocate(DType::kF32, shape));
+  MP_RETURN_IF_ERROR(backend_->CopyFromHost(
+      ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    for (int64_t row = 0; row < mine; row += rows) {
+      const int64_t m = std::min(rows, mine - row);
+      MP_ASSIGN_OR_RETURN(KvRows dst, s.kv(layer).StepRows(row, m));
+      ConstTensorView z = SliceRows(zeros.cview(), 0, m);
+      MP_RETURN_IF_ERROR(backend_->Convert(z, dst.k));
+      MP_RETURN_IF_ERROR(backend_->Convert(z, dst.v));
+    }
+  }
+  std::vector<TokenRange> ranges;
+  for (const TokenRange& r : plan.RankPromptRanges(rank))
+    if (!r.empty()) ranges.push_back(r);
+  MP_RETURN_IF_ERROR(s.Commit(ranges, length));
+  return backend_->Synchronize();
+}
+
+}  // namespace millipede

@@ -1,0 +1,78 @@
+// One sequence on one rank: its KV stores (one per layer), its length over all ranks, the
+// positions this rank stores, its attention policy and the strategies built from it (with their
+// selection state). The model's weights and the step buffers belong to the engine; any number of
+// sequences share them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/checkpoint/model_config.h"
+#include "common/policy/attention_policy.h"
+#include "worker/attention/layer_attention.h"
+#include "worker/backend.h"
+#include "worker/kv/kv_buffer.h"
+
+namespace millipede {
+
+using SequenceId = int64_t;
+
+struct SequenceOptions {
+  // Positions this rank may store over the sequence's life (its prompt share and decode share).
+  int64_t capacity = 0;
+  // The most tokens one step adds on this rank (0: capacity); sizes streaming stores.
+  int64_t step_tokens = 0;
+  AttentionPolicy policy;
+};
+
+class Sequence {
+ public:
+  // Builds the strategies from options.policy and allocates every layer's store.
+  static StatusOr<std::unique_ptr<Sequence>> Create(SequenceId id, Backend& backend,
+                                                    const ModelConfig& config, DType kv_dtype,
+                                                    SequenceOptions options);
+  // Bytes the stores of such a sequence take on this rank (the memory plan asks this).
+  static StatusOr<int64_t> StoreBytes(const ModelConfig& config, DType kv_dtype,
+                                      const SequenceOptions& options);
+
+  SequenceId id() const { return id_; }
+  const SequenceOptions& options() const { return options_; }
+  const AttentionPolicy& policy() const { return options_.policy; }
+  // Positions over all ranks.
+  int64_t length() const { return length_; }
+  // Positions this rank has stored in every layer (before retention drops any), increasing.
+  const std::vector<TokenRange>& stored() const { return stored_; }
+  int64_t stored_rows() const { return stored_rows_; }
+  KvStore& kv(int64_t layer) { return *stores_[static_cast<size_t>(layer)]; }
+  const KvStore& kv(int64_t layer) const { return *stores_[static_cast<size_t>(layer)]; }
+  LayerAttention& attention(int64_t layer) { return layers_[static_cast<size_t>(layer)]; }
+  // The most rows one step may add on this rank: bounded only by streaming stores, which are
+  // sized for options().step_tokens.
+  int64_t MaxStepRows() const;
+  // Bytes every store holds now.
+  int64_t KvBytes() const;
+
+  // This rank's rows of a layer with `retention` this step, by position: the kept part of
+  // `stored` at `length` (as each store keeps it) followed by `step` (what another rank's stored
+  // and step ranges give, so each rank knows every rank's ring blocks).
+  static std::vector<TokenRange> BlockRanges(const KvRetention& retention,
+                                             std::span<const TokenRange> stored, int64_t length,
+                                             std::span<const TokenRange> step);
+
+  // Ends a step: this rank's new positions `step` in every store and the new length.
+  Status Commit(std::span<const TokenRange> step, int64_t length);
+
+ private:
+  Sequence() = default;
+  SequenceId id_ = 0;
+  SequenceOptions options_;
+  std::vector<LayerAttention> layers_;
+  std::vector<std::unique_ptr<KvStore>> stores_;
+  std::vector<TokenRange> stored_;
+  int64_t stored_rows_ = 0;
+  int64_t length_ = 0;
+};
+
+}  // namespace millipede

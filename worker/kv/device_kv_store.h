@@ -1,0 +1,37 @@
+// A KV store that keeps every row in backend memory (the GPU tier on a device backend): a full
+// layer, a filter layer, static eviction (which hides rows at attention time, never drops them).
+#pragma once
+
+#include "worker/kv/kv_buffer.h"
+
+namespace millipede {
+
+class DeviceKvStore final : public KvStore {
+ public:
+  // Room for `capacity` rows over the sequence's life (its share of the prompt and of decode).
+  static StatusOr<std::unique_ptr<DeviceKvStore>> Create(Backend& backend, const KvLayout& layout,
+                                                         int64_t capacity);
+  // What Create allocates.
+  static int64_t BytesFor(const KvLayout& layout, int64_t capacity) {
+    return layout.RowBytes() * capacity;
+  }
+
+  KvTier tier() const override { return KvTier::kDevice; }
+  const KvRetention& retention() const override { return retention_; }
+  int64_t held_rows() const override { return held_rows_; }
+  const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
+  StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
+  ConstKvRows Rows(int64_t step_rows) const override;
+  Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
+  int64_t NumBytes() const override { return buffer_.NumBytes(); }
+  int64_t capacity() const { return buffer_.capacity(); }
+
+ private:
+  explicit DeviceKvStore(KvBuffer buffer) : buffer_(std::move(buffer)) {}
+  KvBuffer buffer_;
+  KvRetention retention_;  // keeps all
+  int64_t held_rows_ = 0;
+  std::vector<TokenRange> held_ranges_;
+};
+
+}  // namespace millipede

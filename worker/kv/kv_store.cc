@@ -1,0 +1,29 @@
+#include "worker/kv/kv_store.h"
+
+#include <algorithm>
+
+namespace millipede {
+
+std::vector<TokenRange> KvRetention::Kept(std::span<const TokenRange> ranges,
+                                          int64_t length) const {
+  if (KeepsAll()) return {ranges.begin(), ranges.end()};
+  std::vector<TokenRange> kept;
+  const int64_t window_begin = length - window_tokens + 1;
+  for (const TokenRange& r : ranges) {
+    const TokenRange sinks{r.begin, std::min(r.end, sink_tokens)};
+    const TokenRange recent{std::max(r.begin, std::max(window_begin, sink_tokens)), r.end};
+    if (!sinks.empty()) AppendRange(&kept, sinks);
+    if (!recent.empty()) AppendRange(&kept, recent);
+  }
+  return kept;
+}
+
+int64_t KvRetention::KeptRows(std::span<const TokenRange> ranges, int64_t length) const {
+  int64_t n = 0;
+  for (const TokenRange& r : Kept(ranges, length)) n += r.size();
+  return n;
+}
+
+const char* KvTierName(KvTier tier) { return tier == KvTier::kDevice ? "device" : "host"; }
+
+}  // namespace millipede

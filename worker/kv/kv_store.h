@@ -1,0 +1,74 @@
+// One layer's keys and values of one sequence on one rank, behind one interface: the rows a step
+// writes, the rows attention reads, and what stays once the step is committed.
+//
+// Rows are kept in position order. A step appends its new rows after the held ones; attention
+// during the step reads the held rows followed by the step's rows as one contiguous block (ring
+// attention sends it as is); Commit makes the step's rows held and drops what the store does not
+// keep (KvRetention). Stores:
+//  - DeviceKvStore (device_kv_store.h): every row, capacity fixed when the sequence starts;
+//  - StreamingKvStore (streaming_kv_store.h): the sink tokens and a recent window only, constant
+//    size whatever the sequence length (DuoAttention's streaming heads, StreamingLLM);
+//  - HostKvStore (host_kv_store.h): every row in pinned host memory, written asynchronously.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "worker/dist/shard_plan.h"
+
+namespace millipede {
+
+// Which positions a store keeps once a step is committed.
+struct KvRetention {
+  int64_t sink_tokens = 0;    // positions [0, sink_tokens) always stay
+  int64_t window_tokens = 0;  // 0: every position stays
+  bool KeepsAll() const { return window_tokens == 0; }
+  // Whether `position` stays once the sequence holds `length` positions: every position, or the
+  // sinks and the positions a query at `length` sees in its window (length - p < window).
+  bool Keeps(int64_t position, int64_t length) const {
+    return KeepsAll() || position < sink_tokens || position > length - window_tokens;
+  }
+  // The kept part of `ranges` (increasing, disjoint), in order.
+  std::vector<TokenRange> Kept(std::span<const TokenRange> ranges, int64_t length) const;
+  // Rows of `ranges` kept by this retention: the sinks are a prefix and the window a suffix.
+  int64_t KeptRows(std::span<const TokenRange> ranges, int64_t length) const;
+};
+
+// Where a store's rows live.
+enum class KvTier { kDevice, kHost };
+const char* KvTierName(KvTier tier);  // "device", "host"
+
+// K and V rows: each [rows, num_kv_heads, head_dim] in the store's dtype.
+struct KvRows {
+  TensorView k, v;
+};
+struct ConstKvRows {
+  ConstTensorView k, v;
+};
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  virtual KvTier tier() const = 0;
+  virtual const KvRetention& retention() const = 0;
+  // Rows held from committed steps and their global positions (increasing).
+  virtual int64_t held_rows() const = 0;
+  virtual const std::vector<TokenRange>& held_ranges() const = 0;
+  // Room for the current step's rows [offset, offset + n) after the held ones, to be written by
+  // an op (RopeKv). InvalidArgument beyond what the store was sized for.
+  virtual StatusOr<KvRows> StepRows(int64_t offset, int64_t n) = 0;
+  // The held rows followed by the step's first `step_rows` rows, contiguous.
+  virtual ConstKvRows Rows(int64_t step_rows) const = 0;
+  // Ends the step: its `step_ranges` (this rank's new positions, increasing, after the held
+  // ones, as many rows as were written) become held; rows the retention drops at `length`
+  // (positions over all ranks now) are released.
+  virtual Status Commit(std::span<const TokenRange> step_ranges, int64_t length) = 0;
+  // Bytes the store holds (both K and V).
+  virtual int64_t NumBytes() const = 0;
+};
+
+}  // namespace millipede

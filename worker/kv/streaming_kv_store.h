@@ -1,0 +1,55 @@
+// A constant-size KV store: the sink tokens and a recent window only (DuoAttention's streaming
+// heads, StreamingLLM). Memory is (sink + 2 x window + step) rows whatever the sequence length:
+// held rows are the rank's sinks followed by its rows inside the window of the next query; a step
+// appends after them; Commit moves the rows still inside the window next to the sinks (through a
+// spare window of rows, so no copy overlaps itself) and drops the rest.
+//
+// What a step's queries see: the held rows and the step's own rows. A step that prefills a whole
+// prompt therefore sees all of it (exact for its dense heads); a later step (the next prefill
+// chunk, a decode token) sees the sinks and the window only.
+#pragma once
+
+#include "worker/kv/kv_buffer.h"
+
+namespace millipede {
+
+class StreamingKvStore final : public KvStore {
+ public:
+  // `step_rows`: the most rows one step appends on this rank.
+  static StatusOr<std::unique_ptr<StreamingKvStore>> Create(Backend& backend,
+                                                            const KvLayout& layout,
+                                                            const KvRetention& retention,
+                                                            int64_t step_rows);
+  static int64_t CapacityFor(const KvRetention& retention, int64_t step_rows) {
+    return retention.sink_tokens + 2 * retention.window_tokens + step_rows;
+  }
+  static int64_t BytesFor(const KvLayout& layout, const KvRetention& retention,
+                          int64_t step_rows) {
+    return layout.RowBytes() * CapacityFor(retention, step_rows);
+  }
+
+  KvTier tier() const override { return KvTier::kDevice; }
+  const KvRetention& retention() const override { return retention_; }
+  int64_t held_rows() const override { return held_rows_; }
+  const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
+  StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
+  ConstKvRows Rows(int64_t step_rows) const override;
+  Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
+  int64_t NumBytes() const override { return buffer_.NumBytes(); }
+
+ private:
+  StreamingKvStore(Backend& backend, KvBuffer buffer, const KvRetention& retention)
+      : backend_(backend), buffer_(std::move(buffer)), retention_(retention) {}
+  // Rows [0, data_capacity) hold data; the last window_tokens rows are the spare for Commit.
+  int64_t data_capacity() const { return buffer_.capacity() - retention_.window_tokens; }
+  // Copies rows [from, from + n) to [to, to + n) (to < from) without an overlapping copy.
+  Status MoveRowsDown(int64_t from, int64_t to, int64_t n);
+
+  Backend& backend_;
+  KvBuffer buffer_;
+  KvRetention retention_;
+  int64_t held_rows_ = 0;
+  std::vector<TokenRange> held_ranges_;
+};
+
+}  // namespace millipede
