@@ -1,0 +1,132 @@
+// KV stores: what each keeps, rows written and read back by position, constant size of the
+// streaming store, and contract errors.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "worker/kv/device_kv_store.h"
+#include "worker/kv/streaming_kv_store.h"
+
+namespace millipede {
+namespace {
+
+constexpr KvLayout kLayout{2, 4, DType::kF32};  // 2 KV heads, head_dim 4
+
+std::unique_ptr<Backend> Cpu() { return std::move(CreateBackend(BackendKind::kCpu)).value(); }
+
+// Writes rows whose every K element is the position and every V element minus it.
+void WriteStep(KvStore& s, const std::vector<TokenRange>& step) {
+  int64_t offset = 0;
+  for (const TokenRange& r : step) {
+    auto rows = s.StepRows(offset, r.size());
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    float* k = rows->k.as<float>();
+    float* v = rows->v.as<float>();
+    for (int64_t p = r.begin; p < r.end; ++p)
+      for (int64_t i = 0; i < 8; ++i) {
+        k[(p - r.begin) * 8 + i] = static_cast<float>(p);
+        v[(p - r.begin) * 8 + i] = -static_cast<float>(p);
+      }
+    offset += r.size();
+  }
+}
+
+// The positions the store's rows hold, read from the data.
+std::vector<int64_t> HeldPositions(const KvStore& s) {
+  const ConstKvRows rows = s.Rows(0);
+  std::vector<int64_t> out;
+  for (int64_t row = 0; row < rows.k.dim(0); ++row) {
+    const float p = rows.k.as<const float>()[row * 8];
+    EXPECT_EQ(rows.v.as<const float>()[row * 8 + 7], -p);
+    out.push_back(static_cast<int64_t>(p));
+  }
+  return out;
+}
+
+std::vector<int64_t> Expand(const std::vector<TokenRange>& ranges) {
+  std::vector<int64_t> out;
+  for (const TokenRange& r : ranges)
+    for (int64_t p = r.begin; p < r.end; ++p) out.push_back(p);
+  return out;
+}
+
+TEST(KvRetentionTest, KeepsSinksAndTheNextQuerysWindow) {
+  const KvRetention all;
+  EXPECT_TRUE(all.KeepsAll());
+  EXPECT_EQ(Expand(all.Kept(std::vector<TokenRange>{{0, 5}}, 5)), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  const KvRetention r{2, 3};  // sinks 0, 1; a query at 10 sees 8, 9 (and itself)
+  EXPECT_EQ(Expand(r.Kept(std::vector<TokenRange>{{0, 10}}, 10)), (std::vector<int64_t>{0, 1, 8, 9}));
+  // Only the rank's own rows: neither sinks nor window here.
+  EXPECT_TRUE(r.Kept(std::vector<TokenRange>{{3, 6}}, 10).empty());
+  EXPECT_EQ(r.KeptRows(std::vector<TokenRange>{{1, 4}, {7, 10}}, 10), 3);  // 1, 8, 9
+  EXPECT_TRUE(r.Keeps(9, 10) && !r.Keeps(7, 10) && r.Keeps(1, 1000));
+}
+
+TEST(DeviceKvStoreTest, KeepsEveryRowInOrder) {
+  auto backend = Cpu();
+  auto store = DeviceKvStore::Create(*backend, kLayout, 10);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  WriteStep(s, {{0, 3}, {6, 8}});
+  ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{0, 3}, {6, 8}}, 8).ok());
+  WriteStep(s, {{9, 10}});
+  EXPECT_EQ(s.Rows(1).k.dim(0), 6);  // held and the step's row
+  ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{9, 10}}, 10).ok());
+  EXPECT_EQ(HeldPositions(s), (std::vector<int64_t>{0, 1, 2, 6, 7, 9}));
+  EXPECT_EQ(s.held_rows(), 6);
+  EXPECT_EQ(s.NumBytes(), DeviceKvStore::BytesFor(kLayout, 10));
+  // Beyond the capacity, and positions out of order, are refused.
+  EXPECT_FALSE(s.StepRows(0, 5).ok());
+  EXPECT_FALSE(s.Commit(std::vector<TokenRange>{{4, 5}}, 11).ok());
+}
+
+TEST(StreamingKvStoreTest, HoldsSinksAndWindowAtConstantSize) {
+  auto backend = Cpu();
+  const KvRetention r{3, 5};
+  auto store = StreamingKvStore::Create(*backend, kLayout, r, 7);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  KvStore& s = **store;
+  const int64_t bytes = s.NumBytes();
+  std::vector<TokenRange> all;
+  int64_t length = 0;
+  // Steps of 7, 1, 4, 1, 1, ... tokens (a prefill in chunks, then decode).
+  for (int64_t n : {7, 1, 4, 1, 1, 6, 1, 1, 1, 2, 7, 1}) {
+    const std::vector<TokenRange> step = {{length, length + n}};
+    WriteStep(s, step);
+    // During the step: what was held, then the step's rows.
+    EXPECT_EQ(s.Rows(n).k.dim(0), s.held_rows() + n);
+    length += n;
+    ASSERT_TRUE(s.Commit(step, length).ok());
+    AppendRange(&all, step[0]);
+    EXPECT_EQ(HeldPositions(s), Expand(r.Kept(all, length))) << "length " << length;
+    EXPECT_EQ(Expand(s.held_ranges()), Expand(r.Kept(all, length)));
+    EXPECT_EQ(s.NumBytes(), bytes);
+  }
+  EXPECT_EQ(bytes, StreamingKvStore::BytesFor(kLayout, r, 7));
+  // A step that does not fit beside the held rows is refused before anything is written.
+  EXPECT_FALSE(s.StepRows(0, 16).ok());  // more than its rows
+}
+
+TEST(StreamingKvStoreTest, ARankWithoutSinksKeepsItsWindowRows) {
+  auto backend = Cpu();
+  const KvRetention r{4, 6};
+  auto store = StreamingKvStore::Create(*backend, kLayout, r, 10);
+  ASSERT_TRUE(store.ok());
+  KvStore& s = **store;
+  // This rank holds positions 10-19 of a 40-token prompt (another rank holds the rest).
+  WriteStep(s, {{10, 20}});
+  ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{10, 20}}, 40).ok());
+  EXPECT_EQ(s.held_rows(), 0);
+  WriteStep(s, {{40, 41}});
+  ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{40, 41}}, 41).ok());
+  EXPECT_EQ(HeldPositions(s), (std::vector<int64_t>{40}));
+}
+
+TEST(StreamingKvStoreTest, RefusesAnEmptyWindow) {
+  auto backend = Cpu();
+  EXPECT_FALSE(StreamingKvStore::Create(*backend, kLayout, KvRetention{4, 0}, 8).ok());
+  EXPECT_FALSE(StreamingKvStore::Create(*backend, kLayout, KvRetention{4, 4}, 0).ok());
+}
+
+}  // namespace
+}  // namespace millipede
