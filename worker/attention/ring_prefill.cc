@@ -83,7 +83,7 @@ Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   const HeadWindows& windows = in.length >= windowed_from_ ? windows_ : kDense;
   const int64_t n = in.q.shape.dims[0];
   MP_RETURN_IF_ERROR(b.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
-  const ConstKvRows mine = in.store->Rows(in.step_rows);
+  MP_ASSIGN_OR_RETURN(const ConstKvRows mine, in.store->Rows(in.step_rows));
   const int64_t row_bytes = static_cast<int64_t>(mine.k.NumBytes() + mine.v.NumBytes()) /
                             std::max<int64_t>(mine.k.shape.dims[0], 1);
   // At ring step t this rank holds the block of rank (rank - t) mod N and passes it on while

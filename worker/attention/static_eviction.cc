@@ -103,7 +103,7 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
   const int64_t obs = std::min(params_.observed_queries, in.length);
   const int64_t obs_begin = in.length - obs;
   MP_ASSIGN_OR_RETURN(std::vector<float> q, ObservedQueries(env, in, obs_begin, obs));
-  const ConstKvRows rows = in.store->Rows(in.step_rows);
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
   const int64_t n = rows.k.shape.dims[0];
   const int64_t kv_heads = c.num_key_value_heads;
   std::vector<float> keys(static_cast<size_t>(n * kv_heads * c.head_dim));
@@ -169,7 +169,7 @@ Status StaticEvictionDecode::Partial(AttentionEnv& env, const DecodeInput& in, T
   // Heavy hitters chosen after prefill, plus the most recent positions. Without a prefill that
   // chose them no key is a heavy hitter.
   const int64_t kv_heads = env.config.num_key_value_heads;
-  const ConstKvRows rows = in.store->Rows(in.step_rows);
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
   const int64_t n = rows.k.shape.dims[0];
   std::vector<uint8_t> visible(static_cast<size_t>(std::max<int64_t>(n, 1) * kv_heads), 0);
   const int64_t recent_from = in.position - params_.recent_tokens + 1;

@@ -18,7 +18,7 @@ StatusOr<KvRows> DeviceKvStore::StepRows(int64_t offset, int64_t n) {
   return buffer_.Slice(held_rows_ + offset, n);
 }
 
-ConstKvRows DeviceKvStore::Rows(int64_t step_rows) const {
+StatusOr<ConstKvRows> DeviceKvStore::Rows(int64_t step_rows) const {
   return buffer_.Prefix(held_rows_ + step_rows);
 }
 

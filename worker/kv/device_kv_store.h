@@ -21,7 +21,7 @@ class DeviceKvStore final : public KvStore {
   int64_t held_rows() const override { return held_rows_; }
   const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
   StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
-  ConstKvRows Rows(int64_t step_rows) const override;
+  StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
   int64_t NumBytes() const override { return buffer_.NumBytes(); }
   int64_t capacity() const { return buffer_.capacity(); }

@@ -61,8 +61,9 @@ class KvStore {
   // Room for the current step's rows [offset, offset + n) after the held ones, to be written by
   // an op (RopeKv). InvalidArgument beyond what the store was sized for.
   virtual StatusOr<KvRows> StepRows(int64_t offset, int64_t n) = 0;
-  // The held rows followed by the step's first `step_rows` rows, contiguous.
-  virtual ConstKvRows Rows(int64_t step_rows) const = 0;
+  // The held rows followed by the step's first `step_rows` rows, contiguous. A store whose held
+  // rows and step rows live apart (the host tier) refuses a view across both.
+  virtual StatusOr<ConstKvRows> Rows(int64_t step_rows) const = 0;
   // Ends the step: its `step_ranges` (this rank's new positions, increasing, after the held
   // ones, as many rows as were written) become held; rows the retention drops at `length`
   // (positions over all ranks now) are released.

@@ -23,7 +23,7 @@ StatusOr<KvRows> StreamingKvStore::StepRows(int64_t offset, int64_t n) {
   return buffer_.Slice(held_rows_ + offset, n);
 }
 
-ConstKvRows StreamingKvStore::Rows(int64_t step_rows) const {
+StatusOr<ConstKvRows> StreamingKvStore::Rows(int64_t step_rows) const {
   return buffer_.Prefix(held_rows_ + step_rows);
 }
 

@@ -33,7 +33,7 @@ void WriteStep(KvStore& s, const std::vector<TokenRange>& step) {
 
 // The positions the store's rows hold, read from the data.
 std::vector<int64_t> HeldPositions(const KvStore& s) {
-  const ConstKvRows rows = s.Rows(0);
+  const ConstKvRows rows = *s.Rows(0);
   std::vector<int64_t> out;
   for (int64_t row = 0; row < rows.k.dim(0); ++row) {
     const float p = rows.k.as<const float>()[row * 8];
@@ -70,7 +70,7 @@ TEST(DeviceKvStoreTest, KeepsEveryRowInOrder) {
   WriteStep(s, {{0, 3}, {6, 8}});
   ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{0, 3}, {6, 8}}, 8).ok());
   WriteStep(s, {{9, 10}});
-  EXPECT_EQ(s.Rows(1).k.dim(0), 6);  // held and the step's row
+  EXPECT_EQ(s.Rows(1)->k.dim(0), 6);  // held and the step's row
   ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{9, 10}}, 10).ok());
   EXPECT_EQ(HeldPositions(s), (std::vector<int64_t>{0, 1, 2, 6, 7, 9}));
   EXPECT_EQ(s.held_rows(), 6);
@@ -94,7 +94,7 @@ TEST(StreamingKvStoreTest, HoldsSinksAndWindowAtConstantSize) {
     const std::vector<TokenRange> step = {{length, length + n}};
     WriteStep(s, step);
     // During the step: what was held, then the step's rows.
-    EXPECT_EQ(s.Rows(n).k.dim(0), s.held_rows() + n);
+    EXPECT_EQ(s.Rows(n)->k.dim(0), s.held_rows() + n);
     length += n;
     ASSERT_TRUE(s.Commit(step, length).ok());
     AppendRange(&all, step[0]);
