@@ -71,32 +71,29 @@ int64_t Engine::max_context() const {
   return limit;
 }
 
-Status Engine::SetPolicy(AttentionPolicy policy) {
-  const ModelConfig& c = config_;
-  MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == c.num_hidden_layers,
-             "attention policy: ", policy.layers.size(), " layers for a model of ",
-             c.num_hidden_layers);
-  for (size_t l = 0; l < policy.layers.size(); ++l) {
-    const LayerPolicy& layer = policy.layers[l];
-    MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == c.num_key_value_heads,
-               "attention policy: layer ", l, " has ", layer.prefill.size(),
-               " prefill patterns for ", c.num_key_value_heads, " KV heads");
-  }
-  MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, options_.backend == BackendKind::kCpu));
-  policy_ = std::move(policy);
+PolicyCapabilities Engine::capabilities() const {
+  if (options_.backend == BackendKind::kCpu)
+    return {{PrefillPattern::kDense, PrefillPattern::kAShape},
+            {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
+  return {{PrefillPattern::kDense}, {DecodeRole::kFull, DecodeRole::kStreamingHead}};
+}
+
+Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
+  MP_RETURN_IF_ERROR(
+      ValidateAttentionPolicy(policy, config_.num_hidden_layers, config_.num_key_value_heads));
+  MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, capabilities()));
+  for (size_t l = 0; l < policy.layers.size(); ++l)
+    if (policy.layers[l].MixedDecode())
+      return UnimplementedError("attention policy: layer " + std::to_string(l) +
+                                " mixes decode roles per KV head; this engine runs one decode "
+                                "role per layer");
   return OkStatus();
 }
 
-StatusOr<AttentionPolicy> Engine::ParsePolicy(std::string_view json) const {
-  MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
-                      ParseAttentionPolicy(json, config_.num_hidden_layers,
-                                           config_.num_key_value_heads));
-  // Check that it could run, on a copy of this engine's state.
-  Engine probe;
-  probe.config_ = config_;
-  probe.options_ = options_;
-  MP_RETURN_IF_ERROR(probe.SetPolicy(policy));
-  return policy;
+Status Engine::SetPolicy(AttentionPolicy policy) {
+  MP_RETURN_IF_ERROR(CheckPolicy(policy));
+  policy_ = std::move(policy);
+  return OkStatus();
 }
 
 Status Engine::Mark(double* bucket) {
@@ -212,14 +209,15 @@ Status Engine::AttendBlock(int64_t layer, const std::vector<TokenRange>& q_range
 
 Engine::HeadWindows Engine::PrefillWindows(int64_t layer, int64_t total) const {
   HeadWindows w;
-  if (total < policy_.dense_below_tokens) return w;
-  const LayerPolicy& lp = policy_.layers[static_cast<size_t>(layer)];
+  if (total < policy().dense_below_tokens) return w;
+  const LayerPolicy& lp = policy().layers[static_cast<size_t>(layer)];
   for (size_t h = 0; h < lp.prefill.size(); ++h) {
-    if (lp.prefill[h] != PrefillPattern::kAShape) continue;
+    if (lp.prefill[h].pattern != PrefillPattern::kAShape) continue;
     if (w.window.empty()) w.window.assign(lp.prefill.size(), 0);
-    w.window[h] = policy_.a_shape.window_tokens;
+    w.window[h] = lp.prefill[h].a_shape.window_tokens;
+    // Validation gives the a-shape heads of a layer one sink count.
+    w.sink = lp.prefill[h].a_shape.sink_tokens;
   }
-  w.sink = policy_.a_shape.sink_tokens;
   return w;
 }
 

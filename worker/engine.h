@@ -104,8 +104,11 @@ class Engine {
   // the ranks' memory plans are checked against each GPU's (or host's) free memory before
   // anything is allocated, and if any rank cannot fit, every rank fails with its numbers.
   // Every buffer the plan names is allocated here, so later steps of at most `step_tokens`
-  // tokens do not allocate.
-  Status StartSequence(int64_t capacity, int64_t step_tokens = 0);
+  // tokens do not allocate. `policy`, when given, is the sequence's attention policy until
+  // EndSequence (else the engine's); it is checked like SetPolicy's, and a rank that refuses it
+  // makes every rank fail.
+  Status StartSequence(int64_t capacity, int64_t step_tokens = 0,
+                       std::optional<AttentionPolicy> policy = std::nullopt);
   // The plan StartSequence checks, for this rank (ring rows: the widest rank's step).
   SequenceMemoryPlan PlanSequence(int64_t capacity, int64_t step_tokens,
                                   int64_t ring_rows) const;
@@ -123,17 +126,21 @@ class Engine {
   const KvCache* kv_cache() const { return kv_.get(); }
   const EngineStats& stats() const { return stats_; }
 
-  // The attention policy the following steps use (dense/full unless set).
-  const AttentionPolicy& policy() const { return policy_; }
-  // Checks `policy` against the model and against what this engine can run, then uses it.
-  // Runs: dense prefill and full decode everywhere; a-shape prefill heads, streaming-head and
-  // static-eviction decode layers on the CPU backend. Other patterns and roles (and these on the
-  // GPU) are refused with Unimplemented naming them, the layer and the head; the current policy
-  // is then unchanged.
+  // The attention policy the following steps use: the current sequence's (StartSequence), else
+  // the engine's (SetPolicy; dense/full unless set).
+  const AttentionPolicy& policy() const { return sequence_policy_ ? *sequence_policy_ : policy_; }
+  // The patterns and roles this engine runs, reported to the coordinator (a worker's hello).
+  // Dense prefill and full and streaming-head decode on every backend (streaming heads only
+  // slice the KV rows); a-shape prefill heads and static-eviction decode on the CPU backend
+  // (the attention kernels' windows and evicted rows are CPU-only so far).
+  PolicyCapabilities capabilities() const;
+  // Checks that `policy` fits the model (ValidateAttentionPolicy) and that this engine runs it:
+  // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head,
+  // and so is a layer that mixes decode roles per KV head (this engine runs one per layer).
+  Status CheckPolicy(const AttentionPolicy& policy) const;
+  // Checks `policy` (CheckPolicy), then uses it for the sequences that bring none; on an error
+  // the current policy is unchanged.
   Status SetPolicy(AttentionPolicy policy);
-  // Parses a policy file's text for this model (see ParseAttentionPolicy) and checks that this
-  // engine can run it, without using it.
-  StatusOr<AttentionPolicy> ParsePolicy(std::string_view json) const;
   void ResetStats() { stats_ = EngineStats(); }
 
   // A sharded step, called by every rank at once: this rank runs `ids` at the global positions
@@ -260,6 +267,7 @@ class Engine {
   int64_t inv_freq_len_ = -1;  // the seq_len inv_freq_ was computed for
   EngineStats stats_;
   AttentionPolicy policy_;
+  std::optional<AttentionPolicy> sequence_policy_;  // the current sequence's, if it brought one
   // Per layer with static eviction: [capacity, num_kv_heads] 1 = kept heavy hitter.
   std::vector<std::vector<uint8_t>> heavy_;
   std::chrono::steady_clock::time_point mark_;

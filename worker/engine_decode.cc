@@ -42,7 +42,9 @@ Status Engine::AttendDecode(int64_t layer, ConstTensorView q, int64_t position,
   // so no mask is needed; a rank without keys contributes the empty state.
   std::vector<std::pair<int64_t, int64_t>> parts = {{0, visible}};
   std::vector<uint8_t> row_visible;  // static eviction: [visible, kv_heads]
-  if (policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kStreamingHead) {
+  // One role per layer (CheckPolicy refuses layers that mix roles per KV head).
+  const DecodeRole role = policy().layers[static_cast<size_t>(layer)].LayerDecode();
+  if (role == DecodeRole::kStreamingHead) {
     // Rows are in increasing position order (committed ranges, then this token's row if this
     // rank stores it), so the sinks are a prefix and the window a suffix of the rows.
     auto rows_before = [&](int64_t pos) {
@@ -52,11 +54,10 @@ Status Engine::AttendDecode(int64_t layer, ConstTensorView q, int64_t position,
       if (visible > kv_->rows() && position < pos) ++n;
       return n;
     };
-    const int64_t sinks = rows_before(policy_.streaming_head.sink_tokens);
-    const int64_t window_begin =
-        rows_before(position - policy_.streaming_head.window_tokens + 1);
+    const int64_t sinks = rows_before(policy().streaming_head.sink_tokens);
+    const int64_t window_begin = rows_before(position - policy().streaming_head.window_tokens + 1);
     if (sinks < window_begin) parts = {{0, sinks}, {window_begin, visible}};
-  } else if (policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kStaticEviction) {
+  } else if (role == DecodeRole::kStaticEviction) {
     // Heavy hitters chosen after prefill, plus the most recent positions.
     const int64_t kv_heads = c.num_key_value_heads;
     // Without a prefill that chose them (a policy set afterwards) no key is a heavy hitter.
@@ -64,7 +65,7 @@ Status Engine::AttendDecode(int64_t layer, ConstTensorView q, int64_t position,
     const std::vector<uint8_t>& heavy =
         static_cast<size_t>(layer) < heavy_.size() ? heavy_[static_cast<size_t>(layer)] : kNone;
     row_visible.assign(static_cast<size_t>(std::max<int64_t>(visible, 1) * kv_heads), 0);
-    const int64_t recent_from = position - policy_.static_eviction.recent_tokens + 1;
+    const int64_t recent_from = position - policy().static_eviction.recent_tokens + 1;
     int64_t row = 0;
     std::vector<TokenRange> ranges = kv_->ranges();
     if (visible > kv_->rows()) ranges.push_back({position, position + 1});
@@ -75,8 +76,8 @@ Status Engine::AttendDecode(int64_t layer, ConstTensorView q, int64_t position,
           row_visible[i] = (p >= recent_from || (i < heavy.size() && heavy[i] != 0)) ? 1 : 0;
         }
   } else {
-    MP_ASSERT(policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kFull,
-              "decode roles other than full and streaming-head are refused by SetPolicy");
+    MP_ASSERT(role == DecodeRole::kFull,
+              "decode roles this engine does not run are refused by CheckPolicy");
   }
   MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(o_part_.view(), 0, 1), q_shape));
   TensorView lse_part = SliceRows(lse_part_.view(), 0, 1);

@@ -38,7 +38,7 @@ Status Engine::SelectHeavyHitters(int64_t layer, const std::vector<TokenRange>& 
   const int num_ranks = comm.size();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads,
                 d = c.head_dim, group = heads / kv_heads;
-  const StaticEvictionParams& params = policy_.static_eviction;
+  const StaticEvictionParams& params = policy().static_eviction;
   const int64_t obs = std::min(params.observed_queries, global_end);
   const int64_t obs_begin = global_end - obs;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));

@@ -186,7 +186,7 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(
         MP_RETURN_IF_ERROR(Mark(&stats_.comm_wait_s));
       }
     }
-    if (policy_.layers[static_cast<size_t>(layer)].decode == DecodeRole::kStaticEviction)
+    if (policy().layers[static_cast<size_t>(layer)].LayerDecode() == DecodeRole::kStaticEviction)
       MP_RETURN_IF_ERROR(SelectHeavyHitters(layer, q_ranges, after, local_rows, global_end));
     // Phase 3: output projection and MLP, chunk by chunk.
     for (int64_t s = 0; s < n; s += chunk)

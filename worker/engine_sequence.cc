@@ -28,13 +28,15 @@ StatusOr<int64_t> Engine::MaxSequencePositionsNow() {
   return MaxSequencePositions(config_, memory_shape(), memory.free_bytes + held);
 }
 
-Status Engine::StartSequence(int64_t capacity, int64_t step_tokens) {
+Status Engine::StartSequence(int64_t capacity, int64_t step_tokens,
+                             std::optional<AttentionPolicy> policy) {
   EndSequence();
   if (step_tokens <= 0) step_tokens = capacity;
   Status local;
   if (capacity <= 0 || capacity > max_context())
     local = InvalidArgumentError("sequence capacity " + std::to_string(capacity) +
                                  " outside [1, " + std::to_string(max_context()) + "]");
+  if (local.ok() && policy) local = CheckPolicy(*policy);
   // Every rank learns every rank's step size (the ring blocks' rows), need and free memory.
   const int num_ranks = comm_->size();
   int64_t mine[3] = {step_tokens, 0, 0};
@@ -81,6 +83,7 @@ Status Engine::StartSequence(int64_t capacity, int64_t step_tokens) {
   MP_RETURN_IF_ERROR(EnsureStepBuffers(step_tokens));
   MP_RETURN_IF_ERROR(EnsureScratch(std::min(step_tokens, options_.prefill_chunk)));
   if (num_ranks > 1) MP_RETURN_IF_ERROR(EnsureRingBuffers(ring_rows));
+  sequence_policy_ = std::move(policy);
   return OkStatus();
 }
 
@@ -114,6 +117,7 @@ Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) 
 
 void Engine::EndSequence() {
   kv_.reset();
+  sequence_policy_.reset();
   heavy_.clear();
   global_length_ = 0;
   step_rows_ = 0;

@@ -17,14 +17,10 @@ bool Contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// Frees the engine's sequence and restores its policy on every exit path.
+// Frees the engine's sequence (and with it the request's policy) on every exit path.
 struct SequenceGuard {
   Engine& engine;
-  std::optional<AttentionPolicy> saved_policy;
-  ~SequenceGuard() {
-    engine.EndSequence();
-    if (saved_policy) (void)engine.SetPolicy(std::move(*saved_policy));
-  }
+  ~SequenceGuard() { engine.EndSequence(); }
 };
 
 }  // namespace
@@ -54,8 +50,7 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
              " tokens) + max_new_tokens (", request.max_new_tokens,
              ") exceeds the context limit of ", limit, " tokens");
   MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
-  if (!request.policy_json.empty())
-    MP_RETURN_IF_ERROR(engine.ParsePolicy(request.policy_json).status());
+  if (request.policy) MP_RETURN_IF_ERROR(engine.CheckPolicy(*request.policy));
   return OkStatus();
 }
 
@@ -81,16 +76,10 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   const int64_t decode_positions = request.max_new_tokens - 1;
   const int64_t capacity = std::max<int64_t>(
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
-  std::optional<AttentionPolicy> job_policy;
-  if (!request.policy_json.empty()) {
-    MP_ASSIGN_OR_RETURN(job_policy, engine.ParsePolicy(request.policy_json));
-  }
-  MP_RETURN_IF_ERROR(engine.StartSequence(capacity, static_cast<int64_t>(ids.size())));
-  SequenceGuard guard{engine, std::nullopt};
-  if (job_policy) {
-    guard.saved_policy = engine.policy();
-    MP_RETURN_IF_ERROR(engine.SetPolicy(std::move(*job_policy)));
-  }
+  // The request's policy belongs to this sequence only: the engine's own is never touched.
+  MP_RETURN_IF_ERROR(
+      engine.StartSequence(capacity, static_cast<int64_t>(ids.size()), request.policy));
+  SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   Backend& backend = engine.backend();
 

@@ -12,9 +12,12 @@ std::string HeadPlace(size_t layer, size_t head) {
   return "layer " + std::to_string(layer) + ", KV head " + std::to_string(head);
 }
 
+constexpr const char* kLayerWideRule =
+    "filter, selected and static-eviction apply to every KV head of a layer (only full and "
+    "streaming-head may mix)";
+
 bool IsLayerWide(DecodeRole r) {
-  return r == DecodeRole::kFilter || r == DecodeRole::kSelected ||
-         r == DecodeRole::kStaticEviction;
+  return r == DecodeRole::kFilter || r == DecodeRole::kSelected || r == DecodeRole::kStaticEviction;
 }
 
 Status CheckPositive(int64_t value, const std::string& where, const char* name) {
@@ -69,14 +72,13 @@ Status ValidateLayer(const LayerPolicy& layer, size_t l, int64_t num_kv_heads,
   }
   for (size_t h = 0; h < layer.decode.size(); ++h) {
     const DecodeRole r = layer.decode[h];
-    MP_REQUIRE(static_cast<int>(r) < kNumDecodeRoles, what, ": ",
-               HeadPlace(l, h), ": unknown decode role ", static_cast<int>(r));
+    MP_REQUIRE(static_cast<int>(r) < kNumDecodeRoles, what, ": ", HeadPlace(l, h),
+               ": unknown decode role ", static_cast<int>(r));
     if (!IsLayerWide(r)) continue;
     for (size_t g = 0; g < layer.decode.size(); ++g)
       MP_REQUIRE(layer.decode[g] == r, what, ": ", HeadPlace(l, g), ": decode role \"",
-                 DecodeRoleName(layer.decode[g]), "\" beside \"", DecodeRoleName(r),
-                 "\" (KV head ", h, "); filter, selected and static-eviction apply to every KV "
-                 "head of a layer (only full and streaming-head may mix)");
+                 DecodeRoleName(layer.decode[g]), "\" beside \"", DecodeRoleName(r), "\" (KV head ",
+                 h, "); ", kLayerWideRule);
   }
   return OkStatus();
 }
@@ -188,8 +190,7 @@ Status ValidateAttentionPolicy(const AttentionPolicy& policy, int64_t num_layers
   const StaticEvictionParams& se = policy.static_eviction;
   MP_RETURN_IF_ERROR(CheckPositive(se.keep_tokens, what, "static_eviction.keep_tokens"));
   MP_RETURN_IF_ERROR(CheckPositive(se.recent_tokens, what, "static_eviction.recent_tokens"));
-  MP_RETURN_IF_ERROR(
-      CheckPositive(se.observed_queries, what, "static_eviction.observed_queries"));
+  MP_RETURN_IF_ERROR(CheckPositive(se.observed_queries, what, "static_eviction.observed_queries"));
   for (size_t l = 0; l < policy.layers.size(); ++l)
     MP_RETURN_IF_ERROR(ValidateLayer(policy.layers[l], l, num_kv_heads, what));
   return OkStatus();
@@ -203,8 +204,7 @@ bool PolicyCapabilities::Runs(DecodeRole r) const {
   return std::find(decode.begin(), decode.end(), r) != decode.end();
 }
 
-PolicyCapabilities IntersectCapabilities(const PolicyCapabilities& a,
-                                         const PolicyCapabilities& b) {
+PolicyCapabilities IntersectCapabilities(const PolicyCapabilities& a, const PolicyCapabilities& b) {
   PolicyCapabilities both;
   for (PrefillPattern p : a.prefill)
     if (b.Runs(p) && !both.Runs(p)) both.prefill.push_back(p);

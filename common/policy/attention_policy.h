@@ -97,9 +97,9 @@ struct StaticEvictionParams {
 // One KV head's prefill. Every head carries all three parameter sets; only its pattern's is used.
 struct HeadPrefillPolicy {
   PrefillPattern pattern = PrefillPattern::kDense;
-  AShapeParams a_shape;                    // used when pattern == kAShape
-  VerticalSlashParams vertical_slash;      // kVerticalSlash
-  BlockSparseParams block_sparse;          // kBlockSparse
+  AShapeParams a_shape;                // used when pattern == kAShape
+  VerticalSlashParams vertical_slash;  // kVerticalSlash
+  BlockSparseParams block_sparse;      // kBlockSparse
   bool operator==(const HeadPrefillPolicy&) const = default;
 };
 
@@ -120,7 +120,7 @@ struct LayerPolicy {
 };
 
 struct AttentionPolicy {
-  std::vector<LayerPolicy> layers;         // [num_layers]
+  std::vector<LayerPolicy> layers;  // [num_layers]
   int64_t dense_below_tokens = 0;
   FilterParams filter;                     // layer-wide (OmniKV)
   AShapeParams streaming_head{128, 1024};  // DuoAttention streaming heads' sink + recent
@@ -156,8 +156,8 @@ StatusOr<AttentionPolicy> LoadAttentionPolicy(const std::string& path, int64_t n
 // What a worker can run: reported by the worker itself when it joins (hello), never inferred
 // from a backend name.
 struct PolicyCapabilities {
-  std::vector<PrefillPattern> prefill;     // patterns it runs
-  std::vector<DecodeRole> decode;          // roles it runs
+  std::vector<PrefillPattern> prefill;  // patterns it runs
+  std::vector<DecodeRole> decode;       // roles it runs
 
   bool Runs(PrefillPattern p) const;
   bool Runs(DecodeRole r) const;

@@ -16,8 +16,7 @@ Status CheckKeys(const Json& obj, const std::set<std::string>& allowed, const st
     if (allowed.count(key) == 0) {
       std::string names;
       for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
-      return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + names +
-                                  ")");
+      return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + names + ")");
     }
   }
   return OkStatus();
@@ -72,8 +71,7 @@ Status ReadTopLevelParams(const Json& root, const char* key, const ParamFields<P
 // A name for every head or a list with one name per KV head, each parsed by `parse`.
 template <typename T, typename Parse>
 StatusOr<std::vector<T>> ReadPerHeadNames(const Json& v, size_t num_kv_heads, const char* key,
-                                          const char* noun, const std::string& where,
-                                          Parse parse) {
+                                          const char* noun, const std::string& where, Parse parse) {
   if (v.is_string()) {
     StatusOr<T> one = parse(v.get<std::string>());
     if (!one.ok()) return one.status().WithContext(where);
@@ -128,10 +126,10 @@ Status ReadHeadParams(const Json& entry, const char* key, const ParamFields<P>& 
 Status ReadLayerEntry(const Json& entry, const std::string& where, LayerPolicy* layer) {
   const size_t num_kv_heads = layer->prefill.size();
   if (entry.contains("prefill")) {
-    MP_ASSIGN_OR_RETURN(std::vector<PrefillPattern> patterns,
-                        ReadPerHeadNames<PrefillPattern>(entry.at("prefill"), num_kv_heads,
-                                                         "prefill", "pattern", where,
-                                                         ParsePrefillPattern));
+    MP_ASSIGN_OR_RETURN(
+        std::vector<PrefillPattern> patterns,
+        ReadPerHeadNames<PrefillPattern>(entry.at("prefill"), num_kv_heads, "prefill", "pattern",
+                                         where, ParsePrefillPattern));
     for (size_t h = 0; h < num_kv_heads; ++h) layer->prefill[h].pattern = patterns[h];
   }
   std::vector<HeadPrefillPolicy>* heads = &layer->prefill;
@@ -176,28 +174,27 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
                                                int64_t num_kv_heads, const std::string& what) {
   MP_REQUIRE(num_layers > 0 && num_kv_heads > 0, what, ": the model has no layers or KV heads");
   MP_ASSIGN_OR_RETURN(Json root, ParseJsonRejectingDuplicateKeys(text, what, "field"));
-  MP_RETURN_IF_ERROR(CheckKeys(root,
-                               {"version", "default", "dense_below_tokens", "a_shape",
-                                "vertical_slash", "block_sparse", "filter", "streaming_head",
-                                "static_eviction", "layers"},
-                               what));
+  MP_RETURN_IF_ERROR(
+      CheckKeys(root,
+                {"version", "default", "dense_below_tokens", "a_shape", "vertical_slash",
+                 "block_sparse", "filter", "streaming_head", "static_eviction", "layers"},
+                what));
   MP_ASSIGN_OR_RETURN(int64_t version, JsonGetInt(root, "version", what));
   MP_REQUIRE(version == 1, what, ": version ", version, " is not supported (expected 1)");
   AttentionPolicy policy = DensePolicy(num_layers, num_kv_heads);
-  MP_ASSIGN_OR_RETURN(policy.dense_below_tokens,
-                      JsonGetIntOr(root, "dense_below_tokens", 0, what));
+  MP_ASSIGN_OR_RETURN(policy.dense_below_tokens, JsonGetIntOr(root, "dense_below_tokens", 0, what));
   MP_REQUIRE(policy.dense_below_tokens >= 0, what, ": dense_below_tokens must be >= 0, got ",
              policy.dense_below_tokens);
   // Every head's starting parameters.
   HeadPrefillPolicy head;
   MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "a_shape", kAShapeFields, what, &head.a_shape));
-  MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "vertical_slash", kVerticalSlashFields, what,
-                                        &head.vertical_slash));
+  MP_RETURN_IF_ERROR(
+      ReadTopLevelParams(root, "vertical_slash", kVerticalSlashFields, what, &head.vertical_slash));
   MP_RETURN_IF_ERROR(
       ReadTopLevelParams(root, "block_sparse", kBlockSparseFields, what, &head.block_sparse));
   MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "filter", kFilterFields, what, &policy.filter));
-  MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "streaming_head", kAShapeFields, what,
-                                        &policy.streaming_head));
+  MP_RETURN_IF_ERROR(
+      ReadTopLevelParams(root, "streaming_head", kAShapeFields, what, &policy.streaming_head));
   MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "static_eviction", kStaticEvictionFields, what,
                                         &policy.static_eviction));
   LayerPolicy fallback = policy.layers[0];

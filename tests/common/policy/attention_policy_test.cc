@@ -99,8 +99,7 @@ TEST(AttentionPolicyTest, TheQualityBaselineFilesKeepTheirMeaning) {
   auto eviction = LoadAttentionPolicy(dir + "/static-eviction.json", 3, 2);
   ASSERT_TRUE(eviction.ok()) << eviction.status().ToString();
   expected = DensePolicy(3, 2);
-  for (LayerPolicy& layer : expected.layers)
-    layer.decode.assign(2, DecodeRole::kStaticEviction);
+  for (LayerPolicy& layer : expected.layers) layer.decode.assign(2, DecodeRole::kStaticEviction);
   expected.static_eviction = {16, 16, 8};
   EXPECT_EQ(*eviction, expected);
 }
@@ -124,9 +123,9 @@ TEST(AttentionPolicyTest, ParametersPerHead) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   // Layer 0 is the default: its block-sparse head has its own budget, the others the defaults.
   const LayerPolicy& l0 = p->layers[0];
-  EXPECT_EQ(Patterns(l0), (std::vector<PrefillPattern>{PrefillPattern::kAShape,
-                                                       PrefillPattern::kDense,
-                                                       PrefillPattern::kBlockSparse}));
+  EXPECT_EQ(Patterns(l0),
+            (std::vector<PrefillPattern>{PrefillPattern::kAShape, PrefillPattern::kDense,
+                                         PrefillPattern::kBlockSparse}));
   EXPECT_EQ(l0.prefill[2].block_sparse, (BlockSparseParams{64, 7}));
   EXPECT_EQ(l0.prefill[1].block_sparse, BlockSparseParams());
   EXPECT_EQ(l0.prefill[0].a_shape, (AShapeParams{8, 100}));
@@ -134,7 +133,7 @@ TEST(AttentionPolicyTest, ParametersPerHead) {
   const LayerPolicy& l1 = p->layers[1];
   EXPECT_EQ(l1.prefill[1].vertical_slash, (VerticalSlashParams{64, 30, 2048}));
   EXPECT_EQ(l1.prefill[0].vertical_slash, (VerticalSlashParams{64, 1000, 6096}));
-  EXPECT_EQ(l1.prefill[2].a_shape, (AShapeParams{8, 50}));  // the object is every head's
+  EXPECT_EQ(l1.prefill[2].a_shape, (AShapeParams{8, 50}));            // the object is every head's
   EXPECT_EQ(l1.prefill[2].block_sparse, (BlockSparseParams{64, 7}));  // kept, though unused
   // Layer 2: windows per head, one sink count.
   const LayerPolicy& l2 = p->layers[2];
@@ -274,8 +273,7 @@ TEST(AttentionPolicyTest, ValidationOfABuiltPolicy) {
   EXPECT_NE(error(p).find("dense_below_tokens"), std::string::npos);
   p = good;
   p.static_eviction.observed_queries = 0;
-  EXPECT_NE(error(p).find("static_eviction.observed_queries must be positive"),
-            std::string::npos);
+  EXPECT_NE(error(p).find("static_eviction.observed_queries must be positive"), std::string::npos);
   p = good;
   p.layers[0].decode[1] = DecodeRole::kFilter;
   EXPECT_NE(error(p).find("layer 0, KV head 0: decode role \"full\" beside \"filter\""),
@@ -295,9 +293,9 @@ TEST(AttentionPolicyTest, CheckPolicyRunnableAsksTheCapabilities) {
                  {"layer": 2, "decode": "static-eviction"}]})",
                                 3, 2);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  const PolicyCapabilities all{{PrefillPattern::kDense, PrefillPattern::kAShape},
-                               {DecodeRole::kFull, DecodeRole::kStreamingHead,
-                                DecodeRole::kStaticEviction}};
+  const PolicyCapabilities all{
+      {PrefillPattern::kDense, PrefillPattern::kAShape},
+      {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
   EXPECT_TRUE(CheckPolicyRunnable(*p, all).ok());
   // Dense prefill only: the first a-shape head is named, and what the workers run.
   PolicyCapabilities caps = all;
@@ -328,15 +326,14 @@ TEST(AttentionPolicyTest, CheckPolicyRunnableAsksTheCapabilities) {
 }
 
 TEST(AttentionPolicyTest, CapabilitiesIntersect) {
-  const PolicyCapabilities cpu{{PrefillPattern::kDense, PrefillPattern::kAShape},
-                               {DecodeRole::kFull, DecodeRole::kStreamingHead,
-                                DecodeRole::kStaticEviction}};
+  const PolicyCapabilities cpu{
+      {PrefillPattern::kDense, PrefillPattern::kAShape},
+      {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
   const PolicyCapabilities gpu{{PrefillPattern::kDense},
                                {DecodeRole::kStreamingHead, DecodeRole::kFull}};
   const PolicyCapabilities both = IntersectCapabilities(cpu, gpu);
   EXPECT_EQ(both.prefill, std::vector<PrefillPattern>{PrefillPattern::kDense});
-  EXPECT_EQ(both.decode,
-            (std::vector<DecodeRole>{DecodeRole::kFull, DecodeRole::kStreamingHead}));
+  EXPECT_EQ(both.decode, (std::vector<DecodeRole>{DecodeRole::kFull, DecodeRole::kStreamingHead}));
   EXPECT_TRUE(both.Runs(DecodeRole::kStreamingHead));
   EXPECT_FALSE(both.Runs(DecodeRole::kStaticEviction));
   EXPECT_EQ(IntersectCapabilities(cpu, cpu), cpu);
