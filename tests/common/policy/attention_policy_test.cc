@@ -232,7 +232,8 @@ TEST(AttentionPolicyTest, PerHeadMistakesAreNamed) {
   ExpectErrorMentions(R"({"version": 1, "layers": [{"layer": 3, "decode": ["full", "filter"]}]})",
                       "layer 3, KV head 0: decode role \"full\" beside \"filter\" (KV head 1)");
   ExpectErrorMentions(
-      R"({"version": 1, "layers": [{"layer": 1, "decode": ["static-eviction", "streaming-head"]}]})",
+      R"({"version": 1,
+          "layers": [{"layer": 1, "decode": ["static-eviction", "streaming-head"]}]})",
       "layer 1, KV head 1: decode role \"streaming-head\" beside \"static-eviction\"");
   ExpectErrorMentions(
       R"({"version": 1, "layers": [{"layer": 1, "decode": ["selected", "filter"]}]})",
@@ -289,7 +290,8 @@ TEST(AttentionPolicyTest, ValidationOfABuiltPolicy) {
 
 TEST(AttentionPolicyTest, CheckPolicyRunnableAsksTheCapabilities) {
   auto p = ParseAttentionPolicy(R"({"version": 1,
-      "layers": [{"layer": 1, "prefill": ["dense", "a-shape"], "decode": ["full", "streaming-head"]},
+      "layers": [{"layer": 1, "prefill": ["dense", "a-shape"],
+                  "decode": ["full", "streaming-head"]},
                  {"layer": 2, "decode": "static-eviction"}]})",
                                 3, 2);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
