@@ -3,139 +3,178 @@
 #include "control/wire.h"
 
 namespace millipede::control {
+namespace {
 
-std::vector<char> Encode(const JobDescriptor& m) {
+// Each message's fields, in wire order, for both ByteWriter and ByteReader (control/wire.h).
+// Parts come before the messages that hold them (unqualified calls inside a template see only
+// what is declared above it).
+
+template <class Io, MessageOf<AShapeParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.sink_tokens);
+  io.Field(p.window_tokens);
+}
+
+template <class Io, MessageOf<VerticalSlashParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.last_queries);
+  io.Field(p.vertical);
+  io.Field(p.slash);
+}
+
+template <class Io, MessageOf<BlockSparseParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.block);
+  io.Field(p.top_blocks);
+}
+
+template <class Io, MessageOf<FilterParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.top_k);
+}
+
+template <class Io, MessageOf<StaticEvictionParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.keep_tokens);
+  io.Field(p.recent_tokens);
+  io.Field(p.observed_queries);
+}
+
+template <class Io, class E>
+void PatternOrRole(Io& io, E& value) {
+  if constexpr (std::is_same_v<std::remove_const_t<E>, PrefillPattern>) {
+    io.Enum(value, PrefillPattern{0}, static_cast<PrefillPattern>(kNumPrefillPatterns - 1));
+  } else {
+    static_assert(std::is_same_v<std::remove_const_t<E>, DecodeRole>);
+    io.Enum(value, DecodeRole{0}, static_cast<DecodeRole>(kNumDecodeRoles - 1));
+  }
+}
+
+template <class Io, MessageOf<HeadPrefillPolicy> H>
+void Fields(Io& io, H& h) {
+  PatternOrRole(io, h.pattern);
+  Fields(io, h.a_shape);
+  Fields(io, h.vertical_slash);
+  Fields(io, h.block_sparse);
+}
+
+template <class Io, MessageOf<LayerPolicy> L>
+void Fields(Io& io, L& l) {
+  io.List(l.prefill, [&](auto& head) { Fields(io, head); });
+  io.List(l.decode, [&](auto& role) { PatternOrRole(io, role); });
+}
+
+template <class Io, MessageOf<AttentionPolicy> P>
+void Fields(Io& io, P& p) {
+  io.List(p.layers, [&](auto& layer) { Fields(io, layer); });
+  io.Field(p.dense_below_tokens);
+  Fields(io, p.filter);
+  Fields(io, p.streaming_head);
+  Fields(io, p.static_eviction);
+}
+
+template <class Io, MessageOf<PolicyCapabilities> C>
+void Fields(Io& io, C& c) {
+  io.List(c.prefill, [&](auto& pattern) { PatternOrRole(io, pattern); });
+  io.List(c.decode, [&](auto& role) { PatternOrRole(io, role); });
+}
+
+template <class Io, MessageOf<JobDescriptor> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.job_id);
+  io.Field(m.prompt_ids);
+  io.Field(m.max_new_tokens);
+  io.Field(m.temperature);
+  io.Field(m.top_k);
+  io.Field(m.top_p);
+  io.Field(m.seed);
+  io.Field(m.stop_ids);
+  io.Field(m.ignore_eos);
+  io.Optional(m.policy, [&](auto& policy) { Fields(io, policy); });
+}
+
+template <class Io, MessageOf<JobCancel> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.job_id);
+}
+
+template <class Io, MessageOf<WorkerHello> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.rank);
+  io.Field(m.status_code);
+  io.Field(m.error);
+  io.Field(m.vocab_size);
+  io.Field(m.max_context);
+  io.Field(m.kv_capacity_tokens);
+  io.Field(m.eos_ids);
+  io.Field(m.backend);
+  io.Field(m.num_layers);
+  io.Field(m.num_kv_heads);
+  Fields(io, m.capabilities);
+}
+
+template <class Io, MessageOf<JobEvent> M>
+void Fields(Io& io, M& m) {
+  io.Enum(m.kind, JobEventKind::kProgress, JobEventKind::kFailed);
+  io.Field(m.job_id);
+  io.Field(m.tokens_done);
+  io.Field(m.tokens_total);
+  io.Field(m.token);
+  io.Field(m.finished_by_stop);
+  io.Field(m.ttft_s);
+  io.Field(m.decode_s);
+  io.Field(m.status_code);
+  io.Field(m.message);
+}
+
+template <class Io, MessageOf<WorkerStats> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.rank);
+  io.Field(m.kv_bytes_gpu);
+  io.Field(m.kv_bytes_host);
+  io.Field(m.attention_s);
+  io.Field(m.comm_s);
+  io.Field(m.comm_bytes);
+  io.Field(m.jobs_run);
+  io.Field(m.running_job);
+}
+
+template <class M>
+std::vector<char> EncodeFields(const M& m) {
   ByteWriter w;
-  w.Put(m.job_id);
-  w.PutVector(m.prompt_ids);
-  w.Put(m.max_new_tokens);
-  w.Put(m.temperature);
-  w.Put(m.top_k);
-  w.Put(m.top_p);
-  w.Put(m.seed);
-  w.PutVector(m.stop_ids);
-  w.Put<uint8_t>(m.ignore_eos ? 1 : 0);
-  w.PutString(m.policy_json);
+  Fields(w, m);
   return w.Take();
 }
+
+template <class M>
+Status DecodeFields(const std::vector<char>& bytes, M* m) {
+  ByteReader r(bytes);
+  Fields(r, *m);
+  return r.Finish();
+}
+
+}  // namespace
+
+std::vector<char> Encode(const JobDescriptor& m) { return EncodeFields(m); }
+std::vector<char> Encode(const JobCancel& m) { return EncodeFields(m); }
+std::vector<char> Encode(const WorkerHello& m) { return EncodeFields(m); }
+std::vector<char> Encode(const JobEvent& m) { return EncodeFields(m); }
+std::vector<char> Encode(const WorkerStats& m) { return EncodeFields(m); }
 
 Status Decode(const std::vector<char>& bytes, JobDescriptor* m) {
-  ByteReader r(bytes);
-  uint8_t ignore_eos = 0;
-  MP_RETURN_IF_ERROR(r.Get(&m->job_id));
-  MP_RETURN_IF_ERROR(r.GetVector(&m->prompt_ids));
-  MP_RETURN_IF_ERROR(r.Get(&m->max_new_tokens));
-  MP_RETURN_IF_ERROR(r.Get(&m->temperature));
-  MP_RETURN_IF_ERROR(r.Get(&m->top_k));
-  MP_RETURN_IF_ERROR(r.Get(&m->top_p));
-  MP_RETURN_IF_ERROR(r.Get(&m->seed));
-  MP_RETURN_IF_ERROR(r.GetVector(&m->stop_ids));
-  MP_RETURN_IF_ERROR(r.Get(&ignore_eos));
-  m->ignore_eos = ignore_eos != 0;
-  MP_RETURN_IF_ERROR(r.GetString(&m->policy_json));
-  return r.ExpectEnd();
+  MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
+  if (!m->policy) return OkStatus();
+  // The coordinator checked it against the model; here only that it is whole and keeps the
+  // rules (the worker checks the shape against its own model before running it).
+  const AttentionPolicy& p = *m->policy;
+  const int64_t heads = p.layers.empty() ? 0 : static_cast<int64_t>(p.layers[0].prefill.size());
+  return ValidateAttentionPolicy(p, static_cast<int64_t>(p.layers.size()), heads,
+                                 "control message: the job's attention policy");
 }
 
-std::vector<char> Encode(const JobCancel& m) {
-  ByteWriter w;
-  w.Put(m.job_id);
-  return w.Take();
-}
-
-Status Decode(const std::vector<char>& bytes, JobCancel* m) {
-  ByteReader r(bytes);
-  MP_RETURN_IF_ERROR(r.Get(&m->job_id));
-  return r.ExpectEnd();
-}
-
-std::vector<char> Encode(const WorkerHello& m) {
-  ByteWriter w;
-  w.Put(m.rank);
-  w.Put(m.status_code);
-  w.PutString(m.error);
-  w.Put(m.vocab_size);
-  w.Put(m.max_context);
-  w.Put(m.kv_capacity_tokens);
-  w.PutVector(m.eos_ids);
-  w.PutString(m.backend);
-  w.Put(m.num_layers);
-  w.Put(m.num_kv_heads);
-  return w.Take();
-}
-
-Status Decode(const std::vector<char>& bytes, WorkerHello* m) {
-  ByteReader r(bytes);
-  MP_RETURN_IF_ERROR(r.Get(&m->rank));
-  MP_RETURN_IF_ERROR(r.Get(&m->status_code));
-  MP_RETURN_IF_ERROR(r.GetString(&m->error));
-  MP_RETURN_IF_ERROR(r.Get(&m->vocab_size));
-  MP_RETURN_IF_ERROR(r.Get(&m->max_context));
-  MP_RETURN_IF_ERROR(r.Get(&m->kv_capacity_tokens));
-  MP_RETURN_IF_ERROR(r.GetVector(&m->eos_ids));
-  MP_RETURN_IF_ERROR(r.GetString(&m->backend));
-  MP_RETURN_IF_ERROR(r.Get(&m->num_layers));
-  MP_RETURN_IF_ERROR(r.Get(&m->num_kv_heads));
-  return r.ExpectEnd();
-}
-
-std::vector<char> Encode(const JobEvent& m) {
-  ByteWriter w;
-  w.Put(static_cast<uint8_t>(m.kind));
-  w.Put(m.job_id);
-  w.Put(m.tokens_done);
-  w.Put(m.tokens_total);
-  w.Put(m.token);
-  w.Put<uint8_t>(m.finished_by_stop ? 1 : 0);
-  w.Put(m.ttft_s);
-  w.Put(m.decode_s);
-  w.Put(m.status_code);
-  w.PutString(m.message);
-  return w.Take();
-}
-
-Status Decode(const std::vector<char>& bytes, JobEvent* m) {
-  ByteReader r(bytes);
-  uint8_t kind = 0, by_stop = 0;
-  MP_RETURN_IF_ERROR(r.Get(&kind));
-  MP_REQUIRE(kind >= 1 && kind <= 4, "control message: unknown job event kind ", int{kind});
-  m->kind = static_cast<JobEventKind>(kind);
-  MP_RETURN_IF_ERROR(r.Get(&m->job_id));
-  MP_RETURN_IF_ERROR(r.Get(&m->tokens_done));
-  MP_RETURN_IF_ERROR(r.Get(&m->tokens_total));
-  MP_RETURN_IF_ERROR(r.Get(&m->token));
-  MP_RETURN_IF_ERROR(r.Get(&by_stop));
-  m->finished_by_stop = by_stop != 0;
-  MP_RETURN_IF_ERROR(r.Get(&m->ttft_s));
-  MP_RETURN_IF_ERROR(r.Get(&m->decode_s));
-  MP_RETURN_IF_ERROR(r.Get(&m->status_code));
-  MP_RETURN_IF_ERROR(r.GetString(&m->message));
-  return r.ExpectEnd();
-}
-
-std::vector<char> Encode(const WorkerStats& m) {
-  ByteWriter w;
-  w.Put(m.rank);
-  w.Put(m.kv_bytes_gpu);
-  w.Put(m.kv_bytes_host);
-  w.Put(m.attention_s);
-  w.Put(m.comm_s);
-  w.Put(m.comm_bytes);
-  w.Put(m.jobs_run);
-  w.Put(m.running_job);
-  return w.Take();
-}
-
-Status Decode(const std::vector<char>& bytes, WorkerStats* m) {
-  ByteReader r(bytes);
-  MP_RETURN_IF_ERROR(r.Get(&m->rank));
-  MP_RETURN_IF_ERROR(r.Get(&m->kv_bytes_gpu));
-  MP_RETURN_IF_ERROR(r.Get(&m->kv_bytes_host));
-  MP_RETURN_IF_ERROR(r.Get(&m->attention_s));
-  MP_RETURN_IF_ERROR(r.Get(&m->comm_s));
-  MP_RETURN_IF_ERROR(r.Get(&m->comm_bytes));
-  MP_RETURN_IF_ERROR(r.Get(&m->jobs_run));
-  MP_RETURN_IF_ERROR(r.Get(&m->running_job));
-  return r.ExpectEnd();
-}
+Status Decode(const std::vector<char>& bytes, JobCancel* m) { return DecodeFields(bytes, m); }
+Status Decode(const std::vector<char>& bytes, WorkerHello* m) { return DecodeFields(bytes, m); }
+Status Decode(const std::vector<char>& bytes, JobEvent* m) { return DecodeFields(bytes, m); }
+Status Decode(const std::vector<char>& bytes, WorkerStats* m) { return DecodeFields(bytes, m); }
 
 }  // namespace millipede::control

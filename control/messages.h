@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/policy/attention_policy.h"
 #include "common/status.h"
 
 namespace millipede::control {
@@ -37,7 +39,8 @@ enum Tag : int {
   kTagStats = 203,
 };
 
-// A job as the workers run it: already tokenized and validated by the coordinator.
+// A job as the workers run it: already tokenized and validated by the coordinator, its attention
+// policy parsed and checked there (the workers read no JSON).
 struct JobDescriptor {
   uint64_t job_id = 0;
   std::vector<int32_t> prompt_ids;
@@ -48,7 +51,8 @@ struct JobDescriptor {
   uint64_t seed = 0;
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
-  std::string policy_json;  // attention policy for this job (policy-file JSON); empty: default
+  // This job's attention policy; none: the workers' own (their --policy file, or dense).
+  std::optional<AttentionPolicy> policy;
 };
 
 struct JobCancel {
@@ -65,10 +69,12 @@ struct WorkerHello {
   // Positions this rank's KV budget holds for one job.
   int64_t kv_capacity_tokens = 0;
   std::vector<int32_t> eos_ids;
-  std::string backend;  // "cpu" or "cuda"
-  // The model's shape, for checking attention policies at admission.
+  std::string backend;  // "cpu" or "cuda", for the logs (what it runs is `capabilities`)
+  // The model's shape and the attention this rank's engine runs, for checking attention policies
+  // at admission.
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;
+  PolicyCapabilities capabilities;
 };
 
 enum class JobEventKind : uint8_t { kProgress = 1, kToken = 2, kDone = 3, kFailed = 4 };
@@ -105,7 +111,8 @@ std::vector<char> Encode(const WorkerHello& m);
 std::vector<char> Encode(const JobEvent& m);
 std::vector<char> Encode(const WorkerStats& m);
 
-// Each fails with InvalidArgument on a truncated or oversized message.
+// Each fails with InvalidArgument on a truncated or oversized message or a value out of range
+// (an enum, a bool); a job's policy must also pass ValidateAttentionPolicy for its own shape.
 Status Decode(const std::vector<char>& bytes, JobDescriptor* m);
 Status Decode(const std::vector<char>& bytes, JobCancel* m);
 Status Decode(const std::vector<char>& bytes, WorkerHello* m);

@@ -2,30 +2,27 @@
 
 namespace millipede::control {
 
-void ByteWriter::PutString(const std::string& s) {
-  Put<uint64_t>(s.size());
-  bytes_.insert(bytes_.end(), s.begin(), s.end());
+void ByteWriter::PutBytes(const void* data, size_t count, size_t size) {
+  Put<uint64_t>(count);
+  Append(data, count * size);
 }
 
-Status ByteReader::GetString(std::string* s) {
-  uint64_t n = 0;
-  MP_RETURN_IF_ERROR(Get(&n));
-  MP_RETURN_IF_ERROR(Need(n));
-  s->assign(data_ + pos_, n);
-  pos_ += n;
-  return OkStatus();
+void ByteWriter::Append(const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  bytes_.insert(bytes_.end(), p, p + size);
 }
 
-Status ByteReader::ExpectEnd() const {
+Status ByteReader::Finish() const {
+  MP_RETURN_IF_ERROR(status_);
   MP_REQUIRE(pos_ == size_, "control message: ", size_ - pos_, " unread bytes at the end");
   return OkStatus();
 }
 
-Status ByteReader::Need(uint64_t count, size_t size) const {
+bool ByteReader::Need(uint64_t count, size_t size) {
+  if (!status_.ok()) return false;
   const size_t left = size_ - pos_;
-  MP_REQUIRE(size != 0 && count <= left / size, "control message truncated: need ", count, " x ",
-             size, " bytes, ", left, " left");
-  return OkStatus();
+  return Check(size != 0 && count <= left / size, "truncated: need ", count, " x ", size,
+               " bytes, ", left, " left");
 }
 
 }  // namespace millipede::control

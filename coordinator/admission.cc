@@ -1,8 +1,7 @@
 #include "coordinator/admission.h"
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
 
-#include "common/policy/attention_policy.h"
 #include "common/tokenizer/utf8.h"
 
 namespace millipede {
@@ -21,8 +20,8 @@ int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int nu
   return 2 * CeilDiv(prompt_tokens, 2 * n) + CeilDiv(std::max<int64_t>(max_new_tokens - 1, 0), n);
 }
 
-StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
-                                            const AdmissionLimits& limits) {
+StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
+                                   const AdmissionLimits& limits) {
   const bool has_text = !request.prompt_text.empty(), has_ids = !request.prompt_ids.empty();
   MP_REQUIRE(has_text || has_ids, "the prompt is empty");
   MP_REQUIRE(!(has_text && has_ids), "give the prompt as text or as token ids, not both");
@@ -59,13 +58,14 @@ StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tok
     MP_REQUIRE(tokenizer_internal::FindInvalidUtf8(s) == std::string::npos,
                "a stop string is not valid UTF-8");
   }
+  std::optional<AttentionPolicy> policy;
   if (!request.policy_json.empty()) {
-    // Parsed for this model's shape and checked against what the workers' engine can run, so
-    // that a policy the workers would refuse is refused here, before the job is queued.
-    MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
-                        ParseAttentionPolicy(request.policy_json, limits.num_layers,
-                                             limits.num_kv_heads, "the attention policy"));
-    MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, limits.cpu_backend));
+    // Parsed once, for this model's shape, and checked against what the workers said they run,
+    // so that a policy they would refuse is refused here, before the job is queued; the workers
+    // receive it parsed.
+    MP_ASSIGN_OR_RETURN(policy, ParseAttentionPolicy(request.policy_json, limits.num_layers,
+                                                     limits.num_kv_heads, "the attention policy"));
+    MP_RETURN_IF_ERROR(CheckPolicyRunnable(*policy, limits.capabilities));
   }
 
   const int64_t prompt = static_cast<int64_t>(ids.size());
@@ -86,7 +86,7 @@ StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tok
         " KV positions on a worker rank; the workers' KV budget holds " +
         std::to_string(limits.kv_capacity_per_rank) + " per rank (" +
         std::to_string(limits.kv_capacity_per_rank * limits.num_workers) + " in all)");
-  return ids;
+  return AdmittedJob{std::move(ids), std::move(policy)};
 }
 
 }  // namespace millipede

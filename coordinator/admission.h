@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "common/policy/attention_policy.h"
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/job_service.h"
@@ -20,23 +22,32 @@ struct AdmissionLimits {
   int num_workers = 1;
   // Largest prompt accepted, as text bytes or as ids (a front end's message limit is larger).
   int64_t max_prompt_bytes = 32 << 20;
-  // The model's shape and the workers' backend, for attention policy overrides.
+  // The model's shape and what every worker runs (as they reported it), for a job's attention
+  // policy.
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;
-  bool cpu_backend = true;
+  PolicyCapabilities capabilities;
+};
+
+// A request admitted: what the workers are sent.
+struct AdmittedJob {
+  std::vector<int32_t> prompt_ids;
+  // The request's attention policy, parsed and checked once here; none: the workers' own.
+  std::optional<AttentionPolicy> policy;
 };
 
 // KV positions the busiest rank holds for a job: its zig-zag prompt share (at most two chunks
 // of ceil(prompt / 2N)) plus its round-robin share of the decode positions.
 int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers);
 
-// The job's prompt ids, after checking everything the workers would refuse and more:
+// The job's prompt ids and policy, after checking everything the workers would refuse and more:
 // InvalidArgument for malformed input (empty or non-UTF-8 prompt, both or neither of text and
 // ids, ids outside the vocabulary, max_new_tokens < 1, bad sampling values, bad stop lists,
 // a malformed attention policy or one for another model shape), OutOfRange when the prompt and
 // its tokens exceed the context limit or the workers' KV capacity (the message names the
-// numbers), Unimplemented for a policy the workers' engine cannot run (CheckPolicyRunnable).
-StatusOr<std::vector<int32_t>> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
-                                            const AdmissionLimits& limits);
+// numbers), Unimplemented for a policy that uses a pattern or role the workers did not report
+// (CheckPolicyRunnable against limits.capabilities).
+StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
+                                   const AdmissionLimits& limits);
 
 }  // namespace millipede

@@ -60,7 +60,7 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
               .max_prompt_bytes = options_.max_prompt_bytes,
               .num_layers = link_->facts().num_layers,
               .num_kv_heads = link_->facts().num_kv_heads,
-              .cpu_backend = link_->facts().backend == "cpu"} {}
+              .capabilities = link_->facts().capabilities} {}
 
 Scheduler::~Scheduler() = default;
 
@@ -71,15 +71,15 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   };
   if (observer == nullptr) return reject(InvalidArgumentError("no observer for the job"));
   // Tokenizing may take a while for long prompts: no lock held.
-  StatusOr<std::vector<int32_t>> ids = AdmitRequest(request, *tokenizer_, limits_);
-  if (!ids.ok()) return reject(ids.status());
+  StatusOr<AdmittedJob> admitted = AdmitRequest(request, *tokenizer_, limits_);
+  if (!admitted.ok()) return reject(admitted.status());
 
   auto job = std::make_shared<Job>();
   job->observer = std::move(observer);
   job->text = std::make_unique<TextStream>(*tokenizer_, request.stop_strings);
   job->submitted = Clock::now();
   control::JobDescriptor& d = job->descriptor;
-  d.prompt_ids = std::move(ids).value();
+  d.prompt_ids = std::move(admitted->prompt_ids);
   d.max_new_tokens = request.max_new_tokens;
   d.temperature = request.sampling.temperature;
   d.top_k = request.sampling.top_k;
@@ -87,7 +87,7 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   d.seed = request.sampling.seed;
   d.stop_ids = request.stop_ids;
   d.ignore_eos = request.ignore_eos;
-  d.policy_json = request.policy_json;
+  d.policy = std::move(admitted->policy);
 
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) return reject(FailedPreconditionError("the service has failed: " + failure_));

@@ -57,12 +57,14 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.backend = hello.backend;
       facts.num_layers = hello.num_layers;
       facts.num_kv_heads = hello.num_kv_heads;
+      facts.capabilities = hello.capabilities;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
                  "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,
                  ", context ", hello.max_context, ") than rank 1 (vocab ", facts.vocab_size,
                  ", context ", facts.max_context, ")");
       facts.kv_capacity_per_rank = std::min(facts.kv_capacity_per_rank, hello.kv_capacity_tokens);
+      facts.capabilities = IntersectCapabilities(facts.capabilities, hello.capabilities);
     }
   }
   std::fill(link->last_heard_.begin(), link->last_heard_.end(), Clock::now());

@@ -25,9 +25,11 @@ struct WorkerFacts {
   // The smallest per-rank KV capacity (positions one job may take on one rank).
   int64_t kv_capacity_per_rank = 0;
   std::vector<int32_t> eos_ids;
-  std::string backend;
+  std::string backend;  // for the logs
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;
+  // What every worker runs (the intersection of their reports).
+  PolicyCapabilities capabilities;
 };
 
 class WorkerLink {

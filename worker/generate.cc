@@ -17,7 +17,7 @@ bool Contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// Frees the engine's sequence on every exit path.
+// Frees the engine's sequence (and with it the request's policy) on every exit path.
 struct SequenceGuard {
   Engine& engine;
   ~SequenceGuard() { engine.EndSequence(); }
@@ -50,8 +50,7 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
              " tokens) + max_new_tokens (", request.max_new_tokens,
              ") exceeds the context limit of ", limit, " tokens");
   MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
-  if (!request.policy_json.empty())
-    MP_RETURN_IF_ERROR(engine.ParsePolicy(request.policy_json).status());
+  if (request.policy) MP_RETURN_IF_ERROR(engine.CheckPolicy(*request.policy));
   return OkStatus();
 }
 
@@ -77,13 +76,9 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   const int64_t decode_positions = request.max_new_tokens - 1;
   const int64_t capacity = std::max<int64_t>(
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
-  // The request's policy belongs to its sequence; the engine's default is left alone.
-  SequenceOptions options{capacity, static_cast<int64_t>(ids.size()), engine.policy()};
-  if (!request.policy_json.empty()) {
-    MP_ASSIGN_OR_RETURN(options.policy, engine.ParsePolicy(request.policy_json));
-  }
-  engine.EndSequence();
-  MP_RETURN_IF_ERROR(engine.StartSequence(Engine::kDefaultSequence, std::move(options)));
+  // The request's policy belongs to this sequence only: the engine's own is never touched.
+  MP_RETURN_IF_ERROR(
+      engine.StartSequence(capacity, static_cast<int64_t>(ids.size()), request.policy));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   Backend& backend = engine.backend();

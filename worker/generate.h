@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_ids;
   // When false, the model's EOS ids (config.json eos_token_id) also stop generation.
   bool ignore_eos = false;
-  // An attention policy for this request only (policy-file JSON); empty: the engine's.
-  std::string policy_json;
+  // An attention policy for this request only, already parsed (ParseAttentionPolicy; the service
+  // parses a job's once, at admission); none: the engine's.
+  std::optional<AttentionPolicy> policy;
 };
 
 enum class FinishReason { kStop, kLength };
@@ -50,7 +52,8 @@ using TokenCallback = std::function<bool(int32_t id)>;
 using ProgressCallback = std::function<bool(int64_t tokens_done, int64_t tokens_total)>;
 
 // Checks a request against the engine's model before any work: a non-empty prompt of in-vocabulary
-// ids, max_new_tokens >= 1, prompt + max_new_tokens within the context limit, valid sampling.
+// ids, max_new_tokens >= 1, prompt + max_new_tokens within the context limit, valid sampling, a
+// policy the engine runs for this model (Engine::CheckPolicy).
 Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& request);
 
 // Runs the whole request on every rank of the engine's communicator at once (each rank calls

@@ -1,69 +1,92 @@
+// Policy types, validation and capabilities (the JSON parser is attention_policy_json.cc).
 #include "common/policy/attention_policy.h"
 
+#include <algorithm>
 #include <map>
-#include <set>
-
-#include "common/checkpoint/strict_json.h"
-#include "common/file_util.h"
-#include "common/json_util.h"
 
 namespace millipede {
 namespace {
 
-Status CheckKeys(const Json& obj, const std::set<std::string>& allowed, const std::string& where) {
-  MP_REQUIRE(obj.is_object(), where, " must be a JSON object, got ", DescribeJson(obj));
-  for (const auto& [key, value] : obj.items()) {
-    if (allowed.count(key) == 0) {
-      std::string names;
-      for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
-      return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + names +
-                                  ")");
+// "layer 5, KV head 2" for error messages.
+std::string HeadPlace(size_t layer, size_t head) {
+  return "layer " + std::to_string(layer) + ", KV head " + std::to_string(head);
+}
+
+constexpr const char* kLayerWideRule =
+    "filter, selected and static-eviction apply to every KV head of a layer (only full and "
+    "streaming-head may mix)";
+
+bool IsLayerWide(DecodeRole r) {
+  return r == DecodeRole::kFilter || r == DecodeRole::kSelected || r == DecodeRole::kStaticEviction;
+}
+
+Status CheckPositive(int64_t value, const std::string& where, const char* name) {
+  MP_REQUIRE(value > 0, where, ": ", name, " must be positive, got ", value);
+  return OkStatus();
+}
+
+// The parameters a head's pattern uses are positive.
+Status CheckHeadParams(const HeadPrefillPolicy& head, const std::string& where) {
+  switch (head.pattern) {
+    case PrefillPattern::kDense:
+      return OkStatus();
+    case PrefillPattern::kAShape:
+      MP_RETURN_IF_ERROR(CheckPositive(head.a_shape.sink_tokens, where, "a_shape.sink_tokens"));
+      return CheckPositive(head.a_shape.window_tokens, where, "a_shape.window_tokens");
+    case PrefillPattern::kVerticalSlash:
+      MP_RETURN_IF_ERROR(
+          CheckPositive(head.vertical_slash.last_queries, where, "vertical_slash.last_queries"));
+      MP_RETURN_IF_ERROR(
+          CheckPositive(head.vertical_slash.vertical, where, "vertical_slash.vertical"));
+      return CheckPositive(head.vertical_slash.slash, where, "vertical_slash.slash");
+    case PrefillPattern::kBlockSparse:
+      MP_RETURN_IF_ERROR(CheckPositive(head.block_sparse.block, where, "block_sparse.block"));
+      return CheckPositive(head.block_sparse.top_blocks, where, "block_sparse.top_blocks");
+  }
+  return InvalidArgumentError(where + ": unknown prefill pattern " +
+                              std::to_string(static_cast<int>(head.pattern)));
+}
+
+Status ValidateLayer(const LayerPolicy& layer, size_t l, int64_t num_kv_heads,
+                     const std::string& what) {
+  const std::string place = what + ": layer " + std::to_string(l);
+  MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == num_kv_heads, place, " has ",
+             layer.prefill.size(), " prefill entries for ", num_kv_heads, " KV heads");
+  MP_REQUIRE(static_cast<int64_t>(layer.decode.size()) == num_kv_heads, place, " has ",
+             layer.decode.size(), " decode roles for ", num_kv_heads, " KV heads");
+  const HeadPrefillPolicy* first_a_shape = nullptr;
+  size_t first_a_shape_head = 0;
+  for (size_t h = 0; h < layer.prefill.size(); ++h) {
+    const HeadPrefillPolicy& head = layer.prefill[h];
+    MP_RETURN_IF_ERROR(CheckHeadParams(head, what + ": " + HeadPlace(l, h)));
+    if (head.pattern != PrefillPattern::kAShape) continue;
+    if (first_a_shape == nullptr) {
+      first_a_shape = &head;
+      first_a_shape_head = h;
     }
+    MP_REQUIRE(head.a_shape.sink_tokens == first_a_shape->a_shape.sink_tokens, place,
+               ": a-shape KV heads ", first_a_shape_head, " and ", h,
+               " have different sink_tokens (", first_a_shape->a_shape.sink_tokens, " and ",
+               head.a_shape.sink_tokens,
+               "); the a-shape heads of a layer share one sink count (windows may differ)");
+  }
+  for (size_t h = 0; h < layer.decode.size(); ++h) {
+    const DecodeRole r = layer.decode[h];
+    MP_REQUIRE(static_cast<int>(r) < kNumDecodeRoles, what, ": ", HeadPlace(l, h),
+               ": unknown decode role ", static_cast<int>(r));
+    if (!IsLayerWide(r)) continue;
+    for (size_t g = 0; g < layer.decode.size(); ++g)
+      MP_REQUIRE(layer.decode[g] == r, what, ": ", HeadPlace(l, g), ": decode role \"",
+                 DecodeRoleName(layer.decode[g]), "\" beside \"", DecodeRoleName(r), "\" (KV head ",
+                 h, "); ", kLayerWideRule);
   }
   return OkStatus();
 }
 
-// A positive integer field (absent: `*out` unchanged).
-Status ReadPositive(const Json& obj, const char* key, const std::string& where, int64_t* out) {
-  MP_ASSIGN_OR_RETURN(int64_t v, JsonGetIntOr(obj, key, *out, where));
-  MP_REQUIRE(v > 0, where, ".", key, " must be positive, got ", v);
-  *out = v;
-  return OkStatus();
-}
-
-Status ReadParams(const Json& root, const char* key, const std::vector<const char*>& fields,
-                  const std::vector<int64_t*>& targets, const std::string& what) {
-  if (!root.contains(key)) return OkStatus();
-  const std::string where = what + ": " + key;
-  std::set<std::string> allowed(fields.begin(), fields.end());
-  MP_RETURN_IF_ERROR(CheckKeys(root.at(key), allowed, where));
-  for (size_t i = 0; i < fields.size(); ++i)
-    MP_RETURN_IF_ERROR(ReadPositive(root.at(key), fields[i], where, targets[i]));
-  return OkStatus();
-}
-
-// "prefill": a name for every head or a list with one name per KV head.
-StatusOr<std::vector<PrefillPattern>> ReadPrefill(const Json& v, int64_t num_kv_heads,
-                                                  const std::string& where) {
-  std::vector<PrefillPattern> out;
-  if (v.is_string()) {
-    MP_ASSIGN_OR_RETURN(PrefillPattern p, ParsePrefillPattern(v.get<std::string>()));
-    out.assign(static_cast<size_t>(num_kv_heads), p);
-    return out;
-  }
-  MP_REQUIRE(v.is_array(), where,
-             ".prefill must be a pattern name or a list of one per KV head, got ",
-             DescribeJson(v));
-  MP_REQUIRE(static_cast<int64_t>(v.size()) == num_kv_heads, where, ".prefill lists ", v.size(),
-             " patterns but the model has ", num_kv_heads, " KV heads");
-  for (size_t h = 0; h < v.size(); ++h) {
-    MP_REQUIRE(v[h].is_string(), where, ".prefill[", h, "] must be a pattern name, got ",
-               DescribeJson(v[h]));
-    StatusOr<PrefillPattern> p = ParsePrefillPattern(v[h].get<std::string>());
-    if (!p.ok()) return p.status().WithContext(where + ".prefill[" + std::to_string(h) + "]");
-    out.push_back(*p);
-  }
-  return out;
+std::string JoinNames(const std::vector<const char*>& names) {
+  std::string s;
+  for (const char* n : names) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s.empty() ? "none" : s;
 }
 
 }  // namespace
@@ -108,11 +131,21 @@ StatusOr<DecodeRole> ParseDecodeRole(std::string_view name) {
                               "\" (full, filter, selected, streaming-head, static-eviction)");
 }
 
+bool LayerPolicy::MixedDecode() const {
+  return std::any_of(decode.begin(), decode.end(),
+                     [&](DecodeRole r) { return r != decode.front(); });
+}
+
+DecodeRole LayerPolicy::LayerDecode() const {
+  return decode.empty() || MixedDecode() ? DecodeRole::kFull : decode.front();
+}
+
 bool AttentionPolicy::IsDense() const {
   for (const LayerPolicy& l : layers) {
-    if (l.decode != DecodeRole::kFull) return false;
-    for (PrefillPattern p : l.prefill)
-      if (p != PrefillPattern::kDense) return false;
+    for (DecodeRole r : l.decode)
+      if (r != DecodeRole::kFull) return false;
+    for (const HeadPrefillPolicy& h : l.prefill)
+      if (h.pattern != PrefillPattern::kDense) return false;
   }
   return true;
 }
@@ -121,8 +154,8 @@ std::string AttentionPolicy::Summary() const {
   if (IsDense()) return "dense/full";
   std::map<std::string, int64_t> prefill, decode;
   for (const LayerPolicy& l : layers) {
-    ++decode[DecodeRoleName(l.decode)];
-    for (PrefillPattern p : l.prefill) ++prefill[PrefillPatternName(p)];
+    for (DecodeRole r : l.decode) ++decode[DecodeRoleName(r)];
+    for (const HeadPrefillPolicy& h : l.prefill) ++prefill[PrefillPatternName(h.pattern)];
   }
   std::string s = "prefill";
   for (const auto& [name, count] : prefill) s += " " + name + " " + std::to_string(count) + ",";
@@ -134,120 +167,76 @@ std::string AttentionPolicy::Summary() const {
 }
 
 AttentionPolicy DensePolicy(int64_t num_layers, int64_t num_kv_heads) {
+  const size_t heads = static_cast<size_t>(num_kv_heads);
   AttentionPolicy p;
   p.layers.assign(static_cast<size_t>(num_layers),
-                  LayerPolicy{std::vector<PrefillPattern>(static_cast<size_t>(num_kv_heads),
-                                                          PrefillPattern::kDense),
-                              DecodeRole::kFull});
+                  LayerPolicy{std::vector<HeadPrefillPolicy>(heads),
+                              std::vector<DecodeRole>(heads, DecodeRole::kFull)});
   return p;
 }
 
-StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t num_layers,
-                                               int64_t num_kv_heads, const std::string& what) {
-  MP_REQUIRE(num_layers > 0 && num_kv_heads > 0, what, ": the model has no layers or heads");
-  MP_ASSIGN_OR_RETURN(Json root, ParseJsonRejectingDuplicateKeys(text, what, "field"));
-  MP_RETURN_IF_ERROR(CheckKeys(root,
-                               {"version", "default", "dense_below_tokens", "a_shape",
-                                "vertical_slash", "block_sparse", "filter", "streaming_head",
-                                "static_eviction", "layers"},
-                               what));
-  MP_ASSIGN_OR_RETURN(int64_t version, JsonGetInt(root, "version", what));
-  MP_REQUIRE(version == 1, what, ": version ", version, " is not supported (expected 1)");
-  AttentionPolicy policy = DensePolicy(num_layers, num_kv_heads);
-  MP_ASSIGN_OR_RETURN(policy.dense_below_tokens,
-                      JsonGetIntOr(root, "dense_below_tokens", 0, what));
+Status ValidateAttentionPolicy(const AttentionPolicy& policy, int64_t num_layers,
+                               int64_t num_kv_heads, const std::string& what) {
+  MP_REQUIRE(num_layers > 0 && num_kv_heads > 0, what, ": the model has no layers or KV heads");
+  MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == num_layers, what, ": ",
+             policy.layers.size(), " layers for a model of ", num_layers);
   MP_REQUIRE(policy.dense_below_tokens >= 0, what, ": dense_below_tokens must be >= 0, got ",
              policy.dense_below_tokens);
-  MP_RETURN_IF_ERROR(ReadParams(root, "a_shape", {"sink_tokens", "window_tokens"},
-                                {&policy.a_shape.sink_tokens, &policy.a_shape.window_tokens},
-                                what));
-  MP_RETURN_IF_ERROR(ReadParams(
-      root, "vertical_slash", {"last_queries", "vertical", "slash"},
-      {&policy.vertical_slash.last_queries, &policy.vertical_slash.vertical,
-       &policy.vertical_slash.slash},
-      what));
-  MP_RETURN_IF_ERROR(ReadParams(root, "block_sparse", {"block", "top_blocks"},
-                                {&policy.block_sparse.block, &policy.block_sparse.top_blocks},
-                                what));
-  MP_RETURN_IF_ERROR(ReadParams(root, "filter", {"top_k"}, {&policy.filter.top_k}, what));
-  MP_RETURN_IF_ERROR(ReadParams(
-      root, "streaming_head", {"sink_tokens", "window_tokens"},
-      {&policy.streaming_head.sink_tokens, &policy.streaming_head.window_tokens}, what));
-
-  MP_RETURN_IF_ERROR(ReadParams(
-      root, "static_eviction", {"keep_tokens", "recent_tokens", "observed_queries"},
-      {&policy.static_eviction.keep_tokens, &policy.static_eviction.recent_tokens,
-       &policy.static_eviction.observed_queries},
-      what));
-  LayerPolicy fallback = policy.layers[0];
-  if (root.contains("default")) {
-    const Json& d = root.at("default");
-    const std::string where = what + ": default";
-    MP_RETURN_IF_ERROR(CheckKeys(d, {"prefill", "decode"}, where));
-    if (d.contains("prefill")) {
-      MP_ASSIGN_OR_RETURN(fallback.prefill, ReadPrefill(d.at("prefill"), num_kv_heads, where));
-    }
-    if (d.contains("decode")) {
-      MP_ASSIGN_OR_RETURN(std::string role, JsonGetString(d, "decode", where));
-      MP_ASSIGN_OR_RETURN(fallback.decode, ParseDecodeRole(role));
-    }
-  }
-  policy.layers.assign(static_cast<size_t>(num_layers), fallback);
-  if (root.contains("layers")) {
-    const Json& layers = root.at("layers");
-    MP_REQUIRE(layers.is_array(), what, ": layers must be a list, got ", DescribeJson(layers));
-    std::set<int64_t> seen;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const std::string where = what + ": layers[" + std::to_string(i) + "]";
-      const Json& l = layers[i];
-      MP_RETURN_IF_ERROR(CheckKeys(l, {"layer", "prefill", "decode"}, where));
-      MP_ASSIGN_OR_RETURN(int64_t index, JsonGetInt(l, "layer", where));
-      MP_REQUIRE(index >= 0 && index < num_layers, where, ": layer ", index,
-                 " outside the model's [0, ", num_layers, ")");
-      MP_REQUIRE(seen.insert(index).second, where, ": layer ", index, " is listed twice");
-      LayerPolicy& target = policy.layers[static_cast<size_t>(index)];
-      if (l.contains("prefill")) {
-        MP_ASSIGN_OR_RETURN(target.prefill, ReadPrefill(l.at("prefill"), num_kv_heads, where));
-      }
-      if (l.contains("decode")) {
-        MP_ASSIGN_OR_RETURN(std::string role, JsonGetString(l, "decode", where));
-        StatusOr<DecodeRole> r = ParseDecodeRole(role);
-        if (!r.ok()) return r.status().WithContext(where);
-        target.decode = *r;
-      }
-    }
-  }
-  return policy;
-}
-
-Status CheckPolicyRunnable(const AttentionPolicy& policy, bool cpu) {
-  const std::string available = cpu ? "dense, a-shape" : "dense (a-shape: CPU backend only)";
-  for (size_t l = 0; l < policy.layers.size(); ++l) {
-    const LayerPolicy& layer = policy.layers[l];
-    for (size_t h = 0; h < layer.prefill.size(); ++h) {
-      const PrefillPattern p = layer.prefill[h];
-      if (p != PrefillPattern::kDense && !(cpu && p == PrefillPattern::kAShape))
-        return UnimplementedError(
-            std::string("attention policy: prefill pattern \"") + PrefillPatternName(p) +
-            "\" (layer " + std::to_string(l) + ", KV head " + std::to_string(h) +
-            ") is not available yet in this engine; available: " + available);
-    }
-    if (layer.decode != DecodeRole::kFull &&
-        !(cpu && (layer.decode == DecodeRole::kStreamingHead ||
-                  layer.decode == DecodeRole::kStaticEviction)))
-      return UnimplementedError(
-          std::string("attention policy: decode role \"") + DecodeRoleName(layer.decode) +
-          "\" (layer " + std::to_string(l) + ") is not available yet in this engine; available: " +
-          (cpu ? "full, streaming-head, static-eviction"
-               : "full (streaming-head, static-eviction: CPU backend only)"));
-  }
+  MP_RETURN_IF_ERROR(CheckPositive(policy.filter.top_k, what, "filter.top_k"));
+  MP_RETURN_IF_ERROR(
+      CheckPositive(policy.streaming_head.sink_tokens, what, "streaming_head.sink_tokens"));
+  MP_RETURN_IF_ERROR(
+      CheckPositive(policy.streaming_head.window_tokens, what, "streaming_head.window_tokens"));
+  const StaticEvictionParams& se = policy.static_eviction;
+  MP_RETURN_IF_ERROR(CheckPositive(se.keep_tokens, what, "static_eviction.keep_tokens"));
+  MP_RETURN_IF_ERROR(CheckPositive(se.recent_tokens, what, "static_eviction.recent_tokens"));
+  MP_RETURN_IF_ERROR(CheckPositive(se.observed_queries, what, "static_eviction.observed_queries"));
+  for (size_t l = 0; l < policy.layers.size(); ++l)
+    MP_RETURN_IF_ERROR(ValidateLayer(policy.layers[l], l, num_kv_heads, what));
   return OkStatus();
 }
 
-StatusOr<AttentionPolicy> LoadAttentionPolicy(const std::string& path, int64_t num_layers,
-                                              int64_t num_kv_heads) {
-  MP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  return ParseAttentionPolicy(text, num_layers, num_kv_heads, path);
+bool PolicyCapabilities::Runs(PrefillPattern p) const {
+  return std::find(prefill.begin(), prefill.end(), p) != prefill.end();
+}
+
+bool PolicyCapabilities::Runs(DecodeRole r) const {
+  return std::find(decode.begin(), decode.end(), r) != decode.end();
+}
+
+PolicyCapabilities IntersectCapabilities(const PolicyCapabilities& a, const PolicyCapabilities& b) {
+  PolicyCapabilities both;
+  for (PrefillPattern p : a.prefill)
+    if (b.Runs(p) && !both.Runs(p)) both.prefill.push_back(p);
+  for (DecodeRole r : a.decode)
+    if (b.Runs(r) && !both.Runs(r)) both.decode.push_back(r);
+  return both;
+}
+
+Status CheckPolicyRunnable(const AttentionPolicy& policy, const PolicyCapabilities& capabilities) {
+  std::vector<const char*> prefill_names, decode_names;
+  for (PrefillPattern p : capabilities.prefill) prefill_names.push_back(PrefillPatternName(p));
+  for (DecodeRole r : capabilities.decode) decode_names.push_back(DecodeRoleName(r));
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    for (size_t h = 0; h < layer.prefill.size(); ++h) {
+      const PrefillPattern p = layer.prefill[h].pattern;
+      if (!capabilities.Runs(p))
+        return UnimplementedError(std::string("attention policy: prefill pattern \"") +
+                                  PrefillPatternName(p) + "\" (" + HeadPlace(l, h) +
+                                  ") is not available yet on these workers; they run " +
+                                  JoinNames(prefill_names));
+    }
+    for (size_t h = 0; h < layer.decode.size(); ++h) {
+      const DecodeRole r = layer.decode[h];
+      if (!capabilities.Runs(r))
+        return UnimplementedError(std::string("attention policy: decode role \"") +
+                                  DecodeRoleName(r) + "\" (" + HeadPlace(l, h) +
+                                  ") is not available yet on these workers; they run " +
+                                  JoinNames(decode_names));
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace millipede

@@ -16,7 +16,8 @@ AdmissionLimits Limits() {
   l.max_prompt_bytes = 1000;
   l.num_layers = 2;
   l.num_kv_heads = 2;
-  l.cpu_backend = true;
+  l.capabilities = {{PrefillPattern::kDense, PrefillPattern::kAShape},
+                    {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
   return l;
 }
 
@@ -27,8 +28,7 @@ JobRequest Ids(int n, int64_t max_new = 1) {
   return r;
 }
 
-void ExpectError(const StatusOr<std::vector<int32_t>>& s, StatusCode code,
-                 const std::string& fragment) {
+void ExpectError(const StatusOr<AdmittedJob>& s, StatusCode code, const std::string& fragment) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), code) << s.status().ToString();
   EXPECT_NE(s.status().message().find(fragment), std::string::npos) << s.status().ToString();
@@ -42,9 +42,10 @@ class AdmissionTest : public ::testing::Test {
 TEST_F(AdmissionTest, TextIsTokenized) {
   JobRequest r;
   r.prompt_text = "hi";
-  auto ids = AdmitRequest(r, *tok_, Limits());
-  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
-  EXPECT_EQ(*ids, (std::vector<int32_t>{'h', 'i'}));
+  auto job = AdmitRequest(r, *tok_, Limits());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->prompt_ids, (std::vector<int32_t>{'h', 'i'}));
+  EXPECT_FALSE(job->policy.has_value());  // the workers' own
 }
 
 TEST_F(AdmissionTest, ContextLimitIsExclusiveOfThePrompt) {
@@ -113,16 +114,52 @@ TEST_F(AdmissionTest, BadInputsAreInvalidArguments) {
               "vertical-slash");
 }
 
-TEST_F(AdmissionTest, PoliciesTheWorkersRunAreAdmitted) {
+TEST_F(AdmissionTest, PoliciesTheWorkersRunAreAdmittedParsed) {
   JobRequest r = Ids(3);
-  r.policy_json = R"({"version": 1, "default": {"prefill": "a-shape", "decode": "full"}})";
+  r.policy_json = R"({"version": 1, "default": {"prefill": "a-shape", "decode": "full"},
+      "layers": [{"layer": 1, "a_shape": [{"window_tokens": 7}, null],
+                  "decode": ["streaming-head", "full"]}]})";
+  auto job = AdmitRequest(r, *tok_, Limits());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // What the workers are sent is the parsed policy, per head.
+  ASSERT_TRUE(job->policy.has_value());
+  EXPECT_EQ(job->policy->layers.size(), 2u);
+  EXPECT_EQ(job->policy->layers[1].prefill[0].pattern, PrefillPattern::kAShape);
+  EXPECT_EQ(job->policy->layers[1].prefill[0].a_shape.window_tokens, 7);
+  EXPECT_EQ(job->policy->layers[1].prefill[1].a_shape.window_tokens, 4096);
+  EXPECT_EQ(job->policy->layers[1].decode[0], DecodeRole::kStreamingHead);
+  EXPECT_EQ(job->prompt_ids, r.prompt_ids);
+}
+
+TEST_F(AdmissionTest, PoliciesTheWorkersDoNotRunAreRefusedByWhatTheyReported) {
+  JobRequest r = Ids(3);
+  r.policy_json = R"({"version": 1, "layers": [{"layer": 1, "prefill": ["dense", "a-shape"]}]})";
+  // Workers that reported dense prefill only (whatever their backend).
+  AdmissionLimits dense_prefill = Limits();
+  dense_prefill.capabilities.prefill = {PrefillPattern::kDense};
+  ExpectError(AdmitRequest(r, *tok_, dense_prefill), StatusCode::kUnimplemented,
+              "prefill pattern \"a-shape\" (layer 1, KV head 1) is not available yet on these "
+              "workers; they run dense");
+  // A decode role one KV head asks for.
+  r.policy_json =
+      R"({"version": 1, "layers": [{"layer": 0, "decode": ["full", "streaming-head"]}]})";
+  AdmissionLimits full_only = Limits();
+  full_only.capabilities.decode = {DecodeRole::kFull};
+  ExpectError(AdmitRequest(r, *tok_, full_only), StatusCode::kUnimplemented,
+              "decode role \"streaming-head\" (layer 0, KV head 1)");
   EXPECT_TRUE(AdmitRequest(r, *tok_, Limits()).ok());
-  // The same policy for GPU workers, which run dense heads only.
-  AdmissionLimits gpu = Limits();
-  gpu.cpu_backend = false;
-  ExpectError(AdmitRequest(r, *tok_, gpu), StatusCode::kUnimplemented, "CPU backend only");
-  r.policy_json = R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})";
-  EXPECT_TRUE(AdmitRequest(r, *tok_, gpu).ok());
+  // Workers that reported nothing run no policy at all, not even an explicit dense one; a job
+  // without a policy is theirs to run as they do.
+  AdmissionLimits none = Limits();
+  none.capabilities = {};
+  r.policy_json = R"({"version": 1})";
+  ExpectError(AdmitRequest(r, *tok_, none), StatusCode::kUnimplemented, "they run none");
+  r.policy_json.clear();
+  EXPECT_TRUE(AdmitRequest(r, *tok_, none).ok());
+  // The rules are checked at admission too.
+  r.policy_json = R"({"version": 1, "layers": [{"layer": 0, "decode": ["filter", "full"]}]})";
+  ExpectError(AdmitRequest(r, *tok_, Limits()), StatusCode::kInvalidArgument,
+              "the attention policy: layer 0, KV head 1: decode role \"full\" beside \"filter\"");
 }
 
 }  // namespace

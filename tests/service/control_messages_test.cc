@@ -5,7 +5,25 @@
 namespace millipede::control {
 namespace {
 
-TEST(ControlMessagesTest, JobDescriptorRoundTrips) {
+// A policy that uses every part of the format: per-head patterns and parameters, mixed decode
+// roles, a layer-wide role, the model-wide parameters.
+AttentionPolicy SomePolicy() {
+  auto p = ParseAttentionPolicy(R"({"version": 1, "dense_below_tokens": 77,
+      "filter": {"top_k": 99}, "streaming_head": {"sink_tokens": 3, "window_tokens": 30},
+      "static_eviction": {"keep_tokens": 5, "recent_tokens": 6, "observed_queries": 7},
+      "layers": [
+        {"layer": 0, "prefill": ["a-shape", "vertical-slash", "block-sparse"],
+         "a_shape": [{"sink_tokens": 2, "window_tokens": 9}, null, null],
+         "vertical_slash": [null, {"vertical": 11, "slash": 12}, null],
+         "block_sparse": [null, null, {"top_blocks": 13}],
+         "decode": ["full", "streaming-head", "full"]},
+        {"layer": 1, "decode": "filter"}]})",
+                                2, 3);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return *p;
+}
+
+JobDescriptor SomeJob() {
   JobDescriptor d;
   d.job_id = 42;
   d.prompt_ids = {1, 2, 3, 500};
@@ -16,7 +34,13 @@ TEST(ControlMessagesTest, JobDescriptorRoundTrips) {
   d.seed = 1ull << 40;
   d.stop_ids = {7};
   d.ignore_eos = true;
+  return d;
+}
+
+TEST(ControlMessagesTest, JobDescriptorRoundTrips) {
+  const JobDescriptor d = SomeJob();
   JobDescriptor back;
+  back.policy = DensePolicy(1, 1);  // a stale value must not survive the decode
   ASSERT_TRUE(Decode(Encode(d), &back).ok());
   EXPECT_EQ(back.job_id, 42u);
   EXPECT_EQ(back.prompt_ids, d.prompt_ids);
@@ -27,6 +51,20 @@ TEST(ControlMessagesTest, JobDescriptorRoundTrips) {
   EXPECT_EQ(back.seed, 1ull << 40);
   EXPECT_EQ(back.stop_ids, d.stop_ids);
   EXPECT_TRUE(back.ignore_eos);
+  EXPECT_FALSE(back.policy.has_value());
+}
+
+TEST(ControlMessagesTest, TheJobsPolicyTravelsWhole) {
+  JobDescriptor d = SomeJob();
+  d.policy = SomePolicy();
+  JobDescriptor back;
+  Status s = Decode(Encode(d), &back);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(back.policy.has_value());
+  EXPECT_EQ(*back.policy, *d.policy);
+  EXPECT_EQ(back.policy->layers[0].prefill[1].vertical_slash.slash, 12);
+  EXPECT_TRUE(back.policy->layers[0].MixedDecode());
+  EXPECT_EQ(back.prompt_ids, d.prompt_ids);
 }
 
 TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
@@ -48,11 +86,17 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
   h.kv_capacity_tokens = 123;
   h.eos_ids = {128001, 128009};
   h.backend = "cuda";
+  h.num_layers = 32;
+  h.num_kv_heads = 8;
+  h.capabilities = {{PrefillPattern::kDense, PrefillPattern::kBlockSparse},
+                    {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
   WorkerHello hb;
   ASSERT_TRUE(Decode(Encode(h), &hb).ok());
   EXPECT_EQ(hb.eos_ids, h.eos_ids);
   EXPECT_EQ(hb.backend, "cuda");
   EXPECT_EQ(hb.kv_capacity_tokens, 123);
+  EXPECT_EQ(hb.num_kv_heads, 8);
+  EXPECT_EQ(hb.capabilities, h.capabilities);
 
   WorkerStats s;
   s.rank = 1;
@@ -67,6 +111,7 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
 TEST(ControlMessagesTest, TruncatedOrPaddedMessagesAreRefused) {
   JobDescriptor d;
   d.prompt_ids = {1, 2, 3};
+  d.policy = SomePolicy();
   std::vector<char> bytes = Encode(d);
   JobDescriptor back;
   for (size_t n = 0; n < bytes.size(); ++n) {
@@ -78,6 +123,77 @@ TEST(ControlMessagesTest, TruncatedOrPaddedMessagesAreRefused) {
   // A length field larger than the message must not allocate or read past the end.
   std::vector<char> huge(16, '\xff');
   EXPECT_FALSE(Decode(huge, &back).ok());
+
+  WorkerHello h;
+  h.capabilities = {{PrefillPattern::kDense}, {DecodeRole::kFull}};
+  const std::vector<char> hello = Encode(h);
+  WorkerHello hb;
+  for (size_t n = 0; n < hello.size(); ++n) {
+    std::vector<char> cut(hello.begin(), hello.begin() + static_cast<long>(n));
+    EXPECT_FALSE(Decode(cut, &hb).ok()) << n;
+  }
+}
+
+TEST(ControlMessagesTest, ValuesOutOfRangeAreRefused) {
+  // Where the policy starts: after the descriptor's fields and the presence byte.
+  JobDescriptor d = SomeJob();
+  const size_t policy_at = Encode(d).size();
+  d.policy = SomePolicy();
+  const std::vector<char> good = Encode(d);
+  JobDescriptor back;
+  auto decode_with = [&](size_t at, char value) {
+    std::vector<char> bytes = good;
+    bytes[at] = value;
+    Status s = Decode(bytes, &back);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    return s.message();
+  };
+  // The presence byte is a bool: 0 or 1.
+  EXPECT_NE(decode_with(policy_at - 1, 2).find("a bool field holds 2"), std::string::npos);
+  // The first head's pattern (after the layer count and the head count).
+  const size_t pattern_at = policy_at + 8 + 8;
+  ASSERT_EQ(good[pattern_at], static_cast<char>(PrefillPattern::kAShape));
+  EXPECT_NE(decode_with(pattern_at, kNumPrefillPatterns).find("outside [0, 3]"), std::string::npos);
+  // Another pattern in range decodes: the head's vertical-slash parameters are the defaults.
+  std::vector<char> other = good;
+  other[pattern_at] = static_cast<char>(PrefillPattern::kVerticalSlash);
+  ASSERT_TRUE(Decode(other, &back).ok());
+  EXPECT_EQ(back.policy->layers[0].prefill[0].pattern, PrefillPattern::kVerticalSlash);
+  // A policy that breaks a rule is refused after the decode, naming the place: a layer that
+  // mixes filter with full ...
+  JobDescriptor mixed = SomeJob();
+  mixed.policy = SomePolicy();
+  mixed.policy->layers[1].decode[2] = DecodeRole::kFull;
+  Status s = Decode(Encode(mixed), &back);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the job's attention policy: layer 1, KV head 2"), std::string::npos)
+      << s.ToString();
+  // ... heads of a layer that disagree on the sink count, a layer with a head missing.
+  mixed.policy = SomePolicy();
+  mixed.policy->layers[1].prefill[0].pattern = PrefillPattern::kAShape;
+  mixed.policy->layers[1].prefill[2].pattern = PrefillPattern::kAShape;
+  mixed.policy->layers[1].prefill[2].a_shape.sink_tokens = 1;
+  EXPECT_NE(Decode(Encode(mixed), &back).message().find("different sink_tokens"),
+            std::string::npos);
+  mixed.policy = SomePolicy();
+  mixed.policy->layers[1].decode.pop_back();
+  EXPECT_NE(Decode(Encode(mixed), &back).message().find("layer 1 has 2 decode roles for 3"),
+            std::string::npos);
+  mixed.policy->layers.clear();
+  EXPECT_FALSE(Decode(Encode(mixed), &back).ok());
+
+  // Event kinds and capabilities are checked the same way.
+  JobEvent e;
+  std::vector<char> event = Encode(e);
+  event[0] = 9;
+  JobEvent eb;
+  EXPECT_NE(Decode(event, &eb).message().find("outside [1, 4]"), std::string::npos);
+  WorkerHello h;
+  h.capabilities = {{PrefillPattern::kDense}, {DecodeRole::kFull}};
+  std::vector<char> hello = Encode(h);
+  hello.back() = static_cast<char>(kNumDecodeRoles);  // the one decode role
+  WorkerHello hb;
+  EXPECT_NE(Decode(hello, &hb).message().find("outside [0, 4]"), std::string::npos);
 }
 
 }  // namespace

@@ -86,6 +86,20 @@ def scenario_stream(bin_dir, model):
         check(r.json()["ids"] == want_policy["ids"],
               f"policy job: service {r.json()['ids']} offline {want_policy['ids']}")
         check(want_policy["ids"] != want["ids"], "the A-shape policy did not change the answer")
+        # Parameters per KV head travel too: only KV head 0 has a narrow window (the file's
+        # default window covers the prompt), which changes the answer.
+        with open(policy, "w") as f:
+            json.dump({"version": 1, "a_shape": {"sink_tokens": 1, "window_tokens": 100000},
+                       "default": {"prefill": ["a-shape", "a-shape"],
+                                   "a_shape": [{"window_tokens": 2}, None]}}, f)
+        want_head = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos", "--max-new-tokens",
+                                             "12", "--ignore-eos", "--policy", policy], ranks=2)
+        r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
+                       "--policy", policy)
+        check(r.rc == 0, f"submit with a per-head policy failed: {r}")
+        check(r.json()["ids"] == want_head["ids"],
+              f"per-head policy job: service {r.json()['ids']} offline {want_head['ids']}")
+        check(want_head["ids"] != want["ids"], "the per-head window did not change the answer")
 
         # The streamed text is the same text.
         r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos")

@@ -1,8 +1,11 @@
-// Shared helpers for the engine tests: small random model configs and relative errors.
+// Shared helpers for the engine tests: small random model configs, relative errors, policies.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "worker/engine/engine.h"
@@ -51,6 +54,17 @@ inline std::vector<int32_t> RandomIds(int64_t n, int32_t vocab, uint32_t seed) {
     id = static_cast<int32_t>(x % static_cast<uint32_t>(vocab));
   }
   return ids;
+}
+
+// A policy file's text parsed for `engine`'s model, as the service parses a job's at admission;
+// a test failure (and the dense policy) when it does not parse.
+inline AttentionPolicy PolicyFor(const Engine& engine, std::string_view json) {
+  const ModelConfig& c = engine.config();
+  StatusOr<AttentionPolicy> p =
+      ParseAttentionPolicy(json, c.num_hidden_layers, c.num_key_value_heads);
+  if (p.ok()) return std::move(p).value();
+  ADD_FAILURE() << p.status().ToString();
+  return DensePolicy(c.num_hidden_layers, c.num_key_value_heads);
 }
 
 }  // namespace millipede::testing

@@ -23,13 +23,14 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   auto plain = Generate(e, r);
   ASSERT_TRUE(plain.ok());
   // An explicit dense policy gives the same tokens.
-  r.policy_json = R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})";
+  r.policy =
+      testing::PolicyFor(e, R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})");
   auto dense = Generate(e, r);
   ASSERT_TRUE(dense.ok()) << dense.status().ToString();
   EXPECT_EQ(dense->ids, plain->ids);
   // A pattern that is not implemented yet: refused before any work, naming layer and head.
-  r.policy_json =
-      R"({"version": 1, "layers": [{"layer": 1, "prefill": ["dense", "vertical-slash"]}]})";
+  r.policy = testing::PolicyFor(
+      e, R"({"version": 1, "layers": [{"layer": 1, "prefill": ["dense", "vertical-slash"]}]})");
   auto refused = Generate(e, r);
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(refused.status().message().find("\"vertical-slash\" (layer 1, KV head 1)"),
@@ -37,13 +38,20 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
       << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("not available yet"), std::string::npos);
   EXPECT_FALSE(e.has_sequence());
-  r.policy_json = R"({"version": 1, "default": {"decode": "filter"}})";
+  r.policy = testing::PolicyFor(e, R"({"version": 1, "default": {"decode": "filter"}})");
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kUnimplemented);
-  r.policy_json = R"({"version": 1, "layers": [{"layer": 9}]})";  // the model has 2 layers
+  // Per-KV-head decode roles are not run by this engine yet.
+  r.policy =
+      testing::PolicyFor(e, R"({"version": 1, "default": {"decode": ["full", "streaming-head"]}})");
+  auto mixed = Generate(e, r);
+  EXPECT_EQ(mixed.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(mixed.status().message().find("layer 0 mixes decode roles"), std::string::npos)
+      << mixed.status().ToString();
+  r.policy = DensePolicy(9, 2);  // the model has 2 layers
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);
   // The engine's own policy is untouched by the refused requests.
   EXPECT_TRUE(e.policy().IsDense());
-  r.policy_json.clear();
+  r.policy.reset();
   auto again = Generate(e, r);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->ids, plain->ids);
@@ -97,23 +105,17 @@ TEST(EnginePolicyTest, AShapePrefillEqualsDenseOnlyWhenTheWindowCoversThePrompt)
   const std::vector<int32_t> ids = RandomIds(90, 97, 5);
   const std::vector<float> dense = PromptLogits(e, ids);
   auto policy = [&](int64_t window, int64_t dense_below) {
-    return e.ParsePolicy(R"({"version": 1, "default": {"prefill": "a-shape"},
+    return testing::PolicyFor(e, R"({"version": 1, "default": {"prefill": "a-shape"},
         "dense_below_tokens": )" + std::to_string(dense_below) +
-                         R"(, "a_shape": {"sink_tokens": 4, "window_tokens": )" +
-                         std::to_string(window) + "}}");
+                                     R"(, "a_shape": {"sink_tokens": 4, "window_tokens": )" +
+                                     std::to_string(window) + "}}");
   };
-  auto wide = policy(90, 0);
-  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
-  ASSERT_TRUE(e.SetPolicy(*wide).ok());
+  ASSERT_TRUE(e.SetPolicy(policy(90, 0)).ok());
   EXPECT_LT(MaxRelError(PromptLogits(e, ids), dense), 1e-6);
-  auto narrow = policy(8, 0);
-  ASSERT_TRUE(narrow.ok());
-  ASSERT_TRUE(e.SetPolicy(*narrow).ok());
+  ASSERT_TRUE(e.SetPolicy(policy(8, 0)).ok());
   EXPECT_GT(MaxRelError(PromptLogits(e, ids), dense), 1e-3);
   // Below dense_below_tokens the same narrow policy is dense.
-  auto fallback = policy(8, 91);
-  ASSERT_TRUE(fallback.ok());
-  ASSERT_TRUE(e.SetPolicy(*fallback).ok());
+  ASSERT_TRUE(e.SetPolicy(policy(8, 91)).ok());
   EXPECT_LT(MaxRelError(PromptLogits(e, ids), dense), 1e-6);
 }
 
@@ -128,8 +130,8 @@ TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
   r.sampling.seed = 3;
   auto full = Generate(e, r);
   ASSERT_TRUE(full.ok());
-  r.policy_json = R"({"version": 1, "default": {"decode": "streaming-head"},
-                      "streaming_head": {"sink_tokens": 2, "window_tokens": 100}})";
+  r.policy = testing::PolicyFor(e, R"({"version": 1, "default": {"decode": "streaming-head"},
+                      "streaming_head": {"sink_tokens": 2, "window_tokens": 100}})");
   auto wide = Generate(e, r);
   ASSERT_TRUE(wide.ok()) << wide.status().ToString();
   EXPECT_EQ(wide->ids, full->ids);
@@ -140,10 +142,10 @@ TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
   auto step = e.ForwardDecode(11);
   ASSERT_TRUE(step.ok());
   ASSERT_TRUE(e.backend().CopyToHost(*step, {full_step.data(), DType::kF32, Shape{97}}).ok());
-  auto narrow = e.ParsePolicy(R"({"version": 1, "default": {"decode": "streaming-head"},
-                                   "streaming_head": {"sink_tokens": 2, "window_tokens": 3}})");
-  ASSERT_TRUE(narrow.ok());
-  ASSERT_TRUE(e.SetPolicy(*narrow).ok());
+  ASSERT_TRUE(e.SetPolicy(testing::PolicyFor(e, R"({"version": 1,
+      "default": {"decode": "streaming-head"},
+      "streaming_head": {"sink_tokens": 2, "window_tokens": 3}})"))
+                  .ok());
   PromptLogits(e, ids);  // prefill is unaffected by the decode role
   step = e.ForwardDecode(11);
   ASSERT_TRUE(step.ok());
@@ -164,10 +166,10 @@ TEST(EnginePolicyTest, StaticEvictionKeepsHeavyHittersAndRecentTokens) {
   ASSERT_TRUE(full.ok());
   auto with = [&](int64_t keep, int64_t recent) {
     GenerationRequest x = r;
-    x.policy_json = R"({"version": 1, "default": {"decode": "static-eviction"},
-        "static_eviction": {"keep_tokens": )" + std::to_string(keep) +
-                    R"(, "recent_tokens": )" + std::to_string(recent) +
-                    R"(, "observed_queries": 8}})";
+    x.policy = testing::PolicyFor(e, R"({"version": 1, "default": {"decode": "static-eviction"},
+        "static_eviction": {"keep_tokens": )" +
+                                         std::to_string(keep) + R"(, "recent_tokens": )" +
+                                         std::to_string(recent) + R"(, "observed_queries": 8}})");
     return Generate(e, x);
   };
   // Keeping every prompt token, with a window covering the generated ones, is full attention.

@@ -11,17 +11,19 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& p
                                                         const LayerPolicy& layer, int64_t index) {
   HeadWindows windows;
   for (size_t h = 0; h < layer.prefill.size(); ++h) {
-    switch (layer.prefill[h]) {
+    const HeadPrefillPolicy& head = layer.prefill[h];
+    switch (head.pattern) {
       case PrefillPattern::kDense:
         break;
       case PrefillPattern::kAShape:
         if (windows.window.empty()) windows.window.assign(layer.prefill.size(), 0);
-        windows.window[h] = policy.a_shape.window_tokens;
-        windows.sink = policy.a_shape.sink_tokens;
+        windows.window[h] = head.a_shape.window_tokens;
+        // Validation gives the a-shape heads of a layer one sink count.
+        windows.sink = head.a_shape.sink_tokens;
         break;
       default:
         return UnimplementedError(std::string("prefill pattern ") +
-                                  PrefillPatternName(layer.prefill[h]) + " (layer " +
+                                  PrefillPatternName(head.pattern) + " (layer " +
                                   std::to_string(index) + ", KV head " + std::to_string(h) +
                                   ") is not available in this engine yet");
     }
@@ -34,7 +36,10 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
   const LayerPolicy& layer = policy.layers[static_cast<size_t>(index)];
   LayerAttention la;
   MP_ASSIGN_OR_RETURN(la.prefill, BuildPrefill(policy, layer, index));
-  switch (layer.decode) {
+  if (layer.MixedDecode())
+    return UnimplementedError("decode roles per KV head (layer " + std::to_string(index) +
+                              ") are not available in this engine yet");
+  switch (layer.LayerDecode()) {
     case DecodeRole::kFull:
       la.decode = std::make_unique<FullDecode>();
       break;
@@ -47,7 +52,8 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
       la.decode = std::make_unique<StaticEvictionDecode>(policy.static_eviction);
       break;
     default:
-      return UnimplementedError(std::string("decode role ") + DecodeRoleName(layer.decode) +
+      return UnimplementedError(std::string("decode role ") +
+                                DecodeRoleName(layer.LayerDecode()) +
                                 " (layer " + std::to_string(index) +
                                 ") is not available in this engine yet");
   }

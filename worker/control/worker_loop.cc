@@ -45,6 +45,7 @@ Status WorkerLoop::SendHello() {
   hello.backend = BackendKindName(engine_.options().backend);
   hello.num_layers = engine_.config().num_hidden_layers;
   hello.num_kv_heads = engine_.config().num_key_value_heads;
+  hello.capabilities = engine_.capabilities();
   return channel_.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello));
 }
 
@@ -115,7 +116,7 @@ Status WorkerLoop::RunJob(const control::JobDescriptor& job) {
   request.sampling = {job.temperature, job.top_k, job.top_p, job.seed};
   request.stop_ids = job.stop_ids;
   request.ignore_eos = job.ignore_eos;
-  request.policy_json = job.policy_json;
+  request.policy = job.policy;  // parsed and checked at admission
   cancel_ = false;
   Status control_error;  // a control-plane failure inside a callback ends the job and the loop
   Communicator& comm = engine_.comm();

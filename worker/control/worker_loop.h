@@ -34,7 +34,8 @@ class WorkerLoop {
   WorkerLoop(Engine& engine, const CountingCommunicator* counting, int world_rank,
              const WorkerLoopOptions& options);
 
-  // Tells the coordinator this rank is up: its model facts and KV capacity.
+  // Tells the coordinator this rank is up: its model facts, KV capacity and the attention
+  // patterns and roles its engine runs.
   Status SendHello();
   // Serves jobs until the coordinator sends kShutdown (OK) or falls silent (Unavailable).
   Status Run();

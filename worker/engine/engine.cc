@@ -43,32 +43,30 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   return e;
 }
 
+PolicyCapabilities Engine::capabilities() const {
+  if (options_.backend == BackendKind::kCpu)
+    return {{PrefillPattern::kDense, PrefillPattern::kAShape},
+            {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
+  return {{PrefillPattern::kDense}, {DecodeRole::kFull, DecodeRole::kStreamingHead}};
+}
+
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
   const ModelConfig& c = config();
-  MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == c.num_hidden_layers,
-             "attention policy: ", policy.layers.size(), " layers for a model of ",
-             c.num_hidden_layers);
-  for (size_t l = 0; l < policy.layers.size(); ++l) {
-    const LayerPolicy& layer = policy.layers[l];
-    MP_REQUIRE(static_cast<int64_t>(layer.prefill.size()) == c.num_key_value_heads,
-               "attention policy: layer ", l, " has ", layer.prefill.size(),
-               " prefill patterns for ", c.num_key_value_heads, " KV heads");
-  }
-  return CheckPolicyRunnable(policy, options_.backend == BackendKind::kCpu);
+  MP_RETURN_IF_ERROR(
+      ValidateAttentionPolicy(policy, c.num_hidden_layers, c.num_key_value_heads));
+  MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, capabilities()));
+  for (size_t l = 0; l < policy.layers.size(); ++l)
+    if (policy.layers[l].MixedDecode())
+      return UnimplementedError("attention policy: layer " + std::to_string(l) +
+                                " mixes decode roles per KV head; this engine runs one decode "
+                                "role per layer");
+  return OkStatus();
 }
 
 Status Engine::SetPolicy(AttentionPolicy policy) {
   MP_RETURN_IF_ERROR(CheckPolicy(policy));
   policy_ = std::move(policy);
   return OkStatus();
-}
-
-StatusOr<AttentionPolicy> Engine::ParsePolicy(std::string_view json) const {
-  MP_ASSIGN_OR_RETURN(AttentionPolicy policy,
-                      ParseAttentionPolicy(json, config().num_hidden_layers,
-                                           config().num_key_value_heads));
-  MP_RETURN_IF_ERROR(CheckPolicy(policy));
-  return policy;
 }
 
 const Sequence* Engine::sequence(SequenceId id) const {
@@ -180,9 +178,12 @@ int64_t Engine::length() const {
   return s == nullptr ? 0 : s->length();
 }
 
-Status Engine::StartSequence(int64_t capacity, int64_t step_tokens) {
+Status Engine::StartSequence(int64_t capacity, int64_t step_tokens,
+                             std::optional<AttentionPolicy> policy) {
   EndSequence(kDefaultSequence);
-  return StartSequence(kDefaultSequence, SequenceOptions{capacity, step_tokens, policy_});
+  return StartSequence(kDefaultSequence,
+                       SequenceOptions{capacity, step_tokens,
+                                       policy ? std::move(*policy) : policy_});
 }
 
 }  // namespace millipede

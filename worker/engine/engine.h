@@ -96,17 +96,18 @@ class Engine {
 
   // The attention policy sequences get unless they bring their own (dense/full unless set).
   const AttentionPolicy& policy() const { return policy_; }
-  // Checks `policy` against the model and against what this engine can run, then makes it the
-  // default for sequences started afterwards. Runs: dense prefill and full decode everywhere;
-  // a-shape prefill heads, streaming-head and static-eviction decode layers on the CPU backend.
-  // Other patterns and roles (and these on the GPU) are refused with Unimplemented naming them,
-  // the layer and the head; the default is then unchanged.
-  Status SetPolicy(AttentionPolicy policy);
-  // Checks a policy for this model and engine without using it.
+  // The patterns and roles this engine runs, reported to the coordinator (a worker's hello).
+  // Dense prefill and full and streaming-head decode on every backend (a streaming store keeps
+  // the rows a streaming head sees); a-shape prefill heads and static-eviction decode on the CPU
+  // backend (the attention kernels' windows and evicted rows are CPU-only so far).
+  PolicyCapabilities capabilities() const;
+  // Checks that `policy` fits the model (ValidateAttentionPolicy) and that this engine runs it:
+  // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head,
+  // and so is a layer that mixes decode roles per KV head (one decode strategy per layer so far).
   Status CheckPolicy(const AttentionPolicy& policy) const;
-  // Parses a policy file's text for this model (see ParseAttentionPolicy) and checks that this
-  // engine can run it, without using it.
-  StatusOr<AttentionPolicy> ParsePolicy(std::string_view json) const;
+  // Checks `policy` (CheckPolicy), then makes it the default for sequences started afterwards;
+  // on an error the default is unchanged.
+  Status SetPolicy(AttentionPolicy policy);
 
   // ---- Sequences ----
   // Starts sequence `id` (not running yet) with room for options.capacity positions on this rank.
@@ -139,8 +140,10 @@ class Engine {
   StatusOr<StepOutput> RunStep(const StepPlan& plan, const LayerCallback& after_layer = {});
 
   // ---- One sequence at a time (kDefaultSequence), as offline runs and benchmarks use it ----
-  // Starts the default sequence with the engine's policy (freeing the previous default one).
-  Status StartSequence(int64_t capacity, int64_t step_tokens = 0);
+  // Starts the default sequence (freeing the previous default one) with `policy`, else the
+  // engine's.
+  Status StartSequence(int64_t capacity, int64_t step_tokens = 0,
+                       std::optional<AttentionPolicy> policy = std::nullopt);
   // For decode benchmarks: starts the default sequence (every rank at once) whose first `length`
   // positions are already in the cache — placed over the ranks as ShardPlan places a prompt, K and
   // V set to zero (what a decode step costs does not depend on the values) — with room for

@@ -138,17 +138,17 @@ TEST(CpGenerateTest, AShapeAndStreamingHeadsMatchSingleProcess) {
   r.ignore_eos = true;
   r.sampling.temperature = 1.0f;
   r.sampling.seed = 4;
-  r.policy_json = R"({"version": 1,
+  r.policy = testing::PolicyFor(**local_engine, R"({"version": 1,
       "layers": [{"layer": 0, "prefill": ["a-shape", "dense"], "decode": "streaming-head"},
                  {"layer": 1, "prefill": "a-shape"}],
       "a_shape": {"sink_tokens": 5, "window_tokens": 37},
-      "streaming_head": {"sink_tokens": 3, "window_tokens": 7}})";
+      "streaming_head": {"sink_tokens": 3, "window_tokens": 7}})");
   auto dist = Generate(*engine, r);
   ASSERT_TRUE(dist.ok()) << dist.status().ToString();
   auto local = Generate(**local_engine, r);
   ASSERT_TRUE(local.ok()) << local.status().ToString();
   EXPECT_EQ(dist->ids, local->ids);
-  r.policy_json.clear();
+  r.policy.reset();
   auto dense = Generate(**local_engine, r);
   ASSERT_TRUE(dense.ok());
   EXPECT_NE(dense->ids, local->ids);  // the policy changed the answer
@@ -165,8 +165,9 @@ TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
   r.ignore_eos = true;
   r.sampling.temperature = 1.0f;
   r.sampling.seed = 6;
-  r.policy_json = R"({"version": 1, "default": {"decode": "static-eviction"},
-      "static_eviction": {"keep_tokens": 20, "recent_tokens": 6, "observed_queries": 12}})";
+  r.policy = testing::PolicyFor(**local_engine, R"({"version": 1,
+      "default": {"decode": "static-eviction"},
+      "static_eviction": {"keep_tokens": 20, "recent_tokens": 6, "observed_queries": 12}})");
   auto dist = Generate(*engine, r);
   ASSERT_TRUE(dist.ok()) << dist.status().ToString();
   auto local = Generate(**local_engine, r);

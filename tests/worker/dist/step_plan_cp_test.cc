@@ -137,10 +137,9 @@ TEST(StepPlanTest, ChunkedAShapePrefillEqualsOneStep) {
   // Windows narrower than a chunk and than a shard: the mask is by global position, so chunks
   // and ring blocks compose exactly.
   auto engine = MakeEngine();
-  auto policy = engine->ParsePolicy(R"({"version": 1, "default": {"prefill": "a-shape"},
-      "a_shape": {"sink_tokens": 3, "window_tokens": 20}})");
-  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
-  ASSERT_TRUE(engine->SetPolicy(*policy).ok());
+  const AttentionPolicy policy = testing::PolicyFor(*engine, R"({"version": 1,
+      "default": {"prefill": "a-shape"}, "a_shape": {"sink_tokens": 3, "window_tokens": 20}})");
+  ASSERT_TRUE(engine->SetPolicy(policy).ok());
   const std::vector<int32_t> prompt = RandomIds(120, 97, 4);
   const Trace whole = RunAlone(*engine, 6, prompt, 120, 2);
   ExpectSame(RunAlone(*engine, 6, prompt, 31, 2), whole, "chunks of 31");
