@@ -73,11 +73,16 @@ Status GatherRowsCuda(const GatherRowsArgs& args, int64_t* bad, cudaStream_t str
   const int64_t row_bytes = row_elems * static_cast<int64_t>(DTypeSize(args.src.dtype));
   if (m == 0) return OkStatus();
   switch (UnitBytes(args, row_bytes)) {
-    case 16: return Launch<uint4>(args, row_bytes, bad, stream);
-    case 8: return Launch<uint2>(args, row_bytes, bad, stream);
-    case 4: return Launch<uint32_t>(args, row_bytes, bad, stream);
-    case 2: return Launch<uint16_t>(args, row_bytes, bad, stream);
-    default: return Launch<uint8_t>(args, row_bytes, bad, stream);
+    case 16:
+      return Launch<uint4>(args, row_bytes, bad, stream);
+    case 8:
+      return Launch<uint2>(args, row_bytes, bad, stream);
+    case 4:
+      return Launch<uint32_t>(args, row_bytes, bad, stream);
+    case 2:
+      return Launch<uint16_t>(args, row_bytes, bad, stream);
+    default:
+      return Launch<uint8_t>(args, row_bytes, bad, stream);
   }
 }
 

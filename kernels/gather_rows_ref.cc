@@ -12,8 +12,7 @@ int64_t RowElements(const Shape& shape) {
 }
 
 int64_t IndexAt(const ConstTensorView& index, int64_t i) {
-  return index.dtype == DType::kI32 ? index.as<const int32_t>()[i]
-                                    : index.as<const int64_t>()[i];
+  return index.dtype == DType::kI32 ? index.as<const int32_t>()[i] : index.as<const int64_t>()[i];
 }
 
 }  // namespace
@@ -27,13 +26,13 @@ Status GatherRowsCheckArgs(const GatherRowsArgs& args) {
              "gather_rows index: dtype ", DTypeName(args.index.dtype), ", expected I32 or I64");
   MP_REQUIRE(args.index.rank() == 1, "gather_rows index: shape ", args.index.shape.ToString(),
              ", expected [m]");
-  MP_REQUIRE(args.dst.dtype == args.src.dtype, "gather_rows: dst dtype ",
-             DTypeName(args.dst.dtype), " differs from src dtype ", DTypeName(args.src.dtype));
+  MP_REQUIRE(args.dst.dtype == args.src.dtype, "gather_rows: dst dtype ", DTypeName(args.dst.dtype),
+             " differs from src dtype ", DTypeName(args.src.dtype));
   MP_REQUIRE(args.dst.dim(0) == args.index.dim(0), "gather_rows: dst has ", args.dst.dim(0),
              " rows for ", args.index.dim(0), " indices");
-  MP_REQUIRE(RowElements(args.dst.shape) == RowElements(args.src.shape),
-             "gather_rows: dst rows ", args.dst.shape.ToString(), " and src rows ",
-             args.src.shape.ToString(), " differ in size");
+  MP_REQUIRE(RowElements(args.dst.shape) == RowElements(args.src.shape), "gather_rows: dst rows ",
+             args.dst.shape.ToString(), " and src rows ", args.src.shape.ToString(),
+             " differ in size");
   return OkStatus();
 }
 
@@ -46,8 +45,8 @@ Status GatherRowsRef(const GatherRowsArgs& args) {
       return OutOfRangeError(detail::StrCat("gather_rows: index[", i, "] = ", row,
                                             " is outside the ", n, " source rows"));
   }
-  const size_t row_bytes = static_cast<size_t>(RowElements(args.src.shape)) *
-                           DTypeSize(args.src.dtype);
+  const size_t row_bytes =
+      static_cast<size_t>(RowElements(args.src.shape)) * DTypeSize(args.src.dtype);
   const char* src = static_cast<const char*>(args.src.data);
   char* dst = static_cast<char*>(args.dst.data);
   for (int64_t i = 0; i < m; ++i)

@@ -186,8 +186,7 @@ __global__ void CompactKernel(const float* __restrict__ scores, Tiling t,
       Scan(storage.scan).ExclusiveSum(equal, rank, tile_equal);
       __syncthreads();
       if (key > s.prefix) out[atomicAdd(&state[row].next_greater, 1)] = Candidate(key, i);
-      if (equal && eq_base + rank < s.remaining)
-        out[greater + eq_base + rank] = Candidate(key, i);
+      if (equal && eq_base + rank < s.remaining) out[greater + eq_base + rank] = Candidate(key, i);
       eq_base += tile_equal;
     }
   }
@@ -273,8 +272,8 @@ Batch CarveBatch(char* base, int64_t rows, int64_t chunks, int64_t kept, size_t 
 
 // The radix select, compaction and sort for rows [0, t.rows) of `scores` (already offset to
 // the batch), writing `index` and `value` (offset likewise).
-Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b,
-                 int32_t* index, float* value, cudaStream_t stream) {
+Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b, int32_t* index,
+                 float* value, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(t.chunks),
                   static_cast<unsigned>(std::min<int64_t>(t.rows, kMaxGridY)));
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(t.rows + 1, kThreads));
@@ -284,11 +283,10 @@ Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b
     MP_CUDA_CHECK(cudaMemsetAsync(b.candidates, 0, t.rows * kept * sizeof(uint64_t), stream));
     for (int pass = 0; pass < kPasses; ++pass) {
       const int shift = 32 - kDigitBits * (pass + 1);
-      HistogramKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.hist, shift,
-                                                     pass == 0);
+      HistogramKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.hist, shift, pass == 0);
       MP_CUDA_CHECK_LAUNCH();
       SelectDigitKernel<<<row_blocks, kThreads, 0, stream>>>(b.hist, b.state, t.rows, k, shift,
-                                                              pass == 0);
+                                                             pass == 0);
       MP_CUDA_CHECK_LAUNCH();
     }
     CountEqualKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.eq_count);
@@ -305,7 +303,8 @@ Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b
         static_cast<int>(t.rows), offsets, offsets + 1, 0, 64, stream));
   }
   const int64_t outputs = t.rows * k;
-  const unsigned out_blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(outputs, kThreads), 4096));
+  const unsigned out_blocks =
+      static_cast<unsigned>(std::min<int64_t>(CeilDiv(outputs, kThreads), 4096));
   OutputKernel<<<out_blocks, kThreads, 0, stream>>>(scores, t.rows, t.cols, k, b.state, b.sorted,
                                                     kept, index, value);
   MP_CUDA_CHECK_LAUNCH();
@@ -319,36 +318,34 @@ Status TopKCuda(const TopKArgs& args, TopKCudaWorkspace& workspace, cudaStream_t
   const int64_t rows = args.scores.dim(0), cols = args.scores.dim(1), k = args.k;
   if (rows == 0 || k == 0) return OkStatus();
   const int64_t kept = std::min(k, cols);
-  const int64_t batch_rows =
-      std::max<int64_t>(1, std::min({rows, int64_t{1} << 16,
-                                     kMaxBatchCandidates / std::max<int64_t>(kept, 1)}));
+  const int64_t batch_rows = std::max<int64_t>(
+      1, std::min({rows, int64_t{1} << 16, kMaxBatchCandidates / std::max<int64_t>(kept, 1)}));
   // ~1024 blocks per pass over the batch, each over at least 2048 columns of one row.
   const int64_t chunks_per_row =
       std::clamp<int64_t>(CeilDiv(1024, batch_rows), 1, std::max<int64_t>(1, CeilDiv(cols, 2048)));
-  const int64_t chunk = std::max<int64_t>(kThreads, CeilDiv(CeilDiv(cols, chunks_per_row),
-                                                            kThreads) * kThreads);
+  const int64_t chunk =
+      std::max<int64_t>(kThreads, CeilDiv(CeilDiv(cols, chunks_per_row), kThreads) * kThreads);
   const int64_t chunks = std::max<int64_t>(1, CeilDiv(cols, chunk));
 
   size_t temp_bytes = 0;
   if (kept > 0)
     MP_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-        nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr),
-        static_cast<uint64_t*>(nullptr), static_cast<int>(batch_rows * kept),
-        static_cast<int>(batch_rows), static_cast<const int32_t*>(nullptr),
-        static_cast<const int32_t*>(nullptr), 0, 64, stream));
+        nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+        static_cast<int>(batch_rows * kept), static_cast<int>(batch_rows),
+        static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, 64, stream));
   size_t bytes = 0;
   CarveBatch(nullptr, batch_rows, chunks, kept, temp_bytes, &bytes);
   cuda_util::DeviceScratch& scratch = workspace.impl().scratch;
   MP_RETURN_IF_ERROR(scratch.Reserve(bytes, stream));
-  const Batch b = CarveBatch(static_cast<char*>(scratch.data()), batch_rows, chunks, kept,
-                             temp_bytes, &bytes);
+  const Batch b =
+      CarveBatch(static_cast<char*>(scratch.data()), batch_rows, chunks, kept, temp_bytes, &bytes);
 
   for (int64_t r0 = 0; r0 < rows; r0 += batch_rows) {
     const int64_t n = std::min(batch_rows, rows - r0);
     const Tiling t{n, cols, chunk, chunks};
     MP_RETURN_IF_ERROR(TopKBatch(args.scores.as<const float>() + r0 * cols, t, k, kept, b,
-                                 args.index.as<int32_t>() + r0 * k,
-                                 args.value.as<float>() + r0 * k, stream));
+                                 args.index.as<int32_t>() + r0 * k, args.value.as<float>() + r0 * k,
+                                 stream));
   }
   return OkStatus();
 }

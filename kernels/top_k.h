@@ -1,5 +1,6 @@
 // The k best entries of each row of a score matrix: the selection step of static eviction (per KV
-// head, the keys to keep) and, later, of the vertical-slash, block-sparse and OmniKV index builders.
+// head, the keys to keep) and, later, of the vertical-slash, block-sparse and OmniKV index
+// builders.
 #pragma once
 
 #include <cstdint>

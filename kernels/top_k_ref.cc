@@ -32,10 +32,9 @@ Status TopKRef(const TopKArgs& args) {
       if (!std::isnan(row[c])) columns.push_back(static_cast<int32_t>(c));
     const int64_t n = std::min<int64_t>(k, static_cast<int64_t>(columns.size()));
     // Float comparison makes -0.0 and +0.0 equal, so they fall to the column tie-break.
-    std::partial_sort(columns.begin(), columns.begin() + n, columns.end(),
-                      [row](int32_t a, int32_t b) {
-                        return row[a] != row[b] ? row[a] > row[b] : a < b;
-                      });
+    std::partial_sort(
+        columns.begin(), columns.begin() + n, columns.end(),
+        [row](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
     for (int64_t i = 0; i < k; ++i) {
       const bool selected = i < n;
       index[r * k + i] = selected ? columns[i] : -1;

@@ -82,7 +82,8 @@ enum class CopyOrder {
   // Every op queued on the compute stream so far (the copy sees their results): e.g. a layer's
   // K/V copied out after the layer wrote them, or rows gathered by indices computed on it.
   kAfterCompute,
-  // Only the copies started before it: for data no queued op writes (or reads as dst).
+  // Only the copies started before it (the queue runs in order): for buffers that no op still
+  // queued on the compute stream writes (nor reads, for dst).
   kNow,
 };
 

@@ -1,7 +1,5 @@
 #include "worker/cpu_backend.h"
 
-#include "worker/cpu_copy_queue.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -10,6 +8,8 @@
 #include <string>
 
 #include <unistd.h>
+
+#include "worker/cpu_copy_queue.h"
 
 namespace millipede {
 namespace {

@@ -155,8 +155,8 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     // Mapped: kernels read it in place (GatherRows from a host KV tier). Portable: usable from
     // every device of the process.
-    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocMapped | cudaHostAllocPortable) !=
-        cudaSuccess) {
+    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1),
+                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
       cudaGetLastError();
       return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) +
                                     " bytes of page-locked host memory for a tensor " +

@@ -121,8 +121,7 @@ StatusOr<CopyEvent> CudaCopyQueue::Copy(ConstTensorView src, TensorView dst, Cop
   MP_RETURN_IF_ERROR(CheckNotPageable(dst.data, "dst"));
   MP_RETURN_IF_ERROR(Begin(order));
   if (src.NumBytes() > 0)
-    MP_CUDA_CHECK(
-        cudaMemcpyAsync(dst.data, src.data, src.NumBytes(), cudaMemcpyDefault, copy_));
+    MP_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.NumBytes(), cudaMemcpyDefault, copy_));
   return Finish();
 }
 

@@ -70,7 +70,7 @@ class CudaCopyQueue {
   std::deque<std::pair<uint64_t, cudaEvent_t>> pending_;  // copies in flight, oldest first
   std::vector<cudaEvent_t> free_events_;
   uint64_t issued_ = 0;
-  uint64_t completed_ = 0;  // every copy up to this one is complete
+  uint64_t completed_ = 0;                         // every copy up to this one is complete
   std::unique_ptr<GatherErrorWord> gather_error_;  // for the gathers on this queue
 };
 

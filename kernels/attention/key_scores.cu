@@ -29,8 +29,8 @@ __global__ void __launch_bounds__(kThreads)
                     float scale) {
   extern __shared__ float shared[];
   const int64_t pitch = head_dim + 1;
-  float* keys = shared;                       // [kKeys, pitch]
-  float* queries = keys + kKeys * pitch;      // [kWarps, head_dim]
+  float* keys = shared;                   // [kKeys, pitch]
+  float* queries = keys + kKeys * pitch;  // [kWarps, head_dim]
   __shared__ float row_lse[kWarps];
   __shared__ int64_t row_pos[kWarps];
   __shared__ float partial[kWarps][kKeys];
@@ -89,9 +89,9 @@ Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream) {
              " is not supported on the GPU");
   MP_REQUIRE(num_kv_heads <= 65535, "key_scores: ", num_kv_heads, " KV heads exceed the grid");
   if (n_k == 0) return OkStatus();
-  const float scale =
-      args.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
-                         : args.scale;
+  const float scale = args.scale == 0.0f
+                          ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
+                          : args.scale;
   const dim3 grid(static_cast<unsigned>((n_k + kKeys - 1) / kKeys),
                   static_cast<unsigned>(num_kv_heads));
   const size_t shared_bytes = (kKeys * (head_dim + 1) + kWarps * head_dim) * sizeof(float);

@@ -13,13 +13,13 @@ Status KeyScoresCheckArgs(const KeyScoresArgs& args) {
   const int64_t n_q = args.q.dim(0), num_heads = args.q.dim(1), head_dim = args.q.dim(2);
   const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
   MP_REQUIRE(head_dim > 0, "key_scores: head_dim must be positive");
-  MP_REQUIRE(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "key_scores: num_heads ",
-             num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
+  MP_REQUIRE(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "key_scores: num_heads ", num_heads,
+             " is not a multiple of num_kv_heads ", num_kv_heads);
   MP_RETURN_IF_ERROR(
       CheckTensor(args.q, "key_scores q", DType::kF32, Shape{n_q, num_heads, head_dim}));
-  MP_REQUIRE(args.k.dtype == DType::kF32 || args.k.dtype == DType::kBF16 ||
-                 args.k.dtype == DType::kF16,
-             "key_scores k: dtype ", DTypeName(args.k.dtype), ", expected F32, BF16 or F16");
+  MP_REQUIRE(
+      args.k.dtype == DType::kF32 || args.k.dtype == DType::kBF16 || args.k.dtype == DType::kF16,
+      "key_scores k: dtype ", DTypeName(args.k.dtype), ", expected F32, BF16 or F16");
   MP_RETURN_IF_ERROR(
       CheckTensor(args.k, "key_scores k", args.k.dtype, Shape{n_k, num_kv_heads, head_dim}));
   MP_RETURN_IF_ERROR(CheckTensor(args.q_pos, "key_scores q_pos", DType::kI64, Shape{n_q}));

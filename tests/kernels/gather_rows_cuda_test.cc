@@ -36,8 +36,10 @@ HostTensor RandomIndex(DType dtype, int64_t m, int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (int64_t i = 0; i < m; ++i) {
     const int64_t row = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
-    if (dtype == DType::kI32) t.data<int32_t>()[i] = static_cast<int32_t>(row);
-    else t.data<int64_t>()[i] = row;
+    if (dtype == DType::kI32)
+      t.data<int32_t>()[i] = static_cast<int32_t>(row);
+    else
+      t.data<int64_t>()[i] = row;
   }
   return t;
 }
@@ -104,16 +106,16 @@ TEST_P(GatherRowsCudaTest, MatchesReferenceFromDeviceAndPinnedHostMemory) {
   EXPECT_TRUE(d_src.Unchanged(src));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GatherRowsCudaTest,
-    ::testing::Values(Case{DType::kBF16, 1000, 128, 777, DType::kI32, 0},   // 16-byte units
-                      Case{DType::kF32, 64, 2, 300, DType::kI64, 0},        // 8
-                      Case{DType::kF16, 50, 6, 129, DType::kI32, 4},        // 4
-                      Case{DType::kBF16, 33, 3, 70, DType::kI64, 2},        // 2
-                      Case{DType::kU8, 17, 5, 40, DType::kI32, 1},          // 1
-                      Case{DType::kBF16, 4096, 128, 20000, DType::kI64, 0},
-                      Case{DType::kI64, 9, 1, 1, DType::kI32, 0},
-                      Case{DType::kF32, 5, 7, 0, DType::kI32, 0}));
+INSTANTIATE_TEST_SUITE_P(Shapes, GatherRowsCudaTest,
+                         ::testing::Values(Case{DType::kBF16, 1000, 128, 777, DType::kI32,
+                                                0},  // 16-byte units
+                                           Case{DType::kF32, 64, 2, 300, DType::kI64, 0},  // 8
+                                           Case{DType::kF16, 50, 6, 129, DType::kI32, 4},  // 4
+                                           Case{DType::kBF16, 33, 3, 70, DType::kI64, 2},  // 2
+                                           Case{DType::kU8, 17, 5, 40, DType::kI32, 1},    // 1
+                                           Case{DType::kBF16, 4096, 128, 20000, DType::kI64, 0},
+                                           Case{DType::kI64, 9, 1, 1, DType::kI32, 0},
+                                           Case{DType::kF32, 5, 7, 0, DType::kI32, 0}));
 
 TEST(GatherRowsCudaBadIndexTest, ZeroRowAndReportedPositionNoOutOfBoundsRead) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";

@@ -22,8 +22,10 @@ using testing::ToFloats;
 HostTensor Indices(DType dtype, const std::vector<int64_t>& values) {
   HostTensor t(dtype, {static_cast<int64_t>(values.size())});
   for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kI32) t.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
-    else t.data<int64_t>()[i] = values[i];
+    if (dtype == DType::kI32)
+      t.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
+    else
+      t.data<int64_t>()[i] = values[i];
   }
   return t;
 }
@@ -61,10 +63,10 @@ TEST(GatherRowsTest, MovesRowsOfAnyDtypeAndWidthByteForByte) {
     ASSERT_TRUE(GatherRowsRef({CView(src), CView(index), dst.view()}).ok()) << DTypeName(dtype);
     const size_t row_bytes = static_cast<size_t>(width * elem);
     for (int64_t i = 0; i < m; ++i)
-      EXPECT_EQ(std::memcmp(static_cast<const char*>(dst.view().data) + i * row_bytes,
-                            static_cast<const char*>(src.view().data) + rows[i] * row_bytes,
-                            row_bytes),
-                0)
+      EXPECT_EQ(
+          std::memcmp(static_cast<const char*>(dst.view().data) + i * row_bytes,
+                      static_cast<const char*>(src.view().data) + rows[i] * row_bytes, row_bytes),
+          0)
           << DTypeName(dtype) << " row " << i;
   }
 }

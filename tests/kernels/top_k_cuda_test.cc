@@ -39,9 +39,15 @@ HostTensor MakeScores(const Case& c, uint64_t seed) {
   std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
   for (int64_t i = 0; i < t.NumElements(); ++i) {
     switch (c.values) {
-      case Values::kUniform: x[i] = dist(rng); break;
-      case Values::kTies: x[i] = std::round(dist(rng)); break;  // 9 distinct values
-      case Values::kConstant: x[i] = 0.5f; break;
+      case Values::kUniform:
+        x[i] = dist(rng);
+        break;
+      case Values::kTies:
+        x[i] = std::round(dist(rng));
+        break;  // 9 distinct values
+      case Values::kConstant:
+        x[i] = 0.5f;
+        break;
       case Values::kSpecial: {
         const float special[] = {kNaN, -kNaN, kInf, -kInf, 0.0f, -0.0f, 1.0f, -1.0f};
         x[i] = rng() % 3 == 0 ? special[rng() % 8] : dist(rng);
@@ -71,8 +77,8 @@ void ExpectSameAsReference(const Case& c, TopKCudaWorkspace& workspace, uint64_t
   std::memset(poison_index.view().data, 0x7b, poison_index.NumBytes());
   DeviceTensor d_scores(scores), d_index(poison_index, 4),
       d_value(testing::PoisonedF32({c.rows, c.k}));
-  Status status = TopKCuda({d_scores.cview(), c.k, d_index.view(), d_value.view()}, workspace,
-                           nullptr);
+  Status status =
+      TopKCuda({d_scores.cview(), c.k, d_index.view(), d_value.view()}, workspace, nullptr);
   ASSERT_TRUE(status.ok()) << status.ToString();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const HostTensor index = d_index.Read(), value = d_value.Read();
@@ -106,8 +112,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 1 << 21, 16384, Values::kUniform},
                       Case{3, 1 << 20, 16384, Values::kTies},
                       Case{2, 300000, 4000, Values::kConstant},
-                      Case{4, 200000, 20000, Values::kSpecial},
-                      Case{70000, 9, 3, Values::kSpecial}, Case{3, 0, 4, Values::kUniform}));
+                      Case{4, 200000, 20000, Values::kSpecial}, Case{70000, 9, 3, Values::kSpecial},
+                      Case{3, 0, 4, Values::kUniform}));
 
 // One workspace across growing and shrinking sizes (the scratch is reused and regrown).
 TEST(TopKCudaWorkspaceTest, ReusedAcrossSizes) {
@@ -126,9 +132,9 @@ TEST(TopKCudaArgsTest, RejectsWhatTheReferenceRejects) {
   ASSERT_TRUE(workspace.ok());
   HostTensor scores(DType::kF32, {2, 5}), index(DType::kI32, {2, 2}), value(DType::kF32, {2, 3});
   DeviceTensor d_scores(scores), d_index(index), d_value(value);
-  EXPECT_EQ(TopKCuda({d_scores.cview(), 3, d_index.view(), d_value.view()}, **workspace, nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      TopKCuda({d_scores.cview(), 3, d_index.view(), d_value.view()}, **workspace, nullptr).code(),
+      StatusCode::kInvalidArgument);
 }
 
 }  // namespace

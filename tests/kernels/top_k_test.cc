@@ -54,8 +54,9 @@ TopKResult SortOracle(const std::vector<float>& scores, int64_t rows, int64_t co
 }
 
 TEST(TopKTest, PicksBestFirstWithTiesToTheLowerColumn) {
-  HostTensor scores = TensorOf(DType::kF32, {2, 6}, {3, 1, 3, kNaN, -kInf, 2,  //
-                                                     0, 5, -1, 5, 5, kInf});
+  HostTensor scores = TensorOf(DType::kF32, {2, 6},
+                               {3, 1, 3, kNaN, -kInf, 2,  //
+                                0, 5, -1, 5, 5, kInf});
   auto r = RunTopK(scores, 4);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->index, (std::vector<int32_t>{0, 2, 5, 1, 5, 1, 3, 4}));
@@ -64,8 +65,9 @@ TEST(TopKTest, PicksBestFirstWithTiesToTheLowerColumn) {
 
 TEST(TopKTest, NaNIsNeverSelectedAndShortRowsEndInMinusOne) {
   // Row 0 has five selectable entries (the -inf one included), row 1 none.
-  HostTensor scores = TensorOf(DType::kF32, {2, 6}, {3, 1, 3, kNaN, -kInf, 2,  //
-                                                     kNaN, kNaN, kNaN, kNaN, kNaN, kNaN});
+  HostTensor scores = TensorOf(DType::kF32, {2, 6},
+                               {3, 1, 3, kNaN, -kInf, 2,  //
+                                kNaN, kNaN, kNaN, kNaN, kNaN, kNaN});
   auto r = RunTopK(scores, 7);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->index, (std::vector<int32_t>{0, 2, 5, 1, 4, -1, -1, -1, -1, -1, -1, -1, -1, -1}));
@@ -101,7 +103,8 @@ TEST(TopKTest, MatchesAStableSortOnRandomRowsWithTies) {
       auto r = RunTopK(scores, s.k);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       const TopKResult want = SortOracle(values, s.rows, s.cols, s.k);
-      EXPECT_EQ(r->index, want.index) << s.rows << "x" << s.cols << " k " << s.k << " kind " << kind;
+      EXPECT_EQ(r->index, want.index)
+          << s.rows << "x" << s.cols << " k " << s.k << " kind " << kind;
       EXPECT_EQ(r->value, want.value);
     }
   }

@@ -94,8 +94,11 @@ TEST(CpuBackendOpsTest, SelectionOpsAreTheReferences) {
   const float row[] = {1, 3, 3, -1};
   int32_t index[2];
   float value[2];
-  ASSERT_TRUE(backend->TopK({{row, DType::kF32, {1, 4}}, 2, {index, DType::kI32, {1, 2}},
-                             {value, DType::kF32, {1, 2}}})
+  ASSERT_TRUE(backend
+                  ->TopK({{row, DType::kF32, {1, 4}},
+                          2,
+                          {index, DType::kI32, {1, 2}},
+                          {value, DType::kF32, {1, 2}}})
                   .ok());
   EXPECT_EQ(index[0], 1);
   EXPECT_EQ(index[1], 2);
@@ -103,9 +106,13 @@ TEST(CpuBackendOpsTest, SelectionOpsAreTheReferences) {
   const int64_t q_pos[] = {1}, k_pos[] = {0, 1};
   float score[2];
   ASSERT_TRUE(backend
-                  ->KeyScores({{q, DType::kF32, {1, 1, 2}}, {q_pos, DType::kI64, {1}},
-                               {k, DType::kF32, {2, 1, 2}}, {k_pos, DType::kI64, {2}},
-                               {lse, DType::kF32, {1, 1}}, 1.0f, {score, DType::kF32, {1, 2}}})
+                  ->KeyScores({{q, DType::kF32, {1, 1, 2}},
+                               {q_pos, DType::kI64, {1}},
+                               {k, DType::kF32, {2, 1, 2}},
+                               {k_pos, DType::kI64, {2}},
+                               {lse, DType::kF32, {1, 1}},
+                               1.0f,
+                               {score, DType::kF32, {1, 2}}})
                   .ok());
   EXPECT_FLOAT_EQ(score[0], std::exp(1.0f));
   EXPECT_FLOAT_EQ(score[1], 1.0f);

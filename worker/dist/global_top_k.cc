@@ -11,10 +11,10 @@ namespace {
 // What every rank tells the others first: fixed size, so it can be gathered before anything is
 // known about the others.
 struct Header {
-  int64_t valid;       // 1 when this rank's input passed its checks
+  int64_t valid;  // 1 when this rank's input passed its checks
   int64_t num_groups;
   int64_t k;
-  int64_t sent;        // candidates this rank sends in the second gather
+  int64_t sent;  // candidates this rank sends in the second gather
 };
 
 // A candidate as sent (explicit padding, so no uninitialised byte goes over the wire).
@@ -29,15 +29,15 @@ Status CheckInput(std::span<const GlobalTopKCandidate> candidates,
                   std::span<const int64_t> group_offsets, int64_t k) {
   MP_REQUIRE(!group_offsets.empty(), "global top-k: group_offsets needs num_groups + 1 entries");
   MP_REQUIRE(k >= 0, "global top-k: k = ", k, " is negative");
-  MP_REQUIRE(group_offsets.front() == 0 &&
-                 group_offsets.back() == static_cast<int64_t>(candidates.size()),
-             "global top-k: group_offsets must run from 0 to ", candidates.size());
+  MP_REQUIRE(
+      group_offsets.front() == 0 && group_offsets.back() == static_cast<int64_t>(candidates.size()),
+      "global top-k: group_offsets must run from 0 to ", candidates.size());
   for (size_t g = 1; g < group_offsets.size(); ++g)
     MP_REQUIRE(group_offsets[g] >= group_offsets[g - 1], "global top-k: group_offsets[", g,
                "] = ", group_offsets[g], " < group_offsets[", g - 1, "]");
   for (size_t i = 0; i < candidates.size(); ++i)
-    MP_REQUIRE(!std::isnan(candidates[i].score), "global top-k: candidate ", i,
-               " (position ", candidates[i].position, ") has a NaN score");
+    MP_REQUIRE(!std::isnan(candidates[i].score), "global top-k: candidate ", i, " (position ",
+               candidates[i].position, ") has a NaN score");
   return OkStatus();
 }
 
@@ -61,8 +61,7 @@ std::vector<WireCandidate> LocalBest(std::span<const GlobalTopKCandidate> candid
 }
 
 // The cut of one group from every rank's candidates of it.
-StatusOr<GlobalTopKCut> CutGroup(std::vector<GlobalTopKCandidate>& pool, int64_t k,
-                                 int64_t group) {
+StatusOr<GlobalTopKCut> CutGroup(std::vector<GlobalTopKCandidate>& pool, int64_t k, int64_t group) {
   std::sort(pool.begin(), pool.end(),
             [](const auto& a, const auto& b) { return a.position < b.position; });
   for (size_t i = 1; i < pool.size(); ++i)
@@ -90,8 +89,8 @@ StatusOr<GlobalTopKResult> GlobalTopK(Communicator& comm,
 
   // 1. Headers: everyone's validity, group count, k and how much each sends.
   const Header header{input.ok() ? 1 : 0,
-                      static_cast<int64_t>(group_offsets.empty() ? 0 : group_offsets.size() - 1),
-                      k, static_cast<int64_t>(mine.size())};
+                      static_cast<int64_t>(group_offsets.empty() ? 0 : group_offsets.size() - 1), k,
+                      static_cast<int64_t>(mine.size())};
   std::vector<Header> headers(static_cast<size_t>(ranks));
   MP_RETURN_IF_ERROR(comm.HostAllGather(&header, headers.data(), sizeof(Header)));
   if (!input.ok()) return input;
@@ -124,8 +123,8 @@ StatusOr<GlobalTopKResult> GlobalTopK(Communicator& comm,
     for (int64_t g = 0; g < num_groups; ++g) {
       int64_t count = 0;
       std::memcpy(&count, block + g * sizeof(int64_t), sizeof count);
-      MP_ASSERT(count >= 0 && next + count <= headers[static_cast<size_t>(r)].sent,
-                "rank ", r, " sent counts that do not add up");
+      MP_ASSERT(count >= 0 && next + count <= headers[static_cast<size_t>(r)].sent, "rank ", r,
+                " sent counts that do not add up");
       for (int64_t i = 0; i < count; ++i, ++next) {
         WireCandidate c;
         std::memcpy(&c, wire + next * sizeof(WireCandidate), sizeof c);

@@ -16,8 +16,8 @@
 namespace millipede {
 
 struct GlobalTopKCandidate {
-  float score = 0.0f;     // any value but NaN
-  int64_t position = 0;   // the candidate's global position: unique within its group over ranks
+  float score = 0.0f;    // any value but NaN
+  int64_t position = 0;  // the candidate's global position: unique within its group over ranks
 
   // The order of the selection: the higher score first, then the lower position. A total order
   // when positions are unique, so every rank ranks every candidate alike.

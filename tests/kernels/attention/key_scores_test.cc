@@ -95,7 +95,8 @@ TEST(KeyScoresTest, ScoresOfEachKvHeadSumToItsQueryHeadCount) {
       for (int64_t h = g * heads / kv_heads; h < (g + 1) * heads / kv_heads; ++h) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c)
-          dot += double{qf[((n_q - 1) * heads + h) * d + c]} * kf[((n_k - 1) * kv_heads + g) * d + c];
+          dot +=
+              double{qf[((n_q - 1) * heads + h) * d + c]} * kf[((n_k - 1) * kv_heads + g) * d + c];
         want += std::exp(dot / std::sqrt(double(d)) - lf[(n_q - 1) * heads + h]);
       }
       EXPECT_NEAR(v[g * n_k + n_k - 1], want, 1e-6 * want);
@@ -167,9 +168,9 @@ TEST(KeyScoresTest, RejectsBadLseAndArguments) {
   HostTensor k_i = RandomTensor(DType::kF64, {3, 1, 4}, 6);
   EXPECT_FALSE(Scores(q, q_pos, k_i, k_pos, lse).ok());
   HostTensor score(DType::kF32, {3, 1});  // transposed
-  EXPECT_FALSE(KeyScoresRef({CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f,
-                             score.view()})
-                   .ok());
+  EXPECT_FALSE(
+      KeyScoresRef({CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f, score.view()})
+          .ok());
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ TEST(GlobalTopKTest, RejectsBadInput) {
   const std::vector<GlobalTopKCandidate> c{{1, 0}, {2, 1}, {3, 2}};
   const std::vector<int64_t> offsets{0, 3};
   EXPECT_EQ(GlobalTopK(*comm, c, offsets, -1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(GlobalTopK(*comm, c, std::vector<int64_t>{0, 2}, 1).ok());     // short
+  EXPECT_FALSE(GlobalTopK(*comm, c, std::vector<int64_t>{0, 2}, 1).ok());        // short
   EXPECT_FALSE(GlobalTopK(*comm, c, std::vector<int64_t>{0, 2, 1, 3}, 1).ok());  // decreasing
   EXPECT_FALSE(GlobalTopK(*comm, c, std::vector<int64_t>{}, 1).ok());
   const std::vector<GlobalTopKCandidate> nan{{1, 0}, {std::nanf(""), 1}};

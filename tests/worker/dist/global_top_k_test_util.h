@@ -19,11 +19,11 @@ enum class Scores { kUniform, kTies, kWithInfinities };
 struct TopKScenario {
   int ranks = 1;
   int64_t num_groups = 1;
-  int64_t positions = 0;    // per group, spread over the ranks
+  int64_t positions = 0;  // per group, spread over the ranks
   int64_t k = 0;
   Scores scores = Scores::kUniform;
-  int empty_rank = -1;      // a rank that gets no candidate at all (-1: none)
-  int64_t empty_group = -1; // a group with no candidate on any rank (-1: none)
+  int empty_rank = -1;       // a rank that gets no candidate at all (-1: none)
+  int64_t empty_group = -1;  // a group with no candidate on any rank (-1: none)
   uint64_t seed = 1;
 };
 
