@@ -76,6 +76,31 @@ StatusOr<GlobalTopKCut> CutGroup(std::vector<GlobalTopKCandidate>& pool, int64_t
   return cut;
 }
 
+// Every rank's candidates of each group, from the second gather's blocks (one of `bytes` per
+// rank: counts per group, then the candidates).
+StatusOr<std::vector<std::vector<GlobalTopKCandidate>>> Unpack(
+    const std::vector<unsigned char>& recv, size_t bytes, const std::vector<Header>& headers,
+    int64_t num_groups) {
+  std::vector<std::vector<GlobalTopKCandidate>> pools(static_cast<size_t>(num_groups));
+  for (size_t r = 0; r < headers.size(); ++r) {
+    const unsigned char* block = recv.data() + r * bytes;
+    const unsigned char* wire = block + num_groups * sizeof(int64_t);
+    int64_t next = 0;
+    for (int64_t g = 0; g < num_groups; ++g) {
+      int64_t count = 0;
+      std::memcpy(&count, block + g * sizeof(int64_t), sizeof count);
+      MP_ASSERT(count >= 0 && next + count <= headers[r].sent, "rank ", r,
+                " sent counts that do not add up");
+      for (int64_t i = 0; i < count; ++i, ++next) {
+        WireCandidate c;
+        std::memcpy(&c, wire + next * sizeof(WireCandidate), sizeof c);
+        pools[static_cast<size_t>(g)].push_back({c.score, c.position});
+      }
+    }
+  }
+  return pools;
+}
+
 }  // namespace
 
 StatusOr<GlobalTopKResult> GlobalTopK(Communicator& comm,
@@ -115,23 +140,8 @@ StatusOr<GlobalTopKResult> GlobalTopK(Communicator& comm,
   MP_RETURN_IF_ERROR(comm.HostAllGather(send.data(), recv.data(), bytes));
 
   // 3. Every rank cuts every group from the same candidates.
-  std::vector<std::vector<GlobalTopKCandidate>> pools(static_cast<size_t>(num_groups));
-  for (int r = 0; r < ranks; ++r) {
-    const unsigned char* block = recv.data() + static_cast<size_t>(r) * bytes;
-    const unsigned char* wire = block + num_groups * sizeof(int64_t);
-    int64_t next = 0;
-    for (int64_t g = 0; g < num_groups; ++g) {
-      int64_t count = 0;
-      std::memcpy(&count, block + g * sizeof(int64_t), sizeof count);
-      MP_ASSERT(count >= 0 && next + count <= headers[static_cast<size_t>(r)].sent, "rank ", r,
-                " sent counts that do not add up");
-      for (int64_t i = 0; i < count; ++i, ++next) {
-        WireCandidate c;
-        std::memcpy(&c, wire + next * sizeof(WireCandidate), sizeof c);
-        pools[static_cast<size_t>(g)].push_back({c.score, c.position});
-      }
-    }
-  }
+  MP_ASSIGN_OR_RETURN(std::vector<std::vector<GlobalTopKCandidate>> pools,
+                      Unpack(recv, bytes, headers, num_groups));
   GlobalTopKResult result;
   for (int64_t g = 0; g < num_groups; ++g) {
     MP_ASSIGN_OR_RETURN(GlobalTopKCut cut, CutGroup(pools[static_cast<size_t>(g)], k, g));
