@@ -11,8 +11,10 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/key_scores.h"
 #include "kernels/convert.h"
 #include "kernels/embedding.h"
+#include "kernels/gather_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/attention/merge_state.h"
 #include "kernels/rms_norm.h"
@@ -20,6 +22,7 @@
 #include "kernels/rope_kv.h"
 #include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
+#include "kernels/top_k.h"
 
 namespace millipede {
 
@@ -67,6 +70,22 @@ struct BackendMemory {
 };
 const char* BackendKindName(BackendKind kind);
 StatusOr<BackendKind> ParseBackendKind(std::string_view name);
+
+// A copy started on a backend's copy queue (Backend::StartCopy). The queue runs its copies one
+// after another in the order started, so a copy is complete once any later one is.
+struct CopyEvent {
+  uint64_t sequence = 0;  // 1, 2, ... in the order started; 0: no copy (always complete)
+};
+
+// What a copy waits for before it starts.
+enum class CopyOrder {
+  // Every op queued on the compute stream so far (the copy sees their results): e.g. a layer's
+  // K/V copied out after the layer wrote them, or rows gathered by indices computed on it.
+  kAfterCompute,
+  // Only the copies started before it (the queue runs in order): for buffers that no op still
+  // queued on the compute stream writes (nor reads, for dst).
+  kNow,
+};
 
 class Backend {
  public:
@@ -120,6 +139,45 @@ class Backend {
   // Samples from logits held in backend memory.
   virtual StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
                                    uint64_t step) = 0;
+
+  // Selection ops: per-row top-k, key scores for static eviction, row gathers. Argument
+  // contracts are those of kernels/top_k.h, kernels/attention/key_scores.h and
+  // kernels/gather_rows.h, with every tensor in backend memory (a gather's src may also be
+  // AllocateHost memory). An out-of-range gather index is an OutOfRange error: at once on the
+  // CPU backend; on a GPU, which cannot see the indices without waiting, the row is written as
+  // zeros and the error comes from the next Synchronize().
+  virtual Status TopK(const TopKArgs& args) = 0;
+  virtual Status KeyScores(const KeyScoresArgs& args) = 0;
+  virtual Status GatherRows(const GatherRowsArgs& args) = 0;
+
+  // Host memory for asynchronous copies and for ops to read directly (a host KV tier):
+  // page-locked and mapped into the GPU's address space on a GPU backend, plain aligned memory on
+  // the CPU backend. The view's data is a host pointer either way. Uninitialised.
+  virtual StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) = 0;
+
+  // The copy queue: copies on a stream of their own, beside the compute stream. On the CPU
+  // backend every copy runs at once and returns a complete event.
+  //
+  // StartCopy queues dst = src (same dtype and element count; each side backend memory or
+  // AllocateHost memory, pageable host memory is refused) after what `order` names, and returns
+  // at once. Until the copy is complete, src must not be written and dst not read or written:
+  // compute that would touches them only after ComputeWaitFor(event), the host only after
+  // WaitCopy(event) or CopyDone(event) said so, and neither buffer is freed before. So a layer's
+  // K/V goes to host memory behind the next layer's compute (kAfterCompute, then ComputeWaitFor
+  // before the buffer is overwritten), and rows go host -> device while compute runs.
+  virtual StatusOr<CopyEvent> StartCopy(ConstTensorView src, TensorView dst, CopyOrder order) = 0;
+  // GatherRows as a copy: queued on the copy queue with StartCopy's ordering and buffer rules
+  // (args.src typically AllocateHost memory, args.index and args.dst backend memory). An
+  // out-of-range index writes a zero row there; the OutOfRange error comes, at the latest, from
+  // the first WaitCopy or CopyDone that finds this gather complete.
+  virtual StatusOr<CopyEvent> StartGatherRows(const GatherRowsArgs& args, CopyOrder order) = 0;
+  // Ops queued on the compute stream from now on start after `event`'s copy is complete (the
+  // host does not wait).
+  virtual Status ComputeWaitFor(CopyEvent event) = 0;
+  // Blocks the host until `event`'s copy is complete.
+  virtual Status WaitCopy(CopyEvent event) = 0;
+  // Whether `event`'s copy is complete, without blocking.
+  virtual StatusOr<bool> CopyDone(CopyEvent event) = 0;
 };
 
 // Creates a backend (`device`: the GPU index for kCuda). kCuda is refused with a clear error in

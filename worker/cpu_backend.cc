@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include "worker/cpu_copy_queue.h"
+
 namespace millipede {
 namespace {
 
@@ -94,7 +96,30 @@ class CpuBackend final : public Backend {
     return SampleRef(logits, params, step);
   }
 
+  // Selection ops, host memory and the copy queue (see backend.h): everything is host memory,
+  // so copies run at once.
+  Status TopK(const TopKArgs& args) override { return TopKRef(args); }
+  Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresRef(args); }
+  Status GatherRows(const GatherRowsArgs& args) override { return GatherRowsRef(args); }
+  StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
+    return Allocate(dtype, shape);
+  }
+  StatusOr<CopyEvent> StartCopy(ConstTensorView src, TensorView dst, CopyOrder) override {
+    return copies_.Copy(src, dst);
+  }
+  StatusOr<CopyEvent> StartGatherRows(const GatherRowsArgs& args, CopyOrder) override {
+    return copies_.Gather(args);
+  }
+  Status ComputeWaitFor(CopyEvent event) override { return copies_.Check(event); }
+  Status WaitCopy(CopyEvent event) override { return copies_.Check(event); }
+  StatusOr<bool> CopyDone(CopyEvent event) override {
+    MP_RETURN_IF_ERROR(copies_.Check(event));
+    return true;
+  }
+
  private:
+  CpuCopyQueue copies_;
+
   static Status Copy(ConstTensorView src, TensorView dst) {
     MP_REQUIRE(src.dtype == dst.dtype, "copy: dtype ", DTypeName(src.dtype), " vs ",
                DTypeName(dst.dtype));

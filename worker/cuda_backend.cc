@@ -2,13 +2,17 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/key_scores_cuda.h"
 #include "kernels/convert_cuda.h"
 #include "kernels/embedding_cuda.h"
+#include "kernels/gather_rows_cuda.h"
 #include "kernels/gemm_cuda.h"
 #include "kernels/attention/merge_state_cuda.h"
 #include "kernels/rms_norm_cuda.h"
@@ -16,6 +20,8 @@
 #include "kernels/rope_kv_cuda.h"
 #include "kernels/sampling_cuda.h"
 #include "kernels/silu_mul_cuda.h"
+#include "kernels/top_k_cuda.h"
+#include "worker/cuda_copy_queue.h"
 
 namespace millipede {
 namespace {
@@ -37,6 +43,9 @@ class CudaBackend final : public Backend {
     b->device_ = device;
     MP_ASSIGN_OR_RETURN(b->gemm_, GemmCudaContext::Create());
     MP_ASSIGN_OR_RETURN(b->sample_, SampleCudaWorkspace::Create());
+    MP_ASSIGN_OR_RETURN(b->top_k_, TopKCudaWorkspace::Create());
+    MP_ASSIGN_OR_RETURN(b->gather_error_, GatherErrorWord::Create());
+    MP_ASSIGN_OR_RETURN(b->copies_, CudaCopyQueue::Create(b->stream_));
     return std::unique_ptr<Backend>(std::move(b));
   }
 
@@ -102,7 +111,7 @@ class CudaBackend final : public Backend {
   }
   Status Synchronize() override {
     MP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return OkStatus();
+    return gather_error_->Take("GatherRows");
   }
   DType GemmInputDType(DType weight_dtype) const override {
     // GemmCuda runs BF16/F16 weights on operands of their dtype (see kernels/gemm_cuda.h).
@@ -135,6 +144,36 @@ class CudaBackend final : public Backend {
     return SampleCuda(logits, params, step, *sample_, stream_);
   }
 
+  // Selection ops, pinned host memory and the copy queue (see backend.h).
+  Status TopK(const TopKArgs& args) override { return TopKCuda(args, *top_k_, stream_); }
+  Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresCuda(args, stream_); }
+  Status GatherRows(const GatherRowsArgs& args) override {
+    return GatherRowsCuda(args, gather_error_->device(), stream_);
+  }
+  StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
+    MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
+    void* p = nullptr;
+    // Mapped: kernels read it in place (GatherRows from a host KV tier). Portable: usable from
+    // every device of the process.
+    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1),
+                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();
+      return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) +
+                                    " bytes of page-locked host memory for a tensor " +
+                                    shape.ToString());
+    }
+    return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFreeHost(q); });
+  }
+  StatusOr<CopyEvent> StartCopy(ConstTensorView src, TensorView dst, CopyOrder order) override {
+    return copies_->Copy(src, dst, order);
+  }
+  StatusOr<CopyEvent> StartGatherRows(const GatherRowsArgs& args, CopyOrder order) override {
+    return copies_->Gather(args, order);
+  }
+  Status ComputeWaitFor(CopyEvent event) override { return copies_->ComputeWaitFor(event); }
+  Status WaitCopy(CopyEvent event) override { return copies_->Wait(event); }
+  StatusOr<bool> CopyDone(CopyEvent event) override { return copies_->Done(event); }
+
  private:
   CudaBackend() = default;
   static Status CheckCopy(ConstTensorView a, ConstTensorView b) {
@@ -150,6 +189,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = cudaStreamPerThread;
   std::unique_ptr<GemmCudaContext> gemm_;
   std::unique_ptr<SampleCudaWorkspace> sample_;
+  std::unique_ptr<TopKCudaWorkspace> top_k_;
+  std::unique_ptr<GatherErrorWord> gather_error_;  // for GatherRows on the compute stream
+  std::unique_ptr<CudaCopyQueue> copies_;
   std::vector<void*> weights_;
 };
 

@@ -96,6 +96,27 @@ class CountingBackend final : public Backend {
     Count("Sample");
     return inner_->Sample(logits, params, step);
   }
+  Status TopK(const TopKArgs& a) override { return Run("TopK", &Backend::TopK, a); }
+  Status KeyScores(const KeyScoresArgs& a) override {
+    return Run("KeyScores", &Backend::KeyScores, a);
+  }
+  Status GatherRows(const GatherRowsArgs& a) override {
+    return Run("GatherRows", &Backend::GatherRows, a);
+  }
+  StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
+    return inner_->AllocateHost(dtype, shape);
+  }
+  StatusOr<CopyEvent> StartCopy(ConstTensorView src, TensorView dst, CopyOrder order) override {
+    Count("StartCopy");
+    return inner_->StartCopy(src, dst, order);
+  }
+  StatusOr<CopyEvent> StartGatherRows(const GatherRowsArgs& a, CopyOrder order) override {
+    Count("StartGatherRows");
+    return inner_->StartGatherRows(a, order);
+  }
+  Status ComputeWaitFor(CopyEvent event) override { return inner_->ComputeWaitFor(event); }
+  Status WaitCopy(CopyEvent event) override { return inner_->WaitCopy(event); }
+  StatusOr<bool> CopyDone(CopyEvent event) override { return inner_->CopyDone(event); }
 
  private:
   void Count(const char* op) { ++(*counts_)[op]; }

@@ -1,0 +1,89 @@
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/cuda_util.cuh"
+#include "kernels/gather_rows_cuda.h"
+
+namespace millipede {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxBlocks = 8192;
+
+// One warp per output row (grid-strided), each lane moving `Unit`s of the row: consecutive lanes
+// read consecutive units, so a warp's loads coalesce, which matters most when src is host memory
+// read across PCIe.
+//   src [n, row_units], index [m], dst [m, row_units] (in Units).
+template <typename Unit, typename Index>
+__global__ void GatherRowsKernel(const Unit* __restrict__ src, const Index* __restrict__ index,
+                                 Unit* __restrict__ dst, int64_t n, int64_t m, int64_t row_units,
+                                 int64_t* __restrict__ bad) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; i < m;
+       i += warps) {
+    const int64_t row = static_cast<int64_t>(index[i]);
+    Unit* out = dst + i * row_units;
+    if (row < 0 || row >= n) {
+      for (int64_t c = lane; c < row_units; c += 32) out[c] = Unit{};
+      if (lane == 0 && bad != nullptr) *bad = i;
+      continue;
+    }
+    const Unit* in = src + row * row_units;
+    for (int64_t c = lane; c < row_units; c += 32) out[c] = in[c];
+  }
+}
+
+template <typename Unit>
+Status Launch(const GatherRowsArgs& args, int64_t row_bytes, int64_t* bad, cudaStream_t stream) {
+  const int64_t n = args.src.dim(0), m = args.index.dim(0);
+  const int64_t row_units = row_bytes / static_cast<int64_t>(sizeof(Unit));
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((m + kWarps - 1) / kWarps, kMaxBlocks));
+  const Unit* src = static_cast<const Unit*>(args.src.data);
+  Unit* dst = static_cast<Unit*>(args.dst.data);
+  if (args.index.dtype == DType::kI32)
+    GatherRowsKernel<Unit, int32_t><<<blocks, kThreads, 0, stream>>>(
+        src, args.index.as<const int32_t>(), dst, n, m, row_units, bad);
+  else
+    GatherRowsKernel<Unit, int64_t><<<blocks, kThreads, 0, stream>>>(
+        src, args.index.as<const int64_t>(), dst, n, m, row_units, bad);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+// The widest unit (16, 8, 4, 2 or 1 bytes) dividing the row size and both base addresses.
+int UnitBytes(const GatherRowsArgs& args, int64_t row_bytes) {
+  for (int unit : {16, 8, 4, 2}) {
+    if (row_bytes % unit == 0 && cuda_util::IsAligned(args.src.data, unit) &&
+        cuda_util::IsAligned(args.dst.data, unit))
+      return unit;
+  }
+  return 1;
+}
+
+}  // namespace
+
+Status GatherRowsCuda(const GatherRowsArgs& args, int64_t* bad, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(GatherRowsCheckArgs(args));
+  const int64_t m = args.index.dim(0);
+  const int64_t row_elems = args.dst.dim(0) > 0 ? args.dst.NumElements() / args.dst.dim(0) : 0;
+  const int64_t row_bytes = row_elems * static_cast<int64_t>(DTypeSize(args.src.dtype));
+  if (m == 0) return OkStatus();
+  switch (UnitBytes(args, row_bytes)) {
+    case 16:
+      return Launch<uint4>(args, row_bytes, bad, stream);
+    case 8:
+      return Launch<uint2>(args, row_bytes, bad, stream);
+    case 4:
+      return Launch<uint32_t>(args, row_bytes, bad, stream);
+    case 2:
+      return Launch<uint16_t>(args, row_bytes, bad, stream);
+    default:
+      return Launch<uint8_t>(args, row_bytes, bad, stream);
+  }
+}
+
+}  // namespace millipede

@@ -1,0 +1,44 @@
+// CUDA form of TopKRef. Include only from CUDA-enabled translation units (MILLIPEDE_HAVE_CUDA
+// builds); kernels/top_k.h stays CUDA-free.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "common/status.h"
+#include "kernels/top_k.h"
+
+namespace millipede {
+
+// Device memory for TopKCuda's intermediate results (grown on demand, kept between calls).
+// Create one per device (with that device current); a workspace serves one stream at a time and
+// is not thread-safe.
+class TopKCudaWorkspace {
+ public:
+  static StatusOr<std::unique_ptr<TopKCudaWorkspace>> Create();
+  ~TopKCudaWorkspace();
+  TopKCudaWorkspace(const TopKCudaWorkspace&) = delete;
+  TopKCudaWorkspace& operator=(const TopKCudaWorkspace&) = delete;
+
+  struct Impl;  // defined in top_k.cu
+  Impl& impl() { return *impl_; }
+
+ private:
+  TopKCudaWorkspace();
+  std::unique_ptr<Impl> impl_;
+};
+
+// TopKRef with scores, index and value in device memory: the same output, bit for bit.
+// Enqueued on `stream` without waiting (growing the workspace waits for `stream` once).
+//
+// How: per row, a radix select finds the k-th largest key (floats mapped to order-preserving
+// 32-bit keys, NaN to a key below every number) in four 8-bit passes, each a histogram over the
+// row split across many blocks; a compaction then keeps the keys above that threshold and the
+// lowest-column keys equal to it; a segmented radix sort orders the kept (key, column) pairs.
+// Cost: six reads of the scores (four histogram passes, a count and the compaction), a segmented
+// sort of rows * min(k, cols) 64-bit keys and about 14 launches; millipede-bench-selection
+// measures it.
+Status TopKCuda(const TopKArgs& args, TopKCudaWorkspace& workspace, cudaStream_t stream);
+
+}  // namespace millipede

@@ -1,0 +1,240 @@
+// millipede-bench-selection: times the CUDA backend's selection ops and copy queue, as the engine
+// calls them (each call followed by the wait the engine would do), and prints one JSON object:
+// TopK over [rows, cols] scores, KeyScores of observed queries over a rank's keys, GatherRows
+// of selected K rows from device and from page-locked host memory, and copies host <-> device
+// alone and beside a compute op (the overlap the copy queue is for). Wall-clock milliseconds per
+// call, averaged after warm-up runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "worker/backend.h"
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] = R"(usage: millipede-bench-selection [options]
+
+  --rows R         top-k rows (default 8: one per KV head)
+  --cols C         top-k columns (default 1048576)
+  --k K            top-k k (default 16384)
+  --keys N         keys of KeyScores and rows of the gathers (default 131072)
+  --queries Q      observed queries of KeyScores (default 64)
+  --q-heads H      query heads (default 32)
+  --kv-heads H     key/value heads (default 8)
+  --head-dim D     (default 128)
+  --copy-mib M     size of the timed copies (default 256)
+  --warmup N       untimed runs first (default 2)
+  --iters N        timed runs, averaged (default 5)
+)";
+
+struct Sizes {
+  int64_t rows, cols, k, keys, queries, q_heads, kv_heads, head_dim, copy_mib, warmup, iters;
+};
+
+// Milliseconds per call of `run` (which must include its own wait).
+StatusOr<double> TimeMs(const std::function<Status()>& run, const Sizes& s) {
+  for (int64_t i = 0; i < s.warmup; ++i) MP_RETURN_IF_ERROR(run());
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < s.iters; ++i) MP_RETURN_IF_ERROR(run());
+  const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
+  return ms.count() / static_cast<double>(s.iters);
+}
+
+// A backend tensor holding uniform values in [-1, 1) (float dtypes) from a fixed seed.
+StatusOr<BackendTensor> Random(Backend& b, DType dtype, const Shape& shape, uint64_t seed) {
+  HostTensor host(dtype, shape);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < host.NumElements(); ++i)
+    StoreFromFloat(host.view().data, dtype, static_cast<size_t>(i), dist(rng));
+  MP_ASSIGN_OR_RETURN(BackendTensor t, b.Allocate(dtype, shape));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(AsConst(host.view()), t.view()));
+  return t;
+}
+
+StatusOr<BackendTensor> Positions(Backend& b, int64_t begin, int64_t n) {
+  HostTensor host(DType::kI64, {n});
+  for (int64_t i = 0; i < n; ++i) host.data<int64_t>()[i] = begin + i;
+  MP_ASSIGN_OR_RETURN(BackendTensor t, b.Allocate(DType::kI64, {n}));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(AsConst(host.view()), t.view()));
+  return t;
+}
+
+StatusOr<nlohmann::json> BenchTopK(Backend& b, const Sizes& s) {
+  MP_ASSIGN_OR_RETURN(BackendTensor scores, Random(b, DType::kF32, {s.rows, s.cols}, 1));
+  MP_ASSIGN_OR_RETURN(BackendTensor index, b.Allocate(DType::kI32, {s.rows, s.k}));
+  MP_ASSIGN_OR_RETURN(BackendTensor value, b.Allocate(DType::kF32, {s.rows, s.k}));
+  MP_ASSIGN_OR_RETURN(
+      const double ms,
+      TimeMs(
+          [&]() -> Status {
+            MP_RETURN_IF_ERROR(b.TopK({scores.cview(), s.k, index.view(), value.view()}));
+            return b.Synchronize();
+          },
+          s));
+  return nlohmann::json{{"rows", s.rows},
+                        {"cols", s.cols},
+                        {"k", s.k},
+                        {"ms", ms},
+                        {"gb_per_s_one_read", s.rows * s.cols * 4 / (ms * 1e-3) / 1e9}};
+}
+
+StatusOr<nlohmann::json> BenchKeyScores(Backend& b, const Sizes& s, BackendTensor& k) {
+  MP_ASSIGN_OR_RETURN(BackendTensor q,
+                      Random(b, DType::kF32, {s.queries, s.q_heads, s.head_dim}, 2));
+  MP_ASSIGN_OR_RETURN(BackendTensor lse, Random(b, DType::kF32, {s.queries, s.q_heads}, 3));
+  MP_ASSIGN_OR_RETURN(BackendTensor q_pos, Positions(b, s.keys - s.queries, s.queries));
+  MP_ASSIGN_OR_RETURN(BackendTensor k_pos, Positions(b, 0, s.keys));
+  MP_ASSIGN_OR_RETURN(BackendTensor score, b.Allocate(DType::kF32, {s.kv_heads, s.keys}));
+  MP_ASSIGN_OR_RETURN(const double ms, TimeMs(
+                                           [&]() -> Status {
+                                             MP_RETURN_IF_ERROR(b.KeyScores(
+                                                 {q.cview(), q_pos.cview(), k.cview(),
+                                                  k_pos.cview(), lse.cview(), 0.0f, score.view()}));
+                                             return b.Synchronize();
+                                           },
+                                           s));
+  const double flops = 2.0 * s.queries * s.q_heads * s.keys * s.head_dim;
+  return nlohmann::json{{"queries", s.queries},
+                        {"keys", s.keys},
+                        {"ms", ms},
+                        {"tflop_per_s", flops / (ms * 1e-3) / 1e12}};
+}
+
+StatusOr<nlohmann::json> BenchGather(Backend& b, const Sizes& s, BackendTensor& k) {
+  // Every other key of KV head 0, through the [keys * kv_heads, head_dim] view.
+  const int64_t m = s.keys / 2;
+  HostTensor rows(DType::kI64, {m});
+  for (int64_t i = 0; i < m; ++i) rows.data<int64_t>()[i] = 2 * i * s.kv_heads;
+  MP_ASSIGN_OR_RETURN(BackendTensor index, b.Allocate(DType::kI64, {m}));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(AsConst(rows.view()), index.view()));
+  MP_ASSIGN_OR_RETURN(BackendTensor dst, b.Allocate(DType::kBF16, {m, s.head_dim}));
+  MP_ASSIGN_OR_RETURN(BackendTensor host, b.AllocateHost(DType::kBF16, k.view().shape));
+  MP_RETURN_IF_ERROR(b.CopyToHost(k.cview(), host.view()));
+  MP_ASSIGN_OR_RETURN(ConstTensorView flat_device,
+                      Reshape(k.cview(), Shape{s.keys * s.kv_heads, s.head_dim}));
+  MP_ASSIGN_OR_RETURN(ConstTensorView flat_host,
+                      Reshape(host.cview(), Shape{s.keys * s.kv_heads, s.head_dim}));
+  const double bytes = static_cast<double>(dst.NumBytes());
+  nlohmann::json out{{"rows", m}, {"row_bytes", s.head_dim * 2}};
+  for (const auto& [name, src] : {std::pair{"device", flat_device}, std::pair{"host", flat_host}}) {
+    MP_ASSIGN_OR_RETURN(const double ms,
+                        TimeMs(
+                            [&]() -> Status {
+                              MP_RETURN_IF_ERROR(b.GatherRows({src, index.cview(), dst.view()}));
+                              return b.Synchronize();
+                            },
+                            s));
+    out[std::string("from_") + name] = {{"ms", ms}, {"gb_per_s", bytes / (ms * 1e-3) / 1e9}};
+  }
+  return out;
+}
+
+// Copies alone, then a host -> device copy started beside KeyScores: with overlap the pair takes
+// about the longer of the two, without it their sum.
+StatusOr<nlohmann::json> BenchCopies(Backend& b, const Sizes& s, BackendTensor& k) {
+  const int64_t n = s.copy_mib * (int64_t{1} << 20) / 4;
+  MP_ASSIGN_OR_RETURN(BackendTensor host, b.AllocateHost(DType::kI32, {n}));
+  std::fill_n(host.view().as<int32_t>(), n, 7);
+  MP_ASSIGN_OR_RETURN(BackendTensor device, b.Allocate(DType::kI32, {n}));
+  auto copy = [&](bool to_device) -> Status {
+    MP_ASSIGN_OR_RETURN(CopyEvent e,
+                        to_device ? b.StartCopy(host.cview(), device.view(), CopyOrder::kNow)
+                                  : b.StartCopy(device.cview(), host.view(), CopyOrder::kNow));
+    return b.WaitCopy(e);
+  };
+  MP_ASSIGN_OR_RETURN(const double h2d, TimeMs([&] { return copy(true); }, s));
+  MP_ASSIGN_OR_RETURN(const double d2h, TimeMs([&] { return copy(false); }, s));
+
+  MP_ASSIGN_OR_RETURN(BackendTensor q,
+                      Random(b, DType::kF32, {s.queries, s.q_heads, s.head_dim}, 4));
+  MP_ASSIGN_OR_RETURN(BackendTensor lse, Random(b, DType::kF32, {s.queries, s.q_heads}, 5));
+  MP_ASSIGN_OR_RETURN(BackendTensor q_pos, Positions(b, s.keys - s.queries, s.queries));
+  MP_ASSIGN_OR_RETURN(BackendTensor k_pos, Positions(b, 0, s.keys));
+  MP_ASSIGN_OR_RETURN(BackendTensor score, b.Allocate(DType::kF32, {s.kv_heads, s.keys}));
+  auto compute = [&]() -> Status {
+    return b.KeyScores(
+        {q.cview(), q_pos.cview(), k.cview(), k_pos.cview(), lse.cview(), 0.0f, score.view()});
+  };
+  MP_ASSIGN_OR_RETURN(const double compute_ms, TimeMs(
+                                                   [&]() -> Status {
+                                                     MP_RETURN_IF_ERROR(compute());
+                                                     return b.Synchronize();
+                                                   },
+                                                   s));
+  MP_ASSIGN_OR_RETURN(const double both_ms,
+                      TimeMs(
+                          [&]() -> Status {
+                            MP_ASSIGN_OR_RETURN(
+                                CopyEvent e,
+                                b.StartCopy(host.cview(), device.view(), CopyOrder::kNow));
+                            MP_RETURN_IF_ERROR(compute());
+                            MP_RETURN_IF_ERROR(b.Synchronize());
+                            return b.WaitCopy(e);
+                          },
+                          s));
+  const double bytes = static_cast<double>(n) * 4;
+  return nlohmann::json{{"bytes", bytes},
+                        {"h2d", {{"ms", h2d}, {"gb_per_s", bytes / (h2d * 1e-3) / 1e9}}},
+                        {"d2h", {{"ms", d2h}, {"gb_per_s", bytes / (d2h * 1e-3) / 1e9}}},
+                        {"key_scores_ms", compute_ms},
+                        {"h2d_beside_key_scores_ms", both_ms},
+                        {"serial_sum_ms", h2d + compute_ms}};
+}
+
+Status Run(int argc, char** argv) {
+  MP_ASSIGN_OR_RETURN(const Flags flags, Flags::Parse(argc, argv, {"help"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(flags.CheckKnown({"help", "rows", "cols", "k", "keys", "queries", "q-heads",
+                                       "kv-heads", "head-dim", "copy-mib", "warmup", "iters"}));
+  Sizes s{};
+  MP_ASSIGN_OR_RETURN(s.rows, flags.GetInt("rows", 8));
+  MP_ASSIGN_OR_RETURN(s.cols, flags.GetInt("cols", 1 << 20));
+  MP_ASSIGN_OR_RETURN(s.k, flags.GetInt("k", 16384));
+  MP_ASSIGN_OR_RETURN(s.keys, flags.GetInt("keys", 131072));
+  MP_ASSIGN_OR_RETURN(s.queries, flags.GetInt("queries", 64));
+  MP_ASSIGN_OR_RETURN(s.q_heads, flags.GetInt("q-heads", 32));
+  MP_ASSIGN_OR_RETURN(s.kv_heads, flags.GetInt("kv-heads", 8));
+  MP_ASSIGN_OR_RETURN(s.head_dim, flags.GetInt("head-dim", 128));
+  MP_ASSIGN_OR_RETURN(s.copy_mib, flags.GetInt("copy-mib", 256));
+  MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 2));
+  MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 5));
+  MP_REQUIRE(s.rows > 0 && s.cols > 0 && s.k > 0 && s.keys > s.queries && s.queries > 0 &&
+                 s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
+                 s.copy_mib > 0 && s.iters > 0 && s.warmup >= 0,
+             "bad sizes (see --help)");
+
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, CreateBackend(BackendKind::kCuda, 0));
+  MP_ASSIGN_OR_RETURN(BackendTensor k,
+                      Random(*b, DType::kBF16, {s.keys, s.kv_heads, s.head_dim}, 6));
+  nlohmann::json out{{"bench", "selection"}, {"warmup", s.warmup}, {"iters", s.iters}};
+  MP_ASSIGN_OR_RETURN(out["top_k"], BenchTopK(*b, s));
+  MP_ASSIGN_OR_RETURN(out["key_scores"], BenchKeyScores(*b, s, k));
+  MP_ASSIGN_OR_RETURN(out["gather_rows"], BenchGather(*b, s, k));
+  MP_ASSIGN_OR_RETURN(out["copies"], BenchCopies(*b, s, k));
+  std::cout << out.dump(2) << "\n";
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  const millipede::Status status = millipede::Run(argc, argv);
+  if (!status.ok()) {
+    std::cerr << "millipede-bench-selection: " << status.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,123 @@
+// KeyScoresCuda against KeyScoresRef: random queries and keys (F32, BF16, F16), head dims from 1
+// to 256, GQA groups, shuffled key positions (some after every query), some queries with an lse
+// of -inf, partial key blocks; every score written (outputs start as NaN), guard bands checked.
+// Skips without a GPU.
+#include "kernels/attention/key_scores_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/attention/key_scores.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CView;
+using testing::DeviceTensor;
+using testing::HaveGpu;
+using testing::kInf;
+using testing::RandomTensor;
+
+struct Case {
+  int64_t n_q, heads, kv_heads, head_dim, n_k;
+  DType k_dtype;
+};
+
+class KeyScoresCudaTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// A plausible lse for each (query, head): the true one over the visible keys (computed here in
+// double), except every fifth row, which is -inf.
+HostTensor MakeLse(const HostTensor& q, const std::vector<int64_t>& q_pos, const HostTensor& k,
+                   const std::vector<int64_t>& k_pos) {
+  const int64_t n_q = q.shape()[0], heads = q.shape()[1], d = q.shape()[2];
+  const int64_t n_k = k.shape()[0], kv_heads = k.shape()[1], group = heads / kv_heads;
+  const std::vector<float> qf = testing::ToFloats(q), kf = testing::ToFloats(k);
+  HostTensor lse(DType::kF32, {n_q, heads});
+  for (int64_t t = 0; t < n_q; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      double sum = 0;
+      for (int64_t j = 0; j < n_k; ++j) {
+        if (k_pos[j] > q_pos[t]) continue;
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += double{qf[(t * heads + h) * d + c]} * kf[(j * kv_heads + h / group) * d + c];
+        sum += std::exp(dot / std::sqrt(static_cast<double>(d)));
+      }
+      const bool empty = sum == 0 || (t * heads + h) % 5 == 4;
+      lse.data<float>()[t * heads + h] = empty ? -kInf : static_cast<float>(std::log(sum));
+    }
+  return lse;
+}
+
+HostTensor Positions(const std::vector<int64_t>& values) {
+  HostTensor t(DType::kI64, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<int64_t>());
+  return t;
+}
+
+TEST_P(KeyScoresCudaTest, MatchesReference) {
+  const Case c = GetParam();
+  HostTensor q = RandomTensor(DType::kF32, {c.n_q, c.heads, c.head_dim}, 21, -2.0f, 2.0f);
+  HostTensor k = RandomTensor(c.k_dtype, {c.n_k, c.kv_heads, c.head_dim}, 22, -2.0f, 2.0f);
+  // Keys at a shuffled set of positions in [0, n_k + 8); queries at the last n_q positions of
+  // [0, n_k), so some keys are seen by no query and the earliest queries see fewer keys.
+  std::vector<int64_t> k_pos(static_cast<size_t>(c.n_k + 8));
+  std::iota(k_pos.begin(), k_pos.end(), 0);
+  std::mt19937_64 rng(23);
+  std::shuffle(k_pos.begin(), k_pos.end(), rng);
+  k_pos.resize(static_cast<size_t>(c.n_k));
+  std::vector<int64_t> q_pos;
+  for (int64_t t = 0; t < c.n_q; ++t) q_pos.push_back(std::max<int64_t>(0, c.n_k - c.n_q + t));
+  HostTensor lse = MakeLse(q, q_pos, k, k_pos);
+  HostTensor q_pos_t = Positions(q_pos), k_pos_t = Positions(k_pos);
+
+  HostTensor want = testing::PoisonedF32({c.kv_heads, c.n_k});
+  ASSERT_TRUE(KeyScoresRef({CView(q), CView(q_pos_t), CView(k), CView(k_pos_t), CView(lse), 0.0f,
+                            want.view()})
+                  .ok());
+  DeviceTensor d_q(q), d_q_pos(q_pos_t), d_k(k, DTypeSize(c.k_dtype)), d_k_pos(k_pos_t), d_lse(lse);
+  DeviceTensor d_score(testing::PoisonedF32({c.kv_heads, c.n_k}));
+  Status status = KeyScoresCuda({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
+                                 d_lse.cview(), 0.0f, d_score.view()},
+                                nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const HostTensor got = d_score.Read();
+  EXPECT_TRUE(testing::NormalisedErrorBelow(got, want, 2e-5));
+  EXPECT_TRUE(testing::AllFinite(got));
+  EXPECT_TRUE(d_k.Unchanged(k));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KeyScoresCudaTest,
+    ::testing::Values(Case{8, 32, 8, 128, 5000, DType::kBF16}, Case{1, 4, 4, 64, 33, DType::kF32},
+                      Case{3, 6, 2, 40, 100, DType::kF16}, Case{64, 8, 1, 256, 700, DType::kBF16},
+                      Case{5, 2, 2, 1, 31, DType::kF32}, Case{0, 4, 2, 64, 50, DType::kBF16},
+                      Case{16, 28, 4, 128, 1, DType::kF16}));
+
+TEST(KeyScoresCudaArgsTest, RejectsHeadDimAbove256) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  HostTensor q(DType::kF32, {1, 1, 320}), k(DType::kF32, {2, 1, 320}), lse(DType::kF32, {1, 1});
+  HostTensor q_pos = Positions({5}), k_pos = Positions({0, 1}), score(DType::kF32, {1, 2});
+  DeviceTensor d_q(q), d_k(k), d_lse(lse), d_q_pos(q_pos), d_k_pos(k_pos), d_score(score);
+  Status status = KeyScoresCuda({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
+                                 d_lse.cview(), 0.0f, d_score.view()},
+                                nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace millipede

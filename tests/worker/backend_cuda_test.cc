@@ -1,0 +1,312 @@
+// The CUDA backend's selection ops against the CPU backend, and its copy queue: a copy started
+// after a kernel sees the kernel's result; compute made to wait for a copy sees the copied data;
+// a copy's source is safe from compute queued after ComputeWaitFor; a copy runs on while compute
+// is synchronised (no device-wide wait inside); gathers from page-locked host memory; bad gather
+// indices reported by Synchronize / WaitCopy; pageable memory refused. Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+#include "worker/backend.h"
+#include "worker/cpu_backend.h"
+
+namespace millipede {
+namespace {
+
+using testing::CView;
+using testing::HaveGpu;
+using testing::RandomTensor;
+
+class CudaBackendOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+    auto b = CreateBackend(BackendKind::kCuda, 0);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    gpu_ = std::move(b).value();
+    cpu_ = CreateCpuBackend();
+  }
+
+  BackendTensor Upload(const HostTensor& host) {
+    auto t = gpu_->Allocate(host.dtype(), host.shape());
+    EXPECT_TRUE(t.ok());
+    EXPECT_TRUE(gpu_->CopyFromHost(CView(host), t->view()).ok());
+    return std::move(t).value();
+  }
+  HostTensor Download(ConstTensorView device) {
+    HostTensor host(device.dtype, device.shape);
+    EXPECT_TRUE(gpu_->CopyToHost(device, host.view()).ok());
+    return host;
+  }
+  // Page-locked host memory filled with row * width + column (I32 [rows, width]).
+  BackendTensor PinnedPattern(int64_t rows, int64_t width, int32_t offset) {
+    auto t = gpu_->AllocateHost(DType::kI32, {rows, width});
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    int32_t* p = t->view().as<int32_t>();
+    std::iota(p, p + rows * width, offset);
+    return std::move(t).value();
+  }
+  BackendTensor Filled(int64_t rows, int64_t width, int32_t value) {
+    HostTensor host(DType::kI32, {rows, width});
+    std::fill_n(host.data<int32_t>(), host.NumElements(), value);
+    return Upload(host);
+  }
+  BackendTensor Index(const std::vector<int64_t>& rows) {
+    HostTensor host(DType::kI64, {static_cast<int64_t>(rows.size())});
+    std::copy(rows.begin(), rows.end(), host.data<int64_t>());
+    return Upload(host);
+  }
+
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
+
+// 2^15 rows of 4 KiB: 128 MiB, several milliseconds to move across PCIe either way.
+constexpr int64_t kRows = int64_t{1} << 15, kWidth = 1024;
+
+std::vector<int64_t> Reversed(int64_t n) {
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = n - 1 - i;
+  return rows;
+}
+
+TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
+  // TopK over tie-heavy rows.
+  HostTensor scores = RandomTensor(DType::kF32, {6, 50000}, 1, -3.0f, 3.0f);
+  for (int64_t i = 0; i < scores.NumElements(); i += 3)
+    scores.data<float>()[i] = std::round(scores.data<float>()[i]);
+  HostTensor index_cpu(DType::kI32, {6, 3000}), value_cpu(DType::kF32, {6, 3000});
+  ASSERT_TRUE(cpu_->TopK({CView(scores), 3000, index_cpu.view(), value_cpu.view()}).ok());
+  BackendTensor d_scores = Upload(scores);
+  auto d_index = gpu_->Allocate(DType::kI32, {6, 3000});
+  auto d_value = gpu_->Allocate(DType::kF32, {6, 3000});
+  ASSERT_TRUE(gpu_->TopK({d_scores.cview(), 3000, d_index->view(), d_value->view()}).ok());
+  const HostTensor index = Download(d_index->cview()), value = Download(d_value->cview());
+  EXPECT_EQ(std::memcmp(index.view().data, index_cpu.view().data, index.NumBytes()), 0);
+  EXPECT_EQ(std::memcmp(value.view().data, value_cpu.view().data, value.NumBytes()), 0);
+
+  // KeyScores, BF16 keys, GQA.
+  const int64_t n_q = 12, heads = 8, kv_heads = 2, d = 64, n_k = 3000;
+  HostTensor q = RandomTensor(DType::kF32, {n_q, heads, d}, 2);
+  HostTensor k = RandomTensor(DType::kBF16, {n_k, kv_heads, d}, 3);
+  HostTensor lse = RandomTensor(DType::kF32, {n_q, heads}, 4, 5.0f, 7.0f);
+  HostTensor q_pos(DType::kI64, {n_q}), k_pos(DType::kI64, {n_k});
+  for (int64_t t = 0; t < n_q; ++t) q_pos.data<int64_t>()[t] = n_k - n_q + t;
+  for (int64_t j = 0; j < n_k; ++j) k_pos.data<int64_t>()[j] = j;
+  HostTensor score_cpu(DType::kF32, {kv_heads, n_k});
+  ASSERT_TRUE(cpu_->KeyScores({CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f,
+                               score_cpu.view()})
+                  .ok());
+  BackendTensor d_q = Upload(q), d_q_pos = Upload(q_pos), d_k = Upload(k), d_k_pos = Upload(k_pos),
+                d_lse = Upload(lse);
+  auto d_score = gpu_->Allocate(DType::kF32, {kv_heads, n_k});
+  ASSERT_TRUE(gpu_->KeyScores({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
+                               d_lse.cview(), 0.0f, d_score->view()})
+                  .ok());
+  EXPECT_TRUE(testing::NormalisedErrorBelow(Download(d_score->cview()), score_cpu, 2e-5));
+
+  // GatherRows of one KV head's keys through the flat view.
+  std::vector<int64_t> rows;
+  for (int64_t j = 0; j < n_k; j += 7) rows.push_back(j * kv_heads + 1);
+  BackendTensor d_rows = Index(rows);
+  auto flat = Reshape(d_k.cview(), Shape{n_k * kv_heads, d});
+  auto host_flat = Reshape(CView(k), Shape{n_k * kv_heads, d});
+  const int64_t m = static_cast<int64_t>(rows.size());
+  HostTensor rows_host(DType::kI64, {m}), gathered_cpu(DType::kBF16, {m, d});
+  std::copy(rows.begin(), rows.end(), rows_host.data<int64_t>());
+  ASSERT_TRUE(cpu_->GatherRows({*host_flat, CView(rows_host), gathered_cpu.view()}).ok());
+  auto gathered = gpu_->Allocate(DType::kBF16, {m, d});
+  ASSERT_TRUE(gpu_->GatherRows({*flat, d_rows.cview(), gathered->view()}).ok());
+  const HostTensor got = Download(gathered->cview());
+  EXPECT_EQ(std::memcmp(got.view().data, gathered_cpu.view().data, got.NumBytes()), 0);
+}
+
+// (a): a copy queued after a kernel sees the kernel's result. The kernel is slow (a gather that
+// reads 128 MiB of page-locked host memory across PCIe); a copy not ordered after it would read
+// the poison it overwrites.
+TEST_F(CudaBackendOpsTest, CopyAfterComputeSeesTheKernelsResult) {
+  BackendTensor source = PinnedPattern(kRows, kWidth, 0);
+  BackendTensor index = Index(Reversed(kRows));
+  BackendTensor dst = Filled(kRows, kWidth, -7);
+  auto out = gpu_->AllocateHost(DType::kI32, {kRows, kWidth});
+  ASSERT_TRUE(out.ok());
+  std::fill_n(out->view().as<int32_t>(), kRows * kWidth, -9);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+
+  ASSERT_TRUE(gpu_->GatherRows({source.cview(), index.cview(), dst.view()}).ok());
+  auto event = gpu_->StartCopy(dst.cview(), out->view(), CopyOrder::kAfterCompute);
+  ASSERT_TRUE(event.ok()) << event.status().ToString();
+  ASSERT_TRUE(gpu_->WaitCopy(*event).ok());
+  auto done = gpu_->CopyDone(*event);
+  ASSERT_TRUE(done.ok() && *done);
+  const int32_t* o = out->view().as<int32_t>();
+  for (int64_t r = 0; r < kRows; r += 997)
+    for (int64_t c = 0; c < kWidth; c += 31)
+      ASSERT_EQ(o[r * kWidth + c], (kRows - 1 - r) * kWidth + c) << r << "," << c;
+  EXPECT_EQ(o[kRows * kWidth - 1], kWidth - 1);
+}
+
+// (b): compute made to wait for a host -> device copy sees the copied data (without the wait the
+// gather would read the poison still in `staged`).
+TEST_F(CudaBackendOpsTest, ComputeWaitingForACopySeesTheData) {
+  BackendTensor source = PinnedPattern(kRows, kWidth, 5);
+  BackendTensor staged = Filled(kRows, kWidth, -7);
+  BackendTensor result = Filled(kRows, kWidth, -8);
+  BackendTensor index = Index(Reversed(kRows));
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+
+  auto event = gpu_->StartCopy(source.cview(), staged.view(), CopyOrder::kNow);
+  ASSERT_TRUE(event.ok()) << event.status().ToString();
+  ASSERT_TRUE(gpu_->ComputeWaitFor(*event).ok());
+  ASSERT_TRUE(gpu_->GatherRows({staged.cview(), index.cview(), result.view()}).ok());
+  const HostTensor got = Download(result.cview());
+  for (int64_t r = 0; r < kRows; r += 991)
+    for (int64_t c = 0; c < kWidth; c += 29)
+      ASSERT_EQ(got.data<int32_t>()[r * kWidth + c], 5 + (kRows - 1 - r) * kWidth + c);
+}
+
+// The rule for a copy's source: compute that overwrites it after ComputeWaitFor leaves the copy
+// the old contents (the layer-K/V-to-host pattern with a reused device buffer).
+TEST_F(CudaBackendOpsTest, SourceOverwrittenAfterComputeWaitForStaysIntactForTheCopy) {
+  BackendTensor before = PinnedPattern(kRows, kWidth, 0);
+  BackendTensor after = PinnedPattern(kRows, kWidth, 1000);
+  BackendTensor buffer = Filled(kRows, kWidth, 0);
+  BackendTensor index = Index(Reversed(kRows));
+  ASSERT_TRUE(gpu_->CopyFromHost(before.cview(), buffer.view()).ok());
+  auto out = gpu_->AllocateHost(DType::kI32, {kRows, kWidth});
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+
+  auto event = gpu_->StartCopy(buffer.cview(), out->view(), CopyOrder::kAfterCompute);
+  ASSERT_TRUE(event.ok());
+  ASSERT_TRUE(gpu_->ComputeWaitFor(*event).ok());
+  ASSERT_TRUE(gpu_->GatherRows({after.cview(), index.cview(), buffer.view()}).ok());
+  ASSERT_TRUE(gpu_->WaitCopy(*event).ok());
+  EXPECT_EQ(std::memcmp(out->view().data, before.view().data, out->NumBytes()), 0);
+  const HostTensor now = Download(buffer.cview());
+  EXPECT_EQ(now.data<int32_t>()[0], 1000 + (kRows - 1) * kWidth);
+}
+
+// A large copy is still running after compute queued behind it was synchronised: Synchronize and
+// StartCopy wait for the compute stream only, so compute and copies can overlap.
+TEST_F(CudaBackendOpsTest, CopiesRunBesideCompute) {
+  const int64_t rows = 4 * kRows;  // 512 MiB: tens of milliseconds across PCIe
+  BackendTensor source = PinnedPattern(rows, kWidth, 0);
+  BackendTensor target = Filled(rows, kWidth, 0);
+  BackendTensor small_src = Filled(64, 16, 3), small_dst = Filled(64, 16, 0);
+  BackendTensor index = Index(Reversed(64));
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+
+  auto event = gpu_->StartCopy(source.cview(), target.view(), CopyOrder::kNow);
+  ASSERT_TRUE(event.ok());
+  auto started = gpu_->CopyDone(*event);
+  ASSERT_TRUE(started.ok());
+  EXPECT_FALSE(*started) << "StartCopy waited for its copy";
+  ASSERT_TRUE(gpu_->GatherRows({small_src.cview(), index.cview(), small_dst.view()}).ok());
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  auto after_compute = gpu_->CopyDone(*event);
+  ASSERT_TRUE(after_compute.ok());
+  EXPECT_FALSE(*after_compute) << "compute's Synchronize waited for the copy queue";
+  ASSERT_TRUE(gpu_->WaitCopy(*event).ok());
+  const HostTensor got = Download(target.cview());
+  EXPECT_EQ(got.data<int32_t>()[rows * kWidth - 1], rows * kWidth - 1);
+}
+
+// (b) with the gather itself on the copy queue: selected rows of a page-locked host tier packed
+// into device memory, then consumed by compute.
+TEST_F(CudaBackendOpsTest, GatherFromHostTierOnTheCopyQueue) {
+  const int64_t n = 5000, kv_heads = 4, d = 128;
+  HostTensor k = RandomTensor(DType::kBF16, {n * kv_heads, d}, 9);
+  auto tier = gpu_->AllocateHost(DType::kBF16, {n * kv_heads, d});
+  ASSERT_TRUE(tier.ok());
+  std::memcpy(tier->view().data, k.view().data, k.NumBytes());
+  std::vector<int64_t> rows;
+  std::mt19937_64 rng(10);
+  for (int i = 0; i < 2048; ++i) rows.push_back(static_cast<int64_t>(rng() % (n * kv_heads)));
+  BackendTensor index = Index(rows);
+  auto packed = gpu_->Allocate(DType::kBF16, {2048, d});
+  auto widened = gpu_->Allocate(DType::kF32, {2048, d});
+  ASSERT_TRUE(packed.ok() && widened.ok());
+
+  auto event = gpu_->StartGatherRows({tier->cview(), index.cview(), packed->view()},
+                                     CopyOrder::kAfterCompute);
+  ASSERT_TRUE(event.ok()) << event.status().ToString();
+  ASSERT_TRUE(gpu_->ComputeWaitFor(*event).ok());
+  ASSERT_TRUE(gpu_->Convert(packed->cview(), widened->view()).ok());
+  const HostTensor got = Download(widened->cview());
+  const std::vector<float> kf = testing::ToFloats(k);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t c = 0; c < d; ++c)
+      ASSERT_EQ(got.data<float>()[i * d + c], kf[rows[i] * d + c]) << i << "," << c;
+  EXPECT_TRUE(gpu_->WaitCopy(*event).ok());
+}
+
+TEST_F(CudaBackendOpsTest, BadGatherIndexIsReportedBySynchronizeAndWaitCopy) {
+  BackendTensor src = Filled(8, 4, 1), dst = Filled(3, 4, 9);
+  BackendTensor index = Index({2, 8, 0});
+  ASSERT_TRUE(gpu_->GatherRows({src.cview(), index.cview(), dst.view()}).ok());
+  EXPECT_EQ(gpu_->Synchronize().code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(gpu_->Synchronize().ok()) << "the report is cleared once returned";
+  const HostTensor got = Download(dst.cview());
+  EXPECT_EQ(got.data<int32_t>()[0], 1);
+  EXPECT_EQ(got.data<int32_t>()[4], 0);  // the bad entry's row: zeros
+
+  auto event = gpu_->StartGatherRows({src.cview(), index.cview(), dst.view()}, CopyOrder::kNow);
+  ASSERT_TRUE(event.ok());
+  EXPECT_EQ(gpu_->WaitCopy(*event).code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(gpu_->WaitCopy(*event).ok());
+}
+
+TEST_F(CudaBackendOpsTest, PageableMemoryAndForeignEventsAreRefused) {
+  std::vector<int32_t> pageable(64, 1);
+  BackendTensor device = Filled(8, 8, 0);
+  const ConstTensorView host{pageable.data(), DType::kI32, {8, 8}};
+  EXPECT_EQ(gpu_->StartCopy(host, device.view(), CopyOrder::kNow).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(
+      gpu_->StartCopy(device.cview(), {pageable.data(), DType::kI32, {8, 8}}, CopyOrder::kNow)
+          .ok());
+  EXPECT_EQ(gpu_->WaitCopy(CopyEvent{12345}).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(gpu_->WaitCopy(CopyEvent{}).ok());
+}
+
+// Hundreds of copies in flight (device -> device and both host directions); events complete in
+// order and are recycled; waiting on an old, retired event is immediate.
+TEST_F(CudaBackendOpsTest, ManyCopiesInFlight) {
+  BackendTensor pinned = PinnedPattern(64, 256, 0);
+  std::vector<BackendTensor> device;
+  for (int i = 0; i < 300; ++i) device.push_back(Filled(64, 256, -1));
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  std::vector<CopyEvent> events;
+  for (int i = 0; i < 300; ++i) {
+    auto e = gpu_->StartCopy(pinned.cview(), device[static_cast<size_t>(i)].view(),
+                             i % 2 ? CopyOrder::kNow : CopyOrder::kAfterCompute);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    if (!events.empty()) {
+      EXPECT_GT(e->sequence, events.back().sequence);
+    }
+    events.push_back(*e);
+  }
+  auto out = gpu_->Allocate(DType::kI32, {64, 256});
+  auto last = gpu_->StartCopy(device[150].cview(), out->view(), CopyOrder::kNow);
+  ASSERT_TRUE(last.ok());
+  ASSERT_TRUE(gpu_->WaitCopy(*last).ok());
+  for (const CopyEvent& e : events) {
+    auto done = gpu_->CopyDone(e);
+    ASSERT_TRUE(done.ok());
+    EXPECT_TRUE(*done) << "copy " << e.sequence << " finished before a later one";
+    EXPECT_TRUE(gpu_->ComputeWaitFor(e).ok());
+  }
+  const HostTensor got = Download(out->cview());
+  EXPECT_EQ(got.data<int32_t>()[64 * 256 - 1], 64 * 256 - 1);
+}
+
+}  // namespace
+}  // namespace millipede
