@@ -47,7 +47,8 @@ PolicyCapabilities Engine::capabilities() const {
   if (options_.backend == BackendKind::kCpu)
     return {{PrefillPattern::kDense, PrefillPattern::kAShape},
             {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
-  return {{PrefillPattern::kDense}, {DecodeRole::kFull, DecodeRole::kStreamingHead}};
+  return {{PrefillPattern::kDense},
+          {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
 }
 
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {

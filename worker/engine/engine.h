@@ -97,9 +97,9 @@ class Engine {
   // The attention policy sequences get unless they bring their own (dense/full unless set).
   const AttentionPolicy& policy() const { return policy_; }
   // The patterns and roles this engine runs, reported to the coordinator (a worker's hello).
-  // Dense prefill and full and streaming-head decode on every backend (a streaming store keeps
-  // the rows a streaming head sees); a-shape prefill heads and static-eviction decode on the CPU
-  // backend (the attention kernels' windows and evicted rows are CPU-only so far).
+  // Dense prefill and full, streaming-head and static-eviction decode on every backend (a
+  // streaming store keeps the rows a streaming head sees; static eviction is made of backend
+  // ops); a-shape prefill heads on the CPU backend (the GPU attention kernels have no windows).
   PolicyCapabilities capabilities() const;
   // Checks that `policy` fits the model (ValidateAttentionPolicy) and that this engine runs it:
   // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head,
