@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "worker/kv/device_kv_store.h"
+#include "worker/kv/host_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 
 namespace millipede {
@@ -126,6 +127,41 @@ TEST(StreamingKvStoreTest, RefusesAnEmptyWindow) {
   auto backend = Cpu();
   EXPECT_FALSE(StreamingKvStore::Create(*backend, kLayout, KvRetention{4, 0}, 8).ok());
   EXPECT_FALSE(StreamingKvStore::Create(*backend, kLayout, KvRetention{4, 4}, 0).ok());
+}
+
+TEST(HostKvStoreTest, KeepsEveryRowInHostMemoryAndGathersSelectedRows) {
+  auto backend = Cpu();
+  auto store = HostKvStore::Create(*backend, kLayout, 12, 5);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  HostKvStore& s = **store;
+  EXPECT_EQ(s.tier(), KvTier::kHost);
+  WriteStep(s, {{0, 5}});
+  EXPECT_EQ(s.Rows(5)->k.dim(0), 5);  // no held rows yet: the step's rows
+  ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{0, 5}}, 5).ok());
+  WriteStep(s, {{7, 9}});
+  // Held rows in host memory and step rows on the device: no view spans both.
+  EXPECT_EQ(s.Rows(2).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s.Commit(std::vector<TokenRange>{{7, 9}}, 9).ok());
+  ASSERT_TRUE(s.WaitForWrites().ok());
+  EXPECT_EQ(HeldPositions(s), (std::vector<int64_t>{0, 1, 2, 3, 4, 7, 8}));
+  // A packed gather of selected rows.
+  const std::vector<int64_t> rows = {6, 0, 3};
+  auto index = backend->Allocate(DType::kI64, Shape{3});
+  auto k = backend->Allocate(DType::kF32, Shape{3, 2, 4});
+  auto v = backend->Allocate(DType::kF32, Shape{3, 2, 4});
+  ASSERT_TRUE(index.ok() && k.ok() && v.ok());
+  ASSERT_TRUE(backend->CopyFromHost({rows.data(), DType::kI64, Shape{3}}, index->view()).ok());
+  auto event = s.StartGather(index->cview(), {k->view(), v->view()});
+  ASSERT_TRUE(event.ok()) << event.status().ToString();
+  ASSERT_TRUE(backend->WaitCopy(*event).ok());
+  for (int i = 0; i < 3; ++i) {
+    const float expect[] = {8, 0, 3};
+    EXPECT_EQ(k->cview().as<const float>()[i * 8 + 5], expect[i]);
+    EXPECT_EQ(v->cview().as<const float>()[i * 8 + 2], -expect[i]);
+  }
+  EXPECT_EQ(s.NumBytes(), HostKvStore::HostBytesFor(kLayout, 12) +
+                              HostKvStore::DeviceBytesFor(kLayout, 5));
+  EXPECT_FALSE(s.StepRows(0, 6).ok());  // beyond the capacity
 }
 
 }  // namespace
