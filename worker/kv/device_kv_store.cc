@@ -23,17 +23,8 @@ StatusOr<ConstKvRows> DeviceKvStore::Rows(int64_t step_rows) const {
 }
 
 Status DeviceKvStore::Commit(std::span<const TokenRange> step_ranges, int64_t length) {
-  int64_t n = 0;
-  for (const TokenRange& r : step_ranges) {
-    MP_REQUIRE(!r.empty(), "KV store: empty commit");
-    MP_REQUIRE(held_ranges_.empty() || r.begin >= held_ranges_.back().end,
-               "KV store: positions must be appended in increasing order");
-    n += r.size();
-  }
-  MP_REQUIRE(held_rows_ + n <= buffer_.capacity(), "KV store: ", held_rows_ + n,
-             " rows exceed the capacity of ", buffer_.capacity());
-  for (const TokenRange& r : step_ranges) AppendRange(&held_ranges_, r);
-  held_rows_ += n;
+  MP_ASSIGN_OR_RETURN(const int64_t n, CheckStep(step_ranges, buffer_.capacity()));
+  HoldAll(step_ranges, n);
   return OkStatus();
 }
 

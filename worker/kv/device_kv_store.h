@@ -6,7 +6,7 @@
 
 namespace millipede {
 
-class DeviceKvStore final : public KvStore {
+class DeviceKvStore final : public KvStoreBase {
  public:
   // Room for `capacity` rows over the sequence's life (its share of the prompt and of decode).
   static StatusOr<std::unique_ptr<DeviceKvStore>> Create(Backend& backend, const KvLayout& layout,
@@ -17,9 +17,6 @@ class DeviceKvStore final : public KvStore {
   }
 
   KvTier tier() const override { return KvTier::kDevice; }
-  const KvRetention& retention() const override { return retention_; }
-  int64_t held_rows() const override { return held_rows_; }
-  const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
   StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
   StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
@@ -29,9 +26,6 @@ class DeviceKvStore final : public KvStore {
  private:
   explicit DeviceKvStore(KvBuffer buffer) : buffer_(std::move(buffer)) {}
   KvBuffer buffer_;
-  KvRetention retention_;  // keeps all
-  int64_t held_rows_ = 0;
-  std::vector<TokenRange> held_ranges_;
 };
 
 }  // namespace millipede

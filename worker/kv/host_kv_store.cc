@@ -39,15 +39,7 @@ StatusOr<ConstKvRows> HostKvStore::Rows(int64_t step_rows) const {
 }
 
 Status HostKvStore::Commit(std::span<const TokenRange> step_ranges, int64_t length) {
-  int64_t n = 0;
-  for (const TokenRange& r : step_ranges) {
-    MP_REQUIRE(!r.empty(), "KV store: empty commit");
-    MP_REQUIRE(held_ranges_.empty() || r.begin >= held_ranges_.back().end,
-               "KV store: positions must be appended in increasing order");
-    n += r.size();
-  }
-  MP_REQUIRE(held_rows_ + n <= capacity_, "host KV store: ", held_rows_ + n,
-             " rows exceed the capacity of ", capacity_);
+  MP_ASSIGN_OR_RETURN(const int64_t n, CheckStep(step_ranges, capacity_));
   if (n > 0) {
     const ConstKvRows src = staging_.Prefix(n);
     const TensorView k = SliceRows(host_k_.view(), held_rows_, n);
@@ -55,8 +47,7 @@ Status HostKvStore::Commit(std::span<const TokenRange> step_ranges, int64_t leng
     MP_RETURN_IF_ERROR(backend_.StartCopy(src.k, k, CopyOrder::kAfterCompute).status());
     MP_ASSIGN_OR_RETURN(last_copy_, backend_.StartCopy(src.v, v, CopyOrder::kAfterCompute));
   }
-  for (const TokenRange& r : step_ranges) AppendRange(&held_ranges_, r);
-  held_rows_ += n;
+  HoldAll(step_ranges, n);
   return OkStatus();
 }
 

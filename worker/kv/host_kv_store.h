@@ -12,7 +12,7 @@
 
 namespace millipede {
 
-class HostKvStore final : public KvStore {
+class HostKvStore final : public KvStoreBase {
  public:
   // Room for `capacity` rows in host memory and steps of up to `step_rows` rows on the device.
   static StatusOr<std::unique_ptr<HostKvStore>> Create(Backend& backend, const KvLayout& layout,
@@ -26,9 +26,6 @@ class HostKvStore final : public KvStore {
   }
 
   KvTier tier() const override { return KvTier::kHost; }
-  const KvRetention& retention() const override { return retention_; }
-  int64_t held_rows() const override { return held_rows_; }
-  const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
   StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
   // The held rows (host memory, ordered after their copies for compute) or the step's rows
   // (device); FailedPrecondition for a view across both.
@@ -55,9 +52,6 @@ class HostKvStore final : public KvStore {
   BackendTensor host_k_, host_v_;  // [capacity, kv_heads, head_dim] each, pinned host memory
   KvBuffer staging_;               // [step_rows, kv_heads, head_dim] each, backend memory
   int64_t capacity_ = 0;
-  KvRetention retention_;  // keeps all
-  int64_t held_rows_ = 0;
-  std::vector<TokenRange> held_ranges_;
   CopyEvent last_copy_;  // the latest copy out of the staging buffer
 };
 

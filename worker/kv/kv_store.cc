@@ -24,6 +24,25 @@ int64_t KvRetention::KeptRows(std::span<const TokenRange> ranges, int64_t length
   return n;
 }
 
+StatusOr<int64_t> KvStoreBase::CheckStep(std::span<const TokenRange> step_ranges,
+                                         int64_t capacity) const {
+  int64_t n = 0, last = held_ranges_.empty() ? 0 : held_ranges_.back().end;
+  for (const TokenRange& r : step_ranges) {
+    MP_REQUIRE(!r.empty(), "KV store: empty commit");
+    MP_REQUIRE(r.begin >= last, "KV store: positions must be appended in increasing order");
+    last = r.end;
+    n += r.size();
+  }
+  MP_REQUIRE(held_rows_ + n <= capacity, "KV store: ", held_rows_ + n,
+             " rows exceed the capacity of ", capacity);
+  return n;
+}
+
+void KvStoreBase::HoldAll(std::span<const TokenRange> step_ranges, int64_t rows) {
+  for (const TokenRange& r : step_ranges) AppendRange(&held_ranges_, r);
+  held_rows_ += rows;
+}
+
 const char* KvTierName(KvTier tier) { return tier == KvTier::kDevice ? "device" : "host"; }
 
 }  // namespace millipede

@@ -72,4 +72,24 @@ class KvStore {
   virtual int64_t NumBytes() const = 0;
 };
 
+// The held-row bookkeeping every store shares.
+class KvStoreBase : public KvStore {
+ public:
+  const KvRetention& retention() const override { return retention_; }
+  int64_t held_rows() const override { return held_rows_; }
+  const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
+
+ protected:
+  explicit KvStoreBase(const KvRetention& retention = {}) : retention_(retention) {}
+  // The rows of a step's `step_ranges` (non-empty, increasing, after the held positions), which
+  // must fit beside the held rows in `capacity`.
+  StatusOr<int64_t> CheckStep(std::span<const TokenRange> step_ranges, int64_t capacity) const;
+  // The step's positions become held rows (a store that keeps them all).
+  void HoldAll(std::span<const TokenRange> step_ranges, int64_t rows);
+
+  KvRetention retention_;
+  int64_t held_rows_ = 0;
+  std::vector<TokenRange> held_ranges_;
+};
+
 }  // namespace millipede

@@ -45,16 +45,10 @@ Status StreamingKvStore::MoveRowsDown(int64_t from, int64_t to, int64_t n) {
 }
 
 Status StreamingKvStore::Commit(std::span<const TokenRange> step_ranges, int64_t length) {
+  MP_ASSIGN_OR_RETURN(const int64_t n, CheckStep(step_ranges, data_capacity()));
   std::vector<TokenRange> all = held_ranges_;
-  for (const TokenRange& r : step_ranges) {
-    MP_REQUIRE(!r.empty(), "KV store: empty commit");
-    MP_REQUIRE(all.empty() || r.begin >= all.back().end,
-               "KV store: positions must be appended in increasing order");
-    AppendRange(&all, r);
-  }
-  int64_t rows = 0;
-  for (const TokenRange& r : all) rows += r.size();
-  MP_REQUIRE(rows <= data_capacity(), "streaming KV store: ", rows, " rows exceed its size");
+  for (const TokenRange& r : step_ranges) AppendRange(&all, r);
+  const int64_t rows = held_rows_ + n;
   // Rows are in position order: the kept ones are a prefix (sinks) and a suffix (window).
   int64_t sinks = 0, suffix_begin = rows, row = 0;
   for (const TokenRange& r : all) {

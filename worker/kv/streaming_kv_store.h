@@ -13,7 +13,7 @@
 
 namespace millipede {
 
-class StreamingKvStore final : public KvStore {
+class StreamingKvStore final : public KvStoreBase {
  public:
   // `step_rows`: the most rows one step appends on this rank.
   static StatusOr<std::unique_ptr<StreamingKvStore>> Create(Backend& backend,
@@ -29,9 +29,6 @@ class StreamingKvStore final : public KvStore {
   }
 
   KvTier tier() const override { return KvTier::kDevice; }
-  const KvRetention& retention() const override { return retention_; }
-  int64_t held_rows() const override { return held_rows_; }
-  const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
   StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
   StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
@@ -39,7 +36,7 @@ class StreamingKvStore final : public KvStore {
 
  private:
   StreamingKvStore(Backend& backend, KvBuffer buffer, const KvRetention& retention)
-      : backend_(backend), buffer_(std::move(buffer)), retention_(retention) {}
+      : KvStoreBase(retention), backend_(backend), buffer_(std::move(buffer)) {}
   // Rows [0, data_capacity) hold data; the last window_tokens rows are the spare for Commit.
   int64_t data_capacity() const { return buffer_.capacity() - retention_.window_tokens; }
   // Copies rows [from, from + n) to [to, to + n) (to < from) without an overlapping copy.
@@ -47,9 +44,6 @@ class StreamingKvStore final : public KvStore {
 
   Backend& backend_;
   KvBuffer buffer_;
-  KvRetention retention_;
-  int64_t held_rows_ = 0;
-  std::vector<TokenRange> held_ranges_;
 };
 
 }  // namespace millipede
