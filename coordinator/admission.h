@@ -6,10 +6,10 @@
 #include <optional>
 #include <vector>
 
+#include "api/job_service.h"
 #include "common/policy/attention_policy.h"
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/job_service.h"
 
 namespace millipede {
 

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "api/job_service.h"
 #include "common/status.h"
-#include "coordinator/job_service.h"
 
 namespace millipede {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "api/job_service.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/admission.h"
-#include "coordinator/job_service.h"
 #include "coordinator/text_stream.h"
 #include "coordinator/worker_link.h"
 #include "monitoring/service_metrics.h"

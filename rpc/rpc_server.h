@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "coordinator/job_service.h"
+#include "api/job_service.h"
 #include "rpc/event_pump.h"
 
 namespace millipede::rpc {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "api/job_service.h"
 #include "coordinator/chat_template.h"
 #include "coordinator/http/api_error.h"
-#include "coordinator/job_service.h"
 
 namespace millipede {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_service.h"
+#include "api/job_service.h"
 
 namespace millipede {
 

@@ -13,9 +13,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "api/job_service.h"
 #include "coordinator/http/openai_protocol.h"
 #include "coordinator/http/openai_server.h"
-#include "coordinator/job_service.h"
 
 namespace millipede {
 

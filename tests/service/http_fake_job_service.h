@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "api/job_service.h"
 #include "common/tokenizer/bpe_trainer.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/job_service.h"
 
 namespace millipede::http_test {
 

@@ -1,4 +1,4 @@
-#include "coordinator/job_service.h"
+#include "api/job_service.h"
 
 namespace millipede {
 
