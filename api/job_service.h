@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
-#include "kernels/sampling.h"
 #include "monitoring/service_metrics.h"
 
 namespace millipede {

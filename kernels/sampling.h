@@ -1,29 +1,15 @@
 // Next-token sampling from one row of logits: greedy, or temperature / top-k / top-p sampling
 // with a counter-based random draw, so a (seed, step) pair gives the same token on every backend.
+// SamplingParams and CheckSamplingParams live in common/sampling_params.h.
 #pragma once
 
 #include <cstdint>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
 namespace millipede {
-
-struct SamplingParams {
-  // 0 = greedy (argmax, ties to the lowest id); otherwise logits are divided by it. Must be >= 0.
-  float temperature = 0.0f;
-  // Keep only the top_k most likely tokens (exactly k; ties at the boundary go to the lower
-  // id). 0 = off. Must be >= 0.
-  int32_t top_k = 0;
-  // Keep the smallest set of most likely tokens whose probability sums to >= top_p (always at
-  // least one). 1 = off. Must lie in (0, 1].
-  float top_p = 1.0f;
-  // Key of the random stream; step (the index of the generated token) is the counter.
-  uint64_t seed = 0;
-};
-
-// InvalidArgument naming the field if a parameter is out of range (NaN included).
-Status CheckSamplingParams(const SamplingParams& params);
 
 // Checks the parameters and the logits' shape and dtype (not their values, which may live on a
 // device).
