@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "api/job_service.h"
-#include "coordinator/chat_template.h"
 #include "coordinator/http/api_error.h"
+#include "coordinator/http/chat_template.h"
 
 namespace millipede {
 

@@ -6,7 +6,7 @@
 
 #include "common/file_util.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/chat_template.h"
+#include "coordinator/http/chat_template.h"
 #include "tests/service/http_fake_job_service.h"
 
 namespace millipede {

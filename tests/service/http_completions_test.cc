@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/chat_template.h"
+#include "coordinator/http/chat_template.h"
 #include "tests/service/http_test_fixture.h"
 
 namespace millipede::http_test {

@@ -1,4 +1,4 @@
-#include "coordinator/chat_template.h"
+#include "coordinator/http/chat_template.h"
 
 #include "common/tokenizer/tokenizer.h"
 
