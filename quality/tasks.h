@@ -1,4 +1,4 @@
-// Retrieval tasks for the constructed retrieval model (worker/retrieval_model.h), as token ids:
+// Retrieval tasks for the constructed retrieval model (models/retrieval_model.h), as token ids:
 //  - needle in a haystack: one needle <ka:vb> at a given depth of filler text, then the query
 //    <ka>; the answer is <vb>;
 //  - multi-key KV retrieval: several needles with distinct keys, one of them (at the given depth)
@@ -15,7 +15,7 @@
 
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
-#include "worker/retrieval_model.h"
+#include "models/retrieval_model.h"
 
 namespace millipede {
 

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "common/flags.h"
+#include "models/model_presets.h"
 #include "worker/engine_flags.h"
 #include "worker/generate.h"
-#include "worker/model_presets.h"
 
 namespace millipede {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "common/file_util.h"
+#include "models/retrieval_model.h"
 #include "quality/runner.h"
 #include "quality/tasks.h"
-#include "worker/retrieval_model.h"
 
 namespace millipede::testing {
 

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "models/model_presets.h"
 #include "worker/engine/engine.h"
-#include "worker/model_presets.h"
 
 namespace millipede::testing {
 

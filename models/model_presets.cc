@@ -1,4 +1,4 @@
-#include "worker/model_presets.h"
+#include "models/model_presets.h"
 
 namespace millipede {
 
@@ -44,7 +44,7 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name) {
     return c;
   }
   if (name == "retrieval") {
-    // The constructed retrieval model (worker/retrieval_model.h); its weights are set by hand for
+    // The constructed retrieval model (models/retrieval_model.h); its weights are set by hand for
     // this exact shape. vocab_size comes from its tokenizer.
     c.vocab_size = 2048;
     c.hidden_size = 512;  // = 8 heads x head_dim 64, so no reader needs head_dim from config.json

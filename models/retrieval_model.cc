@@ -1,4 +1,4 @@
-#include "worker/retrieval_model.h"
+#include "models/retrieval_model.h"
 
 #include <sys/stat.h>
 
@@ -12,7 +12,7 @@
 #include "common/file_util.h"
 #include "common/json_util.h"
 #include "common/tokenizer/bpe_trainer.h"
-#include "worker/model_presets.h"
+#include "models/model_presets.h"
 
 namespace millipede {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/demo_corpus.h"
+#include "models/demo_corpus.h"
 
 namespace millipede {
 

@@ -12,10 +12,10 @@
 #include "common/flags.h"
 #include "common/tokenizer/bpe_trainer.h"
 #include "common/tokenizer/tokenizer.h"
-#include "worker/demo_corpus.h"
-#include "worker/model_presets.h"
+#include "models/demo_corpus.h"
+#include "models/model_presets.h"
+#include "models/retrieval_model.h"
 #include "worker/random_weights.h"
-#include "worker/retrieval_model.h"
 
 namespace millipede {
 namespace {

@@ -1,83 +1,15 @@
-// The construction and the task generators, without running the model.
+// The retrieval task generators on the retrieval model's tokenizer, without running the model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <set>
 
-#include "common/checkpoint/model_tensors.h"
 #include "quality_test_util.h"
-#include "worker/model_presets.h"
 
 namespace millipede {
 namespace {
 
 using testing::MustMakeTask;
 using testing::RetrievalData;
-
-ModelConfig RetrievalConfig() {
-  ModelConfig c = *ModelPreset("retrieval");
-  c.vocab_size = RetrievalData().vocab.vocab_size;
-  return c;
-}
-
-TEST(RetrievalModelTest, VocabularyHasEveryTaskTokenOnce) {
-  const RetrievalVocab& v = RetrievalData().vocab;
-  std::set<int32_t> ids = {v.bos, v.eos, v.filler, v.none};
-  ids.insert(v.key_ids.begin(), v.key_ids.end());
-  ids.insert(v.value_ids.begin(), v.value_ids.end());
-  ids.insert(v.needle_ids.begin(), v.needle_ids.end());
-  EXPECT_EQ(ids.size(), 4u + 2 * kRetrievalSymbols + kRetrievalSymbols * kRetrievalSymbols);
-  EXPECT_LT(*ids.rbegin(), v.vocab_size);
-  EXPECT_EQ(v.ValueSymbol(v.value_ids[7]), 7);
-  EXPECT_EQ(v.ValueSymbol(v.key_ids[7]), -1);
-  // Only BOS and EOS are special: decoded answers show the task tokens.
-  const Tokenizer& tok = *RetrievalData().tokenizer;
-  EXPECT_TRUE(tok.IsSpecial(v.bos));
-  EXPECT_EQ(tok.bos_id(), v.bos);  // the template puts the sink first
-  EXPECT_FALSE(tok.IsSpecial(v.needle(3, 9)));
-  EXPECT_EQ(*tok.Decode({v.key_ids[3], v.needle(3, 9), v.value_ids[9]}, true), "<k3><k3:v9><v9>");
-}
-
-TEST(RetrievalModelTest, WeightsAreExactInEveryDtype) {
-  const ModelConfig c = RetrievalConfig();
-  auto f32 = BuildRetrievalWeights(c, RetrievalData().vocab, DType::kF32);
-  ASSERT_TRUE(f32.ok()) << f32.status().ToString();
-  for (DType low : {DType::kBF16, DType::kF16}) {
-    auto w = BuildRetrievalWeights(c, RetrievalData().vocab, low);
-    ASSERT_TRUE(w.ok());
-    ASSERT_EQ(w->size(), f32->size());
-    int64_t nonzero = 0;
-    for (size_t t = 0; t < f32->size(); ++t) {
-      const HostTensor& a = (*f32)[t].tensor;
-      const HostTensor& b = (*w)[t].tensor;
-      ASSERT_EQ(a.NumElements(), b.NumElements());
-      for (int64_t i = 0; i < a.NumElements(); ++i) {
-        const float x = LoadAsFloat(a.view().data, DType::kF32, static_cast<size_t>(i));
-        ASSERT_EQ(x, LoadAsFloat(b.view().data, low, static_cast<size_t>(i)))
-            << (*f32)[t].name << " element " << i;
-        nonzero += x != 0;
-      }
-    }
-    EXPECT_GT(nonzero, 5000);  // 15875: the constructed entries
-  }
-}
-
-TEST(RetrievalModelTest, RejectsOtherShapes) {
-  ModelConfig c = RetrievalConfig();
-  c.num_key_value_heads = 4;
-  EXPECT_FALSE(CheckRetrievalConfig(c, RetrievalData().vocab).ok());
-  c = RetrievalConfig();
-  c.head_dim = 32;  // the old shape
-  EXPECT_FALSE(CheckRetrievalConfig(c, RetrievalData().vocab).ok());
-  c = RetrievalConfig();
-  c.rope_theta = 10000;
-  EXPECT_FALSE(CheckRetrievalConfig(c, RetrievalData().vocab).ok());
-  c = RetrievalConfig();
-  c.vocab_size = 100;
-  EXPECT_FALSE(CheckRetrievalConfig(c, RetrievalData().vocab).ok());
-  EXPECT_TRUE(CheckRetrievalConfig(RetrievalConfig(), RetrievalData().vocab).ok());
-}
 
 TEST(RetrievalTasksTest, PromptsHaveTheRightShapeAndRoundTrip) {
   const RetrievalVocab& v = RetrievalData().vocab;
