@@ -12,6 +12,7 @@
 #include "common/flags.h"
 #include "quality/report.h"
 #include "quality/runner.h"
+#include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
 
 namespace millipede {
@@ -42,12 +43,6 @@ parallelism) and rank 0 reports.
                          policy by the file's name without its extension
   --backend B            cpu (default) | cuda
 )";
-
-struct MpiWorld {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-};
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -203,27 +198,5 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
 }  // namespace millipede
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    std::cerr << "millipede-quality: MPI initialisation failed\n";
-    return 1;
-  }
-  millipede::MpiWorld world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-  const millipede::StatusOr<int> local_rank = millipede::NodeLocalRank(MPI_COMM_WORLD);
-  if (local_rank.ok()) world.local_rank = *local_rank;
-  millipede::Status s =
-      local_rank.ok() ? millipede::Run(argc, argv, world) : local_rank.status();
-  if (!s.ok()) {
-    std::cerr << "millipede-quality"
-              << (world.size > 1 ? " rank " + std::to_string(world.rank) : "") << ": "
-              << s.ToString() << "\n";
-    // Every rank sees the same flags and results; abort so that no rank is left waiting.
-    if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    MPI_Finalize();
-    return 1;
-  }
-  MPI_Finalize();
-  return 0;
+  return millipede::RunMpiMain("millipede-quality", argc, argv, millipede::Run);
 }

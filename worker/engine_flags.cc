@@ -39,18 +39,6 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   return options;
 }
 
-StatusOr<int> NodeLocalRank(MPI_Comm comm) {
-  int rank = 0;
-  MP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_Comm node;
-  MP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int local = 0;
-  const int rc = MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  MP_MPI_CHECK(rc);
-  return local;
-}
-
 StatusOr<std::unique_ptr<Communicator>> CreateDataPlane(MPI_Comm comm, int local_rank,
                                                         BackendKind backend) {
   int size = 1;

@@ -22,9 +22,6 @@ std::vector<std::string> EngineFlagNames();
 // picks the GPU of the cuda backend.
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank);
 
-// This process's rank among the ranks of `comm` on the same node.
-StatusOr<int> NodeLocalRank(MPI_Comm comm);
-
 // The data plane between the ranks of `comm`: none (null) for a single rank, NCCL for the cuda
 // backend (selecting GPU `local_rank` first), MPI otherwise. Collective over `comm`.
 StatusOr<std::unique_ptr<Communicator>> CreateDataPlane(MPI_Comm comm, int local_rank,

@@ -6,6 +6,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/tokenizer/tokenizer.h"
+#include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
 #include "worker/generate.h"
 
@@ -62,12 +63,6 @@ StatusOr<std::string> ReadInput(const std::string& path, int rank, Communicator*
   }
   return ReadFileToString(path);
 }
-
-struct MpiWorld {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;  // among the ranks on this node: picks the GPU
-};
 
 Status Run(int argc, char** argv, const MpiWorld& world) {
   const int rank = world.rank;
@@ -193,29 +188,5 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
 }  // namespace millipede
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    std::cerr << "millipede-run: MPI initialisation failed\n";
-    return 1;
-  }
-  millipede::MpiWorld world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &world.local_rank);
-  MPI_Comm_free(&node);
-  millipede::Status s = millipede::Run(argc, argv, world);
-  if (!s.ok()) {
-    std::cerr << "millipede-run"
-              << (world.size > 1 ? " rank " + std::to_string(world.rank) : "") << ": "
-              << s.ToString() << "\n";
-    // Every rank meets input errors on its own (same flags, same input); abort so that a
-    // rank-local failure cannot leave another rank waiting in a collective.
-    if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    MPI_Finalize();
-    return 1;
-  }
-  MPI_Finalize();
-  return 0;
+  return millipede::RunMpiMain("millipede-run", argc, argv, millipede::Run);
 }

@@ -10,6 +10,7 @@
 #include "common/flags.h"
 #include "worker/control/counting_communicator.h"
 #include "worker/control/worker_loop.h"
+#include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
 #include "worker/kv/kv_buffer.h"
 
@@ -108,11 +109,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    std::cerr << "millipede-worker: MPI initialisation failed\n";
-    return 1;
-  }
+  if (!millipede::InitMpi("millipede-worker", &argc, &argv)) return 1;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

@@ -18,6 +18,7 @@
 
 #include "common/flags.h"
 #include "models/model_presets.h"
+#include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
 #include "worker/generate.h"
 
@@ -44,10 +45,6 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
   --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
                        placed over the ranks as a prompt would be (decode speed only)
 )";
-
-struct World {
-  int rank = 0, size = 1, local_rank = 0;
-};
 
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
   std::vector<int64_t> out;
@@ -195,7 +192,7 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
                                                            std::min<size_t>(8, ids.size()))}};
 }
 
-Status Run(int argc, char** argv, const World& world) {
+Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "decode-only", "help"}));
   if (flags.GetBool("help")) {
     if (world.rank == 0) std::cout << kUsage;
@@ -341,21 +338,5 @@ Status Run(int argc, char** argv, const World& world) {
 }  // namespace millipede
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return 1;
-  millipede::World world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-  const millipede::StatusOr<int> local_rank = millipede::NodeLocalRank(MPI_COMM_WORLD);
-  if (local_rank.ok()) world.local_rank = *local_rank;
-  millipede::Status s =
-      local_rank.ok() ? millipede::Run(argc, argv, world) : local_rank.status();
-  if (!s.ok()) {
-    std::cerr << "millipede-bench-e2e rank " << world.rank << ": " << s.ToString() << "\n";
-    if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    MPI_Finalize();
-    return 1;
-  }
-  MPI_Finalize();
-  return 0;
+  return millipede::RunMpiMain("millipede-bench-e2e", argc, argv, millipede::Run);
 }
