@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "coordinator/http/chat_template.h"
-#include "tests/service/http_test_fixture.h"
+#include "tests/coordinator/http/test_fixture.h"
 
 namespace millipede::http_test {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "coordinator/http/openai_server.h"
-#include "tests/service/http_fake_job_service.h"
-#include "tests/service/http_test_client.h"
+#include "tests/coordinator/http/fake_job_service.h"
+#include "tests/coordinator/http/test_client.h"
 
 namespace millipede::http_test {
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/service/coordinator_test_util.h"
+#include "tests/coordinator/coordinator_test_util.h"
 
 namespace millipede {
 namespace {

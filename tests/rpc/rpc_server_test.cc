@@ -11,7 +11,7 @@
 
 #include "rpc/millipede.capnp.h"
 #include "rpc/rpc_errors.h"
-#include "tests/service/coordinator_test_util.h"
+#include "tests/coordinator/coordinator_test_util.h"
 
 namespace millipede {
 namespace {

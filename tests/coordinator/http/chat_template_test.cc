@@ -7,7 +7,7 @@
 #include "common/file_util.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/http/chat_template.h"
-#include "tests/service/http_fake_job_service.h"
+#include "tests/coordinator/http/fake_job_service.h"
 
 namespace millipede {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tests/service/http_test_fixture.h"
+#include "tests/coordinator/http/test_fixture.h"
 
 namespace millipede::http_test {
 namespace {
