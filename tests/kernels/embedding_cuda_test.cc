@@ -13,21 +13,18 @@
 #include <vector>
 
 #include "kernels/embedding.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
-using testing::NormalisedErrorBelow;
+using testing::OpCheck;
 using testing::PoisonedF32;
 using testing::RandomTensor;
-
-// Widening BF16/F16/F32 to F32 is exact and F64 rounds the same way on both sides.
-constexpr double kMaxError = 0.0;
+using testing::Tolerance;
 
 HostTensor Ids(int64_t n, int64_t vocab, uint64_t seed) {
   HostTensor ids(DType::kI32, {n});
@@ -51,28 +48,21 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
                         c.table_offset_bytes ? "_unaligned" : "");
 }
 
-class EmbeddingCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class EmbeddingCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(EmbeddingCudaTest, MatchesReference) {
   const Case c = GetParam();
-  const HostTensor table = RandomTensor(c.dtype, {c.vocab, c.hidden}, 21, -2.0f, 2.0f);
-  const HostTensor ids = Ids(c.n, c.vocab, 22);
-  HostTensor out_ref = PoisonedF32({c.n, c.hidden});
-  ASSERT_TRUE(EmbeddingRef({CView(ids), CView(table), out_ref.view()}).ok());
-
-  DeviceTensor d_ids(ids), d_table(table, c.table_offset_bytes),
-      d_out(PoisonedF32({c.n, c.hidden}));
-  const Status status = EmbeddingCuda({d_ids.cview(), d_table.cview(), d_out.view()}, nullptr);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_TRUE(NormalisedErrorBelow(d_out.Read(), out_ref, kMaxError));
-  EXPECT_TRUE(d_ids.Unchanged(ids));
-  EXPECT_TRUE(d_table.Unchanged(table));
+  OpCheck check("embedding");
+  const int ids = check.Input(Ids(c.n, c.vocab, 22));
+  const int table = check.Input(RandomTensor(c.dtype, {c.vocab, c.hidden}, 21, -2.0f, 2.0f),
+                                c.table_offset_bytes);
+  // Widening BF16/F16/F32 to F32 is exact and F64 rounds the same way on both sides.
+  const int out = check.Output("out", PoisonedF32({c.n, c.hidden}), Tolerance::Exact());
+  check.Run(
+      [&](const OpCheck::Tensors& t) {
+        return EmbeddingArgs{t.cview(ids), t.cview(table), t.view(out)};
+      },
+      EmbeddingRef, EmbeddingCuda);
 }
 
 INSTANTIATE_TEST_SUITE_P(

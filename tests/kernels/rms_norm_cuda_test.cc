@@ -11,25 +11,24 @@
 #include <vector>
 
 #include "kernels/rms_norm.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CopyF32;
-using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
-using testing::NormalisedErrorBelow;
+using testing::OpCheck;
 using testing::PoisonedF32;
 using testing::RandomTensor;
+using testing::Tolerance;
 
-// max |out - ref| / max |ref|. The kernel sums squares in fp32 (the reference in double); the
-// rest is the same fp32 arithmetic, so a few ulps at most.
-constexpr double kMaxError = 1e-5;
+// The kernel sums squares in fp32 (the reference in double); the rest is the same fp32
+// arithmetic, so a few ulps at most. NaN rows stay NaN on both sides.
+const Tolerance kTolerance = Tolerance::Normalised(1e-5).WithNanMatchingNan();
 // residual += x is one fp32 addition on both sides: bit-exact.
-constexpr double kMaxResidualError = 0.0;
+const Tolerance kResidualTolerance = Tolerance::Exact().WithNanMatchingNan();
 
 enum class Alias { kNone, kOutIsX, kOutIsResidual };
 
@@ -52,12 +51,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-class RmsNormCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class RmsNormCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(RmsNormCudaTest, MatchesReference) {
   const Case c = GetParam();
@@ -68,46 +62,28 @@ TEST_P(RmsNormCudaTest, MatchesReference) {
     x.data<float>()[c.hidden] = testing::kNaN;
     x.data<float>()[2 * c.hidden] = testing::kInf;
   }
-  const HostTensor weight = RandomTensor(c.weight_dtype, {c.hidden}, 32, 0.5f, 1.5f);
-  const HostTensor residual =
-      c.residual ? RandomTensor(DType::kF32, shape, 33, -3.0f, 3.0f) : HostTensor();
-
-  // Reference, with the same aliasing as the device run.
-  HostTensor x_ref = CopyF32(x);
-  HostTensor residual_ref = c.residual ? CopyF32(residual) : HostTensor();
-  HostTensor out_ref = PoisonedF32(shape);
-  RmsNormArgs ref_args{CView(x_ref), CView(weight), TensorView{}, out_ref.view(), c.eps};
-  if (c.residual) ref_args.residual = residual_ref.view();
-  if (c.alias == Alias::kOutIsX) ref_args.out = x_ref.view();
-  if (c.alias == Alias::kOutIsResidual) ref_args.out = residual_ref.view();
-  ASSERT_TRUE(RmsNormRef(ref_args).ok());
-
-  DeviceTensor d_x(x, c.offset_bytes), d_weight(weight);
-  const HostTensor no_residual(DType::kF32, {0});
-  DeviceTensor d_residual(c.residual ? residual : no_residual, c.offset_bytes);
-  DeviceTensor d_out(PoisonedF32(shape), c.offset_bytes);
-  RmsNormArgs args{d_x.cview(), d_weight.cview(), TensorView{}, d_out.view(), c.eps};
-  if (c.residual) args.residual = d_residual.view();
-  if (c.alias == Alias::kOutIsX) args.out = d_x.view();
-  if (c.alias == Alias::kOutIsResidual) args.out = d_residual.view();
-  const Status status = RmsNormCuda(args, nullptr);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  const HostTensor& expected = c.alias == Alias::kOutIsX          ? x_ref
-                               : c.alias == Alias::kOutIsResidual ? residual_ref
-                                                                  : out_ref;
-  const DeviceTensor& actual = c.alias == Alias::kOutIsX          ? d_x
-                               : c.alias == Alias::kOutIsResidual ? d_residual
-                                                                  : d_out;
-  EXPECT_TRUE(NormalisedErrorBelow(actual.Read(), expected, kMaxError));
-  if (c.residual && c.alias != Alias::kOutIsResidual) {
-    EXPECT_TRUE(NormalisedErrorBelow(d_residual.Read(), residual_ref, kMaxResidualError));
+  OpCheck check("rms_norm");
+  // x and the residual are outputs where the output aliases them.
+  const int ix = c.alias == Alias::kOutIsX ? check.Output("x", x, kTolerance, c.offset_bytes)
+                                           : check.Input(x, c.offset_bytes);
+  const int iweight = check.Input(RandomTensor(c.weight_dtype, {c.hidden}, 32, 0.5f, 1.5f));
+  int iresidual = -1;
+  if (c.residual) {
+    iresidual = check.Output("residual", RandomTensor(DType::kF32, shape, 33, -3.0f, 3.0f),
+                             c.alias == Alias::kOutIsResidual ? kTolerance : kResidualTolerance,
+                             c.offset_bytes);
   }
-  if (c.alias != Alias::kOutIsX) {
-    EXPECT_TRUE(d_x.Unchanged(x));
-  }
-  EXPECT_TRUE(d_weight.Unchanged(weight));
+  const int iout = c.alias == Alias::kOutIsX ? ix
+                   : c.alias == Alias::kOutIsResidual
+                       ? iresidual
+                       : check.Output("out", PoisonedF32(shape), kTolerance, c.offset_bytes);
+  check.Run(
+      [&](const OpCheck::Tensors& t) {
+        RmsNormArgs args{t.cview(ix), t.cview(iweight), TensorView{}, t.view(iout), c.eps};
+        if (c.residual) args.residual = t.view(iresidual);
+        return args;
+      },
+      RmsNormRef, RmsNormCuda);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCudaTest,

@@ -12,24 +12,22 @@
 #include <vector>
 
 #include "kernels/rope.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CopyF32;
-using testing::CView;
-using testing::DeviceTensor;
-using testing::HaveGpu;
 using testing::kInf;
 using testing::kNaN;
-using testing::NormalisedErrorBelow;
+using testing::OpCheck;
 using testing::RandomTensor;
+using testing::Tolerance;
 
-// max |x' - ref| / max |ref|. The angle is the same fp32 product; sincosf is within 2 ulp of the
-// reference's correctly rounded cos/sin, and the two products may be fused: a few 1e-7.
-constexpr double kMaxError = 1e-5;
+// The angle is the same fp32 product; sincosf is within 2 ulp of the reference's correctly
+// rounded cos/sin, and the two products may be fused: a few 1e-7. Non-finite inputs must give
+// non-finite outputs in the same places.
+const Tolerance kTolerance = Tolerance::Normalised(1e-5).WithNanMatchingNan();
 
 struct Case {
   int64_t n, num_q_heads, gqa_ratio, head_dim;
@@ -64,36 +62,27 @@ HostTensor Positions(const Case& c) {
   return positions;
 }
 
-class RopeCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class RopeCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(RopeCudaTest, MatchesReference) {
   const Case c = GetParam();
-  const HostTensor inv_freq = InvFreq(c);
-  const HostTensor positions = Positions(c);
   // q and k, as a decoder layer calls it: once per tensor, k with num_q_heads / ratio heads.
   for (const int64_t heads : {c.num_q_heads, c.num_q_heads / c.gqa_ratio}) {
     SCOPED_TRACE(heads == c.num_q_heads ? "q" : "k");
     HostTensor x = RandomTensor(DType::kF32, {c.n, heads, c.head_dim}, 42 + heads, -2.0f, 2.0f);
-    // Non-finite inputs must give non-finite outputs in the same places.
     if (c.n > 2) {
       x.data<float>()[heads * c.head_dim] = kNaN;                           // row 1
       x.data<float>()[2 * heads * c.head_dim + c.head_dim / 2 - 1] = kInf;  // row 2
     }
-    HostTensor x_ref = CopyF32(x);
-    ASSERT_TRUE(RopeRef({x_ref.view(), CView(positions), CView(inv_freq)}).ok());
-
-    DeviceTensor d_x(x), d_positions(positions), d_inv_freq(inv_freq);
-    const Status status = RopeCuda({d_x.view(), d_positions.cview(), d_inv_freq.cview()}, nullptr);
-    ASSERT_TRUE(status.ok()) << status.ToString();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_TRUE(NormalisedErrorBelow(d_x.Read(), x_ref, kMaxError));
-    EXPECT_TRUE(d_positions.Unchanged(positions));
-    EXPECT_TRUE(d_inv_freq.Unchanged(inv_freq));
+    OpCheck check("rope");
+    const int ix = check.Output("x", x, kTolerance);
+    const int ipositions = check.Input(Positions(c));
+    const int iinv_freq = check.Input(InvFreq(c));
+    check.Run(
+        [&](const OpCheck::Tensors& t) {
+          return RopeArgs{t.view(ix), t.cview(ipositions), t.cview(iinv_freq)};
+        },
+        RopeRef, RopeCuda);
   }
 }
 

@@ -15,20 +15,21 @@
 #include "kernels/convert_cuda.h"
 #include "kernels/rope_cuda.h"
 #include "kernels/rope_kv.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CopyF32;
 using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
-using testing::NormalisedErrorBelow;
+using testing::MatchesReference;
+using testing::OpCheck;
 using testing::Poisoned;
-using testing::PoisonedF32;
 using testing::RandomTensor;
+using testing::SameBytes;
+using testing::Tolerance;
 
 // Against the reference: RopeCuda's tolerance (sincosf within 2 ulp), plus the cache rounding
 // (compared through the same rounding of the reference).
@@ -65,66 +66,55 @@ HostTensor Positions(int64_t n, int64_t max_position) {
   return positions;
 }
 
-bool SameBytes(const HostTensor& a, const HostTensor& b) {
-  return a.NumBytes() == b.NumBytes() &&
-         std::memcmp(a.view().data, b.view().data, a.NumBytes()) == 0;
-}
-
-class RopeKvCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class RopeKvCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(RopeKvCudaTest, MatchesRopeThenConvert) {
   const Case c = GetParam();
   const Shape q_shape{c.n, c.q_heads, c.head_dim}, kv_shape{c.n, c.kv_heads, c.head_dim};
-  const HostTensor inv_freq = InvFreq(c.head_dim);
-  const HostTensor positions = Positions(c.n, c.max_position);
   const HostTensor q = RandomTensor(DType::kF32, q_shape, 91, -2.0f, 2.0f);
   const HostTensor k = RandomTensor(DType::kF32, kv_shape, 92, -2.0f, 2.0f);
-  const HostTensor v = RandomTensor(DType::kF32, kv_shape, 93, -2.0f, 2.0f);
 
-  DeviceTensor d_positions(positions), d_inv_freq(inv_freq);
-  DeviceTensor d_q(q), d_k(k), d_v(v);
-  DeviceTensor d_k_cache(Poisoned(c.cache, kv_shape)), d_v_cache(Poisoned(c.cache, kv_shape));
-  const Status status = RopeKvCuda({d_q.view(), d_k.cview(), d_v.cview(), d_positions.cview(),
-                                    d_inv_freq.cview(), d_k_cache.view(), d_v_cache.view()},
-                                   nullptr);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-
-  // The separate ops the engine ran before: RoPE on q, RoPE on k, two conversions.
-  DeviceTensor d_q2(q), d_k2(k);
-  DeviceTensor d_k_cache2(Poisoned(c.cache, kv_shape)), d_v_cache2(Poisoned(c.cache, kv_shape));
-  ASSERT_TRUE(RopeCuda({d_q2.view(), d_positions.cview(), d_inv_freq.cview()}, nullptr).ok());
-  ASSERT_TRUE(RopeCuda({d_k2.view(), d_positions.cview(), d_inv_freq.cview()}, nullptr).ok());
-  ASSERT_TRUE(ConvertCuda(d_k2.cview(), d_k_cache2.view(), nullptr).ok());
-  ASSERT_TRUE(ConvertCuda(d_v.cview(), d_v_cache2.view(), nullptr).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  const HostTensor q_out = d_q.Read(), k_cache = d_k_cache.Read(), v_cache = d_v_cache.Read();
-  ASSERT_TRUE(testing::AllFinite(k_cache));
-  ASSERT_TRUE(testing::AllFinite(v_cache));
-  EXPECT_TRUE(SameBytes(q_out, d_q2.Read()));
-  EXPECT_TRUE(SameBytes(k_cache, d_k_cache2.Read()));
-  EXPECT_TRUE(SameBytes(v_cache, d_v_cache2.Read()));
-  EXPECT_TRUE(d_k.Unchanged(k));
-  EXPECT_TRUE(d_v.Unchanged(v));
-
-  // And the reference.
-  HostTensor q_ref = CopyF32(q);
-  HostTensor k_cache_ref = Poisoned(c.cache, kv_shape), v_cache_ref = Poisoned(c.cache, kv_shape);
-  ASSERT_TRUE(RopeKvRef({q_ref.view(), CView(k), CView(v), CView(positions), CView(inv_freq),
-                         k_cache_ref.view(), v_cache_ref.view()})
-                  .ok());
-  EXPECT_TRUE(NormalisedErrorBelow(q_out, q_ref, kMaxError));
-  // One rounding step of the cache dtype may differ where the F32 values differ by an ulp.
+  // Against the reference. One rounding step of the cache dtype may differ where the F32 values
+  // differ by an ulp; V is only converted, so it must be exact.
   const double cache_error = c.cache == DType::kBF16  ? 1e-2
                              : c.cache == DType::kF16 ? 1e-3
                                                       : kMaxError;
-  EXPECT_TRUE(NormalisedErrorBelow(k_cache, k_cache_ref, cache_error));
-  EXPECT_TRUE(SameBytes(v_cache, v_cache_ref));
+  OpCheck check("rope_kv");
+  const int iq = check.Output("q", q, Tolerance::Normalised(kMaxError));
+  const int ik = check.Input(k);
+  const int iv = check.Input(RandomTensor(DType::kF32, kv_shape, 93, -2.0f, 2.0f));
+  const int ipositions = check.Input(Positions(c.n, c.max_position));
+  const int iinv_freq = check.Input(InvFreq(c.head_dim));
+  const int ik_cache =
+      check.Output("k_cache", Poisoned(c.cache, kv_shape), Tolerance::Normalised(cache_error));
+  const int iv_cache = check.Output("v_cache", Poisoned(c.cache, kv_shape), Tolerance::Exact());
+  ASSERT_TRUE(check.Run(
+      [&](const OpCheck::Tensors& t) {
+        return RopeKvArgs{t.view(iq),          t.cview(ik),        t.cview(iv),
+                          t.cview(ipositions), t.cview(iinv_freq), t.view(ik_cache),
+                          t.view(iv_cache)};
+      },
+      RopeKvRef, RopeKvCuda));
+  const HostTensor& q_out = check.actual(iq);
+  const HostTensor& k_cache = check.actual(ik_cache);
+  const HostTensor& v_cache = check.actual(iv_cache);
+  ASSERT_TRUE(testing::AllFinite(k_cache));
+  ASSERT_TRUE(testing::AllFinite(v_cache));
+  EXPECT_TRUE(SameBytes(v_cache, check.expected(iv_cache)));
+
+  // The separate ops the engine ran before, bit for bit: RoPE on q, RoPE on k, two conversions.
+  DeviceTensor d_q2(q), d_k2(k);
+  DeviceTensor d_k_cache2(Poisoned(c.cache, kv_shape)), d_v_cache2(Poisoned(c.cache, kv_shape));
+  const ConstTensorView positions = check.device(ipositions).cview();
+  const ConstTensorView inv_freq = check.device(iinv_freq).cview();
+  ASSERT_TRUE(RopeCuda({d_q2.view(), positions, inv_freq}, nullptr).ok());
+  ASSERT_TRUE(RopeCuda({d_k2.view(), positions, inv_freq}, nullptr).ok());
+  ASSERT_TRUE(ConvertCuda(d_k2.cview(), d_k_cache2.view(), nullptr).ok());
+  ASSERT_TRUE(ConvertCuda(check.device(iv).cview(), d_v_cache2.view(), nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(SameBytes(q_out, d_q2.Read()));
+  EXPECT_TRUE(SameBytes(k_cache, d_k_cache2.Read()));
+  EXPECT_TRUE(SameBytes(v_cache, d_v_cache2.Read()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvCudaTest,
@@ -175,12 +165,13 @@ TEST(RopeKvCudaDecodeTest, ViewsIntoOneQkvRow) {
   const HostTensor row_out = d_qkv.Read();
   HostTensor q_out(DType::kF32, {1, q_heads, head_dim});
   std::memcpy(q_out.view().data, row_out.view().data, q_width * sizeof(float));
-  EXPECT_TRUE(NormalisedErrorBelow(q_out, q_ref, kMaxError));
+  EXPECT_TRUE(MatchesReference(q_out, q_ref, Tolerance::Normalised(kMaxError), "q"));
   // k and v in the row are inputs: unchanged.
   EXPECT_EQ(std::memcmp(row_out.data<float>() + q_width, qkv.data<float>() + q_width,
                         2 * kv_width * sizeof(float)),
             0);
-  EXPECT_TRUE(NormalisedErrorBelow(d_k_cache.Read(), k_cache_ref, 1e-2));
+  EXPECT_TRUE(
+      MatchesReference(d_k_cache.Read(), k_cache_ref, Tolerance::Normalised(1e-2), "k_cache"));
   EXPECT_TRUE(SameBytes(d_v_cache.Read(), v_cache_ref));
 }
 

@@ -21,8 +21,8 @@
 
 #include "kernels/random.h"
 #include "kernels/sampling.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
@@ -123,12 +123,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   return detail::StrCat("v", info.param.vocab, "_", kinds[static_cast<int>(info.param.kind)]);
 }
 
-class SampleCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class SampleCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(SampleCudaTest, SameTokensAsReference) {
   const Case c = GetParam();

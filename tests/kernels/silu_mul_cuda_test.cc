@@ -11,25 +11,24 @@
 #include <vector>
 
 #include "kernels/silu_mul.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CopyF32;
-using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
 using testing::kInf;
 using testing::kNaN;
-using testing::NormalisedErrorBelow;
+using testing::OpCheck;
 using testing::PoisonedF32;
 using testing::RandomTensor;
+using testing::Tolerance;
 
-// max |out - ref| / max |ref|: fp32 expf (2 ulp) and an IEEE division against the reference's
-// double arithmetic.
-constexpr double kMaxError = 1e-5;
+// fp32 expf (2 ulp) and an IEEE division against the reference's double arithmetic; NaN inputs
+// give NaN on both sides.
+const Tolerance kTolerance = Tolerance::Normalised(1e-5).WithNanMatchingNan();
 
 enum class Alias { kNone, kOutIsGate, kOutIsUp };
 
@@ -48,12 +47,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-class SiluMulCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class SiluMulCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(SiluMulCudaTest, MatchesReference) {
   const Case c = GetParam();
@@ -66,34 +60,22 @@ TEST_P(SiluMulCudaTest, MatchesReference) {
     gate.data<float>()[i] = specials[i];
   if (up.NumElements() > 7) up.data<float>()[7] = -kInf;
 
-  HostTensor gate_ref = CopyF32(gate), up_ref = CopyF32(up), out_ref = PoisonedF32(shape);
-  SiluMulArgs ref_args{CView(gate_ref), CView(up_ref), out_ref.view()};
-  if (c.alias == Alias::kOutIsGate) ref_args.out = gate_ref.view();
-  if (c.alias == Alias::kOutIsUp) ref_args.out = up_ref.view();
-  ASSERT_TRUE(SiluMulRef(ref_args).ok());
-
-  DeviceTensor d_gate(gate, c.offset_bytes), d_up(up, c.offset_bytes);
-  DeviceTensor d_out(PoisonedF32(shape), c.offset_bytes);
-  SiluMulArgs args{d_gate.cview(), d_up.cview(), d_out.view()};
-  if (c.alias == Alias::kOutIsGate) args.out = d_gate.view();
-  if (c.alias == Alias::kOutIsUp) args.out = d_up.view();
-  const Status status = SiluMulCuda(args, nullptr);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  const HostTensor& expected = c.alias == Alias::kOutIsGate ? gate_ref
-                               : c.alias == Alias::kOutIsUp ? up_ref
-                                                            : out_ref;
-  const DeviceTensor& actual = c.alias == Alias::kOutIsGate ? d_gate
-                               : c.alias == Alias::kOutIsUp ? d_up
-                                                            : d_out;
-  EXPECT_TRUE(NormalisedErrorBelow(actual.Read(), expected, kMaxError));
-  if (c.alias != Alias::kOutIsGate) {
-    EXPECT_TRUE(d_gate.Unchanged(gate));
-  }
-  if (c.alias != Alias::kOutIsUp) {
-    EXPECT_TRUE(d_up.Unchanged(up));
-  }
+  OpCheck check("silu_mul");
+  // gate or up is an output where the output aliases it.
+  const int igate = c.alias == Alias::kOutIsGate
+                        ? check.Output("gate", gate, kTolerance, c.offset_bytes)
+                        : check.Input(gate, c.offset_bytes);
+  const int iup = c.alias == Alias::kOutIsUp ? check.Output("up", up, kTolerance, c.offset_bytes)
+                                             : check.Input(up, c.offset_bytes);
+  const int iout = c.alias == Alias::kOutIsGate ? igate
+                   : c.alias == Alias::kOutIsUp
+                       ? iup
+                       : check.Output("out", PoisonedF32(shape), kTolerance, c.offset_bytes);
+  check.Run(
+      [&](const OpCheck::Tensors& t) {
+        return SiluMulArgs{t.cview(igate), t.cview(iup), t.view(iout)};
+      },
+      SiluMulRef, SiluMulCuda);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SiluMulCudaTest,

@@ -20,14 +20,18 @@
 
 #include "kernels/attention/attention.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
 using testing::CView;
+using testing::DeviceTensor;
 using testing::kInf;
+using testing::MatchesReference;
 using testing::PoisonedF32;
 using testing::RandomTensor;
+using testing::Tolerance;
 
 // The tensor-core path rounds q and the probabilities to bf16 (attention_cuda.h): expected errors
 // are a few 1e-3 of max |o| and ~1e-3 in lse; the fp32 CUDA-core path is far inside both.
@@ -37,50 +41,6 @@ constexpr double kMaxLseError = 2e-2;  // max |lse - lse_ref|
 // running max, and the order of fp32 sums differ.
 constexpr double kMaxSplitOError = 1e-2;
 constexpr double kMaxSplitLseError = 1e-4;
-
-bool HaveGpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-// Device copy of a host tensor between guard bands of sentinel bytes.
-class DeviceTensor {
- public:
-  static constexpr size_t kGuardBytes = 256;  // keeps the payload as aligned as cudaMalloc's
-  static constexpr unsigned char kSentinel = 0xA7;
-
-  explicit DeviceTensor(const HostTensor& host)
-      : dtype_(host.dtype()), shape_(host.shape()), bytes_(host.NumBytes()) {
-    std::vector<unsigned char> staged(bytes_ + 2 * kGuardBytes, kSentinel);
-    std::memcpy(staged.data() + kGuardBytes, host.view().data, bytes_);
-    EXPECT_EQ(cudaMalloc(&base_, staged.size()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(base_, staged.data(), staged.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceTensor() { cudaFree(base_); }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-
-  TensorView view() { return {base_ + kGuardBytes, dtype_, shape_}; }
-  ConstTensorView cview() { return AsConst(view()); }
-  // The payload; also checks that both guard bands still hold the sentinel.
-  HostTensor Read() const {
-    std::vector<unsigned char> staged(bytes_ + 2 * kGuardBytes);
-    EXPECT_EQ(cudaMemcpy(staged.data(), base_, staged.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    for (size_t i = 0; i < kGuardBytes; ++i) {
-      EXPECT_EQ(staged[i], kSentinel) << "write before the buffer at byte " << i;
-      EXPECT_EQ(staged[kGuardBytes + bytes_ + i], kSentinel) << "write after the buffer at " << i;
-    }
-    HostTensor host(dtype_, shape_);
-    std::memcpy(host.view().data, staged.data() + kGuardBytes, bytes_);
-    return host;
-  }
-
- private:
-  DType dtype_;
-  Shape shape_;
-  size_t bytes_;
-  unsigned char* base_ = nullptr;
-};
 
 struct Case {
   int64_t n_q, n_kv, num_q_heads, num_kv_heads, head_dim, q_offset, k_offset;
@@ -154,45 +114,42 @@ std::vector<std::pair<int64_t, int64_t>> CheckedRows(int64_t n_q) {
   return {{0, 64}, {n_q / 2 - 32, n_q / 2 + 32}, {n_q - 64, n_q}};
 }
 
-// Normalised o error and max lse error against the reference; infinities must match exactly.
+// The parts one after the other along the first dimension, as a new tensor.
+HostTensor Concat(const std::vector<HostTensor>& parts) {
+  Shape shape = parts.front().shape();
+  shape.dims[0] = 0;
+  for (const HostTensor& p : parts) shape.dims[0] += p.shape().dims[0];
+  HostTensor out(parts.front().dtype(), shape);
+  unsigned char* dst = static_cast<unsigned char*>(out.view().data);
+  for (const HostTensor& p : parts) {
+    std::memcpy(dst, p.view().data, p.NumBytes());
+    dst += p.NumBytes();
+  }
+  return out;
+}
+
+// o within kMaxOError of max |o_ref| (and its NMSE within the square), lse within kMaxLseError,
+// over the checked rows; -inf (rows that see no key) must match exactly and NaN fails.
 void ExpectMatchesReference(const Case& c, const Inputs& in, const Outputs& out) {
   const int64_t heads = c.num_q_heads, d = c.head_dim;
-  double max_diff = 0.0, max_ref = 0.0, max_lse_diff = 0.0;
-  int64_t bad = 0;
+  std::vector<HostTensor> o, lse, o_ref, lse_ref;
   for (const auto& [begin, end] : CheckedRows(c.n_q)) {
     const HostTensor q = Rows(in.q, begin, end);
-    Outputs ref{PoisonedF32({end - begin, heads, d}), PoisonedF32({end - begin, heads})};
-    const AttentionArgs args{CView(q), CView(in.k), CView(in.v),  c.q_offset + begin, c.k_offset,
-                             c.mask,   c.scale,     ref.o.view(), ref.lse.view()};
+    o_ref.push_back(PoisonedF32({end - begin, heads, d}));
+    lse_ref.push_back(PoisonedF32({end - begin, heads}));
+    const AttentionArgs args{
+        CView(q), CView(in.k), CView(in.v),         c.q_offset + begin,   c.k_offset,
+        c.mask,   c.scale,     o_ref.back().view(), lse_ref.back().view()};
     const Status status = AttentionRef(args);
     ASSERT_TRUE(status.ok()) << status.ToString();
-    const float* o = out.o.data<float>() + begin * heads * d;
-    for (int64_t i = 0; i < (end - begin) * heads * d; ++i) {
-      const double r = ref.o.data<float>()[i];
-      if (!std::isfinite(o[i]) && bad++ == 0)
-        ADD_FAILURE() << "o element " << begin * heads * d + i << " is " << o[i];
-      max_diff = std::max(max_diff, std::abs(o[i] - r));
-      max_ref = std::max(max_ref, std::abs(r));
-    }
-    if (!c.want_lse) continue;
-    const float* lse = out.lse.data<float>() + begin * heads;
-    for (int64_t i = 0; i < (end - begin) * heads; ++i) {
-      const float r = ref.lse.data<float>()[i];
-      if (std::isinf(r) || !std::isfinite(lse[i])) {
-        if (lse[i] != r && bad++ == 0)
-          ADD_FAILURE() << "lse element " << begin * heads + i << " is " << lse[i] << ", expected "
-                        << r;
-        continue;
-      }
-      max_lse_diff = std::max(max_lse_diff, std::abs(static_cast<double>(lse[i]) - r));
-    }
+    o.push_back(Rows(out.o, begin, end));
+    lse.push_back(Rows(out.lse, begin, end));
   }
-  EXPECT_EQ(bad, 0);
-  const double o_error = max_ref > 0.0 ? max_diff / max_ref : max_diff;
-  ::testing::Test::RecordProperty("o_error", std::to_string(o_error));
-  ::testing::Test::RecordProperty("lse_error", std::to_string(max_lse_diff));
-  EXPECT_LT(o_error, kMaxOError) << "max |o - o_ref| " << max_diff << ", max |o_ref| " << max_ref;
-  EXPECT_LT(max_lse_diff, kMaxLseError);
+  EXPECT_TRUE(MatchesReference(Concat(o), Concat(o_ref), Tolerance::Normalised(kMaxOError), "o"));
+  if (c.want_lse) {
+    EXPECT_TRUE(MatchesReference(Concat(lse), Concat(lse_ref),
+                                 Tolerance::Elementwise(0.0, kMaxLseError), "lse"));
+  }
 }
 
 // Over every row: each element was written (outputs start as NaN); a query that sees no key has
@@ -225,12 +182,7 @@ void ExpectEveryRowWritten(const Case& c, const Outputs& out) {
   EXPECT_EQ(bad, 0);
 }
 
-class AttentionCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class AttentionCudaTest : public testing::GpuOpTest<Case> {};
 
 TEST_P(AttentionCudaTest, MatchesReference) {
   const Case c = GetParam();
@@ -367,22 +319,9 @@ TEST_P(AttentionCudaSplitTest, SplitsEqualWhole) {
     options.num_splits = splits;
     const Outputs split = RunCuda(c, in, options);
     ExpectEveryRowWritten(c, split);
-    double max_diff = 0.0, max_ref = 0.0, max_lse_diff = 0.0;
-    for (int64_t i = 0; i < whole.o.NumElements(); ++i) {
-      max_diff =
-          std::max<double>(max_diff, std::abs(split.o.data<float>()[i] - whole.o.data<float>()[i]));
-      max_ref = std::max<double>(max_ref, std::abs(whole.o.data<float>()[i]));
-    }
-    for (int64_t i = 0; i < whole.lse.NumElements(); ++i) {
-      const float a = split.lse.data<float>()[i], b = whole.lse.data<float>()[i];
-      if (std::isinf(b)) {
-        EXPECT_EQ(a, b) << "lse element " << i;
-      } else {
-        max_lse_diff = std::max<double>(max_lse_diff, std::abs(a - b));
-      }
-    }
-    EXPECT_LT(max_diff, kMaxSplitOError * max_ref);
-    EXPECT_LT(max_lse_diff, kMaxSplitLseError);
+    EXPECT_TRUE(MatchesReference(split.o, whole.o, Tolerance::Normalised(kMaxSplitOError)));
+    EXPECT_TRUE(
+        MatchesReference(split.lse, whole.lse, Tolerance::Elementwise(0.0, kMaxSplitLseError)));
   }
 }
 
