@@ -22,11 +22,11 @@ TEST(SamplingParamsTest, EachBadFieldIsNamed) {
     SamplingParams params;
     std::string field;
   };
-  for (const Bad& bad : {Bad{{-1.0f}, "temperature"}, Bad{{kNaN}, "temperature"},
-                         Bad{{kInf}, "temperature"}, Bad{{-0.5f, 3, 0.5f}, "temperature"},
-                         Bad{{1.0f, -1}, "top_k"}, Bad{{1.0f, 0, 0.0f}, "top_p"},
-                         Bad{{1.0f, 0, -0.5f}, "top_p"}, Bad{{1.0f, 0, 1.0001f}, "top_p"},
-                         Bad{{1.0f, 0, kNaN}, "top_p"}}) {
+  for (const Bad& bad :
+       {Bad{{-1.0f}, "temperature"}, Bad{{kNaN}, "temperature"}, Bad{{kInf}, "temperature"},
+        Bad{{-0.5f, 3, 0.5f}, "temperature"}, Bad{{1.0f, -1}, "top_k"},
+        Bad{{1.0f, 0, 0.0f}, "top_p"}, Bad{{1.0f, 0, -0.5f}, "top_p"},
+        Bad{{1.0f, 0, 1.0001f}, "top_p"}, Bad{{1.0f, 0, kNaN}, "top_p"}}) {
     const Status status = CheckSamplingParams(bad.params);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad.field;
     EXPECT_NE(status.message().find(bad.field), std::string::npos) << status.ToString();
