@@ -13,15 +13,16 @@
 #include <vector>
 
 #include "kernels/gather_rows.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
+using testing::OpCheck;
+using testing::Tolerance;
 
 HostTensor RandomBytes(DType dtype, const Shape& shape, uint64_t seed) {
   HostTensor t(dtype, shape);
@@ -44,10 +45,11 @@ HostTensor RandomIndex(DType dtype, int64_t m, int64_t n, uint64_t seed) {
   return t;
 }
 
-::testing::AssertionResult SameBytes(const HostTensor& a, const HostTensor& b) {
-  if (a.NumBytes() != b.NumBytes() || std::memcmp(a.view().data, b.view().data, a.NumBytes()))
-    return ::testing::AssertionFailure() << "bytes differ";
-  return ::testing::AssertionSuccess();
+// The kernel's report of a bad index: -1 until it meets one.
+HostTensor NoBadIndex() {
+  HostTensor t(DType::kI64, {1});
+  t.data<int64_t>()[0] = -1;
+  return t;
 }
 
 // Page-locked, mapped host memory holding a copy of `host`; freed on scope exit.
@@ -75,35 +77,38 @@ struct Case {
   size_t offset_bytes;  // moves src and dst off their allocation's alignment
 };
 
-class GatherRowsCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
+class GatherRowsCudaTest : public testing::GpuOpTest<Case> {};
+
+// The args and where the kernel reports a bad index (the reference reports none).
+struct GatherRun {
+  GatherRowsArgs args;
+  int64_t* bad_index;
 };
 
 TEST_P(GatherRowsCudaTest, MatchesReferenceFromDeviceAndPinnedHostMemory) {
   const Case c = GetParam();
-  HostTensor src = RandomBytes(c.dtype, {c.n, c.width}, 3);
-  HostTensor index = RandomIndex(c.index_dtype, c.m, c.n, 4);
-  HostTensor want = RandomBytes(c.dtype, {c.m, c.width}, 5);
-  ASSERT_TRUE(GatherRowsRef({CView(src), CView(index), want.view()}).ok());
-
-  DeviceTensor d_src(src, c.offset_bytes), d_index(index);
+  const HostTensor src = RandomBytes(c.dtype, {c.n, c.width}, 3);
   PinnedCopy pinned_src(src);
   for (bool from_host : {false, true}) {
-    DeviceTensor d_dst(RandomBytes(c.dtype, {c.m, c.width}, 6), c.offset_bytes);
-    DeviceTensor d_bad(testing::TensorOf(DType::kI64, {1}, {0}));
-    ASSERT_EQ(cudaMemset(d_bad.view().data, 0xff, sizeof(int64_t)), cudaSuccess);  // -1
-    const ConstTensorView source = from_host ? pinned_src.cview() : d_src.cview();
-    Status status = GatherRowsCuda({source, d_index.cview(), d_dst.view()},
-                                   d_bad.view().as<int64_t>(), nullptr);
-    ASSERT_TRUE(status.ok()) << status.ToString();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_TRUE(SameBytes(d_dst.Read(), want)) << (from_host ? "pinned host src" : "device src");
-    EXPECT_EQ(d_bad.Read().data<int64_t>()[0], -1);
+    SCOPED_TRACE(from_host ? "pinned host src" : "device src");
+    OpCheck check("gather_rows");
+    const int isrc = check.Input(src, c.offset_bytes);
+    const int iindex = check.Input(RandomIndex(c.index_dtype, c.m, c.n, 4));
+    // dst starts as the same random bytes on both sides; the reference overwrites every row, so
+    // a row the kernel skips keeps bytes the reference replaced.
+    const int idst = check.Output("dst", RandomBytes(c.dtype, {c.m, c.width}, 6),
+                                  Tolerance::Bitwise(), c.offset_bytes);
+    const int ibad = check.Output("bad index", NoBadIndex(), Tolerance::Bitwise());
+    check.Run(
+        [&](const OpCheck::Tensors& t) {
+          const ConstTensorView source = from_host ? pinned_src.cview() : t.cview(isrc);
+          return GatherRun{{source, t.cview(iindex), t.view(idst)}, t.view(ibad).as<int64_t>()};
+        },
+        [](const GatherRun& run) { return GatherRowsRef(run.args); },
+        [](const GatherRun& run, cudaStream_t stream) {
+          return GatherRowsCuda(run.args, run.bad_index, stream);
+        });
   }
-  EXPECT_TRUE(d_src.Unchanged(src));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GatherRowsCudaTest,
@@ -128,8 +133,7 @@ TEST(GatherRowsCudaBadIndexTest, ZeroRowAndReportedPositionNoOutOfBoundsRead) {
     // src sits between guard bands: a read of row `bad` would hit them or beyond, and a wrong
     // write would show in dst's guards.
     DeviceTensor d_src(src), d_index(index), d_dst(RandomBytes(DType::kF32, {4, width}, 8));
-    DeviceTensor d_bad(testing::TensorOf(DType::kI64, {1}, {0}));
-    ASSERT_EQ(cudaMemset(d_bad.view().data, 0xff, sizeof(int64_t)), cudaSuccess);
+    DeviceTensor d_bad(NoBadIndex());
     ASSERT_TRUE(GatherRowsCuda({d_src.cview(), d_index.cview(), d_dst.view()},
                                d_bad.view().as<int64_t>(), nullptr)
                     .ok());

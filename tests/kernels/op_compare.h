@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/tensor.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -26,24 +28,32 @@ inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 //   atol, rtol      |a - e| <= atol + rtol |e| for every element
 // Non-finite values: an infinity must be matched by the same infinity (a finite value, the
 // other sign or NaN fails); NaN fails, unless nan_matches_nan and the reference is NaN at the
-// same place (ops whose NaN inputs must come out as NaN).
+// same place (ops whose NaN inputs must come out as NaN). `bitwise` instead asks for the same
+// bytes in every element: ops that only move or select values, and integer outputs.
 struct Tolerance {
   double nmse = 0.0;
   double max_normalised = 0.0;
   double atol = 0.0;
   double rtol = 0.0;
   bool nan_matches_nan = false;
+  bool bitwise = false;
 
   // Equal values everywhere (gathers, widening conversions, the same fp32 operation on both
   // sides).
   static Tolerance Exact() { return {}; }
+  // The same bytes (a -0 for a +0, or another NaN payload, fails).
+  static Tolerance Bitwise() {
+    Tolerance t;
+    t.bitwise = true;
+    return t;
+  }
   // An op that rounds differently from its reference: the worst element within t of max |e|,
   // and the mean squared error within t^2 of the mean square (so an error spread over all
   // elements is held to the bound that one worst element is).
-  static Tolerance Normalised(double t) { return {t * t, t, kUnbounded, kUnbounded, false}; }
+  static Tolerance Normalised(double t) { return {t * t, t, kUnbounded, kUnbounded, false, false}; }
   // Every element within atol + rtol |e| (rtol = 0: a maximum absolute error).
   static Tolerance Elementwise(double rtol, double atol) {
-    return {kUnbounded, kUnbounded, atol, rtol, false};
+    return {kUnbounded, kUnbounded, atol, rtol, false, false};
   }
   Tolerance WithNanMatchingNan() const {
     Tolerance t = *this;
@@ -68,6 +78,13 @@ inline ::testing::AssertionResult MatchesReference(const std::vector<float>& act
   if (actual.size() != expected.size())
     return ::testing::AssertionFailure()
            << "sizes differ: " << actual.size() << " vs " << expected.size();
+  if (tolerance.bitwise) {
+    for (size_t i = 0; i < actual.size(); ++i)
+      if (std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0)
+        return ::testing::AssertionFailure() << "element " << i << ": " << actual[i]
+                                             << " vs expected " << expected[i] << " (bits differ)";
+    return ::testing::AssertionSuccess();
+  }
   const bool elementwise = std::isfinite(tolerance.atol) && std::isfinite(tolerance.rtol);
   double sum_sq_diff = 0.0, sum_sq_ref = 0.0, max_diff = 0.0, max_ref = 0.0;
   size_t finite = 0, worst = 0;
@@ -116,13 +133,40 @@ inline ::testing::AssertionResult MatchesReference(const std::vector<float>& act
   return ::testing::AssertionSuccess();
 }
 
+// The same bytes in every element of two tensors of one dtype and shape.
+inline ::testing::AssertionResult SameElementBytes(const HostTensor& actual,
+                                                   const HostTensor& expected) {
+  if (!(actual.shape() == expected.shape()) || actual.dtype() != expected.dtype())
+    return ::testing::AssertionFailure()
+           << "shapes or dtypes differ: " << actual.shape().ToString() << " "
+           << DTypeName(actual.dtype()) << " vs " << expected.shape().ToString() << " "
+           << DTypeName(expected.dtype());
+  const size_t size = DTypeSize(actual.dtype());
+  const auto* a = static_cast<const unsigned char*>(actual.view().data);
+  const auto* e = static_cast<const unsigned char*>(expected.view().data);
+  for (int64_t i = 0; i < actual.NumElements(); ++i) {
+    if (std::memcmp(a + i * size, e + i * size, size) == 0) continue;
+    ::testing::AssertionResult failure = ::testing::AssertionFailure();
+    failure << "element " << i << " differs";
+    if (IsFloatDType(actual.dtype()))
+      failure << ": " << LoadAsFloat(a, actual.dtype(), i) << " vs expected "
+              << LoadAsFloat(e, expected.dtype(), i);
+    return failure;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Tensors of any float dtypes compare as their values; integer tensors only bitwise.
 inline ::testing::AssertionResult MatchesReference(const HostTensor& actual,
                                                    const HostTensor& expected,
                                                    const Tolerance& tolerance,
                                                    const std::string& name = "") {
+  if (tolerance.bitwise) return SameElementBytes(actual, expected);
   if (!(actual.shape() == expected.shape()))
     return ::testing::AssertionFailure() << "shapes differ: " << actual.shape().ToString() << " vs "
                                          << expected.shape().ToString();
+  if (!IsFloatDType(actual.dtype()) || !IsFloatDType(expected.dtype()))
+    return ::testing::AssertionFailure() << "integer values are compared with Tolerance::Bitwise()";
   return MatchesReference(ToFloats(actual), ToFloats(expected), tolerance, name);
 }
 

@@ -80,6 +80,22 @@ TEST(OpCompareTest, ElementwiseBoundsEveryElement) {
   EXPECT_FALSE(MatchesReference({1000.1f, 1.0f}, {1000.0f, 1.0f}, Tolerance::Elementwise(0, 2e-2)));
 }
 
+TEST(OpCompareTest, BitwiseNeedsTheSameBytes) {
+  EXPECT_TRUE(MatchesReference({1.0f, -0.0f, kInf}, {1.0f, -0.0f, kInf}, Tolerance::Bitwise()));
+  EXPECT_FALSE(MatchesReference({1.0f, 0.0f}, {1.0f, -0.0f}, Tolerance::Bitwise()));
+  HostTensor index(DType::kI32, {3}), same(DType::kI32, {3}), wider(DType::kI64, {3});
+  for (int i = 0; i < 3; ++i) {
+    index.data<int32_t>()[i] = same.data<int32_t>()[i] = 7 * i;
+    wider.data<int64_t>()[i] = 7 * i;
+  }
+  EXPECT_TRUE(MatchesReference(same, index, Tolerance::Bitwise()));
+  EXPECT_FALSE(MatchesReference(wider, index, Tolerance::Bitwise()));
+  same.data<int32_t>()[2] = 15;
+  EXPECT_FALSE(MatchesReference(same, index, Tolerance::Bitwise()));
+  // Integers have no error measure: a numeric tolerance on them is refused.
+  EXPECT_FALSE(MatchesReference(index, index, Tolerance::Normalised(0.5)));
+}
+
 TEST(OpCompareTest, TensorsOfAnyDtypeAndShape) {
   const HostTensor expected = testing::TensorOf(DType::kBF16, {2, 2}, {1.0f, 2.0f, 3.0f, 4.0f});
   const HostTensor same = testing::TensorOf(DType::kF32, {2, 2}, {1.0f, 2.0f, 3.0f, 4.0f});

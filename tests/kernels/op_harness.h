@@ -49,11 +49,6 @@ inline HostTensor CopyOf(const HostTensor& t) {
   return copy;
 }
 
-inline bool SameBytes(const HostTensor& a, const HostTensor& b) {
-  return a.NumBytes() == b.NumBytes() &&
-         (a.NumBytes() == 0 || std::memcmp(a.view().data, b.view().data, a.NumBytes()) == 0);
-}
-
 // Device copy of a host tensor between two guard bands of sentinel bytes, so writes outside the
 // tensor show up. `offset_bytes` moves the payload off cudaMalloc's 256-byte alignment, to
 // exercise a kernel's unaligned path.
@@ -94,9 +89,10 @@ class DeviceTensor {
 
   // The payload must still be `expected` byte for byte (for inputs), guards included.
   ::testing::AssertionResult Unchanged(const HostTensor& expected) const {
-    if (!SameBytes(Read(), expected))
-      return ::testing::AssertionFailure() << "an input tensor was modified";
-    return ::testing::AssertionSuccess();
+    ::testing::AssertionResult same = SameElementBytes(Read(), expected);
+    if (!same)
+      return ::testing::AssertionFailure() << "an input tensor was modified: " << same.message();
+    return same;
   }
 
  private:
@@ -194,7 +190,8 @@ class OpCheck {
       const Entry& e = entries_[i];
       actual_.push_back(device_[i]->Read());
       if (!e.written) {
-        EXPECT_TRUE(SameBytes(actual_.back(), e.initial)) << op_ << ": " << e.name << " modified";
+        EXPECT_TRUE(SameElementBytes(actual_.back(), e.initial))
+            << op_ << ": " << e.name << " modified";
       } else {
         EXPECT_TRUE(MatchesReference(actual_.back(), expected_[i], e.tolerance, e.name))
             << op_ << " " << e.name;

@@ -28,7 +28,7 @@ using testing::MatchesReference;
 using testing::OpCheck;
 using testing::Poisoned;
 using testing::RandomTensor;
-using testing::SameBytes;
+using testing::SameElementBytes;
 using testing::Tolerance;
 
 // Against the reference: RopeCuda's tolerance (sincosf within 2 ulp), plus the cache rounding
@@ -100,7 +100,7 @@ TEST_P(RopeKvCudaTest, MatchesRopeThenConvert) {
   const HostTensor& v_cache = check.actual(iv_cache);
   ASSERT_TRUE(testing::AllFinite(k_cache));
   ASSERT_TRUE(testing::AllFinite(v_cache));
-  EXPECT_TRUE(SameBytes(v_cache, check.expected(iv_cache)));
+  EXPECT_TRUE(SameElementBytes(v_cache, check.expected(iv_cache)));
 
   // The separate ops the engine ran before, bit for bit: RoPE on q, RoPE on k, two conversions.
   DeviceTensor d_q2(q), d_k2(k);
@@ -112,9 +112,9 @@ TEST_P(RopeKvCudaTest, MatchesRopeThenConvert) {
   ASSERT_TRUE(ConvertCuda(d_k2.cview(), d_k_cache2.view(), nullptr).ok());
   ASSERT_TRUE(ConvertCuda(check.device(iv).cview(), d_v_cache2.view(), nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_TRUE(SameBytes(q_out, d_q2.Read()));
-  EXPECT_TRUE(SameBytes(k_cache, d_k_cache2.Read()));
-  EXPECT_TRUE(SameBytes(v_cache, d_v_cache2.Read()));
+  EXPECT_TRUE(SameElementBytes(q_out, d_q2.Read()));
+  EXPECT_TRUE(SameElementBytes(k_cache, d_k_cache2.Read()));
+  EXPECT_TRUE(SameElementBytes(v_cache, d_v_cache2.Read()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvCudaTest,
@@ -172,7 +172,7 @@ TEST(RopeKvCudaDecodeTest, ViewsIntoOneQkvRow) {
             0);
   EXPECT_TRUE(
       MatchesReference(d_k_cache.Read(), k_cache_ref, Tolerance::Normalised(1e-2), "k_cache"));
-  EXPECT_TRUE(SameBytes(d_v_cache.Read(), v_cache_ref));
+  EXPECT_TRUE(SameElementBytes(d_v_cache.Read(), v_cache_ref));
 }
 
 TEST(RopeKvCudaArgsTest, RejectsBadShapes) {

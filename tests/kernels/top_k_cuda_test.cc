@@ -13,17 +13,18 @@
 #include <vector>
 
 #include "kernels/top_k.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
 using testing::kInf;
 using testing::kNaN;
+using testing::OpCheck;
+using testing::Tolerance;
 
 enum class Values { kUniform, kTies, kConstant, kSpecial };
 
@@ -61,40 +62,23 @@ HostTensor MakeScores(const Case& c, uint64_t seed) {
   return t;
 }
 
-class TopKCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class TopKCudaTest : public testing::GpuOpTest<Case> {};
 
+// The same indices and the same value bits as the reference.
 void ExpectSameAsReference(const Case& c, TopKCudaWorkspace& workspace, uint64_t seed) {
-  HostTensor scores = MakeScores(c, seed);
-  HostTensor index_ref(DType::kI32, {c.rows, c.k}), value_ref(DType::kF32, {c.rows, c.k});
-  ASSERT_TRUE(TopKRef({CView(scores), c.k, index_ref.view(), value_ref.view()}).ok());
-
   HostTensor poison_index(DType::kI32, {c.rows, c.k});
   std::memset(poison_index.view().data, 0x7b, poison_index.NumBytes());
-  DeviceTensor d_scores(scores), d_index(poison_index, 4),
-      d_value(testing::PoisonedF32({c.rows, c.k}));
-  Status status =
-      TopKCuda({d_scores.cview(), c.k, d_index.view(), d_value.view()}, workspace, nullptr);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const HostTensor index = d_index.Read(), value = d_value.Read();
-  EXPECT_TRUE(d_scores.Unchanged(scores));
-  int64_t mismatches = 0;
-  for (int64_t i = 0; i < index.NumElements() && mismatches < 10; ++i) {
-    const int32_t got = index.data<int32_t>()[i], want = index_ref.data<int32_t>()[i];
-    const uint32_t got_bits = FloatBits(value.data<float>()[i]);
-    const uint32_t want_bits = FloatBits(value_ref.data<float>()[i]);
-    if (got != want || got_bits != want_bits) {
-      ++mismatches;
-      ADD_FAILURE() << "row " << i / c.k << " slot " << i % c.k << ": index " << got << " value "
-                    << value.data<float>()[i] << ", expected " << want << " / "
-                    << value_ref.data<float>()[i];
-    }
-  }
+  OpCheck check("top_k");
+  const int scores = check.Input(MakeScores(c, seed));
+  const int index = check.Output("index", poison_index, Tolerance::Bitwise(), 4);
+  const int value =
+      check.Output("value", testing::PoisonedF32({c.rows, c.k}), Tolerance::Bitwise());
+  check.Run(
+      [&](const OpCheck::Tensors& t) {
+        return TopKArgs{t.cview(scores), c.k, t.view(index), t.view(value)};
+      },
+      TopKRef,
+      [&](const TopKArgs& args, cudaStream_t stream) { return TopKCuda(args, workspace, stream); });
 }
 
 TEST_P(TopKCudaTest, MatchesReferenceExactly) {

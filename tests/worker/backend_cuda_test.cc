@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 #include "worker/backend.h"
 #include "worker/cpu_backend.h"
 
@@ -110,7 +110,8 @@ TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
   ASSERT_TRUE(gpu_->KeyScores({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
                                d_lse.cview(), 0.0f, d_score->view()})
                   .ok());
-  EXPECT_TRUE(testing::NormalisedErrorBelow(Download(d_score->cview()), score_cpu, 2e-5));
+  EXPECT_TRUE(testing::MatchesReference(Download(d_score->cview()), score_cpu,
+                                        testing::Tolerance::Normalised(2e-5)));
 
   // GatherRows of one KV head's keys through the flat view.
   std::vector<int64_t> rows;

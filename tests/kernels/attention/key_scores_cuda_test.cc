@@ -14,29 +14,25 @@
 #include <vector>
 
 #include "kernels/attention/key_scores.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/op_harness.h"
 
 namespace millipede {
 namespace {
 
-using testing::CView;
 using testing::DeviceTensor;
 using testing::HaveGpu;
 using testing::kInf;
+using testing::OpCheck;
 using testing::RandomTensor;
+using testing::Tolerance;
 
 struct Case {
   int64_t n_q, heads, kv_heads, head_dim, n_k;
   DType k_dtype;
 };
 
-class KeyScoresCudaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class KeyScoresCudaTest : public testing::GpuOpTest<Case> {};
 
 // A plausible lse for each (query, head): the true one over the visible keys (computed here in
 // double), except every fifth row, which is -inf.
@@ -81,24 +77,23 @@ TEST_P(KeyScoresCudaTest, MatchesReference) {
   k_pos.resize(static_cast<size_t>(c.n_k));
   std::vector<int64_t> q_pos;
   for (int64_t t = 0; t < c.n_q; ++t) q_pos.push_back(std::max<int64_t>(0, c.n_k - c.n_q + t));
-  HostTensor lse = MakeLse(q, q_pos, k, k_pos);
-  HostTensor q_pos_t = Positions(q_pos), k_pos_t = Positions(k_pos);
 
-  HostTensor want = testing::PoisonedF32({c.kv_heads, c.n_k});
-  ASSERT_TRUE(KeyScoresRef({CView(q), CView(q_pos_t), CView(k), CView(k_pos_t), CView(lse), 0.0f,
-                            want.view()})
-                  .ok());
-  DeviceTensor d_q(q), d_q_pos(q_pos_t), d_k(k, DTypeSize(c.k_dtype)), d_k_pos(k_pos_t), d_lse(lse);
-  DeviceTensor d_score(testing::PoisonedF32({c.kv_heads, c.n_k}));
-  Status status = KeyScoresCuda({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
-                                 d_lse.cview(), 0.0f, d_score.view()},
-                                nullptr);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const HostTensor got = d_score.Read();
-  EXPECT_TRUE(testing::NormalisedErrorBelow(got, want, 2e-5));
-  EXPECT_TRUE(testing::AllFinite(got));
-  EXPECT_TRUE(d_k.Unchanged(k));
+  OpCheck check("key_scores");
+  const int iq = check.Input(q);
+  const int iq_pos = check.Input(Positions(q_pos));
+  const int ik = check.Input(k, DTypeSize(c.k_dtype));
+  const int ik_pos = check.Input(Positions(k_pos));
+  const int ilse = check.Input(MakeLse(q, q_pos, k, k_pos));
+  const int iscore =
+      check.Output("score", testing::PoisonedF32({c.kv_heads, c.n_k}), Tolerance::Normalised(2e-5));
+  ASSERT_TRUE(check.Run(
+      [&](const OpCheck::Tensors& t) {
+        return KeyScoresArgs{t.cview(iq),     t.cview(iq_pos), t.cview(ik),
+                             t.cview(ik_pos), t.cview(ilse),   0.0f,
+                             t.view(iscore)};
+      },
+      KeyScoresRef, KeyScoresCuda));
+  EXPECT_TRUE(testing::AllFinite(check.actual(iscore)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
