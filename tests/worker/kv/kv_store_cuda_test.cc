@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/op_harness.h"
 #include "worker/kv/host_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 
