@@ -1,0 +1,86 @@
+#include "kernels/cpu/attention_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/attention_cpu_block.h"
+#include "kernels/cpu/merge_state_cpu.h"
+#include "kernels/cpu/parallel.h"
+
+namespace millipede {
+namespace {
+
+// Packed query rows (positions x q heads of a group) per item: enough for sgemm to run near its
+// peak on a tile, few enough that a causal block wastes little on its diagonal tile.
+constexpr int64_t kRowsPerItem = 128;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Key splits per item: 1 unless there are fewer items than threads (decode, a few query rows)
+// and enough keys to share out.
+int64_t KeySplits(int64_t items, int64_t n_kv) {
+  const int64_t threads = cpu::CpuThreads();
+  if (items >= threads) return 1;
+  return std::clamp<int64_t>(CeilDiv(2 * threads, items), 1,
+                             std::max<int64_t>(1, n_kv / (2 * kAttentionCpuKeyTile)));
+}
+
+}  // namespace
+
+Status AttentionCpu(const AttentionArgs& args, const AttentionCpuOptions& options) {
+  MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
+  MP_REQUIRE(options.key_splits >= 0, "attention: key_splits ", options.key_splits, " < 0");
+  cpu::AttentionCpuShape s{&args,        args.q.dim(0), args.q.dim(1), args.q.dim(2),
+                           args.k.dim(0), args.k.dim(1), 0,             0.0f};
+  s.group = s.num_q_heads / s.num_kv_heads;
+  s.scale = args.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))
+                               : args.scale;
+  if (s.n_q == 0) return OkStatus();
+
+  const int64_t block = std::max<int64_t>(1, kRowsPerItem / s.group);
+  const int64_t q_blocks = CeilDiv(s.n_q, block);
+  const int64_t items = q_blocks * s.num_kv_heads;
+  int64_t splits = options.key_splits > 0 ? std::min(options.key_splits, std::max<int64_t>(1, s.n_kv))
+                                          : KeySplits(items, s.n_kv);
+  const int64_t split_keys = CeilDiv(s.n_kv, splits);
+  if (splits > 1) splits = CeilDiv(s.n_kv, split_keys);
+
+  // With splits, each writes a normalised part and MergeStateCpu combines them.
+  std::vector<float> o_parts, lse_parts;
+  float* o = args.o.as<float>();
+  float* lse = args.lse.data != nullptr ? args.lse.as<float>() : nullptr;
+  const int64_t o_size = s.n_q * s.num_q_heads * s.head_dim, lse_size = s.n_q * s.num_q_heads;
+  if (splits > 1) {
+    o_parts.resize(static_cast<size_t>(splits * o_size));
+    lse_parts.resize(static_cast<size_t>(splits * lse_size));
+  }
+  const double work = 4.0 * static_cast<double>(o_size) * static_cast<double>(s.n_kv);
+  cpu::ParallelFor(items * splits, work, [&](int64_t i) {
+    // Causal blocks later in the sequence see more keys: hand those out first.
+    const int64_t qb = q_blocks - 1 - i / (s.num_kv_heads * splits);
+    const int64_t g = (i / splits) % s.num_kv_heads, part = i % splits;
+    cpu::AttentionCpuItem item{g, qb * block, std::min(s.n_q, (qb + 1) * block),
+                               part * split_keys, std::min(s.n_kv, (part + 1) * split_keys),
+                               o, lse};
+    if (splits > 1) {
+      item.o = o_parts.data() + part * o_size;
+      item.lse = lse_parts.data() + part * lse_size;
+    }
+    cpu::AttentionCpuBlock(s, item);
+  });
+  if (splits == 1) return OkStatus();
+
+  std::vector<float> lse_scratch;
+  TensorView lse_out = args.lse;
+  if (lse == nullptr) {
+    lse_scratch.resize(static_cast<size_t>(lse_size));
+    lse_out = TensorView{lse_scratch.data(), DType::kF32, Shape{s.n_q, s.num_q_heads}};
+  }
+  return MergeStateCpu(
+      {ConstTensorView{o_parts.data(), DType::kF32, Shape{splits, s.n_q, s.num_q_heads, s.head_dim}},
+       ConstTensorView{lse_parts.data(), DType::kF32, Shape{splits, s.n_q, s.num_q_heads}},
+       args.o, lse_out});
+}
+
+}  // namespace millipede
