@@ -7,6 +7,7 @@
 #include "kernels/cpu/attention_cpu_block.h"
 #include "kernels/cpu/merge_state_cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace millipede {
 namespace {
@@ -15,7 +16,35 @@ namespace {
 // peak on a tile, few enough that a causal block wastes little on its diagonal tile.
 constexpr int64_t kRowsPerItem = 128;
 
+// Largest F32 copy of K and V made per call (see WidenKv).
+constexpr int64_t kMaxWideKvBytes = int64_t{64} << 20;
+
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Several query blocks read every key of their KV head: BF16/F16 keys and values are widened to
+// F32 once for the call rather than once per block (bounded; beyond that each block widens its
+// own tiles). The copy is kept per calling thread for the next call.
+void WidenKv(cpu::AttentionCpuShape& s, int64_t q_blocks) {
+  const ConstTensorView& k = s.args->k;
+  const ConstTensorView& v = s.args->v;
+  const int64_t elements = k.NumElements();
+  if ((k.dtype == DType::kF32 && v.dtype == DType::kF32) || q_blocks < 2 ||
+      2 * elements * static_cast<int64_t>(sizeof(float)) > kMaxWideKvBytes)
+    return;
+  thread_local std::vector<float> wide;
+  wide.resize(static_cast<size_t>(2 * elements));
+  // The calling thread's buffer: the pool's threads must not name the thread_local themselves.
+  float* const k32 = wide.data();
+  float* const v32 = k32 + elements;
+  constexpr int64_t kChunk = 16384;
+  cpu::ParallelFor(CeilDiv(elements, kChunk), 2.0 * static_cast<double>(elements), [&](int64_t i) {
+    const int64_t begin = i * kChunk, n = std::min(kChunk, elements - begin);
+    cpu::WidenRow(k.data, k.dtype, begin, n, k32 + begin);
+    cpu::WidenRow(v.data, v.dtype, begin, n, v32 + begin);
+  });
+  s.k = ConstTensorView{k32, DType::kF32, k.shape};
+  s.v = ConstTensorView{v32, DType::kF32, v.shape};
+}
 
 // Key splits per item: 1 unless there are fewer items than threads (decode, a few query rows)
 // and enough keys to share out.
@@ -31,8 +60,9 @@ int64_t KeySplits(int64_t items, int64_t n_kv) {
 Status AttentionCpu(const AttentionArgs& args, const AttentionCpuOptions& options) {
   MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
   MP_REQUIRE(options.key_splits >= 0, "attention: key_splits ", options.key_splits, " < 0");
-  cpu::AttentionCpuShape s{&args,        args.q.dim(0), args.q.dim(1), args.q.dim(2),
-                           args.k.dim(0), args.k.dim(1), 0,             0.0f};
+  cpu::AttentionCpuShape s{&args,         args.q.dim(0), args.q.dim(1), args.q.dim(2),
+                           args.k.dim(0), args.k.dim(1), 0,             0.0f,
+                           args.k,        args.v};
   s.group = s.num_q_heads / s.num_kv_heads;
   s.scale = args.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))
                                : args.scale;
@@ -45,6 +75,7 @@ Status AttentionCpu(const AttentionArgs& args, const AttentionCpuOptions& option
                                           : KeySplits(items, s.n_kv);
   const int64_t split_keys = CeilDiv(s.n_kv, splits);
   if (splits > 1) splits = CeilDiv(s.n_kv, split_keys);
+  WidenKv(s, q_blocks);
 
   // With splits, each writes a normalised part and MergeStateCpu combines them.
   std::vector<float> o_parts, lse_parts;

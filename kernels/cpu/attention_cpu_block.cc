@@ -177,8 +177,8 @@ void AttentionCpuBlock(const AttentionCpuShape& s, const AttentionCpuItem& item)
     }
     if (!any) continue;
     int64_t k_stride = 0, v_stride = 0;
-    const float* k = KvTile(s, s.args->k, g, j0, j1, sc.k, &k_stride);
-    const float* v = KvTile(s, s.args->v, g, j0, j1, sc.v, &v_stride);
+    const float* k = KvTile(s, s.k, g, j0, j1, sc.k, &k_stride);
+    const float* v = KvTile(s, s.v, g, j0, j1, sc.v, &v_stride);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, d, 1.0f, sc.q.data(), d, k,
                 k_stride, 0.0f, sc.scores.data(), width);
     if (!all || hidden_keys) MaskTile(s, sc, rows, j0, j1, hidden_keys);

@@ -12,6 +12,8 @@ struct AttentionCpuShape {
   const AttentionArgs* args;
   int64_t n_q, num_q_heads, head_dim, n_kv, num_kv_heads, group;
   float scale;
+  // The keys and values the items read: args.k and args.v, or F32 copies of them.
+  ConstTensorView k, v;
 };
 
 // One item: KV head `kv_head`, query rows [q_begin, q_end), keys [k_begin, k_end). Writes the

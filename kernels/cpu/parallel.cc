@@ -1,14 +1,16 @@
 #include "kernels/cpu/parallel.h"
 
 #include <cblas.h>
-#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
-#include <string>
 #include <thread>
+#include <vector>
 
 namespace millipede::cpu {
 namespace {
@@ -36,6 +38,105 @@ int DecideThreads() {
   return std::max(1, std::min(allowed, share));
 }
 
+// One loop handed to the pool. Items are claimed through `next`; the caller returns once `done`
+// reaches n. A helper that wakes after the last item was claimed claims nothing and never calls
+// `body` (which may be gone by then); the shared_ptr keeps the counters alive for it.
+struct Job {
+  const std::function<void(int64_t)>* body;
+  int64_t n;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+
+  // Runs items until none is left; returns how many this thread ran.
+  int64_t Work() {
+    int64_t ran = 0;
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1), ++ran) (*body)(i);
+    return ran;
+  }
+};
+
+thread_local bool in_pool_job = false;
+
+// Helper threads that sleep until a loop arrives (no spinning: on a machine shared with other
+// processes a spinning helper takes the CPU the caller needs). The caller works on its own loop
+// too and waits only for items a helper has claimed, never for a helper that has not woken up,
+// so a descheduled helper costs nothing.
+class Pool {
+ public:
+  explicit Pool(int helpers) {
+    for (int t = 0; t < helpers; ++t) threads_.emplace_back([this] { HelperLoop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // Runs the loop on the caller and the helpers; false (nothing run) when another thread's loop
+  // holds the pool.
+  bool TryRun(int64_t n, const std::function<void(int64_t)>& body) {
+    std::unique_lock<std::mutex> busy(run_mutex_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    auto job = std::make_shared<Job>();
+    job->body = &body;
+    job->n = n;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = job;
+      ++generation_;
+    }
+    wake_.notify_all();
+    in_pool_job = true;
+    const int64_t mine = job->Work();
+    in_pool_job = false;
+    if (job->done.fetch_add(mine) + mine < n) {
+      for (int64_t d = job->done.load(); d < n; d = job->done.load()) job->done.wait(d);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_.reset();
+    return true;
+  }
+
+ private:
+  void HelperLoop() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      if (job == nullptr) continue;
+      in_pool_job = true;
+      const int64_t ran = job->Work();
+      in_pool_job = false;
+      if (ran > 0) {
+        job->done.fetch_add(ran);
+        job->done.notify_all();
+      }
+    }
+  }
+
+  std::mutex run_mutex_;  // one loop at a time
+  std::mutex mutex_;      // guards job_, generation_, stop_
+  std::condition_variable wake_;
+  std::shared_ptr<Job> job_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+Pool& ThePool() {
+  static Pool pool(CpuThreads() - 1);
+  return pool;
+}
+
 }  // namespace
 
 int CpuThreads() {
@@ -50,13 +151,11 @@ void UseSingleThreadedBlas() {
 
 void ParallelFor(int64_t n, double work, const std::function<void(int64_t)>& body) {
   UseSingleThreadedBlas();
-  const int threads = static_cast<int>(std::min<int64_t>(CpuThreads(), n));
-  if (threads <= 1 || work < kParallelMinWork || omp_in_parallel()) {
+  if (n <= 0) return;
+  if (n == 1 || CpuThreads() == 1 || work < kParallelMinWork || in_pool_job ||
+      !ThePool().TryRun(n, body)) {
     for (int64_t i = 0; i < n; ++i) body(i);
-    return;
   }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) body(i);
 }
 
 }  // namespace millipede::cpu

@@ -1,6 +1,6 @@
 // Threads of the CPU backend's kernels (kernels/cpu/): how many, and a parallel loop over work
-// items. One pool for every op (OpenMP); OpenBLAS runs single-threaded inside it, so the two never
-// oversubscribe the machine.
+// items. One pool of threads for every op; OpenBLAS runs single-threaded inside it, so the two
+// never oversubscribe the machine.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,11 @@ int CpuThreads();
 // threads would cost more than it saves, and small models (tests) keep one busy core.
 inline constexpr double kParallelMinWork = 2e5;
 
-// Calls body(i) for every i in [0, n), spread over up to CpuThreads() threads and scheduled
-// dynamically (items may differ in cost, as causal attention's do: give the costly ones first).
-// `work` estimates the whole loop's cost (see kParallelMinWork). body must not throw; it may call
-// BLAS (single-threaded) and ParallelFor (which then runs serially).
+// Calls body(i) for every i in [0, n), on the calling thread and up to CpuThreads() - 1 pool
+// threads, each taking the next unclaimed item (items may differ in cost, as causal attention's
+// do: give the costly ones first). `work` estimates the whole loop's cost (see
+// kParallelMinWork). body must not throw; it may call BLAS (single-threaded) and ParallelFor
+// (which then runs serially, as does a loop started while another thread's loop holds the pool).
 void ParallelFor(int64_t n, double work, const std::function<void(int64_t)>& body);
 
 // Makes OpenBLAS single-threaded (once per process); ParallelFor calls it. Kernels that call BLAS
