@@ -14,7 +14,7 @@ namespace {
 
 // Packed query rows (positions x q heads of a group) per item: enough for sgemm to run near its
 // peak on a tile, few enough that a causal block wastes little on its diagonal tile.
-constexpr int64_t kRowsPerItem = 128;
+constexpr int64_t kRowsPerItem = 256;
 
 // Largest F32 copy of K and V made per call (see WidenKv).
 constexpr int64_t kMaxWideKvBytes = int64_t{64} << 20;
@@ -60,19 +60,26 @@ int64_t KeySplits(int64_t items, int64_t n_kv) {
 Status AttentionCpu(const AttentionArgs& args, const AttentionCpuOptions& options) {
   MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
   MP_REQUIRE(options.key_splits >= 0, "attention: key_splits ", options.key_splits, " < 0");
-  cpu::AttentionCpuShape s{&args,         args.q.dim(0), args.q.dim(1), args.q.dim(2),
-                           args.k.dim(0), args.k.dim(1), 0,             0.0f,
-                           args.k,        args.v};
-  s.group = s.num_q_heads / s.num_kv_heads;
-  s.scale = args.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))
-                               : args.scale;
+  cpu::AttentionCpuShape s{.args = &args,
+                           .n_q = args.q.dim(0),
+                           .num_q_heads = args.q.dim(1),
+                           .head_dim = args.q.dim(2),
+                           .n_kv = args.k.dim(0),
+                           .num_kv_heads = args.k.dim(1),
+                           .group = args.q.dim(1) / args.k.dim(1),
+                           .scale = args.scale,
+                           .k = args.k,
+                           .v = args.v};
+  if (s.scale == 0.0f)
+    s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   if (s.n_q == 0) return OkStatus();
 
   const int64_t block = std::max<int64_t>(1, kRowsPerItem / s.group);
   const int64_t q_blocks = CeilDiv(s.n_q, block);
   const int64_t items = q_blocks * s.num_kv_heads;
-  int64_t splits = options.key_splits > 0 ? std::min(options.key_splits, std::max<int64_t>(1, s.n_kv))
-                                          : KeySplits(items, s.n_kv);
+  int64_t splits = options.key_splits > 0
+                       ? std::min(options.key_splits, std::max<int64_t>(1, s.n_kv))
+                       : KeySplits(items, s.n_kv);
   const int64_t split_keys = CeilDiv(s.n_kv, splits);
   if (splits > 1) splits = CeilDiv(s.n_kv, split_keys);
   WidenKv(s, q_blocks);
@@ -91,9 +98,13 @@ Status AttentionCpu(const AttentionArgs& args, const AttentionCpuOptions& option
     // Causal blocks later in the sequence see more keys: hand those out first.
     const int64_t qb = q_blocks - 1 - i / (s.num_kv_heads * splits);
     const int64_t g = (i / splits) % s.num_kv_heads, part = i % splits;
-    cpu::AttentionCpuItem item{g, qb * block, std::min(s.n_q, (qb + 1) * block),
-                               part * split_keys, std::min(s.n_kv, (part + 1) * split_keys),
-                               o, lse};
+    cpu::AttentionCpuItem item{.kv_head = g,
+                               .q_begin = qb * block,
+                               .q_end = std::min(s.n_q, (qb + 1) * block),
+                               .k_begin = part * split_keys,
+                               .k_end = std::min(s.n_kv, (part + 1) * split_keys),
+                               .o = o,
+                               .lse = lse};
     if (splits > 1) {
       item.o = o_parts.data() + part * o_size;
       item.lse = lse_parts.data() + part * lse_size;
@@ -109,9 +120,10 @@ Status AttentionCpu(const AttentionArgs& args, const AttentionCpuOptions& option
     lse_out = TensorView{lse_scratch.data(), DType::kF32, Shape{s.n_q, s.num_q_heads}};
   }
   return MergeStateCpu(
-      {ConstTensorView{o_parts.data(), DType::kF32, Shape{splits, s.n_q, s.num_q_heads, s.head_dim}},
-       ConstTensorView{lse_parts.data(), DType::kF32, Shape{splits, s.n_q, s.num_q_heads}},
-       args.o, lse_out});
+      {ConstTensorView{o_parts.data(), DType::kF32,
+                       Shape{splits, s.n_q, s.num_q_heads, s.head_dim}},
+       ConstTensorView{lse_parts.data(), DType::kF32, Shape{splits, s.n_q, s.num_q_heads}}, args.o,
+       lse_out});
 }
 
 }  // namespace millipede

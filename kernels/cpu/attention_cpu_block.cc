@@ -1,3 +1,5 @@
+#include "kernels/cpu/attention_cpu_block.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -6,7 +8,6 @@
 
 #include "kernels/attention/attention_state.h"
 #include "kernels/cpu/attention_cpu.h"
-#include "kernels/cpu/attention_cpu_block.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace millipede::cpu {
@@ -64,7 +65,8 @@ const float* KvTile(const AttentionCpuShape& s, const ConstTensorView& t, int64_
     return t.as<const float>() + j0 * row + g * d;
   }
   buf.resize(static_cast<size_t>((j1 - j0) * d));
-  for (int64_t j = j0; j < j1; ++j) WidenRow(t.data, t.dtype, j * row + g * d, d, &buf[(j - j0) * d]);
+  for (int64_t j = j0; j < j1; ++j)
+    WidenRow(t.data, t.dtype, j * row + g * d, d, &buf[(j - j0) * d]);
   *stride = d;
   return buf.data();
 }
@@ -183,8 +185,8 @@ void AttentionCpuBlock(const AttentionCpuShape& s, const AttentionCpuItem& item)
                 k_stride, 0.0f, sc.scores.data(), width);
     if (!all || hidden_keys) MaskTile(s, sc, rows, j0, j1, hidden_keys);
     SoftmaxTile(s, sc, rows, width);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, width, 1.0f,
-                sc.scores.data(), width, v, v_stride, 1.0f, sc.o.data(), d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, width, 1.0f, sc.scores.data(),
+                width, v, v_stride, 1.0f, sc.o.data(), d);
   }
   WriteOutput(s, item, sc);
 }

@@ -25,7 +25,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct GemmPlan {
   const GemmArgs* args;
-  int64_t m, n, k;
+  int64_t m, n, k;    // out [m, n] = a [m, k] @ b^T
   const float* a;     // [m, k] F32 (a itself, or its widened copy)
   const float* bias;  // [n] F32, or null
   float* out;
@@ -49,8 +49,9 @@ void GemmTile(const GemmPlan& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
   const float* a = p.a + i0 * k;
   const float first_beta = p.args->accumulate ? 1.0f : 0.0f;
   if (k == 0) {
-    for (int64_t i = 0; i < rows; ++i)
-      if (first_beta == 0.0f) std::fill_n(c + i * p.n, cols, 0.0f);
+    // No products: out is the bias (added below), or keeps its value.
+    if (!p.args->accumulate)
+      for (int64_t i = 0; i < rows; ++i) std::fill_n(c + i * p.n, cols, 0.0f);
   } else if (b.dtype == DType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, k, 1.0f, a, k,
                 b.as<const float>() + j0 * k, k, first_beta, c, p.n);
@@ -93,13 +94,17 @@ void DotRows(const GemmPlan& p, int64_t j0, int64_t j1) {
 
 Status GemmCpu(const GemmArgs& args) {
   MP_RETURN_IF_ERROR(GemmCheckArgs(args));
-  GemmPlan p{&args, args.a.dim(0), args.b.dim(0), args.a.dim(1), nullptr, nullptr,
-             args.out.as<float>()};
+  GemmPlan p{.args = &args,
+             .m = args.a.dim(0),
+             .n = args.b.dim(0),
+             .k = args.a.dim(1),
+             .a = args.a.as<const float>(),
+             .bias = nullptr,
+             .out = args.out.as<float>()};
   if (p.m == 0 || p.n == 0) return OkStatus();
   const double work = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * p.k;
 
   std::vector<float> a_wide, bias;
-  p.a = args.a.as<const float>();
   if (args.a.dtype != DType::kF32) {
     // BF16/F16 activations (a GPU backend's GEMM input) are widened exactly, once.
     a_wide.resize(static_cast<size_t>(p.m * p.k));
@@ -116,9 +121,8 @@ Status GemmCpu(const GemmArgs& args) {
 
   if (p.m <= kDotPathRows) {
     const int64_t per_item = 64;
-    ParallelFor(CeilDiv(p.n, per_item), work, [&](int64_t t) {
-      DotRows(p, t * per_item, std::min(p.n, (t + 1) * per_item));
-    });
+    ParallelFor(CeilDiv(p.n, per_item), work,
+                [&](int64_t t) { DotRows(p, t * per_item, std::min(p.n, (t + 1) * per_item)); });
     return OkStatus();
   }
   // Enough tiles to keep every thread busy: the weight in panels of kPanelRows rows, a in as
@@ -129,6 +133,7 @@ Status GemmCpu(const GemmArgs& args) {
   const int64_t block_rows = CeilDiv(p.m, row_blocks);
   ParallelFor(row_blocks * col_blocks, work, [&](int64_t t) {
     const int64_t i0 = (t / col_blocks) * block_rows, j0 = (t % col_blocks) * kPanelRows;
+    if (i0 >= p.m) return;  // the rounding up of block_rows can leave the last blocks empty
     GemmTile(p, i0, std::min(p.m, i0 + block_rows), j0, std::min(p.n, j0 + kPanelRows));
   });
   return OkStatus();

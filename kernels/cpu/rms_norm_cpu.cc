@@ -43,11 +43,10 @@ Status RmsNormCpu(const RmsNormArgs& args) {
   std::vector<float> weight(static_cast<size_t>(hidden));
   cpu::WidenRow(args.weight.data, args.weight.dtype, 0, hidden, weight.data());
   constexpr int64_t kRowsPerItem = 16;
-  cpu::ParallelFor((n + kRowsPerItem - 1) / kRowsPerItem, 4.0 * static_cast<double>(n) * hidden,
-                   [&](int64_t i) {
-                     NormRows(args, weight.data(), i * kRowsPerItem,
-                              std::min(n, (i + 1) * kRowsPerItem));
-                   });
+  cpu::ParallelFor(
+      (n + kRowsPerItem - 1) / kRowsPerItem, 4.0 * static_cast<double>(n) * hidden, [&](int64_t i) {
+        NormRows(args, weight.data(), i * kRowsPerItem, std::min(n, (i + 1) * kRowsPerItem));
+      });
   return OkStatus();
 }
 

@@ -9,8 +9,7 @@
 namespace millipede {
 namespace cpu {
 
-void RopeAngles(int64_t position, const float* inv_freq, int64_t half, float* cos_t,
-                float* sin_t) {
+void RopeAngles(int64_t position, const float* inv_freq, int64_t half, float* cos_t, float* sin_t) {
   const float p = static_cast<float>(position);
   for (int64_t i = 0; i < half; ++i) {
     const float angle = p * inv_freq[i];
@@ -48,8 +47,8 @@ Status RopeCpu(const RopeArgs& args) {
     sin_t.resize(static_cast<size_t>(half));
     for (int64_t t = item * kRowsPerItem; t < std::min(n, (item + 1) * kRowsPerItem); ++t) {
       cpu::RopeAngles(positions[t], inv_freq, half, cos_t.data(), sin_t.data());
-      cpu::RopeRotate(args.x.as<float>() + t * num_heads * 2 * half, num_heads, half,
-                      cos_t.data(), sin_t.data());
+      cpu::RopeRotate(args.x.as<float>() + t * num_heads * 2 * half, num_heads, half, cos_t.data(),
+                      sin_t.data());
     }
   });
   return OkStatus();

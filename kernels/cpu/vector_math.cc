@@ -30,7 +30,8 @@ MP_CPU_CLONES void NarrowBf16(const float* src, int64_t count, uint16_t* dst) {
 
 MP_CPU_CLONES void NarrowF16(const float* src, int64_t count, uint16_t* dst) {
 #pragma omp simd
-  for (int64_t i = 0; i < count; ++i) dst[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(src[i]));
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(src[i]));
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ namespace millipede::cpu {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float two_k = std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(k) + 127)
-                                           << 23);
+  const float two_k =
+      std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23);
   const float y = x < -87.0f ? 0.0f : p * two_k;
   return x > 88.0f ? __builtin_inff() : y;
 }

@@ -45,10 +45,10 @@ std::vector<uint8_t> VisibleRows(const Case& c, uint64_t seed) {
 // o within 2e-5 (values lie in [-1, 1]; one key wrongly seen or missed among a thousand moves o
 // by ~1e-3), lse within 1e-5 + 1e-6 relative, -inf exactly where the reference has it.
 void ExpectAttentionMatches(const Case& c, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "n_q " << c.n_q << " n_kv " << c.n_kv << " heads "
-                                    << c.q_heads << "/" << c.kv_heads << " d " << c.head_dim
-                                    << " offsets " << c.q_offset << "/" << c.k_offset
-                                    << " splits " << c.key_splits);
+  SCOPED_TRACE(::testing::Message()
+               << "n_q " << c.n_q << " n_kv " << c.n_kv << " heads " << c.q_heads << "/"
+               << c.kv_heads << " d " << c.head_dim << " offsets " << c.q_offset << "/"
+               << c.k_offset << " splits " << c.key_splits);
   const HostTensor q = RandomTensor(DType::kF32, {c.n_q, c.q_heads, c.head_dim}, seed, -2, 2);
   const HostTensor k = RandomTensor(c.k_dtype, {c.n_kv, c.kv_heads, c.head_dim}, seed + 1, -2, 2);
   const HostTensor v = RandomTensor(c.v_dtype, {c.n_kv, c.kv_heads, c.head_dim}, seed + 2);
@@ -72,7 +72,8 @@ void ExpectAttentionMatches(const Case& c, uint64_t seed) {
   ASSERT_TRUE(AttentionRef(ref).ok());
 
   GuardedTensor gq(q), gk(k), gv(v);
-  GuardedTensor o(PoisonedF32({c.n_q, c.q_heads, c.head_dim})), lse(PoisonedF32({c.n_q, c.q_heads}));
+  GuardedTensor o(PoisonedF32({c.n_q, c.q_heads, c.head_dim})),
+      lse(PoisonedF32({c.n_q, c.q_heads}));
   AttentionArgs fast = args;
   fast.q = gq.cview();
   fast.k = gk.cview();
@@ -250,9 +251,12 @@ TEST(AttentionCpuTest, RefusesWhatTheReferenceRefuses) {
   const int64_t bad_window[2] = {3, -1};
   std::vector<AttentionArgs> bad(4);
   bad[0] = {CView(q), CView(k), CView(k), 0, 0, AttentionMask::kCausal, 0.0f, o.view(), lse.view()};
-  bad[1] = {CView(q), CView(k2), CView(v2), 0, 0, AttentionMask::kCausal, 0.0f, o.view(), lse.view()};
-  bad[2] = {CView(q), CView(k2), CView(k2), 0, 0, AttentionMask::kCausal, -1.0f, o.view(), lse.view()};
-  bad[3] = {CView(q), CView(k2), CView(k2), 0, 0, AttentionMask::kCausal, 0.0f, o.view(), lse.view()};
+  bad[1] = {CView(q), CView(k2), CView(v2), 0, 0, AttentionMask::kCausal,
+            0.0f,     o.view(),  lse.view()};
+  bad[2] = {CView(q), CView(k2), CView(k2), 0, 0, AttentionMask::kCausal,
+            -1.0f,    o.view(),  lse.view()};
+  bad[3] = {CView(q), CView(k2), CView(k2), 0, 0, AttentionMask::kCausal,
+            0.0f,     o.view(),  lse.view()};
   bad[3].kv_head_window = bad_window;
   for (const AttentionArgs& args : bad) {
     const Status want = AttentionRef(args), got = AttentionCpu(args);

@@ -57,8 +57,7 @@ class GuardedTensor {
 
 // Bitwise equality of two tensors.
 inline ::testing::AssertionResult BitEqual(const HostTensor& a, const HostTensor& b) {
-  if (a.NumBytes() != b.NumBytes() ||
-      std::memcmp(a.view().data, b.view().data, a.NumBytes()) != 0)
+  if (a.NumBytes() != b.NumBytes() || std::memcmp(a.view().data, b.view().data, a.NumBytes()) != 0)
     return ::testing::AssertionFailure() << "tensors differ";
   return ::testing::AssertionSuccess();
 }

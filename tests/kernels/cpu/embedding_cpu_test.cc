@@ -16,7 +16,8 @@ using testing::RandomTensor;
 
 HostTensor Ids(int64_t n, int64_t vocab) {
   HostTensor ids(DType::kI32, {n});
-  for (int64_t i = 0; i < n; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
+  for (int64_t i = 0; i < n; ++i)
+    ids.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
   return ids;
 }
 

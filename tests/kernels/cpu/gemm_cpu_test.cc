@@ -53,21 +53,27 @@ void ExpectGemmMatches(const Case& c, uint64_t seed) {
   for (int64_t i = 0; i < c.m; ++i)
     for (int64_t j = 0; j < c.n; ++j) {
       double magnitude = 0.0;
-      for (int64_t p = 0; p < c.k; ++p) magnitude += std::abs(double{av[i * c.k + p]} * bv[j * c.k + p]);
+      for (int64_t p = 0; p < c.k; ++p)
+        magnitude += std::abs(double{av[i * c.k + p]} * bv[j * c.k + p]);
       const double e = want[i * c.n + j];
       const double tol = 8.0 * eps * std::sqrt(static_cast<double>(c.k) + 1.0) * magnitude +
                          4.0 * eps * (std::abs(e) + 2.0);
-      ASSERT_NEAR(got[i * c.n + j], e, tol) << "m " << c.m << " n " << c.n << " k " << c.k
-                                            << " at (" << i << ", " << j << ")";
+      ASSERT_NEAR(got[i * c.n + j], e, tol)
+          << "m " << c.m << " n " << c.n << " k " << c.k << " at (" << i << ", " << j << ")";
     }
 }
 
 TEST(GemmCpuTest, MatchesReferenceOverShapesAndDtypes) {
   uint64_t seed = 100;
   for (const DType w : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64})
-    for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 1, 1}, {1, 300, 65}, {3, 129, 200}, {4, 7, 513}, {5, 33, 64}, {17, 1, 9},
-             {130, 257, 96}, {600, 70, 33}})
+    for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1},
+                                                                                    {1, 300, 65},
+                                                                                    {3, 129, 200},
+                                                                                    {4, 7, 513},
+                                                                                    {5, 33, 64},
+                                                                                    {17, 1, 9},
+                                                                                    {130, 257, 96},
+                                                                                    {600, 70, 33}})
       for (const bool accumulate : {false, true}) {
         ExpectGemmMatches({m, n, k, DType::kF32, w, w, /*bias=*/true, accumulate}, seed++);
         ExpectGemmMatches({m, n, k, DType::kF32, w, DType::kF32, /*bias=*/false, accumulate},
@@ -77,7 +83,8 @@ TEST(GemmCpuTest, MatchesReferenceOverShapesAndDtypes) {
 
 TEST(GemmCpuTest, LowPrecisionActivationsWithTheirWeights) {
   for (const DType d : {DType::kBF16, DType::kF16})
-    for (const int64_t m : {2, 40}) ExpectGemmMatches({m, 90, 77, d, d, DType::kF32, true, false}, 7);
+    for (const int64_t m : {2, 40})
+      ExpectGemmMatches({m, 90, 77, d, d, DType::kF32, true, false}, 7);
 }
 
 TEST(GemmCpuTest, LongInnerDimensionIsWidenedInSlices) {
@@ -117,10 +124,10 @@ TEST(GemmCpuTest, RefusesWhatTheReferenceRefuses) {
   const HostTensor bias_bad = RandomTensor(DType::kF32, {5}, 3);
   HostTensor out = PoisonedF32({4, 6}), out_bad = PoisonedF32({4, 5});
   const std::vector<GemmArgs> bad = {
-      {CView(a), CView(b_bad), ConstTensorView{}, out.view()},       // inner dimensions differ
-      {CView(a_f16), CView(b), ConstTensorView{}, out.view()},       // F16 a with BF16 b
-      {CView(a), CView(b), CView(bias_bad), out.view()},             // bias of the wrong size
-      {CView(a), CView(b), ConstTensorView{}, out_bad.view()},       // out of the wrong shape
+      {CView(a), CView(b_bad), ConstTensorView{}, out.view()},  // inner dimensions differ
+      {CView(a_f16), CView(b), ConstTensorView{}, out.view()},  // F16 a with BF16 b
+      {CView(a), CView(b), CView(bias_bad), out.view()},        // bias of the wrong size
+      {CView(a), CView(b), ConstTensorView{}, out_bad.view()},  // out of the wrong shape
   };
   for (const GemmArgs& args : bad) {
     const Status want = GemmRef(args), got = GemmCpu(args);

@@ -40,7 +40,8 @@ TEST(MergeStateCpuTest, MatchesReference) {
       HostTensor o_parts, lse_parts;
       MakeParts(parts, n, heads, d, 10 + parts * n, &o_parts, &lse_parts);
       HostTensor ref_o = PoisonedF32({n, heads, d}), ref_lse = PoisonedF32({n, heads});
-      ASSERT_TRUE(MergeStateRef({CView(o_parts), CView(lse_parts), ref_o.view(), ref_lse.view()}).ok());
+      ASSERT_TRUE(
+          MergeStateRef({CView(o_parts), CView(lse_parts), ref_o.view(), ref_lse.view()}).ok());
       GuardedTensor o(PoisonedF32({n, heads, d})), lse(PoisonedF32({n, heads}));
       ASSERT_TRUE(MergeStateCpu({CView(o_parts), CView(lse_parts), o.view(), lse.view()}).ok());
       EXPECT_TRUE(testing::AllClose(o.Read(), ref_o, 1e-6, 1e-7));
@@ -61,7 +62,8 @@ TEST(MergeStateCpuTest, InPlaceMatchesReference) {
     std::copy_n(lse_parts.data<float>(), n * heads, ref_lse.data<float>());
     std::copy_n(lse_parts.data<float>() + n * heads, n * heads, other_lse.data<float>());
     GuardedTensor o(ref_o), lse(ref_lse);
-    ASSERT_TRUE(MergeStateInPlaceRef(ref_o.view(), ref_lse.view(), CView(other), CView(other_lse)).ok());
+    ASSERT_TRUE(
+        MergeStateInPlaceRef(ref_o.view(), ref_lse.view(), CView(other), CView(other_lse)).ok());
     ASSERT_TRUE(MergeStateInPlaceCpu(o.view(), lse.view(), CView(other), CView(other_lse)).ok());
     EXPECT_TRUE(testing::AllClose(o.Read(), ref_o, 1e-6, 1e-7));
     EXPECT_TRUE(testing::AllClose(lse.Read(), ref_lse, 1e-7, 1e-7));
@@ -77,9 +79,11 @@ TEST(MergeStateCpuTest, RefusesNanAndPlusInfLse) {
     const MergeStateArgs args{CView(o_parts), CView(lse_parts), o.view(), lse.view()};
     EXPECT_EQ(MergeStateCpu(args).ToString(), MergeStateRef(args).ToString());
     EXPECT_FALSE(MergeStateCpu(args).ok());
-    HostTensor o1 = RandomTensor(DType::kF32, {3, 1, 4}, 3), lse1 = RandomTensor(DType::kF32, {3, 1}, 4);
+    HostTensor o1 = RandomTensor(DType::kF32, {3, 1, 4}, 3),
+               lse1 = RandomTensor(DType::kF32, {3, 1}, 4);
     lse1.data<float>()[1] = bad;
-    const HostTensor o2 = RandomTensor(DType::kF32, {3, 1, 4}, 5), lse2 = RandomTensor(DType::kF32, {3, 1}, 6);
+    const HostTensor o2 = RandomTensor(DType::kF32, {3, 1, 4}, 5),
+                     lse2 = RandomTensor(DType::kF32, {3, 1}, 6);
     EXPECT_FALSE(MergeStateInPlaceCpu(o1.view(), lse1.view(), CView(o2), CView(lse2)).ok());
   }
 }

@@ -47,7 +47,8 @@ TEST(RmsNormCpuTest, InPlaceOverTheInput) {
   HostTensor ref_out(DType::kF32, {40, 96});
   ASSERT_TRUE(RmsNormRef({CView(x), CView(weight), TensorView{}, ref_out.view(), 1e-6f}).ok());
   HostTensor inplace = testing::CopyF32(x);
-  ASSERT_TRUE(RmsNormCpu({CView(inplace), CView(weight), TensorView{}, inplace.view(), 1e-6f}).ok());
+  ASSERT_TRUE(
+      RmsNormCpu({CView(inplace), CView(weight), TensorView{}, inplace.view(), 1e-6f}).ok());
   EXPECT_TRUE(testing::AllClose(inplace, ref_out, 2e-7, 0));
 }
 

@@ -54,12 +54,14 @@ TEST(RopeKvCpuTest, EqualsReferenceBitForBit) {
       const HostTensor v = RandomTensor(DType::kF32, {n, kv_heads, d}, n + 2);
       const HostTensor positions = Positions(n, 3), inv_freq = InvFreq(d);
       HostTensor ref_q = testing::CopyF32(q);
-      HostTensor ref_k = Poisoned(cache, {n, kv_heads, d}), ref_v = Poisoned(cache, {n, kv_heads, d});
+      HostTensor ref_k = Poisoned(cache, {n, kv_heads, d}),
+                 ref_v = Poisoned(cache, {n, kv_heads, d});
       ASSERT_TRUE(RopeKvRef({ref_q.view(), CView(k), CView(v), CView(positions), CView(inv_freq),
                              ref_k.view(), ref_v.view()})
                       .ok());
       GuardedTensor gq(q), gk(k), gv(v);
-      GuardedTensor k_cache(Poisoned(cache, {n, kv_heads, d})), v_cache(Poisoned(cache, {n, kv_heads, d}));
+      GuardedTensor k_cache(Poisoned(cache, {n, kv_heads, d})),
+          v_cache(Poisoned(cache, {n, kv_heads, d}));
       ASSERT_TRUE(RopeKvCpu({gq.view(), gk.cview(), gv.cview(), CView(positions), CView(inv_freq),
                              k_cache.view(), v_cache.view()})
                       .ok());
@@ -76,8 +78,8 @@ TEST(RopeKvCpuTest, RefusesWhatTheReferenceRefuses) {
   const HostTensor k = RandomTensor(DType::kF32, {3, 2, 16}, 2);
   const HostTensor positions = Positions(3, 1), inv_freq = InvFreq(16);
   HostTensor k_cache(DType::kI32, {3, 2, 16}), v_cache(DType::kBF16, {3, 2, 16});
-  const RopeKvArgs args{q.view(), CView(k), CView(k), CView(positions), CView(inv_freq),
-                        k_cache.view(), v_cache.view()};
+  const RopeKvArgs args{q.view(),        CView(k),       CView(k),      CView(positions),
+                        CView(inv_freq), k_cache.view(), v_cache.view()};
   EXPECT_FALSE(RopeKvCpu(args).ok());
   EXPECT_EQ(RopeKvCpu(args).ToString(), RopeKvRef(args).ToString());
   HostTensor odd = RandomTensor(DType::kF32, {3, 4, 15}, 1);

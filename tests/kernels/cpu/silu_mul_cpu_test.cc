@@ -30,7 +30,9 @@ TEST(SiluMulCpuTest, MatchesReference) {
         EXPECT_TRUE(u.Unchanged(up));
         // A few fp32 ulps (after rounding to a 16-bit output, at most one of its ulps: those
         // compare within their own resolution).
-        const double rtol = out_dtype == DType::kF32 ? 1e-6 : out_dtype == DType::kBF16 ? 8e-3 : 1e-3;
+        const double rtol = out_dtype == DType::kF32    ? 1e-6
+                            : out_dtype == DType::kBF16 ? 8e-3
+                                                        : 1e-3;
         // F16 subnormals are 6e-8 apart.
         const double atol = out_dtype == DType::kF16 ? 6e-8 : 1e-30;
         EXPECT_TRUE(testing::AllClose(out.Read(), ref_out, rtol, atol));

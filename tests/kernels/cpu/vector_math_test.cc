@@ -45,8 +45,9 @@ TEST(VectorMathTest, ExpShiftedSumAddsTheRow) {
 TEST(VectorMathTest, WidenAndNarrowMatchTheScalarConversions) {
   std::mt19937 rng(3);
   std::vector<float> values(10007);
-  for (float& v : values) v = std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
-                                         std::uniform_int_distribution<int>(-30, 18)(rng));
+  for (float& v : values)
+    v = std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                   std::uniform_int_distribution<int>(-30, 18)(rng));
   values[0] = std::numeric_limits<float>::infinity();
   values[1] = -0.0f;
   for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
