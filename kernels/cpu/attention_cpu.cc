@@ -23,11 +23,16 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Several query blocks read every key of their KV head: BF16/F16 keys and values are widened to
 // F32 once for the call rather than once per block (bounded; beyond that each block widens its
-// own tiles). The copy is kept per calling thread for the next call.
+// own tiles). Under a causal mask only the rows up to the last query's position are. The copy is
+// kept per calling thread for the next call.
 void WidenKv(cpu::AttentionCpuShape& s, int64_t q_blocks) {
-  const ConstTensorView& k = s.args->k;
-  const ConstTensorView& v = s.args->v;
-  const int64_t elements = k.NumElements();
+  const AttentionArgs& a = *s.args;
+  const ConstTensorView& k = a.k;
+  const ConstTensorView& v = a.v;
+  const int64_t rows = a.mask == AttentionMask::kCausal
+                           ? std::clamp<int64_t>(a.q_offset + s.n_q - a.k_offset, 0, s.n_kv)
+                           : s.n_kv;
+  const int64_t elements = rows * s.num_kv_heads * s.head_dim;
   if ((k.dtype == DType::kF32 && v.dtype == DType::kF32) || q_blocks < 2 ||
       2 * elements * static_cast<int64_t>(sizeof(float)) > kMaxWideKvBytes)
     return;
@@ -42,8 +47,10 @@ void WidenKv(cpu::AttentionCpuShape& s, int64_t q_blocks) {
     cpu::WidenRow(k.data, k.dtype, begin, n, k32 + begin);
     cpu::WidenRow(v.data, v.dtype, begin, n, v32 + begin);
   });
-  s.k = ConstTensorView{k32, DType::kF32, k.shape};
-  s.v = ConstTensorView{v32, DType::kF32, v.shape};
+  // No item reads a row past `rows` (its causal limit).
+  const Shape shape{rows, s.num_kv_heads, s.head_dim};
+  s.k = ConstTensorView{k32, DType::kF32, shape};
+  s.v = ConstTensorView{v32, DType::kF32, shape};
 }
 
 // Key splits per item: 1 unless there are fewer items than threads (decode, a few query rows)
