@@ -17,9 +17,10 @@ for arg in "$@"; do
 done
 
 # capnproto/libcapnp-dev: the RPC API; libboost-dev: Boost.Asio (headers) for the HTTP front end;
-# prometheus-cpp-dev: the metrics registry and /metrics endpoint (coordinator only).
+# prometheus-cpp-dev: the metrics registry and /metrics endpoint (coordinator only);
+# libopenblas-dev: the CPU backend's GEMMs (worker).
 packages=(build-essential cmake ninja-build pkg-config git
-          libpcre2-dev nlohmann-json3-dev libgtest-dev
+          libpcre2-dev nlohmann-json3-dev libgtest-dev libopenblas-dev
           libopenmpi-dev openmpi-bin zlib1g-dev
           capnproto libcapnp-dev libboost-dev prometheus-cpp-dev)
 if [ "$want_test" = 1 ]; then

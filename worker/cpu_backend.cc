@@ -2,13 +2,22 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <string>
 
 #include <unistd.h>
 
+#include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/convert_cpu.h"
+#include "kernels/cpu/embedding_cpu.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/merge_state_cpu.h"
+#include "kernels/cpu/rms_norm_cpu.h"
+#include "kernels/cpu/rope_cpu.h"
+#include "kernels/cpu/rope_kv_cpu.h"
+#include "kernels/cpu/silu_mul_cpu.h"
 #include "worker/cpu_copy_queue.h"
 
 namespace millipede {
@@ -68,22 +77,23 @@ class CpuBackend final : public Backend {
   Status CopyToHost(ConstTensorView src, TensorView host_dst) override {
     return Copy(src, host_dst);
   }
-  Status Convert(ConstTensorView src, TensorView dst) override { return ConvertRef(src, dst); }
+  Status Convert(ConstTensorView src, TensorView dst) override { return ConvertCpu(src, dst); }
   Status Synchronize() override { return OkStatus(); }
   StatusOr<BackendMemory> Memory() override { return HostMemory(); }
   DType GemmInputDType(DType) const override { return DType::kF32; }
 
-  Status Embedding(const EmbeddingArgs& args) override { return EmbeddingRef(args); }
-  Status RmsNorm(const RmsNormArgs& args) override { return RmsNormRef(args); }
-  Status Rope(const RopeArgs& args) override { return RopeRef(args); }
-  Status RopeKv(const RopeKvArgs& args) override { return RopeKvRef(args); }
-  Status Gemm(const GemmArgs& args) override { return GemmRef(args); }
-  Status SiluMul(const SiluMulArgs& args) override { return SiluMulRef(args); }
-  Status Attention(const AttentionArgs& args) override { return AttentionRef(args); }
-  Status MergeState(const MergeStateArgs& args) override { return MergeStateRef(args); }
+  // The ops run the fast kernels of kernels/cpu/ (checked against the references there).
+  Status Embedding(const EmbeddingArgs& args) override { return EmbeddingCpu(args); }
+  Status RmsNorm(const RmsNormArgs& args) override { return RmsNormCpu(args); }
+  Status Rope(const RopeArgs& args) override { return RopeCpu(args); }
+  Status RopeKv(const RopeKvArgs& args) override { return RopeKvCpu(args); }
+  Status Gemm(const GemmArgs& args) override { return GemmCpu(args); }
+  Status SiluMul(const SiluMulArgs& args) override { return SiluMulCpu(args); }
+  Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
+  Status MergeState(const MergeStateArgs& args) override { return MergeStateCpu(args); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
                            ConstTensorView lse_other) override {
-    return MergeStateInPlaceRef(o, lse, o_other, lse_other);
+    return MergeStateInPlaceCpu(o, lse, o_other, lse_other);
   }
   Status ClearState(TensorView o, TensorView lse) override {
     MP_REQUIRE(o.dtype == DType::kF32 && lse.dtype == DType::kF32, "ClearState: F32 expected");

@@ -1,5 +1,6 @@
-// The CPU backend: host memory and the kernels' reference implementations. Exact, slow, and the
-// oracle every other backend is checked against.
+// The CPU backend: host memory and the threaded, vectorised kernels of kernels/cpu/ (OpenBLAS
+// GEMMs, blocked attention), each checked against its reference in kernels/*_ref.cc, which stays
+// the oracle every backend is tested against. Sampling runs the reference.
 #pragma once
 
 #include <memory>

@@ -299,14 +299,16 @@ def scenario_limits(bin_dir, model):
 def scenario_cancel(bin_dir, model):
     """Cancel in prefill and in decode, and a client that disconnects: the job ends and its KV
     is freed on every worker rank."""
-    svc = Service(bin_dir, model)
     work = os.path.dirname(model)
+    # A longer context than the shared model's, so that prefill lasts seconds on the CPU
+    # backend's threaded kernels (2000 tokens take a fraction of a second).
+    svc = Service(bin_dir, make_model(bin_dir, os.path.join(work, "model-16k"), context=16384))
     try:
         svc.wait_kv(lambda kv: kv == [0, 0], "reported as zero before any job")
         # Prefill: a long prompt over 8 layers; cancel once progress shows.
         ids = os.path.join(work, "long-ids.txt")
         with open(ids, "w") as f:
-            f.write(long_ids(2000))
+            f.write(long_ids(12000))
         p = svc.client_bg("submit", "--prompt-file", ids, "--ids", "--max-tokens", "8")
         job = int(read_until(p.stderr, r"job (\d+) queued", 20).group(1))
         read_until(p.stderr, r"prefill \[", 30)
