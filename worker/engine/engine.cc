@@ -161,11 +161,23 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
           "prompt");
     }
   }
-  MP_RETURN_IF_ERROR(workspace_->Reserve(options.step_tokens, ring_rows, num_ranks, 1));
-  MP_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s,
-                      Sequence::Create(id, *backend_, config(), options_.kv_dtype,
-                                       std::move(options)));
-  sequences_[id] = std::move(s);
+  // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
+  // keep the sequence (the others would wait for it in the next step's collectives).
+  Status made = workspace_->Reserve(options.step_tokens, ring_rows, num_ranks, 1);
+  std::unique_ptr<Sequence> sequence;
+  if (made.ok()) {
+    StatusOr<std::unique_ptr<Sequence>> s =
+        Sequence::Create(id, *backend_, config(), options_.kv_dtype, std::move(options));
+    if (s.ok()) sequence = std::move(s).value(); else made = s.status();
+  }
+  const Status agreed = AgreeToContinue(made.ok());
+  if (!made.ok() || !agreed.ok()) {
+    if (sequences_.empty()) workspace_->Release();
+    MP_RETURN_IF_ERROR(made);
+    return FailedPreconditionError("another rank could not allocate the sequence (its log says "
+                                   "why)");
+  }
+  sequences_[id] = std::move(sequence);
   return OkStatus();
 }
 

@@ -134,9 +134,9 @@ class Engine {
   // Each rank's share is checked first and the outcome exchanged, so one rank's bad input fails
   // the step on every rank before any collective. `after_layer`, when set and the plan has a
   // prefill entry, is called on every rank after each layer; if it returns false on any rank the
-  // step stops on every rank with Cancelled (the answers combined by a host all-gather per layer)
-  // and the sequences are left as they were before the step... except that their KV rows for
-  // the step's positions may have been written (they are never committed).
+  // step stops on every rank with Cancelled (the answers combined by a host all-gather per
+  // layer). A step that fails or is cancelled commits nothing: the sequences keep their length
+  // and positions (rows the step wrote past them are overwritten by the next step).
   StatusOr<StepOutput> RunStep(const StepPlan& plan, const LayerCallback& after_layer = {});
 
   // ---- One sequence at a time (kDefaultSequence), as offline runs and benchmarks use it ----
