@@ -77,6 +77,7 @@ template <class Io, MessageOf<PolicyCapabilities> C>
 void Fields(Io& io, C& c) {
   io.List(c.prefill, [&](auto& pattern) { PatternOrRole(io, pattern); });
   io.List(c.decode, [&](auto& role) { PatternOrRole(io, role); });
+  io.Field(c.mixed_decode_layers);
 }
 
 template <class Io, MessageOf<JobDescriptor> M>

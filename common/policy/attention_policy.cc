@@ -210,6 +210,7 @@ PolicyCapabilities IntersectCapabilities(const PolicyCapabilities& a, const Poli
     if (b.Runs(p) && !both.Runs(p)) both.prefill.push_back(p);
   for (DecodeRole r : a.decode)
     if (b.Runs(r) && !both.Runs(r)) both.decode.push_back(r);
+  both.mixed_decode_layers = a.mixed_decode_layers && b.mixed_decode_layers;
   return both;
 }
 
@@ -235,6 +236,10 @@ Status CheckPolicyRunnable(const AttentionPolicy& policy, const PolicyCapabiliti
                                   ") is not available yet on these workers; they run " +
                                   JoinNames(decode_names));
     }
+    if (layer.MixedDecode() && !capabilities.mixed_decode_layers)
+      return UnimplementedError("attention policy: layer " + std::to_string(l) +
+                                " mixes decode roles per KV head, which these workers do not "
+                                "run yet (one decode role per layer)");
   }
   return OkStatus();
 }

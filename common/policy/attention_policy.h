@@ -158,6 +158,9 @@ StatusOr<AttentionPolicy> LoadAttentionPolicy(const std::string& path, int64_t n
 struct PolicyCapabilities {
   std::vector<PrefillPattern> prefill;  // patterns it runs
   std::vector<DecodeRole> decode;       // roles it runs
+  // Whether it runs layers whose KV heads have different decode roles (full and streaming-head
+  // heads in one layer, as DuoAttention assigns them).
+  bool mixed_decode_layers = false;
 
   bool Runs(PrefillPattern p) const;
   bool Runs(DecodeRole r) const;

@@ -89,7 +89,8 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
   h.num_layers = 32;
   h.num_kv_heads = 8;
   h.capabilities = {{PrefillPattern::kDense, PrefillPattern::kBlockSparse},
-                    {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
+                    {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction},
+                    /*mixed_decode_layers=*/true};
   WorkerHello hb;
   ASSERT_TRUE(Decode(Encode(h), &hb).ok());
   EXPECT_EQ(hb.eos_ids, h.eos_ids);
@@ -191,7 +192,7 @@ TEST(ControlMessagesTest, ValuesOutOfRangeAreRefused) {
   WorkerHello h;
   h.capabilities = {{PrefillPattern::kDense}, {DecodeRole::kFull}};
   std::vector<char> hello = Encode(h);
-  hello.back() = static_cast<char>(kNumDecodeRoles);  // the one decode role
+  hello[hello.size() - 2] = static_cast<char>(kNumDecodeRoles);  // the one decode role
   WorkerHello hb;
   EXPECT_NE(Decode(hello, &hb).message().find("outside [0, 4]"), std::string::npos);
 }

@@ -17,7 +17,8 @@ AdmissionLimits Limits() {
   l.num_layers = 2;
   l.num_kv_heads = 2;
   l.capabilities = {{PrefillPattern::kDense, PrefillPattern::kAShape},
-                    {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
+                    {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction},
+                    /*mixed_decode_layers=*/true};
   return l;
 }
 
@@ -148,6 +149,11 @@ TEST_F(AdmissionTest, PoliciesTheWorkersDoNotRunAreRefusedByWhatTheyReported) {
   ExpectError(AdmitRequest(r, *tok_, full_only), StatusCode::kUnimplemented,
               "decode role \"streaming-head\" (layer 0, KV head 1)");
   EXPECT_TRUE(AdmitRequest(r, *tok_, Limits()).ok());
+  // Workers that run one decode role per layer refuse a layer that mixes them.
+  AdmissionLimits one_role = Limits();
+  one_role.capabilities.mixed_decode_layers = false;
+  ExpectError(AdmitRequest(r, *tok_, one_role), StatusCode::kUnimplemented,
+              "layer 0 mixes decode roles per KV head");
   // Workers that reported nothing run no policy at all, not even an explicit dense one; a job
   // without a policy is theirs to run as they do.
   AdmissionLimits none = Limits();

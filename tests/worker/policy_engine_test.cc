@@ -45,7 +45,7 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
       testing::PolicyFor(e, R"({"version": 1, "default": {"decode": ["full", "streaming-head"]}})");
   auto mixed = Generate(e, r);
   EXPECT_EQ(mixed.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(mixed.status().message().find("layer 0 mixes decode roles"), std::string::npos)
+  EXPECT_NE(mixed.status().message().find("layer 0 mixes decode roles per KV head"), std::string::npos)
       << mixed.status().ToString();
   r.policy = DensePolicy(9, 2);  // the model has 2 layers
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);

@@ -55,13 +55,7 @@ Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
   const ModelConfig& c = config();
   MP_RETURN_IF_ERROR(
       ValidateAttentionPolicy(policy, c.num_hidden_layers, c.num_key_value_heads));
-  MP_RETURN_IF_ERROR(CheckPolicyRunnable(policy, capabilities()));
-  for (size_t l = 0; l < policy.layers.size(); ++l)
-    if (policy.layers[l].MixedDecode())
-      return UnimplementedError("attention policy: layer " + std::to_string(l) +
-                                " mixes decode roles per KV head; this engine runs one decode "
-                                "role per layer");
-  return OkStatus();
+  return CheckPolicyRunnable(policy, capabilities());
 }
 
 Status Engine::SetPolicy(AttentionPolicy policy) {

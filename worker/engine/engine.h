@@ -103,7 +103,8 @@ class Engine {
   PolicyCapabilities capabilities() const;
   // Checks that `policy` fits the model (ValidateAttentionPolicy) and that this engine runs it:
   // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head,
-  // and so is a layer that mixes decode roles per KV head (one decode strategy per layer so far).
+  // and so is a layer that mixes decode roles per KV head (one decode strategy per layer so far:
+  // capabilities().mixed_decode_layers is false).
   Status CheckPolicy(const AttentionPolicy& policy) const;
   // Checks `policy` (CheckPolicy), then makes it the default for sequences started afterwards;
   // on an error the default is unchanged.

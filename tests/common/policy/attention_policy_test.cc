@@ -297,7 +297,8 @@ TEST(AttentionPolicyTest, CheckPolicyRunnableAsksTheCapabilities) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   const PolicyCapabilities all{
       {PrefillPattern::kDense, PrefillPattern::kAShape},
-      {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
+      {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction},
+      /*mixed_decode_layers=*/true};
   EXPECT_TRUE(CheckPolicyRunnable(*p, all).ok());
   // Dense prefill only: the first a-shape head is named, and what the workers run.
   PolicyCapabilities caps = all;
@@ -339,6 +340,27 @@ TEST(AttentionPolicyTest, CapabilitiesIntersect) {
   EXPECT_TRUE(both.Runs(DecodeRole::kStreamingHead));
   EXPECT_FALSE(both.Runs(DecodeRole::kStaticEviction));
   EXPECT_EQ(IntersectCapabilities(cpu, cpu), cpu);
+  PolicyCapabilities mixed = cpu;
+  mixed.mixed_decode_layers = true;
+  EXPECT_FALSE(IntersectCapabilities(mixed, cpu).mixed_decode_layers);
+  EXPECT_TRUE(IntersectCapabilities(mixed, mixed).mixed_decode_layers);
+}
+
+TEST(AttentionPolicyTest, LayersMixingDecodeRolesNeedWorkersThatRunThem) {
+  auto p = ParseAttentionPolicy(R"({"version": 1,
+      "layers": [{"layer": 1, "decode": ["full", "streaming-head"]}]})", 2, 2);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  PolicyCapabilities caps{{PrefillPattern::kDense},
+                          {DecodeRole::kFull, DecodeRole::kStreamingHead}};
+  Status s = CheckPolicyRunnable(*p, caps);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("layer 1 mixes decode roles per KV head"), std::string::npos)
+      << s.ToString();
+  caps.mixed_decode_layers = true;
+  EXPECT_TRUE(CheckPolicyRunnable(*p, caps).ok());
+  // One role per layer needs nothing more.
+  caps.mixed_decode_layers = false;
+  EXPECT_TRUE(CheckPolicyRunnable(DensePolicy(2, 2), caps).ok());
 }
 
 TEST(AttentionPolicyTest, NamesRoundTrip) {
