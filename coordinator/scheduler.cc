@@ -1,4 +1,5 @@
 #include "coordinator/scheduler.h"
+#include "coordinator/scheduler_job.h"
 
 #include <iostream>
 #include <thread>
@@ -28,24 +29,6 @@ const char* RejectReason(const Status& s) {
 }
 
 }  // namespace
-
-struct Scheduler::Job {
-  JobId id = 0;
-  control::JobDescriptor descriptor;
-  std::shared_ptr<JobObserver> observer;
-  std::unique_ptr<TextStream> text;
-  JobState state = JobState::kQueued;
-  Clock::time_point submitted, started, first_token, last_token;
-  int64_t prefill_done = 0;
-  std::vector<int32_t> ids;
-  // A token whose text is still open (UTF-8 or stop-string prefix) is delivered with the next
-  // event, so that the last one can carry the held-back text.
-  std::optional<std::pair<int32_t, std::string>> held_token;
-  bool cancel_requested = false;  // by the client or the drain deadline
-  bool stop_matched = false;      // a stop string ended the text; the workers are stopping
-  bool cancel_sent = false;
-  bool stopped_by_id = false;  // the workers ended it at a stop or EOS id
-};
 
 Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
                      ServiceMetrics* metrics, SchedulerOptions options)
@@ -114,66 +97,6 @@ Status Scheduler::Cancel(JobId id) {
   }
   it->second->cancel_requested = true;
   return OkStatus();
-}
-
-JobStatusInfo Scheduler::StatusOf(const Job& job) const {
-  JobStatusInfo info;
-  info.id = job.id;
-  info.state = job.state;
-  info.prompt_tokens = static_cast<int64_t>(job.descriptor.prompt_ids.size());
-  info.prefill_done = job.prefill_done;
-  info.generated_tokens = static_cast<int64_t>(job.ids.size());
-  if (job.state == JobState::kQueued) {
-    for (JobId q : queue_) {
-      if (q == job.id) break;
-      ++info.queue_position;
-    }
-  }
-  return info;
-}
-
-StatusOr<JobStatusInfo> Scheduler::GetStatus(JobId id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(id);
-  if (it != jobs_.end()) return StatusOf(*it->second);
-  auto ended = ended_.find(id);
-  if (ended != ended_.end()) return ended->second;
-  return NotFoundError("no job " + std::to_string(id));
-}
-
-ModelInfo Scheduler::GetModelInfo() const {
-  ModelInfo info;
-  info.id = options_.model_id;
-  info.context_limit = limits_.context_limit;
-  info.kv_capacity_tokens =
-      std::min(limits_.context_limit, limits_.kv_capacity_per_rank * limits_.num_workers);
-  info.vocab_size = limits_.vocab_size;
-  info.num_workers = limits_.num_workers;
-  info.chat_format = options_.chat_format;
-  return info;
-}
-
-HealthInfo Scheduler::GetHealth() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  HealthInfo h;
-  h.alive = !failed_;
-  h.accepting = !failed_ && !draining_ && !drain_requested_.load();
-  h.running = running_ ? 1 : 0;
-  h.waiting = static_cast<int64_t>(queue_.size());
-  if (last_token_) h.seconds_since_last_token = Seconds(Clock::now() - *last_token_);
-  if (failed_) {
-    h.detail = failure_;
-  } else if (!h.accepting) {
-    h.detail = "shutting down";
-  }
-  return h;
-}
-
-std::vector<RankStats> Scheduler::GetWorkerStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<RankStats> out;
-  for (const auto& [rank, stats] : rank_stats_) out.push_back(stats);
-  return out;
 }
 
 void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
