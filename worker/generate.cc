@@ -63,14 +63,8 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   const int num_ranks = comm.size(), rank = comm.rank();
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(prompt, num_ranks));
-  std::vector<TokenRange> ranges;
-  std::vector<int32_t> ids;
-  for (const TokenRange& r : plan.RankPromptRanges(rank)) {
-    if (r.empty()) continue;
-    ranges.push_back(r);
-    ids.insert(ids.end(), request.prompt_ids.begin() + r.begin,
-               request.prompt_ids.begin() + r.end);
-  }
+  MP_ASSIGN_OR_RETURN(SequenceStep share, ShardedPrefill(Engine::kDefaultSequence, 0,
+                                                         request.prompt_ids, rank, num_ranks));
   // The last generated token never needs its K/V; decode positions go round-robin over ranks
   // (ShardPlan::DecodeOwner), so each rank stores at most ceil((max_new - 1) / N) of them.
   const int64_t decode_positions = request.max_new_tokens - 1;
@@ -78,7 +72,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
   // The request's policy belongs to this sequence only: the engine's own is never touched.
   MP_RETURN_IF_ERROR(
-      engine.StartSequence(capacity, static_cast<int64_t>(ids.size()), request.policy));
+      engine.StartSequence(capacity, static_cast<int64_t>(share.ids.size()), request.policy));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   Backend& backend = engine.backend();
@@ -93,7 +87,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
     };
   }
   MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> prefill_logits,
-                      engine.ForwardShard(ranges, ids, after_layer));
+                      engine.ForwardShard(share.ranges, share.ids, after_layer));
   // The rank holding the last prompt token samples; the others learn the token from it.
   const int sampler = plan.RankOfPromptPosition(prompt - 1);
   int32_t token = 0;
