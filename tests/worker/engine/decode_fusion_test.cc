@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine_test_util.h"
+#include "tests/worker/engine_test_util.h"
 #include "worker/cpu_backend.h"
 
 namespace millipede {

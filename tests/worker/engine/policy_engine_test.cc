@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "engine_test_util.h"
+#include "tests/worker/engine_test_util.h"
 #include "worker/generate.h"
 
 namespace millipede {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine_test_util.h"
+#include "tests/worker/engine_test_util.h"
 
 namespace millipede {
 namespace {
