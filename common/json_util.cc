@@ -26,11 +26,12 @@ StatusOr<Json> ParseJson(std::string_view text, const std::string& what) {
                                 std::to_string(kMaxJsonDepth) + " levels");
   }
   if (j.is_discarded()) {
-    // Re-parse with exceptions only to recover the position of the error for the message.
+    // Re-parse with exceptions only to recover the position of the error for the message. Not
+    // only parse errors: a number that overflows a double is an out_of_range error.
     try {
       Json unused = Json::parse(text.begin(), text.end());
       (void)unused;
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {
       return InvalidArgumentError(what + ": invalid JSON: " + e.what());
     }
     return InvalidArgumentError(what + ": invalid JSON");

@@ -27,5 +27,19 @@ TEST(JsonUtilTest, ParsesAndReportsErrors) {
   EXPECT_NE(bad.status().message().find("invalid JSON"), std::string::npos);
 }
 
+TEST(JsonUtilTest, NumbersBeyondADoubleAreAnErrorNotAnException) {
+  for (const char* text : {R"({"model": "M", "max_tokens": 4, "x": -1e400})",
+                           R"({"max_tokens": 1e400})", R"({"temperature": 1e999})", "[1e309]"}) {
+    auto r = ParseJson(text, "the request");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(r.status().message().find("the request: invalid JSON"), std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find("overflow"), std::string::npos) << r.status().ToString();
+  }
+  // The largest finite doubles still parse.
+  EXPECT_TRUE(ParseJson(R"({"x": 1.7976931348623157e308, "y": -4.9e-324})", "t").ok());
+}
+
 }  // namespace
 }  // namespace millipede

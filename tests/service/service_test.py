@@ -6,6 +6,7 @@ usage: service_test.py --bin DIR --work DIR SCENARIO
 
 import argparse
 import json
+import urllib.error
 import urllib.request
 import os
 import subprocess
@@ -57,6 +58,22 @@ def scenario_stream(bin_dir, model):
         answer = json.loads(urllib.request.urlopen(req, timeout=30).read())
         check(answer["choices"][0]["text"] == want["text"],
               f"HTTP completion {answer} differs from millipede-run")
+        # A number beyond a double, in any field, is a 400 naming it; the service goes on.
+        for overflow in ('"x": -1e400', '"max_tokens": 1e400', '"temperature": 1e999'):
+            raw = ('{"model": "model", "prompt": "Hello", "max_tokens": 4, ' + overflow +
+                   '}').encode()
+            req = urllib.request.Request(f"http://{svc.http}/v1/completions", data=raw,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=30)
+                check(False, f"{overflow} was accepted")
+            except urllib.error.HTTPError as e:
+                detail = e.read().decode()
+                check(e.code == 400 and "overflow" in detail, f"{overflow}: {e.code} {detail}")
+        req = urllib.request.Request(f"http://{svc.http}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        again = json.loads(urllib.request.urlopen(req, timeout=30).read())
+        check(again["choices"][0]["text"] == want["text"], "no answer after the bad requests")
 
         # A stop string cuts the text before it and ends the job with "stop".
         text = want["text"]
