@@ -161,6 +161,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   void JobFinished(std::string_view reason, bool started, double e2e_s,
                    double decode_tokens_per_s) override {
     (started ? running_ : waiting_)->Decrement();
+    // Jobs run one at a time: once the running one ends no prefill is in progress.
+    if (started) progress_->Set(0.0);
     auto it = finished_.find(std::string(reason));
     (it == finished_.end() ? other_finished_ : it->second)->Increment();
     e2e_->Observe(e2e_s);

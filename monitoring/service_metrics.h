@@ -44,7 +44,8 @@ class ServiceMetrics {
   // generation_tokens_total +1 and time_per_output_token_seconds (0 for the first token: not
   // observed).
   virtual void OutputToken(double since_previous_s) = 0;
-  // requests_running -1 (if it had started; requests_waiting -1 if it had not),
+  // requests_running -1 and prefill_progress_ratio 0 (if it had started; requests_waiting -1 if
+  // it had not),
   // request_finished_total{reason} with reason stop|length|cancelled|error,
   // e2e_request_latency_seconds, decode throughput of the job.
   virtual void JobFinished(std::string_view reason, bool started, double e2e_s,

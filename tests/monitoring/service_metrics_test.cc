@@ -110,6 +110,7 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
   s = Scrape();
   EXPECT_EQ(s["millipede_requests_running"], 0);
   EXPECT_EQ(s["millipede_requests_waiting"], 0);
+  EXPECT_DOUBLE_EQ(s["millipede_prefill_progress_ratio"], 0.0);  // no job runs
   EXPECT_EQ(s["millipede_request_finished_total{reason=\"length\"}"], 1);
   EXPECT_EQ(s["millipede_request_finished_total{reason=\"cancelled\"}"], 1);
   EXPECT_EQ(s["millipede_request_finished_total{reason=\"stop\"}"], 0);
