@@ -32,9 +32,21 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& p
       new RingPrefill(std::move(windows), policy.dense_below_tokens));
 }
 
+}  // namespace
+
+KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer) {
+  const LayerPolicy& lp = policy.layers[static_cast<size_t>(layer)];
+  if (!lp.MixedDecode() && lp.LayerDecode() == DecodeRole::kStreamingHead)
+    return {policy.streaming_head.sink_tokens, policy.streaming_head.window_tokens};
+  return {};
+}
+
+namespace {
+
 StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index) {
   const LayerPolicy& layer = policy.layers[static_cast<size_t>(index)];
   LayerAttention la;
+  la.retention = LayerKvRetention(policy, index);
   MP_ASSIGN_OR_RETURN(la.prefill, BuildPrefill(policy, layer, index));
   if (layer.MixedDecode())
     return UnimplementedError("decode roles per KV head (layer " + std::to_string(index) +
@@ -46,7 +58,6 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
     case DecodeRole::kStreamingHead:
       // The store keeps the sinks and the window; decode attends to all it keeps.
       la.decode = std::make_unique<FullDecode>("streaming-head");
-      la.retention = {policy.streaming_head.sink_tokens, policy.streaming_head.window_tokens};
       break;
     case DecodeRole::kStaticEviction:
       la.decode = std::make_unique<StaticEvictionDecode>(policy.static_eviction);

@@ -18,6 +18,10 @@ struct LayerAttention {
   KvRetention retention;
 };
 
+// What the store of layer `layer` must keep under `policy`: the sinks and window of streaming
+// heads, else every row. (The memory plan asks this without building any strategy.)
+KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer);
+
 // One LayerAttention per layer. The policy must fit the model (ParseAttentionPolicy checked it)
 // and be runnable on this engine (checked before the sequence starts).
 StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,

@@ -3,16 +3,6 @@
 #include <algorithm>
 
 namespace millipede {
-namespace {
-
-int64_t Rows(std::span<const TokenRange> ranges) {
-  int64_t n = 0;
-  for (const TokenRange& r : ranges) n += r.size();
-  return n;
-}
-
-}  // namespace
-
 bool HeadWindows::AllWindowed() const {
   return !window.empty() &&
          std::all_of(window.begin(), window.end(), [](int64_t w) { return w > 0; });
@@ -97,7 +87,7 @@ Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
     std::span<const TokenRange> incoming_ranges;
     if (pass_on) {
       incoming_ranges = in.rank_blocks[static_cast<size_t>(next_origin)];
-      const int64_t in_rows = Rows(incoming_ranges);
+      const int64_t in_rows = TotalSize(incoming_ranges);
       const TensorView recv_k = SliceRows(env.scratch.ring_k[t % 2], 0, in_rows);
       const TensorView recv_v = SliceRows(env.scratch.ring_v[t % 2], 0, in_rows);
       incoming = {AsConst(recv_k), AsConst(recv_v)};

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -35,6 +36,13 @@ inline void AppendRange(std::vector<TokenRange>* ranges, const TokenRange& r) {
   } else {
     ranges->push_back(r);
   }
+}
+
+// Positions in `ranges` altogether.
+inline int64_t TotalSize(std::span<const TokenRange> ranges) {
+  int64_t n = 0;
+  for (const TokenRange& r : ranges) n += r.size();
+  return n;
 }
 
 class ShardPlan {

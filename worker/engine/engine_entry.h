@@ -1,6 +1,8 @@
 // One entry of a step plan as this rank runs it (internal to the engine's .cc files).
 #pragma once
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "worker/engine/engine.h"
@@ -17,6 +19,12 @@ struct Engine::Entry {
   int64_t length_before = 0, length_after = 0;
   // Prefill: every rank's stored positions before the step and new positions, by rank.
   std::vector<std::vector<TokenRange>> rank_stored, rank_step;
+  // Prefill: every rank's ring block ranges this step, by rank, for each kind of store the
+  // sequence's layers have (key: the retention's sink and window).
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<TokenRange>>> blocks;
+  const std::vector<std::vector<TokenRange>>& Blocks(const KvRetention& r) const {
+    return blocks.at({r.sink_tokens, r.window_tokens});
+  }
   // Decode: whether the storing rank has room (exchanged so every rank fails alike).
   bool fits = true;
   int64_t logit_row = -1;        // row of the workspace's logits, or -1 (not on this rank)

@@ -143,17 +143,13 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
       continue;
     }
     LayerAttention& la = e.seq->attention(layer);
-    std::vector<std::vector<TokenRange>> blocks;
-    for (size_t r = 0; r < e.rank_step.size(); ++r)
-      blocks.push_back(Sequence::BlockRanges(la.retention, e.rank_stored[r], e.length_before,
-                                             e.rank_step[r]));
     PrefillInput in;
     in.layer = layer;
     in.store = &e.seq->kv(layer);
     in.step_rows = e.rows;
     in.q = e.q;
     in.q_ranges = e.ranges;
-    in.rank_blocks = blocks;
+    in.rank_blocks = e.Blocks(la.retention);
     in.length = e.length_after;
     in.o_acc = SliceRows(ws.o_acc.view(), e.row0, e.rows);
     in.lse_acc = SliceRows(ws.lse_acc.view(), e.row0, e.rows);

@@ -10,12 +10,6 @@
 namespace millipede {
 namespace {
 
-int64_t Rows(std::span<const TokenRange> ranges) {
-  int64_t n = 0;
-  for (const TokenRange& r : ranges) n += r.size();
-  return n;
-}
-
 void PutRanges(std::vector<int64_t>* out, std::span<const TokenRange> ranges) {
   out->push_back(static_cast<int64_t>(ranges.size()));
   for (const TokenRange& r : ranges) {
@@ -75,8 +69,8 @@ Status Engine::CheckEntry(const SequenceStep& step, Entry* entry) const {
     return OkStatus();
   }
   const int64_t n = static_cast<int64_t>(step.ids.size());
-  MP_REQUIRE(Rows(step.ranges) == n, "forward: ", n, " ids for ranges of ", Rows(step.ranges),
-             " positions");
+  MP_REQUIRE(TotalSize(step.ranges) == n, "forward: ", n, " ids for ranges of ",
+             TotalSize(step.ranges), " positions");
   for (size_t i = 0; i < step.ranges.size(); ++i)
     MP_REQUIRE(step.ranges[i].size() > 0 &&
                    (i == 0 ? step.ranges[i].begin >= s->length()
@@ -161,21 +155,22 @@ Status Engine::ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows) {
     e.length_after = expect;
     MP_REQUIRE(e.length_after <= max_context(), "forward: ", e.length_after,
                " positions exceed the context limit of ", max_context());
-    e.rows = Rows(e.ranges);
+    e.rows = TotalSize(e.ranges);
     if (!e.ranges.empty() && e.ranges.back().end == e.length_after) {
       e.logit_row = logit_row++;
       e.logits_step_row = row + e.rows - 1;
     }
     row += e.rows;
-    // Ring blocks: each rank's rows of a layer as its store keeps them, for every kind of store.
-    std::set<std::pair<int64_t, int64_t>> seen;
+    // Ring blocks: each rank's rows of a layer as its store keeps them, once per kind of store.
     for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
       const KvRetention& ret = e.seq->attention(l).retention;
-      if (!seen.insert({ret.sink_tokens, ret.window_tokens}).second) continue;
-      for (size_t r = 0; r < e.rank_step.size(); ++r)
-        *ring_rows = std::max(*ring_rows, Rows(Sequence::BlockRanges(
-                                              ret, e.rank_stored[r], e.length_before,
-                                              e.rank_step[r])));
+      auto [it, added] = e.blocks.try_emplace({ret.sink_tokens, ret.window_tokens});
+      if (!added) continue;
+      for (size_t r = 0; r < e.rank_step.size(); ++r) {
+        it->second.push_back(Sequence::BlockRanges(ret, e.rank_stored[r], e.length_before,
+                                                   e.rank_step[r]));
+        *ring_rows = std::max(*ring_rows, TotalSize(it->second.back()));
+      }
     }
   }
   return OkStatus();

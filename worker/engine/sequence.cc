@@ -17,21 +17,21 @@ int64_t StepRows(const SequenceOptions& o) {
   return std::max<int64_t>(1, o.step_tokens > 0 ? o.step_tokens : o.capacity);
 }
 
-// A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.
-bool UseStreamingStore(const KvRetention& r, const SequenceOptions&) { return !r.KeepsAll(); }
 
 }  // namespace
 
 StatusOr<int64_t> Sequence::StoreBytes(const ModelConfig& config, DType kv_dtype,
                                        const SequenceOptions& options) {
-  MP_ASSIGN_OR_RETURN(std::vector<LayerAttention> layers,
-                      BuildLayerAttention(options.policy, config));
+  MP_RETURN_IF_ERROR(
+      ValidateAttentionPolicy(options.policy, config.num_hidden_layers, config.num_key_value_heads));
   const KvLayout layout = Layout(config, kv_dtype);
   int64_t bytes = 0;
-  for (const LayerAttention& la : layers)
-    bytes += UseStreamingStore(la.retention, options)
-                 ? StreamingKvStore::BytesFor(layout, la.retention, StepRows(options))
-                 : DeviceKvStore::BytesFor(layout, options.capacity);
+  // A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const KvRetention r = LayerKvRetention(options.policy, l);
+    bytes += r.KeepsAll() ? DeviceKvStore::BytesFor(layout, options.capacity)
+                          : StreamingKvStore::BytesFor(layout, r, StepRows(options));
+  }
   return bytes;
 }
 
@@ -46,7 +46,7 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
   const KvLayout layout = Layout(config, kv_dtype);
   for (const LayerAttention& la : s->layers_) {
     std::unique_ptr<KvStore> store;
-    if (UseStreamingStore(la.retention, options)) {
+    if (!la.retention.KeepsAll()) {
       MP_ASSIGN_OR_RETURN(store, StreamingKvStore::Create(backend, layout, la.retention,
                                                           StepRows(options)));
     } else {
@@ -60,7 +60,7 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
 
 int64_t Sequence::MaxStepRows() const {
   for (const LayerAttention& la : layers_)
-    if (UseStreamingStore(la.retention, options_)) return StepRows(options_);
+    if (!la.retention.KeepsAll()) return StepRows(options_);
   return std::numeric_limits<int64_t>::max();
 }
 

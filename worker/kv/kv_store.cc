@@ -19,9 +19,7 @@ std::vector<TokenRange> KvRetention::Kept(std::span<const TokenRange> ranges,
 }
 
 int64_t KvRetention::KeptRows(std::span<const TokenRange> ranges, int64_t length) const {
-  int64_t n = 0;
-  for (const TokenRange& r : Kept(ranges, length)) n += r.size();
-  return n;
+  return TotalSize(Kept(ranges, length));
 }
 
 StatusOr<int64_t> KvStoreBase::CheckStep(std::span<const TokenRange> step_ranges,
