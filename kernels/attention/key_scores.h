@@ -1,4 +1,5 @@
-// How much attention each key receives from a set of observed queries (H2O-style static eviction):
+// How much attention each key receives from a set of observed queries (H2O-style static eviction,
+// MInference's vertical columns; optionally also each diagonal, its slash lines):
 // per KV head, the sum over the queries and the query heads that read it of the softmax
 // probability they give the key. The probabilities are normalised by a log-sum-exp the caller
 // computed over every key (under context parallelism: over every rank's keys), so the scores of
@@ -32,6 +33,11 @@ struct KeyScoresArgs {
   // query heads h of KV head g of exp(scale * q[t, h] . k[j, g] - lse[t, h]). 0 for a key no
   // query sees (n_q == 0: all zeros).
   TensorView score;
+  // Optional [num_kv_heads, n_diag] F32, the same probabilities summed by diagonal instead of by
+  // key (MInference's slash scores): diag_score[g, d] = sum of the terms above with
+  // q_pos[t] - k_pos[j] == d, for 0 <= d < n_diag (terms with larger d are left out). Written
+  // (overwritten) only when diag_score.data != nullptr.
+  TensorView diag_score;
 };
 
 // Checks KeyScoresArgs' shapes, dtypes and scale (not the data, which may live on a device).

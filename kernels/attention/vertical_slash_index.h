@@ -1,0 +1,39 @@
+// MInference's vertical-slash index (Algorithm 4 of the paper): from the key columns and the
+// diagonals a KV head selected (by the last queries' attention, see key_scores.h), the key
+// ranges and single columns each query tile attends to.
+//
+// For tile t at positions [a, b] and KV head g:
+//  - every selected diagonal d (an offset q - k >= 0), and always d = 0, covers the band of keys
+//    [max(0, a - d), b - d] (skipped when b - d < 0); the bands are merged into disjoint ranges
+//    (overlapping or touching bands become one), as the block kernels of MInference run whole
+//    bands rather than single diagonals;
+//  - every selected column c <= b that no range covers is a single column.
+// Ranges and columns are then placed in the key buffer by the key layout (sparse_index.h): a
+// range spanning several runs becomes one range per run.
+#pragma once
+
+#include "kernels/attention/sparse_index.h"
+
+namespace millipede {
+
+struct VerticalSlashIndexArgs {
+  ConstTensorView tiles;      // [n_tiles, 3] I64 query tiles (sparse_index.h)
+  ConstTensorView runs;       // [n_runs, 3] I64 key layout (sparse_index.h)
+  // [num_kv_heads, n_vertical] I64: each KV head's selected column positions, ascending, then
+  // -1 for unused slots (a head may select fewer).
+  ConstTensorView columns;
+  // [num_kv_heads, n_slash] I64: each KV head's selected diagonals (offsets >= 0), ascending,
+  // then -1 for unused slots. n_slash may be 0 (diagonal 0 is always kept).
+  ConstTensorView diagonals;
+  SparseIndexOut out;         // items = num_kv_heads * n_tiles
+};
+
+// Checks shapes and dtypes (not the data, which may live on a device).
+Status VerticalSlashIndexCheckArgs(const VerticalSlashIndexArgs& args);
+
+// Builds the index (or, in the count pass, its offsets). Selections out of order, a -1 followed by
+// a selection, or a needed position missing from the key layout are InvalidArgument errors
+// naming the head, tile and position.
+Status VerticalSlashIndexRef(const VerticalSlashIndexArgs& args);
+
+}  // namespace millipede
