@@ -5,7 +5,8 @@
 // least one key (k_counts[kb] > 0): score(qb, kb) = mean_q[qb, g] . mean_k[kb, g], where
 // mean_q = q_sums / (q_counts * group) and mean_k = k_sums / k_counts (group: query heads per KV
 // head; the query sums already add the group's heads, block_sums.h). The diagonal block kb = qb
-// is always kept; the other top_blocks - 1 places go to the best scores (ties: the lower kb).
+// is always kept; the other top_blocks[g] - 1 places go to the best scores (ties: the lower kb).
+// A head with top_blocks[g] == 0 is not block-sparse: its items are empty.
 // The tile's ranges are its kept blocks' positions [kb * block, min((kb + 1) * block, b + 1)),
 // merged when adjacent and placed in the key buffer by the key layout (sparse_index.h). There
 // are no single columns (column_offsets all 0).
@@ -26,13 +27,17 @@ struct BlockSparseIndexArgs {
   ConstTensorView k_counts;  // [num_blocks] F32
   int64_t block = 64;        // > 0
   int64_t group = 1;         // query heads per KV head (> 0)
-  int64_t top_blocks = 1;    // > 0, counting the diagonal block
+  // [num_kv_heads] I64 host memory: key blocks kept per query block, counting the diagonal
+  // block; 0 for a head that is not block-sparse.
+  const int64_t* top_blocks = nullptr;
+  bool skip_absent = false;  // as in vertical_slash_index.h
   SparseIndexOut out;        // items = num_kv_heads * n_tiles
 };
 
 Status BlockSparseIndexCheckArgs(const BlockSparseIndexArgs& args);
 // Scores in double. A tile whose query block has q_counts == 0, a tile crossing a block
-// boundary, or a needed position missing from the key layout is an InvalidArgument error.
+// boundary, or (without skip_absent) a needed position missing from the key layout is an
+// InvalidArgument error.
 Status BlockSparseIndexRef(const BlockSparseIndexArgs& args);
 
 }  // namespace millipede

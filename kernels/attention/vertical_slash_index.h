@@ -3,13 +3,15 @@
 // ranges and single columns each query tile attends to.
 //
 // For tile t at positions [a, b] and KV head g:
-//  - every selected diagonal d (an offset q - k >= 0), and always d = 0, covers the band of keys
+//  - every selected diagonal d (an offset q - k >= 0) covers the band of keys
 //    [max(0, a - d), b - d] (skipped when b - d < 0); the bands are merged into disjoint ranges
 //    (overlapping or touching bands become one), as the block kernels of MInference run whole
-//    bands rather than single diagonals;
+//    bands rather than single diagonals (the caller selects diagonal 0, as MInference forces the
+//    nearest diagonals, so that every query sees itself);
 //  - every selected column c <= b that no range covers is a single column.
 // Ranges and columns are then placed in the key buffer by the key layout (sparse_index.h): a
-// range spanning several runs becomes one range per run.
+// range spanning several runs becomes one range per run. A head that selects nothing (no column,
+// no diagonal) has empty items: the heads of a layer that are not vertical-slash.
 #pragma once
 
 #include "kernels/attention/sparse_index.h"
@@ -23,8 +25,11 @@ struct VerticalSlashIndexArgs {
   // -1 for unused slots (a head may select fewer).
   ConstTensorView columns;
   // [num_kv_heads, n_slash] I64: each KV head's selected diagonals (offsets >= 0), ascending,
-  // then -1 for unused slots. n_slash may be 0 (diagonal 0 is always kept).
+  // then -1 for unused slots.
   ConstTensorView diagonals;
+  // False: a needed position that no run covers is an error. True: it is left out (the caller
+  // spreads the keys over several buffers, one index per buffer, and merges the partials).
+  bool skip_absent = false;
   SparseIndexOut out;         // items = num_kv_heads * n_tiles
 };
 
@@ -32,8 +37,8 @@ struct VerticalSlashIndexArgs {
 Status VerticalSlashIndexCheckArgs(const VerticalSlashIndexArgs& args);
 
 // Builds the index (or, in the count pass, its offsets). Selections out of order, a -1 followed by
-// a selection, or a needed position missing from the key layout are InvalidArgument errors
-// naming the head, tile and position.
+// a selection, or (without skip_absent) a needed position missing from the key layout are
+// InvalidArgument errors naming the head, tile and position.
 Status VerticalSlashIndexRef(const VerticalSlashIndexArgs& args);
 
 }  // namespace millipede
