@@ -22,6 +22,7 @@ struct PrefillInput {
   // Every rank's rows of this layer this step (held then new), by rank: the ring blocks.
   std::span<const std::vector<TokenRange>> rank_blocks;
   int64_t length = 0;            // positions over all ranks after the step
+  int64_t step_begin = 0;        // positions over all ranks before the step (its first query)
   TensorView o_acc;              // [n, heads * head_dim] F32 output
   TensorView lse_acc;            // [n, heads] F32 natural-log LSE
 };

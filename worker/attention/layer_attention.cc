@@ -2,31 +2,53 @@
 
 #include "worker/attention/full_decode.h"
 #include "worker/attention/ring_prefill.h"
+#include "worker/attention/sparse_prefill.h"
 #include "worker/attention/static_eviction.h"
 
 namespace millipede {
 namespace {
 
+bool IsDynamicSparse(PrefillPattern p) {
+  return p == PrefillPattern::kVerticalSlash || p == PrefillPattern::kBlockSparse;
+}
+
+// A layer with vertical-slash or block-sparse heads (one block size; dense and A-shape heads
+// beside them ride a ring of their own).
+StatusOr<std::unique_ptr<PrefillStrategy>> BuildSparsePrefill(const AttentionPolicy& policy,
+                                                              const LayerPolicy& layer,
+                                                              int64_t index) {
+  int64_t block = 0;
+  for (size_t h = 0; h < layer.prefill.size(); ++h) {
+    const HeadPrefillPolicy& head = layer.prefill[h];
+    const std::string where =
+        " (layer " + std::to_string(index) + ", KV head " + std::to_string(h) + ")";
+    if (head.pattern != PrefillPattern::kBlockSparse) continue;
+    const int64_t b = head.block_sparse.block;
+    if (block != 0 && b != block)
+      return UnimplementedError("block-sparse heads of one layer with different block sizes" +
+                                where + " are not available in this engine yet");
+    if (b % kSparseTileRows != 0 && kSparseTileRows % b != 0)
+      return InvalidArgumentError("block-sparse block " + std::to_string(b) + where +
+                                  " must divide or be a multiple of " +
+                                  std::to_string(kSparseTileRows));
+    block = b;
+  }
+  return std::unique_ptr<PrefillStrategy>(
+      new SparsePrefill(layer.prefill, policy.dense_below_tokens));
+}
+
 StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& policy,
                                                         const LayerPolicy& layer, int64_t index) {
+  for (const HeadPrefillPolicy& head : layer.prefill)
+    if (IsDynamicSparse(head.pattern)) return BuildSparsePrefill(policy, layer, index);
   HeadWindows windows;
   for (size_t h = 0; h < layer.prefill.size(); ++h) {
     const HeadPrefillPolicy& head = layer.prefill[h];
-    switch (head.pattern) {
-      case PrefillPattern::kDense:
-        break;
-      case PrefillPattern::kAShape:
-        if (windows.window.empty()) windows.window.assign(layer.prefill.size(), 0);
-        windows.window[h] = head.a_shape.window_tokens;
-        // Validation gives the a-shape heads of a layer one sink count.
-        windows.sink = head.a_shape.sink_tokens;
-        break;
-      default:
-        return UnimplementedError(std::string("prefill pattern ") +
-                                  PrefillPatternName(head.pattern) + " (layer " +
-                                  std::to_string(index) + ", KV head " + std::to_string(h) +
-                                  ") is not available in this engine yet");
-    }
+    if (head.pattern != PrefillPattern::kAShape) continue;
+    if (windows.window.empty()) windows.window.assign(layer.prefill.size(), 0);
+    windows.window[h] = head.a_shape.window_tokens;
+    // Validation gives the a-shape heads of a layer one sink count.
+    windows.sink = head.a_shape.sink_tokens;
   }
   return std::unique_ptr<PrefillStrategy>(
       new RingPrefill(std::move(windows), policy.dense_below_tokens));

@@ -17,7 +17,7 @@ Status RingPrefill::AttendBlock(AttentionEnv& env, const PrefillInput& in, Const
                                 const HeadWindows& windows) const {
   const ModelConfig& c = env.config;
   Backend& b = env.backend;
-  const int64_t heads = c.num_attention_heads;
+  const int64_t heads = in.q.dim(1) / c.head_dim;  // a subset of the model's, in a mixed layer
   const int64_t rows_per_call =
       std::min(env.scratch.attention_rows, env.scratch.o_part.shape.dims[0]);
   const bool skip_far = windows.AllWindowed();
@@ -66,6 +66,11 @@ Status RingPrefill::AttendBlock(AttentionEnv& env, const PrefillInput& in, Const
 }
 
 Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
+  MP_ASSIGN_OR_RETURN(const ConstKvRows mine, in.store->Rows(in.step_rows));
+  return RunOn(env, in, mine);
+}
+
+Status RingPrefill::RunOn(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine) {
   Backend& b = env.backend;
   Communicator& comm = env.comm;
   const int num_ranks = comm.size(), rank = comm.rank();
@@ -73,7 +78,6 @@ Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   const HeadWindows& windows = in.length >= windowed_from_ ? windows_ : kDense;
   const int64_t n = in.q.shape.dims[0];
   MP_RETURN_IF_ERROR(b.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
-  MP_ASSIGN_OR_RETURN(const ConstKvRows mine, in.store->Rows(in.step_rows));
   const int64_t row_bytes = static_cast<int64_t>(mine.k.NumBytes() + mine.v.NumBytes()) /
                             std::max<int64_t>(mine.k.shape.dims[0], 1);
   // At ring step t this rank holds the block of rank (rank - t) mod N and passes it on while
@@ -88,8 +92,9 @@ Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
     if (pass_on) {
       incoming_ranges = in.rank_blocks[static_cast<size_t>(next_origin)];
       const int64_t in_rows = TotalSize(incoming_ranges);
-      const TensorView recv_k = SliceRows(env.scratch.ring_k[t % 2], 0, in_rows);
-      const TensorView recv_v = SliceRows(env.scratch.ring_v[t % 2], 0, in_rows);
+      const Shape in_shape{in_rows, mine.k.dim(1), mine.k.dim(2)};
+      MP_ASSIGN_OR_RETURN(const TensorView recv_k, SubView(env.scratch.ring_k[t % 2], 0, in_shape));
+      MP_ASSIGN_OR_RETURN(const TensorView recv_v, SubView(env.scratch.ring_v[t % 2], 0, in_shape));
       incoming = {AsConst(recv_k), AsConst(recv_v)};
       const int next = (rank + 1) % num_ranks, prev = (rank + num_ranks - 1) % num_ranks;
       MP_RETURN_IF_ERROR(comm.StartSendRecv(block.k, next, recv_k, prev));

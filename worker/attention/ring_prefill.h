@@ -29,6 +29,11 @@ class RingPrefill final : public PrefillStrategy {
       : windows_(std::move(windows)), windowed_from_(windowed_from) {}
   const char* name() const override { return windows_.window.empty() ? "dense" : "a-shape"; }
   Status Run(AttentionEnv& env, const PrefillInput& in) override;
+  // Run over this rank's block `mine` instead of the store's rows: a layer's dense and A-shape
+  // heads packed apart from its sparse heads (mine [rows, kv heads of the pack, head_dim], in.q
+  // and in.o_acc [n, their query heads * head_dim], in.lse_acc [n, their query heads], windows
+  // per packed KV head).
+  Status RunOn(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine);
 
  private:
   // Attends the queries to one block (rows with positions `ranges`) and merges into the output.

@@ -144,8 +144,13 @@ StatusOr<GlobalTopKResult> GlobalTopK(Communicator& comm,
                       Unpack(recv, bytes, headers, num_groups));
   GlobalTopKResult result;
   for (int64_t g = 0; g < num_groups; ++g) {
-    MP_ASSIGN_OR_RETURN(GlobalTopKCut cut, CutGroup(pools[static_cast<size_t>(g)], k, g));
+    std::vector<GlobalTopKCandidate>& pool = pools[static_cast<size_t>(g)];
+    MP_ASSIGN_OR_RETURN(GlobalTopKCut cut, CutGroup(pool, k, g));
     result.cuts.push_back(cut);
+    std::vector<int64_t>& kept = result.kept_positions.emplace_back();
+    for (const GlobalTopKCandidate& c : pool)
+      if (cut.Keeps(c)) kept.push_back(c.position);
+    std::sort(kept.begin(), kept.end());
   }
   result.keep.assign(candidates.size(), 0);
   for (int64_t g = 0; g < num_groups; ++g)

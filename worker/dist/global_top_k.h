@@ -39,6 +39,9 @@ struct GlobalTopKCut {
 struct GlobalTopKResult {
   std::vector<GlobalTopKCut> cuts;  // [num_groups], identical on every rank
   std::vector<uint8_t> keep;        // [candidates.size()]: 1 where this rank's candidate is kept
+  // [num_groups]: the kept positions of every rank, increasing, identical on every rank (what a
+  // rank needs when it uses the others' selections, as the sparse prefill index does).
+  std::vector<std::vector<int64_t>> kept_positions;
 };
 
 // Every rank of `comm` calls this together, with the same number of groups and the same k >= 0

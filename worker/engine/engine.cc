@@ -45,7 +45,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
 
 PolicyCapabilities Engine::capabilities() const {
   if (options_.backend == BackendKind::kCpu)
-    return {{PrefillPattern::kDense, PrefillPattern::kAShape},
+    return {{PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
+             PrefillPattern::kBlockSparse},
             {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
   return {{PrefillPattern::kDense},
           {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};

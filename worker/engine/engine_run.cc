@@ -151,6 +151,7 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
     in.q_ranges = e.ranges;
     in.rank_blocks = e.Blocks(la.retention);
     in.length = e.length_after;
+    in.step_begin = e.length_before;
     in.o_acc = SliceRows(ws.o_acc.view(), e.row0, e.rows);
     in.lse_acc = SliceRows(ws.lse_acc.view(), e.row0, e.rows);
     MP_RETURN_IF_ERROR(la.prefill->Run(env, in));

@@ -175,6 +175,53 @@ TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
   EXPECT_EQ(dist->ids, local->ids);
 }
 
+// Vertical-slash and block-sparse prefill: N ranks select what one process selects (the index
+// is global) and fetch only the keys their queries need, so the logits match one process and far
+// fewer bytes move than in the dense ring.
+TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
+  const std::vector<int32_t> prompt = RandomIds(900, 97, 31);
+  const std::vector<int32_t> decode = RandomIds(3, 97, 32);
+  auto engine = MakeDistributed(64);
+  auto local = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 64));
+  ASSERT_TRUE(local.ok());
+  engine->ResetStats();
+  DistributedLogits(*engine, prompt, {});
+  const int64_t dense_bytes = engine->stats().comm_bytes;
+  // The first two are sparse in every head; the third keeps a ring for its A-shape heads.
+  for (const char* fields : {
+           R"("default": {"prefill": "vertical-slash"},
+              "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
+           R"("default": {"prefill": "block-sparse"}, "block_sparse": {"block": 32, "top_blocks": 3})",
+           R"("default": {"prefill": ["a-shape", "vertical-slash"]},
+              "a_shape": {"sink_tokens": 3, "window_tokens": 40},
+              "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
+           R"("default": {"prefill": ["block-sparse", "vertical-slash"]},
+              "vertical_slash": {"last_queries": 40, "vertical": 50, "slash": 150},
+              "block_sparse": {"block": 16, "top_blocks": 5})"}) {
+    const AttentionPolicy policy =
+        testing::PolicyFor(**local, std::string(R"({"version": 1, )") + fields + "}");
+    ASSERT_TRUE(engine->SetPolicy(policy).ok());
+    ASSERT_TRUE((*local)->SetPolicy(policy).ok());
+    engine->ResetStats();
+    const auto dist = DistributedLogits(*engine, prompt, decode);
+    const int64_t sparse_bytes = engine->stats().comm_bytes;
+    if (engine->comm().size() > 1 && std::string(fields).find("a-shape") == std::string::npos)
+      EXPECT_LT(sparse_bytes * 2, dense_bytes) << fields;
+    std::vector<std::vector<float>> one(1);
+    ASSERT_TRUE((*local)->StartSequence(static_cast<int64_t>(prompt.size() + decode.size())).ok());
+    ASSERT_TRUE((*local)->ForwardToHost(prompt, &one[0]).ok());
+    for (int32_t id : decode) {
+      one.emplace_back();
+      const int32_t ids[1] = {id};
+      ASSERT_TRUE((*local)->ForwardToHost(ids, &one.back()).ok());
+    }
+    (*local)->EndSequence();
+    ASSERT_EQ(dist.size(), one.size());
+    for (size_t i = 0; i < dist.size(); ++i)
+      EXPECT_LT(MaxRelError(dist[i], one[i]), 1e-5) << fields << " step " << i;
+  }
+}
+
 TEST(CpGenerateTest, BadRequestFailsOnEveryRankWithoutHanging) {
   auto engine = MakeDistributed(32);
   GenerationRequest r;

@@ -97,6 +97,11 @@ inline void ExpectMatchesOracle(Communicator& comm, const TopKScenario& s) {
       EXPECT_EQ(cut.last.position, want.back().position) << "group " << g;
       EXPECT_EQ(cut.last.score, want.back().score) << "group " << g;
     }
+    // Every rank learns every rank's kept positions.
+    std::vector<int64_t> want_positions;
+    for (const auto& w : want) want_positions.push_back(w.position);
+    std::sort(want_positions.begin(), want_positions.end());
+    EXPECT_EQ(result->kept_positions[static_cast<size_t>(g)], want_positions) << "group " << g;
     for (int64_t i = offsets[g]; i < offsets[g + 1]; ++i) {
       const GlobalTopKCandidate& c = flat[static_cast<size_t>(i)];
       const bool in = std::any_of(want.begin(), want.end(),

@@ -28,13 +28,12 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   auto dense = Generate(e, r);
   ASSERT_TRUE(dense.ok()) << dense.status().ToString();
   EXPECT_EQ(dense->ids, plain->ids);
-  // A pattern that is not implemented yet: refused before any work, naming layer and head.
+  // A role that is not implemented yet: refused before any work, naming it.
   r.policy = testing::PolicyFor(
-      e, R"({"version": 1, "layers": [{"layer": 1, "prefill": ["dense", "vertical-slash"]}]})");
+      e, R"({"version": 1, "layers": [{"layer": 1, "decode": "selected"}]})");
   auto refused = Generate(e, r);
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("\"vertical-slash\" (layer 1, KV head 1)"),
-            std::string::npos)
+  EXPECT_NE(refused.status().message().find("\"selected\" (layer 1"), std::string::npos)
       << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("not available yet"), std::string::npos);
   EXPECT_FALSE(e.has_sequence());
@@ -61,13 +60,13 @@ TEST(EnginePolicyTest, PolicyFileIsLoadedAtCreation) {
   const std::string path = ::testing::TempDir() + "/policy_test.json";
   {
     std::ofstream f(path);
-    f << R"({"version": 1, "default": {"prefill": "block-sparse"}})";
+    f << R"({"version": 1, "default": {"decode": "selected"}})";
   }
   EngineOptions o = testing::RandomEngineOptions(testing::SmallConfig(), DType::kF32, DType::kF32);
   o.policy_file = path;
   auto refused = Engine::Create(o);
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("block-sparse"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("selected"), std::string::npos);
   {
     std::ofstream f(path);
     f << R"({"version": 1, "dense_below_tokens": 100})";

@@ -1,0 +1,78 @@
+// The host-side pieces of sparse prefill: query tiles, the positions a vertical-slash selection
+// needs, and the range arithmetic of the fetch.
+#include "worker/attention/sparse_prefill.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace millipede {
+namespace {
+
+std::vector<int64_t> Flatten(const std::vector<TokenRange>& r) {
+  std::vector<int64_t> out;
+  for (const TokenRange& x : r) out.insert(out.end(), {x.begin, x.end});
+  return out;
+}
+
+TEST(SparseQueryTilesTest, CutsRunsAtGridMultiples) {
+  const std::vector<TokenRange> ranges = {{5, 70}, {128, 130}, {200, 264}};
+  EXPECT_EQ(SparseQueryTiles(ranges, 64),
+            (std::vector<int64_t>{0, 59, 5, 59, 65, 64, 65, 67, 128, 67, 123, 200, 123, 131, 256}));
+  EXPECT_EQ(SparseQueryTiles(ranges, 16).size() % 3, 0u);
+  EXPECT_TRUE(SparseQueryTiles({}, 64).empty());
+}
+
+TEST(VerticalSlashNeedsTest, ColumnsBeforeTheLastQueryAndShiftedBands) {
+  const std::vector<TokenRange> q = {{100, 110}, {300, 305}};
+  // Columns 3 and 400 (after every query: not needed); diagonals 0, 2 and 290.
+  const std::vector<int64_t> columns = {3, 400, -1}, diagonals = {0, 2, 290, -1};
+  EXPECT_EQ(Flatten(VerticalSlashNeeds(q, columns, diagonals)),
+            (std::vector<int64_t>{3, 4, 10, 15, 98, 110, 298, 305}));
+  // A diagonal beyond every query needs nothing; an empty selection needs nothing.
+  EXPECT_TRUE(VerticalSlashNeeds(q, {}, std::vector<int64_t>{1000}).empty());
+  EXPECT_TRUE(VerticalSlashNeeds({}, columns, diagonals).empty());
+}
+
+TEST(VerticalSlashNeedsTest, MatchesABruteForceOverRandomSelections) {
+  uint32_t seed = 7;
+  auto next = [&](int64_t n) {
+    seed = seed * 1103515245u + 12345u;
+    return static_cast<int64_t>((seed >> 8) % static_cast<uint32_t>(n));
+  };
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t first = next(50);
+    std::vector<TokenRange> qr = {{first, first + 1 + next(40)}};
+    qr.push_back({qr[0].end + next(30) + 1, 0});
+    qr[1].end = qr[1].begin + 1 + next(40);
+    std::set<int64_t> cs, ds;
+    for (int i = 0; i < 5; ++i) cs.insert(next(200));
+    for (int i = 0; i < 5; ++i) ds.insert(next(150));
+    const std::vector<int64_t> columns(cs.begin(), cs.end()), diagonals(ds.begin(), ds.end());
+    std::set<int64_t> want;
+    for (const TokenRange& r : qr)
+      for (int64_t p = r.begin; p < r.end; ++p) {
+        for (int64_t d : diagonals)
+          if (p - d >= 0) want.insert(p - d);
+        for (int64_t c : columns)
+          if (c <= qr.back().end - 1) want.insert(c);
+      }
+    std::set<int64_t> got;
+    for (const TokenRange& r : VerticalSlashNeeds(qr, columns, diagonals))
+      for (int64_t p = r.begin; p < r.end; ++p) got.insert(p);
+    EXPECT_EQ(got, want) << "trial " << trial;
+  }
+}
+
+TEST(RangeArithmeticTest, IntersectSubtractNormalize) {
+  const std::vector<TokenRange> a = {{0, 10}, {20, 30}}, b = {{5, 22}, {25, 26}, {29, 40}};
+  EXPECT_EQ(Flatten(IntersectRanges(a, b)), (std::vector<int64_t>{5, 10, 20, 22, 25, 26, 29, 30}));
+  EXPECT_EQ(Flatten(SubtractRanges(a, b)), (std::vector<int64_t>{0, 5, 22, 25, 26, 29}));
+  EXPECT_EQ(Flatten(SubtractRanges(a, {})), Flatten(a));
+  EXPECT_TRUE(SubtractRanges(a, std::vector<TokenRange>{{0, 30}}).empty());
+  EXPECT_EQ(Flatten(NormalizeRanges({{7, 9}, {0, 3}, {3, 5}, {8, 12}, {20, 20}})),
+            (std::vector<int64_t>{0, 5, 7, 12}));
+}
+
+}  // namespace
+}  // namespace millipede

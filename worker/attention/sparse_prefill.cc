@@ -1,0 +1,478 @@
+#include "worker/attention/sparse_prefill.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "worker/attention/scratch_buffer.h"
+#include "worker/dist/global_top_k.h"
+
+namespace millipede {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<int64_t> PositionsOf(std::span<const TokenRange> ranges) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(TotalSize(ranges)));
+  for (const TokenRange& r : ranges)
+    for (int64_t p = r.begin; p < r.end; ++p) out.push_back(p);
+  return out;
+}
+
+// The key layout of rows holding `ranges` in order: (pos_begin, pos_end, row_begin) triples.
+std::vector<int64_t> RunsOf(std::span<const TokenRange> ranges) {
+  std::vector<int64_t> runs;
+  int64_t row = 0;
+  for (const TokenRange& r : ranges) {
+    runs.insert(runs.end(), {r.begin, r.end, row});
+    row += r.size();
+  }
+  return runs;
+}
+
+// Host copy of a device I64 scalar at `index` of `t`.
+StatusOr<int64_t> ReadI64(Backend& b, ConstTensorView t, int64_t index) {
+  int64_t value = 0;
+  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(t, index, 1), {&value, DType::kI64, Shape{1}}));
+  return value;
+}
+
+// Selections [rows][...] packed into [rows, width] with -1 padding.
+std::vector<int64_t> Pack(const std::vector<std::vector<int64_t>>& rows, int64_t* width) {
+  *width = 0;
+  for (const auto& r : rows) *width = std::max<int64_t>(*width, static_cast<int64_t>(r.size()));
+  std::vector<int64_t> out(rows.size() * static_cast<size_t>(*width), -1);
+  for (size_t g = 0; g < rows.size(); ++g)
+    std::copy(rows[g].begin(), rows[g].end(), out.begin() + static_cast<int64_t>(g) * *width);
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> SparseQueryTiles(std::span<const TokenRange> ranges, int64_t grid) {
+  std::vector<int64_t> tiles;
+  int64_t row = 0;
+  for (const TokenRange& r : ranges) {
+    for (int64_t p = r.begin; p < r.end;) {
+      const int64_t next = std::min(r.end, (p / grid + 1) * grid);
+      tiles.insert(tiles.end(), {row + p - r.begin, row + next - r.begin, p});
+      p = next;
+    }
+    row += r.size();
+  }
+  return tiles;
+}
+
+std::vector<TokenRange> VerticalSlashNeeds(std::span<const TokenRange> q_ranges,
+                                           std::span<const int64_t> columns,
+                                           std::span<const int64_t> diagonals) {
+  std::vector<TokenRange> out;
+  if (q_ranges.empty()) return out;
+  const int64_t last = q_ranges.back().end - 1;
+  for (int64_t c : columns)
+    if (c >= 0 && c <= last) out.push_back({c, c + 1});
+  for (const TokenRange& q : q_ranges)
+    for (int64_t d : diagonals)
+      if (d >= 0 && q.end - d > 0) out.push_back({std::max<int64_t>(0, q.begin - d), q.end - d});
+  return NormalizeRanges(std::move(out));
+}
+
+SparsePrefill::SparsePrefill(std::vector<HeadPrefillPolicy> heads, int64_t dense_below)
+    : heads_(std::move(heads)), dense_below_(dense_below), dense_(HeadWindows{}, 0) {
+  top_blocks_.assign(heads_.size(), 0);
+  HeadWindows windows;
+  for (size_t g = 0; g < heads_.size(); ++g) {
+    const PrefillPattern p = heads_[g].pattern;
+    if (p == PrefillPattern::kDense || p == PrefillPattern::kAShape) {
+      ring_heads_.push_back(static_cast<int64_t>(g));
+      windows.window.push_back(p == PrefillPattern::kAShape ? heads_[g].a_shape.window_tokens : 0);
+      if (p == PrefillPattern::kAShape) windows.sink = heads_[g].a_shape.sink_tokens;
+    }
+    if (p == PrefillPattern::kVerticalSlash) has_vs_ = true;
+    if (heads_[g].pattern != PrefillPattern::kBlockSparse) continue;
+    has_bs_ = true;
+    block_ = heads_[g].block_sparse.block;  // one block size per layer (checked when built)
+    top_blocks_[g] = heads_[g].block_sparse.top_blocks;
+  }
+  if (has_bs_) grid_ = std::gcd(block_, kSparseTileRows);
+  if (!ring_heads_.empty()) ring_ = std::make_unique<RingPrefill>(std::move(windows), 0);
+}
+
+Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine) {
+  Backend& b = env.backend;
+  const ModelConfig& c = env.config;
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
+  const int64_t group = heads / kv_heads, sub = static_cast<int64_t>(ring_heads_.size());
+  const int64_t packed = sub * group, n = in.q.dim(0), rows = mine.k.dim(0);
+  // Pack the ring heads' queries [n, packed, d] and keys and values [rows, sub, d].
+  std::vector<int64_t> index;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t g : ring_heads_)
+      for (int64_t j = 0; j < group; ++j) index.push_back(t * heads + g * group + j);
+  MP_ASSIGN_OR_RETURN(TensorView q_index, UploadI64(b, &pack_index_, index));
+  MP_ASSIGN_OR_RETURN(TensorView q, ScratchBuffer(b, &q_ring_, DType::kF32, Shape{n * packed, d}));
+  MP_ASSIGN_OR_RETURN(ConstTensorView q_src, Reshape(in.q, Shape{n * heads, d}));
+  MP_RETURN_IF_ERROR(b.GatherRows({q_src, AsConst(q_index), q}));
+  index.clear();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g : ring_heads_) index.push_back(r * kv_heads + g);
+  MP_ASSIGN_OR_RETURN(TensorView kv_index, UploadI64(b, &pack_index_, index));
+  KvRows ring;
+  MP_ASSIGN_OR_RETURN(ring.k, ScratchBuffer(b, &k_ring_, mine.k.dtype, Shape{rows * sub, d}));
+  MP_ASSIGN_OR_RETURN(ring.v, ScratchBuffer(b, &v_ring_, mine.v.dtype, Shape{rows * sub, d}));
+  MP_ASSIGN_OR_RETURN(ConstTensorView k_src, Reshape(mine.k, Shape{rows * kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(ConstTensorView v_src, Reshape(mine.v, Shape{rows * kv_heads, d}));
+  MP_RETURN_IF_ERROR(b.GatherRows({k_src, AsConst(kv_index), ring.k}));
+  MP_RETURN_IF_ERROR(b.GatherRows({v_src, AsConst(kv_index), ring.v}));
+  // The ring's output, with one more row of the empty state (o = 0, lse = -inf) for the heads
+  // it does not serve when unpacking.
+  MP_ASSIGN_OR_RETURN(TensorView o, ScratchBuffer(b, &o_ring_, DType::kF32,
+                                                  Shape{n * packed + 1, d}));
+  MP_ASSIGN_OR_RETURN(TensorView lse, ScratchBuffer(b, &lse_ring_, DType::kF32,
+                                                    Shape{n * packed + 1}));
+  MP_ASSIGN_OR_RETURN(TensorView o_empty, Reshape(SliceRows(o, n * packed, 1), Shape{1, 1, d}));
+  MP_ASSIGN_OR_RETURN(TensorView lse_empty, Reshape(SliceRows(lse, n * packed, 1), Shape{1, 1}));
+  MP_RETURN_IF_ERROR(b.ClearState(o_empty, lse_empty));
+  PrefillInput ring_in = in;
+  MP_ASSIGN_OR_RETURN(ring_in.q, Reshape(AsConst(q), Shape{n, packed * d}));
+  MP_ASSIGN_OR_RETURN(ring_in.o_acc, Reshape(SliceRows(o, 0, n * packed), Shape{n, packed * d}));
+  MP_ASSIGN_OR_RETURN(ring_in.lse_acc, Reshape(SliceRows(lse, 0, n * packed), Shape{n, packed}));
+  MP_RETURN_IF_ERROR(ring_->RunOn(env, ring_in, {AsConst(ring.k), AsConst(ring.v)}));
+  // Unpack into every head's layout, in chunks, and merge into the output.
+  std::vector<int64_t> slot(static_cast<size_t>(heads), -1);
+  for (int64_t i = 0; i < sub; ++i)
+    for (int64_t j = 0; j < group; ++j) slot[ring_heads_[i] * group + j] = i * group + j;
+  const int64_t chunk = std::max<int64_t>(env.scratch.attention_rows, 1);
+  for (int64_t s = 0; s < n; s += chunk) {
+    const int64_t m = std::min(chunk, n - s);
+    index.clear();
+    for (int64_t t = s; t < s + m; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        index.push_back(slot[h] < 0 ? n * packed : t * packed + slot[h]);
+    MP_ASSIGN_OR_RETURN(TensorView out_index, UploadI64(b, &pack_index_, index));
+    MP_ASSIGN_OR_RETURN(TensorView o_full, ScratchBuffer(b, &o_full_, DType::kF32,
+                                                         Shape{m * heads, d}));
+    MP_ASSIGN_OR_RETURN(TensorView lse_full, ScratchBuffer(b, &lse_full_, DType::kF32,
+                                                           Shape{m * heads}));
+    MP_RETURN_IF_ERROR(b.GatherRows({AsConst(o), AsConst(out_index), o_full}));
+    MP_RETURN_IF_ERROR(b.GatherRows({AsConst(lse), AsConst(out_index), lse_full}));
+    MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(in.o_acc, s, m), Shape{m, heads, d}));
+    MP_ASSIGN_OR_RETURN(ConstTensorView o_other, Reshape(AsConst(o_full), Shape{m, heads, d}));
+    MP_ASSIGN_OR_RETURN(ConstTensorView lse_other, Reshape(AsConst(lse_full), Shape{m, heads}));
+    MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, SliceRows(in.lse_acc, s, m), o_other,
+                                           lse_other));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
+    AttentionEnv& env, ConstTensorView scores, std::span<const TokenRange> ranges) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = static_cast<int64_t>(heads_.size()), n_k = scores.dim(1);
+  const int64_t length = std::max<int64_t>(1, n_k);
+  std::vector<int64_t> budget(heads_.size(), 0);
+  for (size_t g = 0; g < heads_.size(); ++g)
+    if (heads_[g].pattern == PrefillPattern::kVerticalSlash)
+      budget[g] = heads_[g].vertical_slash.vertical;
+  const int64_t k = std::min(*std::max_element(budget.begin(), budget.end()), length);
+  MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(b, &top_index_, DType::kI32,
+                                                      Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value, ScratchBuffer(b, &top_value_, DType::kF32,
+                                                      Shape{kv_heads, k}));
+  MP_RETURN_IF_ERROR(b.TopK({scores, k, index, value}));
+  std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
+  std::vector<float> host_value(host_index.size());
+  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
+  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(value), {host_value.data(), DType::kF32, value.shape}));
+  const std::vector<int64_t> positions = PositionsOf(ranges);
+  std::vector<std::vector<int64_t>> selected(heads_.size());
+  std::vector<int64_t> distinct = budget;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (int64_t v : distinct) {
+    if (v == 0) continue;
+    // One global cut per budget: the heads with this budget, the others without candidates.
+    std::vector<GlobalTopKCandidate> candidates;
+    std::vector<int64_t> offsets = {0};
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      if (budget[g] == v) {
+        const int64_t forced = std::min(kForcedColumns, v);
+        for (int64_t p : positions)
+          if (p < forced) candidates.push_back({kInf, p});
+        for (int64_t i = 0; i < k; ++i) {
+          const int32_t row = host_index[static_cast<size_t>(g * k + i)];
+          if (row < 0) break;
+          const int64_t p = positions[static_cast<size_t>(row)];
+          if (p >= forced) candidates.push_back({host_value[static_cast<size_t>(g * k + i)], p});
+        }
+      }
+      offsets.push_back(static_cast<int64_t>(candidates.size()));
+    }
+    MP_ASSIGN_OR_RETURN(GlobalTopKResult cut, GlobalTopK(env.comm, candidates, offsets, v));
+    for (int64_t g = 0; g < kv_heads; ++g)
+      if (budget[g] == v) selected[g] = std::move(cut.kept_positions[static_cast<size_t>(g)]);
+  }
+  return selected;
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(AttentionEnv& env,
+                                                                           ConstTensorView diag) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = diag.dim(0), length = diag.dim(1);
+  int64_t k = 0;
+  for (const HeadPrefillPolicy& h : heads_)
+    if (h.pattern == PrefillPattern::kVerticalSlash)
+      k = std::max(k, std::min(h.vertical_slash.slash, length));
+  MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(b, &top_index_, DType::kI32,
+                                                      Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value, ScratchBuffer(b, &top_value_, DType::kF32,
+                                                      Shape{kv_heads, k}));
+  MP_RETURN_IF_ERROR(b.TopK({diag, k, index, value}));
+  std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
+  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
+  std::vector<std::vector<int64_t>> selected(heads_.size());
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    const HeadPrefillPolicy& h = heads_[static_cast<size_t>(g)];
+    if (h.pattern != PrefillPattern::kVerticalSlash) continue;
+    // The nearest diagonals first (diagonal 0 among them: every query sees itself), then the
+    // best scored others, up to the budget. The scores agree on every rank (summed over ranks).
+    const int64_t budget = std::min(h.vertical_slash.slash, length);
+    const int64_t forced = std::min(kForcedDiagonals, budget);
+    std::vector<int64_t>& s = selected[static_cast<size_t>(g)];
+    for (int64_t d = 0; d < forced; ++d) s.push_back(d);
+    for (int64_t i = 0; i < k && static_cast<int64_t>(s.size()) < budget; ++i) {
+      const int32_t d = host_index[static_cast<size_t>(g * k + i)];
+      if (d < 0) break;
+      if (d >= forced) s.push_back(d);
+    }
+    std::sort(s.begin(), s.end());
+  }
+  return selected;
+}
+
+Status SparsePrefill::SelectVerticalSlash(AttentionEnv& env, const PrefillInput& in,
+                                          ConstKvRows mine,
+                                          std::span<const TokenRange> mine_ranges) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = static_cast<int64_t>(heads_.size());
+  // The layer's vertical-slash heads observe the same last queries: the most any of them asks
+  // for, within this step's queries.
+  int64_t observe = 1;
+  for (const HeadPrefillPolicy& h : heads_)
+    if (h.pattern == PrefillPattern::kVerticalSlash)
+      observe = std::max(observe, h.vertical_slash.last_queries);
+  observe = std::min(observe, in.length - in.step_begin);
+  const int64_t begin = in.length - observe;
+  MP_ASSIGN_OR_RETURN(ConstTensorView q, observed_.Gather(env, in, begin, observe));
+  MP_ASSIGN_OR_RETURN(ConstTensorView lse,
+                      observed_.GlobalLse(env, q, begin, mine, mine_ranges));
+  std::vector<int64_t> q_positions(static_cast<size_t>(observe));
+  std::iota(q_positions.begin(), q_positions.end(), begin);
+  const std::vector<int64_t> k_positions = PositionsOf(mine_ranges);
+  MP_ASSIGN_OR_RETURN(TensorView q_pos, UploadI64(b, &q_pos_, q_positions));
+  MP_ASSIGN_OR_RETURN(TensorView k_pos, UploadI64(b, &k_pos_, k_positions));
+  const int64_t n_k = static_cast<int64_t>(k_positions.size());
+  MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(b, &scores_, DType::kF32,
+                                                       Shape{kv_heads, n_k}));
+  MP_ASSIGN_OR_RETURN(TensorView diag, ScratchBuffer(b, &diag_, DType::kF32,
+                                                     Shape{kv_heads, in.length}));
+  KeyScoresArgs a{q, AsConst(q_pos), mine.k, AsConst(k_pos), lse, 0.0f, scores};
+  a.diag_score = diag;
+  MP_RETURN_IF_ERROR(b.KeyScores(a));
+  if (env.comm.size() > 1) MP_RETURN_IF_ERROR(env.comm.AllReduce(diag, ReduceOp::kSum));
+  MP_ASSIGN_OR_RETURN(auto columns, SelectColumns(env, AsConst(scores), mine_ranges));
+  MP_ASSIGN_OR_RETURN(auto diagonals, SelectDiagonals(env, AsConst(diag)));
+  columns_ = Pack(columns, &columns_width_);
+  diagonals_ = Pack(diagonals, &diagonals_width_);
+  return OkStatus();
+}
+
+Status SparsePrefill::PoolBlocks(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
+                                 std::span<const TokenRange> mine_ranges) {
+  Backend& b = env.backend;
+  const ModelConfig& c = env.config;
+  const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
+  const int64_t blocks = (in.length + block_ - 1) / block_;
+  MP_ASSIGN_OR_RETURN(TensorView q_sums, ScratchBuffer(b, &q_sums_, DType::kF32,
+                                                       Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView k_sums, ScratchBuffer(b, &k_sums_, DType::kF32,
+                                                       Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_counts, ScratchBuffer(b, &q_counts_, DType::kF32,
+                                                         Shape{blocks}));
+  MP_ASSIGN_OR_RETURN(TensorView k_counts, ScratchBuffer(b, &k_counts_, DType::kF32,
+                                                         Shape{blocks}));
+  const int64_t n = in.q.dim(0);
+  MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{n, c.num_attention_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_runs, UploadI64(b, &dev_runs_, RunsOf(in.q_ranges), 3));
+  MP_RETURN_IF_ERROR(b.BlockSums({q, AsConst(q_runs), block_,
+                                  c.num_attention_heads / kv_heads, q_sums, q_counts}));
+  MP_ASSIGN_OR_RETURN(TensorView k_runs, UploadI64(b, &dev_runs_, RunsOf(mine_ranges), 3));
+  MP_RETURN_IF_ERROR(b.BlockSums({mine.k, AsConst(k_runs), block_, 1, k_sums, k_counts}));
+  if (env.comm.size() > 1) {
+    for (TensorView t : {q_sums, k_sums, q_counts, k_counts})
+      MP_RETURN_IF_ERROR(env.comm.AllReduce(t, ReduceOp::kSum));
+  }
+  return OkStatus();
+}
+
+StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vertical_slash,
+                                                    ConstTensorView tiles, ConstTensorView runs) {
+  Backend& b = env.backend;
+  const ModelConfig& c = env.config;
+  const int64_t kv_heads = c.num_key_value_heads, items = kv_heads * tiles.dim(0);
+  MP_ASSIGN_OR_RETURN(TensorView range_offsets, ScratchBuffer(b, &range_offsets_, DType::kI64,
+                                                              Shape{items + 1}));
+  MP_ASSIGN_OR_RETURN(TensorView column_offsets, ScratchBuffer(b, &column_offsets_, DType::kI64,
+                                                               Shape{items + 1}));
+  SparseIndexOut out{range_offsets, {}, column_offsets, {}};
+  auto build = [&]() -> Status {
+    if (vertical_slash) {
+      VerticalSlashIndexArgs a;
+      a.tiles = tiles;
+      a.runs = runs;
+      a.columns = {dev_columns_.view().data, DType::kI64, Shape{kv_heads, columns_width_}};
+      a.diagonals = {dev_diagonals_.view().data, DType::kI64, Shape{kv_heads, diagonals_width_}};
+      a.skip_absent = true;
+      a.out = out;
+      return b.VerticalSlashIndex(a);
+    }
+    BlockSparseIndexArgs a;
+    a.tiles = tiles;
+    a.runs = runs;
+    a.q_sums = q_sums_.cview();
+    a.q_counts = q_counts_.cview();
+    a.k_sums = k_sums_.cview();
+    a.k_counts = k_counts_.cview();
+    a.block = block_;
+    a.group = c.num_attention_heads / kv_heads;
+    a.top_blocks = top_blocks_.data();
+    a.skip_absent = true;
+    a.out = out;
+    return b.BlockSparseIndex(a);
+  };
+  MP_RETURN_IF_ERROR(build());  // the count pass
+  MP_ASSIGN_OR_RETURN(const int64_t n_ranges, ReadI64(b, AsConst(range_offsets), items));
+  MP_ASSIGN_OR_RETURN(const int64_t n_columns, ReadI64(b, AsConst(column_offsets), items));
+  MP_ASSIGN_OR_RETURN(out.ranges, ScratchBuffer(b, &ranges_, DType::kI64, Shape{n_ranges, 3}));
+  MP_ASSIGN_OR_RETURN(out.columns,
+                      ScratchBuffer(b, &columns_out_, DType::kI64, Shape{n_columns, 2}));
+  MP_RETURN_IF_ERROR(build());
+  return SparseIndexView{AsConst(range_offsets), AsConst(out.ranges), AsConst(column_offsets),
+                         AsConst(out.columns)};
+}
+
+StatusOr<std::vector<TokenRange>> SparsePrefill::Needs(AttentionEnv& env, const PrefillInput& in,
+                                                       const std::vector<int64_t>& tiles) {
+  std::vector<TokenRange> needs;
+  for (size_t g = 0; g < heads_.size(); ++g) {
+    if (heads_[g].pattern != PrefillPattern::kVerticalSlash) continue;
+    const auto row = [&](const std::vector<int64_t>& v, int64_t width) {
+      std::span<const int64_t> s(v.data() + static_cast<int64_t>(g) * width,
+                                 static_cast<size_t>(width));
+      return s.first(static_cast<size_t>(std::find(s.begin(), s.end(), -1) - s.begin()));
+    };
+    for (const TokenRange& r : VerticalSlashNeeds(in.q_ranges, row(columns_, columns_width_),
+                                                  row(diagonals_, diagonals_width_)))
+      needs.push_back(r);
+  }
+  if (has_bs_ && !tiles.empty()) {
+    // The block selection, in positions: built over a layout where rows are positions.
+    Backend& b = env.backend;
+    MP_ASSIGN_OR_RETURN(TensorView dev_tiles, UploadI64(b, &dev_tiles_, tiles, 3));
+    MP_ASSIGN_OR_RETURN(TensorView runs, UploadI64(b, &dev_runs_, {0, in.length, 0}, 3));
+    MP_ASSIGN_OR_RETURN(SparseIndexView index,
+                        BuildIndex(env, false, AsConst(dev_tiles), AsConst(runs)));
+    std::vector<int64_t> host(static_cast<size_t>(index.ranges.NumElements()));
+    if (!host.empty())
+      MP_RETURN_IF_ERROR(b.CopyToHost(index.ranges, {host.data(), DType::kI64,
+                                                     index.ranges.shape}));
+    for (size_t i = 0; i < host.size(); i += 3)
+      needs.push_back({host[i + 2], host[i + 2] + host[i + 1] - host[i]});
+  }
+  return NormalizeRanges(std::move(needs));
+}
+
+Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int64_t q_row0,
+                                  int64_t rows, const std::vector<int64_t>& tiles,
+                                  const Buffer& buffer) {
+  Backend& b = env.backend;
+  const ModelConfig& c = env.config;
+  const int64_t heads = c.num_attention_heads, d = c.head_dim;
+  MP_ASSIGN_OR_RETURN(TensorView dev_tiles, UploadI64(b, &dev_tiles_, tiles, 3));
+  MP_ASSIGN_OR_RETURN(TensorView runs, UploadI64(b, &dev_runs_, buffer.runs, 3));
+  MP_ASSIGN_OR_RETURN(ConstTensorView q,
+                      Reshape(SliceRows(in.q, q_row0, rows), Shape{rows, heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView o_part, ScratchBuffer(b, &o_part_, DType::kF32,
+                                                       Shape{rows, heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView lse_part, ScratchBuffer(b, &lse_part_, DType::kF32,
+                                                         Shape{rows, heads}));
+  MP_ASSIGN_OR_RETURN(TensorView o_acc,
+                      Reshape(SliceRows(in.o_acc, q_row0, rows), Shape{rows, heads, d}));
+  TensorView lse_acc = SliceRows(in.lse_acc, q_row0, rows);
+  for (bool vertical_slash : {true, false}) {
+    if (vertical_slash ? !has_vs_ : !has_bs_) continue;
+    MP_ASSIGN_OR_RETURN(SparseIndexView index,
+                        BuildIndex(env, vertical_slash, AsConst(dev_tiles), AsConst(runs)));
+    SparseAttentionArgs a;
+    a.q = q;
+    a.k = buffer.rows.k;
+    a.v = buffer.rows.v;
+    a.tiles = AsConst(dev_tiles);
+    a.index = index;
+    a.o = o_part;
+    a.lse = lse_part;
+    MP_RETURN_IF_ERROR(b.SparseAttention(a));
+    MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part), AsConst(lse_part)));
+  }
+  return OkStatus();
+}
+
+Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
+  if (in.length < dense_below_) return dense_.Run(env, in);
+  Backend& b = env.backend;
+  const int64_t n = in.q.dim(0);
+  MP_RETURN_IF_ERROR(b.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
+  MP_ASSIGN_OR_RETURN(const ConstKvRows mine, in.store->Rows(in.step_rows));
+  const std::span<const TokenRange> mine_ranges =
+      in.rank_blocks[static_cast<size_t>(env.comm.rank())];
+  if (has_vs_) {
+    MP_RETURN_IF_ERROR(SelectVerticalSlash(env, in, mine, mine_ranges));
+    MP_RETURN_IF_ERROR(UploadI64(b, &dev_columns_, columns_).status());
+    MP_RETURN_IF_ERROR(UploadI64(b, &dev_diagonals_, diagonals_).status());
+  }
+  if (has_bs_) MP_RETURN_IF_ERROR(PoolBlocks(env, in, mine, mine_ranges));
+  const std::vector<int64_t> tiles = SparseQueryTiles(in.q_ranges, grid_);
+  std::vector<Buffer> buffers;
+  buffers.push_back({mine, RunsOf(mine_ranges)});
+  stats_ = {};
+  if (env.comm.size() > 1) {
+    MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needs, Needs(env, in, tiles));
+    MP_RETURN_IF_ERROR(
+        fetch_.Run(env, SubtractRanges(needs, mine_ranges), in.rank_blocks, mine));
+    stats_.fetched_rows = fetch_.fetched_rows();
+    if (fetch_.fetched_rows() > 0) buffers.push_back({fetch_.rows(), fetch_.runs()});
+  }
+  MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.comm_wait_s));
+  if (ring_) MP_RETURN_IF_ERROR(RunRingHeads(env, in, mine));
+  // Tiles in chunks of at most attention_rows query rows (one index and one output per chunk).
+  const int64_t max_rows = std::max<int64_t>(env.scratch.attention_rows, kSparseTileRows);
+  for (size_t t0 = 0; t0 < tiles.size();) {
+    const int64_t row0 = tiles[t0];
+    size_t t1 = t0;
+    while (t1 < tiles.size() && tiles[t1 + 1] - row0 <= max_rows) t1 += 3;
+    std::vector<int64_t> chunk(tiles.begin() + static_cast<int64_t>(t0),
+                               tiles.begin() + static_cast<int64_t>(t1));
+    for (size_t i = 0; i < chunk.size(); i += 3) {
+      chunk[i] -= row0;
+      chunk[i + 1] -= row0;
+    }
+    const int64_t rows = tiles[t1 - 2] - row0;
+    for (const Buffer& buffer : buffers)
+      MP_RETURN_IF_ERROR(AttendChunk(env, in, row0, rows, chunk, buffer));
+    t0 = t1;
+  }
+  return env.profiler.Mark(&env.stats.attention_s);
+}
+
+}  // namespace millipede
