@@ -17,6 +17,7 @@
 #include "kernels/gather_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/attention/merge_state.h"
+#include "kernels/attention/sparse_attention.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/rope_kv.h"
@@ -130,6 +131,11 @@ class Backend {
   virtual Status Gemm(const GemmArgs& args) = 0;
   virtual Status SiluMul(const SiluMulArgs& args) = 0;
   virtual Status Attention(const AttentionArgs& args) = 0;
+  // Attention over a sparse index (kernels/attention/sparse_attention.h), tiles and index in
+  // backend memory. The CPU backend checks the index's contents (SparseAttentionCheckData); a GPU
+  // cannot without waiting for them and trusts them (the index ops build valid ones), but never
+  // reads a key row outside k.
+  virtual Status SparseAttention(const SparseAttentionArgs& args) = 0;
   virtual Status MergeState(const MergeStateArgs& args) = 0;
   // (o, lse) becomes the merge of itself with (o_other, lse_other); see kernels/merge_state.h.
   virtual Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,

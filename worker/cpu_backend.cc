@@ -90,6 +90,9 @@ class CpuBackend final : public Backend {
   Status Gemm(const GemmArgs& args) override { return GemmCpu(args); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCpu(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
+  Status SparseAttention(const SparseAttentionArgs& args) override {
+    return SparseAttentionRef(args);
+  }
   Status MergeState(const MergeStateArgs& args) override { return MergeStateCpu(args); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
                            ConstTensorView lse_other) override {

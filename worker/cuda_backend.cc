@@ -131,6 +131,10 @@ class CudaBackend final : public Backend {
   Status Gemm(const GemmArgs& args) override { return GemmCuda(args, *gemm_, stream_); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
   Status Attention(const AttentionArgs& args) override { return AttentionCuda(args, stream_); }
+  Status SparseAttention(const SparseAttentionArgs& args) override {
+    MP_RETURN_IF_ERROR(SparseAttentionCheckArgs(args));
+    return UnimplementedError("sparse attention has no CUDA kernel yet");
+  }
   Status MergeState(const MergeStateArgs& args) override { return MergeStateCuda(args, stream_); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
                            ConstTensorView lse_other) override {

@@ -30,7 +30,13 @@ struct SparseAttentionArgs {
   TensorView lse;
 };
 
+// Shapes, dtypes and the scale, for any backend (the data may live on a device and is not read).
 Status SparseAttentionCheckArgs(const SparseAttentionArgs& args);
+// The contents of tiles and index, which must be in host memory: tiles inside q, at most
+// kSparseTileRows rows, not crossing a multiple of kSparseTileRows, not overlapping; offsets
+// from 0, non-decreasing, ending at the row counts; each item's ranges and columns inside k
+// (OutOfRange otherwise), sorted and disjoint by position, no column inside a range.
+Status SparseAttentionCheckData(const SparseAttentionArgs& args);
 // Double accumulation; a row or position outside the buffers is an OutOfRange error.
 Status SparseAttentionRef(const SparseAttentionArgs& args);
 

@@ -79,6 +79,9 @@ class CountingBackend final : public Backend {
   Status Attention(const AttentionArgs& a) override {
     return Run("Attention", &Backend::Attention, a);
   }
+  Status SparseAttention(const SparseAttentionArgs& a) override {
+    return Run("SparseAttention", &Backend::SparseAttention, a);
+  }
   Status MergeState(const MergeStateArgs& a) override {
     return Run("MergeState", &Backend::MergeState, a);
   }
