@@ -11,7 +11,10 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/block_sparse_index.h"
+#include "kernels/attention/block_sums.h"
 #include "kernels/attention/key_scores.h"
+#include "kernels/attention/vertical_slash_index.h"
 #include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/gather_rows.h"
@@ -155,6 +158,15 @@ class Backend {
   virtual Status TopK(const TopKArgs& args) = 0;
   virtual Status KeyScores(const KeyScoresArgs& args) = 0;
   virtual Status GatherRows(const GatherRowsArgs& args) = 0;
+
+  // Sparse attention indices (kernels/attention/vertical_slash_index.h, block_sums.h and
+  // block_sparse_index.h), every tensor in backend memory except block-sparse's top_blocks
+  // (host). An index is built in two calls, the count pass then the fill pass; both return once
+  // the offsets are written and the inputs checked (on a GPU they wait for the stream), so the
+  // caller may read the offsets' last entries to size the fill pass's outputs.
+  virtual Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) = 0;
+  virtual Status BlockSums(const BlockSumsArgs& args) = 0;
+  virtual Status BlockSparseIndex(const BlockSparseIndexArgs& args) = 0;
 
   // Host memory for asynchronous copies and for ops to read directly (a host KV tier):
   // page-locked and mapped into the GPU's address space on a GPU backend, plain aligned memory on

@@ -114,6 +114,13 @@ class CpuBackend final : public Backend {
   Status TopK(const TopKArgs& args) override { return TopKRef(args); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresRef(args); }
   Status GatherRows(const GatherRowsArgs& args) override { return GatherRowsRef(args); }
+  Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) override {
+    return VerticalSlashIndexRef(args);
+  }
+  Status BlockSums(const BlockSumsArgs& args) override { return BlockSumsRef(args); }
+  Status BlockSparseIndex(const BlockSparseIndexArgs& args) override {
+    return BlockSparseIndexRef(args);
+  }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     return Allocate(dtype, shape);
   }

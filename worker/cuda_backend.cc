@@ -154,6 +154,15 @@ class CudaBackend final : public Backend {
   Status GatherRows(const GatherRowsArgs& args) override {
     return GatherRowsCuda(args, gather_error_->device(), stream_);
   }
+  Status VerticalSlashIndex(const VerticalSlashIndexArgs&) override {
+    return UnimplementedError("the vertical-slash index is not available on the GPU yet");
+  }
+  Status BlockSums(const BlockSumsArgs&) override {
+    return UnimplementedError("block sums are not available on the GPU yet");
+  }
+  Status BlockSparseIndex(const BlockSparseIndexArgs&) override {
+    return UnimplementedError("the block-sparse index is not available on the GPU yet");
+  }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
     void* p = nullptr;

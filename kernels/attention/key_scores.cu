@@ -88,6 +88,8 @@ Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream) {
   MP_REQUIRE(head_dim <= kMaxHeadDim, "key_scores: head_dim ", head_dim, " > ", kMaxHeadDim,
              " is not supported on the GPU");
   MP_REQUIRE(num_kv_heads <= 65535, "key_scores: ", num_kv_heads, " KV heads exceed the grid");
+  if (args.diag_score.data != nullptr)
+    return UnimplementedError("key_scores: diagonal scores are not available on the GPU yet");
   if (n_k == 0) return OkStatus();
   const float scale = args.scale == 0.0f
                           ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))

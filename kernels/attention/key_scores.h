@@ -43,7 +43,8 @@ struct KeyScoresArgs {
 // Checks KeyScoresArgs' shapes, dtypes and scale (not the data, which may live on a device).
 Status KeyScoresCheckArgs(const KeyScoresArgs& args);
 
-// Computes score, accumulating in double (the oracle for fp32 kernels).
+// Computes score (and diag_score when given), accumulating in double (the oracle for fp32
+// kernels).
 Status KeyScoresRef(const KeyScoresArgs& args);
 
 }  // namespace millipede

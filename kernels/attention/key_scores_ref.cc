@@ -27,6 +27,12 @@ Status KeyScoresCheckArgs(const KeyScoresArgs& args) {
   MP_RETURN_IF_ERROR(CheckTensor(args.lse, "key_scores lse", DType::kF32, Shape{n_q, num_heads}));
   MP_RETURN_IF_ERROR(
       CheckTensor(args.score, "key_scores score", DType::kF32, Shape{num_kv_heads, n_k}));
+  if (args.diag_score.data != nullptr) {
+    MP_REQUIRE(args.diag_score.rank() == 2, "key_scores diag_score: rank ", args.diag_score.rank(),
+               ", expected 2");
+    MP_RETURN_IF_ERROR(CheckTensor(args.diag_score, "key_scores diag_score", DType::kF32,
+                                   Shape{num_kv_heads, args.diag_score.dim(1)}));
+  }
   MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
              "key_scores: scale ", args.scale, " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
   return OkStatus();
@@ -49,6 +55,8 @@ Status KeyScoresRef(const KeyScoresArgs& args) {
 
   std::vector<float> key(static_cast<size_t>(head_dim));
   float* score = args.score.as<float>();
+  const int64_t n_diag = args.diag_score.data != nullptr ? args.diag_score.dim(1) : 0;
+  std::vector<double> diag(static_cast<size_t>(num_kv_heads * n_diag), 0.0);
   for (int64_t g = 0; g < num_kv_heads; ++g) {
     for (int64_t j = 0; j < n_k; ++j) {
       LoadFloatRow(args.k.data, args.k.dtype, (j * num_kv_heads + g) * head_dim, head_dim,
@@ -56,18 +64,23 @@ Status KeyScoresRef(const KeyScoresArgs& args) {
       double sum = 0.0;
       for (int64_t t = 0; t < n_q; ++t) {
         if (k_pos[j] > q_pos[t]) continue;
+        double term = 0.0;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const double row_lse = lse[t * num_heads + h];
           if (std::isinf(row_lse)) continue;  // -inf: the query sees no key at all
           const float* qv = q + (t * num_heads + h) * head_dim;
           double dot = 0.0;
           for (int64_t i = 0; i < head_dim; ++i) dot += static_cast<double>(qv[i]) * key[i];
-          sum += std::exp(scale * dot - row_lse);
+          term += std::exp(scale * dot - row_lse);
         }
+        sum += term;
+        if (q_pos[t] - k_pos[j] < n_diag) diag[g * n_diag + q_pos[t] - k_pos[j]] += term;
       }
       score[g * n_k + j] = static_cast<float>(sum);
     }
   }
+  for (size_t i = 0; i < diag.size(); ++i)
+    args.diag_score.as<float>()[i] = static_cast<float>(diag[i]);
   return OkStatus();
 }
 

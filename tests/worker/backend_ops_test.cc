@@ -118,5 +118,58 @@ TEST(CpuBackendOpsTest, SelectionOpsAreTheReferences) {
   EXPECT_FLOAT_EQ(score[1], 1.0f);
 }
 
+// The sparse index ops of the CPU backend are the references: one tile, one run, two passes.
+TEST(CpuBackendOpsTest, SparseIndexOpsAreTheReferences) {
+  auto backend = CreateCpuBackend();
+  const int64_t tiles[] = {0, 64, 64}, runs[] = {0, 128, 0};
+  const int64_t columns[] = {3}, diagonals[] = {0};
+  int64_t range_offsets[2], column_offsets[2], ranges[3], column_rows[2];
+  VerticalSlashIndexArgs vs;
+  vs.tiles = {tiles, DType::kI64, {1, 3}};
+  vs.runs = {runs, DType::kI64, {1, 3}};
+  vs.columns = {columns, DType::kI64, {1, 1}};
+  vs.diagonals = {diagonals, DType::kI64, {1, 1}};
+  vs.out = {{range_offsets, DType::kI64, {2}},
+            {nullptr, DType::kI64, {0, 3}},
+            {column_offsets, DType::kI64, {2}},
+            {nullptr, DType::kI64, {0, 2}}};
+  ASSERT_TRUE(backend->VerticalSlashIndex(vs).ok());
+  EXPECT_EQ(range_offsets[1], 1);
+  EXPECT_EQ(column_offsets[1], 1);
+  vs.out.ranges = {ranges, DType::kI64, {1, 3}};
+  vs.out.columns = {column_rows, DType::kI64, {1, 2}};
+  ASSERT_TRUE(backend->VerticalSlashIndex(vs).ok());
+  EXPECT_EQ((std::vector<int64_t>(ranges, ranges + 3)), (std::vector<int64_t>{64, 128, 64}));
+  EXPECT_EQ((std::vector<int64_t>(column_rows, column_rows + 2)), (std::vector<int64_t>{3, 3}));
+
+  // Block sums of 128 rows (x = 1) in two blocks, then the block-sparse index of the tile.
+  std::vector<float> x(128, 1.0f);
+  float sums[2], counts[2];
+  ASSERT_TRUE(backend
+                  ->BlockSums({{x.data(), DType::kF32, {128, 1, 1}},
+                               {runs, DType::kI64, {1, 3}},
+                               64,
+                               1,
+                               {sums, DType::kF32, {2, 1, 1}},
+                               {counts, DType::kF32, {2}}})
+                  .ok());
+  EXPECT_EQ(sums[1], 64.0f);
+  EXPECT_EQ(counts[0], 64.0f);
+  const int64_t top_blocks[] = {2};
+  BlockSparseIndexArgs bs;
+  bs.tiles = vs.tiles;
+  bs.runs = vs.runs;
+  bs.q_sums = bs.k_sums = {sums, DType::kF32, {2, 1, 1}};
+  bs.q_counts = bs.k_counts = {counts, DType::kF32, {2}};
+  bs.top_blocks = top_blocks;
+  bs.out = {{range_offsets, DType::kI64, {2}},
+            {ranges, DType::kI64, {1, 3}},
+            {column_offsets, DType::kI64, {2}},
+            {column_rows, DType::kI64, {0, 2}}};
+  ASSERT_TRUE(backend->BlockSparseIndex(bs).ok());
+  EXPECT_EQ((std::vector<int64_t>(ranges, ranges + 3)), (std::vector<int64_t>{0, 128, 0}));
+  EXPECT_EQ(column_offsets[1], 0);
+}
+
 }  // namespace
 }  // namespace millipede

@@ -173,5 +173,58 @@ TEST(KeyScoresTest, RejectsBadLseAndArguments) {
           .ok());
 }
 
+// diag_score from a brute-force loop over (query, head, key) in double; its sums over every
+// diagonal equal the keys' scores; diagonals at or beyond n_diag are left out.
+TEST(KeyScoresTest, DiagonalScoresAreSumsAlongDiagonals) {
+  const int64_t n_q = 6, heads = 8, kv_heads = 2, d = 8, n_k = 40, group = heads / kv_heads;
+  HostTensor q = RandomTensor(DType::kF32, {n_q, heads, d}, 12, -1.5f, 1.5f);
+  HostTensor k = RandomTensor(DType::kBF16, {n_k, kv_heads, d}, 13, -1.5f, 1.5f);
+  HostTensor lse = TrueLse(q, k, n_k - n_q);
+  // Keys in reverse position order; queries at the last positions.
+  std::vector<int64_t> k_positions;
+  for (int64_t j = 0; j < n_k; ++j) k_positions.push_back(n_k - 1 - j);
+  HostTensor k_rev(DType::kBF16, {n_k, kv_heads, d});
+  for (int64_t j = 0; j < n_k; ++j)
+    for (int64_t c = 0; c < kv_heads * d; ++c)
+      k_rev.data<uint16_t>()[j * kv_heads * d + c] =
+          k.data<uint16_t>()[(n_k - 1 - j) * kv_heads * d + c];
+  HostTensor q_pos = Positions(Range(n_k - n_q, n_k)), k_pos = Positions(k_positions);
+  for (int64_t n_diag : {int64_t{0}, int64_t{7}, n_k, n_k + 5}) {
+    HostTensor score = PoisonedF32({kv_heads, n_k}), diag = PoisonedF32({kv_heads, n_diag});
+    KeyScoresArgs args{CView(q),   CView(q_pos), CView(k_rev), CView(k_pos),
+                       CView(lse), 0.0f,         score.view(), diag.view()};
+    ASSERT_TRUE(KeyScoresRef(args).ok());
+    const std::vector<float> qf = ToFloats(q), kf = ToFloats(k_rev), lf = ToFloats(lse);
+    std::vector<double> want(static_cast<size_t>(kv_heads * n_diag), 0.0);
+    for (int64_t t = 0; t < n_q; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < n_k; ++j) {
+          const int64_t diagonal = (n_k - n_q + t) - k_positions[j];
+          if (diagonal < 0 || diagonal >= n_diag) continue;
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c)
+            dot += double{qf[(t * heads + h) * d + c]} * kf[(j * kv_heads + h / group) * d + c];
+          want[(h / group) * n_diag + diagonal] +=
+              std::exp(dot / std::sqrt(double(d)) - lf[t * heads + h]);
+        }
+    const std::vector<float> got = ToFloats(diag), s = ToFloats(score);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + want[i]));
+    if (n_diag >= n_k) {
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        double by_key = 0, by_diag = 0;
+        for (int64_t j = 0; j < n_k; ++j) by_key += s[g * n_k + j];
+        for (int64_t i = 0; i < n_diag; ++i) by_diag += got[g * n_diag + i];
+        EXPECT_NEAR(by_diag, by_key, 1e-5);
+        EXPECT_NEAR(by_diag, static_cast<double>(n_q * group), 1e-4);
+      }
+    }
+  }
+  // A diag_score of the wrong head count is refused.
+  HostTensor score = PoisonedF32({kv_heads, n_k}), diag = PoisonedF32({kv_heads + 1, 4});
+  EXPECT_FALSE(KeyScoresRef({CView(q), CView(q_pos), CView(k_rev), CView(k_pos), CView(lse), 0.0f,
+                             score.view(), diag.view()})
+                   .ok());
+}
+
 }  // namespace
 }  // namespace millipede

@@ -106,6 +106,15 @@ class CountingBackend final : public Backend {
   Status GatherRows(const GatherRowsArgs& a) override {
     return Run("GatherRows", &Backend::GatherRows, a);
   }
+  Status VerticalSlashIndex(const VerticalSlashIndexArgs& a) override {
+    return Run("VerticalSlashIndex", &Backend::VerticalSlashIndex, a);
+  }
+  Status BlockSums(const BlockSumsArgs& a) override {
+    return Run("BlockSums", &Backend::BlockSums, a);
+  }
+  Status BlockSparseIndex(const BlockSparseIndexArgs& a) override {
+    return Run("BlockSparseIndex", &Backend::BlockSparseIndex, a);
+  }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     return inner_->AllocateHost(dtype, shape);
   }
