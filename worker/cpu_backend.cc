@@ -18,6 +18,7 @@
 #include "kernels/cpu/rope_cpu.h"
 #include "kernels/cpu/rope_kv_cpu.h"
 #include "kernels/cpu/silu_mul_cpu.h"
+#include "kernels/cpu/sparse_attention_cpu.h"
 #include "worker/cpu_copy_queue.h"
 
 namespace millipede {
@@ -91,7 +92,7 @@ class CpuBackend final : public Backend {
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCpu(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
   Status SparseAttention(const SparseAttentionArgs& args) override {
-    return SparseAttentionRef(args);
+    return SparseAttentionCpu(args);
   }
   Status MergeState(const MergeStateArgs& args) override { return MergeStateCpu(args); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,

@@ -84,23 +84,33 @@ void MaskTile(const AttentionCpuShape& s, Scratch& sc, int64_t rows, int64_t j0,
   }
 }
 
-// Online softmax over one tile of scores: each row's probabilities relative to the tile's max,
-// merged into the row's running state; the factors rescale the accumulated output (self) and the
-// probabilities about to be added into it (other).
-void SoftmaxTile(const AttentionCpuShape& s, Scratch& sc, int64_t rows, int64_t width) {
-  const int64_t d = s.head_dim;
+}  // namespace
+
+void AttentionCpuPackQueries(const AttentionCpuRows& rows, const float* q, float scale,
+                             float* out) {
+  const int64_t d = rows.head_dim;
+  for (int64_t t = rows.q_begin; t < rows.q_end; ++t)
+    for (int64_t hl = 0; hl < rows.group; ++hl) {
+      const float* src = q + (t * rows.num_q_heads + rows.kv_head * rows.group + hl) * d;
+      float* dst = out + ((t - rows.q_begin) * rows.group + hl) * d;
+      for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * scale;
+    }
+}
+
+void AttentionCpuSoftmaxTile(float* scores, int64_t rows, int64_t width, int64_t head_dim,
+                             AttentionState* state, float* o_acc) {
   for (int64_t r = 0; r < rows; ++r) {
-    float* p = &sc.scores[r * width];
+    float* p = scores + r * width;
     const float tile_max = RowMax(p, width);
     AttentionState tile = AttentionState::Empty();
     if (tile_max != kNegInf) tile = {tile_max, ExpShiftedSum(p, width, tile_max)};
-    const AttentionState::Factors f = sc.state[r].Merge(tile);
-    float* o = &sc.o[r * d];
+    const AttentionState::Factors f = state[r].Merge(tile);
+    float* o = o_acc + r * head_dim;
     // A factor of 0 means that side holds nothing (AttentionState): clear it, never scale it.
     if (f.self == 0.0f) {
-      std::fill_n(o, d, 0.0f);
+      std::fill_n(o, head_dim, 0.0f);
     } else if (f.self != 1.0f) {
-      ScaleRow(o, d, f.self);
+      ScaleRow(o, head_dim, f.self);
     }
     if (f.other == 0.0f) {
       std::fill_n(p, width, 0.0f);
@@ -110,33 +120,19 @@ void SoftmaxTile(const AttentionCpuShape& s, Scratch& sc, int64_t rows, int64_t 
   }
 }
 
-// Query rows packed as (position, head of the group), pre-multiplied by the softmax scale.
-void PackQueries(const AttentionCpuShape& s, const AttentionCpuItem& item, Scratch& sc) {
-  const int64_t d = s.head_dim;
-  const float* q = s.args->q.as<const float>();
-  for (int64_t t = item.q_begin; t < item.q_end; ++t)
-    for (int64_t hl = 0; hl < s.group; ++hl) {
-      const float* src = q + (t * s.num_q_heads + item.kv_head * s.group + hl) * d;
-      float* dst = &sc.q[((t - item.q_begin) * s.group + hl) * d];
-      for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * s.scale;
+void AttentionCpuWriteRows(const AttentionCpuRows& rows, const AttentionState* state,
+                           const float* o_acc, float* o, float* lse) {
+  const int64_t d = rows.head_dim;
+  for (int64_t t = rows.q_begin; t < rows.q_end; ++t)
+    for (int64_t hl = 0; hl < rows.group; ++hl) {
+      const int64_t r = (t - rows.q_begin) * rows.group + hl;
+      const int64_t h = rows.kv_head * rows.group + hl;
+      const float out_scale = state[r].OutputScale();
+      float* dst = o + (t * rows.num_q_heads + h) * d;
+      for (int64_t c = 0; c < d; ++c) dst[c] = o_acc[r * d + c] * out_scale;
+      if (lse != nullptr) lse[t * rows.num_q_heads + h] = state[r].Lse();
     }
 }
-
-void WriteOutput(const AttentionCpuShape& s, const AttentionCpuItem& item, const Scratch& sc) {
-  const int64_t d = s.head_dim;
-  for (int64_t t = item.q_begin; t < item.q_end; ++t)
-    for (int64_t hl = 0; hl < s.group; ++hl) {
-      const int64_t r = (t - item.q_begin) * s.group + hl;
-      const int64_t h = item.kv_head * s.group + hl;
-      const AttentionState& state = sc.state[static_cast<size_t>(r)];
-      const float out_scale = state.OutputScale();
-      float* o = item.o + (t * s.num_q_heads + h) * d;
-      for (int64_t c = 0; c < d; ++c) o[c] = sc.o[r * d + c] * out_scale;
-      if (item.lse != nullptr) item.lse[t * s.num_q_heads + h] = state.Lse();
-    }
-}
-
-}  // namespace
 
 void AttentionCpuBlock(const AttentionCpuShape& s, const AttentionCpuItem& item) {
   thread_local Scratch sc;
@@ -158,7 +154,9 @@ void AttentionCpuBlock(const AttentionCpuShape& s, const AttentionCpuItem& item)
   sc.state.assign(static_cast<size_t>(rows), AttentionState::Empty());
   sc.scores.resize(static_cast<size_t>(rows * kAttentionCpuKeyTile));
   sc.seen.resize(static_cast<size_t>(kAttentionCpuKeyTile));
-  PackQueries(s, item, sc);
+  const AttentionCpuRows packed{s.num_q_heads, s.head_dim,   s.group,
+                                item.kv_head,  item.q_begin, item.q_end};
+  AttentionCpuPackQueries(packed, s.args->q.as<const float>(), s.scale, sc.q.data());
   const uint8_t* visible = s.args->kv_row_visible;
   for (int64_t j0 = lo; j0 < hi; j0 += kAttentionCpuKeyTile) {
     const int64_t j1 = std::min(hi, j0 + kAttentionCpuKeyTile), width = j1 - j0;
@@ -184,11 +182,11 @@ void AttentionCpuBlock(const AttentionCpuShape& s, const AttentionCpuItem& item)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, d, 1.0f, sc.q.data(), d, k,
                 k_stride, 0.0f, sc.scores.data(), width);
     if (!all || hidden_keys) MaskTile(s, sc, rows, j0, j1, hidden_keys);
-    SoftmaxTile(s, sc, rows, width);
+    AttentionCpuSoftmaxTile(sc.scores.data(), rows, width, d, sc.state.data(), sc.o.data());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, width, 1.0f, sc.scores.data(),
                 width, v, v_stride, 1.0f, sc.o.data(), d);
   }
-  WriteOutput(s, item, sc);
+  AttentionCpuWriteRows(packed, sc.state.data(), sc.o.data(), item.o, item.lse);
 }
 
 }  // namespace millipede::cpu

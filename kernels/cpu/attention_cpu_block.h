@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_state.h"
 
 namespace millipede::cpu {
 
@@ -28,5 +29,25 @@ struct AttentionCpuItem {
 };
 
 void AttentionCpuBlock(const AttentionCpuShape& shape, const AttentionCpuItem& item);
+
+// The pieces of a block that SparseAttentionCpu shares: the query rows [q_begin, q_end) of the
+// q heads of KV head `kv_head`, packed as (row, head of the group) rows of head_dim floats.
+struct AttentionCpuRows {
+  int64_t num_q_heads, head_dim, group, kv_head;
+  int64_t q_begin, q_end;
+  int64_t Count() const { return (q_end - q_begin) * group; }
+};
+// out[(t - q_begin) * group + hl] = scale * q[t, kv_head * group + hl] ([n_q, num_q_heads,
+// head_dim] F32 q).
+void AttentionCpuPackQueries(const AttentionCpuRows& rows, const float* q, float scale, float* out);
+// One online-softmax step: scores [rows, width] (-inf for masked keys) become each row's
+// probabilities relative to its merged running state, and o_acc [rows, head_dim] is rescaled, so
+// that P V can be added into it.
+void AttentionCpuSoftmaxTile(float* scores, int64_t rows, int64_t width, int64_t head_dim,
+                             AttentionState* state, float* o_acc);
+// The normalised output of the packed rows into o ([n_q, num_q_heads, head_dim]) and, unless
+// null, their LSE into lse ([n_q, num_q_heads]); rows that saw no key get 0 and -inf.
+void AttentionCpuWriteRows(const AttentionCpuRows& rows, const AttentionState* state,
+                           const float* o_acc, float* o, float* lse);
 
 }  // namespace millipede::cpu

@@ -1,6 +1,6 @@
 // The CPU backend's selection ops, host allocation and copy queue: the ops are the kernels'
 // references, copies run when started and their events are complete at once, events it never
-// issued are refused, a gather's bad index fails its call.
+// issued are refused, a gather's bad index fails its call; sparse attention checks its index.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -169,6 +169,33 @@ TEST(CpuBackendOpsTest, SparseIndexOpsAreTheReferences) {
   ASSERT_TRUE(backend->BlockSparseIndex(bs).ok());
   EXPECT_EQ((std::vector<int64_t>(ranges, ranges + 3)), (std::vector<int64_t>{0, 128, 0}));
   EXPECT_EQ(column_offsets[1], 0);
+}
+
+TEST(CpuBackendOpsTest, SparseAttentionChecksTheIndex) {
+  auto backend = CreateCpuBackend();
+  // One query at position 2 over keys 0 and 2 (key 1 left out): weights e^1 and e^0 on values
+  // 1 and 0 (scale 1).
+  const float q[] = {1, 0}, k[] = {1, 0, 5, 5, 0, 0}, v[] = {1, 1, 7, 7, 0, 0};
+  const int64_t tiles[] = {0, 1, 2}, offsets[] = {0, 1}, ranges[] = {0, 1, 0}, columns[] = {2, 2};
+  float o[2], lse[1];
+  SparseAttentionArgs args{{q, DType::kF32, {1, 1, 2}},
+                           {k, DType::kF32, {3, 1, 2}},
+                           {v, DType::kF32, {3, 1, 2}},
+                           {tiles, DType::kI64, {1, 3}},
+                           {{offsets, DType::kI64, {2}},
+                            {ranges, DType::kI64, {1, 3}},
+                            {offsets, DType::kI64, {2}},
+                            {columns, DType::kI64, {1, 2}}},
+                           1.0f,
+                           {o, DType::kF32, {1, 1, 2}},
+                           {lse, DType::kF32, {1, 1}}};
+  ASSERT_TRUE(backend->SparseAttention(args).ok());
+  const float e = std::exp(1.0f);
+  EXPECT_FLOAT_EQ(o[0], e / (e + 1));
+  EXPECT_FLOAT_EQ(lse[0], std::log(e + 1));
+  const int64_t bad_columns[] = {3, 2};
+  args.index.columns.data = bad_columns;
+  EXPECT_EQ(backend->SparseAttention(args).code(), StatusCode::kOutOfRange);
 }
 
 }  // namespace
