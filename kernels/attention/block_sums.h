@@ -16,8 +16,8 @@ struct BlockSumsArgs {
   // [n_runs, 3] I64 layout of x's rows (sparse_index.h's key layout): row r of a run holds
   // position pos_begin + (r - row_begin). Every row of x is in exactly one run.
   ConstTensorView runs;
-  int64_t block = 64;   // positions per block, > 0
-  int64_t group = 1;    // consecutive heads summed together: num_heads % group == 0
+  int64_t block = 64;  // positions per block, > 0
+  int64_t group = 1;   // consecutive heads summed together: num_heads % group == 0
   // [num_blocks, num_heads / group, head_dim] F32: sums[b, h] = sum over rows at positions in
   // [b * block, (b + 1) * block) and heads h * group .. (h + 1) * group - 1 of x. Blocks with no
   // row are 0. Positions at or beyond num_blocks * block are an error.

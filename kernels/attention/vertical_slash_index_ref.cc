@@ -30,15 +30,16 @@ StatusOr<std::vector<int64_t>> ReadSelection(ConstTensorView t, int64_t g, const
   return out;
 }
 
-// The merged bands of diagonals `diagonals` (ascending) for positions [a, b]: ranges
-// [begin, end) in ascending position. Descending diagonals give ascending band starts.
+// The merged bands of diagonals `diagonals` (ascending) for a tile whose last position is `e`,
+// inside the query block [a, b]: ranges [begin, end) in ascending position. Descending diagonals
+// give ascending band starts.
 std::vector<std::array<int64_t, 2>> MergedBands(const std::vector<int64_t>& diagonals, int64_t a,
-                                                int64_t b) {
+                                                int64_t b, int64_t e) {
   std::vector<std::array<int64_t, 2>> bands;
   for (auto it = diagonals.rbegin(); it != diagonals.rend(); ++it) {
     const int64_t d = *it;
     if (b - d < 0) continue;
-    const int64_t begin = std::max<int64_t>(0, a - d), end = b - d + 1;
+    const int64_t begin = std::max<int64_t>(0, a - d), end = std::min(b - d, e) + 1;
     if (!bands.empty() && begin <= bands.back()[1]) {
       bands.back()[1] = std::max(bands.back()[1], end);
     } else {
@@ -57,7 +58,8 @@ bool Covered(const std::vector<std::array<int64_t, 2>>& bands, int64_t pos) {
 Status BuildItem(const VerticalSlashIndexArgs& args, const std::vector<int64_t>& columns,
                  const std::vector<int64_t>& diagonals, const Tile& tile, const KeyLayout& layout,
                  int64_t g, int64_t t, IndexBuilder* index) {
-  const auto bands = MergedBands(diagonals, tile.pos_first, tile.pos_last);
+  const int64_t block = tile.pos_first / kSparseTileRows * kSparseTileRows;
+  const auto bands = MergedBands(diagonals, block, block + kSparseTileRows - 1, tile.pos_last);
   int64_t missing = 0;
   for (const auto& band : bands)
     MP_REQUIRE(layout.Place(band[0], band[1], args.skip_absent, &index->ranges, &missing),

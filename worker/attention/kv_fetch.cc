@@ -1,6 +1,7 @@
 #include "worker/attention/kv_fetch.h"
 
 #include <algorithm>
+#include <array>
 
 #include "worker/attention/scratch_buffer.h"
 
@@ -117,14 +118,14 @@ Status KvFetch::Run(AttentionEnv& env, std::span<const TokenRange> needed,
   for (int r = 0; r < n; ++r) recv_total += TotalSize(from[r]);
   const int64_t kv_heads = mine.k.dim(1), d = mine.k.dim(2);
   const int64_t sends = static_cast<int64_t>(send_rows.size());
-  MP_ASSIGN_OR_RETURN(TensorView k, ScratchBuffer(b, &k_, mine.k.dtype,
-                                                  Shape{recv_total, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView v, ScratchBuffer(b, &v_, mine.v.dtype,
-                                                  Shape{recv_total, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView send_k, ScratchBuffer(b, &send_k_, mine.k.dtype,
-                                                       Shape{sends, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView send_v, ScratchBuffer(b, &send_v_, mine.v.dtype,
-                                                       Shape{sends, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView k,
+                      ScratchBuffer(b, &k_, mine.k.dtype, Shape{recv_total, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView v,
+                      ScratchBuffer(b, &v_, mine.v.dtype, Shape{recv_total, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView send_k,
+                      ScratchBuffer(b, &send_k_, mine.k.dtype, Shape{sends, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView send_v,
+                      ScratchBuffer(b, &send_v_, mine.v.dtype, Shape{sends, kv_heads, d}));
   if (sends > 0) {
     MP_ASSIGN_OR_RETURN(TensorView index, UploadI64(b, &index_, send_rows));
     MP_RETURN_IF_ERROR(b.GatherRows({mine.k, AsConst(index), send_k}));
@@ -154,7 +155,8 @@ Status KvFetch::Run(AttentionEnv& env, std::span<const TokenRange> needed,
   MP_RETURN_IF_ERROR(comm.WaitAll());
   // The key layout wants runs sorted by position.
   std::vector<std::array<int64_t, 3>> sorted;
-  for (size_t i = 0; i < runs_.size(); i += 3) sorted.push_back({runs_[i], runs_[i + 1], runs_[i + 2]});
+  for (size_t i = 0; i < runs_.size(); i += 3)
+    sorted.push_back({runs_[i], runs_[i + 1], runs_[i + 2]});
   std::sort(sorted.begin(), sorted.end());
   runs_.clear();
   for (const auto& r : sorted) runs_.insert(runs_.end(), r.begin(), r.end());

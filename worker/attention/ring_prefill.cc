@@ -28,9 +28,10 @@ Status RingPrefill::AttendBlock(AttentionEnv& env, const PrefillInput& in, Const
       const int64_t q_first = qr.begin + s, q_last = q_first + m - 1;
       MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(SliceRows(in.q, q_row + s, m),
                                                      Shape{m, heads, c.head_dim}));
-      MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(env.scratch.o_part, 0, m),
-                                                     Shape{m, heads, c.head_dim}));
-      TensorView lse_part = SliceRows(env.scratch.lse_part, 0, m);
+      // Views over the scratch: a mixed layer's ring serves fewer heads than it is sized for.
+      MP_ASSIGN_OR_RETURN(TensorView o_part,
+                          SubView(env.scratch.o_part, 0, Shape{m, heads, c.head_dim}));
+      MP_ASSIGN_OR_RETURN(TensorView lse_part, SubView(env.scratch.lse_part, 0, Shape{m, heads}));
       MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(in.o_acc, q_row + s, m),
                                                     Shape{m, heads, c.head_dim}));
       TensorView lse_acc = SliceRows(in.lse_acc, q_row + s, m);

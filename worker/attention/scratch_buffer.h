@@ -8,19 +8,16 @@
 
 namespace millipede {
 
-// A view of `shape` over `*t`, reallocated only when it must grow (or change
-// dtype).
-StatusOr<TensorView> ScratchBuffer(Backend &backend, BackendTensor *t,
-                                   DType dtype, const Shape &shape);
+// A view of `shape` over `*t`, reallocated only when it must grow (or change dtype).
+StatusOr<TensorView> ScratchBuffer(Backend& backend, BackendTensor* t, DType dtype,
+                                   const Shape& shape);
 
-// `host` (I64) copied into a scratch buffer: a view [host.size()] (no copy when
-// empty).
-StatusOr<TensorView> UploadI64(Backend &backend, BackendTensor *t,
-                               const std::vector<int64_t> &host);
+// `host` (I64) copied into a scratch buffer: a view [host.size()] (no copy when empty).
+StatusOr<TensorView> UploadI64(Backend& backend, BackendTensor* t,
+                               const std::vector<int64_t>& host);
 
-// `host` [rows, cols] I64 row-major copied into a scratch buffer viewed as
-// [rows, cols].
-StatusOr<TensorView> UploadI64(Backend &backend, BackendTensor *t,
-                               const std::vector<int64_t> &host, int64_t cols);
+// `host` [rows, cols] I64 row-major copied into a scratch buffer viewed as [rows, cols].
+StatusOr<TensorView> UploadI64(Backend& backend, BackendTensor* t,
+                               const std::vector<int64_t>& host, int64_t cols);
 
-} // namespace millipede
+}  // namespace millipede

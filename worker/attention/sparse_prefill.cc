@@ -72,9 +72,15 @@ std::vector<TokenRange> VerticalSlashNeeds(std::span<const TokenRange> q_ranges,
   const int64_t last = q_ranges.back().end - 1;
   for (int64_t c : columns)
     if (c >= 0 && c <= last) out.push_back({c, c + 1});
-  for (const TokenRange& q : q_ranges)
+  // A run's tiles see the bands of their whole query blocks (vertical_slash_index.h): from the
+  // first block's start to the run's last query.
+  for (const TokenRange& q : q_ranges) {
+    const int64_t a = q.begin / kSparseTileRows * kSparseTileRows;
+    const int64_t b = (q.end - 1) / kSparseTileRows * kSparseTileRows + kSparseTileRows - 1;
     for (int64_t d : diagonals)
-      if (d >= 0 && q.end - d > 0) out.push_back({std::max<int64_t>(0, q.begin - d), q.end - d});
+      if (d >= 0 && b - d >= 0)
+        out.push_back({std::max<int64_t>(0, a - d), std::min(b - d, q.end - 1) + 1});
+  }
   return NormalizeRanges(std::move(out));
 }
 
@@ -127,10 +133,10 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
   MP_RETURN_IF_ERROR(b.GatherRows({v_src, AsConst(kv_index), ring.v}));
   // The ring's output, with one more row of the empty state (o = 0, lse = -inf) for the heads
   // it does not serve when unpacking.
-  MP_ASSIGN_OR_RETURN(TensorView o, ScratchBuffer(b, &o_ring_, DType::kF32,
-                                                  Shape{n * packed + 1, d}));
-  MP_ASSIGN_OR_RETURN(TensorView lse, ScratchBuffer(b, &lse_ring_, DType::kF32,
-                                                    Shape{n * packed + 1}));
+  MP_ASSIGN_OR_RETURN(TensorView o,
+                      ScratchBuffer(b, &o_ring_, DType::kF32, Shape{n * packed + 1, d}));
+  MP_ASSIGN_OR_RETURN(TensorView lse,
+                      ScratchBuffer(b, &lse_ring_, DType::kF32, Shape{n * packed + 1}));
   MP_ASSIGN_OR_RETURN(TensorView o_empty, Reshape(SliceRows(o, n * packed, 1), Shape{1, 1, d}));
   MP_ASSIGN_OR_RETURN(TensorView lse_empty, Reshape(SliceRows(lse, n * packed, 1), Shape{1, 1}));
   MP_RETURN_IF_ERROR(b.ClearState(o_empty, lse_empty));
@@ -138,7 +144,10 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
   MP_ASSIGN_OR_RETURN(ring_in.q, Reshape(AsConst(q), Shape{n, packed * d}));
   MP_ASSIGN_OR_RETURN(ring_in.o_acc, Reshape(SliceRows(o, 0, n * packed), Shape{n, packed * d}));
   MP_ASSIGN_OR_RETURN(ring_in.lse_acc, Reshape(SliceRows(lse, 0, n * packed), Shape{n, packed}));
-  MP_RETURN_IF_ERROR(ring_->RunOn(env, ring_in, {AsConst(ring.k), AsConst(ring.v)}));
+  ConstKvRows packed_rows;
+  MP_ASSIGN_OR_RETURN(packed_rows.k, Reshape(AsConst(ring.k), Shape{rows, sub, d}));
+  MP_ASSIGN_OR_RETURN(packed_rows.v, Reshape(AsConst(ring.v), Shape{rows, sub, d}));
+  MP_RETURN_IF_ERROR(ring_->RunOn(env, ring_in, packed_rows));
   // Unpack into every head's layout, in chunks, and merge into the output.
   std::vector<int64_t> slot(static_cast<size_t>(heads), -1);
   for (int64_t i = 0; i < sub; ++i)
@@ -151,17 +160,16 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
       for (int64_t h = 0; h < heads; ++h)
         index.push_back(slot[h] < 0 ? n * packed : t * packed + slot[h]);
     MP_ASSIGN_OR_RETURN(TensorView out_index, UploadI64(b, &pack_index_, index));
-    MP_ASSIGN_OR_RETURN(TensorView o_full, ScratchBuffer(b, &o_full_, DType::kF32,
-                                                         Shape{m * heads, d}));
-    MP_ASSIGN_OR_RETURN(TensorView lse_full, ScratchBuffer(b, &lse_full_, DType::kF32,
-                                                           Shape{m * heads}));
+    MP_ASSIGN_OR_RETURN(TensorView o_full,
+                        ScratchBuffer(b, &o_full_, DType::kF32, Shape{m * heads, d}));
+    MP_ASSIGN_OR_RETURN(TensorView lse_full,
+                        ScratchBuffer(b, &lse_full_, DType::kF32, Shape{m * heads}));
     MP_RETURN_IF_ERROR(b.GatherRows({AsConst(o), AsConst(out_index), o_full}));
     MP_RETURN_IF_ERROR(b.GatherRows({AsConst(lse), AsConst(out_index), lse_full}));
     MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(in.o_acc, s, m), Shape{m, heads, d}));
     MP_ASSIGN_OR_RETURN(ConstTensorView o_other, Reshape(AsConst(o_full), Shape{m, heads, d}));
     MP_ASSIGN_OR_RETURN(ConstTensorView lse_other, Reshape(AsConst(lse_full), Shape{m, heads}));
-    MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, SliceRows(in.lse_acc, s, m), o_other,
-                                           lse_other));
+    MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, SliceRows(in.lse_acc, s, m), o_other, lse_other));
   }
   return OkStatus();
 }
@@ -176,10 +184,10 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
     if (heads_[g].pattern == PrefillPattern::kVerticalSlash)
       budget[g] = heads_[g].vertical_slash.vertical;
   const int64_t k = std::min(*std::max_element(budget.begin(), budget.end()), length);
-  MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(b, &top_index_, DType::kI32,
-                                                      Shape{kv_heads, k}));
-  MP_ASSIGN_OR_RETURN(TensorView value, ScratchBuffer(b, &top_value_, DType::kF32,
-                                                      Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(b, &top_index_, DType::kI32, Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
   MP_RETURN_IF_ERROR(b.TopK({scores, k, index, value}));
   std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
   std::vector<float> host_value(host_index.size());
@@ -224,10 +232,10 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(Atten
   for (const HeadPrefillPolicy& h : heads_)
     if (h.pattern == PrefillPattern::kVerticalSlash)
       k = std::max(k, std::min(h.vertical_slash.slash, length));
-  MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(b, &top_index_, DType::kI32,
-                                                      Shape{kv_heads, k}));
-  MP_ASSIGN_OR_RETURN(TensorView value, ScratchBuffer(b, &top_value_, DType::kF32,
-                                                      Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(b, &top_index_, DType::kI32, Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
   MP_RETURN_IF_ERROR(b.TopK({diag, k, index, value}));
   std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
   MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
@@ -265,22 +273,24 @@ Status SparsePrefill::SelectVerticalSlash(AttentionEnv& env, const PrefillInput&
   observe = std::min(observe, in.length - in.step_begin);
   const int64_t begin = in.length - observe;
   MP_ASSIGN_OR_RETURN(ConstTensorView q, observed_.Gather(env, in, begin, observe));
-  MP_ASSIGN_OR_RETURN(ConstTensorView lse,
-                      observed_.GlobalLse(env, q, begin, mine, mine_ranges));
+  MP_ASSIGN_OR_RETURN(ConstTensorView lse, observed_.GlobalLse(env, q, begin, mine, mine_ranges));
   std::vector<int64_t> q_positions(static_cast<size_t>(observe));
   std::iota(q_positions.begin(), q_positions.end(), begin);
   const std::vector<int64_t> k_positions = PositionsOf(mine_ranges);
   MP_ASSIGN_OR_RETURN(TensorView q_pos, UploadI64(b, &q_pos_, q_positions));
   MP_ASSIGN_OR_RETURN(TensorView k_pos, UploadI64(b, &k_pos_, k_positions));
   const int64_t n_k = static_cast<int64_t>(k_positions.size());
-  MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(b, &scores_, DType::kF32,
-                                                       Shape{kv_heads, n_k}));
-  MP_ASSIGN_OR_RETURN(TensorView diag, ScratchBuffer(b, &diag_, DType::kF32,
-                                                     Shape{kv_heads, in.length}));
+  MP_ASSIGN_OR_RETURN(TensorView scores,
+                      ScratchBuffer(b, &scores_, DType::kF32, Shape{kv_heads, n_k}));
+  MP_ASSIGN_OR_RETURN(TensorView diag,
+                      ScratchBuffer(b, &diag_, DType::kF32, Shape{kv_heads, in.length}));
   KeyScoresArgs a{q, AsConst(q_pos), mine.k, AsConst(k_pos), lse, 0.0f, scores};
   a.diag_score = diag;
   MP_RETURN_IF_ERROR(b.KeyScores(a));
-  if (env.comm.size() > 1) MP_RETURN_IF_ERROR(env.comm.AllReduce(diag, ReduceOp::kSum));
+  if (env.comm.size() > 1) {
+    MP_RETURN_IF_ERROR(env.comm.AllReduce(diag, ReduceOp::kSum));
+    env.stats.comm_bytes += static_cast<int64_t>(diag.NumBytes());
+  }
   MP_ASSIGN_OR_RETURN(auto columns, SelectColumns(env, AsConst(scores), mine_ranges));
   MP_ASSIGN_OR_RETURN(auto diagonals, SelectDiagonals(env, AsConst(diag)));
   columns_ = Pack(columns, &columns_width_);
@@ -294,25 +304,28 @@ Status SparsePrefill::PoolBlocks(AttentionEnv& env, const PrefillInput& in, Cons
   const ModelConfig& c = env.config;
   const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
   const int64_t blocks = (in.length + block_ - 1) / block_;
-  MP_ASSIGN_OR_RETURN(TensorView q_sums, ScratchBuffer(b, &q_sums_, DType::kF32,
-                                                       Shape{blocks, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView k_sums, ScratchBuffer(b, &k_sums_, DType::kF32,
-                                                       Shape{blocks, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView q_counts, ScratchBuffer(b, &q_counts_, DType::kF32,
-                                                         Shape{blocks}));
-  MP_ASSIGN_OR_RETURN(TensorView k_counts, ScratchBuffer(b, &k_counts_, DType::kF32,
-                                                         Shape{blocks}));
+  MP_ASSIGN_OR_RETURN(TensorView q_sums,
+                      ScratchBuffer(b, &q_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView k_sums,
+                      ScratchBuffer(b, &k_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_counts,
+                      ScratchBuffer(b, &q_counts_, DType::kF32, Shape{blocks}));
+  MP_ASSIGN_OR_RETURN(TensorView k_counts,
+                      ScratchBuffer(b, &k_counts_, DType::kF32, Shape{blocks}));
   const int64_t n = in.q.dim(0);
   MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{n, c.num_attention_heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView q_runs, UploadI64(b, &dev_runs_, RunsOf(in.q_ranges), 3));
-  MP_RETURN_IF_ERROR(b.BlockSums({q, AsConst(q_runs), block_,
-                                  c.num_attention_heads / kv_heads, q_sums, q_counts}));
+  MP_RETURN_IF_ERROR(b.BlockSums(
+      {q, AsConst(q_runs), block_, c.num_attention_heads / kv_heads, q_sums, q_counts}));
   MP_ASSIGN_OR_RETURN(TensorView k_runs, UploadI64(b, &dev_runs_, RunsOf(mine_ranges), 3));
   MP_RETURN_IF_ERROR(b.BlockSums({mine.k, AsConst(k_runs), block_, 1, k_sums, k_counts}));
   if (env.comm.size() > 1) {
-    for (TensorView t : {q_sums, k_sums, q_counts, k_counts})
+    for (TensorView t : {q_sums, k_sums, q_counts, k_counts}) {
       MP_RETURN_IF_ERROR(env.comm.AllReduce(t, ReduceOp::kSum));
+      env.stats.comm_bytes += static_cast<int64_t>(t.NumBytes());
+    }
   }
+  pooled_ = {AsConst(q_sums), AsConst(q_counts), AsConst(k_sums), AsConst(k_counts)};
   return OkStatus();
 }
 
@@ -321,10 +334,10 @@ StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vert
   Backend& b = env.backend;
   const ModelConfig& c = env.config;
   const int64_t kv_heads = c.num_key_value_heads, items = kv_heads * tiles.dim(0);
-  MP_ASSIGN_OR_RETURN(TensorView range_offsets, ScratchBuffer(b, &range_offsets_, DType::kI64,
-                                                              Shape{items + 1}));
-  MP_ASSIGN_OR_RETURN(TensorView column_offsets, ScratchBuffer(b, &column_offsets_, DType::kI64,
-                                                               Shape{items + 1}));
+  MP_ASSIGN_OR_RETURN(TensorView range_offsets,
+                      ScratchBuffer(b, &range_offsets_, DType::kI64, Shape{items + 1}));
+  MP_ASSIGN_OR_RETURN(TensorView column_offsets,
+                      ScratchBuffer(b, &column_offsets_, DType::kI64, Shape{items + 1}));
   SparseIndexOut out{range_offsets, {}, column_offsets, {}};
   auto build = [&]() -> Status {
     if (vertical_slash) {
@@ -340,10 +353,10 @@ StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vert
     BlockSparseIndexArgs a;
     a.tiles = tiles;
     a.runs = runs;
-    a.q_sums = q_sums_.cview();
-    a.q_counts = q_counts_.cview();
-    a.k_sums = k_sums_.cview();
-    a.k_counts = k_counts_.cview();
+    a.q_sums = pooled_.q_sums;
+    a.q_counts = pooled_.q_counts;
+    a.k_sums = pooled_.k_sums;
+    a.k_counts = pooled_.k_counts;
     a.block = block_;
     a.group = c.num_attention_heads / kv_heads;
     a.top_blocks = top_blocks_.data();
@@ -385,8 +398,8 @@ StatusOr<std::vector<TokenRange>> SparsePrefill::Needs(AttentionEnv& env, const 
                         BuildIndex(env, false, AsConst(dev_tiles), AsConst(runs)));
     std::vector<int64_t> host(static_cast<size_t>(index.ranges.NumElements()));
     if (!host.empty())
-      MP_RETURN_IF_ERROR(b.CopyToHost(index.ranges, {host.data(), DType::kI64,
-                                                     index.ranges.shape}));
+      MP_RETURN_IF_ERROR(
+          b.CopyToHost(index.ranges, {host.data(), DType::kI64, index.ranges.shape}));
     for (size_t i = 0; i < host.size(); i += 3)
       needs.push_back({host[i + 2], host[i + 2] + host[i + 1] - host[i]});
   }
@@ -403,10 +416,10 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
   MP_ASSIGN_OR_RETURN(TensorView runs, UploadI64(b, &dev_runs_, buffer.runs, 3));
   MP_ASSIGN_OR_RETURN(ConstTensorView q,
                       Reshape(SliceRows(in.q, q_row0, rows), Shape{rows, heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView o_part, ScratchBuffer(b, &o_part_, DType::kF32,
-                                                       Shape{rows, heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView lse_part, ScratchBuffer(b, &lse_part_, DType::kF32,
-                                                         Shape{rows, heads}));
+  MP_ASSIGN_OR_RETURN(TensorView o_part,
+                      ScratchBuffer(b, &o_part_, DType::kF32, Shape{rows, heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView lse_part,
+                      ScratchBuffer(b, &lse_part_, DType::kF32, Shape{rows, heads}));
   MP_ASSIGN_OR_RETURN(TensorView o_acc,
                       Reshape(SliceRows(in.o_acc, q_row0, rows), Shape{rows, heads, d}));
   TensorView lse_acc = SliceRows(in.lse_acc, q_row0, rows);
@@ -448,8 +461,7 @@ Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   stats_ = {};
   if (env.comm.size() > 1) {
     MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needs, Needs(env, in, tiles));
-    MP_RETURN_IF_ERROR(
-        fetch_.Run(env, SubtractRanges(needs, mine_ranges), in.rank_blocks, mine));
+    MP_RETURN_IF_ERROR(fetch_.Run(env, SubtractRanges(needs, mine_ranges), in.rank_blocks, mine));
     stats_.fetched_rows = fetch_.fetched_rows();
     if (fetch_.fetched_rows() > 0) buffers.push_back({fetch_.rows(), fetch_.runs()});
   }

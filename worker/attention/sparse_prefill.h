@@ -37,8 +37,8 @@ inline constexpr int64_t kForcedDiagonals = 100;
 std::vector<int64_t> SparseQueryTiles(std::span<const TokenRange> ranges, int64_t grid);
 
 // The positions queries at `q_ranges` need under a vertical-slash selection: the selected columns
-// before their last query and each selected diagonal's band (the union over `diagonals` of every
-// range shifted back by the diagonal).
+// before their last query and each selected diagonal's band over their query blocks
+// (vertical_slash_index.h).
 std::vector<TokenRange> VerticalSlashNeeds(std::span<const TokenRange> q_ranges,
                                            std::span<const int64_t> columns,
                                            std::span<const int64_t> diagonals);
@@ -102,6 +102,9 @@ class SparsePrefill final : public PrefillStrategy {
   int64_t block_ = 64;
   BackendTensor q_pos_, k_pos_, scores_, diag_, top_index_, top_value_;
   BackendTensor q_sums_, q_counts_, k_sums_, k_counts_;
+  struct Pooled {
+    ConstTensorView q_sums, q_counts, k_sums, k_counts;
+  } pooled_;  // views of the four above, shaped
   BackendTensor dev_columns_, dev_diagonals_, dev_tiles_, dev_runs_;
   BackendTensor range_offsets_, ranges_, column_offsets_, columns_out_;
   BackendTensor o_part_, lse_part_;

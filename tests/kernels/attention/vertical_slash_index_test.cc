@@ -96,10 +96,11 @@ TEST(VerticalSlashIndexTest, BandsClippedAtZeroOrSkipped) {
   auto index = Build(OneTile(0, 64, {}, {0, 10, 70}));
   ASSERT_TRUE(index.ok());
   EXPECT_EQ(index->ranges, (Ranges{{0, 64, 0}}));
-  // A partial tile [100, 109]: d = 105 gives [0, 4] (clipped), d = 200 nothing.
+  // A partial tile [100, 109] of the block [64, 127]: bands are the block's, cut at the tile's
+  // last key: d = 0 gives [64, 109], d = 105 gives [0, 22] (clipped), d = 200 nothing.
   auto partial = Build(OneTile(100, 10, {}, {0, 105, 200}));
   ASSERT_TRUE(partial.ok());
-  EXPECT_EQ(partial->ranges, (Ranges{{0, 5, 0}, {100, 110, 100}}));
+  EXPECT_EQ(partial->ranges, (Ranges{{0, 23, 0}, {64, 110, 64}}));
 }
 
 TEST(VerticalSlashIndexTest, ColumnsInsideBandsOrAfterTheTileDropped) {
@@ -202,14 +203,14 @@ TEST(VerticalSlashIndexTest, ItemsAreHeadMajorOverTiles) {
   EXPECT_TRUE(ItemColumns(*index, 0).empty());  // 3 inside the tile
   EXPECT_EQ(ItemColumns(*index, 1), (Columns{{3, 3}}));
   EXPECT_EQ(ItemRanges(*index, 2), (Ranges{{0, 64, 0}}));  // d = 60's [0, 3] is inside
-  EXPECT_EQ(ItemRanges(*index, 3), (Ranges{{4, 10, 4}, {64, 70, 64}}));
+  EXPECT_EQ(ItemRanges(*index, 3), (Ranges{{4, 70, 4}}));  // d = 60: the block's [4, 67]
   EXPECT_TRUE(ItemColumns(*index, 2).empty());
   EXPECT_TRUE(ItemColumns(*index, 3).empty());  // 66 and 69 inside the tile's own band
 }
 
 // Random selections and layouts against the mask written from the definition: key p is selected
-// for tile [a, b] iff p <= b and (a <= p + d <= b for some selected d, or p is a selected
-// column).
+// for tile [a, b] of the query block [A, A + 63] iff p <= b and (A <= p + d <= A + 63 for some
+// selected d, or p is a selected column).
 TEST(VerticalSlashIndexTest, RandomCasesMatchTheDefinition) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 40; ++trial) {
@@ -271,7 +272,8 @@ TEST(VerticalSlashIndexTest, RandomCasesMatchTheDefinition) {
           bool on = false;
           for (int64_t i = 0; i < n_s; ++i) {
             const int64_t d = diagonals[g * n_s + i];
-            on = on || (d >= 0 && a <= p + d && p + d <= b);
+            const int64_t block = a / kSparseTileRows * kSparseTileRows;
+            on = on || (d >= 0 && block <= p + d && p + d < block + kSparseTileRows);
           }
           for (int64_t i = 0; i < n_v; ++i) on = on || columns[g * n_v + i] == p;
           if (on) want.insert(p);

@@ -23,12 +23,13 @@ TEST(SparseQueryTilesTest, CutsRunsAtGridMultiples) {
   EXPECT_TRUE(SparseQueryTiles({}, 64).empty());
 }
 
-TEST(VerticalSlashNeedsTest, ColumnsBeforeTheLastQueryAndShiftedBands) {
+TEST(VerticalSlashNeedsTest, ColumnsBeforeTheLastQueryAndBlockBands) {
   const std::vector<TokenRange> q = {{100, 110}, {300, 305}};
-  // Columns 3 and 400 (after every query: not needed); diagonals 0, 2 and 290.
+  // Columns 3 and 400 (after every query: not needed); diagonals 0, 2 and 290. The bands start
+  // from the query blocks' first positions (64 and 256) and end at each run's last query.
   const std::vector<int64_t> columns = {3, 400, -1}, diagonals = {0, 2, 290, -1};
   EXPECT_EQ(Flatten(VerticalSlashNeeds(q, columns, diagonals)),
-            (std::vector<int64_t>{3, 4, 10, 15, 98, 110, 298, 305}));
+            (std::vector<int64_t>{0, 30, 62, 110, 254, 305}));
   // A diagonal beyond every query needs nothing; an empty selection needs nothing.
   EXPECT_TRUE(VerticalSlashNeeds(q, {}, std::vector<int64_t>{1000}).empty());
   EXPECT_TRUE(VerticalSlashNeeds({}, columns, diagonals).empty());
@@ -49,11 +50,15 @@ TEST(VerticalSlashNeedsTest, MatchesABruteForceOverRandomSelections) {
     for (int i = 0; i < 5; ++i) cs.insert(next(200));
     for (int i = 0; i < 5; ++i) ds.insert(next(150));
     const std::vector<int64_t> columns(cs.begin(), cs.end()), diagonals(ds.begin(), ds.end());
+    // The definition: each query's tile sees, per diagonal, its whole query block's band up to
+    // the tile's last position.
     std::set<int64_t> want;
     for (const TokenRange& r : qr)
       for (int64_t p = r.begin; p < r.end; ++p) {
+        const int64_t a = p / 64 * 64, b = a + 63, e = std::min(b, r.end - 1);
         for (int64_t d : diagonals)
-          if (p - d >= 0) want.insert(p - d);
+          for (int64_t k = std::max<int64_t>(0, a - d); k <= std::min(b - d, e); ++k)
+            want.insert(k);
         for (int64_t c : columns)
           if (c <= qr.back().end - 1) want.insert(c);
       }

@@ -35,7 +35,8 @@ class SparsePolicyTest : public ::testing::Test {
     dense_ = PromptLogits(*engine_, ids_);
   }
   std::vector<float> With(const std::string& fields) {
-    Status s = engine_->SetPolicy(testing::PolicyFor(*engine_, R"({"version": 1, )" + fields + "}"));
+    Status s =
+        engine_->SetPolicy(testing::PolicyFor(*engine_, R"({"version": 1, )" + fields + "}"));
     EXPECT_TRUE(s.ok()) << s.ToString();
     return PromptLogits(*engine_, ids_);
   }
@@ -46,17 +47,25 @@ class SparsePolicyTest : public ::testing::Test {
 
 TEST_F(SparsePolicyTest, VerticalSlashCoveringEveryKeyIsDense) {
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": "vertical-slash"},
-      "vertical_slash": {"last_queries": 64, "vertical": 300, "slash": 300})"), dense_), 1e-5);
+      "vertical_slash": {"last_queries": 64, "vertical": 300, "slash": 300})"),
+                        dense_),
+            1e-5);
   // Every diagonal alone covers every key too.
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": "vertical-slash"},
-      "vertical_slash": {"last_queries": 8, "vertical": 1, "slash": 5000})"), dense_), 1e-5);
+      "vertical_slash": {"last_queries": 8, "vertical": 1, "slash": 5000})"),
+                        dense_),
+            1e-5);
 }
 
 TEST_F(SparsePolicyTest, BlockSparseCoveringEveryBlockIsDense) {
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": "block-sparse"},
-      "block_sparse": {"block": 16, "top_blocks": 19})"), dense_), 1e-5);
+      "block_sparse": {"block": 16, "top_blocks": 19})"),
+                        dense_),
+            1e-5);
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": "block-sparse"},
-      "block_sparse": {"block": 128, "top_blocks": 3})"), dense_), 1e-5);
+      "block_sparse": {"block": 128, "top_blocks": 3})"),
+                        dense_),
+            1e-5);
 }
 
 TEST_F(SparsePolicyTest, SmallBudgetsChangeTheAnswerAndShortPromptsStayDense) {
@@ -69,7 +78,8 @@ TEST_F(SparsePolicyTest, SmallBudgetsChangeTheAnswerAndShortPromptsStayDense) {
   // Both kinds in one layer, one per KV head.
   EXPECT_GT(MaxRelError(With(R"("default": {"prefill": ["vertical-slash", "block-sparse"]},
       "vertical_slash": {"vertical": 4, "slash": 6}, "block_sparse": {"block": 32, "top_blocks": 2})"),
-                        dense_), 1e-3);
+                        dense_),
+            1e-3);
   // Below dense_below_tokens the same budgets are dense, bit for bit the dense path.
   EXPECT_EQ(With(vs + R"(, "dense_below_tokens": 301)"), dense_);
   EXPECT_EQ(With(bs + R"(, "dense_below_tokens": 301)"), dense_);
@@ -78,17 +88,23 @@ TEST_F(SparsePolicyTest, SmallBudgetsChangeTheAnswerAndShortPromptsStayDense) {
 TEST_F(SparsePolicyTest, DenseAndAShapeHeadsBesideSparseHeadsKeepTheirRing) {
   // Full budgets and a window covering the prompt: dense, whichever heads ride which path.
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": ["dense", "vertical-slash"]},
-      "vertical_slash": {"vertical": 300, "slash": 300})"), dense_), 1e-5);
+      "vertical_slash": {"vertical": 300, "slash": 300})"),
+                        dense_),
+            1e-5);
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": ["block-sparse", "a-shape"]},
       "a_shape": {"sink_tokens": 4, "window_tokens": 300},
-      "block_sparse": {"block": 16, "top_blocks": 19})"), dense_), 1e-5);
+      "block_sparse": {"block": 16, "top_blocks": 19})"),
+                        dense_),
+            1e-5);
   // A narrow window beside a full sparse head equals a narrow window beside a dense head.
   const std::vector<float> narrow = With(R"("default": {"prefill": ["a-shape", "dense"]},
       "a_shape": {"sink_tokens": 4, "window_tokens": 20})");
   EXPECT_GT(MaxRelError(narrow, dense_), 1e-3);
   EXPECT_LT(MaxRelError(With(R"("default": {"prefill": ["a-shape", "vertical-slash"]},
       "a_shape": {"sink_tokens": 4, "window_tokens": 20},
-      "vertical_slash": {"vertical": 300, "slash": 300})"), narrow), 1e-5);
+      "vertical_slash": {"vertical": 300, "slash": 300})"),
+                        narrow),
+            1e-5);
 }
 
 TEST_F(SparsePolicyTest, BlockSizesTheTilesCannotServeAreRefused) {
