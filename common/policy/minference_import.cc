@@ -1,7 +1,6 @@
 #include "common/policy/minference_import.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "common/checkpoint/strict_json.h"
