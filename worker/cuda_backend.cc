@@ -15,6 +15,7 @@
 #include "kernels/gather_rows_cuda.h"
 #include "kernels/gemm_cuda.h"
 #include "kernels/attention/merge_state_cuda.h"
+#include "kernels/attention/sparse_attention_cuda.h"
 #include "kernels/rms_norm_cuda.h"
 #include "kernels/rope_cuda.h"
 #include "kernels/rope_kv_cuda.h"
@@ -132,8 +133,7 @@ class CudaBackend final : public Backend {
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
   Status Attention(const AttentionArgs& args) override { return AttentionCuda(args, stream_); }
   Status SparseAttention(const SparseAttentionArgs& args) override {
-    MP_RETURN_IF_ERROR(SparseAttentionCheckArgs(args));
-    return UnimplementedError("sparse attention has no CUDA kernel yet");
+    return SparseAttentionCuda(args, stream_);
   }
   Status MergeState(const MergeStateArgs& args) override { return MergeStateCuda(args, stream_); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,

@@ -3,6 +3,8 @@
 // (attention_flash.cu) and the CUDA-core fallback (attention_generic.cu). Not part of the public API; include only from those files.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -111,6 +113,19 @@ int AttentionWgmmaRowsPerBlock();
 // Launches grid (row blocks, num_kv_heads, num_splits) on `stream`. K and V rows must be
 // 16-byte aligned (head_dim 64/128 of a 16-bit type always are when the base is).
 Status LaunchAttentionWgmma(const AttentionKernelParams& params, cudaStream_t stream);
+
+// Element i of a K or V tensor of `dtype` (F32, BF16 or F16) as a float: the CUDA-core paths'
+// loads (attention_generic.cu, sparse_attention.cu).
+__device__ __forceinline__ float LoadKvAsFloat(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
+  }
+}
 
 // The CUDA-core path's head_dim limit.
 inline constexpr int kAttentionGenericMaxHeadDim = 256;

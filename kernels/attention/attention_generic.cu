@@ -2,8 +2,6 @@
 // kAttentionGenericMaxHeadDim, F32 K/V and K/V of different dtypes. Slow and simple on purpose:
 // one warp per (query row, q head) walks the visible keys one at a time and folds each into an
 // AttentionState with AddScore, exactly the rule of the reference, all in fp32.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 
 #include <algorithm>
@@ -18,17 +16,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kPerLane = kAttentionGenericMaxHeadDim / 32;  // channels per lane
-
-__device__ __forceinline__ float LoadKvAsFloat(const void* data, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
-    case DType::kF16:
-      return __half2float(static_cast<const __half*>(data)[i]);
-    default:
-      return static_cast<const float*>(data)[i];
-  }
-}
 
 // Lane l owns channels l, l + 32, ... of the head. Grid: ceil(n_q * num_q_heads / 4) blocks of
 // 4 warps; warp w of the grid is query row w / num_q_heads, q head w % num_q_heads.

@@ -16,17 +16,15 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda_internal.h"
-#include "kernels/attention/attention_mma.cuh"
-#include "kernels/attention/attention_state.h"
 #include "kernels/attention/attention_wgmma.cuh"
 
 namespace millipede::attention_internal {
 namespace {
 
-constexpr int kWgRows = 64;                // packed query rows per warpgroup (wgmma M)
-constexpr int kWarpgroups = 2;             // per block
+constexpr int kWgRows = kWgmmaWgRows;  // packed query rows per warpgroup (wgmma M)
+constexpr int kWarpgroups = 2;         // per block
 constexpr int kRows = kWgRows * kWarpgroups;
-constexpr int kKeys = 128;                 // keys per K/V tile (wgmma N of Q K^T)
+constexpr int kKeys = kWgmmaKeys;  // keys per K/V tile (wgmma N of Q K^T)
 constexpr int kConsumerThreads = 128 * kWarpgroups;
 constexpr int kThreads = kConsumerThreads + 128;  // + the producer warpgroup
 // Registers per thread after the producer gives its share to the consumers (setmaxnreg):
@@ -36,7 +34,6 @@ constexpr int kConsumerRegisters = 240;
 // Named barrier ids: per-warpgroup Q staging, and the two warpgroups' MMA turns.
 constexpr int kQBarrier = 1;     // 1, 2
 constexpr int kTurnBarrier = 3;  // 3, 4
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory of one block (from a 1024-byte aligned base): the Q tile [warpgroup][column
 // block][64 rows][128 bytes] (staging: each warpgroup loads its fragments into registers once),
@@ -59,16 +56,6 @@ struct WgmmaTile {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one SM");
 };
 
-// P V for one 16-key step of the O accumulator of this head_dim.
-template <typename T, int kHeadDim>
-__device__ __forceinline__ void PvStep(float (&o)[kHeadDim / 2], const uint32_t (&a)[4],
-                                       uint64_t b_desc) {
-  if constexpr (kHeadDim == 128)
-    Wgmma<T>::template M64N128<1>(o, a, b_desc, 1);
-  else
-    Wgmma<T>::template M64N64<1>(o, a, b_desc, 1);
-}
-
 // Grid: (row blocks, num_kv_heads, num_splits); kThreads threads; Tile::kSmemBytes of dynamic
 // shared memory. k_map / v_map: 2-D tensor maps over K / V as [n_kv rows][num_kv_heads *
 // head_dim] with 64 x 128 boxes and 128-byte swizzle.
@@ -83,7 +70,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     AttentionWgmmaKernel(const AttentionKernelParams p, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map) {
   using Tile = WgmmaTile<kHeadDim>;
-  using Mma = MmaType<T>;
   constexpr int kStages = Tile::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = SharedAddress(smem_raw);
@@ -149,31 +135,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This warpgroup's Q rows, converted from F32 to T and stored swizzled while the first
   // tiles stream in (its precision cost is documented in attention_cuda.h).
   const int64_t wg_row0 = row0 + wg * kWgRows;
-  const uint32_t q_wg = base + wg * Tile::kQWgBytes;
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-  for (int i = tid; i < kWgRows * kChunks; i += 128) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int64_t row = wg_row0 + r;
-    const uint4 packed = row < rows
-                             ? PackQChunk<T>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim + 8 * c)
-                             : make_uint4(0, 0, 0, 0);
-    const uint32_t offset = (q_wg - base) + (c / 8) * Tile::kQBlockBytes + r * 128 +
-                            (((c % 8) ^ (r % 8)) << 4);
-    *reinterpret_cast<uint4*>(smem + offset) = packed;
-  }
-  NamedBarrierSync(kQBarrier + wg, 128);
-  // Q stays in registers as the A fragments of the head_dim / 16 steps of Q K^T, so that the
-  // MMAs read only K from shared memory.
   uint32_t qa[kHeadDim / 16][4];
-  {
-    const int r = warp * 16 + lane % 8 + (lane / 8) % 2 * 8;
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const int chunk = 2 * ks + lane / 16;
-      Ldmatrix4(qa[ks], q_wg + (chunk / 8) * Tile::kQBlockBytes + r * 128 +
-                            (((chunk % 8) ^ (r % 8)) << 4));
-    }
-  }
+  WgmmaLoadQ<T, kHeadDim>(qa, smem + wg * Tile::kQWgBytes, base + wg * Tile::kQWgBytes,
+                          kQBarrier + wg, [&](int r) -> const float* {
+                            const int64_t row = wg_row0 + r;
+                            return row < rows ? p.q + OutputRow(p, row, kv_head, 0) * kHeadDim
+                                              : nullptr;
+                          });
 
   // This thread holds rows r and r + 8 of the warpgroup's 64 (r = 16 warp + lane / 4).
   const int64_t thread_row = wg_row0 + warp * 16 + lane / 4;
@@ -185,80 +153,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   float s[kKeys / 2];
   uint32_t pa[kKeys / 16][4];  // P of the previous tile: A fragments of eight 16-key steps
   AttentionState state[2] = {AttentionState::Empty(), AttentionState::Empty()};
-  const float scale_log2 = p.scale * kLog2e;
 
-  // S = Q K^T of a tile, raw dot products: 16 columns of head_dim per MMA, four per column
-  // block.
+  auto stage_of = [&](int tile) { return kv_base + (tile % kStages) * Tile::kStageBytes; };
   auto issue_qk = [&](int tile) {
-    const uint32_t k_tile = kv_base + (tile % kStages) * Tile::kStageBytes;
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint32_t column = (ks % 4) * 32;  // bytes into the 128-byte row
-      Wgmma<T>::template M64N128<0>(
-          s, qa[ks], SmemDescriptor(k_tile + (ks / 4) * Tile::kKvBlockBytes + column, 16, 1024),
-          ks > 0 ? 1 : 0);
-    }
-    WgmmaCommit();
+    WgmmaIssueQk<T, kHeadDim>(s, qa, stage_of(tile), Tile::kKvBlockBytes);
   };
-  // O += P V of a tile: 16 keys (two 8-row groups, 1024 bytes apart) per MMA; the column blocks
-  // of V are Tile::kKvBlockBytes apart.
   auto issue_pv = [&](int tile) {
-    const uint32_t v_tile = kv_base + (tile % kStages) * Tile::kStageBytes + Tile::kKvBytes;
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
-      PvStep<T, kHeadDim>(o_acc, pa[kk],
-                          SmemDescriptor(v_tile + kk * 2048, Tile::kKvBlockBytes, 1024));
-    WgmmaCommit();
+    WgmmaIssuePv<T, kHeadDim>(o_acc, pa, stage_of(tile) + Tile::kKvBytes, Tile::kKvBlockBytes);
   };
-  // Masks S of `tile`, merges its softmax statistics into the state and turns S into
-  // exp(S - m) relative to the new running max; returns the factors O must be scaled by (as
-  // in the mma.sync kernel, the tile's own factor is exactly 1, so P V is added unscaled).
-  auto softmax = [&](int tile, float (&factor)[2]) {
+  // Masks S of `tile` (only tiles on the diagonal or at the end of the keys) and runs the
+  // online softmax.
+  auto softmax = [&](int tile, float(&factor)[2]) {
     const int key0 = key_begin + tile * kKeys;
-    if (key0 + kKeys > row_end[0]) {  // only tiles on the diagonal or at the end of the keys
+    if (key0 + kKeys > row_end[0]) {
 #pragma unroll
       for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           if (key0 + 8 * j + 2 * (lane % 4) + (e & 1) >= row_end[e / 2]) s[4 * j + e] = -INFINITY;
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
-        tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m_ref = fmaxf(state[h].m, tile_max * p.scale);
-      const float m_ref_log2 = m_ref == -INFINITY ? 0.0f : m_ref * kLog2e;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[4 * j + e] = FastExp2(fmaf(s[4 * j + e], scale_log2, -m_ref_log2));
-          sum += s[4 * j + e];
-        }
-      factor[h] = state[h].Merge(AttentionState{m_ref, sum}).self;
-    }
+    WgmmaSoftmaxTile(s, state, factor, p.scale);
   };
-  // O *= factor, then P = S as 16-bit A fragments (two 8-key accumulator blocks per step).
-  auto rescale_and_pack = [&](const float (&factor)[2]) {
-    // Once the running max settles, most tiles leave it unchanged (factor 1).
-    if (factor[0] != 1.0f || factor[1] != 1.0f) {
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o_acc[4 * j + e] *= factor[e / 2];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      pa[kk][0] = Mma::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = Mma::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = Mma::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = Mma::Pack(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+  auto rescale_and_pack = [&](const float(&factor)[2]) {
+    WgmmaRescaleAndPack<T, kHeadDim>(o_acc, pa, s, factor);
   };
   auto fence_all = [&] {
     FenceRegisters(o_acc);
@@ -266,75 +183,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) FenceRegisters(pa[kk]);
   };
-
-  // Turns alternate between the warpgroups, warpgroup 0 first. Every warpgroup computes every
-  // tile of the block (keys no row of it sees are masked): MMAs under a branch would be
-  // serialised by the compiler.
-  const int my_turn = kTurnBarrier + wg, their_turn = kTurnBarrier + 1 - wg;
-  if (wg == 1) NamedBarrierArrive(their_turn, kConsumerThreads);
-
-  MbarrierWait(full_bar, 0);
-  NamedBarrierSync(my_turn, kConsumerThreads);
-  fence_all();
-  WgmmaFence();
-  issue_qk(0);
-  NamedBarrierArrive(their_turn, kConsumerThreads);
-  WgmmaWait<0>();
-  fence_all();
-  {
-    float factor[2];
-    softmax(0, factor);
-    rescale_and_pack(factor);
-  }
-  for (int tile = 1; tile < num_tiles; ++tile) {
-    const int stage = tile % kStages;
-    MbarrierWait(full_bar + 8 * stage, (tile / kStages) & 1);
-    NamedBarrierSync(my_turn, kConsumerThreads);
-    fence_all();
-    WgmmaFence();
-    issue_qk(tile);
-    issue_pv(tile - 1);
-    NamedBarrierArrive(their_turn, kConsumerThreads);
-    WgmmaWait<1>();  // S of this tile; P V of the last may still run
-    fence_all();
-    float factor[2];
-    softmax(tile, factor);
-    WgmmaWait<0>();
-    fence_all();
-    MbarrierArrive(empty_bar + 8 * ((tile - 1) % kStages));
-    rescale_and_pack(factor);
-  }
-  const int last = num_tiles - 1;
-  NamedBarrierSync(my_turn, kConsumerThreads);
-  fence_all();
-  WgmmaFence();
-  issue_pv(last);
-  NamedBarrierArrive(their_turn, kConsumerThreads);
-  WgmmaWait<0>();
-  fence_all();
-  MbarrierArrive(empty_bar + 8 * (last % kStages));
-  // Warpgroup 1's last arrival, so that no barrier is left half-complete.
-  if (wg == 0) NamedBarrierSync(my_turn, kConsumerThreads);
-
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float& d = state[h].d;
-    d += __shfl_xor_sync(0xffffffffu, d, 1);
-    d += __shfl_xor_sync(0xffffffffu, d, 2);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = thread_row + 8 * h;
-    if (row >= rows) continue;
-    const int64_t out = OutputRow(p, row, kv_head, split);
-    const float o_scale = state[h].OutputScale();
-    float* const o = p.o + out * kHeadDim + 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
-      *reinterpret_cast<float2*>(o + 8 * j) =
-          make_float2(o_acc[4 * j + 2 * h] * o_scale, o_acc[4 * j + 2 * h + 1] * o_scale);
-    if (lane % 4 == 0 && p.lse != nullptr) p.lse[out] = state[h].Lse();
-  }
+  // Every warpgroup computes every tile of the block (keys no row of it sees are masked): MMAs
+  // under a branch would be serialised by the compiler.
+  WgmmaPingPong<kStages, kConsumerThreads>(num_tiles, wg, full_bar, empty_bar, kTurnBarrier,
+                                           issue_qk, issue_pv, softmax, rescale_and_pack,
+                                           fence_all);
+  WgmmaWriteRows<kHeadDim>(
+      o_acc, state,
+      [&](int h) -> int64_t {
+        const int64_t row = thread_row + 8 * h;
+        return row < rows ? OutputRow(p, row, kv_head, split) : -1;
+      },
+      p.o, p.lse);
 }
 
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
@@ -356,27 +216,6 @@ StatusOr<EncodeTiledFn> TensorMapEncoder() {
   if (fn == nullptr)
     return UnimplementedError("attention: the CUDA driver has no cuTensorMapEncodeTiled");
   return fn;
-}
-
-// [n_kv rows][num_kv_heads * head_dim] 16-bit K or V, boxes of 64 values x kKeys rows.
-StatusOr<CUtensorMap> KvTensorMap(const void* data, const AttentionKernelParams& p) {
-  MP_ASSIGN_OR_RETURN(const EncodeTiledFn encode, TensorMapEncoder());
-  alignas(64) CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.num_kv_heads) * p.head_dim,
-                              static_cast<cuuint64_t>(p.n_kv)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.num_kv_heads) * p.head_dim * 2};
-  const cuuint32_t box[2] = {64, kKeys};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType type = p.k_dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult result =
-      encode(&map, type, 2, const_cast<void*>(data), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    return DeviceError(detail::StrCat("attention: cuTensorMapEncodeTiled failed (", result,
-                                      ") for ", p.n_kv, " x ", dims[0], " values"));
-  return map;
 }
 
 using WgmmaKernelFn = void (*)(AttentionKernelParams, CUtensorMap, CUtensorMap);
@@ -416,15 +255,38 @@ Status Prepare(const WgmmaInstance& instance, int head_dim, DType dtype) {
 
 }  // namespace
 
-bool AttentionWgmmaSupports(int head_dim, DType k_dtype, DType v_dtype) {
-  if (!AttentionFlashSupports(head_dim, k_dtype, v_dtype)) return false;
+bool WgmmaDeviceSupported() {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
     return false;
-  // The kernel is built for sm_90a, whose wgmma and TMA instructions run on 9.0 only.
+  // The kernels are built for sm_90a, whose wgmma and TMA instructions run on 9.0 only.
   return major == 9 && minor == 0 && TensorMapEncoder().ok();
+}
+
+StatusOr<CUtensorMap> WgmmaTensorMap(const void* data, DType dtype, int64_t rows,
+                                     int64_t row_values, int box_rows) {
+  MP_ASSIGN_OR_RETURN(const EncodeTiledFn encode, TensorMapEncoder());
+  alignas(64) CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_values), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_values) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUtensorMapDataType type =
+      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult result =
+      encode(&map, type, 2, const_cast<void*>(data), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    return DeviceError(detail::StrCat("attention: cuTensorMapEncodeTiled failed (", result,
+                                      ") for ", rows, " x ", row_values, " values"));
+  return map;
+}
+
+bool AttentionWgmmaSupports(int head_dim, DType k_dtype, DType v_dtype) {
+  return AttentionFlashSupports(head_dim, k_dtype, v_dtype) && WgmmaDeviceSupported();
 }
 
 int AttentionWgmmaRowsPerBlock() { return kRows; }
@@ -433,8 +295,11 @@ Status LaunchAttentionWgmma(const AttentionKernelParams& params, cudaStream_t st
   MP_ASSERT(AttentionFlashSupports(params.head_dim, params.k_dtype, params.v_dtype));
   const WgmmaInstance instance = InstanceFor(params.head_dim, params.k_dtype);
   MP_RETURN_IF_ERROR(Prepare(instance, params.head_dim, params.k_dtype));
-  MP_ASSIGN_OR_RETURN(const CUtensorMap k_map, KvTensorMap(params.k, params));
-  MP_ASSIGN_OR_RETURN(const CUtensorMap v_map, KvTensorMap(params.v, params));
+  const int64_t row_values = static_cast<int64_t>(params.num_kv_heads) * params.head_dim;
+  MP_ASSIGN_OR_RETURN(const CUtensorMap k_map,
+                      WgmmaTensorMap(params.k, params.k_dtype, params.n_kv, row_values, kKeys));
+  MP_ASSIGN_OR_RETURN(const CUtensorMap v_map,
+                      WgmmaTensorMap(params.v, params.v_dtype, params.n_kv, row_values, kKeys));
   const int64_t row_blocks = (params.n_q * params.group + kRows - 1) / kRows;
   MP_REQUIRE(row_blocks < (int64_t{1} << 31), "attention: ", params.n_q, " queries is too many");
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(params.num_kv_heads),

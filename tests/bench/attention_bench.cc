@@ -18,6 +18,7 @@
 #include "common/dtype.h"
 #include "common/flags.h"
 #include "kernels/attention/attention_cuda.h"
+#include "tests/bench/bench_cuda_util.h"
 
 namespace millipede {
 namespace {
@@ -36,63 +37,6 @@ constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
   --warmup N       untimed runs first (default 3)
   --iters N        timed runs, averaged (default 10)
 )";
-
-// Device allocation freed on scope exit.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  Status Allocate(size_t bytes) {
-    MP_CUDA_CHECK(cudaMalloc(&data_, bytes));
-    return OkStatus();
-  }
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-};
-
-// A device tensor of `dtype` with uniform values in [-1, 1) from a cheap fixed-seed generator
-// (the values only need to be non-degenerate, not statistically good).
-Status FillRandom(DeviceBuffer* buffer, DType dtype, const Shape& shape, uint64_t seed) {
-  const int64_t n = shape.NumElements();
-  std::vector<unsigned char> host(static_cast<size_t>(n) * DTypeSize(dtype));
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    const float x = static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
-    StoreFromFloat(host.data(), dtype, static_cast<size_t>(i), x);
-  }
-  MP_RETURN_IF_ERROR(buffer->Allocate(host.size()));
-  MP_CUDA_CHECK(cudaMemcpy(buffer->data(), host.data(), host.size(), cudaMemcpyHostToDevice));
-  return OkStatus();
-}
-
-// Milliseconds per call of `run`, averaged over `iters` after `warmup` calls.
-StatusOr<double> TimeMs(const std::function<Status()>& run, int64_t warmup, int64_t iters) {
-  for (int64_t i = 0; i < warmup; ++i) MP_RETURN_IF_ERROR(run());
-  cudaEvent_t start = nullptr, stop = nullptr;
-  MP_CUDA_CHECK(cudaEventCreate(&start));
-  MP_CUDA_CHECK(cudaEventCreate(&stop));
-  Status status = OkStatus();
-  float ms = 0.0f;
-  if (cudaEventRecord(start) == cudaSuccess) {
-    for (int64_t i = 0; i < iters && status.ok(); ++i) status = run();
-    if (status.ok() &&
-        (cudaEventRecord(stop) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
-         cudaEventElapsedTime(&ms, start, stop) != cudaSuccess))
-      status =
-          DeviceError(detail::StrCat("timing failed: ", cudaGetErrorString(cudaGetLastError())));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  MP_RETURN_IF_ERROR(status);
-  return static_cast<double>(ms) / static_cast<double>(iters);
-}
 
 struct Shapes {
   int64_t q_heads, kv_heads, head_dim, warmup, iters;

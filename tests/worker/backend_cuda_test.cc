@@ -1,8 +1,9 @@
-// The CUDA backend's selection ops against the CPU backend, and its copy queue: a copy started
-// after a kernel sees the kernel's result; compute made to wait for a copy sees the copied data;
-// a copy's source is safe from compute queued after ComputeWaitFor; a copy runs on while compute
-// is synchronised (no device-wide wait inside); gathers from page-locked host memory; bad gather
-// indices reported by Synchronize / WaitCopy; pageable memory refused. Skips without a GPU.
+// The CUDA backend's selection ops and sparse attention against the CPU backend, and its copy
+// queue: a copy started after a kernel sees the kernel's result; compute made to wait for a copy
+// sees the copied data; a copy's source is safe from compute queued after ComputeWaitFor; a copy
+// runs on while compute is synchronised (no device-wide wait inside); gathers from page-locked
+// host memory; bad gather indices reported by Synchronize / WaitCopy; pageable memory refused.
+// Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/kernels/attention/sparse_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/op_harness.h"
 #include "worker/backend.h"
@@ -127,6 +129,46 @@ TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
   ASSERT_TRUE(gpu_->GatherRows({*flat, d_rows.cview(), gathered->view()}).ok());
   const HostTensor got = Download(gathered->cview());
   EXPECT_EQ(std::memcmp(got.view().data, gathered_cpu.view().data, got.NumBytes()), 0);
+}
+
+TEST_F(CudaBackendOpsTest, SparseAttentionMatchesTheCpuBackend) {
+  // GQA 4, BF16 K/V, a vertical-slash-like index over 700 positions for 90 queries at the end.
+  const int64_t n_q = 90, n_pos = 700, heads = 16, kv_heads = 4, d = 128;
+  const HostTensor q = RandomTensor(DType::kF32, {n_q, heads, d}, 5, -2.0f, 2.0f);
+  const HostTensor k = RandomTensor(DType::kBF16, {n_pos, kv_heads, d}, 6, -2.0f, 2.0f);
+  const HostTensor v = RandomTensor(DType::kBF16, {n_pos, kv_heads, d}, 7);
+  const std::vector<testing::SparseRow3> tiles = testing::SparseTilesOf(n_q, n_pos - n_q);
+  std::mt19937_64 rng(8);
+  std::vector<testing::SparseItem> items;
+  for (int64_t g = 0; g < kv_heads; ++g)
+    for (const testing::SparseRow3& t : tiles)
+      items.push_back(testing::RandomSparseItem(rng, t[2] + t[1] - t[0] - 1, n_pos, 4));
+  const testing::SparseCase sc =
+      testing::BuildSparseCase(tiles, items, testing::SparseLayout::Identity(n_pos));
+  HostTensor o_cpu(DType::kF32, {n_q, heads, d}), lse_cpu(DType::kF32, {n_q, heads});
+  ASSERT_TRUE(cpu_->SparseAttention({CView(q), CView(k), CView(v), CView(sc.tiles), sc.index(),
+                                     0.0f, o_cpu.view(), lse_cpu.view()})
+                  .ok());
+  BackendTensor d_q = Upload(q), d_k = Upload(k), d_v = Upload(v), d_tiles = Upload(sc.tiles),
+                d_roff = Upload(sc.range_offsets), d_ranges = Upload(sc.ranges),
+                d_coff = Upload(sc.column_offsets), d_columns = Upload(sc.columns);
+  auto d_o = gpu_->Allocate(DType::kF32, {n_q, heads, d});
+  auto d_lse = gpu_->Allocate(DType::kF32, {n_q, heads});
+  ASSERT_TRUE(gpu_->SparseAttention({d_q.cview(),
+                                     d_k.cview(),
+                                     d_v.cview(),
+                                     d_tiles.cview(),
+                                     {d_roff.cview(), d_ranges.cview(), d_coff.cview(),
+                                      d_columns.cview()},
+                                     0.0f,
+                                     d_o->view(),
+                                     d_lse->view()})
+                  .ok());
+  // The GPU rounds q and the probabilities to bf16 (sparse_attention_cuda.h).
+  EXPECT_TRUE(testing::MatchesReference(Download(d_o->cview()), o_cpu,
+                                        testing::Tolerance::Normalised(2e-2)));
+  EXPECT_TRUE(testing::MatchesReference(Download(d_lse->cview()), lse_cpu,
+                                        testing::Tolerance::Elementwise(0.0, 2e-2)));
 }
 
 // (a): a copy queued after a kernel sees the kernel's result. The kernel is slow (a gather that

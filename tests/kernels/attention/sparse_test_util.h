@@ -114,19 +114,24 @@ inline SparseCase BuildSparseCase(const std::vector<SparseRow3>& tiles,
 
 // A vertical-slash-like item for a tile ending at position `last`: a band before the diagonal,
 // a few bands further back, a sink range, and scattered columns, all below `n_pos`. Some keys
-// lie after `last` so that the causal mask matters inside ranges and among columns.
-inline SparseItem RandomSparseItem(std::mt19937_64& rng, int64_t last, int64_t n_pos) {
+// lie after `last` so that the causal mask matters inside ranges and among columns. `scale`
+// multiplies the diagonal band's and one far band's length, the number of short far bands (as
+// single diagonals give) and of columns.
+inline SparseItem RandomSparseItem(std::mt19937_64& rng, int64_t last, int64_t n_pos,
+                                   int64_t scale = 1) {
   std::vector<char> in(static_cast<size_t>(n_pos), 0);
   auto mark = [&](int64_t b, int64_t e) {
     for (int64_t p = std::max<int64_t>(0, b); p < std::min(e, n_pos); ++p) in[p] = 1;
   };
-  std::uniform_int_distribution<int64_t> len(1, 40);
-  mark(last - len(rng), last + 1 + len(rng) / 4);
+  std::uniform_int_distribution<int64_t> len(1, 40), long_len(1, 40 * scale);
+  mark(last - long_len(rng), last + 1 + len(rng) / 4);
   std::uniform_int_distribution<int64_t> any(0, n_pos - 1);
-  for (int i = 0; i < 3; ++i) {
+  for (int64_t i = 0; i < 3 * scale; ++i) {
     const int64_t b = any(rng);
     mark(b, b + len(rng));
   }
+  const int64_t far = any(rng);
+  mark(far, far + long_len(rng));
   mark(0, len(rng) / 8);
   SparseItem item;
   for (int64_t p = 0; p < n_pos;) {
@@ -139,7 +144,7 @@ inline SparseItem RandomSparseItem(std::mt19937_64& rng, int64_t last, int64_t n
     item.ranges.push_back({p, e});
     p = e;
   }
-  for (int i = 0; i < 24; ++i) {
+  for (int64_t i = 0; i < 24 * scale; ++i) {
     const int64_t p = any(rng);
     if (!in[p]) in[p] = 2;
   }
