@@ -284,8 +284,7 @@ Status SparsePrefill::SelectVerticalSlash(AttentionEnv& env, const PrefillInput&
                       ScratchBuffer(b, &scores_, DType::kF32, Shape{kv_heads, n_k}));
   MP_ASSIGN_OR_RETURN(TensorView diag,
                       ScratchBuffer(b, &diag_, DType::kF32, Shape{kv_heads, in.length}));
-  KeyScoresArgs a{q, AsConst(q_pos), mine.k, AsConst(k_pos), lse, 0.0f, scores};
-  a.diag_score = diag;
+  KeyScoresArgs a{q, AsConst(q_pos), mine.k, AsConst(k_pos), lse, 0.0f, scores, diag};
   MP_RETURN_IF_ERROR(b.KeyScores(a));
   if (env.comm.size() > 1) {
     MP_RETURN_IF_ERROR(env.comm.AllReduce(diag, ReduceOp::kSum));

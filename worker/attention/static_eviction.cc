@@ -96,7 +96,7 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
   MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(env.backend, &scores_, DType::kF32,
                                                        Shape{c.num_key_value_heads, n}));
   MP_RETURN_IF_ERROR(
-      env.backend.KeyScores({q, AsConst(q_pos), rows.k, AsConst(k_pos), lse, 0.0f, scores}));
+      env.backend.KeyScores({q, AsConst(q_pos), rows.k, AsConst(k_pos), lse, 0.0f, scores, {}}));
   MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> kept,
                       Select(env, AsConst(scores), positions));
   heavy_positions_.assign(kept.size(), {});

@@ -209,8 +209,9 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
     // here; the A-shape policy keeps a ring for half the heads.)
     const bool vertical_slash_only = std::string(fields).find("block") == std::string::npos &&
                                      std::string(fields).find("a-shape") == std::string::npos;
-    if (engine->comm().size() > 1 && vertical_slash_only)
+    if (engine->comm().size() > 1 && vertical_slash_only) {
       EXPECT_LT(sparse_bytes * 2, dense_bytes) << fields;
+    }
     std::vector<std::vector<float>> one(1);
     ASSERT_TRUE((*local)->StartSequence(static_cast<int64_t>(prompt.size() + decode.size())).ok());
     ASSERT_TRUE((*local)->ForwardToHost(prompt, &one[0]).ok());
