@@ -212,10 +212,18 @@ def scenario_errors(bin_dir, model):
         served()
         bad_policy = os.path.join(work, "bad-policy.json")
         with open(bad_policy, "w") as f:
-            f.write('{"version": 1, "default": {"prefill": "vertical-slash"}}')
+            f.write('{"version": 1, "default": {"decode": ["full", "streaming-head"]}}')
         expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "UNIMPLEMENTED",
-                     "vertical-slash")
+                     "mixes decode roles")
         served()
+        sparse_policy = os.path.join(work, "sparse-policy.json")
+        with open(sparse_policy, "w") as f:
+            f.write('{"version": 1, "default": {"prefill": ["vertical-slash", "block-sparse"]},'
+                    ' "vertical_slash": {"vertical": 4, "slash": 8},'
+                    ' "block_sparse": {"block": 16, "top_blocks": 2}}')
+        r = svc.submit("--prompt", PROMPT * 8, "--max-tokens", "3", "--policy", sparse_policy,
+                       "--json")
+        check(r.rc == 0 and len(r.json()["ids"]) >= 1, f"a sparse prefill policy was not served: {r}")
         with open(bad_policy, "w") as f:
             f.write('{"version": 1, "layers": [{"layer": 99}]}')
         expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "INVALID_ARGUMENT",
