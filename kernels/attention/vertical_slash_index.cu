@@ -56,12 +56,15 @@ __global__ void CheckSelectionsKernel(Params p, int64_t* n_valid) {
     n_valid[threadIdx.x * p.num_kv_heads + g] = static_cast<int64_t>(count[threadIdx.x]);
 }
 
-// The merged bands of item (g, t), tile positions [a, b]: their pieces are counted (and written
-// from the item's range offset in the fill pass). Lane l takes the diagonal hi - l, so lanes
-// run in ascending position; a band begins a range when the next larger diagonal is more than
-// the tile's length away (or there is none) and ends one when the next smaller is.
+// The merged bands of item (g, t), whose tile ends at position e inside the query block [a, b]:
+// their pieces are counted (and written from the item's range offset in the fill pass). Lane l
+// takes the diagonal hi - l, so lanes run in ascending position; a band begins a range when the
+// next larger diagonal is more than the block's length away (or there is none) and ends one when
+// the next smaller is (bands are [max(0, a - d), min(b - d, e)]: ends capped at e only merge more
+// bands that are closer than the block's length anyway).
 template <bool kFill>
-__device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b) {
+__device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b,
+                              int64_t e) {
   const int lane = threadIdx.x & 31;
   const int64_t* diag = p.diagonals + g * p.n_slash;
   const int64_t reach = UpperBound(diag, p.n_valid[p.num_kv_heads + g], b);  // bands with d <= b
@@ -84,7 +87,7 @@ __device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, 
     const int64_t start_from =
         __shfl_sync(kFullMask, start_here, begun != 0 ? 31 - __clz(begun) : lane);
     const int64_t start = begun != 0 ? start_from : carry;
-    const int64_t end = b - d + 1;
+    const int64_t end = min(b - d, e) + 1;
     int64_t pieces = 0, absent = 0;
     if (ends && !PlaceRange(p.runs, p.n_runs, start, end, p.skip_absent, &absent,
                             [&](int64_t, int64_t, int64_t) { ++pieces; }))
@@ -112,15 +115,16 @@ __device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, 
   return count;
 }
 
-// The selected columns c <= b of item (g, t) outside every band: c is inside a band iff some
-// selected diagonal lies in [a - c, b - c].
+// The selected columns c <= e of item (g, t) outside every band: such a c is inside a band iff
+// some selected diagonal lies in [a - c, b - c].
 template <bool kFill>
-__device__ int64_t ItemColumns(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b) {
+__device__ int64_t ItemColumns(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b,
+                               int64_t e) {
   const int lane = threadIdx.x & 31;
   const int64_t* cols = p.columns + g * p.n_vertical;
   const int64_t* diag = p.diagonals + g * p.n_slash;
   const int64_t n_diag = p.n_valid[p.num_kv_heads + g];
-  const int64_t reach = UpperBound(cols, p.n_valid[g], b);
+  const int64_t reach = UpperBound(cols, p.n_valid[g], e);
   const int64_t base = kFill ? p.column_offsets[g * p.n_tiles + t] : 0;
   int64_t count = 0;
   for (int64_t lo = 0; lo < reach; lo += 32) {
@@ -156,11 +160,14 @@ __global__ void __launch_bounds__(kThreads) VerticalSlashIndexKernel(Params p) {
   for (int64_t item = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
        item < items; item += warps) {
     const int64_t g = item / p.n_tiles, t = item - g * p.n_tiles;
-    const int64_t rows = p.tiles[3 * t + 1] - p.tiles[3 * t], a = p.tiles[3 * t + 2];
+    const int64_t rows = p.tiles[3 * t + 1] - p.tiles[3 * t], pos = p.tiles[3 * t + 2];
     int64_t n_ranges = 0, n_columns = 0;
-    if (rows >= 1 && rows <= kSparseTileRows && a >= 0) {  // else reported by the checks
-      n_ranges = ItemRanges<kFill>(p, g, t, a, a + rows - 1);
-      n_columns = ItemColumns<kFill>(p, g, t, a, a + rows - 1);
+    if (rows >= 1 && rows <= kSparseTileRows && pos >= 0) {  // else reported by the checks
+      // The query block holding the tile: its bands, whatever part of it the tile holds.
+      const int64_t a = pos / kSparseTileRows * kSparseTileRows, b = a + kSparseTileRows - 1;
+      const int64_t e = pos + rows - 1;
+      n_ranges = ItemRanges<kFill>(p, g, t, a, b, e);
+      n_columns = ItemColumns<kFill>(p, g, t, a, b, e);
     }
     if (!kFill && (threadIdx.x & 31) == 0) {
       p.range_offsets[item + 1] = n_ranges;

@@ -103,14 +103,26 @@ TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
   for (int64_t t = 0; t < n_q; ++t) q_pos.data<int64_t>()[t] = n_k - n_q + t;
   for (int64_t j = 0; j < n_k; ++j) k_pos.data<int64_t>()[j] = j;
   HostTensor score_cpu(DType::kF32, {kv_heads, n_k});
-  ASSERT_TRUE(cpu_->KeyScores({CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f,
-                               score_cpu.view()})
+  ASSERT_TRUE(cpu_->KeyScores({CView(q),
+                               CView(q_pos),
+                               CView(k),
+                               CView(k_pos),
+                               CView(lse),
+                               0.0f,
+                               score_cpu.view(),
+                               {}})
                   .ok());
   BackendTensor d_q = Upload(q), d_q_pos = Upload(q_pos), d_k = Upload(k), d_k_pos = Upload(k_pos),
                 d_lse = Upload(lse);
   auto d_score = gpu_->Allocate(DType::kF32, {kv_heads, n_k});
-  ASSERT_TRUE(gpu_->KeyScores({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
-                               d_lse.cview(), 0.0f, d_score->view()})
+  ASSERT_TRUE(gpu_->KeyScores({d_q.cview(),
+                               d_q_pos.cview(),
+                               d_k.cview(),
+                               d_k_pos.cview(),
+                               d_lse.cview(),
+                               0.0f,
+                               d_score->view(),
+                               {}})
                   .ok());
   EXPECT_TRUE(testing::MatchesReference(Download(d_score->cview()), score_cpu,
                                         testing::Tolerance::Normalised(2e-5)));

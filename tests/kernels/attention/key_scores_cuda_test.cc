@@ -117,8 +117,14 @@ TEST(KeyScoresCudaArgsTest, RejectsHeadDimAbove256) {
   HostTensor q(DType::kF32, {1, 1, 320}), k(DType::kF32, {2, 1, 320}), lse(DType::kF32, {1, 1});
   HostTensor q_pos = Positions({5}), k_pos = Positions({0, 1}), score(DType::kF32, {1, 2});
   DeviceTensor d_q(q), d_k(k), d_lse(lse), d_q_pos(q_pos), d_k_pos(k_pos), d_score(score);
-  Status status = KeyScoresCuda({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
-                                 d_lse.cview(), 0.0f, d_score.view()},
+  Status status = KeyScoresCuda({d_q.cview(),
+                                 d_q_pos.cview(),
+                                 d_k.cview(),
+                                 d_k_pos.cview(),
+                                 d_lse.cview(),
+                                 0.0f,
+                                 d_score.view(),
+                                 {}},
                                 nullptr);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
 }
