@@ -9,7 +9,10 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/block_sparse_index_cuda.h"
+#include "kernels/attention/block_sums_cuda.h"
 #include "kernels/attention/key_scores_cuda.h"
+#include "kernels/attention/vertical_slash_index_cuda.h"
 #include "kernels/convert_cuda.h"
 #include "kernels/embedding_cuda.h"
 #include "kernels/gather_rows_cuda.h"
@@ -45,6 +48,7 @@ class CudaBackend final : public Backend {
     MP_ASSIGN_OR_RETURN(b->gemm_, GemmCudaContext::Create());
     MP_ASSIGN_OR_RETURN(b->sample_, SampleCudaWorkspace::Create());
     MP_ASSIGN_OR_RETURN(b->top_k_, TopKCudaWorkspace::Create());
+    MP_ASSIGN_OR_RETURN(b->sparse_index_, SparseIndexCudaWorkspace::Create());
     MP_ASSIGN_OR_RETURN(b->gather_error_, GatherErrorWord::Create());
     MP_ASSIGN_OR_RETURN(b->copies_, CudaCopyQueue::Create(b->stream_));
     return std::unique_ptr<Backend>(std::move(b));
@@ -154,14 +158,14 @@ class CudaBackend final : public Backend {
   Status GatherRows(const GatherRowsArgs& args) override {
     return GatherRowsCuda(args, gather_error_->device(), stream_);
   }
-  Status VerticalSlashIndex(const VerticalSlashIndexArgs&) override {
-    return UnimplementedError("the vertical-slash index is not available on the GPU yet");
+  Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) override {
+    return VerticalSlashIndexCuda(args, *sparse_index_, stream_);
   }
-  Status BlockSums(const BlockSumsArgs&) override {
-    return UnimplementedError("block sums are not available on the GPU yet");
+  Status BlockSums(const BlockSumsArgs& args) override {
+    return BlockSumsCuda(args, *sparse_index_, stream_);
   }
-  Status BlockSparseIndex(const BlockSparseIndexArgs&) override {
-    return UnimplementedError("the block-sparse index is not available on the GPU yet");
+  Status BlockSparseIndex(const BlockSparseIndexArgs& args) override {
+    return BlockSparseIndexCuda(args, *sparse_index_, stream_);
   }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
@@ -203,6 +207,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmCudaContext> gemm_;
   std::unique_ptr<SampleCudaWorkspace> sample_;
   std::unique_ptr<TopKCudaWorkspace> top_k_;
+  std::unique_ptr<SparseIndexCudaWorkspace> sparse_index_;  // the sparse index builders
   std::unique_ptr<GatherErrorWord> gather_error_;  // for GatherRows on the compute stream
   std::unique_ptr<CudaCopyQueue> copies_;
   std::vector<void*> weights_;

@@ -4,6 +4,7 @@
 
 #include "kernels/attention/block_sums.h"
 #include "kernels/attention/sparse_index.h"
+#include "kernels/attention/sparse_index_ref.h"
 #include "kernels/float_rows.h"
 
 namespace millipede {
@@ -57,6 +58,7 @@ Status BlockSumsRef(const BlockSumsArgs& args) {
   MP_RETURN_IF_ERROR(BlockSumsCheckArgs(args));
   const int64_t n = args.x.dim(0), num_heads = args.x.dim(1), head_dim = args.x.dim(2);
   const int64_t num_blocks = args.sums.dim(0), out_heads = num_heads / args.group;
+  MP_RETURN_IF_ERROR(sparse_index_ref::KeyLayout::Read(args.runs, "block_sums").status());
   MP_RETURN_IF_ERROR(CheckRowsCovered(args.runs, n));
   std::vector<double> sums(static_cast<size_t>(num_blocks * out_heads * head_dim), 0.0);
   std::vector<double> counts(static_cast<size_t>(num_blocks), 0.0);

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -13,20 +14,61 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kKeys = 32;  // keys per block: one per lane
 constexpr int kMaxHeadDim = 256;
+// Diagonal sums of a block are gathered in shared memory when its diagonals span at most this
+// many (keys and queries at consecutive positions: 32 + n_q - 1), else added to global memory.
+constexpr int kDiagShared = 1024;
+
+// The diagonals this block's terms can fall on, [diag_lo, diag_hi] (clipped to [0, n_diag)):
+// q_pos - k_pos over every query and the block's keys. Returns whether they fit kDiagShared, in
+// which case `diag_shared` is zeroed for them. Called by every thread of the block.
+__device__ bool DiagonalSpan(const int64_t* q_pos, int64_t n_q, const int64_t* k_pos, int64_t key0,
+                             int64_t n_k, int64_t n_diag, float* diag_shared, long long* diag_lo,
+                             long long* diag_hi) {
+  __shared__ long long q_min, q_max, k_min, k_max;
+  if (threadIdx.x == 0) {
+    q_min = k_min = LLONG_MAX;
+    q_max = k_max = LLONG_MIN;
+  }
+  __syncthreads();
+  for (int64_t t = threadIdx.x; t < n_q; t += kThreads) {
+    atomicMin(&q_min, static_cast<long long>(q_pos[t]));
+    atomicMax(&q_max, static_cast<long long>(q_pos[t]));
+  }
+  if (threadIdx.x < kKeys && key0 + threadIdx.x < n_k) {
+    atomicMin(&k_min, static_cast<long long>(k_pos[key0 + threadIdx.x]));
+    atomicMax(&k_max, static_cast<long long>(k_pos[key0 + threadIdx.x]));
+  }
+  __syncthreads();
+  // No query or no key: an empty span (the loop below adds nothing either).
+  const long long lo = q_min == LLONG_MAX || k_max == LLONG_MIN ? 0 : max(0ll, q_min - k_max);
+  const long long hi = q_max == LLONG_MIN || k_min == LLONG_MAX
+                           ? -1
+                           : min(static_cast<long long>(n_diag) - 1, q_max - k_min);
+  const bool fits = hi - lo + 1 <= kDiagShared;
+  if (fits)
+    for (long long i = threadIdx.x; i <= hi - lo; i += kThreads) diag_shared[i] = 0.0f;
+  if (threadIdx.x == 0) {
+    *diag_lo = lo;
+    *diag_hi = hi;
+  }
+  __syncthreads();
+  return fits;
+}
 
 // One block per (32 keys, KV head g). The keys sit in shared memory as floats (rows padded by
 // one float, so the 32 lanes reading one column of 32 rows hit 32 banks); the (query, head)
 // rows of g are streamed through shared memory 8 at a time, warp w taking row w of each batch:
 // lane l adds exp(scale * q.k_l - lse) for key l. The warps' partial sums are added at the end.
+// With diag_score, each term is also added to its diagonal q_pos - k_pos (if below n_diag).
 //   q [n_q, num_heads, head_dim], q_pos [n_q], k [n_k, num_kv_heads, head_dim], k_pos [n_k],
-//   lse [n_q, num_heads], score [num_kv_heads, n_k].
+//   lse [n_q, num_heads], score [num_kv_heads, n_k], diag_score [num_kv_heads, n_diag] (zeroed).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     KeyScoresKernel(const float* __restrict__ q, const int64_t* __restrict__ q_pos,
                     const T* __restrict__ k, const int64_t* __restrict__ k_pos,
-                    const float* __restrict__ lse, float* __restrict__ score, int64_t n_q,
-                    int64_t num_heads, int64_t n_k, int64_t num_kv_heads, int64_t head_dim,
-                    float scale) {
+                    const float* __restrict__ lse, float* __restrict__ score,
+                    float* __restrict__ diag_score, int64_t n_diag, int64_t n_q, int64_t num_heads,
+                    int64_t n_k, int64_t num_kv_heads, int64_t head_dim, float scale) {
   extern __shared__ float shared[];
   const int64_t pitch = head_dim + 1;
   float* keys = shared;                   // [kKeys, pitch]
@@ -34,6 +76,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float row_lse[kWarps];
   __shared__ int64_t row_pos[kWarps];
   __shared__ float partial[kWarps][kKeys];
+  float* diag_shared = queries + kWarps * head_dim;  // [kDiagShared] with diag_score
+  __shared__ long long diag_lo, diag_hi;
 
   const int64_t g = blockIdx.y, group = num_heads / num_kv_heads;
   const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kKeys;
@@ -47,6 +91,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key = key0 + lane;
   const int64_t my_pos = key < n_k ? k_pos[key] : 0;
   float acc = 0.0f;
+  const bool diag_in_shared =
+      diag_score != nullptr &&
+      DiagonalSpan(q_pos, n_q, k_pos, key0, n_k, n_diag, diag_shared, &diag_lo, &diag_hi);
 
   const int64_t rows = n_q * group;  // row r: query t = r / group, head g * group + r % group
   for (int64_t r0 = 0; r0 < rows; r0 += kWarps) {
@@ -68,10 +115,17 @@ __global__ void __launch_bounds__(kThreads)
     const float* kv = keys + lane * pitch;
     float dot = 0.0f;
     for (int64_t c = 0; c < head_dim; ++c) dot = fmaf(qv[c], kv[c], dot);
-    acc += expf(scale * dot - l);
+    const float p = expf(scale * dot - l);
+    acc += p;
+    const int64_t d = row_pos[warp] - my_pos;
+    if (diag_score != nullptr && d < n_diag)
+      atomicAdd(diag_in_shared ? &diag_shared[d - diag_lo] : &diag_score[g * n_diag + d], p);
   }
   partial[warp][lane] = acc;
   __syncthreads();
+  if (diag_in_shared)
+    for (int64_t i = threadIdx.x; i <= diag_hi - diag_lo; i += kThreads)
+      if (diag_shared[i] != 0.0f) atomicAdd(&diag_score[g * n_diag + diag_lo + i], diag_shared[i]);
   if (warp == 0 && key < n_k) {
     float sum = 0.0f;
     for (int w = 0; w < kWarps; ++w) sum += partial[w][lane];
@@ -88,20 +142,23 @@ Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream) {
   MP_REQUIRE(head_dim <= kMaxHeadDim, "key_scores: head_dim ", head_dim, " > ", kMaxHeadDim,
              " is not supported on the GPU");
   MP_REQUIRE(num_kv_heads <= 65535, "key_scores: ", num_kv_heads, " KV heads exceed the grid");
-  if (args.diag_score.data != nullptr)
-    return UnimplementedError("key_scores: diagonal scores are not available on the GPU yet");
+  const bool diag = args.diag_score.data != nullptr && args.diag_score.dim(1) > 0;
+  if (diag)
+    MP_CUDA_CHECK(cudaMemsetAsync(args.diag_score.data, 0, args.diag_score.NumBytes(), stream));
   if (n_k == 0) return OkStatus();
   const float scale = args.scale == 0.0f
                           ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
                           : args.scale;
   const dim3 grid(static_cast<unsigned>((n_k + kKeys - 1) / kKeys),
                   static_cast<unsigned>(num_kv_heads));
-  const size_t shared_bytes = (kKeys * (head_dim + 1) + kWarps * head_dim) * sizeof(float);
+  const size_t shared_bytes =
+      (kKeys * (head_dim + 1) + kWarps * head_dim + (diag ? kDiagShared : 0)) * sizeof(float);
   return cuda_util::VisitFloatDType(args.k.dtype, "key_scores k", [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     KeyScoresKernel<T><<<grid, kThreads, shared_bytes, stream>>>(
         args.q.as<const float>(), args.q_pos.as<const int64_t>(), args.k.as<const T>(),
-        args.k_pos.as<const int64_t>(), args.lse.as<const float>(), args.score.as<float>(), n_q,
+        args.k_pos.as<const int64_t>(), args.lse.as<const float>(), args.score.as<float>(),
+        diag ? args.diag_score.as<float>() : nullptr, diag ? args.diag_score.dim(1) : 0, n_q,
         num_heads, n_k, num_kv_heads, head_dim, scale);
     MP_CUDA_CHECK_LAUNCH();
     return OkStatus();

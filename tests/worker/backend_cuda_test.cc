@@ -1,9 +1,9 @@
-// The CUDA backend's selection ops and sparse attention against the CPU backend, and its copy
-// queue: a copy started after a kernel sees the kernel's result; compute made to wait for a copy
-// sees the copied data; a copy's source is safe from compute queued after ComputeWaitFor; a copy
-// runs on while compute is synchronised (no device-wide wait inside); gathers from page-locked
-// host memory; bad gather indices reported by Synchronize / WaitCopy; pageable memory refused.
-// Skips without a GPU.
+// The CUDA backend's selection ops, sparse index ops and sparse attention against the CPU
+// backend, and its copy queue: a copy started after a kernel sees the kernel's result; compute
+// made to wait for a copy sees the copied data; a copy's source is safe from compute queued after
+// ComputeWaitFor; a copy runs on while compute is synchronised (no device-wide wait inside);
+// gathers from page-locked host memory; bad gather indices reported by Synchronize / WaitCopy;
+// pageable memory refused. Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -103,14 +103,26 @@ TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
   for (int64_t t = 0; t < n_q; ++t) q_pos.data<int64_t>()[t] = n_k - n_q + t;
   for (int64_t j = 0; j < n_k; ++j) k_pos.data<int64_t>()[j] = j;
   HostTensor score_cpu(DType::kF32, {kv_heads, n_k});
-  ASSERT_TRUE(cpu_->KeyScores({CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f,
-                               score_cpu.view()})
+  ASSERT_TRUE(cpu_->KeyScores({CView(q),
+                               CView(q_pos),
+                               CView(k),
+                               CView(k_pos),
+                               CView(lse),
+                               0.0f,
+                               score_cpu.view(),
+                               {}})
                   .ok());
   BackendTensor d_q = Upload(q), d_q_pos = Upload(q_pos), d_k = Upload(k), d_k_pos = Upload(k_pos),
                 d_lse = Upload(lse);
   auto d_score = gpu_->Allocate(DType::kF32, {kv_heads, n_k});
-  ASSERT_TRUE(gpu_->KeyScores({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
-                               d_lse.cview(), 0.0f, d_score->view()})
+  ASSERT_TRUE(gpu_->KeyScores({d_q.cview(),
+                               d_q_pos.cview(),
+                               d_k.cview(),
+                               d_k_pos.cview(),
+                               d_lse.cview(),
+                               0.0f,
+                               d_score->view(),
+                               {}})
                   .ok());
   EXPECT_TRUE(testing::MatchesReference(Download(d_score->cview()), score_cpu,
                                         testing::Tolerance::Normalised(2e-5)));
@@ -169,6 +181,92 @@ TEST_F(CudaBackendOpsTest, SparseAttentionMatchesTheCpuBackend) {
                                         testing::Tolerance::Normalised(2e-2)));
   EXPECT_TRUE(testing::MatchesReference(Download(d_lse->cview()), lse_cpu,
                                         testing::Tolerance::Elementwise(0.0, 2e-2)));
+}
+
+// The sparse index ops through both backends: block sums of random keys (two runs), the
+// block-sparse index from them, and a vertical-slash index, each in two passes.
+TEST_F(CudaBackendOpsTest, SparseIndexOpsMatchTheCpuBackend) {
+  const int64_t n = 1000, num_blocks = 16, kv_heads = 2, d = 32;
+  HostTensor k = RandomTensor(DType::kBF16, {n, kv_heads, d}, 5);
+  HostTensor runs(DType::kI64, {2, 3}), tiles(DType::kI64, {16, 3});
+  const int64_t run_values[] = {0, 600, 400, 600, 1000, 0};  // positions 600.. at rows 0..
+  std::copy(run_values, run_values + 6, runs.data<int64_t>());
+  for (int64_t t = 0; t < 16; ++t) {
+    const int64_t rows = std::min<int64_t>(64, n - 64 * t);
+    const int64_t tile[] = {64 * t, 64 * t + rows, 64 * t};
+    std::copy(tile, tile + 3, tiles.data<int64_t>() + 3 * t);
+  }
+  BackendTensor d_k = Upload(k), d_runs = Upload(runs), d_tiles = Upload(tiles);
+  HostTensor sums(DType::kF32, {num_blocks, kv_heads, d}), counts(DType::kF32, {num_blocks});
+  ASSERT_TRUE(cpu_->BlockSums({CView(k), CView(runs), 64, 1, sums.view(), counts.view()}).ok());
+  auto d_sums = gpu_->Allocate(DType::kF32, {num_blocks, kv_heads, d});
+  auto d_counts = gpu_->Allocate(DType::kF32, {num_blocks});
+  ASSERT_TRUE(
+      gpu_->BlockSums({d_k.cview(), d_runs.cview(), 64, 1, d_sums->view(), d_counts->view()}).ok());
+  EXPECT_TRUE(testing::MatchesReference(Download(d_sums->cview()), sums,
+                                        testing::Tolerance::Normalised(1e-5)));
+  EXPECT_TRUE(
+      testing::MatchesReference(Download(d_counts->cview()), counts, testing::Tolerance::Exact()));
+
+  // Both backends build from the CPU's sums, so that the index must match exactly.
+  BackendTensor d_exact_sums = Upload(sums), d_exact_counts = Upload(counts);
+  const int64_t top_blocks[] = {3, 5};
+  HostTensor columns(DType::kI64, {2, 3}), diagonals(DType::kI64, {2, 2});
+  const int64_t column_values[] = {1, 300, -1, 5, 6, 700}, diagonal_values[] = {0, 100, 0, -1};
+  std::copy(column_values, column_values + 6, columns.data<int64_t>());
+  std::copy(diagonal_values, diagonal_values + 4, diagonals.data<int64_t>());
+  BackendTensor d_columns = Upload(columns), d_diagonals = Upload(diagonals);
+  for (bool block_sparse : {true, false}) {
+    std::vector<HostTensor> results;
+    for (Backend* backend : {cpu_.get(), gpu_.get()}) {
+      const bool on_gpu = backend == gpu_.get();
+      auto build = [&](SparseIndexOut out) {
+        if (block_sparse) {
+          BlockSparseIndexArgs args;
+          args.tiles = on_gpu ? d_tiles.cview() : CView(tiles);
+          args.runs = on_gpu ? d_runs.cview() : CView(runs);
+          args.q_sums = args.k_sums = on_gpu ? d_exact_sums.cview() : CView(sums);
+          args.q_counts = args.k_counts = on_gpu ? d_exact_counts.cview() : CView(counts);
+          args.group = 1;
+          args.top_blocks = top_blocks;
+          args.out = out;
+          return backend->BlockSparseIndex(args);
+        }
+        VerticalSlashIndexArgs args;
+        args.tiles = on_gpu ? d_tiles.cview() : CView(tiles);
+        args.runs = on_gpu ? d_runs.cview() : CView(runs);
+        args.columns = on_gpu ? d_columns.cview() : CView(columns);
+        args.diagonals = on_gpu ? d_diagonals.cview() : CView(diagonals);
+        args.out = out;
+        return backend->VerticalSlashIndex(args);
+      };
+      auto to_host = [&](ConstTensorView t) {
+        if (on_gpu) return Download(t);
+        HostTensor h(t.dtype, t.shape);
+        if (t.NumBytes() > 0) std::memcpy(h.view().data, t.data, t.NumBytes());
+        return h;
+      };
+      auto offsets = backend->Allocate(DType::kI64, {2 * 16 + 1});
+      auto column_offsets = backend->Allocate(DType::kI64, {2 * 16 + 1});
+      ASSERT_TRUE(build({offsets->view(),
+                         {nullptr, DType::kI64, {0, 3}},
+                         column_offsets->view(),
+                         {nullptr, DType::kI64, {0, 2}}})
+                      .ok());
+      const int64_t n_ranges = to_host(offsets->cview()).data<int64_t>()[32];
+      const int64_t n_columns = to_host(column_offsets->cview()).data<int64_t>()[32];
+      auto ranges = backend->Allocate(DType::kI64, {n_ranges, 3});
+      auto cols = backend->Allocate(DType::kI64, {n_columns, 2});
+      ASSERT_TRUE(
+          build({offsets->view(), ranges->view(), column_offsets->view(), cols->view()}).ok());
+      for (ConstTensorView t :
+           {offsets->cview(), column_offsets->cview(), ranges->cview(), cols->cview()})
+        results.push_back(to_host(t));
+    }
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_TRUE(testing::SameElementBytes(results[4 + i], results[i]))
+          << (block_sparse ? "block-sparse " : "vertical-slash ") << i;
+  }
 }
 
 // (a): a copy queued after a kernel sees the kernel's result. The kernel is slow (a gather that

@@ -112,7 +112,8 @@ TEST(CpuBackendOpsTest, SelectionOpsAreTheReferences) {
                                {k_pos, DType::kI64, {2}},
                                {lse, DType::kF32, {1, 1}},
                                1.0f,
-                               {score, DType::kF32, {1, 2}}})
+                               {score, DType::kF32, {1, 2}},
+                               {}})
                   .ok());
   EXPECT_FLOAT_EQ(score[0], std::exp(1.0f));
   EXPECT_FLOAT_EQ(score[1], 1.0f);

@@ -27,12 +27,12 @@ Status Sums(const HostTensor& x, const HostTensor& runs, int64_t block, int64_t 
 }
 
 TEST(BlockSumsTest, ByHand) {
-  // 5 rows of 4 heads x 1 dim; rows 0-2 at positions 3-5, rows 3-4 at positions 0-1. Blocks of
+  // 5 rows of 4 heads x 1 dim; rows 3-4 at positions 0-1, rows 0-2 at positions 3-5. Blocks of
   // 4: block 0 holds positions 0, 1, 3 (rows 3, 4, 0), block 1 positions 4, 5 (rows 1, 2),
   // block 2 nothing. Heads summed in pairs.
   HostTensor x = TensorOf(DType::kF32, {5, 4, 1}, {1,   2,   3,    4,     10, 20, 30, 40, 100, 200,
                                                    300, 400, 0.5f, 0.25f, 0,  0,  -1, -2, -3,  -4});
-  HostTensor runs = Rows3({3, 6, 0, 0, 2, 3});
+  HostTensor runs = Rows3({0, 2, 3, 3, 6, 0});
   HostTensor sums = PoisonedF32({3, 2, 1}), counts = PoisonedF32({3});
   ASSERT_TRUE(Sums(x, runs, 4, 2, sums, counts).ok());
   EXPECT_EQ(ToFloats(sums),
@@ -77,6 +77,7 @@ TEST(BlockSumsTest, Errors) {
   EXPECT_FALSE(Sums(x, Rows3({0, 9, 0}), 8, 1, sums, counts).ok());              // row 9 in no run
   EXPECT_FALSE(Sums(x, Rows3({0, 10, 0, 20, 21, 9}), 8, 1, sums, counts).ok());  // row 9 twice
   EXPECT_FALSE(Sums(x, Rows3({10, 20, 0}), 8, 1, sums, counts).ok());            // positions >= 16
+  EXPECT_FALSE(Sums(x, Rows3({5, 10, 5, 0, 5, 0}), 8, 1, sums, counts).ok());    // not sorted
   EXPECT_FALSE(Sums(x, Rows3({0, 10, 0}), 0, 1, sums, counts).ok());
   EXPECT_FALSE(Sums(x, Rows3({0, 10, 0}), 8, 3, sums, counts).ok());  // 3 does not divide 2
   HostTensor wide = PoisonedF32({2, 1, 3});

@@ -1,7 +1,7 @@
 // KeyScoresCuda against KeyScoresRef: random queries and keys (F32, BF16, F16), head dims from 1
-// to 256, GQA groups, shuffled key positions (some after every query), some queries with an lse
-// of -inf, partial key blocks; every score written (outputs start as NaN), guard bands checked.
-// Skips without a GPU.
+// to 256, GQA groups, shuffled key positions (some after every query) or keys in position order,
+// some queries with an lse of -inf, partial key blocks; every score and diagonal score written
+// (outputs start as NaN), guard bands checked. Skips without a GPU.
 #include "kernels/attention/key_scores_cuda.h"
 
 #include <cuda_runtime.h>
@@ -30,6 +30,7 @@ using testing::Tolerance;
 struct Case {
   int64_t n_q, heads, kv_heads, head_dim, n_k;
   DType k_dtype;
+  bool keys_in_order = false;  // consecutive key positions: diagonals gathered in shared memory
 };
 
 class KeyScoresCudaTest : public testing::GpuOpTest<Case> {};
@@ -73,7 +74,7 @@ TEST_P(KeyScoresCudaTest, MatchesReference) {
   std::vector<int64_t> k_pos(static_cast<size_t>(c.n_k + 8));
   std::iota(k_pos.begin(), k_pos.end(), 0);
   std::mt19937_64 rng(23);
-  std::shuffle(k_pos.begin(), k_pos.end(), rng);
+  if (!c.keys_in_order) std::shuffle(k_pos.begin(), k_pos.end(), rng);
   k_pos.resize(static_cast<size_t>(c.n_k));
   std::vector<int64_t> q_pos;
   for (int64_t t = 0; t < c.n_q; ++t) q_pos.push_back(std::max<int64_t>(0, c.n_k - c.n_q + t));
@@ -86,14 +87,19 @@ TEST_P(KeyScoresCudaTest, MatchesReference) {
   const int ilse = check.Input(MakeLse(q, q_pos, k, k_pos));
   const int iscore =
       check.Output("score", testing::PoisonedF32({c.kv_heads, c.n_k}), Tolerance::Normalised(2e-5));
+  // Diagonals up to n_k - 3: the farthest are left out.
+  const int64_t n_diag = std::max<int64_t>(c.n_k - 3, 1);
+  const int idiag = check.Output("diag_score", testing::PoisonedF32({c.kv_heads, n_diag}),
+                                 Tolerance::Normalised(2e-5));
   ASSERT_TRUE(check.Run(
       [&](const OpCheck::Tensors& t) {
         return KeyScoresArgs{t.cview(iq),     t.cview(iq_pos), t.cview(ik),
                              t.cview(ik_pos), t.cview(ilse),   0.0f,
-                             t.view(iscore)};
+                             t.view(iscore),  t.view(idiag)};
       },
       KeyScoresRef, KeyScoresCuda));
   EXPECT_TRUE(testing::AllFinite(check.actual(iscore)));
+  EXPECT_TRUE(testing::AllFinite(check.actual(idiag)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -101,15 +107,24 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{8, 32, 8, 128, 5000, DType::kBF16}, Case{1, 4, 4, 64, 33, DType::kF32},
                       Case{3, 6, 2, 40, 100, DType::kF16}, Case{64, 8, 1, 256, 700, DType::kBF16},
                       Case{5, 2, 2, 1, 31, DType::kF32}, Case{0, 4, 2, 64, 50, DType::kBF16},
-                      Case{16, 28, 4, 128, 1, DType::kF16}));
+                      Case{16, 28, 4, 128, 1, DType::kF16},
+                      Case{64, 32, 8, 128, 3000, DType::kBF16, true},
+                      Case{7, 12, 3, 64, 200, DType::kF16, true},
+                      Case{2000, 4, 1, 16, 300, DType::kF32, true}));
 
 TEST(KeyScoresCudaArgsTest, RejectsHeadDimAbove256) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
   HostTensor q(DType::kF32, {1, 1, 320}), k(DType::kF32, {2, 1, 320}), lse(DType::kF32, {1, 1});
   HostTensor q_pos = Positions({5}), k_pos = Positions({0, 1}), score(DType::kF32, {1, 2});
   DeviceTensor d_q(q), d_k(k), d_lse(lse), d_q_pos(q_pos), d_k_pos(k_pos), d_score(score);
-  Status status = KeyScoresCuda({d_q.cview(), d_q_pos.cview(), d_k.cview(), d_k_pos.cview(),
-                                 d_lse.cview(), 0.0f, d_score.view()},
+  Status status = KeyScoresCuda({d_q.cview(),
+                                 d_q_pos.cview(),
+                                 d_k.cview(),
+                                 d_k_pos.cview(),
+                                 d_lse.cview(),
+                                 0.0f,
+                                 d_score.view(),
+                                 {}},
                                 nullptr);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
 }

@@ -52,7 +52,7 @@ StatusOr<HostTensor> Scores(const HostTensor& q, const HostTensor& q_pos, const 
                             const HostTensor& k_pos, const HostTensor& lse, float scale = 0.0f) {
   HostTensor score = PoisonedF32({k.shape()[1], k.shape()[0]});
   MP_RETURN_IF_ERROR(KeyScoresRef(
-      {CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), scale, score.view()}));
+      {CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), scale, score.view(), {}}));
   return score;
 }
 
@@ -169,7 +169,8 @@ TEST(KeyScoresTest, RejectsBadLseAndArguments) {
   EXPECT_FALSE(Scores(q, q_pos, k_i, k_pos, lse).ok());
   HostTensor score(DType::kF32, {3, 1});  // transposed
   EXPECT_FALSE(
-      KeyScoresRef({CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f, score.view()})
+      KeyScoresRef(
+          {CView(q), CView(q_pos), CView(k), CView(k_pos), CView(lse), 0.0f, score.view(), {}})
           .ok());
 }
 

@@ -1,0 +1,231 @@
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/attention/sparse_index.cuh"
+#include "kernels/attention/vertical_slash_index_cuda.h"
+
+namespace millipede {
+namespace {
+
+using namespace sparse_index_cuda;  // NOLINT(build/namespaces): the builders' shared internals
+
+constexpr int kThreads = 256;
+
+struct Params {
+  const int64_t* tiles;
+  int64_t n_tiles;
+  const int64_t* runs;
+  int64_t n_runs;
+  const int64_t* columns;  // [num_kv_heads, n_vertical]
+  int64_t n_vertical;
+  const int64_t* diagonals;  // [num_kv_heads, n_slash]
+  int64_t n_slash;
+  const int64_t* n_valid;  // [2, num_kv_heads]: selected columns, then selected diagonals
+  int64_t num_kv_heads;
+  bool skip_absent;
+  int64_t* range_offsets;
+  int64_t* column_offsets;
+  int64_t* ranges;  // fill pass: [ranges_rows, 3]
+  int64_t ranges_rows;
+  int64_t* out_columns;  // fill pass: [columns_rows, 2]
+  int64_t columns_rows;
+  ErrorWord* error;
+};
+
+// One block per KV head: reports a selection that is negative (other than -1), out of order or
+// after a -1, and counts the head's selections (which then form a prefix of its row).
+__global__ void CheckSelectionsKernel(Params p, int64_t* n_valid) {
+  __shared__ unsigned long long count[2];
+  const int64_t g = blockIdx.x;
+  if (threadIdx.x < 2) count[threadIdx.x] = 0;
+  __syncthreads();
+  for (int which = 0; which < 2; ++which) {
+    const int64_t n = which == 0 ? p.n_vertical : p.n_slash;
+    const int64_t* row = (which == 0 ? p.columns : p.diagonals) + g * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const int64_t v = row[i];
+      if (v == -1) continue;
+      atomicAdd(&count[which], 1ull);
+      if (v < 0 || (i > 0 && (row[i - 1] == -1 || row[i - 1] >= v)))
+        Report(p.error, kBadSelection, g, which, i, v);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 2)
+    n_valid[threadIdx.x * p.num_kv_heads + g] = static_cast<int64_t>(count[threadIdx.x]);
+}
+
+// The merged bands of item (g, t), whose tile ends at position e inside the query block [a, b]:
+// their pieces are counted (and written from the item's range offset in the fill pass). Lane l
+// takes the diagonal hi - l, so lanes run in ascending position; a band begins a range when the
+// next larger diagonal is more than the block's length away (or there is none) and ends one when
+// the next smaller is (bands are [max(0, a - d), min(b - d, e)]: ends capped at e only merge more
+// bands that are closer than the block's length anyway).
+template <bool kFill>
+__device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b,
+                              int64_t e) {
+  const int lane = threadIdx.x & 31;
+  const int64_t* diag = p.diagonals + g * p.n_slash;
+  const int64_t reach = UpperBound(diag, p.n_valid[p.num_kv_heads + g], b);  // bands with d <= b
+  const int64_t length = b - a + 1;
+  const int64_t base = kFill ? p.range_offsets[g * p.n_tiles + t] : 0;
+  int64_t count = 0, carry = 0;  // carry: where the range still open at a chunk's end begins
+  for (int64_t hi = reach - 1; hi >= 0; hi -= 32) {
+    const int64_t idx = hi - lane;
+    const bool valid = idx >= 0;
+    const int64_t d = valid ? diag[idx] : 0;
+    int64_t up = __shfl_up_sync(kFullMask, d, 1);
+    if (lane == 0 && hi + 1 < reach) up = diag[hi + 1];
+    int64_t down = __shfl_down_sync(kFullMask, d, 1);
+    if (lane == 31 && idx >= 1) down = diag[idx - 1];
+    const bool begins = valid && (idx + 1 >= reach || up - d > length);
+    const bool ends = valid && (idx == 0 || d - down > length);
+    const int64_t start_here = max(int64_t{0}, a - d);
+    const unsigned begin_mask = __ballot_sync(kFullMask, begins);
+    const unsigned begun = begin_mask & (kFullMask >> (31 - lane));
+    const int64_t start_from =
+        __shfl_sync(kFullMask, start_here, begun != 0 ? 31 - __clz(begun) : lane);
+    const int64_t start = begun != 0 ? start_from : carry;
+    const int64_t end = min(b - d, e) + 1;
+    int64_t pieces = 0, absent = 0;
+    if (ends && !PlaceRange(p.runs, p.n_runs, start, end, p.skip_absent, &absent,
+                            [&](int64_t, int64_t, int64_t) { ++pieces; }))
+      Report(p.error, kAbsentPosition, g, t, absent);
+    const int64_t inclusive = WarpInclusiveSum(pieces);
+    if (kFill && ends) {
+      int64_t o = base + count + inclusive - pieces;
+      PlaceRange(p.runs, p.n_runs, start, end, p.skip_absent, &absent,
+                 [&](int64_t row_begin, int64_t row_end, int64_t pos) {
+                   if (o < p.ranges_rows) {
+                     p.ranges[3 * o] = row_begin;
+                     p.ranges[3 * o + 1] = row_end;
+                     p.ranges[3 * o + 2] = pos;
+                   }
+                   ++o;
+                 });
+    }
+    count += __shfl_sync(kFullMask, inclusive, 31);
+    const unsigned end_mask = __ballot_sync(kFullMask, ends);
+    const int last_begin = begin_mask != 0 ? 31 - __clz(begin_mask) : -1;
+    const int last_end = end_mask != 0 ? 31 - __clz(end_mask) : -1;
+    const int64_t open_start = __shfl_sync(kFullMask, start_here, max(last_begin, 0));
+    if (last_begin > last_end) carry = open_start;
+  }
+  return count;
+}
+
+// The selected columns c <= e of item (g, t) outside every band: such a c is inside a band iff
+// some selected diagonal lies in [a - c, b - c].
+template <bool kFill>
+__device__ int64_t ItemColumns(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b,
+                               int64_t e) {
+  const int lane = threadIdx.x & 31;
+  const int64_t* cols = p.columns + g * p.n_vertical;
+  const int64_t* diag = p.diagonals + g * p.n_slash;
+  const int64_t n_diag = p.n_valid[p.num_kv_heads + g];
+  const int64_t reach = UpperBound(cols, p.n_valid[g], e);
+  const int64_t base = kFill ? p.column_offsets[g * p.n_tiles + t] : 0;
+  int64_t count = 0;
+  for (int64_t lo = 0; lo < reach; lo += 32) {
+    const int64_t idx = lo + lane;
+    const int64_t c = idx < reach ? cols[idx] : 0;
+    int64_t row = -1;
+    if (idx < reach) {
+      const int64_t j = LowerBound(diag, n_diag, a - c);
+      if (j == n_diag || diag[j] > b - c) {
+        row = RowOf(p.runs, p.n_runs, c);
+        if (row < 0 && !p.skip_absent) Report(p.error, kAbsentPosition, g, t, c);
+      }
+    }
+    const unsigned keep = __ballot_sync(kFullMask, row >= 0);
+    if (kFill && row >= 0) {
+      const int64_t o = base + count + __popc(keep & ((1u << lane) - 1));
+      if (o < p.columns_rows) {
+        p.out_columns[2 * o] = row;
+        p.out_columns[2 * o + 1] = c;
+      }
+    }
+    count += __popc(keep);
+  }
+  return count;
+}
+
+// One warp per item (KV head g, tile t), items in CSR order. The count pass writes each item's
+// counts at offsets[item + 1]; the fill pass writes from offsets[item].
+template <bool kFill>
+__global__ void __launch_bounds__(kThreads) VerticalSlashIndexKernel(Params p) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  const int64_t items = p.num_kv_heads * p.n_tiles;
+  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+       item < items; item += warps) {
+    const int64_t g = item / p.n_tiles, t = item - g * p.n_tiles;
+    const int64_t rows = p.tiles[3 * t + 1] - p.tiles[3 * t], pos = p.tiles[3 * t + 2];
+    int64_t n_ranges = 0, n_columns = 0;
+    if (rows >= 1 && rows <= kSparseTileRows && pos >= 0) {  // else reported by the checks
+      // The query block holding the tile: its bands, whatever part of it the tile holds.
+      const int64_t a = pos / kSparseTileRows * kSparseTileRows, b = a + kSparseTileRows - 1;
+      const int64_t e = pos + rows - 1;
+      n_ranges = ItemRanges<kFill>(p, g, t, a, b, e);
+      n_columns = ItemColumns<kFill>(p, g, t, a, b, e);
+    }
+    if (!kFill && (threadIdx.x & 31) == 0) {
+      p.range_offsets[item + 1] = n_ranges;
+      p.column_offsets[item + 1] = n_columns;
+    }
+  }
+}
+
+}  // namespace
+
+Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
+                              SparseIndexCudaWorkspace& workspace, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(VerticalSlashIndexCheckArgs(args));
+  SparseIndexCudaWorkspace::Impl& ws = workspace.impl();
+  const int64_t heads = args.columns.dim(0), n_tiles = args.tiles.dim(0);
+  const int64_t items = heads * n_tiles;
+  MP_RETURN_IF_ERROR(BeginChecks(ws, args.tiles, args.runs, stream));
+  MP_RETURN_IF_ERROR(
+      ws.heads.Reserve(static_cast<size_t>(std::max<int64_t>(2 * heads, 1)) * 8, stream));
+  const bool fill = !args.out.CountPass();
+  Params p{args.tiles.as<const int64_t>(),
+           n_tiles,
+           args.runs.as<const int64_t>(),
+           args.runs.dim(0),
+           args.columns.as<const int64_t>(),
+           args.columns.dim(1),
+           args.diagonals.as<const int64_t>(),
+           args.diagonals.dim(1),
+           static_cast<const int64_t*>(ws.heads.data()),
+           heads,
+           args.skip_absent,
+           args.out.range_offsets.as<int64_t>(),
+           args.out.column_offsets.as<int64_t>(),
+           fill ? args.out.ranges.as<int64_t>() : nullptr,
+           fill ? args.out.ranges.dim(0) : 0,
+           fill ? args.out.columns.as<int64_t>() : nullptr,
+           fill ? args.out.columns.dim(0) : 0,
+           ws.error};
+  if (heads > 0) {
+    MP_REQUIRE(heads <= (int64_t{1} << 31) - 1, "vertical_slash_index: too many KV heads");
+    CheckSelectionsKernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(
+        p, static_cast<int64_t*>(ws.heads.data()));
+    MP_CUDA_CHECK_LAUNCH();
+  }
+  if (items > 0) {
+    VerticalSlashIndexKernel<false><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
+    MP_CUDA_CHECK_LAUNCH();
+  }
+  MP_RETURN_IF_ERROR(ScanOffsets(ws, p.range_offsets, items, stream));
+  MP_RETURN_IF_ERROR(ScanOffsets(ws, p.column_offsets, items, stream));
+  if (fill) {
+    MP_RETURN_IF_ERROR(CheckFillSizes(ws, args.out, items, stream));
+    if (items > 0) {
+      VerticalSlashIndexKernel<true><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
+      MP_CUDA_CHECK_LAUNCH();
+    }
+  }
+  return Finish(ws, "vertical_slash_index", stream);
+}
+
+}  // namespace millipede

@@ -1,0 +1,250 @@
+// millipede-bench-sparse-index: times the CUDA backend's sparse index builders as a prefill of
+// one layer calls them (each call ends with its own wait) and prints one JSON object: KeyScores
+// of the last queries with diagonal sums (MInference's vertical and slash scores), the
+// vertical-slash index (count pass, fill pass), block sums of the queries and keys and the
+// block-sparse index (count, fill). Selections are synthetic: the columns uniformly random, a
+// fraction of the diagonals the nearest ones (as slash scores favour) and the rest random.
+// Wall-clock milliseconds per call, averaged after warm-up runs, and the index sizes.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "worker/backend.h"
+
+namespace millipede {
+namespace {
+
+constexpr char kUsage[] = R"(usage: millipede-bench-sparse-index [options]
+
+  --tokens S        prompt length (default 1048576)
+  --q-heads H       query heads (default 32)
+  --kv-heads H      key/value heads (default 8)
+  --head-dim D      (default 128)
+  --last-queries Q  observed queries of the vertical-slash scores (default 64)
+  --vertical V      columns per KV head (default 1000)
+  --slash N         diagonals per KV head (default 6096)
+  --near-percent P  percent of the diagonals that are the nearest (0, 1, ...) (default 90)
+  --top-blocks K    block-sparse key blocks per query block (default 100)
+  --warmup N        untimed runs first (default 1)
+  --iters N         timed runs, averaged (default 3)
+)";
+
+struct Sizes {
+  int64_t tokens, q_heads, kv_heads, head_dim, last_queries, vertical, slash, near_percent,
+      top_blocks, warmup, iters;
+};
+
+StatusOr<double> TimeMs(const std::function<Status()>& run, const Sizes& s) {
+  for (int64_t i = 0; i < s.warmup; ++i) MP_RETURN_IF_ERROR(run());
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < s.iters; ++i) MP_RETURN_IF_ERROR(run());
+  const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
+  return ms.count() / static_cast<double>(s.iters);
+}
+
+// A device tensor of random values in [-1, 1): one random 16 Mi-element chunk, copied over and
+// over (host generation of gigabytes would dominate the run).
+StatusOr<BackendTensor> Random(Backend& b, DType dtype, const Shape& shape) {
+  MP_ASSIGN_OR_RETURN(BackendTensor t, b.Allocate(dtype, shape));
+  const int64_t total = t.view().NumElements(), chunk = std::min<int64_t>(total, 1 << 24);
+  HostTensor host(dtype, {chunk});
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < chunk; ++i) StoreFromFloat(host.view().data, dtype, i, dist(rng));
+  MP_ASSIGN_OR_RETURN(auto flat, Reshape(t.view(), Shape{total}));
+  for (int64_t at = 0; at < total; at += chunk) {
+    const int64_t n = std::min(chunk, total - at);
+    MP_RETURN_IF_ERROR(
+        b.CopyFromHost(SliceRows(AsConst(host.view()), 0, n), SliceRows(flat, at, n)));
+  }
+  return t;
+}
+
+StatusOr<BackendTensor> Upload(Backend& b, const Shape& shape, const std::vector<int64_t>& v) {
+  HostTensor host(DType::kI64, shape);
+  std::copy(v.begin(), v.end(), host.data<int64_t>());
+  MP_ASSIGN_OR_RETURN(BackendTensor t, b.Allocate(DType::kI64, shape));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(AsConst(host.view()), t.view()));
+  return t;
+}
+
+// n sorted distinct values: the first `near` from 0 up, the rest random below `limit`.
+std::vector<int64_t> Selection(int64_t n, int64_t near, int64_t limit, std::mt19937_64& rng) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < std::min(near, limit); ++i) v.push_back(i);
+  while (static_cast<int64_t>(v.size()) < std::min(n, limit)) {
+    const int64_t x = static_cast<int64_t>(rng() % limit);
+    if (x >= near && std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+  }
+  std::sort(v.begin(), v.end());
+  v.resize(n, -1);
+  return v;
+}
+
+// Count pass, then the fill pass into outputs sized by it; returns the two times and sizes.
+template <typename Args, typename Build>
+StatusOr<nlohmann::json> TimeIndex(Backend& b, Args args, int64_t items, const Build& build,
+                                   const Sizes& s) {
+  MP_ASSIGN_OR_RETURN(BackendTensor range_offsets, b.Allocate(DType::kI64, {items + 1}));
+  MP_ASSIGN_OR_RETURN(BackendTensor column_offsets, b.Allocate(DType::kI64, {items + 1}));
+  args.out = {range_offsets.view(),
+              {nullptr, DType::kI64, {0, 3}},
+              column_offsets.view(),
+              {nullptr, DType::kI64, {0, 2}}};
+  MP_ASSIGN_OR_RETURN(const double count_ms, TimeMs([&] { return build(args); }, s));
+  HostTensor last(DType::kI64, {1});
+  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(range_offsets.cview(), items, 1), last.view()));
+  const int64_t n_ranges = last.data<int64_t>()[0];
+  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(column_offsets.cview(), items, 1), last.view()));
+  const int64_t n_columns = last.data<int64_t>()[0];
+  MP_ASSIGN_OR_RETURN(BackendTensor ranges, b.Allocate(DType::kI64, {n_ranges, 3}));
+  MP_ASSIGN_OR_RETURN(BackendTensor columns, b.Allocate(DType::kI64, {n_columns, 2}));
+  args.out.ranges = ranges.view();
+  args.out.columns = columns.view();
+  MP_ASSIGN_OR_RETURN(const double fill_ms, TimeMs([&] { return build(args); }, s));
+  return nlohmann::json{
+      {"count_ms", count_ms},
+      {"fill_ms", fill_ms},
+      {"ranges", n_ranges},
+      {"columns", n_columns},
+      {"index_mib", static_cast<double>(n_ranges * 24 + n_columns * 16) / (1 << 20)}};
+}
+
+Status Run(int argc, char** argv) {
+  MP_ASSIGN_OR_RETURN(const Flags flags, Flags::Parse(argc, argv, {"help"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(
+      flags.CheckKnown({"help", "tokens", "q-heads", "kv-heads", "head-dim", "last-queries",
+                        "vertical", "slash", "near-percent", "top-blocks", "warmup", "iters"}));
+  Sizes s{};
+  MP_ASSIGN_OR_RETURN(s.tokens, flags.GetInt("tokens", 1 << 20));
+  MP_ASSIGN_OR_RETURN(s.q_heads, flags.GetInt("q-heads", 32));
+  MP_ASSIGN_OR_RETURN(s.kv_heads, flags.GetInt("kv-heads", 8));
+  MP_ASSIGN_OR_RETURN(s.head_dim, flags.GetInt("head-dim", 128));
+  MP_ASSIGN_OR_RETURN(s.last_queries, flags.GetInt("last-queries", 64));
+  MP_ASSIGN_OR_RETURN(s.vertical, flags.GetInt("vertical", 1000));
+  MP_ASSIGN_OR_RETURN(s.slash, flags.GetInt("slash", 6096));
+  MP_ASSIGN_OR_RETURN(s.near_percent, flags.GetInt("near-percent", 90));
+  MP_ASSIGN_OR_RETURN(s.top_blocks, flags.GetInt("top-blocks", 100));
+  MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 1));
+  MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 3));
+  MP_REQUIRE(s.tokens > s.last_queries && s.last_queries > 0 && s.kv_heads > 0 &&
+                 s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.vertical >= 0 && s.slash >= 0 &&
+                 s.near_percent >= 0 && s.near_percent <= 100 && s.top_blocks > 0 && s.iters > 0 &&
+                 s.warmup >= 0,
+             "bad sizes (see --help)");
+  const int64_t n = s.tokens, kv = s.kv_heads, group = s.q_heads / s.kv_heads;
+  const int64_t n_tiles = (n + 63) / 64, num_blocks = n_tiles;
+
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, CreateBackend(BackendKind::kCuda, 0));
+  MP_ASSIGN_OR_RETURN(BackendTensor q, Random(*b, DType::kBF16, {n, s.q_heads, s.head_dim}));
+  MP_ASSIGN_OR_RETURN(BackendTensor k, Random(*b, DType::kBF16, {n, kv, s.head_dim}));
+  std::vector<int64_t> tiles, positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n_tiles; ++t)
+    tiles.insert(tiles.end(), {64 * t, std::min(n, 64 * t + 64), 64 * t});
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = i;
+  MP_ASSIGN_OR_RETURN(BackendTensor d_tiles, Upload(*b, {n_tiles, 3}, tiles));
+  MP_ASSIGN_OR_RETURN(BackendTensor d_runs, Upload(*b, {1, 3}, {0, n, 0}));
+  MP_ASSIGN_OR_RETURN(BackendTensor k_pos, Upload(*b, {n}, positions));
+  nlohmann::json out{{"bench", "sparse_index"}, {"tokens", n},
+                     {"kv_heads", kv},          {"q_heads", s.q_heads},
+                     {"head_dim", s.head_dim},  {"iters", s.iters}};
+
+  // Vertical and slash scores of the last queries (their lse: a stand-in, any finite value).
+  const int64_t n_q = s.last_queries;
+  MP_ASSIGN_OR_RETURN(BackendTensor last_q, Random(*b, DType::kF32, {n_q, s.q_heads, s.head_dim}));
+  MP_ASSIGN_OR_RETURN(BackendTensor lse, Random(*b, DType::kF32, {n_q, s.q_heads}));
+  MP_ASSIGN_OR_RETURN(
+      BackendTensor q_pos,
+      Upload(*b, {n_q}, std::vector<int64_t>(positions.end() - n_q, positions.end())));
+  MP_ASSIGN_OR_RETURN(BackendTensor score, b->Allocate(DType::kF32, {kv, n}));
+  MP_ASSIGN_OR_RETURN(BackendTensor diag_score, b->Allocate(DType::kF32, {kv, n}));
+  MP_ASSIGN_OR_RETURN(out["key_scores_with_diagonals_ms"],
+                      TimeMs(
+                          [&]() -> Status {
+                            MP_RETURN_IF_ERROR(b->KeyScores(
+                                {last_q.cview(), q_pos.cview(), k.cview(), k_pos.cview(),
+                                 lse.cview(), 0.0f, score.view(), diag_score.view()}));
+                            return b->Synchronize();
+                          },
+                          s));
+
+  std::mt19937_64 rng(11);
+  std::vector<int64_t> columns, diagonals;
+  for (int64_t g = 0; g < kv; ++g) {
+    const auto c = Selection(s.vertical, 4, n, rng);
+    const auto d = Selection(s.slash, s.slash * s.near_percent / 100, n, rng);
+    columns.insert(columns.end(), c.begin(), c.end());
+    diagonals.insert(diagonals.end(), d.begin(), d.end());
+  }
+  MP_ASSIGN_OR_RETURN(BackendTensor d_columns, Upload(*b, {kv, s.vertical}, columns));
+  MP_ASSIGN_OR_RETURN(BackendTensor d_diagonals, Upload(*b, {kv, s.slash}, diagonals));
+  VerticalSlashIndexArgs vs;
+  vs.tiles = d_tiles.cview();
+  vs.runs = d_runs.cview();
+  vs.columns = d_columns.cview();
+  vs.diagonals = d_diagonals.cview();
+  MP_ASSIGN_OR_RETURN(
+      out["vertical_slash_index"],
+      TimeIndex(
+          *b, vs, kv * n_tiles,
+          [&](const VerticalSlashIndexArgs& a) { return b->VerticalSlashIndex(a); }, s));
+
+  MP_ASSIGN_OR_RETURN(BackendTensor q_sums, b->Allocate(DType::kF32, {num_blocks, kv, s.head_dim}));
+  MP_ASSIGN_OR_RETURN(BackendTensor k_sums, b->Allocate(DType::kF32, {num_blocks, kv, s.head_dim}));
+  MP_ASSIGN_OR_RETURN(BackendTensor q_counts, b->Allocate(DType::kF32, {num_blocks}));
+  MP_ASSIGN_OR_RETURN(BackendTensor k_counts, b->Allocate(DType::kF32, {num_blocks}));
+  MP_ASSIGN_OR_RETURN(out["block_sums_q_ms"],
+                      TimeMs(
+                          [&] {
+                            return b->BlockSums({q.cview(), d_runs.cview(), 64, group,
+                                                 q_sums.view(), q_counts.view()});
+                          },
+                          s));
+  MP_ASSIGN_OR_RETURN(
+      out["block_sums_k_ms"],
+      TimeMs(
+          [&] {
+            return b->BlockSums({k.cview(), d_runs.cview(), 64, 1, k_sums.view(), k_counts.view()});
+          },
+          s));
+  const std::vector<int64_t> top(static_cast<size_t>(kv), s.top_blocks);
+  BlockSparseIndexArgs bs;
+  bs.tiles = d_tiles.cview();
+  bs.runs = d_runs.cview();
+  bs.q_sums = q_sums.cview();
+  bs.q_counts = q_counts.cview();
+  bs.k_sums = k_sums.cview();
+  bs.k_counts = k_counts.cview();
+  bs.group = group;
+  bs.top_blocks = top.data();
+  MP_ASSIGN_OR_RETURN(
+      out["block_sparse_index"],
+      TimeIndex(
+          *b, bs, kv * n_tiles,
+          [&](const BlockSparseIndexArgs& a) { return b->BlockSparseIndex(a); }, s));
+  std::cout << out.dump(2) << "\n";
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace millipede
+
+int main(int argc, char** argv) {
+  const millipede::Status status = millipede::Run(argc, argv);
+  if (!status.ok()) {
+    std::cerr << "millipede-bench-sparse-index: " << status.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
