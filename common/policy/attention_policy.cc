@@ -191,8 +191,15 @@ Status ValidateAttentionPolicy(const AttentionPolicy& policy, int64_t num_layers
   MP_RETURN_IF_ERROR(CheckPositive(se.keep_tokens, what, "static_eviction.keep_tokens"));
   MP_RETURN_IF_ERROR(CheckPositive(se.recent_tokens, what, "static_eviction.recent_tokens"));
   MP_RETURN_IF_ERROR(CheckPositive(se.observed_queries, what, "static_eviction.observed_queries"));
-  for (size_t l = 0; l < policy.layers.size(); ++l)
-    MP_RETURN_IF_ERROR(ValidateLayer(policy.layers[l], l, num_kv_heads, what));
+  bool filter_seen = false;
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    MP_RETURN_IF_ERROR(ValidateLayer(layer, l, num_kv_heads, what));
+    // Selected layers attend to the tokens the latest filter layer before them chose.
+    MP_REQUIRE(filter_seen || layer.LayerDecode() != DecodeRole::kSelected, what, ": layer ", l,
+               " is \"selected\" but no \"filter\" layer comes before it to choose its tokens");
+    filter_seen = filter_seen || layer.LayerDecode() == DecodeRole::kFilter;
+  }
   return OkStatus();
 }
 

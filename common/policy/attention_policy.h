@@ -43,8 +43,8 @@
 // Rules (InvalidArgument naming the layer and KV head): per-head lists have one entry per KV
 // head; filter, selected and static-eviction are layer-wide (every head of the layer has the
 // role), while full and streaming-head may mix within a layer; the a-shape heads of one layer
-// share sink_tokens (one attention call takes one sink count; windows may differ); every
-// parameter is positive.
+// share sink_tokens (one attention call takes one sink count; windows may differ); a selected
+// layer has a filter layer before it (whose choice it reads); every parameter is positive.
 #pragma once
 
 #include <cstdint>

@@ -238,6 +238,19 @@ TEST(AttentionPolicyTest, PerHeadMistakesAreNamed) {
   ExpectErrorMentions(
       R"({"version": 1, "layers": [{"layer": 1, "decode": ["selected", "filter"]}]})",
       "layer 1, KV head 1: decode role \"filter\" beside \"selected\"");
+  // A selected layer reads the choice of a filter layer before it.
+  ExpectErrorMentions(R"({"version": 1, "layers": [{"layer": 1, "decode": "selected"}]})",
+                      "layer 1 is \"selected\" but no \"filter\" layer comes before it");
+  ExpectErrorMentions(R"({"version": 1, "layers": [{"layer": 2, "decode": "selected"},
+                          {"layer": 3, "decode": "filter"}]})",
+                      "layer 2 is \"selected\" but no \"filter\"");
+  ExpectErrorMentions(R"({"version": 1, "default": {"decode": "selected"}})",
+                      "layer 0 is \"selected\"");
+  EXPECT_TRUE(ParseAttentionPolicy(R"({"version": 1, "layers": [{"layer": 1, "decode": "filter"},
+                                       {"layer": 2, "decode": "selected"},
+                                       {"layer": 3, "decode": "selected"}]})",
+                                   4, 2)
+                  .ok());
   // One sink count per layer; windows may differ.
   ExpectErrorMentions(R"({"version": 1, "layers": [{"layer": 2, "prefill": "a-shape",
                           "a_shape": [{"sink_tokens": 4}, {"sink_tokens": 8}]}]})",
@@ -279,6 +292,12 @@ TEST(AttentionPolicyTest, ValidationOfABuiltPolicy) {
   p.layers[0].decode[1] = DecodeRole::kFilter;
   EXPECT_NE(error(p).find("layer 0, KV head 0: decode role \"full\" beside \"filter\""),
             std::string::npos);
+  p = good;
+  p.layers[1].decode.assign(2, DecodeRole::kSelected);
+  EXPECT_NE(error(p).find("job 7: layer 1 is \"selected\" but no \"filter\" layer comes before"),
+            std::string::npos);
+  p.layers[0].decode.assign(2, DecodeRole::kFilter);
+  EXPECT_TRUE(ValidateAttentionPolicy(p, 2, 2).ok());
   p = good;
   p.layers[0].decode[1] = static_cast<DecodeRole>(kNumDecodeRoles);
   EXPECT_NE(error(p).find("unknown decode role 5"), std::string::npos);
