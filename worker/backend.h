@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/attention/merge_state.h"
 #include "kernels/attention/sparse_attention.h"
+#include "kernels/attention/token_scores.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/rope_kv.h"
@@ -149,14 +150,15 @@ class Backend {
   virtual StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
                                    uint64_t step) = 0;
 
-  // Selection ops: per-row top-k, key scores for static eviction, row gathers. Argument
-  // contracts are those of kernels/top_k.h, kernels/attention/key_scores.h and
-  // kernels/gather_rows.h, with every tensor in backend memory (a gather's src may also be
+  // Selection ops: per-row top-k, key scores for static eviction, token scores for OmniKV's
+  // filter layers, row gathers. Argument contracts are those of kernels/top_k.h,
+  // kernels/attention/key_scores.h, kernels/attention/token_scores.h and kernels/gather_rows.h, with every tensor in backend memory (a gather's src may also be
   // AllocateHost memory). An out-of-range gather index is an OutOfRange error: at once on the
   // CPU backend; on a GPU, which cannot see the indices without waiting, the row is written as
   // zeros and the error comes from the next Synchronize().
   virtual Status TopK(const TopKArgs& args) = 0;
   virtual Status KeyScores(const KeyScoresArgs& args) = 0;
+  virtual Status TokenScores(const TokenScoresArgs& args) = 0;
   virtual Status GatherRows(const GatherRowsArgs& args) = 0;
 
   // Sparse attention indices (kernels/attention/vertical_slash_index.h, block_sums.h and
@@ -197,6 +199,10 @@ class Backend {
   // Whether `event`'s copy is complete, without blocking.
   virtual StatusOr<bool> CopyDone(CopyEvent event) = 0;
 };
+
+// The host's memory (MemAvailable: what the kernel can give without swapping): where the CPU
+// backend's tensors and every backend's AllocateHost memory (a host KV tier) live.
+StatusOr<BackendMemory> HostMemory();
 
 // Creates a backend (`device`: the GPU index for kCuda). kCuda is refused with a clear error in
 // builds without CUDA.

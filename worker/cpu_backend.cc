@@ -30,27 +30,6 @@ Status CheckSameSize(ConstTensorView a, ConstTensorView b, const char* what) {
   return OkStatus();
 }
 
-// MemAvailable / MemTotal from /proc/meminfo (what the kernel can give without swapping).
-StatusOr<BackendMemory> HostMemory() {
-  std::ifstream in("/proc/meminfo");
-  BackendMemory m;
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") m.free_bytes = kib * 1024;
-    if (key == "MemTotal:") m.total_bytes = kib * 1024;
-  }
-  if (m.total_bytes <= 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
-    const long page = sysconf(_SC_PAGE_SIZE);
-    MP_REQUIRE(pages > 0 && page > 0, "cannot read the host's memory size");
-    m.total_bytes = static_cast<int64_t>(pages) * page;
-    m.free_bytes = static_cast<int64_t>(std::max(avail, 0L)) * page;
-  }
-  return m;
-}
 
 class CpuBackend final : public Backend {
  public:
@@ -114,6 +93,7 @@ class CpuBackend final : public Backend {
   // so copies run at once.
   Status TopK(const TopKArgs& args) override { return TopKRef(args); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresRef(args); }
+  Status TokenScores(const TokenScoresArgs& args) override { return TokenScoresRef(args); }
   Status GatherRows(const GatherRowsArgs& args) override { return GatherRowsRef(args); }
   Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) override {
     return VerticalSlashIndexRef(args);
@@ -151,6 +131,28 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+// MemAvailable / MemTotal from /proc/meminfo.
+StatusOr<BackendMemory> HostMemory() {
+  std::ifstream in("/proc/meminfo");
+  BackendMemory m;
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") m.free_bytes = kib * 1024;
+    if (key == "MemTotal:") m.total_bytes = kib * 1024;
+  }
+  if (m.total_bytes <= 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    MP_REQUIRE(pages > 0 && page > 0, "cannot read the host's memory size");
+    m.total_bytes = static_cast<int64_t>(pages) * page;
+    m.free_bytes = static_cast<int64_t>(std::max(avail, 0L)) * page;
+  }
+  return m;
+}
 
 std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
 

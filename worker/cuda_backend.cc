@@ -12,6 +12,7 @@
 #include "kernels/attention/block_sparse_index_cuda.h"
 #include "kernels/attention/block_sums_cuda.h"
 #include "kernels/attention/key_scores_cuda.h"
+#include "kernels/attention/token_scores_cuda.h"
 #include "kernels/attention/vertical_slash_index_cuda.h"
 #include "kernels/convert_cuda.h"
 #include "kernels/embedding_cuda.h"
@@ -155,6 +156,9 @@ class CudaBackend final : public Backend {
   // Selection ops, pinned host memory and the copy queue (see backend.h).
   Status TopK(const TopKArgs& args) override { return TopKCuda(args, *top_k_, stream_); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresCuda(args, stream_); }
+  Status TokenScores(const TokenScoresArgs& args) override {
+    return TokenScoresCuda(args, stream_);
+  }
   Status GatherRows(const GatherRowsArgs& args) override {
     return GatherRowsCuda(args, gather_error_->device(), stream_);
   }

@@ -103,6 +103,9 @@ class CountingBackend final : public Backend {
   Status KeyScores(const KeyScoresArgs& a) override {
     return Run("KeyScores", &Backend::KeyScores, a);
   }
+  Status TokenScores(const TokenScoresArgs& a) override {
+    return Run("TokenScores", &Backend::TokenScores, a);
+  }
   Status GatherRows(const GatherRowsArgs& a) override {
     return Run("GatherRows", &Backend::GatherRows, a);
   }
