@@ -71,8 +71,9 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   const int64_t capacity = std::max<int64_t>(
       1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
   // The request's policy belongs to this sequence only: the engine's own is never touched.
-  MP_RETURN_IF_ERROR(
-      engine.StartSequence(capacity, static_cast<int64_t>(share.ids.size()), request.policy));
+  MP_RETURN_IF_ERROR(engine.StartSequence(capacity, static_cast<int64_t>(share.ids.size()),
+                                          request.policy,
+                                          (decode_positions + num_ranks - 1) / num_ranks));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   Backend& backend = engine.backend();

@@ -50,10 +50,14 @@ std::string SequenceMemoryPlan::ToString() const {
   return FormatBytes(total()) + " (KV " + FormatBytes(kv_bytes) + ", step buffers " +
          FormatBytes(step_bytes) + ", chunk scratch " + FormatBytes(scratch_bytes) +
          ", ring buffers " + FormatBytes(ring_bytes) + ", reserve " + FormatBytes(reserve_bytes) +
+         (selection_bytes > 0 ? ", selection buffers " + FormatBytes(selection_bytes)
+                              : std::string()) +
          (workspace_held_bytes > 0
               ? ", less step buffers already held " + FormatBytes(workspace_held_bytes)
               : std::string()) +
-         ")";
+         ")" +
+         (host_kv_bytes > 0 ? "; host tier " + FormatBytes(host_kv_bytes) + " of pinned memory"
+                            : std::string());
 }
 
 SequenceMemoryPlan PlanSequenceMemory(const ModelConfig& c, const MemoryPlanShape& shape,

@@ -20,7 +20,14 @@ struct MemoryPlanShape {
 };
 
 struct SequenceMemoryPlan {
-  int64_t kv_bytes = 0;          // K and V of every layer: capacity x 2 x layers x kv_heads x d
+  // K and V of every layer in backend memory: capacity x 2 x kv_heads x d per device-tier layer,
+  // the generated rows of host-tier layers and their staging slots.
+  int64_t kv_bytes = 0;
+  // The context rows of host-tier layers (OmniKV's selected layers), in pinned host memory.
+  int64_t host_kv_bytes = 0;
+  // OmniKV's selection buffers in backend memory: the filter layers' scores and top-k, the
+  // gathers of chosen rows and the groups' packed load buffers with their indices.
+  int64_t selection_bytes = 0;
   int64_t step_bytes = 0;        // per-step F32 buffers: residual stream, queries, (o, lse)
   int64_t scratch_bytes = 0;     // per-chunk scratch: norms, K/V, MLP, attention partials, GEMM
   int64_t ring_bytes = 0;        // two K/V blocks in flight (several ranks only)
@@ -30,10 +37,14 @@ struct SequenceMemoryPlan {
   int64_t workspace_held_bytes = 0;
   int64_t total() const {
     const int64_t workspace = step_bytes + scratch_bytes + ring_bytes;
-    return kv_bytes + (workspace > workspace_held_bytes ? workspace - workspace_held_bytes : 0) +
+    return kv_bytes + selection_bytes +
+           (workspace > workspace_held_bytes ? workspace - workspace_held_bytes : 0) +
            reserve_bytes;
   }
-  // "9.3 GiB (KV 8.0 GiB, step 1.1 GiB, scratch 0.1 GiB, ring 0 B, reserve 0.1 GiB)".
+  // What the backend's memory must hold: total(). What pinned host memory must hold:
+  // host_kv_bytes.
+  // "9.3 GiB (KV 8.0 GiB, step 1.1 GiB, scratch 0.1 GiB, ring 0 B, reserve 0.1 GiB)", then the
+  // selection buffers and the host tier when there are any.
   std::string ToString() const;
 };
 

@@ -56,6 +56,12 @@ class DecodeStrategy {
   // Called by every rank after a prefill step's attention of the layer, while `in.q` holds the
   // step's queries (static eviction chooses its keys here). Nothing by default.
   virtual Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) { return OkStatus(); }
+  // Called by every rank once the ranks' partials are merged: `lse` [1, heads] F32 is the
+  // token's log-sum-exp over every key of every rank (OmniKV's filter layers score their keys
+  // with it). Nothing by default.
+  virtual Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) {
+    return OkStatus();
+  }
 };
 
 }  // namespace millipede

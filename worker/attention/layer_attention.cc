@@ -1,6 +1,7 @@
 #include "worker/attention/layer_attention.h"
 
 #include "worker/attention/full_decode.h"
+#include "worker/attention/omnikv_decode.h"
 #include "worker/attention/ring_prefill.h"
 #include "worker/attention/sparse_prefill.h"
 #include "worker/attention/static_eviction.h"
@@ -65,7 +66,9 @@ KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer) {
 
 namespace {
 
-StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index) {
+// `selection`: the latest filter layer's token selection (a filter layer starts a new one).
+StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index,
+                                    std::shared_ptr<TokenSelection>& selection) {
   const LayerPolicy& layer = policy.layers[static_cast<size_t>(index)];
   LayerAttention la;
   la.retention = LayerKvRetention(policy, index);
@@ -84,6 +87,17 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
     case DecodeRole::kStaticEviction:
       la.decode = std::make_unique<StaticEvictionDecode>(policy.static_eviction);
       break;
+    case DecodeRole::kFilter:
+      selection = std::make_shared<TokenSelection>(index);
+      la.selection = selection;
+      la.decode = std::make_unique<FilterDecode>(policy.filter, selection);
+      break;
+    case DecodeRole::kSelected:
+      MP_REQUIRE(selection != nullptr, "attention policy: layer ", index,
+                 " is \"selected\" but no \"filter\" layer comes before it");
+      la.selection = selection;
+      la.decode = std::make_unique<SelectedDecode>(selection);
+      break;
     default:
       return UnimplementedError(std::string("decode role ") +
                                 DecodeRoleName(layer.LayerDecode()) +
@@ -101,13 +115,14 @@ StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy&
              "attention policy: ", policy.layers.size(), " layers for a model of ",
              config.num_hidden_layers);
   std::vector<LayerAttention> layers;
+  std::shared_ptr<TokenSelection> selection;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     MP_REQUIRE(static_cast<int64_t>(policy.layers[static_cast<size_t>(l)].prefill.size()) ==
                    config.num_key_value_heads,
                "attention policy: layer ", l, " has ",
                policy.layers[static_cast<size_t>(l)].prefill.size(), " prefill patterns for ",
                config.num_key_value_heads, " KV heads");
-    MP_ASSIGN_OR_RETURN(LayerAttention la, BuildLayer(policy, l));
+    MP_ASSIGN_OR_RETURN(LayerAttention la, BuildLayer(policy, l, selection));
     layers.push_back(std::move(la));
   }
   return layers;

@@ -8,6 +8,7 @@
 #include "common/checkpoint/model_config.h"
 #include "common/policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
+#include "worker/attention/token_selection.h"
 
 namespace millipede {
 
@@ -16,6 +17,9 @@ struct LayerAttention {
   std::unique_ptr<DecodeStrategy> decode;
   // What the layer's KV store keeps: every row, or the sinks and a recent window (streaming heads).
   KvRetention retention;
+  // Filter and selected layers: their group's token selection (shared with the group's other
+  // layers); null for other roles.
+  std::shared_ptr<TokenSelection> selection;
 };
 
 // What the store of layer `layer` must keep under `policy`: the sinks and window of streaming

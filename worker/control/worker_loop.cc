@@ -63,9 +63,11 @@ Status WorkerLoop::MaybeSendStats(uint64_t running_job, double period_s, bool fo
   control::WorkerStats stats;
   stats.rank = world_rank_;
   const int64_t kv = engine_.KvBytes();
-  // The engine keeps one KV tier, in the backend's memory.
+  // On a GPU the host tier (OmniKV's selected layers) is apart from the GPU's KV; on the CPU
+  // backend all of it is host memory.
   if (engine_.options().backend == BackendKind::kCuda) {
-    stats.kv_bytes_gpu = kv;
+    stats.kv_bytes_host = engine_.HostKvBytes();
+    stats.kv_bytes_gpu = kv - stats.kv_bytes_host;
   } else {
     stats.kv_bytes_host = kv;
   }

@@ -44,12 +44,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
 }
 
 PolicyCapabilities Engine::capabilities() const {
+  const std::vector<DecodeRole> decode = {DecodeRole::kFull, DecodeRole::kFilter,
+                                          DecodeRole::kSelected, DecodeRole::kStreamingHead,
+                                          DecodeRole::kStaticEviction};
   if (options_.backend == BackendKind::kCpu)
     return {{PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
              PrefillPattern::kBlockSparse},
-            {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
-  return {{PrefillPattern::kDense},
-          {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction}};
+            decode};
+  return {{PrefillPattern::kDense}, decode};
 }
 
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
@@ -81,6 +83,12 @@ int64_t Engine::KvBytes() const {
   return bytes;
 }
 
+int64_t Engine::HostKvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : sequences_) bytes += s->HostKvBytes();
+  return bytes;
+}
+
 MemoryPlanShape Engine::memory_shape() const {
   return MemoryPlanShape{options_.kv_dtype, options_.prefill_chunk,
                          options_.attention_chunk > 0 ? options_.attention_chunk
@@ -94,7 +102,7 @@ StatusOr<SequenceMemoryPlan> Engine::PlanSequence(const SequenceOptions& options
   SequenceMemoryPlan plan = PlanSequenceMemory(config(), memory_shape(),
                                                std::max<int64_t>(options.capacity, 1), step,
                                                ring_rows);
-  MP_ASSIGN_OR_RETURN(plan.kv_bytes, Sequence::StoreBytes(config(), options_.kv_dtype, options));
+  MP_RETURN_IF_ERROR(Sequence::PlanStores(config(), options_.kv_dtype, options, &plan));
   plan.workspace_held_bytes = workspace_->NumBytes();
   return plan;
 }
@@ -106,6 +114,33 @@ StatusOr<int64_t> Engine::MaxSequencePositionsNow() {
   return MaxSequencePositions(config(), memory_shape(), memory.free_bytes + held);
 }
 
+Status Engine::PlanLocal(SequenceOptions* options, int64_t ring_rows, SequenceMemoryPlan* plan,
+                         int64_t need_free[4]) {
+  MP_ASSIGN_OR_RETURN(const BackendMemory device, backend_->Memory());
+  // On the CPU backend the host tier is the backend's own memory.
+  const bool one_memory = backend_->kind() == BackendKind::kCpu;
+  BackendMemory host = device;
+  if (!one_memory) {
+    MP_ASSIGN_OR_RETURN(host, HostMemory());
+  }
+  if (options->selected_kv == SelectedKvTier::kAuto) options->selected_kv = options_.selected_kv;
+  if (options->selected_kv == SelectedKvTier::kAuto) {
+    options->selected_kv = SelectedKvTier::kDevice;
+    MP_ASSIGN_OR_RETURN(*plan, PlanSequence(*options, ring_rows));
+    const bool selected = std::any_of(
+        options->policy.layers.begin(), options->policy.layers.end(),
+        [](const LayerPolicy& l) { return l.LayerDecode() == DecodeRole::kSelected; });
+    if (selected && !one_memory && plan->total() > device.free_bytes)
+      options->selected_kv = SelectedKvTier::kHost;
+  }
+  MP_ASSIGN_OR_RETURN(*plan, PlanSequence(*options, ring_rows));
+  need_free[0] = plan->total() + (one_memory ? plan->host_kv_bytes : 0);
+  need_free[1] = device.free_bytes;
+  need_free[2] = one_memory ? 0 : plan->host_kv_bytes;
+  need_free[3] = host.free_bytes;
+  return OkStatus();
+}
+
 Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   if (options.step_tokens <= 0) options.step_tokens = options.capacity;
   Status local;
@@ -115,46 +150,43 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   else if (sequence(id) != nullptr)
     local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
   if (local.ok()) local = CheckPolicy(options.policy);
-  // Every rank learns every rank's step size (the ring blocks' rows), need and free memory.
+  // Every rank learns every rank's step size (the ring blocks' rows), needs and free memory.
   const int num_ranks = comm_->size();
-  int64_t mine[3] = {options.step_tokens, 0, 0};
-  std::vector<int64_t> all(3 * static_cast<size_t>(num_ranks));
+  constexpr size_t kFields = 5;  // ok, device need, device free, host need, host free
+  int64_t mine[kFields] = {options.step_tokens, 0, 0, 0, 0};
+  std::vector<int64_t> all(kFields * static_cast<size_t>(num_ranks));
   int64_t ring_rows = options.step_tokens;
   if (num_ranks > 1) {
     MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(int64_t)));
     for (int r = 0; r < num_ranks; ++r) ring_rows = std::max(ring_rows, all[r]);
   }
   SequenceMemoryPlan plan;
-  BackendMemory memory;
-  if (local.ok()) {
-    StatusOr<SequenceMemoryPlan> p = PlanSequence(options, ring_rows);
-    if (p.ok()) plan = *p; else local = p.status();
-  }
-  if (local.ok()) {
-    StatusOr<BackendMemory> m = backend_->Memory();
-    if (m.ok()) memory = *m; else local = m.status();
-  }
+  if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);
   mine[0] = local.ok() ? 1 : 0;
-  mine[1] = plan.total();
-  mine[2] = memory.free_bytes;
   if (num_ranks > 1) {
     MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(mine)));
   } else {
-    std::copy(mine, mine + 3, all.begin());
+    std::copy(mine, mine + kFields, all.begin());
   }
   MP_RETURN_IF_ERROR(local);
   for (int r = 0; r < num_ranks; ++r) {
-    const int64_t* m = &all[3 * static_cast<size_t>(r)];
+    const int64_t* m = &all[kFields * static_cast<size_t>(r)];
     MP_REQUIRE(m[0] == 1, "rank ", r, " refused the sequence (its log says why)");
+    const std::string plan_text = r == comm_->rank() ? " = " + plan.ToString() : "";
     if (m[1] > m[2]) {
       const std::string where = backend_->kind() == BackendKind::kCuda ? "GPU" : "host";
       return ResourceExhaustedError(
           "the sequence does not fit: rank " + std::to_string(r) + " needs " +
           FormatBytes(m[1]) + " for " + std::to_string(options.capacity) + " positions" +
-          (r == comm_->rank() ? " = " + plan.ToString() : "") + " but its " + where + " has " +
-          FormatBytes(m[2]) + " free (weights already loaded); use more ranks or a shorter "
-          "prompt");
+          plan_text + " but its " + where + " has " + FormatBytes(m[2]) +
+          " free (weights already loaded); use more ranks or a shorter prompt");
     }
+    if (m[3] > m[4])
+      return ResourceExhaustedError(
+          "the sequence does not fit: rank " + std::to_string(r) + " needs " +
+          FormatBytes(m[3]) + " of pinned host memory for the context rows of its host-tier "
+          "layers" + plan_text + " but its host has " + FormatBytes(m[4]) +
+          " available; use more ranks (nodes) or a shorter prompt");
   }
   // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
   // keep the sequence (the others would wait for it in the next step's collectives).
@@ -187,11 +219,11 @@ int64_t Engine::length() const {
 }
 
 Status Engine::StartSequence(int64_t capacity, int64_t step_tokens,
-                             std::optional<AttentionPolicy> policy) {
+                             std::optional<AttentionPolicy> policy, int64_t decode_rows) {
   EndSequence(kDefaultSequence);
   return StartSequence(kDefaultSequence,
                        SequenceOptions{capacity, step_tokens,
-                                       policy ? std::move(*policy) : policy_});
+                                       policy ? std::move(*policy) : policy_, decode_rows});
 }
 
 }  // namespace millipede

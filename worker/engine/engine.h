@@ -63,6 +63,9 @@ struct EngineOptions {
   int64_t attention_chunk = 0;
   // Attention policy file (JSON, common/policy/attention_policy.h); empty: dense/full.
   std::string policy_file;
+  // Where OmniKV's selected layers keep their context rows, for sequences whose options leave it
+  // to the engine (SequenceOptions::selected_kv kAuto): see SelectedKvTier.
+  SelectedKvTier selected_kv = SelectedKvTier::kAuto;
   // For one token (a decode step), run the Q/K/V projections as one GEMM and gate/up as one GEMM
   // over the fused weights (LayerWeights::qkv_proj, gate_up_proj) when they lie back to back in
   // backend memory: as a device backend places them, and as random weights are made on the CPU;
@@ -97,9 +100,10 @@ class Engine {
   // The attention policy sequences get unless they bring their own (dense/full unless set).
   const AttentionPolicy& policy() const { return policy_; }
   // The patterns and roles this engine runs, reported to the coordinator (a worker's hello).
-  // Dense prefill and full, streaming-head and static-eviction decode on every backend (a
-  // streaming store keeps the rows a streaming head sees; static eviction is made of backend
-  // ops); a-shape prefill heads on the CPU backend (the GPU attention kernels have no windows).
+  // Dense prefill and full, streaming-head, static-eviction, filter and selected decode on every
+  // backend (a streaming store keeps the rows a streaming head sees; static eviction and OmniKV's
+  // roles are made of backend ops); a-shape prefill heads on the CPU backend (the GPU attention
+  // kernels have no windows).
   PolicyCapabilities capabilities() const;
   // Checks that `policy` fits the model (ValidateAttentionPolicy) and that this engine runs it:
   // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head,
@@ -113,8 +117,10 @@ class Engine {
   // ---- Sequences ----
   // Starts sequence `id` (not running yet) with room for options.capacity positions on this rank.
   // Called by every rank at once: the ranks' memory plans are checked against each GPU's (or
-  // host's) free memory before anything is allocated, and if any rank cannot fit, every rank
-  // fails with its numbers. The step buffers for options.step_tokens are allocated here.
+  // host's) free memory, and a host tier's against the host's, before anything is allocated;
+  // if any rank cannot fit, every rank fails with its numbers. Selected layers whose tier is
+  // kAuto (and the engine's too) go to the host tier when the device cannot hold them (GPU
+  // backends). The step buffers for options.step_tokens are allocated here.
   Status StartSequence(SequenceId id, SequenceOptions options);
   // Frees the sequence's KV stores (nothing if it does not exist). When no sequence is left the
   // step buffers are freed too.
@@ -122,8 +128,9 @@ class Engine {
   // The sequence, or null.
   const Sequence* sequence(SequenceId id) const;
   int64_t num_sequences() const { return static_cast<int64_t>(sequences_.size()); }
-  // Bytes held by every sequence's KV stores on this rank.
+  // Bytes held by every sequence's KV stores on this rank (both tiers), and in the host tier.
   int64_t KvBytes() const;
+  int64_t HostKvBytes() const;
   // The plan StartSequence checks, for this rank (ring rows: the widest rank's step).
   StatusOr<SequenceMemoryPlan> PlanSequence(const SequenceOptions& options,
                                             int64_t ring_rows) const;
@@ -142,9 +149,10 @@ class Engine {
 
   // ---- One sequence at a time (kDefaultSequence), as offline runs and benchmarks use it ----
   // Starts the default sequence (freeing the previous default one) with `policy`, else the
-  // engine's.
+  // engine's; `decode_rows` as SequenceOptions::decode_rows.
   Status StartSequence(int64_t capacity, int64_t step_tokens = 0,
-                       std::optional<AttentionPolicy> policy = std::nullopt);
+                       std::optional<AttentionPolicy> policy = std::nullopt,
+                       int64_t decode_rows = -1);
   // For decode benchmarks: starts the default sequence (every rank at once) whose first `length`
   // positions are already in the cache — placed over the ranks as ShardPlan places a prompt, K and
   // V set to zero (what a decode step costs does not depend on the values) — with room for
@@ -173,6 +181,12 @@ class Engine {
   Sequence* mutable_sequence(SequenceId id);
   AttentionEnv Env(StepProfiler& profiler);
   MemoryPlanShape memory_shape() const;
+  // This rank's plan for `*options` (a kAuto tier for selected layers resolved), what it needs
+  // of the backend's memory and of pinned host memory, and what each has free: need_free =
+  // {device need, device free, host need, host free} (on the CPU backend, one memory: the host
+  // tier counts in the device's).
+  Status PlanLocal(SequenceOptions* options, int64_t ring_rows, SequenceMemoryPlan* plan,
+                   int64_t need_free[4]);
   // Checks this rank's share of the plan, exchanges every rank's share and outcome, and resolves
   // the entries (rows, positions, ring blocks, logit rows). Fails on every rank together.
   StatusOr<std::vector<Entry>> PrepareStep(const StepPlan& plan);

@@ -116,6 +116,7 @@ Status Engine::AttendDecode(int64_t layer, Entry& e, AttentionEnv& env) {
   TensorView lse_out = SliceRows(ws.lse_acc.view(), e.row0, 1);
   if (comm_->size() == 1) {
     MP_RETURN_IF_ERROR(strategy.Partial(env, in, o_out, lse_out));
+    MP_RETURN_IF_ERROR(strategy.AfterMerge(env, in, AsConst(lse_out)));
     return env.profiler.Mark(&stats_.attention_s);
   }
   MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(ws.o_part.view(), 0, 1), o_shape));
@@ -128,7 +129,9 @@ Status Engine::AttendDecode(int64_t layer, Entry& e, AttentionEnv& env) {
   MP_RETURN_IF_ERROR(backend_->MergeState({AsConst(env.scratch.gathered_o),
                                            AsConst(env.scratch.gathered_lse), o_out, lse_out}));
   stats_.comm_bytes += static_cast<int64_t>(o_part.NumBytes() + lse_part.NumBytes());
-  return env.profiler.Mark(&stats_.comm_wait_s);
+  MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.comm_wait_s));
+  MP_RETURN_IF_ERROR(strategy.AfterMerge(env, in, AsConst(lse_out)));
+  return env.profiler.Mark(&stats_.attention_s);
 }
 
 Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows,
@@ -174,6 +177,7 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
   for (Entry& e : entries) {
     rows += e.rows;
     (e.prefill() ? prefill : decode) = true;
+    if (!e.prefill()) e.seq->BeginDecode();
     MP_ASSIGN_OR_RETURN(e.inv_freq, model_->InvFreq(e.length_after));
   }
   MP_RETURN_IF_ERROR(Embed(entries, rows));

@@ -43,35 +43,53 @@ Status Engine::ForwardToHost(std::span<const int32_t> ids, std::vector<float>* l
   return backend_->CopyToHost(dev, TensorView{logits->data(), DType::kF32, dev.shape});
 }
 
+namespace {
+
+// Rows [first, first + n) of `ranges` (a rank's positions, in order) as ranges.
+std::vector<TokenRange> RowsOf(std::span<const TokenRange> ranges, int64_t first, int64_t n) {
+  std::vector<TokenRange> out;
+  for (const TokenRange& r : ranges) {
+    const int64_t skip = std::min(first, r.size()), take = std::min(n, r.size() - skip);
+    if (take > 0) out.push_back({r.begin + skip, r.begin + skip + take});
+    first -= skip;
+    n -= take;
+  }
+  return out;
+}
+
+}  // namespace
+
 Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
   const int num_ranks = comm_->size(), rank = comm_->rank();
   MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
   const int64_t mine = plan.RankPromptTokens(rank);
-  const int64_t capacity =
-      std::max<int64_t>(1, mine + (decode_positions + num_ranks - 1) / num_ranks);
-  MP_RETURN_IF_ERROR(StartSequence(capacity, 1));
+  const int64_t decode_rows = (decode_positions + num_ranks - 1) / num_ranks;
+  const int64_t capacity = std::max<int64_t>(1, mine + decode_rows);
+  // The cache is written a chunk of rows at a time, each chunk committed like a prefill step
+  // (stores that stage or drop rows take it as such).
+  const int64_t rows = std::min<int64_t>(std::max<int64_t>(mine, 1), 4096);
+  MP_RETURN_IF_ERROR(StartSequence(capacity, rows, std::nullopt, decode_rows));
   Sequence& s = *mutable_sequence(kDefaultSequence);
   const ModelConfig& c = config();
-  const int64_t rows = std::min<int64_t>(std::max<int64_t>(mine, 1), 16384);
   const Shape shape{rows, c.num_key_value_heads, c.head_dim};
   std::vector<float> host_zeros(static_cast<size_t>(shape.NumElements()), 0.0f);
   MP_ASSIGN_OR_RETURN(BackendTensor zeros, backend_->Allocate(DType::kF32, shape));
   MP_RETURN_IF_ERROR(backend_->CopyFromHost(
       ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    for (int64_t row = 0; row < mine; row += rows) {
-      const int64_t m = std::min(rows, mine - row);
-      MP_ASSIGN_OR_RETURN(KvRows dst, s.kv(layer).StepRows(row, m));
+  std::vector<TokenRange> ranges;
+  for (const TokenRange& r : plan.RankPromptRanges(rank))
+    if (!r.empty()) ranges.push_back(r);
+  for (int64_t row = 0; row < std::max<int64_t>(mine, 1); row += rows) {
+    const int64_t m = std::min(rows, mine - row);
+    for (int64_t layer = 0; layer < c.num_hidden_layers && m > 0; ++layer) {
+      MP_ASSIGN_OR_RETURN(KvRows dst, s.kv(layer).StepRows(0, m));
       ConstTensorView z = SliceRows(zeros.cview(), 0, m);
       MP_RETURN_IF_ERROR(backend_->Convert(z, dst.k));
       MP_RETURN_IF_ERROR(backend_->Convert(z, dst.v));
     }
+    MP_RETURN_IF_ERROR(s.Commit(RowsOf(ranges, row, std::max<int64_t>(m, 0)), length));
   }
-  std::vector<TokenRange> ranges;
-  for (const TokenRange& r : plan.RankPromptRanges(rank))
-    if (!r.empty()) ranges.push_back(r);
-  MP_RETURN_IF_ERROR(s.Commit(ranges, length));
   return backend_->Synchronize();
 }
 

@@ -17,22 +17,102 @@ int64_t StepRows(const SequenceOptions& o) {
   return std::max<int64_t>(1, o.step_tokens > 0 ? o.step_tokens : o.capacity);
 }
 
+// A host-tier layer's rows: its context in host memory, its generated rows on the device.
+int64_t ContextCapacity(const SequenceOptions& o) {
+  return o.decode_rows >= 0 ? std::max<int64_t>(1, o.capacity - o.decode_rows) : o.capacity;
+}
+int64_t GeneratedCapacity(const SequenceOptions& o) {
+  return o.decode_rows >= 0 ? std::max<int64_t>(1, o.decode_rows) : o.capacity;
+}
+
+DecodeRole Role(const AttentionPolicy& p, size_t l) { return p.layers[l].LayerDecode(); }
+
+// Whether each layer's context rows go to the host tier: selected layers with kHost, except the
+// one right after a filter layer (it stays on the device, its rows gathered while the group's
+// host rows load, as OmniKV keeps that layer on the GPU).
+std::vector<bool> HostTierLayers(const SequenceOptions& o) {
+  const AttentionPolicy& p = o.policy;
+  std::vector<bool> host(p.layers.size(), false);
+  if (o.selected_kv != SelectedKvTier::kHost) return host;
+  for (size_t l = 1; l < p.layers.size(); ++l)
+    host[l] = Role(p, l) == DecodeRole::kSelected && Role(p, l - 1) != DecodeRole::kFilter;
+  return host;
+}
+
+// Per filter layer (by index): its group's host-tier layers, and whether the group has selected
+// layers on the device.
+struct SelectionGroup {
+  size_t filter = 0;
+  std::vector<int64_t> host_layers;
+  bool device_layers = false;
+};
+std::vector<SelectionGroup> SelectionGroups(const SequenceOptions& o) {
+  const std::vector<bool> host = HostTierLayers(o);
+  std::vector<SelectionGroup> groups;
+  for (size_t l = 0; l < o.policy.layers.size(); ++l) {
+    const DecodeRole r = Role(o.policy, l);
+    if (r == DecodeRole::kFilter) groups.push_back({l, {}, false});
+    if (r != DecodeRole::kSelected || groups.empty()) continue;
+    if (host[l]) {
+      groups.back().host_layers.push_back(static_cast<int64_t>(l));
+    } else {
+      groups.back().device_layers = true;
+    }
+  }
+  return groups;
+}
 
 }  // namespace
 
-StatusOr<int64_t> Sequence::StoreBytes(const ModelConfig& config, DType kv_dtype,
-                                       const SequenceOptions& options) {
+const char* SelectedKvTierName(SelectedKvTier tier) {
+  switch (tier) {
+    case SelectedKvTier::kAuto: return "auto";
+    case SelectedKvTier::kDevice: return "device";
+    case SelectedKvTier::kHost: return "host";
+  }
+  return "?";
+}
+
+StatusOr<SelectedKvTier> ParseSelectedKvTier(std::string_view name) {
+  if (name == "auto") return SelectedKvTier::kAuto;
+  if (name == "device") return SelectedKvTier::kDevice;
+  if (name == "host") return SelectedKvTier::kHost;
+  return InvalidArgumentError("unknown tier for selected layers \"" + std::string(name) +
+                              "\" (auto, device, host)");
+}
+
+Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
+                            const SequenceOptions& options, SequenceMemoryPlan* plan) {
   MP_RETURN_IF_ERROR(
       ValidateAttentionPolicy(options.policy, config.num_hidden_layers, config.num_key_value_heads));
   const KvLayout layout = Layout(config, kv_dtype);
-  int64_t bytes = 0;
+  const int64_t row = layout.RowBytes(), kv_heads = config.num_key_value_heads;
+  const std::vector<bool> host = HostTierLayers(options);
+  plan->kv_bytes = plan->host_kv_bytes = plan->selection_bytes = 0;
   // A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const KvRetention r = LayerKvRetention(options.policy, l);
-    bytes += r.KeepsAll() ? DeviceKvStore::BytesFor(layout, options.capacity)
-                          : StreamingKvStore::BytesFor(layout, r, StepRows(options));
+    if (host[static_cast<size_t>(l)]) {
+      plan->kv_bytes += OffloadedKvStore::DeviceBytesFor(layout, GeneratedCapacity(options));
+      plan->host_kv_bytes += row * ContextCapacity(options);
+    } else {
+      plan->kv_bytes += r.KeepsAll() ? DeviceKvStore::BytesFor(layout, options.capacity)
+                                     : StreamingKvStore::BytesFor(layout, r, StepRows(options));
+    }
   }
-  return bytes;
+  if (std::count(host.begin(), host.end(), true) > 0)
+    plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options));
+  // Per filter layer: its scores and top-k; the rows it chooses gathered on the device (K and
+  // V, with their index) and, for its host-tier layers, loaded into one packed buffer.
+  const int64_t budget = std::min(options.policy.filter.top_k, options.capacity);
+  const int64_t loaded = std::min(options.policy.filter.top_k, ContextCapacity(options));
+  for (const SelectionGroup& g : SelectionGroups(options)) {
+    const int64_t n = static_cast<int64_t>(g.host_layers.size());
+    plan->selection_bytes += kv_heads * options.capacity * 4 + kv_heads * budget * 8;
+    if (g.device_layers) plan->selection_bytes += budget * row + kv_heads * budget * 8;
+    plan->selection_bytes += n * loaded * row + 2 * n * kv_heads * loaded * 8;
+  }
+  return OkStatus();
 }
 
 StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& backend,
@@ -44,9 +124,37 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
   s->id_ = id;
   MP_ASSIGN_OR_RETURN(s->layers_, BuildLayerAttention(options.policy, config));
   const KvLayout layout = Layout(config, kv_dtype);
-  for (const LayerAttention& la : s->layers_) {
+  const std::vector<bool> host = HostTierLayers(options);
+  if (std::count(host.begin(), host.end(), true) > 0) {
+    MP_ASSIGN_OR_RETURN(s->staging_, KvStagingPool::Create(backend, layout, StepRows(options)));
+  }
+  const int64_t context = ContextCapacity(options);
+  const int64_t loaded = std::min(options.policy.filter.top_k, context);
+  for (const SelectionGroup& g : SelectionGroups(options)) {
+    if (g.host_layers.empty()) continue;
+    // One arena per group: K then V of each host-tier layer, so one gather loads them all.
+    const int64_t blocks = 2 * static_cast<int64_t>(g.host_layers.size());
+    MP_ASSIGN_OR_RETURN(BackendTensor arena,
+                        backend.AllocateHost(kv_dtype, Shape{blocks * context,
+                                                             layout.num_kv_heads, layout.head_dim}));
+    MP_ASSIGN_OR_RETURN(BackendTensor packed,
+                        backend.Allocate(kv_dtype, Shape{blocks * loaded * layout.num_kv_heads,
+                                                         layout.head_dim}));
+    s->layers_[g.filter].selection->SetHostTier(g.host_layers, std::move(arena), context,
+                                               std::move(packed));
+  }
+  for (size_t l = 0; l < s->layers_.size(); ++l) {
+    const LayerAttention& la = s->layers_[l];
     std::unique_ptr<KvStore> store;
-    if (!la.retention.KeepsAll()) {
+    if (host[l]) {
+      const std::vector<int64_t>& group = la.selection->host_layers();
+      const size_t i = std::find(group.begin(), group.end(), static_cast<int64_t>(l)) - group.begin();
+      MP_ASSIGN_OR_RETURN(std::unique_ptr<OffloadedKvStore> offloaded,
+                          OffloadedKvStore::Create(backend, layout, la.selection->HostRows(i),
+                                                   s->staging_, GeneratedCapacity(options)));
+      s->offloaded_.push_back(offloaded.get());
+      store = std::move(offloaded);
+    } else if (!la.retention.KeepsAll()) {
       MP_ASSIGN_OR_RETURN(store, StreamingKvStore::Create(backend, layout, la.retention,
                                                           StepRows(options)));
     } else {
@@ -65,8 +173,14 @@ int64_t Sequence::MaxStepRows() const {
 }
 
 int64_t Sequence::KvBytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = staging_ != nullptr ? staging_->NumBytes() : 0;
   for (const auto& s : stores_) bytes += s->NumBytes();
+  return bytes;
+}
+
+int64_t Sequence::HostKvBytes() const {
+  int64_t bytes = 0;
+  for (const OffloadedKvStore* s : offloaded_) bytes += s->HostBytes();
   return bytes;
 }
 
@@ -86,6 +200,14 @@ Status Sequence::Commit(std::span<const TokenRange> step, int64_t length) {
   }
   length_ = length;
   return OkStatus();
+}
+
+void Sequence::BeginDecode() {
+  if (decoding_) return;
+  decoding_ = true;
+  for (LayerAttention& la : layers_)
+    if (la.selection != nullptr) la.selection->BeginDecode(length_);
+  for (OffloadedKvStore* s : offloaded_) s->EndContext();
 }
 
 }  // namespace millipede

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "common/checkpoint/model_config.h"
@@ -14,10 +15,21 @@
 #include "worker/attention/layer_attention.h"
 #include "worker/backend.h"
 #include "worker/kv/kv_buffer.h"
+#include "worker/kv/offloaded_kv_store.h"
+#include "worker/memory_plan.h"
 
 namespace millipede {
 
 using SequenceId = int64_t;
+
+// Where the context (prompt) rows of a sequence's selected layers live (OmniKV). kHost: in the
+// host tier of the node (pinned memory), loaded back a group at a time, except for the layer
+// right after each filter layer, which stays on the device so that its rows are gathered while
+// the group's loads run; generated rows stay on the device either way. kAuto: the device when
+// the memory plan fits there, else the host tier (decided when the sequence starts).
+enum class SelectedKvTier { kAuto, kDevice, kHost };
+const char* SelectedKvTierName(SelectedKvTier tier);  // "auto", "device", "host"
+StatusOr<SelectedKvTier> ParseSelectedKvTier(std::string_view name);
 
 struct SequenceOptions {
   // Positions this rank may store over the sequence's life (its prompt share and decode share).
@@ -25,6 +37,10 @@ struct SequenceOptions {
   // The most tokens one step adds on this rank (0: capacity); sizes streaming stores.
   int64_t step_tokens = 0;
   AttentionPolicy policy;
+  // The most positions this rank stores in decode steps (its share of the generated tokens);
+  // -1: not known, up to capacity. Splits a host-tier layer's rows between host and device.
+  int64_t decode_rows = -1;
+  SelectedKvTier selected_kv = SelectedKvTier::kAuto;  // kAuto is the device to Create
 };
 
 class Sequence {
@@ -33,9 +49,10 @@ class Sequence {
   static StatusOr<std::unique_ptr<Sequence>> Create(SequenceId id, Backend& backend,
                                                     const ModelConfig& config, DType kv_dtype,
                                                     SequenceOptions options);
-  // Bytes the stores of such a sequence take on this rank (the memory plan asks this).
-  static StatusOr<int64_t> StoreBytes(const ModelConfig& config, DType kv_dtype,
-                                      const SequenceOptions& options);
+  // What the stores of such a sequence take on this rank, in plan's kv_bytes (device),
+  // host_kv_bytes (pinned host) and selection_bytes (OmniKV's scores, gathers, packed loads).
+  static Status PlanStores(const ModelConfig& config, DType kv_dtype,
+                           const SequenceOptions& options, SequenceMemoryPlan* plan);
 
   SequenceId id() const { return id_; }
   const SequenceOptions& options() const { return options_; }
@@ -51,8 +68,9 @@ class Sequence {
   // The most rows one step may add on this rank: bounded only by streaming stores, which are
   // sized for options().step_tokens.
   int64_t MaxStepRows() const;
-  // Bytes every store holds now.
+  // Bytes every store holds now (both tiers), and the part in the host tier.
   int64_t KvBytes() const;
+  int64_t HostKvBytes() const;
 
   // This rank's rows of a layer with `retention` this step, by position: the kept part of
   // `stored` at `length` (as each store keeps it) followed by `step` (what another rank's stored
@@ -63,6 +81,9 @@ class Sequence {
 
   // Ends a step: this rank's new positions `step` in every store and the new length.
   Status Commit(std::span<const TokenRange> step, int64_t length);
+  // Called before the first decode step runs (then nothing): positions before length() are the
+  // context, later ones generated (OmniKV's selections and host-tier stores split at it).
+  void BeginDecode();
 
  private:
   Sequence() = default;
@@ -70,6 +91,9 @@ class Sequence {
   SequenceOptions options_;
   std::vector<LayerAttention> layers_;
   std::vector<std::unique_ptr<KvStore>> stores_;
+  std::shared_ptr<KvStagingPool> staging_;      // host-tier layers' staging (none without)
+  std::vector<OffloadedKvStore*> offloaded_;    // the host-tier stores among stores_
+  bool decoding_ = false;
   std::vector<TokenRange> stored_;
   int64_t stored_rows_ = 0;
   int64_t length_ = 0;

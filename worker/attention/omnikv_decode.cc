@@ -1,0 +1,147 @@
+#include "worker/attention/omnikv_decode.h"
+
+#include <algorithm>
+
+#include "worker/attention/scratch_buffer.h"
+#include "worker/dist/global_top_k.h"
+#include "worker/kv/offloaded_kv_store.h"
+
+namespace millipede {
+namespace {
+
+// The token's attention over `rows` ([n, kv_heads, head_dim] each, every row visible).
+Status AttendRows(AttentionEnv& env, const DecodeInput& in, ConstKvRows rows, TensorView o,
+                  TensorView lse) {
+  AttentionArgs a;
+  a.q = in.q;
+  a.k = rows.k;
+  a.v = rows.v;
+  a.q_offset = in.position;
+  a.mask = AttentionMask::kNone;
+  a.o = o;
+  a.lse = lse;
+  return env.backend.Attention(a);
+}
+
+// Positions of the rows of `ranges` (in order) before `end`.
+std::vector<int64_t> PositionsBefore(std::span<const TokenRange> ranges, int64_t end) {
+  std::vector<int64_t> out;
+  for (const TokenRange& r : ranges)
+    for (int64_t p = r.begin; p < std::min(r.end, end); ++p) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+Status FilterDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                             TensorView lse) {
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  return AttendRows(env, in, rows, o, lse);
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> FilterDecode::Choose(AttentionEnv& env,
+                                                                 ConstTensorView scores) {
+  const int64_t groups = env.config.num_key_value_heads, n = scores.dim(1);
+  const int64_t k = std::min(params_.top_k, n);
+  std::vector<GlobalTopKCandidate> candidates;
+  std::vector<int64_t> offsets = {0}, rows;
+  if (k > 0) {
+    MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(env.backend, &top_index_, DType::kI32,
+                                                        Shape{groups, k}));
+    MP_ASSIGN_OR_RETURN(TensorView value, ScratchBuffer(env.backend, &top_value_, DType::kF32,
+                                                        Shape{groups, k}));
+    MP_RETURN_IF_ERROR(env.backend.TopK({scores, k, index, value}));
+    std::vector<int32_t> host_index(static_cast<size_t>(groups * k));
+    std::vector<float> host_value(host_index.size());
+    MP_RETURN_IF_ERROR(env.backend.CopyToHost(AsConst(index),
+                                              {host_index.data(), DType::kI32, index.shape}));
+    MP_RETURN_IF_ERROR(env.backend.CopyToHost(AsConst(value),
+                                              {host_value.data(), DType::kF32, value.shape}));
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t i = 0; i < k; ++i) {
+        const size_t at = static_cast<size_t>(g * k + i);
+        if (host_index[at] < 0) break;  // NaN scores are never selected
+        candidates.push_back({host_value[at], positions_[static_cast<size_t>(host_index[at])]});
+        rows.push_back(host_index[at]);
+      }
+      offsets.push_back(static_cast<int64_t>(candidates.size()));
+    }
+  } else {
+    offsets.assign(static_cast<size_t>(groups) + 1, 0);
+  }
+  // Only each rank's best top_k per KV head cross ranks; every rank cuts alike.
+  MP_ASSIGN_OR_RETURN(GlobalTopKResult result,
+                      GlobalTopK(env.comm, candidates, offsets, params_.top_k));
+  std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    std::vector<int64_t>& mine = chosen[static_cast<size_t>(g)];
+    for (int64_t i = offsets[static_cast<size_t>(g)]; i < offsets[static_cast<size_t>(g) + 1]; ++i)
+      if (result.keep[static_cast<size_t>(i)]) mine.push_back(rows[static_cast<size_t>(i)]);
+    std::sort(mine.begin(), mine.end());
+  }
+  return chosen;
+}
+
+Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) {
+  const ModelConfig& c = env.config;
+  TokenSelection& selection = *selection_;
+  MP_ASSERT(selection.context_end() >= 0, "the sequence began decoding");
+  // The context rows are a prefix of the store's rows (rows are in position order); they do not
+  // change once decoding began, so their positions are listed once.
+  std::span<const TokenRange> held = in.store->held_ranges();
+  int64_t n = 0;
+  for (const TokenRange& r : held)
+    n += std::clamp<int64_t>(selection.context_end() - r.begin, 0, r.size());
+  if (static_cast<int64_t>(positions_.size()) != n)
+    positions_ = PositionsBefore(held, selection.context_end());
+  MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(env.backend, &scores_, DType::kF32,
+                                                       Shape{c.num_key_value_heads, n}));
+  if (n > 0) {
+    MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(0));
+    MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{c.num_attention_heads, c.head_dim}));
+    MP_ASSIGN_OR_RETURN(ConstTensorView lse1, Reshape(lse, Shape{c.num_attention_heads}));
+    MP_RETURN_IF_ERROR(
+        env.backend.TokenScores({q, SliceRows(rows.k, 0, n), lse1, 0.0f, scores}));
+  }
+  MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> chosen, Choose(env, AsConst(scores)));
+  return selection.Choose(env, std::move(chosen), n, in.position);
+}
+
+Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                               TensorView lse) {
+  TokenSelection& selection = *selection_;
+  MP_RETURN_IF_ERROR(selection.CheckFresh(in.position, in.layer));
+  const int64_t context = selection.context_rows();
+  const bool any_chosen = selection.total_rows() > 0;
+  ConstKvRows chosen, generated;
+  if (in.store->tier() == KvTier::kHost) {
+    const auto* store = dynamic_cast<const OffloadedKvStore*>(in.store);
+    MP_ASSERT(store != nullptr && store->context_rows() == context,
+              "a selected layer's host store holds its filter layer's context rows");
+    if (any_chosen) {
+      MP_ASSIGN_OR_RETURN(chosen, selection.Loaded(env, in.layer));
+    }
+    MP_ASSIGN_OR_RETURN(generated, store->GeneratedRows(in.step_rows));
+  } else {
+    MP_ASSIGN_OR_RETURN(const ConstKvRows all, in.store->Rows(in.step_rows));
+    const int64_t rows = all.k.dim(0);
+    MP_ASSERT(rows >= context, "the store holds the context rows");
+    if (any_chosen) {
+      MP_ASSIGN_OR_RETURN(chosen, selection.Gather(env, {SliceRows(all.k, 0, context),
+                                                         SliceRows(all.v, 0, context)}));
+    }
+    generated = {SliceRows(all.k, context, rows - context), SliceRows(all.v, context, rows - context)};
+  }
+  const bool any_generated = generated.k.dim(0) > 0;
+  if (!any_chosen)
+    return any_generated ? AttendRows(env, in, generated, o, lse) : env.backend.ClearState(o, lse);
+  MP_RETURN_IF_ERROR(selection.Attend(env, in.q, chosen, in.position, o, lse));
+  if (!any_generated) return OkStatus();
+  MP_ASSIGN_OR_RETURN(TensorView tmp_o, ScratchBuffer(env.backend, &tmp_o_, DType::kF32, o.shape));
+  MP_ASSIGN_OR_RETURN(TensorView tmp_lse,
+                      ScratchBuffer(env.backend, &tmp_lse_, DType::kF32, lse.shape));
+  MP_RETURN_IF_ERROR(AttendRows(env, in, generated, tmp_o, tmp_lse));
+  return env.backend.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
+}
+
+}  // namespace millipede

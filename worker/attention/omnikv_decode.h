@@ -1,0 +1,56 @@
+// OmniKV's decode roles. A filter layer attends to every row (split-KV, as full decode) and,
+// once the ranks' partials are merged, scores this rank's context rows by the probability the
+// token's query gives them under the global log-sum-exp (max over the query heads of each KV
+// head: OmniKV's last-token selector, the TokenScores op) and keeps each KV head's global top
+// `filter.top_k`, agreed between the ranks (GlobalTopK: each rank offers its local best k, and
+// only those cross ranks); each rank keeps its own share, the TokenSelection of its group. A
+// selected layer attends to the chosen context rows — gathered from its device store, or loaded
+// from the host tier by the group's packed load — and to every generated row, merged by
+// log-sum-exp; only (o, lse) partials cross ranks. With a budget at least the context, every
+// context row is chosen and both roles equal full attention.
+//
+// Built from backend ops only (attention, the merge rule, TokenScores, TopK, GatherRows and the
+// copy queue's gathers), so they run on any backend.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/policy/attention_policy.h"
+#include "worker/attention/attention_strategy.h"
+#include "worker/attention/token_selection.h"
+
+namespace millipede {
+
+class FilterDecode final : public DecodeStrategy {
+ public:
+  FilterDecode(const FilterParams& params, std::shared_ptr<TokenSelection> selection)
+      : params_(params), selection_(std::move(selection)) {}
+  const char* name() const override { return "filter"; }
+  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                 TensorView lse) override;
+  Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
+
+ private:
+  // This rank's best candidates of each KV head (row, score) from the scores [kv_heads, rows].
+  StatusOr<std::vector<std::vector<int64_t>>> Choose(AttentionEnv& env, ConstTensorView scores);
+  FilterParams params_;
+  std::shared_ptr<TokenSelection> selection_;
+  std::vector<int64_t> positions_;  // the positions of this rank's context rows
+  BackendTensor scores_, top_index_, top_value_;
+};
+
+class SelectedDecode final : public DecodeStrategy {
+ public:
+  explicit SelectedDecode(std::shared_ptr<TokenSelection> selection)
+      : selection_(std::move(selection)) {}
+  const char* name() const override { return "selected"; }
+  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                 TensorView lse) override;
+
+ private:
+  std::shared_ptr<TokenSelection> selection_;
+  BackendTensor tmp_o_, tmp_lse_;  // the generated rows' partial
+};
+
+}  // namespace millipede

@@ -1,0 +1,145 @@
+#include "worker/kv/offloaded_kv_store.h"
+
+#include <algorithm>
+
+namespace millipede {
+
+StatusOr<std::shared_ptr<KvStagingPool>> KvStagingPool::Create(Backend& backend,
+                                                               const KvLayout& layout,
+                                                               int64_t step_rows) {
+  auto pool = std::shared_ptr<KvStagingPool>(new KvStagingPool(backend));
+  for (Slot& slot : pool->slots_) {
+    MP_ASSIGN_OR_RETURN(slot.rows, KvBuffer::Create(backend, layout, step_rows));
+  }
+  return pool;
+}
+
+KvStagingPool::Slot* KvStagingPool::PendingOf(const OffloadedKvStore* owner) {
+  for (Slot& slot : slots_)
+    if (slot.pending && slot.owner == owner) return &slot;
+  return nullptr;
+}
+
+Status KvStagingPool::Flush(Slot& slot) {
+  OffloadedKvStore& owner = *slot.owner;
+  const int64_t n = slot.written, at = owner.held_rows_;
+  MP_REQUIRE(at + n <= owner.host_.k.dim(0), "offloaded KV store: ", at + n,
+             " context rows exceed its host capacity of ", owner.host_.k.dim(0));
+  slot.pending = false;
+  owner.copied_rows_ = n;
+  if (n == 0) return OkStatus();
+  const ConstKvRows src = slot.rows.Prefix(n);
+  MP_RETURN_IF_ERROR(backend_
+                         .StartCopy(src.k, SliceRows(owner.host_.k, at, n),
+                                    CopyOrder::kAfterCompute)
+                         .status());
+  MP_ASSIGN_OR_RETURN(slot.copied, backend_.StartCopy(src.v, SliceRows(owner.host_.v, at, n),
+                                                      CopyOrder::kAfterCompute));
+  owner.last_copy_ = slot.copied;
+  return OkStatus();
+}
+
+StatusOr<KvRows> KvStagingPool::Acquire(OffloadedKvStore* owner, int64_t offset, int64_t n) {
+  Slot* slot = PendingOf(owner);
+  if (slot == nullptr) {
+    // The previous layer's rows leave now, behind the compute queued so far (its attention),
+    // while this layer computes.
+    for (Slot& s : slots_)
+      if (s.pending) MP_RETURN_IF_ERROR(Flush(s));
+    slot = slots_[0].last_use <= slots_[1].last_use ? &slots_[0] : &slots_[1];
+    MP_RETURN_IF_ERROR(backend_.ComputeWaitFor(slot->copied));
+    slot->owner = owner;
+    slot->pending = true;
+    slot->written = 0;
+    owner->copied_rows_ = 0;
+  }
+  slot->last_use = ++uses_;
+  if (offset == 0) slot->written = 0;  // a new step (a failed one's rows are overwritten)
+  MP_ASSIGN_OR_RETURN(KvRows rows, slot->rows.Slice(offset, n));
+  slot->written = std::max(slot->written, offset + n);
+  return rows;
+}
+
+StatusOr<std::unique_ptr<OffloadedKvStore>> OffloadedKvStore::Create(
+    Backend& backend, const KvLayout& layout, KvRows host, std::shared_ptr<KvStagingPool> staging,
+    int64_t generated_capacity) {
+  const Shape row{layout.num_kv_heads, layout.head_dim};
+  MP_REQUIRE(host.k.rank() == 3 && host.k.dtype == layout.dtype && host.k.shape == host.v.shape &&
+                 host.k.dtype == host.v.dtype && host.k.dim(1) == row[0] && host.k.dim(2) == row[1],
+             "offloaded KV store: host rows ", host.k.shape.ToString(), " do not fit the layout");
+  MP_REQUIRE(staging != nullptr, "offloaded KV store: no staging pool");
+  MP_ASSIGN_OR_RETURN(KvBuffer generated, KvBuffer::Create(backend, layout, generated_capacity));
+  return std::unique_ptr<OffloadedKvStore>(
+      new OffloadedKvStore(backend, host, std::move(staging), std::move(generated)));
+}
+
+StatusOr<KvRows> OffloadedKvStore::StepRows(int64_t offset, int64_t n) {
+  if (!context_ended_) {
+    MP_REQUIRE(held_rows_ + offset + n <= host_.k.dim(0), "offloaded KV store: ",
+               held_rows_ + offset + n, " context rows exceed its host capacity of ",
+               host_.k.dim(0));
+    return staging_->Acquire(this, offset, n);
+  }
+  MP_REQUIRE(generated_rows_ + offset + n <= generated_.capacity(), "offloaded KV store: ",
+             generated_rows_ + offset + n, " generated rows exceed its device capacity of ",
+             generated_.capacity(), " on this rank");
+  return generated_.Slice(generated_rows_ + offset, n);
+}
+
+StatusOr<ConstKvRows> OffloadedKvStore::Rows(int64_t step_rows) const {
+  if (context_ended_)
+    return FailedPreconditionError(
+        "offloaded KV store: context rows are read through the packed load and generated rows "
+        "through GeneratedRows");
+  if (step_rows == 0) {
+    MP_RETURN_IF_ERROR(backend_.ComputeWaitFor(last_copy_));
+    return ConstKvRows{SliceRows(AsConst(host_.k), 0, held_rows_),
+                       SliceRows(AsConst(host_.v), 0, held_rows_)};
+  }
+  if (held_rows_ > 0)
+    return FailedPreconditionError(
+        "offloaded KV store: its held rows are in host memory and the step's on the device; no "
+        "view spans both");
+  const KvStagingPool::Slot* slot = staging_->PendingOf(this);
+  MP_REQUIRE(slot != nullptr && slot->written >= step_rows, "offloaded KV store: ", step_rows,
+             " step rows were not written in this step");
+  return slot->rows.Prefix(step_rows);
+}
+
+Status OffloadedKvStore::Commit(std::span<const TokenRange> step_ranges, int64_t length) {
+  if (context_ended_) {
+    MP_ASSIGN_OR_RETURN(const int64_t n,
+                        CheckStep(step_ranges, context_rows_ + generated_.capacity()));
+    generated_rows_ += n;
+    HoldAll(step_ranges, n);
+    return OkStatus();
+  }
+  MP_ASSIGN_OR_RETURN(const int64_t n, CheckStep(step_ranges, host_.k.dim(0)));
+  if (n > 0) {
+    if (KvStagingPool::Slot* slot = staging_->PendingOf(this)) {
+      MP_RETURN_IF_ERROR(staging_->Flush(*slot));
+    }
+    MP_ASSERT(copied_rows_ == n, "offloaded KV store: the step wrote ", copied_rows_,
+              " rows and commits ", n);
+  }
+  copied_rows_ = 0;
+  HoldAll(step_ranges, n);
+  return OkStatus();
+}
+
+void OffloadedKvStore::EndContext() {
+  if (context_ended_) return;
+  context_ended_ = true;
+  context_rows_ = held_rows_;
+  // Rows a failed step left in a slot are not this store's any more.
+  if (KvStagingPool::Slot* slot = staging_->PendingOf(this)) slot->pending = false;
+}
+
+StatusOr<ConstKvRows> OffloadedKvStore::GeneratedRows(int64_t step_rows) const {
+  MP_REQUIRE(context_ended_, "offloaded KV store: no generated rows before EndContext");
+  return generated_.Prefix(generated_rows_ + step_rows);
+}
+
+Status OffloadedKvStore::WaitForWrites() { return backend_.WaitCopy(last_copy_); }
+
+}  // namespace millipede
