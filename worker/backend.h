@@ -152,8 +152,8 @@ class Backend {
 
   // Selection ops: per-row top-k, key scores for static eviction, token scores for OmniKV's
   // filter layers, row gathers. Argument contracts are those of kernels/top_k.h,
-  // kernels/attention/key_scores.h, kernels/attention/token_scores.h and kernels/gather_rows.h, with every tensor in backend memory (a gather's src may also be
-  // AllocateHost memory). An out-of-range gather index is an OutOfRange error: at once on the
+  // kernels/attention/key_scores.h, kernels/attention/token_scores.h and kernels/gather_rows.h,
+  // with every tensor in backend memory (a gather's src may also be AllocateHost memory). An out-of-range gather index is an OutOfRange error: at once on the
   // CPU backend; on a GPU, which cannot see the indices without waiting, the row is written as
   // zeros and the error comes from the next Synchronize().
   virtual Status TopK(const TopKArgs& args) = 0;

@@ -14,13 +14,15 @@ const char kEngineFlagsUsage[] =
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --attention-chunk N    query rows per attention call (default: the prefill chunk)
   --policy FILE          attention policy file (JSON; default dense/full)
+  --selected-kv T        where OmniKV's selected layers keep their prompt's KV: auto (default:
+                         the GPU when it fits, else pinned host memory) | device | host
   --profile              time the engine's phases (synchronises at phase boundaries)
   --backend B            cpu (default) | cuda
 )";
 
 std::vector<std::string> EngineFlagNames() {
-  return {"model", "kv-dtype", "prefill-chunk", "attention-chunk", "policy", "profile",
-          "backend"};
+  return {"model", "kv-dtype", "prefill-chunk", "attention-chunk", "policy", "selected-kv",
+          "profile", "backend"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
@@ -33,6 +35,8 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0, got ",
              options.attention_chunk);
   options.policy_file = flags.Get("policy").value_or("");
+  MP_ASSIGN_OR_RETURN(options.selected_kv,
+                      ParseSelectedKvTier(flags.Get("selected-kv").value_or("auto")));
   options.profile = flags.GetBool("profile");
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;

@@ -13,7 +13,7 @@
 namespace millipede {
 
 // Usage lines for the engine flags (--model, --kv-dtype, --prefill-chunk, --attention-chunk,
-// --policy, --profile, --backend).
+// --policy, --selected-kv, --profile, --backend).
 extern const char kEngineFlagsUsage[];
 // Their names, for Flags::CheckKnown.
 std::vector<std::string> EngineFlagNames();

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ lse, float* __restrict__ score, int64_t n_k,
                       int64_t num_kv_heads, int64_t group, int64_t head_dim, float scale) {
   extern __shared__ float shared[];
-  float* queries = shared;                     // [group, head_dim]
+  float* queries = shared;                      // [group, head_dim]
   float* head_lse = shared + group * head_dim;  // [group]
   const int64_t g = blockIdx.y;
   for (int64_t e = threadIdx.x; e < group * head_dim; e += kThreads)

@@ -16,7 +16,8 @@ Status TokenScoresCheckArgs(const TokenScoresArgs& args) {
   MP_REQUIRE(head_dim > 0, "token_scores: head_dim must be positive");
   MP_REQUIRE(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "token_scores: num_heads ",
              num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
-  MP_RETURN_IF_ERROR(CheckTensor(args.q, "token_scores q", DType::kF32, Shape{num_heads, head_dim}));
+  MP_RETURN_IF_ERROR(
+      CheckTensor(args.q, "token_scores q", DType::kF32, Shape{num_heads, head_dim}));
   MP_REQUIRE(
       args.k.dtype == DType::kF32 || args.k.dtype == DType::kBF16 || args.k.dtype == DType::kF16,
       "token_scores k: dtype ", DTypeName(args.k.dtype), ", expected F32, BF16 or F16");

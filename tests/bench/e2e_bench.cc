@@ -40,6 +40,7 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
   --attention-chunk N  query rows per attention call (default 16384)
   --seed S             weight and prompt seed (default 1)
   --policy FILE        attention policy file (default dense/full)
+  --selected-kv T      OmniKV's selected layers' prompt KV: auto (default) | device | host
   --profile            per-phase times (synchronises at phase boundaries)
   --gemm-reference     also time the model's GEMMs alone for each prompt length
   --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
@@ -171,7 +172,10 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
   std::vector<int32_t> ids;
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step <= tokens; ++step) {
-    if (step == 1) t0 = std::chrono::steady_clock::now();
+    if (step == 1) {
+      t0 = std::chrono::steady_clock::now();
+      engine.ResetStats();
+    }
     MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
     if (comm.rank() == 0) {
       MP_ASSIGN_OR_RETURN(token, engine.backend().Sample(logits, SamplingParams{}, 0));
@@ -180,6 +184,9 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
     ids.push_back(token);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Rank 0's KV by tier, and what OmniKV's packed loads read from its host tier per token.
+  const int64_t host_kv = engine.HostKvBytes(), device_kv = engine.KvBytes() - host_kv;
+  const double loaded = static_cast<double>(engine.stats().host_load_bytes) / tokens;
   engine.EndSequence();
   return nlohmann::json{{"bench", "e2e-decode"},
                         {"backend", BackendKindName(engine.backend().kind())},
@@ -188,6 +195,9 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
                         {"decode_tokens", tokens},
                         {"decode_tokens_per_s", static_cast<double>(tokens) / s},
                         {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
+                        {"kv_bytes_device", device_kv},
+                        {"kv_bytes_host", host_kv},
+                        {"host_load_bytes_per_token", loaded},
                         {"first_ids", std::vector<int32_t>(ids.begin(), ids.begin() +
                                                            std::min<size_t>(8, ids.size()))}};
 }
@@ -200,8 +210,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown({"preset", "layers", "seq", "decode-tokens", "warmup-seq",
                                        "backend", "kv-dtype", "dtype", "prefill-chunk",
-                                       "attention-chunk", "seed", "policy", "profile", "gemm-reference", "decode-only",
-                                       "help"}));
+                                       "attention-chunk", "seed", "policy", "selected-kv",
+                                       "profile", "gemm-reference", "decode-only", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -228,6 +238,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 16384));
   options.profile = flags.GetBool("profile");
   options.policy_file = flags.Get("policy").value_or("");
+  MP_ASSIGN_OR_RETURN(options.selected_kv,
+                      ParseSelectedKvTier(flags.Get("selected-kv").value_or("auto")));
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));

@@ -23,6 +23,7 @@ struct EngineStats {
   double mlp_s = 0;         // output projection and MLP
   double logits_s = 0;      // final norm and LM head
   int64_t comm_bytes = 0;   // bytes this rank sent over the data plane
+  int64_t host_load_bytes = 0;  // bytes OmniKV's packed loads read from the host tier
   int64_t prefill_layers = 0;  // layer passes of sharded steps
   int64_t decode_layers = 0;   // layer passes of decode steps
 };

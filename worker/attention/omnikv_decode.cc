@@ -46,17 +46,17 @@ StatusOr<std::vector<std::vector<int64_t>>> FilterDecode::Choose(AttentionEnv& e
   std::vector<GlobalTopKCandidate> candidates;
   std::vector<int64_t> offsets = {0}, rows;
   if (k > 0) {
-    MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(env.backend, &top_index_, DType::kI32,
-                                                        Shape{groups, k}));
-    MP_ASSIGN_OR_RETURN(TensorView value, ScratchBuffer(env.backend, &top_value_, DType::kF32,
-                                                        Shape{groups, k}));
+    MP_ASSIGN_OR_RETURN(TensorView index,
+                        ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{groups, k}));
+    MP_ASSIGN_OR_RETURN(TensorView value,
+                        ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{groups, k}));
     MP_RETURN_IF_ERROR(env.backend.TopK({scores, k, index, value}));
     std::vector<int32_t> host_index(static_cast<size_t>(groups * k));
     std::vector<float> host_value(host_index.size());
-    MP_RETURN_IF_ERROR(env.backend.CopyToHost(AsConst(index),
-                                              {host_index.data(), DType::kI32, index.shape}));
-    MP_RETURN_IF_ERROR(env.backend.CopyToHost(AsConst(value),
-                                              {host_value.data(), DType::kF32, value.shape}));
+    MP_RETURN_IF_ERROR(
+        env.backend.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
+    MP_RETURN_IF_ERROR(
+        env.backend.CopyToHost(AsConst(value), {host_value.data(), DType::kF32, value.shape}));
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t i = 0; i < k; ++i) {
         const size_t at = static_cast<size_t>(g * k + i);
@@ -100,8 +100,7 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
     MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(0));
     MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{c.num_attention_heads, c.head_dim}));
     MP_ASSIGN_OR_RETURN(ConstTensorView lse1, Reshape(lse, Shape{c.num_attention_heads}));
-    MP_RETURN_IF_ERROR(
-        env.backend.TokenScores({q, SliceRows(rows.k, 0, n), lse1, 0.0f, scores}));
+    MP_RETURN_IF_ERROR(env.backend.TokenScores({q, SliceRows(rows.k, 0, n), lse1, 0.0f, scores}));
   }
   MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> chosen, Choose(env, AsConst(scores)));
   return selection.Choose(env, std::move(chosen), n, in.position);
@@ -130,7 +129,8 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
       MP_ASSIGN_OR_RETURN(chosen, selection.Gather(env, {SliceRows(all.k, 0, context),
                                                          SliceRows(all.v, 0, context)}));
     }
-    generated = {SliceRows(all.k, context, rows - context), SliceRows(all.v, context, rows - context)};
+    generated = {SliceRows(all.k, context, rows - context),
+                 SliceRows(all.v, context, rows - context)};
   }
   const bool any_generated = generated.k.dim(0) > 0;
   if (!any_chosen)

@@ -27,8 +27,7 @@ class FilterDecode final : public DecodeStrategy {
   FilterDecode(const FilterParams& params, std::shared_ptr<TokenSelection> selection)
       : params_(params), selection_(std::move(selection)) {}
   const char* name() const override { return "filter"; }
-  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
-                 TensorView lse) override;
+  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
 
  private:
@@ -45,8 +44,7 @@ class SelectedDecode final : public DecodeStrategy {
   explicit SelectedDecode(std::shared_ptr<TokenSelection> selection)
       : selection_(std::move(selection)) {}
   const char* name() const override { return "selected"; }
-  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
-                 TensorView lse) override;
+  Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
 
  private:
   std::shared_ptr<TokenSelection> selection_;

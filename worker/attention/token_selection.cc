@@ -6,8 +6,8 @@
 
 namespace millipede {
 
-void TokenSelection::SetHostTier(std::vector<int64_t> layers, BackendTensor arena,
-                                 int64_t capacity, BackendTensor packed) {
+void TokenSelection::SetHostTier(std::vector<int64_t> layers, BackendTensor arena, int64_t capacity,
+                                 BackendTensor packed) {
   host_layers_ = std::move(layers);
   arena_ = std::move(arena);
   capacity_ = capacity;
@@ -34,9 +34,8 @@ Status TokenSelection::Choose(AttentionEnv& env, std::vector<std::vector<int64_t
   for (const std::vector<int64_t>& r : rows)
     head_offset_.push_back(head_offset_.back() + static_cast<int64_t>(r.size()));
   const int64_t total = head_offset_.back();
-  by_row_ = total > 0 && std::all_of(rows.begin(), rows.end(), [&](const auto& r) {
-              return r.size() == rows[0].size();
-            });
+  by_row_ = total > 0 && std::all_of(rows.begin(), rows.end(),
+                                     [&](const auto& r) { return r.size() == rows[0].size(); });
   std::vector<int64_t> index;
   index.reserve(static_cast<size_t>(total));
   const size_t per_head = rows[0].size();
@@ -45,8 +44,8 @@ Status TokenSelection::Choose(AttentionEnv& env, std::vector<std::vector<int64_t
   for (int64_t g = 0; g < (by_row_ ? 0 : kv_heads); ++g)
     for (int64_t row : rows[g]) index.push_back(row * kv_heads + g);
   for (int64_t e : index)
-    MP_ASSERT(e >= 0 && e < context_rows * kv_heads, "chosen row ", e / kv_heads,
-              " outside the ", context_rows, " context rows");
+    MP_ASSERT(e >= 0 && e < context_rows * kv_heads, "chosen row ", e / kv_heads, " outside the ",
+              context_rows, " context rows");
   if (total > 0) {
     MP_RETURN_IF_ERROR(UploadI64(env.backend, &index_, index).status());
     if (!host_layers_.empty()) {
@@ -65,10 +64,12 @@ Status TokenSelection::Choose(AttentionEnv& env, std::vector<std::vector<int64_t
                           Reshape(arena_.cview(), Shape{blocks * block_rows, d}));
       // After the compute queued so far: the index upload, and the previous step's readers of
       // the packed buffer.
-      MP_ASSIGN_OR_RETURN(load_, env.backend.StartGatherRows(
-                                     {src, AsConst(dev_load), SliceRows(packed_.view(), 0,
-                                                                        blocks * total)},
-                                     CopyOrder::kAfterCompute));
+      MP_ASSIGN_OR_RETURN(
+          load_, env.backend.StartGatherRows(
+                     {src, AsConst(dev_load), SliceRows(packed_.view(), 0, blocks * total)},
+                     CopyOrder::kAfterCompute));
+      env.stats.host_load_bytes +=
+          blocks * total * d * static_cast<int64_t>(DTypeSize(arena_.view().dtype));
     }
   }
   position_ = position;
@@ -77,9 +78,9 @@ Status TokenSelection::Choose(AttentionEnv& env, std::vector<std::vector<int64_t
 
 Status TokenSelection::CheckFresh(int64_t position, int64_t layer) const {
   if (position_ == position) return OkStatus();
-  return FailedPreconditionError(
-      "selected layer " + std::to_string(layer) + ": its filter layer " +
-      std::to_string(filter_layer_) + " chose no tokens for position " + std::to_string(position));
+  return FailedPreconditionError("selected layer " + std::to_string(layer) + ": its filter layer " +
+                                 std::to_string(filter_layer_) + " chose no tokens for position " +
+                                 std::to_string(position));
 }
 
 StatusOr<ConstKvRows> TokenSelection::Loaded(AttentionEnv& env, int64_t layer) {

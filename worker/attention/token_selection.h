@@ -73,11 +73,11 @@ class TokenSelection {
  private:
   int64_t filter_layer_;
   int64_t context_end_ = -1;
-  int64_t position_ = -1;      // the token the current choice is for
+  int64_t position_ = -1;  // the token the current choice is for
   int64_t context_rows_ = 0;
-  bool by_row_ = false;        // gathered row by row ([n, kv_heads, head_dim]), else by head
+  bool by_row_ = false;               // gathered row by row ([n, kv_heads, head_dim]), else by head
   std::vector<int64_t> head_offset_;  // [kv_heads + 1], by-head layout
-  BackendTensor index_;        // [total] rows of [context_rows * kv_heads, head_dim]
+  BackendTensor index_;               // [total] rows of [context_rows * kv_heads, head_dim]
   BackendTensor gather_k_, gather_v_;
   // Host tier.
   std::vector<int64_t> host_layers_;

@@ -135,8 +135,8 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
     // One arena per group: K then V of each host-tier layer, so one gather loads them all.
     const int64_t blocks = 2 * static_cast<int64_t>(g.host_layers.size());
     MP_ASSIGN_OR_RETURN(BackendTensor arena,
-                        backend.AllocateHost(kv_dtype, Shape{blocks * context,
-                                                             layout.num_kv_heads, layout.head_dim}));
+                        backend.AllocateHost(kv_dtype, Shape{blocks * context, layout.num_kv_heads,
+                                                             layout.head_dim}));
     MP_ASSIGN_OR_RETURN(BackendTensor packed,
                         backend.Allocate(kv_dtype, Shape{blocks * loaded * layout.num_kv_heads,
                                                          layout.head_dim}));
@@ -148,7 +148,8 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
     std::unique_ptr<KvStore> store;
     if (host[l]) {
       const std::vector<int64_t>& group = la.selection->host_layers();
-      const size_t i = std::find(group.begin(), group.end(), static_cast<int64_t>(l)) - group.begin();
+      const size_t i = static_cast<size_t>(
+          std::find(group.begin(), group.end(), static_cast<int64_t>(l)) - group.begin());
       MP_ASSIGN_OR_RETURN(std::unique_ptr<OffloadedKvStore> offloaded,
                           OffloadedKvStore::Create(backend, layout, la.selection->HostRows(i),
                                                    s->staging_, GeneratedCapacity(options)));

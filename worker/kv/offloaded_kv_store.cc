@@ -29,10 +29,9 @@ Status KvStagingPool::Flush(Slot& slot) {
   owner.copied_rows_ = n;
   if (n == 0) return OkStatus();
   const ConstKvRows src = slot.rows.Prefix(n);
-  MP_RETURN_IF_ERROR(backend_
-                         .StartCopy(src.k, SliceRows(owner.host_.k, at, n),
-                                    CopyOrder::kAfterCompute)
-                         .status());
+  MP_RETURN_IF_ERROR(
+      backend_.StartCopy(src.k, SliceRows(owner.host_.k, at, n), CopyOrder::kAfterCompute)
+          .status());
   MP_ASSIGN_OR_RETURN(slot.copied, backend_.StartCopy(src.v, SliceRows(owner.host_.v, at, n),
                                                       CopyOrder::kAfterCompute));
   owner.last_copy_ = slot.copied;
@@ -75,14 +74,15 @@ StatusOr<std::unique_ptr<OffloadedKvStore>> OffloadedKvStore::Create(
 
 StatusOr<KvRows> OffloadedKvStore::StepRows(int64_t offset, int64_t n) {
   if (!context_ended_) {
-    MP_REQUIRE(held_rows_ + offset + n <= host_.k.dim(0), "offloaded KV store: ",
-               held_rows_ + offset + n, " context rows exceed its host capacity of ",
-               host_.k.dim(0));
+    MP_REQUIRE(held_rows_ + offset + n <= host_.k.dim(0),
+               "offloaded KV store: ", held_rows_ + offset + n,
+               " context rows exceed its host capacity of ", host_.k.dim(0));
     return staging_->Acquire(this, offset, n);
   }
-  MP_REQUIRE(generated_rows_ + offset + n <= generated_.capacity(), "offloaded KV store: ",
-             generated_rows_ + offset + n, " generated rows exceed its device capacity of ",
-             generated_.capacity(), " on this rank");
+  MP_REQUIRE(generated_rows_ + offset + n <= generated_.capacity(),
+             "offloaded KV store: ", generated_rows_ + offset + n,
+             " generated rows exceed its device capacity of ", generated_.capacity(),
+             " on this rank");
   return generated_.Slice(generated_rows_ + offset, n);
 }
 

@@ -95,13 +95,15 @@ class OffloadedKvStore final : public KvStoreBase {
   friend class KvStagingPool;
   OffloadedKvStore(Backend& backend, KvRows host, std::shared_ptr<KvStagingPool> staging,
                    KvBuffer generated)
-      : backend_(backend), host_(host), staging_(std::move(staging)),
+      : backend_(backend),
+        host_(host),
+        staging_(std::move(staging)),
         generated_(std::move(generated)) {}
 
   Backend& backend_;
   KvRows host_;  // [context capacity, kv_heads, head_dim] each, pinned host memory
   std::shared_ptr<KvStagingPool> staging_;
-  KvBuffer generated_;          // [generated capacity, kv_heads, head_dim] each, device
+  KvBuffer generated_;  // [generated capacity, kv_heads, head_dim] each, device
   bool context_ended_ = false;
   int64_t context_rows_ = 0;    // held rows at EndContext
   int64_t generated_rows_ = 0;  // held generated rows

@@ -60,8 +60,8 @@ TEST_P(TokenScoresCudaTest, MatchesReference) {
   const int iq = check.Input(q);
   const int ik = check.Input(k, DTypeSize(c.k_dtype));
   const int ilse = check.Input(MakeLse(q, k));
-  const int iscore = check.Output("score", testing::PoisonedF32({c.kv_heads, c.n_k}),
-                                  Tolerance::Normalised(2e-5));
+  const int iscore =
+      check.Output("score", testing::PoisonedF32({c.kv_heads, c.n_k}), Tolerance::Normalised(2e-5));
   ASSERT_TRUE(check.Run(
       [&](const OpCheck::Tensors& t) {
         return TokenScoresArgs{t.cview(iq), t.cview(ik), t.cview(ilse), 0.0f, t.view(iscore)};

@@ -102,7 +102,8 @@ TEST(TokenScoresTest, MatchesBruteForceWithAnyLseAndScale) {
         for (int64_t h = 2 * g; h < 2 * g + 2; ++h) {
           if (std::isinf(lf[h])) continue;
           double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += double{qf[h * d + c]} * kf[(j * kv_heads + g) * d + c];
+          for (int64_t c = 0; c < d; ++c)
+            dot += double{qf[h * d + c]} * kf[(j * kv_heads + g) * d + c];
           want = std::max(want, std::exp(scale * dot - lf[h]));
         }
         EXPECT_NEAR(got[g * n_k + j], want, 1e-6 * want) << DTypeName(kdtype);

@@ -38,8 +38,8 @@ std::unique_ptr<Engine> MakeDistributed(SelectedKvTier tier) {
 }
 
 AttentionPolicy OmniPolicy(const Engine& e, int64_t top_k) {
-  return testing::PolicyFor(e, R"({"version": 1, "filter": {"top_k": )" +
-                                   std::to_string(top_k) + R"(},
+  return testing::PolicyFor(e,
+                            R"({"version": 1, "filter": {"top_k": )" + std::to_string(top_k) + R"(},
       "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
                  {"layer": 3, "decode": "selected"}, {"layer": 4, "decode": "selected"},
                  {"layer": 5, "decode": "filter"}, {"layer": 6, "decode": "selected"},
@@ -54,8 +54,8 @@ std::vector<std::vector<float>> DecodeLogits(Engine& e, const AttentionPolicy& p
   auto step = ShardedPrefill(Engine::kDefaultSequence, 0, prompt, comm.rank(), comm.size());
   EXPECT_TRUE(step.ok());
   const int64_t decode_rows = (static_cast<int64_t>(decode.size()) + comm.size() - 1) / comm.size();
-  Status started = e.StartSequence(static_cast<int64_t>(step->ids.size()) + decode_rows, 0,
-                                   policy, decode_rows);
+  Status started =
+      e.StartSequence(static_cast<int64_t>(step->ids.size()) + decode_rows, 0, policy, decode_rows);
   EXPECT_TRUE(started.ok()) << started.ToString();
   EXPECT_TRUE(e.ForwardShard(step->ranges, step->ids).ok());
   std::vector<std::vector<float>> out;
@@ -115,7 +115,9 @@ TEST_P(CpOmniKvTest, TokensMatchSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, CpOmniKvTest,
                          ::testing::Values(SelectedKvTier::kDevice, SelectedKvTier::kHost),
-                         [](const auto& info) { return std::string(SelectedKvTierName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(SelectedKvTierName(info.param));
+                         });
 
 }  // namespace
 }  // namespace millipede

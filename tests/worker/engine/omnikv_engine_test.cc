@@ -31,8 +31,8 @@ std::unique_ptr<Engine> MakeEngine(SelectedKvTier tier) {
 }
 
 AttentionPolicy OmniPolicy(const Engine& e, int64_t top_k) {
-  return testing::PolicyFor(e, R"({"version": 1, "filter": {"top_k": )" +
-                                   std::to_string(top_k) + R"(},
+  return testing::PolicyFor(e,
+                            R"({"version": 1, "filter": {"top_k": )" + std::to_string(top_k) + R"(},
       "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
                  {"layer": 3, "decode": "selected"}, {"layer": 4, "decode": "selected"},
                  {"layer": 5, "decode": "filter"}, {"layer": 6, "decode": "selected"},
@@ -53,9 +53,9 @@ std::vector<std::vector<float>> Logits(Engine& e, const std::optional<AttentionP
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (!d.ok()) break;
     out.emplace_back(static_cast<size_t>(e.config().vocab_size));
-    EXPECT_TRUE(
-        e.backend().CopyToHost(*d, {out.back().data(), DType::kF32, Shape{e.config().vocab_size}})
-            .ok());
+    EXPECT_TRUE(e.backend()
+                    .CopyToHost(*d, {out.back().data(), DType::kF32, Shape{e.config().vocab_size}})
+                    .ok());
   }
   e.EndSequence();
   return out;
@@ -140,6 +140,29 @@ TEST(OmniKvEngineTest, HostTierHoldsTheContextRowsOfItsLayers) {
   ASSERT_TRUE(device_plan.ok());
   EXPECT_EQ(device_plan->host_kv_bytes, 0);
   EXPECT_EQ(device_plan->kv_bytes, 8 * capacity * row);
+}
+
+// Decode benchmarks start from a synthetic cache: written chunk by chunk through the stores, so
+// a host tier is filled (and staged) like a prefill fills it.
+TEST(OmniKvEngineTest, SyntheticSequencesFillBothTiers) {
+  std::vector<std::vector<float>> logits;
+  for (SelectedKvTier tier : {SelectedKvTier::kDevice, SelectedKvTier::kHost}) {
+    auto engine = MakeEngine(tier);
+    Engine& e = *engine;
+    ASSERT_TRUE(e.SetPolicy(OmniPolicy(e, 16)).ok());
+    Status started = e.StartSyntheticSequence(6000, 3);
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    EXPECT_EQ(e.length(), 6000);
+    EXPECT_EQ(e.HostKvBytes() > 0, tier == SelectedKvTier::kHost);
+    for (int32_t id : {3, 4, 5}) {
+      auto d = e.ForwardDecode(id);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      logits.emplace_back(97);
+      ASSERT_TRUE(e.backend().CopyToHost(*d, {logits.back().data(), DType::kF32, Shape{97}}).ok());
+    }
+    EXPECT_EQ(e.stats().host_load_bytes > 0, tier == SelectedKvTier::kHost);
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(logits[i], logits[i + 3]);
 }
 
 TEST(OmniKvEngineTest, BadPoliciesAreRefusedBeforeAnyWork) {

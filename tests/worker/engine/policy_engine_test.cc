@@ -29,8 +29,8 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   ASSERT_TRUE(dense.ok()) << dense.status().ToString();
   EXPECT_EQ(dense->ids, plain->ids);
   // OmniKV's roles run (omnikv_engine_test.cc checks what they compute).
-  r.policy = testing::PolicyFor(e, R"({"version": 1, "layers": [{"layer": 0, "decode": "filter"},
-                                                                 {"layer": 1, "decode": "selected"}]})");
+  r.policy = testing::PolicyFor(e, R"({"version": 1, "layers": [
+      {"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})");
   EXPECT_TRUE(Generate(e, r).ok());
   // Per-KV-head decode roles are not run by this engine yet: refused before any work.
   r.policy =

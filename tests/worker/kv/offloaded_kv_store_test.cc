@@ -1,12 +1,12 @@
 // The host-tier store of OmniKV's selected layers: context rows staged in two shared slots and
 // copied to host memory as the next store takes a slot (or at commit), generated rows kept on the
 // device after EndContext, capacities and contract errors.
+#include "worker/kv/offloaded_kv_store.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
-
-#include "worker/kv/offloaded_kv_store.h"
 
 namespace millipede {
 namespace {
@@ -52,7 +52,8 @@ Stores Make() {
   EXPECT_TRUE(pool.ok());
   std::unique_ptr<OffloadedKvStore>* stores[] = {&p.a, &p.b, &p.c};
   for (int i = 0; i < 3; ++i) {
-    const KvRows host{SliceRows(p.arena.view(), 20 * i, 10), SliceRows(p.arena.view(), 20 * i + 10, 10)};
+    const KvRows host{SliceRows(p.arena.view(), 20 * i, 10),
+                      SliceRows(p.arena.view(), 20 * i + 10, 10)};
     auto s = OffloadedKvStore::Create(*p.backend, kLayout, host, *pool, 3);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     *stores[i] = std::move(s).value();
@@ -72,13 +73,15 @@ TEST(OffloadedKvStoreTest, ContextRowsGoToHostMemoryAndGeneratedRowsStayOnTheDev
   EXPECT_EQ(Values(*b.Rows(5)), (std::vector<float>{200, 201, 202, 203, 204}));
   Write(c, 0, {0, 5}, 300);  // takes a's slot once its copy is done
   EXPECT_EQ(Values(*c.Rows(5)), (std::vector<float>{300, 301, 302, 303, 304}));
-  for (OffloadedKvStore* s : {&a, &b, &c}) ASSERT_TRUE(s->Commit(std::vector<TokenRange>{{0, 5}}, 5).ok());
+  for (OffloadedKvStore* s : {&a, &b, &c})
+    ASSERT_TRUE(s->Commit(std::vector<TokenRange>{{0, 5}}, 5).ok());
   // A second step of context rows (a prompt's next chunk): held rows in host memory, step rows
   // staged: no view spans both.
   Write(a, 0, {5, 7}, 100);
   EXPECT_EQ(a.Rows(2).status().code(), StatusCode::kFailedPrecondition);
   for (OffloadedKvStore* s : {&b, &c}) Write(*s, 0, {5, 7}, s == &b ? 200.0f : 300.0f);
-  for (OffloadedKvStore* s : {&a, &b, &c}) ASSERT_TRUE(s->Commit(std::vector<TokenRange>{{5, 7}}, 7).ok());
+  for (OffloadedKvStore* s : {&a, &b, &c})
+    ASSERT_TRUE(s->Commit(std::vector<TokenRange>{{5, 7}}, 7).ok());
   ASSERT_TRUE(a.WaitForWrites().ok());
   EXPECT_EQ(Values(*a.Rows(0)), (std::vector<float>{100, 101, 102, 103, 104, 105, 106}));
   EXPECT_EQ(Values(*c.Rows(0)), (std::vector<float>{300, 301, 302, 303, 304, 305, 306}));

@@ -1,0 +1,90 @@
+// OmniKV's filter and selected layers on the CUDA backend (fp32 weights and KV) against the CPU
+// engine: the same logits at every decode step, with the selected layers' context rows on the
+// GPU and in pinned host memory (the packed load on the copy queue), for a budget covering the
+// prompt and a small one; the two tiers alike on the GPU. Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/worker/engine_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::MaxRelError;
+using testing::RandomIds;
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::unique_ptr<Engine> MakeEngine(BackendKind backend, SelectedKvTier tier) {
+  ModelConfig c = testing::SmallConfig();
+  c.num_hidden_layers = 8;
+  c.hidden_size = 256;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;  // the tensor-core attention path
+  c.intermediate_size = 512;
+  EngineOptions o = testing::RandomEngineOptions(c, DType::kF32, DType::kF32, 256);
+  o.backend = backend;
+  o.selected_kv = tier;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return std::move(e).value();
+}
+
+AttentionPolicy OmniPolicy(const Engine& e, int64_t top_k) {
+  return testing::PolicyFor(e,
+                            R"({"version": 1, "filter": {"top_k": )" + std::to_string(top_k) + R"(},
+      "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
+                 {"layer": 3, "decode": "selected"}, {"layer": 4, "decode": "selected"},
+                 {"layer": 5, "decode": "filter"}, {"layer": 6, "decode": "selected"},
+                 {"layer": 7, "decode": "selected"}]})");
+}
+
+std::vector<std::vector<float>> DecodeLogits(Engine& e, const AttentionPolicy& policy,
+                                             const std::vector<int32_t>& prompt,
+                                             const std::vector<int32_t>& decode) {
+  const int64_t n = static_cast<int64_t>(prompt.size()), m = static_cast<int64_t>(decode.size());
+  Status started = e.StartSequence(n + m, 0, policy, m);
+  EXPECT_TRUE(started.ok()) << started.ToString();
+  std::vector<float> prompt_logits;
+  EXPECT_TRUE(e.ForwardToHost(prompt, &prompt_logits).ok());
+  std::vector<std::vector<float>> out;
+  const int64_t vocab = e.config().vocab_size;
+  for (int32_t id : decode) {
+    auto d = e.ForwardDecode(id);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    if (!d.ok()) break;
+    out.emplace_back(static_cast<size_t>(vocab));
+    EXPECT_TRUE(e.backend().CopyToHost(*d, {out.back().data(), DType::kF32, Shape{vocab}}).ok());
+  }
+  EXPECT_TRUE(e.backend().Synchronize().ok());
+  e.EndSequence();
+  return out;
+}
+
+TEST(OmniKvCudaTest, MatchesTheCpuEngineInBothTiers) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int32_t> prompt = RandomIds(1500, 97, 51), decode = RandomIds(8, 97, 52);
+  auto cpu = MakeEngine(BackendKind::kCpu, SelectedKvTier::kDevice);
+  auto on_gpu = MakeEngine(BackendKind::kCuda, SelectedKvTier::kDevice);
+  auto on_host = MakeEngine(BackendKind::kCuda, SelectedKvTier::kHost);
+  for (int64_t top_k : {1500, 64, 7}) {
+    const auto want = DecodeLogits(*cpu, OmniPolicy(*cpu, top_k), prompt, decode);
+    const auto gpu = DecodeLogits(*on_gpu, OmniPolicy(*on_gpu, top_k), prompt, decode);
+    const auto host = DecodeLogits(*on_host, OmniPolicy(*on_host, top_k), prompt, decode);
+    ASSERT_EQ(gpu.size(), want.size());
+    ASSERT_EQ(host.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_LT(MaxRelError(gpu[i], want[i]), 2e-3) << "top_k " << top_k << " step " << i;
+      EXPECT_LT(MaxRelError(host[i], gpu[i]), 1e-5) << "top_k " << top_k << " step " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace millipede
