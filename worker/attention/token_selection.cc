@@ -26,7 +26,7 @@ void TokenSelection::BeginDecode(int64_t context_end) {
 
 Status TokenSelection::Choose(AttentionEnv& env, std::vector<std::vector<int64_t>> rows,
                               int64_t context_rows, int64_t position) {
-  const int64_t kv_heads = env.config.num_key_value_heads, d = env.config.head_dim;
+  const int64_t kv_heads = env.config.num_key_value_heads;
   MP_ASSERT(static_cast<int64_t>(rows.size()) == kv_heads, "one row list per KV head");
   position_ = -1;  // no valid choice until the load is on its way
   context_rows_ = context_rows;
@@ -48,31 +48,34 @@ Status TokenSelection::Choose(AttentionEnv& env, std::vector<std::vector<int64_t
               context_rows, " context rows");
   if (total > 0) {
     MP_RETURN_IF_ERROR(UploadI64(env.backend, &index_, index).status());
-    if (!host_layers_.empty()) {
-      // One gather for every host-tier layer of the group: block b of the arena (layer b / 2,
-      // K or V) gives rows [b * total, (b + 1) * total) of the packed buffer.
-      const int64_t blocks = 2 * static_cast<int64_t>(host_layers_.size());
-      const int64_t block_rows = capacity_ * kv_heads;
-      MP_ASSERT(blocks * total <= packed_.view().dim(0), blocks * total,
-                " chosen rows exceed the packed load buffer of ", packed_.view().dim(0));
-      std::vector<int64_t> load(static_cast<size_t>(blocks * total));
-      for (int64_t b = 0; b < blocks; ++b)
-        for (int64_t i = 0; i < total; ++i)
-          load[static_cast<size_t>(b * total + i)] = b * block_rows + index[static_cast<size_t>(i)];
-      MP_ASSIGN_OR_RETURN(TensorView dev_load, UploadI64(env.backend, &load_index_, load));
-      MP_ASSIGN_OR_RETURN(ConstTensorView src,
-                          Reshape(arena_.cview(), Shape{blocks * block_rows, d}));
-      // After the compute queued so far: the index upload, and the previous step's readers of
-      // the packed buffer.
-      MP_ASSIGN_OR_RETURN(
-          load_, env.backend.StartGatherRows(
-                     {src, AsConst(dev_load), SliceRows(packed_.view(), 0, blocks * total)},
-                     CopyOrder::kAfterCompute));
-      env.stats.host_load_bytes +=
-          blocks * total * d * static_cast<int64_t>(DTypeSize(arena_.view().dtype));
-    }
+    if (!host_layers_.empty()) MP_RETURN_IF_ERROR(StartLoad(env, index));
   }
   position_ = position;
+  return OkStatus();
+}
+
+Status TokenSelection::StartLoad(AttentionEnv& env, const std::vector<int64_t>& index) {
+  const int64_t d = env.config.head_dim, total = static_cast<int64_t>(index.size());
+  // One gather for every host-tier layer of the group: block b of the arena (layer b / 2, K or
+  // V) gives rows [b * total, (b + 1) * total) of the packed buffer.
+  const int64_t blocks = 2 * static_cast<int64_t>(host_layers_.size());
+  const int64_t block_rows = capacity_ * env.config.num_key_value_heads;
+  MP_ASSERT(blocks * total <= packed_.view().dim(0), blocks * total,
+            " chosen rows exceed the packed load buffer of ", packed_.view().dim(0));
+  std::vector<int64_t> load(static_cast<size_t>(blocks * total));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < total; ++i)
+      load[static_cast<size_t>(b * total + i)] = b * block_rows + index[static_cast<size_t>(i)];
+  MP_ASSIGN_OR_RETURN(TensorView dev_load, UploadI64(env.backend, &load_index_, load));
+  MP_ASSIGN_OR_RETURN(ConstTensorView src, Reshape(arena_.cview(), Shape{blocks * block_rows, d}));
+  // After the compute queued so far: the index upload, and the previous step's readers of the
+  // packed buffer.
+  MP_ASSIGN_OR_RETURN(load_,
+                      env.backend.StartGatherRows(
+                          {src, AsConst(dev_load), SliceRows(packed_.view(), 0, blocks * total)},
+                          CopyOrder::kAfterCompute));
+  env.stats.host_load_bytes +=
+      blocks * total * d * static_cast<int64_t>(DTypeSize(arena_.view().dtype));
   return OkStatus();
 }
 

@@ -71,6 +71,10 @@ class TokenSelection {
                 TensorView o, TensorView lse) const;
 
  private:
+  // Starts the packed load of the rows at `index` (rows of [context_rows * kv_heads, head_dim])
+  // of every host-tier layer.
+  Status StartLoad(AttentionEnv& env, const std::vector<int64_t>& index);
+
   int64_t filter_layer_;
   int64_t context_end_ = -1;
   int64_t position_ = -1;  // the token the current choice is for
