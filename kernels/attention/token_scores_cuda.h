@@ -11,8 +11,8 @@ namespace millipede {
 
 // TokenScoresRef with every tensor in device memory, accumulating in fp32; enqueued on `stream`.
 // head_dim <= 256 and the query heads of one KV head within 48 KiB of shared memory. Shapes,
-// dtypes and the scale are checked on the host; the lse values are not (a NaN lse gives NaN
-// scores). One warp per key row and KV head: the row is read once, coalesced, and dotted with
+// dtypes and the scale are checked on the host; the lse values are not (a head with a NaN lse
+// is left out, like one with -inf). One warp per key row and KV head: the row is read once, coalesced, and dotted with
 // every query head of its group (n_k * num_heads * head_dim multiply-adds, n_k rows of K read).
 Status TokenScoresCuda(const TokenScoresArgs& args, cudaStream_t stream);
 
