@@ -51,7 +51,9 @@ PolicyCapabilities Engine::capabilities() const {
     return {{PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
              PrefillPattern::kBlockSparse},
             decode};
-  return {{PrefillPattern::kDense}, decode};
+  // The CUDA attention kernels have no per-head window: A-shape heads are CPU only.
+  return {{PrefillPattern::kDense, PrefillPattern::kVerticalSlash, PrefillPattern::kBlockSparse},
+          decode};
 }
 
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
