@@ -26,6 +26,30 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// The shared direction of the locality option: +-1/sqrt(cols) by column.
+double SharedDirection(uint64_t seed, int64_t col, int64_t cols) {
+  const RandomPhiloxBlock bits =
+      RandomBits(seed ^ 0x6c6f63616c697479ull, static_cast<uint64_t>(col));
+  return ((bits.v[0] & 1u) ? 1.0 : -1.0) / std::sqrt(static_cast<double>(cols));
+}
+
+// What the locality option adds to element i of tensor `name` of shape [rows, cols] (0 for the
+// other tensors).
+double LocalityTerm(const std::string& name, const RandomWeightsOptions& o, int64_t i,
+                    int64_t cols) {
+  const bool embed = name == "model.embed_tokens.weight";
+  const bool qk = EndsWith(name, "q_proj.weight") || EndsWith(name, "k_proj.weight");
+  if (o.locality <= 0 || !(embed || qk)) return 0.0;
+  const double dir = SharedDirection(o.seed, i % cols, cols);
+  const double random_norm = o.std * std::sqrt(static_cast<double>(cols));
+  if (embed) return 2.0 * random_norm * dir;
+  // After RMSNorm the shared direction's coefficient is about 2 sqrt(cols / 5); every row of
+  // every head maps it to s, so that s^2 * head_dim / sqrt(head_dim) = locality at distance 0.
+  const double d = static_cast<double>(o.head_dim);
+  const double s = std::sqrt(o.locality / std::sqrt(d));
+  return s / (2.0 * std::sqrt(static_cast<double>(cols) / 5.0)) * dir;
+}
+
 }  // namespace
 
 Status FillRandomWeight(const std::string& name, const RandomWeightsOptions& options,
@@ -37,6 +61,9 @@ Status FillRandomWeight(const std::string& name, const RandomWeightsOptions& opt
   const double center = is_norm ? 1.0 : 0.0;
   const uint64_t key = options.seed ^ NameKey(name);
   const int64_t n = out.NumElements();
+  MP_REQUIRE(options.locality == 0 || (options.locality > 0 && options.head_dim > 0),
+             "random weights: locality needs a positive value and the head_dim");
+  const int64_t cols = out.shape.rank == 2 ? out.dim(1) : 1;
   // One Philox block gives four 32-bit words: four elements per counter value.
   auto fill_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i += 4) {
@@ -44,7 +71,8 @@ Status FillRandomWeight(const std::string& name, const RandomWeightsOptions& opt
       for (int64_t j = 0; j < 4 && i + j < end; ++j) {
         double u = (static_cast<double>(bits.v[j]) + 0.5) * 0x1.0p-32;  // (0, 1)
         StoreFromFloat(out.data, out.dtype, static_cast<size_t>(i + j),
-                       static_cast<float>(center + half_width * (2.0 * u - 1.0)));
+                       static_cast<float>(center + half_width * (2.0 * u - 1.0) +
+                                          LocalityTerm(name, options, i + j, cols)));
       }
     }
   };
@@ -66,9 +94,9 @@ Status FillRandomWeight(const std::string& name, const RandomWeightsOptions& opt
 StatusOr<std::vector<NamedHostTensor>> GenerateRandomWeights(const ModelConfig& config,
                                                              const RandomWeightsOptions& options) {
   MP_RETURN_IF_ERROR(ValidateModelConfig(config));
-  MP_REQUIRE(options.dtype == DType::kF32 || options.dtype == DType::kBF16 ||
-                 options.dtype == DType::kF16,
-             "random weights: dtype must be F32, BF16 or F16, got ", DTypeName(options.dtype));
+  MP_REQUIRE(
+      options.dtype == DType::kF32 || options.dtype == DType::kBF16 || options.dtype == DType::kF16,
+      "random weights: dtype must be F32, BF16 or F16, got ", DTypeName(options.dtype));
   MP_REQUIRE(options.std > 0 && std::isfinite(options.std), "random weights: std must be > 0");
   std::vector<NamedHostTensor> out;
   try {

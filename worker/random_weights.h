@@ -19,6 +19,13 @@ struct RandomWeightsOptions {
   // (transformers' initializer_range default). Norm gains are 1 + uniform(+-0.1), biases
   // uniform(+-std), so that every weight matters to the output.
   double std = 0.02;
+  // Local attention, as trained models have it (0: none; benchmarks of sparse attention use it,
+  // since plain random weights attend almost uniformly and give sparse patterns nothing to find).
+  // Every token embedding gets a shared direction twice as large as its random part, and the Q
+  // and K projections map that direction onto the same vector in every head, so q.k / sqrt(d)
+  // gains about `locality` at distance 0, fading with distance as RoPE's rotations lose phase.
+  double locality = 0;
+  int64_t head_dim = 0;  // the model's head_dim: needed when locality > 0
 };
 
 struct NamedHostTensor {

@@ -39,6 +39,9 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
   --prefill-chunk N    tokens per projection/MLP chunk (default 4096)
   --attention-chunk N  query rows per attention call (default 16384)
   --seed S             weight and prompt seed (default 1)
+  --locality L         random weights with local attention (random_weights.h): q.k/sqrt(d)
+                       gains about L at distance 0 (default 0: plain random weights, which
+                       attend almost uniformly)
   --policy FILE        attention policy file (default dense/full)
   --selected-kv T      OmniKV's selected layers' prompt KV: auto (default) | device | host
   --profile            per-phase times (synchronises at phase boundaries)
@@ -210,7 +213,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown({"preset", "layers", "seq", "decode-tokens", "warmup-seq",
                                        "backend", "kv-dtype", "dtype", "prefill-chunk",
-                                       "attention-chunk", "seed", "policy", "selected-kv",
+                                       "attention-chunk", "seed", "locality", "policy", "selected-kv",
                                        "profile", "gemm-reference", "decode-only", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
@@ -234,6 +237,9 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(options.random_weights.dtype,
                       ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   options.random_weights.seed = static_cast<uint64_t>(seed);
+  MP_ASSIGN_OR_RETURN(options.random_weights.locality, flags.GetDouble("locality", 0.0));
+  MP_REQUIRE(options.random_weights.locality >= 0, "--locality must be >= 0");
+  options.random_weights.head_dim = config.head_dim;
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 4096));
   MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 16384));
   options.profile = flags.GetBool("profile");
