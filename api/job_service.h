@@ -31,6 +31,8 @@ struct JobRequest {
   std::vector<int32_t> prompt_ids;
   // At least 1; prompt + max_new_tokens must fit the context limit and the workers' KV capacity.
   int64_t max_new_tokens = 16;
+  // Logit bias ids are checked against the vocabulary; logprobs >= 0 makes every OnToken carry
+  // the token's log-probabilities.
   SamplingParams sampling;
   // Generation stops after any of these ids (the id is part of the output) ...
   std::vector<int32_t> stop_ids;
@@ -66,9 +68,10 @@ class JobObserver {
   virtual ~JobObserver() = default;
   // Prefill progress in prompt tokens (monotonic; total = the prompt length).
   virtual void OnProgress(int64_t tokens_done, int64_t tokens_total) = 0;
-  // One generated token and the text it completes (may be empty while a UTF-8 sequence or a
-  // possible stop string is still open; the pieces concatenate to JobCompletion::text).
-  virtual void OnToken(int32_t id, std::string_view text_delta) = 0;
+  // One generated token (with its log-probabilities when the job asked for them) and the text it
+  // completes (may be empty while a UTF-8 sequence or a possible stop string is still open; the
+  // pieces concatenate to JobCompletion::text).
+  virtual void OnToken(const SampledToken& token, std::string_view text_delta) = 0;
   virtual void OnComplete(const JobCompletion& completion) = 0;
   virtual void OnError(const Status& error) = 0;
 };

@@ -45,7 +45,7 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
   }
   MP_REQUIRE(request.max_new_tokens >= 1, "max_new_tokens must be at least 1, got ",
              request.max_new_tokens);
-  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling, limits.vocab_size));
   MP_REQUIRE(request.stop_ids.size() <= kMaxStopIds, "at most ", kMaxStopIds, " stop ids");
   for (int32_t id : request.stop_ids)
     MP_REQUIRE(id >= 0 && id < limits.vocab_size, "stop id ", id, " is outside the vocabulary [0, ",

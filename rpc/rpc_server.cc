@@ -91,8 +91,8 @@ class CallbackObserver final : public JobObserver,
       return req.send().ignoreResult();
     });
   }
-  void OnToken(int32_t id, std::string_view text) override {
-    Post([id, text = std::string(text)](JobCallback::Client& c) {
+  void OnToken(const SampledToken& token, std::string_view text) override {
+    Post([id = token.id, text = std::string(text)](JobCallback::Client& c) {
       auto req = c.tokenRequest();
       req.setId(id);
       req.setText(kj::StringPtr(text.c_str(), text.size()));
@@ -231,7 +231,10 @@ class MillipedeImpl final : public Millipede::Server {
     }
     request.max_new_tokens = spec.getMaxNewTokens();
     auto s = spec.getSampling();
-    request.sampling = {s.getTemperature(), s.getTopK(), s.getTopP(), s.getSeed()};
+    request.sampling.temperature = s.getTemperature();
+    request.sampling.top_k = s.getTopK();
+    request.sampling.top_p = s.getTopP();
+    request.sampling.seed = s.getSeed();
     for (int32_t id : spec.getStopIds()) request.stop_ids.push_back(id);
     for (auto text : spec.getStopStrings())
       request.stop_strings.emplace_back(text.begin(), text.size());

@@ -42,7 +42,7 @@ class SessionObserver final : public JobObserver {
   void OnProgress(int64_t done, int64_t total) override {
     Post([done, total](HttpSession& s) { s.OnProgress(done, total); });
   }
-  void OnToken(int32_t, std::string_view text) override {
+  void OnToken(const SampledToken&, std::string_view text) override {
     Post([text = std::string(text)](HttpSession& s) { s.OnToken(text); });
   }
   void OnComplete(const JobCompletion& completion) override {

@@ -160,8 +160,8 @@ TEST_F(RpcServerTest, SubmitStreamsEventsFromAnotherThreadInOrder) {
   std::shared_ptr<JobObserver> observer = loop_->service.observers[0];
   std::thread service_thread([observer] {
     observer->OnProgress(3, 3);
-    observer->OnToken(104, "h");
-    observer->OnToken(105, std::string("i\0", 2));  // text may hold any byte
+    observer->OnToken({104, 0.0f, {}}, "h");
+    observer->OnToken({105, 0.0f, {}}, std::string("i\0", 2));  // text may hold any byte
     JobCompletion done;
     done.finish_reason = "stop";
     observer->OnComplete(done);

@@ -191,7 +191,7 @@ class FakeJobService final : public JobService {
       }
       if (cancelled) break;
       int32_t token = static_cast<int32_t>(100 + i);
-      observer.OnToken(token, script.pieces[i]);
+      observer.OnToken(SampledToken{token, 0.0f, {}}, script.pieces[i]);
       completion.ids.push_back(token);
       completion.text += script.pieces[i];
     }
