@@ -49,8 +49,16 @@ const char kSamplingFlagsUsage[] = R"(  --temperature T        0 = greedy (defau
 )";
 
 std::vector<std::string> SamplingFlagNames() {
-  return {"temperature",      "top-k",      "top-p", "min-p", "repetition-penalty",
-          "presence-penalty", "frequency-penalty", "logit-bias", "logprobs", "seed"};
+  return {"temperature",
+          "top-k",
+          "top-p",
+          "min-p",
+          "repetition-penalty",
+          "presence-penalty",
+          "frequency-penalty",
+          "logit-bias",
+          "logprobs",
+          "seed"};
 }
 
 StatusOr<SamplingParams> SamplingParamsFromFlags(const Flags& flags) {
@@ -64,10 +72,10 @@ StatusOr<SamplingParams> SamplingParamsFromFlags(const Flags& flags) {
   MP_ASSIGN_OR_RETURN(double frequency, flags.GetDouble("frequency-penalty", 0.0));
   MP_ASSIGN_OR_RETURN(int64_t logprobs, flags.GetInt("logprobs", -1));
   MP_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
-  MP_REQUIRE(top_k >= 0 && top_k <= std::numeric_limits<int32_t>::max(),
-             "--top-k must lie in [0, 2^31)");
-  MP_REQUIRE(logprobs >= -1 && logprobs <= kMaxTopLogprobs, "--logprobs must lie in [0, ",
-             kMaxTopLogprobs, "]");
+  MP_REQUIRE(top_k >= 0 && top_k <= std::numeric_limits<int32_t>::max(), "--top-k: top_k ", top_k,
+             " must lie in [0, 2^31)");
+  MP_REQUIRE(logprobs >= -1 && logprobs <= kMaxTopLogprobs, "--logprobs: logprobs ", logprobs,
+             " must lie in [0, ", kMaxTopLogprobs, "]");
   p.temperature = static_cast<float>(temperature);
   p.top_k = static_cast<int32_t>(top_k);
   p.top_p = static_cast<float>(top_p);

@@ -23,6 +23,8 @@ const char* RejectReason(const Status& s) {
       return "queue_full";
     case StatusCode::kFailedPrecondition:
       return "draining";
+    case StatusCode::kUnimplemented:
+      return "unsupported";
     default:
       return "invalid";
   }
@@ -63,7 +65,7 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   job->submitted = Clock::now();
   control::JobDescriptor& d = job->descriptor;
   d.prompt_ids = std::move(admitted->prompt_ids);
-  d.max_new_tokens = request.max_new_tokens;
+  d.max_new_tokens = admitted->max_new_tokens;
   d.sampling = std::move(request.sampling);
   d.stop_ids = request.stop_ids;
   d.ignore_eos = request.ignore_eos;
@@ -83,6 +85,10 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   queue_.push_back(job->id);
   if (metrics_) metrics_->JobQueued();
   return job->id;
+}
+
+void Scheduler::CountRefusal(std::string_view reason) {
+  if (metrics_) metrics_->RequestError(reason);
 }
 
 Status Scheduler::Cancel(JobId id) {

@@ -53,6 +53,24 @@ void FillStatus(const JobStatusInfo& info, ::millipede::rpc::JobStatus::Builder 
   b.setError(info.error);
 }
 
+// Every field as sent; the service checks the ranges (and the ids against the vocabulary).
+SamplingParams SamplingFromWire(::millipede::rpc::Sampling::Reader s) {
+  SamplingParams p;
+  p.temperature = s.getTemperature();
+  p.top_k = s.getTopK();
+  p.top_p = s.getTopP();
+  p.seed = s.getSeed();
+  p.repetition_penalty = s.getRepetitionPenalty();
+  p.presence_penalty = s.getPresencePenalty();
+  p.frequency_penalty = s.getFrequencyPenalty();
+  p.min_p = s.getMinP();
+  // More entries than the service accepts are refused there; copying them first is bounded by
+  // the message size.
+  for (auto e : s.getLogitBias()) p.logit_bias.push_back({e.getId(), e.getBias()});
+  p.logprobs = s.getLogprobs();
+  return p;
+}
+
 template <typename T>
 T ValueOrThrow(StatusOr<T> s) {
   if (!s.ok()) ThrowStatus(s.status());
@@ -92,10 +110,16 @@ class CallbackObserver final : public JobObserver,
     });
   }
   void OnToken(const SampledToken& token, std::string_view text) override {
-    Post([id = token.id, text = std::string(text)](JobCallback::Client& c) {
+    Post([token, text = std::string(text)](JobCallback::Client& c) {
       auto req = c.tokenRequest();
-      req.setId(id);
+      req.setId(token.id);
       req.setText(kj::StringPtr(text.c_str(), text.size()));
+      req.setLogprob(token.logprob);
+      auto top = req.initTop(static_cast<unsigned>(token.top.size()));
+      for (size_t i = 0; i < token.top.size(); ++i) {
+        top[static_cast<unsigned>(i)].setId(token.top[i].id);
+        top[static_cast<unsigned>(i)].setLogprob(token.top[i].logprob);
+      }
       return req.send().ignoreResult();
     });
   }
@@ -230,11 +254,7 @@ class MillipedeImpl final : public Millipede::Server {
       for (int32_t id : prompt.getIds()) request.prompt_ids.push_back(id);
     }
     request.max_new_tokens = spec.getMaxNewTokens();
-    auto s = spec.getSampling();
-    request.sampling.temperature = s.getTemperature();
-    request.sampling.top_k = s.getTopK();
-    request.sampling.top_p = s.getTopP();
-    request.sampling.seed = s.getSeed();
+    request.sampling = SamplingFromWire(spec.getSampling());
     for (int32_t id : spec.getStopIds()) request.stop_ids.push_back(id);
     for (auto text : spec.getStopStrings())
       request.stop_strings.emplace_back(text.begin(), text.size());
