@@ -115,6 +115,22 @@ void SubmitJobs(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> w
   std::vector<JobId> ids;
   Status failure;
   for (int64_t i = 0; i < request.n && failure.ok(); ++i) {
+    if (i == 1 && !request.job.prompt_text.empty()) {
+      // The first choice's admission checked the text; the others take its ids (tokenized as
+      // admission does), so a long prompt is tokenized twice, not n times.
+      const Tokenizer& tokenizer = ctx->service.tokenizer();
+      StatusOr<std::vector<int32_t>> text_ids = tokenizer.Encode(request.job.prompt_text);
+      if (!text_ids.ok()) {
+        failure = text_ids.status();
+        break;
+      }
+      if (request.job.add_bos && tokenizer.bos_id()) {
+        request.job.prompt_ids.push_back(*tokenizer.bos_id());
+      }
+      request.job.prompt_ids.insert(request.job.prompt_ids.end(), text_ids->begin(),
+                                    text_ids->end());
+      request.job.prompt_text.clear();
+    }
     JobRequest job = request.job;
     job.sampling.seed += static_cast<uint64_t>(i);
     auto observer = std::make_shared<SessionObserver>(ctx, weak, mailbox, static_cast<size_t>(i));

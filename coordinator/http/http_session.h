@@ -61,6 +61,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool Authorized() const;
   // Whether a JSON endpoint's body is declared as JSON (or not declared at all).
   bool JsonContentType() const;
+  // Probes and the model list (http_probes.cc).
   void HandleModels(const std::string& path);
   void HandleHealth();
   void HandleReady();

@@ -101,6 +101,12 @@ TEST_F(HttpServerTest, SeveralChoicesAreJobsWithTheirOwnSeeds) {
     EXPECT_EQ(fake_.requests()[i].sampling.seed, 40u + i);
   }
   EXPECT_EQ(json["choices"][1]["finish_reason"], "stop");
+  // The first choice's text is tokenized by the service; the others reuse its ids.
+  auto ids = fake_.tokenizer().Encode("Hi");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(fake_.requests()[0].prompt_text, "Hi");
+  EXPECT_TRUE(fake_.requests()[1].prompt_text.empty());
+  EXPECT_EQ(fake_.requests()[2].prompt_ids, *ids);
   EXPECT_EQ(json["usage"]["completion_tokens"], 5);  // every choice's tokens, the prompt once
   const int64_t prompt = json["usage"]["prompt_tokens"];
   EXPECT_EQ(json["usage"]["total_tokens"], prompt + 5);
