@@ -145,7 +145,7 @@ int Main(int argc, char** argv) {
   StatusOr<Flags> flags =
       Flags::Parse(argc, argv, {"ids", "ignore-eos", "json", "no-progress", "help"});
   if (!flags.ok()) return Fail(flags.status());
-  if (flags->GetBool("help")) {
+  if (flags->GetBool("help") || (!flags->positional().empty() && flags->positional()[0] == "-h")) {
     std::cout << kUsage << kSamplingFlagsUsage;
     return 0;
   }
