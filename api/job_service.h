@@ -25,12 +25,21 @@ using JobId = uint64_t;
 
 // A job as a front end hands it over, after parsing its own wire format.
 struct JobRequest {
-  // Exactly one of the two is non-empty: text is tokenized by the coordinator (no BOS is added;
-  // chat templates and callers add special tokens as text), ids are used as they are.
+  // Exactly one of the two is non-empty: text is tokenized by the coordinator (no BOS is added
+  // unless add_bos; chat templates and callers add special tokens as text), ids are used as they
+  // are.
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
+  // Put the tokenizer's BOS (if it has one) before a text prompt's ids, as Hugging Face's
+  // encode(add_special_tokens=True) does.
+  bool add_bos = false;
   // At least 1; prompt + max_new_tokens must fit the context limit and the workers' KV capacity.
   int64_t max_new_tokens = 16;
+  // Instead of max_new_tokens: as many tokens as the context limit and the workers' KV capacity
+  // leave after the prompt (at least 1), as OpenAI's and vLLM's chat endpoints default to.
+  bool max_new_tokens_to_limit = false;
+  // Logit bias ids are checked against the vocabulary; logprobs >= 0 makes every OnToken carry
+  // the token's log-probabilities.
   SamplingParams sampling;
   // Generation stops after any of these ids (the id is part of the output) ...
   std::vector<int32_t> stop_ids;
@@ -66,9 +75,10 @@ class JobObserver {
   virtual ~JobObserver() = default;
   // Prefill progress in prompt tokens (monotonic; total = the prompt length).
   virtual void OnProgress(int64_t tokens_done, int64_t tokens_total) = 0;
-  // One generated token and the text it completes (may be empty while a UTF-8 sequence or a
-  // possible stop string is still open; the pieces concatenate to JobCompletion::text).
-  virtual void OnToken(int32_t id, std::string_view text_delta) = 0;
+  // One generated token (with its log-probabilities when the job asked for them) and the text it
+  // completes (may be empty while a UTF-8 sequence or a possible stop string is still open; the
+  // pieces concatenate to JobCompletion::text).
+  virtual void OnToken(const SampledToken& token, std::string_view text_delta) = 0;
   virtual void OnComplete(const JobCompletion& completion) = 0;
   virtual void OnError(const Status& error) = 0;
 };
@@ -111,6 +121,10 @@ class JobService {
   // over the context limit (the message names both numbers), ResourceExhausted "queue full",
   // FailedPrecondition while draining or after a worker failure.
   virtual StatusOr<JobId> Submit(JobRequest request, std::shared_ptr<JobObserver> observer) = 0;
+  // Counts a request a front end refused before it reached Submit (malformed, unsupported,
+  // unauthorised, ...) under `reason`, one of ServiceMetrics::RequestError's reasons. Submit
+  // counts its own refusals.
+  virtual void CountRefusal(std::string_view reason) { (void)reason; }
   // Cancels a queued or running job (its KV is freed on every rank); NotFound for unknown or
   // already finished ids.
   virtual Status Cancel(JobId id) = 0;

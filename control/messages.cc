@@ -80,15 +80,26 @@ void Fields(Io& io, C& c) {
   io.Field(c.mixed_decode_layers);
 }
 
+template <class Io, MessageOf<SamplingParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.temperature);
+  io.Field(p.top_k);
+  io.Field(p.top_p);
+  io.Field(p.seed);
+  io.Field(p.repetition_penalty);
+  io.Field(p.presence_penalty);
+  io.Field(p.frequency_penalty);
+  io.Field(p.min_p);
+  io.Field(p.logit_bias);
+  io.Field(p.logprobs);
+}
+
 template <class Io, MessageOf<JobDescriptor> M>
 void Fields(Io& io, M& m) {
   io.Field(m.job_id);
   io.Field(m.prompt_ids);
   io.Field(m.max_new_tokens);
-  io.Field(m.temperature);
-  io.Field(m.top_k);
-  io.Field(m.top_p);
-  io.Field(m.seed);
+  Fields(io, m.sampling);
   io.Field(m.stop_ids);
   io.Field(m.ignore_eos);
   io.Optional(m.policy, [&](auto& policy) { Fields(io, policy); });
@@ -121,6 +132,9 @@ void Fields(Io& io, M& m) {
   io.Field(m.tokens_done);
   io.Field(m.tokens_total);
   io.Field(m.token);
+  io.Field(m.logprob);
+  io.Field(m.top_ids);
+  io.Field(m.top_logprobs);
   io.Field(m.finished_by_stop);
   io.Field(m.ttft_s);
   io.Field(m.decode_s);
@@ -164,6 +178,8 @@ std::vector<char> Encode(const WorkerStats& m) { return EncodeFields(m); }
 
 Status Decode(const std::vector<char>& bytes, JobDescriptor* m) {
   MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
+  Status sampling = CheckSamplingParams(m->sampling);
+  if (!sampling.ok()) return InvalidArgumentError("control message: " + sampling.message());
   if (!m->policy) return OkStatus();
   // The coordinator checked it against the model; here only that it is whole and keeps the
   // rules (the worker checks the shape against its own model before running it).
@@ -175,7 +191,14 @@ Status Decode(const std::vector<char>& bytes, JobDescriptor* m) {
 
 Status Decode(const std::vector<char>& bytes, JobCancel* m) { return DecodeFields(bytes, m); }
 Status Decode(const std::vector<char>& bytes, WorkerHello* m) { return DecodeFields(bytes, m); }
-Status Decode(const std::vector<char>& bytes, JobEvent* m) { return DecodeFields(bytes, m); }
+Status Decode(const std::vector<char>& bytes, JobEvent* m) {
+  MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
+  MP_REQUIRE(m->top_ids.size() == m->top_logprobs.size() &&
+                 m->top_ids.size() <= static_cast<size_t>(kMaxTopLogprobs),
+             "control message: a token event has ", m->top_ids.size(), " top ids and ",
+             m->top_logprobs.size(), " top logprobs (at most ", kMaxTopLogprobs, ")");
+  return OkStatus();
+}
 Status Decode(const std::vector<char>& bytes, WorkerStats* m) { return DecodeFields(bytes, m); }
 
 }  // namespace millipede::control

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/policy/attention_policy.h"
+#include "common/sampling_params.h"
 #include "common/status.h"
 
 namespace millipede::control {
@@ -45,10 +46,7 @@ struct JobDescriptor {
   uint64_t job_id = 0;
   std::vector<int32_t> prompt_ids;
   int64_t max_new_tokens = 0;
-  float temperature = 0;
-  int32_t top_k = 0;
-  float top_p = 1;
-  uint64_t seed = 0;
+  SamplingParams sampling;
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
   // This job's attention policy; none: the workers' own (their --policy file, or dense).
@@ -86,6 +84,10 @@ struct JobEvent {
   int64_t tokens_done = 0;        // kProgress
   int64_t tokens_total = 0;       // kProgress
   int32_t token = 0;              // kToken
+  // kToken, when the job asked for logprobs: the token's log-probability and the alternatives.
+  float logprob = 0;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
   bool finished_by_stop = false;  // kDone: a stop/EOS id ended it (else the token budget)
   double ttft_s = 0;              // kDone: worker-side prefill + first sample
   double decode_s = 0;            // kDone: first to last token
@@ -112,7 +114,8 @@ std::vector<char> Encode(const JobEvent& m);
 std::vector<char> Encode(const WorkerStats& m);
 
 // Each fails with InvalidArgument on a truncated or oversized message or a value out of range
-// (an enum, a bool); a job's policy must also pass ValidateAttentionPolicy for its own shape.
+// (an enum, a bool); a job's policy must also pass ValidateAttentionPolicy for its own shape,
+// its sampling parameters CheckSamplingParams, and a token's alternatives come in equal numbers.
 Status Decode(const std::vector<char>& bytes, JobDescriptor* m);
 Status Decode(const std::vector<char>& bytes, JobCancel* m);
 Status Decode(const std::vector<char>& bytes, WorkerHello* m);

@@ -13,6 +13,24 @@ constexpr size_t kMaxStopStringBytes = 256;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Characters of UTF-8 text (bytes that do not continue a sequence).
+int64_t CountCharacters(const std::string& text) {
+  int64_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// The largest max_new_tokens that fits the context limit and the workers' KV budget after
+// `prompt` tokens (0 when none does).
+int64_t TokensLeft(int64_t prompt, const AdmissionLimits& limits) {
+  const int64_t n = std::max(1, limits.num_workers);
+  const int64_t by_context = limits.context_limit - prompt;
+  // KvPositionsPerRank(prompt, m, n) <= capacity  <=>  ceil((m - 1) / n) <= capacity - share.
+  const int64_t room = limits.kv_capacity_per_rank - 2 * CeilDiv(prompt, 2 * n);
+  const int64_t by_kv = room < 0 ? 0 : room * n + 1;
+  return std::max<int64_t>(0, std::min(by_context, by_kv));
+}
+
 }  // namespace
 
 int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers) {
@@ -28,12 +46,15 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
   std::vector<int32_t> ids;
   if (has_text) {
     MP_REQUIRE(static_cast<int64_t>(request.prompt_text.size()) <= limits.max_prompt_bytes,
-               "the prompt text has ", request.prompt_text.size(), " bytes; at most ",
-               limits.max_prompt_bytes, " are accepted");
+               "the prompt text has ", request.prompt_text.size(), " bytes (",
+               CountCharacters(request.prompt_text), " characters); at most ",
+               limits.max_prompt_bytes, " bytes are accepted");
     const size_t bad = tokenizer_internal::FindInvalidUtf8(request.prompt_text);
     MP_REQUIRE(bad == std::string::npos, "the prompt text is not valid UTF-8 (at byte ", bad, ")");
-    MP_ASSIGN_OR_RETURN(ids, tokenizer.Encode(request.prompt_text));
-    MP_REQUIRE(!ids.empty(), "the prompt text encodes to no tokens");
+    if (request.add_bos && tokenizer.bos_id()) ids.push_back(*tokenizer.bos_id());
+    MP_ASSIGN_OR_RETURN(std::vector<int32_t> text_ids, tokenizer.Encode(request.prompt_text));
+    MP_REQUIRE(!text_ids.empty(), "the prompt text encodes to no tokens");
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
   } else {
     MP_REQUIRE(static_cast<int64_t>(request.prompt_ids.size()) * 4 <= limits.max_prompt_bytes,
                "the prompt has ", request.prompt_ids.size(), " ids; at most ",
@@ -43,9 +64,9 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
       MP_REQUIRE(ids[i] >= 0 && ids[i] < limits.vocab_size, "prompt token ", i, " has id ", ids[i],
                  ", outside the vocabulary [0, ", limits.vocab_size, ")");
   }
-  MP_REQUIRE(request.max_new_tokens >= 1, "max_new_tokens must be at least 1, got ",
-             request.max_new_tokens);
-  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  MP_REQUIRE(request.max_new_tokens_to_limit || request.max_new_tokens >= 1,
+             "max_new_tokens must be at least 1, got ", request.max_new_tokens);
+  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling, limits.vocab_size));
   MP_REQUIRE(request.stop_ids.size() <= kMaxStopIds, "at most ", kMaxStopIds, " stop ids");
   for (int32_t id : request.stop_ids)
     MP_REQUIRE(id >= 0 && id < limits.vocab_size, "stop id ", id, " is outside the vocabulary [0, ",
@@ -74,19 +95,23 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
     return OutOfRangeError("the prompt has " + std::to_string(prompt) +
                            " tokens; the context limit is " + std::to_string(limit) +
                            " tokens and at least one generated token must fit");
-  if (request.max_new_tokens > limit - prompt)
+  // A prompt that leaves no room keeps 1, so that the checks below name the numbers.
+  const int64_t max_new = request.max_new_tokens_to_limit
+                              ? std::max<int64_t>(1, TokensLeft(prompt, limits))
+                              : request.max_new_tokens;
+  if (max_new > limit - prompt)
     return OutOfRangeError("prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
-                           std::to_string(request.max_new_tokens) +
-                           ") exceeds the context limit of " + std::to_string(limit) + " tokens");
-  const int64_t need = KvPositionsPerRank(prompt, request.max_new_tokens, limits.num_workers);
+                           std::to_string(max_new) + ") exceeds the context limit of " +
+                           std::to_string(limit) + " tokens");
+  const int64_t need = KvPositionsPerRank(prompt, max_new, limits.num_workers);
   if (need > limits.kv_capacity_per_rank)
-    return OutOfRangeError(
-        "prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
-        std::to_string(request.max_new_tokens) + ") needs " + std::to_string(need) +
-        " KV positions on a worker rank; the workers' KV budget holds " +
-        std::to_string(limits.kv_capacity_per_rank) + " per rank (" +
-        std::to_string(limits.kv_capacity_per_rank * limits.num_workers) + " in all)");
-  return AdmittedJob{std::move(ids), std::move(policy)};
+    return OutOfRangeError("prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
+                           std::to_string(max_new) + ") needs " + std::to_string(need) +
+                           " KV positions on a worker rank; the workers' KV budget holds " +
+                           std::to_string(limits.kv_capacity_per_rank) + " per rank (" +
+                           std::to_string(limits.kv_capacity_per_rank * limits.num_workers) +
+                           " in all)");
+  return AdmittedJob{std::move(ids), max_new, std::move(policy)};
 }
 
 }  // namespace millipede

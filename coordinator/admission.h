@@ -32,6 +32,8 @@ struct AdmissionLimits {
 // A request admitted: what the workers are sent.
 struct AdmittedJob {
   std::vector<int32_t> prompt_ids;
+  // The request's, or what the limits leave (JobRequest::max_new_tokens_to_limit).
+  int64_t max_new_tokens = 0;
   // The request's attention policy, parsed and checked once here; none: the workers' own.
   std::optional<AttentionPolicy> policy;
 };
@@ -41,8 +43,9 @@ struct AdmittedJob {
 int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers);
 
 // The job's prompt ids and policy, after checking everything the workers would refuse and more:
-// InvalidArgument for malformed input (empty or non-UTF-8 prompt, both or neither of text and
-// ids, ids outside the vocabulary, max_new_tokens < 1, bad sampling values, bad stop lists,
+// InvalidArgument for malformed input (empty or non-UTF-8 prompt, text over max_prompt_bytes
+// (the message counts bytes and characters), both or neither of text and ids, ids outside the
+// vocabulary, max_new_tokens < 1, bad sampling values or logit bias ids, bad stop lists,
 // a malformed attention policy or one for another model shape), OutOfRange when the prompt and
 // its tokens exceed the context limit or the workers' KV capacity (the message names the
 // numbers), Unimplemented for a policy that uses a pattern or role the workers did not report

@@ -23,6 +23,8 @@ const char* RejectReason(const Status& s) {
       return "queue_full";
     case StatusCode::kFailedPrecondition:
       return "draining";
+    case StatusCode::kUnimplemented:
+      return "unsupported";
     default:
       return "invalid";
   }
@@ -63,11 +65,8 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   job->submitted = Clock::now();
   control::JobDescriptor& d = job->descriptor;
   d.prompt_ids = std::move(admitted->prompt_ids);
-  d.max_new_tokens = request.max_new_tokens;
-  d.temperature = request.sampling.temperature;
-  d.top_k = request.sampling.top_k;
-  d.top_p = request.sampling.top_p;
-  d.seed = request.sampling.seed;
+  d.max_new_tokens = admitted->max_new_tokens;
+  d.sampling = std::move(request.sampling);
   d.stop_ids = request.stop_ids;
   d.ignore_eos = request.ignore_eos;
   d.policy = std::move(admitted->policy);
@@ -86,6 +85,10 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
   queue_.push_back(job->id);
   if (metrics_) metrics_->JobQueued();
   return job->id;
+}
+
+void Scheduler::CountRefusal(std::string_view reason) {
+  if (metrics_) metrics_->RequestError(reason);
 }
 
 Status Scheduler::Cancel(JobId id) {
@@ -120,8 +123,8 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
       info.error = error->ToString();
     }
     if (job.held_token) {
-      auto [id, delta] = *job.held_token;
-      out->push_back([observer, id, delta] { observer->OnToken(id, delta); });
+      auto [token, delta] = *job.held_token;
+      out->push_back([observer, token, delta] { observer->OnToken(token, delta); });
     }
     out->push_back([observer, e = *error] { observer->OnError(e); });
   } else {
@@ -131,8 +134,8 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
     c.finish_reason =
         job.stop_matched || job.text->stopped() || job.stopped_by_id ? "stop" : "length";
     if (job.held_token) {
-      auto [id, delta] = *job.held_token;
-      out->push_back([observer, id, d = delta + rest] { observer->OnToken(id, d); });
+      auto [token, delta] = *job.held_token;
+      out->push_back([observer, token, d = delta + rest] { observer->OnToken(token, d); });
     }
     c.ids = job.ids;
     c.text = job.text->text();
@@ -205,17 +208,21 @@ Status Scheduler::HandleEvent(const control::JobEvent& e, Deliveries* out) {
       }
       job.last_token = now;
       job.ids.push_back(e.token);
+      SampledToken token{e.token, e.logprob, {}};
+      for (size_t i = 0; i < e.top_ids.size(); ++i)
+        token.top.push_back({e.top_ids[i], e.top_logprobs[i]});
       MP_ASSIGN_OR_RETURN(TextStream::Piece piece, job.text->Push(e.token));
       if (job.held_token) {
-        auto [id, delta] = *job.held_token;
-        out->push_back([observer, id, delta] { observer->OnToken(id, delta); });
+        auto [held, delta] = *job.held_token;
+        out->push_back([observer, held, delta] { observer->OnToken(held, delta); });
         job.held_token.reset();
       }
       if (piece.open) {
-        job.held_token.emplace(e.token, std::move(piece.delta));
+        job.held_token.emplace(std::move(token), std::move(piece.delta));
       } else {
-        out->push_back(
-            [observer, id = e.token, d = std::move(piece.delta)] { observer->OnToken(id, d); });
+        out->push_back([observer, token = std::move(token), d = std::move(piece.delta)] {
+          observer->OnToken(token, d);
+        });
       }
       if (piece.stopped) {
         job.stop_matched = true;

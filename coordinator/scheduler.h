@@ -54,6 +54,7 @@ class Scheduler final : public JobService {
   void RequestDrain() { drain_requested_.store(true); }
 
   StatusOr<JobId> Submit(JobRequest request, std::shared_ptr<JobObserver> observer) override;
+  void CountRefusal(std::string_view reason) override;
   Status Cancel(JobId id) override;
   StatusOr<JobStatusInfo> GetStatus(JobId id) const override;
   ModelInfo GetModelInfo() const override;

@@ -23,7 +23,7 @@ struct Scheduler::Job {
   std::vector<int32_t> ids;
   // A token whose text is still open (UTF-8 or stop-string prefix) is delivered with the next
   // event, so that the last one can carry the held-back text.
-  std::optional<std::pair<int32_t, std::string>> held_token;
+  std::optional<std::pair<SampledToken, std::string>> held_token;
   bool cancel_requested = false;  // by the client or the drain deadline
   bool stop_matched = false;      // a stop string ended the text; the workers are stopping
   bool cancel_sent = false;

@@ -101,17 +101,18 @@ __global__ void __launch_bounds__(kThreads)
 // The reference's draw over the sorted logits. Thread t owns a contiguous slice of the kept
 // tokens and sums their weights exp(s_i - s_0) (s = logit / temperature, all in double); an
 // exclusive scan of the slice sums gives each thread its starting cumulative weight, so the
-// top-p cut and the draw are each one pass in which the first thread to cross records its index.
-// Only the association of the double sums differs from the reference's sequential loop.
+// top-p cut, the min-p cut and the draw are each one pass in which the first thread to cross
+// records its index. Only the association of the double sums differs from the reference's
+// sequential loop.
 //   sorted_logits, sorted_ids [vocab]: logits descending, equal logits in increasing id order.
 __global__ void __launch_bounds__(kThreads)
     SamplePickKernel(const float* __restrict__ sorted_logits,
                      const int32_t* __restrict__ sorted_ids, int32_t vocab, float temperature,
-                     int32_t top_k, float top_p, double u, SampleResult* __restrict__ result,
-                     int32_t* __restrict__ token) {
+                     int32_t top_k, float top_p, float min_p, double u,
+                     SampleResult* __restrict__ result, int32_t* __restrict__ token) {
   using Scan = cub::BlockScan<double, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ int32_t cut_index, draw_index, last_weighted;
+  __shared__ int32_t cut_index, min_p_count, draw_index, last_weighted;
   __shared__ double cut_total;
 
   // The scan kernel has already reported invalid logits (token -1).
@@ -132,6 +133,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t end = min(kept, begin + chunk);
   if (threadIdx.x == 0) {
     cut_index = static_cast<int32_t>(kept);
+    min_p_count = static_cast<int32_t>(kept);
     draw_index = static_cast<int32_t>(kept);
     last_weighted = 0;
   }
@@ -143,28 +145,41 @@ __global__ void __launch_bounds__(kThreads)
   Scan(scan_storage).ExclusiveSum(slice_sum, prefix, total);
 
   // Top-p keeps tokens up to the first whose cumulative weight reaches top_p * total (so at
-  // least one); its cumulative weight becomes the total the draw is scaled by.
-  int64_t count = kept;
-  double kept_total = total;
+  // least one); min-p keeps those whose weight (p_i / p_max) is at least min_p (the best token,
+  // weight 1, always). Weights fall along the sorted order, so both keep a prefix; the shorter
+  // one wins, and its cumulative weight becomes the total the draw is scaled by.
   if (top_p < 1.0f) {
     const double target = static_cast<double>(top_p) * total;
     double cumulative = prefix;
-    int64_t crossing = kept;
     for (int64_t i = begin; i < end; ++i) {
       cumulative += weight(i);
       if (cumulative >= target) {
-        crossing = i;
         atomicMin(&cut_index, static_cast<int32_t>(i));
         break;
       }
     }
-    __syncthreads();
-    if (crossing < kept && crossing == cut_index) cut_total = cumulative;
-    __syncthreads();
-    if (cut_index < kept) {
-      count = cut_index + 1;
-      kept_total = cut_total;
+  }
+  if (min_p > 0.0f) {
+    for (int64_t i = max(begin, int64_t{1}); i < end; ++i) {
+      if (weight(i) < static_cast<double>(min_p)) {
+        atomicMin(&min_p_count, static_cast<int32_t>(i));
+        break;
+      }
     }
+  }
+  __syncthreads();
+  const int64_t count = min(static_cast<int64_t>(min_p_count),
+                            cut_index < kept ? static_cast<int64_t>(cut_index) + 1 : kept);
+  double kept_total = total;
+  if (count < kept) {
+    // The thread whose slice holds the last kept token sums up to it.
+    if (begin < count && count <= end) {
+      double cumulative = prefix;
+      for (int64_t i = begin; i < count; ++i) cumulative += weight(i);
+      cut_total = cumulative;
+    }
+    __syncthreads();
+    kept_total = cut_total;
   }
 
   const double target = u * kept_total;
@@ -238,7 +253,7 @@ Status Enqueue(ConstTensorView logits, const SamplingParams& params, uint64_t st
       sort.temp, temp_bytes, data, sort.keys_out, sort.ids_in, sort.ids_out, vocab, 0, 32, stream));
   SamplePickKernel<<<1, kThreads, 0, stream>>>(
       sort.keys_out, sort.ids_out, vocab, params.temperature, params.top_k, params.top_p,
-      RandomUniform(params.seed, step), ws.device_result, token);
+      params.min_p, RandomUniform(params.seed, step), ws.device_result, token);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }

@@ -30,16 +30,16 @@ int32_t Argmax(const float* logits, int64_t vocab) {
 }  // namespace
 
 Status SampleCheckArgs(ConstTensorView logits, const SamplingParams& params) {
-  MP_RETURN_IF_ERROR(CheckSamplingParams(params));
   MP_REQUIRE(logits.rank() == 1, "sampling logits: rank ", logits.rank(), ", expected 1");
   const int64_t vocab = logits.dim(0);
   MP_REQUIRE(vocab > 0 && vocab <= std::numeric_limits<int32_t>::max(), "sampling: vocab size ",
              vocab, " must lie in [1, 2^31)");
+  MP_RETURN_IF_ERROR(CheckSamplingParams(params, vocab));
   return CheckTensor(logits, "sampling logits", DType::kF32, Shape{vocab});
 }
 
-StatusOr<int32_t> SampleRef(ConstTensorView logits_view, const SamplingParams& params,
-                            uint64_t step) {
+StatusOr<std::vector<SampleCandidate>> SampleCandidatesRef(ConstTensorView logits_view,
+                                                           const SamplingParams& params) {
   MP_RETURN_IF_ERROR(SampleCheckArgs(logits_view, params));
   const int64_t vocab = logits_view.dim(0);
   const float* logits = logits_view.as<const float>();
@@ -51,7 +51,7 @@ StatusOr<int32_t> SampleRef(ConstTensorView logits_view, const SamplingParams& p
   }
   MP_REQUIRE(any_finite, "sampling: every logit is -inf; no token can be chosen");
 
-  if (params.temperature == 0.0f) return Argmax(logits, vocab);
+  if (params.temperature == 0.0f) return std::vector<SampleCandidate>{{Argmax(logits, vocab), 1.0}};
 
   // Tokens at -inf have probability 0 and are never candidates.
   std::vector<Candidate> kept;
@@ -74,26 +74,41 @@ StatusOr<int32_t> SampleRef(ConstTensorView logits_view, const SamplingParams& p
     weight[i] = std::exp(kept[i].score - kept[0].score);
     total += weight[i];
   }
+  size_t count = kept.size();
   if (params.top_p < 1.0f) {
     const double target = static_cast<double>(params.top_p) * total;
     double cumulative = 0.0;
-    size_t count = 0;
+    count = 0;
     while (count < kept.size() && (count == 0 || cumulative < target))
       cumulative += weight[count++];
-    kept.resize(count);
-    weight.resize(count);
-    total = cumulative;
   }
+  if (params.min_p > 0.0f) {
+    // weight_i / weight_0 is p_i / p_max whatever the normalisation, so min-p keeps the prefix of
+    // tokens with weight >= min_p (the best token, weight 1, always stays). Both cuts keep a
+    // prefix: the shorter one wins.
+    size_t min_p_count = 1;
+    while (min_p_count < count && weight[min_p_count] >= params.min_p) ++min_p_count;
+    count = min_p_count;
+  }
+  std::vector<SampleCandidate> candidates(count);
+  for (size_t i = 0; i < count; ++i) candidates[i] = {kept[i].id, weight[i]};
+  return candidates;
+}
 
+StatusOr<int32_t> SampleRef(ConstTensorView logits, const SamplingParams& params, uint64_t step) {
+  MP_ASSIGN_OR_RETURN(std::vector<SampleCandidate> kept, SampleCandidatesRef(logits, params));
+  if (params.temperature == 0.0f) return kept[0].id;
+  double total = 0.0;
+  for (const SampleCandidate& c : kept) total += c.weight;
   const double target = RandomUniform(params.seed, step) * total;
   double cumulative = 0.0;
-  for (size_t i = 0; i < kept.size(); ++i) {
-    cumulative += weight[i];
-    if (cumulative > target) return kept[i].id;
+  for (const SampleCandidate& c : kept) {
+    cumulative += c.weight;
+    if (cumulative > target) return c.id;
   }
   // u * total rounded up to total: take the least likely kept token that has any weight.
   size_t last = kept.size() - 1;
-  while (last > 0 && weight[last] == 0.0) --last;
+  while (last > 0 && kept[last].weight == 0.0) --last;
   return kept[last].id;
 }
 

@@ -28,8 +28,10 @@ using prometheus::Histogram;
 
 // Label values are fixed sets so that no label carries a per-job or client-chosen value.
 const char* const kFinishReasons[] = {"stop", "length", "cancelled", "error"};
-const char* const kErrorReasons[] = {"invalid",  "too_long", "queue_full",
-                                     "draining", "worker",   "internal"};
+const char* const kErrorReasons[] = {
+    "invalid",      "too_long",  "too_large",          "unsupported",
+    "unauthorized", "not_found", "method_not_allowed", "unsupported_media_type",
+    "queue_full",   "draining",  "worker",             "internal"};
 // Ranks beyond this are refused (a bound on the number of label values).
 constexpr int kMaxRank = 4096;
 
@@ -91,8 +93,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     for (const char* reason : kFinishReasons)
       finished_[reason] = &finished.Add({{"reason", reason}});
     auto& errors = counter("millipede_request_errors_total",
-                           "Rejected submissions (invalid, too_long, queue_full, draining) and "
-                           "failed jobs (worker, internal).");
+                           "Refused requests, on every front end (invalid, too_long, too_large, "
+                           "unsupported, unauthorized, not_found, method_not_allowed, "
+                           "unsupported_media_type, queue_full, draining), and failed jobs "
+                           "(worker, internal).");
     for (const char* reason : kErrorReasons) errors_[reason] = &errors.Add({{"reason", reason}});
     other_finished_ = &finished.Add({{"reason", "other"}});
     other_error_ = &errors.Add({{"reason", "other"}});

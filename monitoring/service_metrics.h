@@ -50,8 +50,12 @@ class ServiceMetrics {
   // e2e_request_latency_seconds, decode throughput of the job.
   virtual void JobFinished(std::string_view reason, bool started, double e2e_s,
                            double decode_tokens_per_s) = 0;
-  // request_errors_total{reason}: a rejected submission (reason: invalid|too_long|queue_full|
-  // draining) or a failed job (reason: worker|internal).
+  // request_errors_total{reason}: a refused request, on any front end (reason: invalid |
+  // too_long (the prompt and its tokens exceed the context or the KV budget) | too_large (the
+  // body exceeds the front end's limit) | unsupported (a parameter or feature the service does
+  // not implement) | unauthorized | not_found (route or model) | method_not_allowed |
+  // unsupported_media_type | queue_full | draining), or a failed job (reason: worker | internal).
+  // Another reason is counted as "other".
   virtual void RequestError(std::string_view reason) = 0;
   // kv_cache_bytes{tier,rank}, attention/communication seconds and bytes per rank.
   virtual void UpdateRank(const RankStats& stats) = 0;

@@ -14,11 +14,25 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("millipede::rpc");
 
+struct LogitBias {
+  id @0 :Int32;
+  bias @1 :Float32;             # in [-100, 100]
+}
+
+# Applied in this order: logitBias, repetitionPenalty (ids of the prompt and the output),
+# frequencyPenalty and presencePenalty (ids of the output), temperature, topK, topP, minP.
 struct Sampling {
   temperature @0 :Float32 = 0;  # 0 = greedy
   topK @1 :Int32 = 0;           # 0 = off
   topP @2 :Float32 = 1;         # 1 = off; must lie in (0, 1]
   seed @3 :UInt64 = 0;
+  repetitionPenalty @4 :Float32 = 1;  # > 0; 1 = off
+  presencePenalty @5 :Float32 = 0;    # in [-2, 2]
+  frequencyPenalty @6 :Float32 = 0;   # in [-2, 2]
+  minP @7 :Float32 = 0;               # in [0, 1]; 0 = off
+  logitBias @8 :List(LogitBias);      # at most 1024 distinct ids of the vocabulary
+  logprobs @9 :Int32 = -1;            # -1: none; 0..20: each token's log-probability and this
+                                      # many alternatives (raw logits), in `token` callbacks
 }
 
 struct JobSpec {
@@ -51,10 +65,17 @@ struct Error {
   message @1 :Text;
 }
 
+struct TokenLogprob {
+  id @0 :Int32;
+  logprob @1 :Float32;          # natural log
+}
+
 # Implemented by the client; the server calls it in order, one call per event.
 interface JobCallback {
   progress @0 (tokensDone :Int64, tokensTotal :Int64);  # prefill, in prompt tokens
-  token @1 (id :Int32, text :Text);   # text may be empty while a character or stop is open
+  # text may be empty while a character or stop is open; logprob and top only when the job's
+  # sampling.logprobs >= 0 (top: the most likely ids first).
+  token @1 (id :Int32, text :Text, logprob :Float32, top :List(TokenLogprob));
   complete @2 (completion :Completion);
   error @3 (error :Error);            # a cancelled job ends with code CANCELLED
 }

@@ -12,6 +12,7 @@
 
 #include "rpc/millipede.capnp.h"
 #include "rpc/rpc_errors.h"
+#include "rpc/wire_convert.h"
 
 namespace millipede::rpc {
 
@@ -23,35 +24,6 @@ capnp::ReaderOptions RpcReaderOptions() {
 }
 
 namespace {
-
-::millipede::rpc::JobState ToWire(::millipede::JobState s) {
-  using W = ::millipede::rpc::JobState;
-  switch (s) {
-    case ::millipede::JobState::kQueued:
-      return W::QUEUED;
-    case ::millipede::JobState::kPrefill:
-      return W::PREFILL;
-    case ::millipede::JobState::kDecode:
-      return W::DECODE;
-    case ::millipede::JobState::kFinished:
-      return W::FINISHED;
-    case ::millipede::JobState::kCancelled:
-      return W::CANCELLED;
-    case ::millipede::JobState::kFailed:
-      return W::FAILED;
-  }
-  return W::FAILED;
-}
-
-void FillStatus(const JobStatusInfo& info, ::millipede::rpc::JobStatus::Builder b) {
-  b.setId(info.id);
-  b.setState(ToWire(info.state));
-  b.setQueuePosition(info.queue_position);
-  b.setPromptTokens(info.prompt_tokens);
-  b.setPrefillDone(info.prefill_done);
-  b.setGeneratedTokens(info.generated_tokens);
-  b.setError(info.error);
-}
 
 template <typename T>
 T ValueOrThrow(StatusOr<T> s) {
@@ -91,11 +63,17 @@ class CallbackObserver final : public JobObserver,
       return req.send().ignoreResult();
     });
   }
-  void OnToken(int32_t id, std::string_view text) override {
-    Post([id, text = std::string(text)](JobCallback::Client& c) {
+  void OnToken(const SampledToken& token, std::string_view text) override {
+    Post([token, text = std::string(text)](JobCallback::Client& c) {
       auto req = c.tokenRequest();
-      req.setId(id);
+      req.setId(token.id);
       req.setText(kj::StringPtr(text.c_str(), text.size()));
+      req.setLogprob(token.logprob);
+      auto top = req.initTop(static_cast<unsigned>(token.top.size()));
+      for (size_t i = 0; i < token.top.size(); ++i) {
+        top[static_cast<unsigned>(i)].setId(token.top[i].id);
+        top[static_cast<unsigned>(i)].setLogprob(token.top[i].logprob);
+      }
       return req.send().ignoreResult();
     });
   }
@@ -230,8 +208,7 @@ class MillipedeImpl final : public Millipede::Server {
       for (int32_t id : prompt.getIds()) request.prompt_ids.push_back(id);
     }
     request.max_new_tokens = spec.getMaxNewTokens();
-    auto s = spec.getSampling();
-    request.sampling = {s.getTemperature(), s.getTopK(), s.getTopP(), s.getSeed()};
+    request.sampling = SamplingFromWire(spec.getSampling());
     for (int32_t id : spec.getStopIds()) request.stop_ids.push_back(id);
     for (auto text : spec.getStopStrings())
       request.stop_strings.emplace_back(text.begin(), text.size());

@@ -26,6 +26,8 @@
 #include "kernels/rope.h"
 #include "kernels/rope_kv.h"
 #include "kernels/sampling.h"
+#include "kernels/sampling_logprobs.h"
+#include "kernels/sampling_penalties.h"
 #include "kernels/silu_mul.h"
 #include "kernels/top_k.h"
 
@@ -146,9 +148,12 @@ class Backend {
                                    ConstTensorView lse_other) = 0;
   // Sets o = 0 and lse = -inf: the state of attention over no keys.
   virtual Status ClearState(TensorView o, TensorView lse) = 0;
-  // Samples from logits held in backend memory.
+  // Samples from logits held in backend memory (temperature, top-k, top-p, min-p; the bias and
+  // penalties are SamplingPenalties, run before: worker/token_sampler.h puts them together).
   virtual StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
                                    uint64_t step) = 0;
+  virtual Status SamplingPenalties(const SamplingPenaltiesArgs& args) = 0;
+  virtual Status SamplingLogprobs(const SamplingLogprobsArgs& args) = 0;
 
   // Selection ops: per-row top-k, key scores for static eviction, token scores for OmniKV's
   // filter layers, row gathers. Argument contracts are those of kernels/top_k.h,

@@ -88,6 +88,12 @@ class CpuBackend final : public Backend {
                            uint64_t step) override {
     return SampleRef(logits, params, step);
   }
+  Status SamplingPenalties(const SamplingPenaltiesArgs& args) override {
+    return SamplingPenaltiesRef(args);
+  }
+  Status SamplingLogprobs(const SamplingLogprobsArgs& args) override {
+    return SamplingLogprobsRef(args);
+  }
 
   // Selection ops, host memory and the copy queue (see backend.h): everything is host memory,
   // so copies run at once.

@@ -24,6 +24,8 @@
 #include "kernels/rope_cuda.h"
 #include "kernels/rope_kv_cuda.h"
 #include "kernels/sampling_cuda.h"
+#include "kernels/sampling_logprobs_cuda.h"
+#include "kernels/sampling_penalties_cuda.h"
 #include "kernels/silu_mul_cuda.h"
 #include "kernels/top_k_cuda.h"
 #include "worker/cuda_copy_queue.h"
@@ -151,6 +153,12 @@ class CudaBackend final : public Backend {
   StatusOr<int32_t> Sample(ConstTensorView logits, const SamplingParams& params,
                            uint64_t step) override {
     return SampleCuda(logits, params, step, *sample_, stream_);
+  }
+  Status SamplingPenalties(const SamplingPenaltiesArgs& args) override {
+    return SamplingPenaltiesCuda(args, stream_);
+  }
+  Status SamplingLogprobs(const SamplingLogprobsArgs& args) override {
+    return SamplingLogprobsCuda(args, *top_k_, stream_);
   }
 
   // Selection ops, pinned host memory and the copy queue (see backend.h).

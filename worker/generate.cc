@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "worker/dist/shard_plan.h"
+#include "worker/token_sampler.h"
 
 namespace millipede {
 namespace {
@@ -16,6 +17,33 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 bool Contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
+
+// A sampled token as the sampling rank broadcasts it: fixed size, so one host broadcast.
+struct TokenMessage {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  int32_t num_top = 0;
+  int32_t top_ids[kMaxTopLogprobs] = {};
+  float top_logprobs[kMaxTopLogprobs] = {};
+
+  static TokenMessage From(const SampledToken& t) {
+    TokenMessage m;
+    m.id = t.id;
+    m.logprob = t.logprob;
+    m.num_top = static_cast<int32_t>(std::min<size_t>(t.top.size(), kMaxTopLogprobs));
+    for (int32_t i = 0; i < m.num_top; ++i) {
+      m.top_ids[i] = t.top[i].id;
+      m.top_logprobs[i] = t.top[i].logprob;
+    }
+    return m;
+  }
+  SampledToken ToToken() const {
+    SampledToken t{id, logprob, {}};
+    for (int32_t i = 0; i < std::clamp(num_top, 0, kMaxTopLogprobs); ++i)
+      t.top.push_back({top_ids[i], top_logprobs[i]});
+    return t;
+  }
+};
 
 // Frees the engine's sequence (and with it the request's policy) on every exit path.
 struct SequenceGuard {
@@ -49,7 +77,7 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
   MP_REQUIRE(request.max_new_tokens <= limit - prompt, "prompt (", prompt,
              " tokens) + max_new_tokens (", request.max_new_tokens,
              ") exceeds the context limit of ", limit, " tokens");
-  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling, c.vocab_size));
   if (request.policy) MP_RETURN_IF_ERROR(engine.CheckPolicy(*request.policy));
   return OkStatus();
 }
@@ -76,7 +104,9 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
                                           (decode_positions + num_ranks - 1) / num_ranks));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
-  Backend& backend = engine.backend();
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<TokenSampler> sampler,
+                      TokenSampler::Create(engine.backend(), request.sampling,
+                                           engine.config().vocab_size, request.prompt_ids));
 
   GenerationResult result;
   result.prompt_tokens = prompt;
@@ -90,15 +120,20 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> prefill_logits,
                       engine.ForwardShard(share.ranges, share.ids, after_layer));
   // The rank holding the last prompt token samples; the others learn the token from it.
-  const int sampler = plan.RankOfPromptPosition(prompt - 1);
-  int32_t token = 0;
-  if (rank == sampler) {
+  const int sampling_rank = plan.RankOfPromptPosition(prompt - 1);
+  TokenMessage message;
+  if (rank == sampling_rank) {
     MP_ASSERT(prefill_logits.has_value(), "the sampling rank has the last position's logits");
-    MP_ASSIGN_OR_RETURN(token, backend.Sample(*prefill_logits, request.sampling, 0));
+    MP_ASSIGN_OR_RETURN(SampledToken first, sampler->Sample(*prefill_logits, 0));
+    message = TokenMessage::From(first);
   }
   for (int64_t step = 0;; ++step) {
     if (num_ranks > 1)
-      MP_RETURN_IF_ERROR(comm.HostBroadcast(&token, sizeof(token), step == 0 ? sampler : 0));
+      MP_RETURN_IF_ERROR(
+          comm.HostBroadcast(&message, sizeof(message), step == 0 ? sampling_rank : 0));
+    const SampledToken sampled = message.ToToken();
+    const int32_t token = sampled.id;
+    MP_RETURN_IF_ERROR(sampler->Accept(token));
     result.ids.push_back(token);
     if (step == 0) {
       first_token = std::chrono::steady_clock::now();
@@ -106,7 +141,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
     } else {
       result.decode_s = SecondsSince(first_token);
     }
-    if (on_token && !on_token(token)) return CancelledError("generation cancelled by the caller");
+    if (on_token && !on_token(sampled)) return CancelledError("generation cancelled by the caller");
     if (Contains(request.stop_ids, token) || (!request.ignore_eos && Contains(eos, token))) {
       result.finish_reason = FinishReason::kStop;
       break;
@@ -118,8 +153,9 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
     MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
     // Every rank holds the same logits; rank 0's draw is broadcast so the ranks cannot diverge.
     if (rank == 0) {
-      MP_ASSIGN_OR_RETURN(token, backend.Sample(logits, request.sampling,
-                                                static_cast<uint64_t>(step + 1)));
+      MP_ASSIGN_OR_RETURN(SampledToken next,
+                          sampler->Sample(logits, static_cast<uint64_t>(step + 1)));
+      message = TokenMessage::From(next);
     }
   }
   return result;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
-#include "kernels/sampling.h"
 #include "worker/engine/engine.h"
 
 namespace millipede {
@@ -42,9 +42,10 @@ struct GenerationResult {
   }
 };
 
-// Called with each generated token as soon as it is sampled; returning false cancels generation
+// Called with each generated token (and its log-probabilities when the request's
+// sampling.logprobs asks for them) as soon as it is sampled; returning false cancels generation
 // (Generate then returns a Cancelled status; the tokens so far were all passed to the callback).
-using TokenCallback = std::function<bool(int32_t id)>;
+using TokenCallback = std::function<bool(const SampledToken& token)>;
 
 // Called during prefill after each layer with the prompt tokens done so far (all ranks together,
 // counted as layers done x prompt length / layers) and the prompt length; returning false on any
@@ -59,8 +60,10 @@ Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& 
 // Runs the whole request on every rank of the engine's communicator at once (each rank calls
 // this with the same request): the prompt is sharded by ShardPlan, prefilled with ring attention,
 // and decoded with K/V spread over the ranks. Every rank returns the same result. With several
-// ranks `on_token` must answer the same on every rank. The engine's sequence is freed afterwards
-// whatever happens.
+// ranks `on_token` must answer the same on every rank, and it sees the same token and
+// log-probabilities on every rank. The penalties read the prompt and every generated token;
+// draws are keyed by (seed, step), so a request gives the same tokens on any number of ranks.
+// The engine's sequence is freed afterwards whatever happens.
 StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
                                     const TokenCallback& on_token = nullptr,
                                     const ProgressCallback& on_progress = nullptr);

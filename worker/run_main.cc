@@ -23,15 +23,12 @@ and rank 0 prints the result.
   --prompt-file F        prompt text from a file ("-" for stdin)
   --prompt-ids F         whitespace-separated token ids from a file ("-" for stdin)
   --max-new-tokens N     tokens to generate at most (default 16)
-  --temperature T        0 = greedy (default 0)
-  --top-k K              keep the K most likely tokens (0 = off)
-  --top-p P              nucleus sampling threshold (1 = off)
-  --seed S               sampling seed (default 0)
   --stop-id ID           also stop after this token id (repeatable)
   --ignore-eos           do not stop at the model's EOS ids
   --no-bos               do not prepend the tokenizer's BOS token to a text prompt
-  --json                 print one JSON object: ids, text, finish_reason, timings
-Engine:
+  --json                 print one JSON object: ids, text, finish_reason, timings (and
+                         logprobs: per token [id, logprob, [[id, logprob], ...]])
+Sampling:
 )";
 
 // Reads a prompt file ("-" = stdin). Under mpirun only rank 0 has stdin, so rank 0 reads and
@@ -70,13 +67,14 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
                       Flags::Parse(argc, argv,
                                    {"json", "ignore-eos", "no-bos", "profile", "help"}));
   if (flags.GetBool("help")) {
-    std::cout << kUsage << kEngineFlagsUsage;
+    std::cout << kUsage << kSamplingFlagsUsage << "Engine:\n" << kEngineFlagsUsage;
     return OkStatus();
   }
   std::vector<std::string> known = {"prompt", "prompt-file", "prompt-ids", "max-new-tokens",
-                                    "temperature", "top-k", "top-p", "seed", "stop-id",
-                                    "ignore-eos", "no-bos", "json", "help"};
+                                    "stop-id",      "ignore-eos",  "no-bos",     "json",
+                                    "help"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
+  for (const std::string& name : SamplingFlagNames()) known.push_back(name);
   MP_RETURN_IF_ERROR(flags.CheckKnown(known));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const int sources = flags.Has("prompt") + flags.Has("prompt-file") + flags.Has("prompt-ids");
@@ -88,14 +86,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
 
   GenerationRequest request;
   MP_ASSIGN_OR_RETURN(request.max_new_tokens, flags.GetInt("max-new-tokens", 16));
-  MP_ASSIGN_OR_RETURN(double temperature, flags.GetDouble("temperature", 0.0));
-  MP_ASSIGN_OR_RETURN(int64_t top_k, flags.GetInt("top-k", 0));
-  MP_ASSIGN_OR_RETURN(double top_p, flags.GetDouble("top-p", 1.0));
-  MP_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
-  MP_REQUIRE(top_k >= 0 && top_k <= INT32_MAX, "--top-k must lie in [0, 2^31)");
-  request.sampling = {static_cast<float>(temperature), static_cast<int32_t>(top_k),
-                      static_cast<float>(top_p), static_cast<uint64_t>(seed)};
-  MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling));
+  MP_ASSIGN_OR_RETURN(request.sampling, SamplingParamsFromFlags(flags));
   for (const std::string& s : flags.GetAll("stop-id")) {
     MP_ASSIGN_OR_RETURN(int64_t id, ParseInt64(s, "--stop-id"));
     MP_REQUIRE(id >= 0 && id <= INT32_MAX, "--stop-id ", id, " out of range");
@@ -136,7 +127,14 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   std::unique_ptr<StreamingDecoder> stream;
   if (tokenizer && !json && !quiet) stream = std::make_unique<StreamingDecoder>(*tokenizer, true);
   Status stream_status;
-  auto on_token = [&](int32_t id) {
+  nlohmann::json logprobs = nlohmann::json::array();
+  auto on_token = [&](const SampledToken& token) {
+    const int32_t id = token.id;
+    if (request.sampling.logprobs >= 0) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const TokenLogprob& t : token.top) top.push_back({t.id, t.logprob});
+      logprobs.push_back({id, token.logprob, top});
+    }
     if (stream) {
       auto piece = stream->Push(id);
       if (!piece.ok()) {
@@ -172,6 +170,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
         {"backend", BackendKindName(options.backend)},
         {"ranks", engine->comm().size()},
     };
+    if (request.sampling.logprobs >= 0) out["logprobs"] = logprobs;
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << "\n";

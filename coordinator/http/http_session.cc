@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "common/json_util.h"
-#include "coordinator/http/readiness.h"
 
 namespace millipede {
 
@@ -45,12 +44,27 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-Json ModelObject(const ServerContext& ctx) {
-  return Json{{"id", ctx.model.name},
-              {"object", "model"},
-              {"created", ctx.created_unix},
-              {"owned_by", "millipede"},
-              {"max_model_len", ctx.context_limit}};
+// The request_errors_total reason of a refusal (ServiceMetrics::RequestError).
+const char* RefusalReason(const ApiError& error) {
+  switch (error.http_status) {
+    case 401:
+      return "unauthorized";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 413:
+      return "too_large";
+    case 415:
+      return "unsupported_media_type";
+    case 501:
+      return "unsupported";
+    default:
+      break;
+  }
+  if (error.code == "unsupported_parameter") return "unsupported";
+  if (error.code == "context_length_exceeded") return "too_long";
+  return "invalid";
 }
 
 }  // namespace
@@ -58,9 +72,7 @@ Json ModelObject(const ServerContext& ctx) {
 HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<ServerContext> ctx)
     : stream_(std::move(socket)), ctx_(std::move(ctx)), idle_timer_(stream_.get_executor()) {}
 
-HttpSession::~HttpSession() {
-  if (job_id_ && !job_ended_) ctx_->service.Cancel(*job_id_).IgnoreError();
-}
+HttpSession::~HttpSession() { CancelJobs(); }
 
 void HttpSession::Start() {
   net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
@@ -104,10 +116,10 @@ void HttpSession::OnBody(beast::error_code ec) {
   stream_.expires_never();
   if (ec == http::error::body_limit) {
     keep_alive_ = false;
-    return SendError(ApiError{413,
-                              "request body exceeds the limit of " +
-                                  std::to_string(ctx_->options.max_body_bytes) + " bytes",
-                              "invalid_request_error", "", "request_too_large"});
+    return Refuse(ApiError{413,
+                           "request body exceeds the limit of " +
+                               std::to_string(ctx_->options.max_body_bytes) + " bytes",
+                           "invalid_request_error", "", "request_too_large"});
   }
   if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
       ec == net::error::connection_reset || ec == net::error::eof ||
@@ -116,8 +128,8 @@ void HttpSession::OnBody(beast::error_code ec) {
   }
   if (ec) {
     keep_alive_ = false;
-    return SendError(ApiError{400, "malformed HTTP request: " + ec.message(),
-                              "invalid_request_error", "", "malformed_request"});
+    return Refuse(ApiError{400, "malformed HTTP request: " + ec.message(), "invalid_request_error",
+                           "", "malformed_request"});
   }
   Route();
 }
@@ -142,81 +154,54 @@ void HttpSession::Route() {
   std::string path = target.substr(0, target.find('?'));
   const http::verb method = req.method();
 
-  const bool v1 = path == "/v1" || path.rfind("/v1/", 0) == 0;
-  if (v1 && !Authorized()) {
-    return SendError(ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)",
-                              "authentication_error", "", "invalid_api_key"},
-                     {{"WWW-Authenticate", "Bearer"}});
+  // Everything but the probes needs the key (vLLM leaves /tokenize and /detokenize open; they
+  // cost CPU time, so here they do not).
+  const bool probe = path == "/health" || path == "/ready";
+  if (!probe && !Authorized()) {
+    return Refuse(ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)",
+                           "authentication_error", "", "invalid_api_key"},
+                  {{"WWW-Authenticate", "Bearer"}});
   }
   const bool get = method == http::verb::get;
   const bool post = method == http::verb::post;
   auto wrong_method = [&](const char* allowed) {
-    SendError(ApiError{405,
-                       "method " + std::string(req.method_string()) + " is not allowed on " + path +
-                           " (allowed: " + allowed + ")",
-                       "invalid_request_error", "", "method_not_allowed"},
-              {{"Allow", allowed}});
+    Refuse(ApiError{405,
+                    "method " + std::string(req.method_string()) + " is not allowed on " + path +
+                        " (allowed: " + allowed + ")",
+                    "invalid_request_error", "", "method_not_allowed"},
+           {{"Allow", allowed}});
   };
   if (path == "/health") return get ? HandleHealth() : wrong_method("GET");
   if (path == "/ready") return get ? HandleReady() : wrong_method("GET");
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     return get ? HandleModels(path) : wrong_method("GET");
   }
-  if (path == "/v1/completions") {
-    return post ? StartJob(Endpoint::kCompletions) : wrong_method("POST");
+  const bool json_route = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                          path == "/tokenize" || path == "/detokenize";
+  if (json_route && !post) return wrong_method("POST");
+  if (json_route && !JsonContentType()) {
+    return Refuse(ApiError{
+        415,
+        "Content-Type must be application/json, got " + std::string(req[http::field::content_type]),
+        "invalid_request_error", "", "unsupported_media_type"});
   }
-  if (path == "/v1/chat/completions") {
-    return post ? StartJob(Endpoint::kChatCompletions) : wrong_method("POST");
-  }
-  SendError(ApiError{404, "no route for " + std::string(req.method_string()) + " " + path,
-                     "not_found_error", "", "unknown_route"});
+  if (path == "/v1/completions") return StartJob(Endpoint::kCompletions);
+  if (path == "/v1/chat/completions") return StartJob(Endpoint::kChatCompletions);
+  if (path == "/tokenize") return StartTokenize(/*detokenize=*/false);
+  if (path == "/detokenize") return StartTokenize(/*detokenize=*/true);
+  Refuse(ApiError{404, "no route for " + std::string(req.method_string()) + " " + path,
+                  "not_found_error", "", "unknown_route"});
 }
 
-void HttpSession::HandleHealth() {
-  HealthInfo health = ctx_->service.GetHealth();
-  if (!health.alive) {
-    return SendError(ApiError{503, "service is not alive: " + health.detail,
-                              "service_unavailable_error", "", "not_alive"});
-  }
-  Json body = {{"status", "ok"},
-               {"accepting", health.accepting},
-               {"running", health.running},
-               {"waiting", health.waiting}};
-  SendJson(200, body.dump());
-}
-
-void HttpSession::HandleReady() {
-  phase_ = Phase::kWaitingReady;
-  Watch();
-  std::weak_ptr<HttpSession> weak = weak_from_this();
-  std::shared_ptr<ServerContext> ctx = ctx_;
-  ctx_->readiness->Check([weak, ctx](bool ready, const std::string& detail) {
-    ctx->gate.Post([weak, ready, detail] {
-      auto self = weak.lock();
-      if (!self) return;
-      net::dispatch(self->executor(),
-                    [self, ready, detail] { self->OnReadyResult(ready, detail); });
-    });
-  });
-}
-
-void HttpSession::OnReadyResult(bool ready, const std::string& detail) {
-  if (closed_ || phase_ != Phase::kWaitingReady) return;
-  phase_ = Phase::kIdle;
-  if (ready) return SendJson(200, Json{{"status", "ready"}, {"detail", detail}}.dump());
-  SendError(ApiError{503, "not ready: " + detail, "service_unavailable_error", "", "not_ready"});
-}
-
-void HttpSession::HandleModels(const std::string& path) {
-  if (path == "/v1/models") {
-    return SendJson(200, Json{{"object", "list"}, {"data", {ModelObject(*ctx_)}}}.dump());
-  }
-  std::string id = path.substr(std::string("/v1/models/").size());
-  if (id == ctx_->model.name || (!ctx_->model.alt_name.empty() && id == ctx_->model.alt_name)) {
-    return SendJson(200, ModelObject(*ctx_).dump());
-  }
-  SendError(ApiError{404, "The model `" + id + "` does not exist", "invalid_request_error", "model",
-                     "model_not_found"});
+bool HttpSession::JsonContentType() const {
+  auto& req = parser_->get();
+  if (req.find(http::field::content_type) == req.end()) return true;
+  beast::string_view value = req[http::field::content_type];
+  // The media type, without parameters (charset) and surrounding blanks.
+  value = value.substr(0, value.find(';'));
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  return beast::iequals(value, "application/json");
 }
 
 void HttpSession::Watch() {
@@ -264,6 +249,12 @@ void HttpSession::SendJson(unsigned status, const std::string& body,
 void HttpSession::SendError(const ApiError& error,
                             const std::vector<std::pair<std::string, std::string>>& headers) {
   SendJson(static_cast<unsigned>(error.http_status), ApiErrorBody(error), headers);
+}
+
+void HttpSession::Refuse(const ApiError& error,
+                         const std::vector<std::pair<std::string, std::string>>& headers) {
+  ctx_->service.CountRefusal(RefusalReason(error));
+  SendError(error, headers);
 }
 
 void HttpSession::BeginStream() {
@@ -323,8 +314,8 @@ void HttpSession::OnWrite(beast::error_code ec) {
 
 void HttpSession::AfterResponse() {
   phase_ = Phase::kIdle;
-  job_id_.reset();
-  job_ended_ = false;
+  choices_.clear();
+  request_done_ = false;
   stream_started_ = false;
   early_events_.clear();
   if (!keep_alive_) return Close();
@@ -349,7 +340,7 @@ void HttpSession::AfterResponse() {
 }
 
 void HttpSession::PeerGone() {
-  if (job_id_ && !job_ended_) ctx_->service.Cancel(*job_id_).IgnoreError();
+  CancelJobs();
   Close();
 }
 

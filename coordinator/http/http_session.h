@@ -31,16 +31,27 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The connection's strand.
   boost::asio::any_io_executor executor() { return stream_.get_executor(); }
 
-  // Job events (on the strand).
-  void OnSubmitted(StatusOr<JobId> id, int64_t prompt_tokens);
+  // What submitting a request's jobs gave: one id per choice, or the error (the jobs submitted
+  // before it are cancelled); the prompt's tokens; the echoed prompt text (echo only).
+  struct Submitted {
+    StatusOr<std::vector<JobId>> ids = std::vector<JobId>{};
+    int64_t prompt_tokens = 0;
+    std::string echo;
+  };
+
+  // Job events of choice `index` (on the strand).
+  void OnSubmitted(Submitted submitted);
   void OnProgress(int64_t tokens_done, int64_t tokens_total);
-  void OnToken(const std::string& text);
-  void OnComplete(const JobCompletion& completion);
-  void OnError(const Status& error);
+  void OnToken(size_t index, const SampledToken& token, const std::string& text);
+  void OnComplete(size_t index, const JobCompletion& completion);
+  void OnError(size_t index, const Status& error);
   void OnReadyResult(bool ready, const std::string& detail);
+  // A /tokenize or /detokenize answer computed off the loop (tokenize.cc): the body, or the
+  // refusal.
+  void OnTokenizeResult(const std::optional<ApiError>& error, const std::string& body);
 
  private:
-  enum class Phase { kIdle, kReading, kSubmitting, kRunning, kWaitingReady };
+  enum class Phase { kIdle, kReading, kSubmitting, kRunning, kWaitingReady, kTokenizing };
 
   // Reading and routing (http_session.cc).
   void ReadHeader();
@@ -48,6 +59,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void OnBody(boost::beast::error_code ec);
   void Route();
   bool Authorized() const;
+  // Whether a JSON endpoint's body is declared as JSON (or not declared at all).
+  bool JsonContentType() const;
+  // Probes and the model list (http_probes.cc).
   void HandleModels(const std::string& path);
   void HandleHealth();
   void HandleReady();
@@ -56,14 +70,26 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Jobs (http_jobs.cc).
   void StartJob(Endpoint endpoint);
-  // Runs `event` now, or after OnSubmitted when the id is not known yet.
+  // Runs `event` now, or after OnSubmitted when the ids are not known yet.
   void RunEvent(std::function<void()> event);
+  // The log-probabilities of one generated token, as responses show them.
+  TokenLogprobs MakeTokenLogprobs(const SampledToken& token) const;
+  // Ends the request once every choice has: the response, or the stream's last events.
+  void FinishIfDone();
+  // Cancels the jobs of choices that have not ended.
+  void CancelJobs();
+  // /tokenize and /detokenize (tokenize.cc).
+  void StartTokenize(bool detokenize);
 
   // Output (http_session.cc).
   void SendJson(unsigned status, const std::string& body,
                 const std::vector<std::pair<std::string, std::string>>& headers = {});
   void SendError(const ApiError& error,
                  const std::vector<std::pair<std::string, std::string>>& headers = {});
+  // SendError for a request this front end refuses, counted in the service's request errors
+  // (ServiceMetrics::RequestError) by a reason derived from the error.
+  void Refuse(const ApiError& error,
+              const std::vector<std::pair<std::string, std::string>>& headers = {});
   void BeginStream();
   void StreamWrite(const std::string& event);
   void EndStream();
@@ -89,15 +115,26 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool awaiting_request_ = false;  // the response is written; the pending read starts the next
   bool resume_reading_ = false;    // the pending read was cancelled to parse buffered bytes
 
-  // The request's job.
+  // One choice of the request: its job and what it produced.
+  struct Choice {
+    std::optional<JobId> job_id;
+    bool ended = false;
+    std::optional<JobCompletion> completion;
+    int64_t chars = 0;  // characters of the choice's text streamed so far (the echo included)
+    // Streams: the log-probabilities of tokens whose text has not gone out; otherwise all.
+    LogprobsRun logprobs;
+  };
+
+  // The request's jobs.
   ResponseMeta meta_;
   bool streaming_ = false;
   bool include_usage_ = false;
+  bool want_logprobs_ = false;
   bool stream_started_ = false;
-  std::optional<JobId> job_id_;
-  bool job_ended_ = false;
+  bool request_done_ = false;  // answered (or failed): later job events are dropped
+  std::vector<Choice> choices_;
+  std::string echo_;  // the prompt's text, first in every choice (completions with echo)
   int64_t prompt_tokens_ = 0;
-  int64_t completion_tokens_ = 0;
   double last_progress_note_s_ = 0;
   std::vector<std::function<void()>> early_events_;
 

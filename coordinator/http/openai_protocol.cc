@@ -5,101 +5,28 @@
 
 #include "common/json_util.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/http/openai_fields.h"
 
 namespace millipede {
 namespace {
 
 constexpr size_t kMaxStopStrings = 16;
 
-bool Present(const Json& body, const char* key) {
-  auto it = body.find(key);
-  return it != body.end() && !it->is_null();
-}
-
-// Reads an optional integer field into *out; an error names the field and the allowed range.
-std::optional<ApiError> GetInt(const Json& body, const char* key, int64_t min, int64_t max,
-                               int64_t* out) {
-  if (!Present(body, key)) return std::nullopt;
-  const Json& v = body.at(key);
-  if (!v.is_number_integer()) {
-    return InvalidField(key, std::string(key) + " must be an integer, got " + DescribeJson(v));
-  }
-  // Unsigned values above int64 max are out of range as well.
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max)) {
-    return InvalidField(key, std::string(key) + " must be at most " + std::to_string(max) +
-                                 ", got " + DescribeJson(v));
-  }
-  int64_t value = v.get<int64_t>();
-  if (value < min || value > max) {
-    return InvalidField(key, std::string(key) + " must be in [" + std::to_string(min) + ", " +
-                                 std::to_string(max) + "], got " + std::to_string(value));
-  }
-  *out = value;
-  return std::nullopt;
-}
-
-std::optional<ApiError> GetNumber(const Json& body, const char* key, double* out) {
-  if (!Present(body, key)) return std::nullopt;
-  const Json& v = body.at(key);
-  if (!v.is_number()) {
-    return InvalidField(key, std::string(key) + " must be a number, got " + DescribeJson(v));
-  }
-  *out = v.get<double>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> GetBool(const Json& body, const char* key, bool* out) {
-  if (!Present(body, key)) return std::nullopt;
-  const Json& v = body.at(key);
-  if (!v.is_boolean()) {
-    return InvalidField(key, std::string(key) + " must be a boolean, got " + DescribeJson(v));
-  }
-  *out = v.get<bool>();
-  return std::nullopt;
-}
-
-// Options that change the output's meaning and are not implemented: refused unless they hold
-// their default value, so a client never silently gets something other than it asked for.
-std::optional<ApiError> RefuseUnsupported(const Json& body) {
-  auto refuse = [](const char* key) {
-    return InvalidField(key, std::string(key) + " is not supported by this server");
-  };
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (Present(body, key) && !(body.at(key).is_number() && body.at(key).get<double>() == 0)) {
-      return refuse(key);
-    }
-  }
-  for (const char* key : {"logprobs", "echo"}) {
-    if (Present(body, key) && body.at(key) != false) return refuse(key);
-  }
-  if (Present(body, "best_of") && body.at("best_of") != 1) return refuse("best_of");
-  if (Present(body, "suffix") && body.at("suffix") != "") return refuse("suffix");
-  for (const char* key :
-       {"logit_bias", "tools", "functions", "tool_choice", "function_call", "top_logprobs"}) {
-    if (Present(body, key) && !body.at(key).empty()) return refuse(key);
-  }
-  if (Present(body, "response_format") &&
-      !(body.at("response_format").is_object() &&
-        body.at("response_format").value("type", "") == "text")) {
-    return refuse("response_format");
-  }
-  return std::nullopt;
-}
-
 // Sampling, length, stop and stream fields shared by both endpoints.
-std::optional<ApiError> ParseCommon(const Json& body, OpenAiRequest* out) {
-  if (auto e = RefuseUnsupported(body)) return e;
-  int64_t n = 1;
-  if (auto e = GetInt(body, "n", 1, std::numeric_limits<int32_t>::max(), &n)) return e;
-  if (n != 1) return InvalidField("n", "only n=1 is supported, got " + std::to_string(n));
+std::optional<ApiError> ParseCommon(const Json& body, const ServedModel& model,
+                                    OpenAiRequest* out) {
+  if (auto e = RefuseUnsupported(body, out->endpoint)) return e;
+  if (auto e = ParseChoiceOptions(body, out)) return e;
 
   const int64_t kMaxTokens = std::numeric_limits<int64_t>::max();
+  bool max_given = false;
   for (const char* key : {"max_completion_tokens", "max_tokens"}) {
     int64_t value = -1;
     if (auto e = GetInt(body, key, 1, kMaxTokens, &value)) return e;
-    if (value > 0 && !out->max_tokens_given) {
+    if (value > 0 && !max_given) {
       out->job.max_new_tokens = value;
-      out->max_tokens_given = true;
+      out->job.max_new_tokens_to_limit = false;
+      max_given = true;
     }
   }
 
@@ -126,6 +53,7 @@ std::optional<ApiError> ParseCommon(const Json& body, OpenAiRequest* out) {
     return e;
   }
   sampling.seed = static_cast<uint64_t>(seed);
+  if (auto e = ParseSamplingExtras(body, model, &sampling, &out->job.stop_ids)) return e;
 
   if (Present(body, "stop")) {
     const Json& stop = body.at("stop");
@@ -174,8 +102,9 @@ std::optional<ApiError> ParsePrompt(const Json& body, OpenAiRequest* out) {
   if (prompt->is_string()) {
     out->job.prompt_text = prompt->get<std::string>();
     if (out->job.prompt_text.empty()) return InvalidField("prompt", "prompt must not be empty");
-    out->add_bos = true;
-    return std::nullopt;
+    // vLLM's add_special_tokens (default true): the BOS, as HF's encode() adds it.
+    out->job.add_bos = true;
+    return GetBool(body, "add_special_tokens", &out->job.add_bos);
   }
   if (!prompt->is_array() || prompt->empty()) {
     return InvalidField("prompt", "prompt must be a non-empty string or list of token ids");
@@ -186,7 +115,8 @@ std::optional<ApiError> ParsePrompt(const Json& body, OpenAiRequest* out) {
       return InvalidField("prompt", "batched prompts are not supported: send one prompt");
     }
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
+        (id.is_number_unsigned() && id.get<uint64_t>() > std::numeric_limits<int32_t>::max())) {
       return InvalidField("prompt", "prompt[" + std::to_string(i) +
                                         "] must be a non-negative token id, got " +
                                         DescribeJson(id));
@@ -232,22 +162,6 @@ std::optional<ApiError> ParseMessages(const Json& body, std::vector<ChatMessage>
   return std::nullopt;
 }
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
-Json BaseObject(const ResponseMeta& meta, bool chunk) {
-  const bool chat = meta.endpoint == Endpoint::kChatCompletions;
-  const char* object =
-      chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  return Json{
-      {"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
-}
-
-Json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
-  return Json{{"prompt_tokens", prompt_tokens},
-              {"completion_tokens", completion_tokens},
-              {"total_tokens", prompt_tokens + completion_tokens}};
-}
-
 }  // namespace
 
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string& body_text,
@@ -288,59 +202,15 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string&
     auto text = FormatChat(*format, messages);
     if (!text.ok()) return InvalidField("messages", text.status().message());
     out->job.prompt_text = std::move(text).value();
+    // Without max_tokens a chat answer may use the rest of the context (as OpenAI's and vLLM's
+    // servers do).
+    out->job.max_new_tokens_to_limit = true;
     // The end-of-turn token stops generation; as a stop string it is also cut from the text.
     const char* end_of_turn = ChatEndOfTurn(*format);
     if (auto id = model.tokenizer->TokenToId(end_of_turn)) out->job.stop_ids.push_back(*id);
     out->job.stop_strings.push_back(end_of_turn);
   }
-  return ParseCommon(body, out);
-}
-
-std::string CompletionBody(const ResponseMeta& meta, const JobCompletion& completion) {
-  Json body = BaseObject(meta, /*chunk=*/false);
-  Json choice = {{"index", 0}, {"finish_reason", completion.finish_reason}};
-  if (meta.endpoint == Endpoint::kChatCompletions) {
-    choice["message"] = {{"role", "assistant"}, {"content", completion.text}};
-  } else {
-    choice["text"] = completion.text;
-    choice["logprobs"] = nullptr;
-  }
-  body["choices"] = Json::array({choice});
-  body["usage"] = Usage(completion.prompt_tokens, static_cast<int64_t>(completion.ids.size()));
-  return Dump(body);
-}
-
-std::string StreamChunkEvent(const ResponseMeta& meta, const std::string& text,
-                             const std::string& finish_reason, bool role_only) {
-  Json body = BaseObject(meta, /*chunk=*/true);
-  Json choice = {{"index", 0},
-                 {"finish_reason", finish_reason.empty() ? Json(nullptr) : Json(finish_reason)}};
-  if (meta.endpoint == Endpoint::kChatCompletions) {
-    Json delta = Json::object();
-    if (role_only) {
-      delta = {{"role", "assistant"}, {"content", ""}};
-    } else if (!text.empty()) {
-      delta["content"] = text;
-    }
-    choice["delta"] = delta;
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
-  }
-  body["choices"] = Json::array({choice});
-  return "data: " + Dump(body) + "\n\n";
-}
-
-std::string StreamUsageEvent(const ResponseMeta& meta, int64_t prompt_tokens,
-                             int64_t completion_tokens) {
-  Json body = BaseObject(meta, /*chunk=*/true);
-  body["choices"] = Json::array();
-  body["usage"] = Usage(prompt_tokens, completion_tokens);
-  return "data: " + Dump(body) + "\n\n";
-}
-
-std::string StreamErrorEvent(const ApiError& error) {
-  return "data: " + ApiErrorBody(error) + "\n\n";
+  return ParseCommon(body, model, out);
 }
 
 }  // namespace millipede

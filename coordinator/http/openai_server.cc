@@ -82,6 +82,7 @@ class OpenAiServer::Impl {
         ctx_->options.served_model_name.empty() ? info.id : ctx_->options.served_model_name;
     ctx_->model.alt_name = info.id;
     ctx_->model.chat_format = info.chat_format;
+    ctx_->model.vocab_size = info.vocab_size;
     ctx_->model.tokenizer = &service.tokenizer();
     ctx_->context_limit = info.context_limit;
     ctx_->kv_capacity_tokens = info.kv_capacity_tokens;

@@ -1,16 +1,20 @@
 // The OpenAI-compatible HTTP front end (Boost.Beast): /v1/completions and /v1/chat/completions
-// (JSON or SSE streaming), /v1/models, /health and /ready, over a JobService.
+// (JSON or SSE streaming), /v1/models, /tokenize and /detokenize, /health and /ready, over a
+// JobService.
 //
 // Routes:
-//   POST /v1/completions, POST /v1/chat/completions  jobs; `stream: true` answers with SSE
-//        events ending in "data: [DONE]"; a client that disconnects cancels its job.
+//   POST /v1/completions, POST /v1/chat/completions  jobs (one per choice, `n`); `stream: true`
+//        answers with SSE events ending in "data: [DONE]"; a client that disconnects cancels
+//        its jobs.
 //   GET  /v1/models, GET /v1/models/{id}            the served model.
+//   POST /tokenize, POST /detokenize                 as vLLM's server has them.
 //   GET  /health   200 while the process and its workers are up.
 //   GET  /ready    200 when a token was produced within `ready_recent_s`, else after a
 //                  one-token canary job succeeds (503 with the reason otherwise).
-// With an API key, every /v1/ route needs "Authorization: Bearer KEY" (401 otherwise);
-// /health and /ready stay open for probes. Errors use OpenAI's shape
-// {"error": {"message", "type", "param", "code"}}.
+// With an API key, every route but /health and /ready needs "Authorization: Bearer KEY" (401
+// otherwise). The POST routes take JSON: another declared Content-Type is 415. Errors use
+// OpenAI's shape {"error": {"message", "type", "param", "code"}}; every refusal is counted
+// through JobService::CountRefusal.
 #pragma once
 
 #include <cstdint>

@@ -13,7 +13,7 @@ class Readiness::CanaryObserver final : public JobObserver {
   CanaryObserver(std::weak_ptr<Readiness> owner, uint64_t generation)
       : owner_(std::move(owner)), generation_(generation) {}
   void OnProgress(int64_t, int64_t) override {}
-  void OnToken(int32_t, std::string_view) override {}
+  void OnToken(const SampledToken&, std::string_view) override {}
   void OnComplete(const JobCompletion&) override {
     if (auto owner = owner_.lock()) owner->Finish(generation_, true, "canary job completed");
   }

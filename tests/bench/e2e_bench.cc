@@ -271,7 +271,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
     request.max_new_tokens = decode_tokens + 1;
     request.ignore_eos = true;
     bool first = true;
-    return Generate(*engine, request, [&](int32_t) {
+    return Generate(*engine, request, [&](const SampledToken&) {
       if (first) {
         at_first_token = engine->stats();
         first_token_status = engine->backend().Synchronize();

@@ -28,10 +28,16 @@ JobDescriptor SomeJob() {
   d.job_id = 42;
   d.prompt_ids = {1, 2, 3, 500};
   d.max_new_tokens = 17;
-  d.temperature = 0.7f;
-  d.top_k = 5;
-  d.top_p = 0.9f;
-  d.seed = 1ull << 40;
+  d.sampling.temperature = 0.7f;
+  d.sampling.top_k = 5;
+  d.sampling.top_p = 0.9f;
+  d.sampling.seed = 1ull << 40;
+  d.sampling.repetition_penalty = 1.3f;
+  d.sampling.presence_penalty = -0.5f;
+  d.sampling.frequency_penalty = 1.5f;
+  d.sampling.min_p = 0.05f;
+  d.sampling.logit_bias = {{3, -100.0f}, {499, 2.5f}};
+  d.sampling.logprobs = 20;
   d.stop_ids = {7};
   d.ignore_eos = true;
   return d;
@@ -45,10 +51,18 @@ TEST(ControlMessagesTest, JobDescriptorRoundTrips) {
   EXPECT_EQ(back.job_id, 42u);
   EXPECT_EQ(back.prompt_ids, d.prompt_ids);
   EXPECT_EQ(back.max_new_tokens, 17);
-  EXPECT_EQ(back.temperature, 0.7f);
-  EXPECT_EQ(back.top_k, 5);
-  EXPECT_EQ(back.top_p, 0.9f);
-  EXPECT_EQ(back.seed, 1ull << 40);
+  EXPECT_EQ(back.sampling.temperature, 0.7f);
+  EXPECT_EQ(back.sampling.top_k, 5);
+  EXPECT_EQ(back.sampling.top_p, 0.9f);
+  EXPECT_EQ(back.sampling.seed, 1ull << 40);
+  EXPECT_EQ(back.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(back.sampling.presence_penalty, -0.5f);
+  EXPECT_EQ(back.sampling.frequency_penalty, 1.5f);
+  EXPECT_EQ(back.sampling.min_p, 0.05f);
+  ASSERT_EQ(back.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(back.sampling.logit_bias[1].id, 499);
+  EXPECT_EQ(back.sampling.logit_bias[1].bias, 2.5f);
+  EXPECT_EQ(back.sampling.logprobs, 20);
   EXPECT_EQ(back.stop_ids, d.stop_ids);
   EXPECT_TRUE(back.ignore_eos);
   EXPECT_FALSE(back.policy.has_value());
@@ -78,6 +92,24 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
   EXPECT_EQ(eb.kind, JobEventKind::kFailed);
   EXPECT_EQ(eb.message, "out of memory");
   EXPECT_EQ(eb.status_code, 7);
+
+  JobEvent token;
+  token.kind = JobEventKind::kToken;
+  token.token = 12;
+  token.logprob = -0.25f;
+  token.top_ids = {12, 40};
+  token.top_logprobs = {-0.25f, -2.0f};
+  JobEvent tb;
+  ASSERT_TRUE(Decode(Encode(token), &tb).ok());
+  EXPECT_EQ(tb.logprob, -0.25f);
+  EXPECT_EQ(tb.top_ids, token.top_ids);
+  EXPECT_EQ(tb.top_logprobs, token.top_logprobs);
+  // Alternatives whose ids and log-probabilities do not pair up, or too many, are refused.
+  token.top_logprobs.pop_back();
+  EXPECT_FALSE(Decode(Encode(token), &tb).ok());
+  token.top_ids.assign(kMaxTopLogprobs + 1, 1);
+  token.top_logprobs.assign(kMaxTopLogprobs + 1, -1.0f);
+  EXPECT_FALSE(Decode(Encode(token), &tb).ok());
 
   WorkerHello h;
   h.rank = 2;
@@ -182,6 +214,15 @@ TEST(ControlMessagesTest, ValuesOutOfRangeAreRefused) {
             std::string::npos);
   mixed.policy->layers.clear();
   EXPECT_FALSE(Decode(Encode(mixed), &back).ok());
+
+  // Sampling parameters out of range (a logit bias beyond 100, a penalty beyond 2) are refused.
+  JobDescriptor bad_sampling = SomeJob();
+  bad_sampling.sampling.logit_bias[0].bias = 1000.0f;
+  EXPECT_NE(Decode(Encode(bad_sampling), &back).message().find("logit_bias"), std::string::npos);
+  bad_sampling = SomeJob();
+  bad_sampling.sampling.frequency_penalty = 3.0f;
+  EXPECT_NE(Decode(Encode(bad_sampling), &back).message().find("frequency_penalty"),
+            std::string::npos);
 
   // Event kinds and capabilities are checked the same way.
   JobEvent e;

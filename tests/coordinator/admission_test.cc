@@ -115,6 +115,78 @@ TEST_F(AdmissionTest, BadInputsAreInvalidArguments) {
               "vertical-slash");
 }
 
+TEST_F(AdmissionTest, TextLimitsCountBytesAndCharacters) {
+  JobRequest big;
+  big.prompt_text = std::string(990, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9";
+  // 1002 bytes, 996 characters: the message speaks of the text, not of ids.
+  ExpectError(AdmitRequest(big, *tok_, Limits()), StatusCode::kInvalidArgument,
+              "the prompt text has 1002 bytes (996 characters); at most 1000 bytes");
+  JobRequest ids = Ids(251);
+  ExpectError(AdmitRequest(ids, *tok_, Limits()), StatusCode::kInvalidArgument,
+              "251 ids; at most 250");
+}
+
+TEST_F(AdmissionTest, BosAndTheRestOfTheContext) {
+  // A tokenizer with a BOS (id 256) from its template.
+  Json j = tokenizer_test::ByteLevelTokenizerJson({});
+  j["added_tokens"] = {tokenizer_test::AddedTokenJson(256, "<s>", true)};
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"pair", Json::array()},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {256}}, {"tokens", {"<s>"}}}}}}};
+  auto bos_tokenizer = Tokenizer::FromJson(j.dump(), "bos");
+  ASSERT_TRUE(bos_tokenizer.ok()) << bos_tokenizer.status().ToString();
+  AdmissionLimits l = Limits();
+  l.vocab_size = 257;
+  JobRequest r;
+  r.prompt_text = "hi";
+  r.add_bos = true;
+  auto job = AdmitRequest(r, **bos_tokenizer, l);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->prompt_ids, (std::vector<int32_t>{256, 'h', 'i'}));
+  r.add_bos = false;
+  EXPECT_EQ(AdmitRequest(r, **bos_tokenizer, l)->prompt_ids, (std::vector<int32_t>{'h', 'i'}));
+  // The rest of the context: 100 - 3 = 97 by the context; the KV budget (2 ranks of 100:
+  // 2 x 1 prompt positions, then 2 x 98 decode positions + 1) allows more.
+  r.add_bos = true;
+  r.max_new_tokens = 0;
+  r.max_new_tokens_to_limit = true;
+  EXPECT_EQ(AdmitRequest(r, **bos_tokenizer, l)->max_new_tokens, 97);
+  // A smaller KV budget decides: 10 per rank leave 2 x (10 - 2) + 1 = 17 new tokens.
+  l.kv_capacity_per_rank = 10;
+  job = AdmitRequest(r, **bos_tokenizer, l);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->max_new_tokens, 17);
+  EXPECT_EQ(KvPositionsPerRank(3, 17, 2), 10);
+  EXPECT_GT(KvPositionsPerRank(3, 18, 2), 10);
+  // A prompt that leaves nothing gets the error naming the numbers.
+  l.kv_capacity_per_rank = 1;
+  ExpectError(AdmitRequest(r, **bos_tokenizer, l), StatusCode::kOutOfRange, "KV");
+}
+
+TEST_F(AdmissionTest, SamplingIsCheckedAgainstTheVocabulary) {
+  JobRequest r = Ids(3);
+  r.sampling.logit_bias = {{255, -100.0f}};
+  r.sampling.repetition_penalty = 1.1f;
+  r.sampling.min_p = 0.1f;
+  r.sampling.logprobs = 20;
+  EXPECT_TRUE(AdmitRequest(r, *tok_, Limits()).ok());
+  r.sampling.logit_bias = {{256, 1.0f}};
+  ExpectError(AdmitRequest(r, *tok_, Limits()), StatusCode::kInvalidArgument,
+              "logit_bias token id 256 is outside the vocabulary");
+  r.sampling.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  ExpectError(AdmitRequest(r, *tok_, Limits()), StatusCode::kInvalidArgument, "twice");
+  r.sampling.logit_bias.clear();
+  r.sampling.presence_penalty = 2.5f;
+  ExpectError(AdmitRequest(r, *tok_, Limits()), StatusCode::kInvalidArgument, "presence_penalty");
+  r.sampling.presence_penalty = 0;
+  r.sampling.logprobs = 21;
+  ExpectError(AdmitRequest(r, *tok_, Limits()), StatusCode::kInvalidArgument, "logprobs");
+}
+
 TEST_F(AdmissionTest, PoliciesTheWorkersRunAreAdmittedParsed) {
   JobRequest r = Ids(3);
   r.policy_json = R"({"version": 1, "default": {"prefill": "a-shape", "decode": "full"},

@@ -167,6 +167,52 @@ TEST(SamplingTest, NeverSamplesOutsideTheKeptSet) {
   EXPECT_EQ(seen_p, nucleus);
 }
 
+TEST(SamplingTest, MinPKeepsTokensAtLeastMinPTimesTheBest) {
+  // Probabilities relative to the best (token 2): exp(-1) = 0.368, exp(-2) = 0.135, exp(-3),
+  // exp(-0.5) = 0.607. min_p 0.3 keeps tokens 2, 4 and 0 (in draw order), min_p 0.5 keeps 2 and 4.
+  HostTensor logits = Logits({1.0f, 0.0f, 2.0f, -1.0f, 1.5f});
+  SamplingParams params{1.0f, 0, 1.0f, 6};
+  params.min_p = 0.3f;
+  StatusOr<std::vector<SampleCandidate>> kept = SampleCandidatesRef(CView(logits), params);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_EQ(kept->size(), 3u);
+  EXPECT_EQ((*kept)[0].id, 2);
+  EXPECT_EQ((*kept)[1].id, 4);
+  EXPECT_EQ((*kept)[2].id, 0);
+  EXPECT_DOUBLE_EQ((*kept)[0].weight, 1.0);
+  EXPECT_NEAR((*kept)[2].weight, std::exp(-1.0), 1e-12);
+  params.min_p = 0.5f;
+  EXPECT_EQ(SampleCandidatesRef(CView(logits), params)->size(), 2u);
+  // min_p 1 keeps the best token alone (and its exact ties).
+  params.min_p = 1.0f;
+  for (uint64_t step = 0; step < 50; ++step) EXPECT_EQ(Sample(logits, params, step), 2);
+  // Temperature applies first: at temperature 4 every ratio is above 0.3, so all five stay.
+  params = {4.0f, 0, 1.0f, 6};
+  params.min_p = 0.3f;
+  EXPECT_EQ(SampleCandidatesRef(CView(logits), params)->size(), 5u);
+  // After top-p: the shorter of the two prefixes wins.
+  params = {1.0f, 0, 0.5f, 6};
+  params.min_p = 0.01f;
+  EXPECT_EQ(SampleCandidatesRef(CView(logits), params)->size(), 2u);
+}
+
+TEST(SamplingTest, MinPFrequenciesMatchTheRenormalisedKeptSet) {
+  const std::vector<float> values = {1.0f, 0.5f, -0.3f, 2.0f, 0.0f, -1.5f, 1.2f, 0.7f};
+  const std::vector<double> full = Softmax(values, 1.0);
+  const double best = full[3];
+  std::vector<double> p(values.size(), 0.0);
+  double kept = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (full[i] >= 0.3 * best) kept += p[i] = full[i];
+  for (double& x : p) x /= kept;
+  SamplingParams params{1.0f, 0, 1.0f, 12};
+  params.min_p = 0.3f;
+  constexpr int kDraws = 30000;
+  // Kept: 3, 6, 0 (token 7 has exp(-1.3) = 0.27 of the best): 2 degrees of freedom, 99.99th
+  // percentile of chi-square(2) ~ 18.4.
+  EXPECT_LT(ChiSquare(Histogram(Logits(values), params, kDraws), p, kDraws), 18.4);
+}
+
 TEST(SamplingTest, MinusInfinityLogitsAreNeverSampled) {
   HostTensor logits = Logits({-kInf, 0.0f, -kInf, 0.0f, -kInf});
   for (uint64_t step = 0; step < 200; ++step) {
@@ -180,10 +226,15 @@ TEST(SamplingTest, RejectsBadParametersAndLogits) {
   for (const SamplingParams& bad :
        {SamplingParams{-1.0f}, SamplingParams{kNaN}, SamplingParams{kInf}, SamplingParams{1.0f, -1},
         SamplingParams{1.0f, 0, 0.0f}, SamplingParams{1.0f, 0, 1.5f},
-        SamplingParams{1.0f, 0, kNaN}}) {
+        SamplingParams{1.0f, 0, kNaN}, SamplingParams{.temperature = 1.0f, .min_p = -0.1f},
+        SamplingParams{.temperature = 1.0f, .min_p = 1.5f}}) {
     EXPECT_EQ(CheckSamplingParams(bad).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(SampleRef(CView(logits), bad, 0).status().code(), StatusCode::kInvalidArgument);
   }
+  // A logit bias id is checked against the vocabulary of the logits.
+  const SamplingParams biased{.temperature = 1.0f, .logit_bias = {{2, 1.0f}}};
+  EXPECT_TRUE(CheckSamplingParams(biased).ok());
+  EXPECT_EQ(SampleRef(CView(logits), biased, 0).status().code(), StatusCode::kInvalidArgument);
   StatusOr<int32_t> nan = SampleRef(CView(Logits({0.0f, kNaN})), {}, 0);
   EXPECT_EQ(nan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(nan.status().message().find("logit 1"), std::string::npos) << nan.status().ToString();

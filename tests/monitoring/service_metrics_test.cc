@@ -149,6 +149,17 @@ TEST_F(ServiceMetricsTest, ErrorsByReasonAndUnknownReasonsAreBounded) {
   EXPECT_EQ(s["millipede_request_errors_total{reason=\"too_long\"}"], 1);
   EXPECT_EQ(s["millipede_request_errors_total{reason=\"other\"}"], 1);
   EXPECT_FALSE(s.count("millipede_request_errors_total{reason=\"something-a-client-made-up\"}"));
+  // The front ends' refusal reasons each have their own series, exposed before any refusal.
+  for (const char* reason : {"too_large", "unsupported", "unauthorized", "not_found",
+                             "method_not_allowed", "unsupported_media_type"}) {
+    const std::string series =
+        std::string("millipede_request_errors_total{reason=\"") + reason + "\"}";
+    ASSERT_TRUE(s.count(series)) << series;
+    EXPECT_EQ(s[series], 0) << series;
+    metrics_->RequestError(reason);
+    EXPECT_EQ(Scrape()[series], 1) << series;
+  }
+  EXPECT_EQ(Scrape()["millipede_request_errors_total{reason=\"other\"}"], 1);
 }
 
 TEST_F(ServiceMetricsTest, RankStatsBecomeGaugesAndMonotonicCounters) {

@@ -75,6 +75,11 @@ class Collector final : public rpc::JobCallback::Server {
     auto text = c.getParams().getText();
     *log_ += "token " + std::to_string(c.getParams().getId()) + " " +
              std::string(text.begin(), text.size()) + ";";
+    if (c.getParams().getTop().size() > 0 || c.getParams().getLogprob() != 0) {
+      *log_ += "logprob " + std::to_string(c.getParams().getLogprob()) + ";";
+      for (auto t : c.getParams().getTop())
+        *log_ += "top " + std::to_string(t.getId()) + " " + std::to_string(t.getLogprob()) + ";";
+    }
     return kj::READY_NOW;
   }
   kj::Promise<void> complete(CompleteContext c) override {
@@ -160,8 +165,8 @@ TEST_F(RpcServerTest, SubmitStreamsEventsFromAnotherThreadInOrder) {
   std::shared_ptr<JobObserver> observer = loop_->service.observers[0];
   std::thread service_thread([observer] {
     observer->OnProgress(3, 3);
-    observer->OnToken(104, "h");
-    observer->OnToken(105, std::string("i\0", 2));  // text may hold any byte
+    observer->OnToken({104, 0.0f, {}}, "h");
+    observer->OnToken({105, 0.0f, {}}, std::string("i\0", 2));  // text may hold any byte
     JobCompletion done;
     done.finish_reason = "stop";
     observer->OnComplete(done);
@@ -171,6 +176,57 @@ TEST_F(RpcServerTest, SubmitStreamsEventsFromAnotherThreadInOrder) {
   observer.reset();
   RunUntil([&] { return log.find("complete") != std::string::npos; });
   EXPECT_EQ(log, "progress 3;token 104 h;token 105 i" + std::string(1, '\0') + ";complete stop;");
+}
+
+TEST_F(RpcServerTest, SamplingParametersAndLogprobsTravel) {
+  std::string log;
+  auto req = loop_->millipede.submitRequest();
+  req.getSpec().getPrompt().setText("abc");
+  auto s = req.getSpec().getSampling();
+  s.setRepetitionPenalty(1.25f);
+  s.setPresencePenalty(-0.5f);
+  s.setFrequencyPenalty(0.75f);
+  s.setMinP(0.1f);
+  auto bias = s.initLogitBias(2);
+  bias[0].setId(3);
+  bias[0].setBias(-100.0f);
+  bias[1].setId(9);
+  bias[1].setBias(2.5f);
+  s.setLogprobs(2);
+  req.setCallback(kj::heap<Collector>(&log));
+  req.send().wait(ws());
+  ASSERT_EQ(loop_->service.requests.size(), 1u);
+  const SamplingParams& p = loop_->service.requests[0].sampling;
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.25f);
+  EXPECT_FLOAT_EQ(p.presence_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, 0.75f);
+  EXPECT_FLOAT_EQ(p.min_p, 0.1f);
+  ASSERT_EQ(p.logit_bias.size(), 2u);
+  EXPECT_EQ(p.logit_bias[1].id, 9);
+  EXPECT_FLOAT_EQ(p.logit_bias[1].bias, 2.5f);
+  EXPECT_EQ(p.logprobs, 2);
+
+  std::shared_ptr<JobObserver> observer = loop_->service.observers[0];
+  std::thread service_thread([observer] {
+    observer->OnToken({104, -0.5f, {{104, -0.5f}, {7, -1.5f}}}, "h");
+    observer->OnComplete(JobCompletion{"length", {104}, "h"});
+  });
+  service_thread.join();
+  loop_->service.observers.clear();
+  observer.reset();
+  RunUntil([&] { return log.find("complete") != std::string::npos; });
+  EXPECT_EQ(log,
+            "token 104 h;logprob -0.500000;top 104 -0.500000;top 7 -1.500000;complete length;");
+
+  // Without a sampling struct the defaults are the wire's: nothing on, no logprobs.
+  auto plain = loop_->millipede.submitRequest();
+  plain.getSpec().getPrompt().setText("x");
+  plain.setCallback(kj::heap<Collector>(&log));
+  plain.send().wait(ws());
+  const SamplingParams& d = loop_->service.requests[1].sampling;
+  EXPECT_EQ(d.repetition_penalty, 1.0f);
+  EXPECT_EQ(d.logprobs, -1);
+  EXPECT_FALSE(d.ProcessesLogits());
 }
 
 TEST_F(RpcServerTest, DroppingTheJobCancelsIt) {

@@ -94,7 +94,8 @@ TEST(GenerateTest, StopConditions) {
   EXPECT_EQ(ignored->ids.size(), 10u);
   // The callback can cancel.
   int calls = 0;
-  auto cancelled = Generate(*engine, Request(10), [&](int32_t) { return ++calls < 3; });
+  auto cancelled =
+      Generate(*engine, Request(10), [&](const SampledToken&) { return ++calls < 3; });
   EXPECT_EQ(cancelled.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 3);
   EXPECT_FALSE(engine->has_sequence());

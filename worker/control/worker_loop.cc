@@ -115,7 +115,7 @@ Status WorkerLoop::RunJob(const control::JobDescriptor& job) {
   GenerationRequest request;
   request.prompt_ids = job.prompt_ids;
   request.max_new_tokens = job.max_new_tokens;
-  request.sampling = {job.temperature, job.top_k, job.top_p, job.seed};
+  request.sampling = job.sampling;
   request.stop_ids = job.stop_ids;
   request.ignore_eos = job.ignore_eos;
   request.policy = job.policy;  // parsed and checked at admission
@@ -139,13 +139,18 @@ Status WorkerLoop::RunJob(const control::JobDescriptor& job) {
     }
     return !cancel_;
   };
-  auto on_token = [&](int32_t id) {
+  auto on_token = [&](const SampledToken& token) {
     uint8_t stop = 0;
     if (leader()) {
       Status s = PollDuringJob(job.job_id);
       if (s.ok()) {
         JobEvent e = MakeEvent(JobEventKind::kToken, job.job_id);
-        e.token = id;
+        e.token = token.id;
+        e.logprob = token.logprob;
+        for (const TokenLogprob& t : token.top) {
+          e.top_ids.push_back(t.id);
+          e.top_logprobs.push_back(t.logprob);
+        }
         s = SendEvent(e);
       }
       if (!s.ok()) control_error = s;

@@ -41,8 +41,11 @@ TEST_F(HttpServerTest, CompletionResponseAndRequestMapping) {
   const JobRequest& job = requests[0];
   auto expected_ids = fake_.tokenizer().Encode("Hello there");
   ASSERT_TRUE(expected_ids.ok());
-  EXPECT_EQ(job.prompt_ids, *expected_ids);  // tokenized by the front end, no BOS in this vocab
-  EXPECT_TRUE(job.prompt_text.empty());
+  // Tokenized by the service (which counts a text prompt's bytes), with the BOS if the tokenizer
+  // has one (this one does not).
+  EXPECT_EQ(job.prompt_text, "Hello there");
+  EXPECT_TRUE(job.add_bos);
+  EXPECT_TRUE(job.prompt_ids.empty());
   EXPECT_EQ(job.max_new_tokens, 3);
   EXPECT_FLOAT_EQ(job.sampling.temperature, 0.7f);
   EXPECT_FLOAT_EQ(job.sampling.top_p, 0.9f);
@@ -151,13 +154,14 @@ TEST_F(HttpServerTest, ChatCompletionUsesTheLlama3Template) {
   ASSERT_TRUE(formatted.ok());
   auto ids = fake_.tokenizer().Encode(*formatted);
   ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(job.prompt_ids, *ids);
+  EXPECT_EQ(job.prompt_text, *formatted);
+  EXPECT_FALSE(job.add_bos);  // the template writes its own
   auto eot = fake_.tokenizer().TokenToId("<|eot_id|>");
   ASSERT_TRUE(eot.has_value());
   EXPECT_EQ(job.stop_ids, std::vector<int32_t>{*eot});
   EXPECT_EQ(job.stop_strings, std::vector<std::string>{"<|eot_id|>"});
   // Without max_tokens a chat answer may fill the context.
-  EXPECT_EQ(job.max_new_tokens, 4096 - static_cast<int64_t>(ids->size()));
+  EXPECT_TRUE(job.max_new_tokens_to_limit);
   EXPECT_EQ(json["usage"]["prompt_tokens"], static_cast<int64_t>(ids->size()));
 }
 
@@ -216,11 +220,9 @@ TEST(HttpChatFormatTest, ConfiguredChatMlFormat) {
   ASSERT_EQ(reply.status, 200) << reply.body;
   EXPECT_EQ(reply.json()["model"], "my-qwen");
   ASSERT_EQ(fake.requests().size(), 1u);
-  auto ids = fake.tokenizer().Encode(
-      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(fake.requests()[0].prompt_ids, *ids);
+  EXPECT_EQ(fake.requests()[0].prompt_text,
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(fake.requests()[0].stop_strings, std::vector<std::string>{"<|im_end|>"});
 }
 

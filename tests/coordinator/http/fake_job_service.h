@@ -3,6 +3,7 @@
 // released or cancelled, and can refuse submissions with a given status.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -71,6 +73,11 @@ class FakeJobService final : public JobService {
     std::lock_guard<std::mutex> lock(mutex_);
     submit_errors_.push_back(std::move(status));
   }
+  // The Submit call number `call` from now (0 = the next) returns this error.
+  void FailSubmitCall(size_t call, Status status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fail_call_.emplace(submit_calls_ + call, std::move(status));
+  }
   // Scripts for the next jobs, in order; without one a job answers "<N>" for a prompt of N
   // tokens, one piece per character, cut to max_new_tokens.
   void QueueScript(FakeScript script) {
@@ -80,13 +87,28 @@ class FakeJobService final : public JobService {
 
   StatusOr<JobId> Submit(JobRequest request, std::shared_ptr<JobObserver> observer) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (fail_call_ && fail_call_->first == submit_calls_++) {
+      Status error = fail_call_->second;
+      fail_call_.reset();
+      return error;
+    }
     if (!submit_errors_.empty()) {
       Status error = submit_errors_.front();
       submit_errors_.pop_front();
       return error;
     }
-    const int64_t prompt =
-        static_cast<int64_t>(request.prompt_ids.size()) + (request.prompt_text.empty() ? 0 : 1);
+    // As the coordinator's admission does: text is tokenized (with the BOS when asked for), and
+    // a request for the rest of the context gets what the prompt leaves.
+    int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+    if (!request.prompt_text.empty()) {
+      auto ids = tokenizer_->Encode(request.prompt_text);
+      if (!ids.ok()) return ids.status();
+      prompt = static_cast<int64_t>(ids->size()) +
+               (request.add_bos && tokenizer_->bos_id().has_value() ? 1 : 0);
+    }
+    if (request.max_new_tokens_to_limit) {
+      request.max_new_tokens = std::max<int64_t>(1, info_.context_limit - prompt);
+    }
     if (prompt + request.max_new_tokens > info_.context_limit) {
       return OutOfRangeError("prompt of " + std::to_string(prompt) + " tokens plus " +
                              std::to_string(request.max_new_tokens) +
@@ -108,11 +130,13 @@ class FakeJobService final : public JobService {
     }
     JobId id = next_id_++;
     jobs_[id] = Job{};
+    jobs_[id].prompt_tokens = prompt;
     requests_.push_back(request);
     submitted_ids_.push_back(id);
-    threads_.emplace_back([this, id, prompt, script = std::move(script), observer] {
-      Run(id, prompt, script, *observer);
-    });
+    threads_.emplace_back(
+        [this, id, prompt, script = std::move(script), observer, k = request.sampling.logprobs] {
+          Run(id, prompt, script, k, *observer);
+        });
     cv_.notify_all();
     return id;
   }
@@ -128,7 +152,17 @@ class FakeJobService final : public JobService {
   }
 
   StatusOr<JobStatusInfo> GetStatus(JobId id) const override {
-    return UnimplementedError("not used by the HTTP server");
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFoundError("no such job");
+    JobStatusInfo info;
+    info.id = id;
+    info.prompt_tokens = it->second.prompt_tokens;
+    return info;
+  }
+  void CountRefusal(std::string_view reason) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    refusals_.emplace_back(reason);
   }
   ModelInfo GetModelInfo() const override { return info_; }
   HealthInfo GetHealth() const override { return health_; }
@@ -153,6 +187,11 @@ class FakeJobService final : public JobService {
     std::lock_guard<std::mutex> lock(mutex_);
     return cancelled_;
   }
+  // The reasons of the refusals the front end counted, in order.
+  std::vector<std::string> refusals() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return refusals_;
+  }
   // Waits until `n` jobs were submitted; false after `timeout`.
   bool WaitForSubmitted(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -174,9 +213,13 @@ class FakeJobService final : public JobService {
     bool cancelled = false;
     bool released = false;
     bool ended = false;
+    int64_t prompt_tokens = 0;
   };
 
-  void Run(JobId id, int64_t prompt, const FakeScript& script, JobObserver& observer) {
+  // Token i is id 100 + i with log-probability -0.5 - i / 10; its alternatives (`logprobs` of
+  // them, when >= 0) are ids 100 + i + j with log-probability -0.5 - i / 10 - j.
+  void Run(JobId id, int64_t prompt, const FakeScript& script, int32_t logprobs,
+           JobObserver& observer) {
     observer.OnProgress(prompt / 2, prompt);
     observer.OnProgress(prompt, prompt);
     JobCompletion completion;
@@ -191,7 +234,11 @@ class FakeJobService final : public JobService {
       }
       if (cancelled) break;
       int32_t token = static_cast<int32_t>(100 + i);
-      observer.OnToken(token, script.pieces[i]);
+      SampledToken sampled{token, 0.0f, {}};
+      if (logprobs >= 0) sampled.logprob = -0.5f - 0.1f * static_cast<float>(i);
+      for (int32_t j = 0; j < logprobs; ++j)
+        sampled.top.push_back({token + j, sampled.logprob - static_cast<float>(j)});
+      observer.OnToken(sampled, script.pieces[i]);
       completion.ids.push_back(token);
       completion.text += script.pieces[i];
     }
@@ -219,14 +266,17 @@ class FakeJobService final : public JobService {
   }
 
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<JobId, Job> jobs_;
   std::deque<Status> submit_errors_;
+  std::optional<std::pair<size_t, Status>> fail_call_;
+  size_t submit_calls_ = 0;
   std::deque<FakeScript> scripts_;
   std::vector<JobRequest> requests_;
   std::vector<JobId> submitted_ids_;
   std::vector<JobId> cancelled_;
+  std::vector<std::string> refusals_;
   std::vector<std::thread> threads_;
   JobId next_id_ = 1;
 };

@@ -38,7 +38,14 @@ class HttpClient {
     http::request<http::string_body> req{http::string_to_verb(method), target, 11};
     req.set(http::field::host, "127.0.0.1");
     if (!body.empty()) req.set(http::field::content_type, "application/json");
-    for (const auto& [name, value] : headers) req.set(name, value);
+    // An empty value removes the header (e.g. a request without Content-Type).
+    for (const auto& [name, value] : headers) {
+      if (value.empty()) {
+        req.erase(name);
+      } else {
+        req.set(name, value);
+      }
+    }
     req.body() = body;
     req.prepare_payload();
     http::write(stream_, req);

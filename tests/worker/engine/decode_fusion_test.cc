@@ -99,6 +99,12 @@ class CountingBackend final : public Backend {
     Count("Sample");
     return inner_->Sample(logits, params, step);
   }
+  Status SamplingPenalties(const SamplingPenaltiesArgs& a) override {
+    return Run("SamplingPenalties", &Backend::SamplingPenalties, a);
+  }
+  Status SamplingLogprobs(const SamplingLogprobsArgs& a) override {
+    return Run("SamplingLogprobs", &Backend::SamplingLogprobs, a);
+  }
   Status TopK(const TopKArgs& a) override { return Run("TopK", &Backend::TopK, a); }
   Status KeyScores(const KeyScoresArgs& a) override {
     return Run("KeyScores", &Backend::KeyScores, a);
