@@ -126,6 +126,8 @@ EngineStats Minus(const EngineStats& a, const EngineStats& b) {
   d.embed_s = a.embed_s - b.embed_s;
   d.qkv_s = a.qkv_s - b.qkv_s;
   d.attention_s = a.attention_s - b.attention_s;
+  d.sparse_select_s = a.sparse_select_s - b.sparse_select_s;
+  d.sparse_index_s = a.sparse_index_s - b.sparse_index_s;
   d.comm_wait_s = a.comm_wait_s - b.comm_wait_s;
   d.mlp_s = a.mlp_s - b.mlp_s;
   d.logits_s = a.logits_s - b.logits_s;
@@ -137,21 +139,22 @@ EngineStats Minus(const EngineStats& a, const EngineStats& b) {
 
 // Every rank's `s`, in rank order, as JSON (a collective: every rank calls it).
 StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
-  const double mine[9] = {s.embed_s,  s.qkv_s,   s.attention_s,
-                          s.comm_wait_s, s.mlp_s, s.logits_s,
-                          static_cast<double>(s.comm_bytes),
-                          static_cast<double>(s.prefill_layers),
-                          static_cast<double>(s.decode_layers)};
+  const double mine[11] = {s.embed_s,  s.qkv_s,   s.attention_s,
+                           s.comm_wait_s, s.mlp_s, s.logits_s,
+                           static_cast<double>(s.comm_bytes),
+                           static_cast<double>(s.prefill_layers),
+                           static_cast<double>(s.decode_layers),
+                           s.sparse_select_s, s.sparse_index_s};
   const int n = engine.comm().size();
-  std::vector<double> all(9 * static_cast<size_t>(n));
+  std::vector<double> all(11 * static_cast<size_t>(n));
   if (n > 1) {
     MP_RETURN_IF_ERROR(engine.comm().HostAllGather(mine, all.data(), sizeof(mine)));
   } else {
-    std::copy(mine, mine + 9, all.begin());
+    std::copy(mine, mine + 11, all.begin());
   }
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < n; ++r) {
-    const double* m = &all[9 * static_cast<size_t>(r)];
+    const double* m = &all[11 * static_cast<size_t>(r)];
     ranks.push_back({{"rank", r},
                      {"embed_s", m[0]},
                      {"qkv_s", m[1]},
@@ -161,7 +164,9 @@ StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
                      {"logits_s", m[5]},
                      {"comm_bytes", m[6]},
                      {"prefill_layers", m[7]},
-                     {"decode_layers", m[8]}});
+                     {"decode_layers", m[8]},
+                     {"sparse_select_s", m[9]},
+                     {"sparse_index_s", m[10]}});
   }
   return ranks;
 }

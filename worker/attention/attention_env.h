@@ -19,6 +19,8 @@ struct EngineStats {
   double embed_s = 0;       // embeddings and host uploads of a step
   double qkv_s = 0;         // RMSNorm, Q/K/V projections, RoPE, K/V into the cache
   double attention_s = 0;   // attention kernels and (o, lse) merges
+  double sparse_select_s = 0;  // sparse prefill: scoring and choosing columns, diagonals, blocks
+  double sparse_index_s = 0;   // sparse prefill: building the index of each chunk of queries
   double comm_wait_s = 0;   // waiting for ring transfers / decode partials beyond the compute
   double mlp_s = 0;         // output projection and MLP
   double logits_s = 0;      // final norm and LM head

@@ -426,6 +426,7 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
     if (vertical_slash ? !has_vs_ : !has_bs_) continue;
     MP_ASSIGN_OR_RETURN(SparseIndexView index,
                         BuildIndex(env, vertical_slash, AsConst(dev_tiles), AsConst(runs)));
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.sparse_index_s));
     SparseAttentionArgs a;
     a.q = q;
     a.k = buffer.rows.k;
@@ -436,6 +437,7 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
     a.lse = lse_part;
     MP_RETURN_IF_ERROR(b.SparseAttention(a));
     MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part), AsConst(lse_part)));
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
   }
   return OkStatus();
 }
@@ -454,6 +456,7 @@ Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
     MP_RETURN_IF_ERROR(UploadI64(b, &dev_diagonals_, diagonals_).status());
   }
   if (has_bs_) MP_RETURN_IF_ERROR(PoolBlocks(env, in, mine, mine_ranges));
+  MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.sparse_select_s));
   const std::vector<int64_t> tiles = SparseQueryTiles(in.q_ranges, grid_);
   std::vector<Buffer> buffers;
   buffers.push_back({mine, RunsOf(mine_ranges)});
@@ -465,7 +468,10 @@ Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
     if (fetch_.fetched_rows() > 0) buffers.push_back({fetch_.rows(), fetch_.runs()});
   }
   MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.comm_wait_s));
-  if (ring_) MP_RETURN_IF_ERROR(RunRingHeads(env, in, mine));
+  if (ring_) {
+    MP_RETURN_IF_ERROR(RunRingHeads(env, in, mine));
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
+  }
   // Tiles in chunks of at most attention_rows query rows (one index and one output per chunk).
   const int64_t max_rows = std::max<int64_t>(env.scratch.attention_rows, kSparseTileRows);
   for (size_t t0 = 0; t0 < tiles.size();) {
