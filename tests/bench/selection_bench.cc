@@ -98,7 +98,8 @@ StatusOr<nlohmann::json> BenchKeyScores(Backend& b, const Sizes& s, BackendTenso
                                            [&]() -> Status {
                                              MP_RETURN_IF_ERROR(b.KeyScores(
                                                  {q.cview(), q_pos.cview(), k.cview(),
-                                                  k_pos.cview(), lse.cview(), 0.0f, score.view()}));
+                                                  k_pos.cview(), lse.cview(), 0.0f, score.view(),
+                                                  {}}));
                                              return b.Synchronize();
                                            },
                                            s));
@@ -162,7 +163,7 @@ StatusOr<nlohmann::json> BenchCopies(Backend& b, const Sizes& s, BackendTensor& 
   MP_ASSIGN_OR_RETURN(BackendTensor score, b.Allocate(DType::kF32, {s.kv_heads, s.keys}));
   auto compute = [&]() -> Status {
     return b.KeyScores(
-        {q.cview(), q_pos.cview(), k.cview(), k_pos.cview(), lse.cview(), 0.0f, score.view()});
+        {q.cview(), q_pos.cview(), k.cview(), k_pos.cview(), lse.cview(), 0.0f, score.view(), {}});
   };
   MP_ASSIGN_OR_RETURN(const double compute_ms, TimeMs(
                                                    [&]() -> Status {
