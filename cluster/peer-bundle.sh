@@ -11,7 +11,7 @@
 #     site/                ninja (torch.utils.cpp_extension.load needs it; its binary is site/bin/ninja)
 #     flashinfer.tar.xz    flashinfer-python and the modules it imports that a bare PyTorch lacks,
 #                          with its CUDA sources cut to what the attention JIT modules include
-#     MANIFEST             versions and sizes
+#     MANIFEST             versions, and the size of each part
 #
 #   cluster/peer-bundle.sh MINFERENCE [--rev REV] [--out DIR] [--no-flashinfer]
 #                          [--flashinfer-out DIR]
@@ -21,9 +21,10 @@
 # to the GPU machine separately from the rest). Wheels are fetched for CPython 3.12 on x86-64
 # Linux whatever this machine runs; PYTHON names the interpreter whose pip fetches them.
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
 usage() {
-  sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
 }
 
 FLASHINFER_VERSION=0.7.2.post1
@@ -80,7 +81,7 @@ if [[ -f "$source_dir/${MINFERENCE_FILES[0]}" ]]; then
     cp "$source_dir/$f" "$stage/minference/$f"
   done
   commit="$(git -C "$source_dir" rev-parse HEAD 2>/dev/null || echo unknown)"
-elif git -C "$source_dir" rev-parse --verify --quiet "$rev^{commit}" >/dev/null; then
+elif git -C "$source_dir" rev-parse --verify --quiet "$rev^{commit}" >/dev/null 2>&1; then
   for f in "${MINFERENCE_FILES[@]}"; do
     mkdir -p "$stage/minference/$(dirname "$f")"
     git -C "$source_dir" show "$rev:$f" >"$stage/minference/$f" ||
@@ -131,6 +132,12 @@ fi
   if [[ $flashinfer -eq 1 ]]; then
     echo "flashinfer-python: $FLASHINFER_VERSION"
     for d in "$fi_site"/*.dist-info; do basename "$d" .dist-info; done | sed 's/^/  with /'
+  fi
+  echo "sizes (bytes):"
+  du -sb "$stage/minference" "$stage/site" | sed "s|$stage/||; s/^/  /"
+  if [[ $flashinfer -eq 1 ]]; then
+    echo "  $(stat -c %s "$fi_dest/flashinfer.tar.xz")	flashinfer.tar.xz" \
+         "(unpacks to $(du -sb "$fi_site" | cut -f1))"
   fi
 } >"$stage/MANIFEST"
 
