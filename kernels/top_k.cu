@@ -129,10 +129,11 @@ __global__ void SelectDigitKernel(uint32_t* __restrict__ hist, RowState* __restr
   state[row] = s;
 }
 
-// Per (row, chunk): how many keys equal the row's threshold.  eq_count [rows, chunks].
-__global__ void CountEqualKernel(const float* __restrict__ scores, Tiling t,
-                                 const RowState* __restrict__ state,
-                                 int32_t* __restrict__ eq_count) {
+// Per (row, chunk): how many keys equal the row's threshold and, for column order, how many lie
+// above it.  eq_count, gt_count [rows, chunks] (gt_count null for value order).
+__global__ void CountKernel(const float* __restrict__ scores, Tiling t,
+                            const RowState* __restrict__ state, int32_t* __restrict__ eq_count,
+                            int32_t* __restrict__ gt_count) {
   using Reduce = cub::BlockReduce<int32_t, kThreads>;
   __shared__ typename Reduce::TempStorage storage;
   for (int64_t row = blockIdx.y; row < t.rows; row += gridDim.y) {
@@ -140,20 +141,45 @@ __global__ void CountEqualKernel(const float* __restrict__ scores, Tiling t,
     if (s.selected == 0) continue;
     const float* x = scores + row * t.cols;
     const int64_t end = min(t.cols, (blockIdx.x + 1) * t.chunk);
-    int32_t count = 0;
-    for (int64_t i = blockIdx.x * t.chunk + threadIdx.x; i < end; i += blockDim.x)
-      count += OrderKey(x[i]) == s.prefix;
-    const int32_t total = Reduce(storage).Sum(count);
+    int32_t equal = 0, greater = 0;
+    for (int64_t i = blockIdx.x * t.chunk + threadIdx.x; i < end; i += blockDim.x) {
+      const uint32_t key = OrderKey(x[i]);
+      equal += key == s.prefix;
+      greater += key > s.prefix;
+    }
+    const int32_t total = Reduce(storage).Sum(equal);
     if (threadIdx.x == 0) eq_count[row * t.chunks + blockIdx.x] = total;
     __syncthreads();
+    if (gt_count != nullptr) {
+      const int32_t above = Reduce(storage).Sum(greater);
+      if (threadIdx.x == 0) gt_count[row * t.chunks + blockIdx.x] = above;
+      __syncthreads();
+    }
   }
 }
 
-// Writes the kept entries of each row as candidates: every key above the threshold (slots
-// [0, greater), in any order: the sort orders them) and the lowest-column `remaining` keys equal
-// to it (slots [greater, selected), in column order).  candidates [rows, kept].
+// The sum over the block of each thread's `value`, in every thread.
+template <typename Reduce, typename Storage>
+__device__ int32_t BlockSum(Storage& storage, int32_t* shared, int32_t value) {
+  const int32_t sum = Reduce(storage).Sum(value);
+  __syncthreads();
+  // Thread 0 holds the reduction; every thread needs it.
+  if (threadIdx.x == 0) *shared = sum;
+  __syncthreads();
+  const int32_t out = *shared;
+  __syncthreads();
+  return out;
+}
+
+// Writes the kept entries of each row as candidates: every key above the threshold and the
+// lowest-column `remaining` keys equal to it. Value order: the keys above in slots [0, greater)
+// in any order (the sort orders them), the equal ones in slots [greater, selected) in column
+// order. Column order (gt_count set): every kept key at its rank by column, so no sort is
+// needed: a key at column i lands at (keys above before i) + min(equal keys before i,
+// remaining).  candidates [rows, kept].
 __global__ void CompactKernel(const float* __restrict__ scores, Tiling t,
                               RowState* __restrict__ state, const int32_t* __restrict__ eq_count,
+                              const int32_t* __restrict__ gt_count,
                               uint64_t* __restrict__ candidates, int64_t kept) {
   using Scan = cub::BlockScan<int32_t, kThreads>;
   using Reduce = cub::BlockReduce<int32_t, kThreads>;
@@ -161,33 +187,40 @@ __global__ void CompactKernel(const float* __restrict__ scores, Tiling t,
     typename Scan::TempStorage scan;
     typename Reduce::TempStorage reduce;
   } storage;
-  __shared__ int32_t shared_base;
+  __shared__ int32_t shared_sum;
+  const bool by_column = gt_count != nullptr;
   for (int64_t row = blockIdx.y; row < t.rows; row += gridDim.y) {
     const RowState s = state[row];
     if (s.selected == 0) continue;
     const int32_t greater = s.selected - s.remaining;
-    int32_t before = 0;  // equal keys in earlier chunks of the row
-    for (int64_t c = threadIdx.x; c < blockIdx.x; c += blockDim.x)
-      before += eq_count[row * t.chunks + c];
-    const int32_t sum = Reduce(storage.reduce).Sum(before);
-    __syncthreads();
-    // Thread 0 holds the reduction; every thread needs it.
-    if (threadIdx.x == 0) shared_base = sum;
-    __syncthreads();
-    int32_t eq_base = shared_base;
+    int32_t eq_before = 0, gt_before = 0;  // in earlier chunks of the row
+    for (int64_t c = threadIdx.x; c < blockIdx.x; c += blockDim.x) {
+      eq_before += eq_count[row * t.chunks + c];
+      if (by_column) gt_before += gt_count[row * t.chunks + c];
+    }
+    int32_t eq_base = BlockSum<Reduce>(storage.reduce, &shared_sum, eq_before);
+    int32_t gt_base = by_column ? BlockSum<Reduce>(storage.reduce, &shared_sum, gt_before) : 0;
     const float* x = scores + row * t.cols;
     uint64_t* out = candidates + row * kept;
     const int64_t begin = blockIdx.x * t.chunk, end = min(t.cols, begin + t.chunk);
     for (int64_t tile = begin; tile < end; tile += blockDim.x) {
       const int64_t i = tile + threadIdx.x;
       const uint32_t key = i < end ? OrderKey(x[i]) : 0;
-      const int32_t equal = key == s.prefix && key != 0;
-      int32_t rank = 0, tile_equal = 0;
-      Scan(storage.scan).ExclusiveSum(equal, rank, tile_equal);
+      const int32_t equal = key == s.prefix && key != 0, above = key > s.prefix;
+      // A tile counts at most kThreads of each, so both ranks fit one scan: above in the high half.
+      int32_t rank = 0, tile_total = 0;
+      Scan(storage.scan).ExclusiveSum(equal | (above << 16), rank, tile_total);
       __syncthreads();
-      if (key > s.prefix) out[atomicAdd(&state[row].next_greater, 1)] = Candidate(key, i);
-      if (equal && eq_base + rank < s.remaining) out[greater + eq_base + rank] = Candidate(key, i);
-      eq_base += tile_equal;
+      const int32_t eq_rank = eq_base + (rank & 0xffff), gt_rank = gt_base + (rank >> 16);
+      if (by_column) {
+        if (above) out[gt_rank + min(eq_rank, s.remaining)] = Candidate(key, i);
+        if (equal && eq_rank < s.remaining) out[gt_rank + eq_rank] = Candidate(key, i);
+      } else {
+        if (above) out[atomicAdd(&state[row].next_greater, 1)] = Candidate(key, i);
+        if (equal && eq_rank < s.remaining) out[greater + eq_rank] = Candidate(key, i);
+      }
+      eq_base += tile_total & 0xffff;
+      gt_base += tile_total >> 16;
     }
   }
 }
@@ -198,7 +231,8 @@ __global__ void OffsetsKernel(int32_t* __restrict__ offsets, int64_t rows, int64
   if (r <= rows) offsets[r] = static_cast<int32_t>(r * kept);
 }
 
-// index/value [rows, k] from the sorted candidates; slots past `selected` get (-1, -inf).
+// index/value [rows, k] from the candidates in output order (sorted, or compacted by column);
+// slots past `selected` get (-1, -inf).
 __global__ void OutputKernel(const float* __restrict__ scores, int64_t rows, int64_t cols,
                              int64_t k, const RowState* __restrict__ state,
                              const uint64_t* __restrict__ sorted, int64_t kept,
@@ -247,6 +281,7 @@ struct Batch {
   RowState* state;
   uint32_t* hist;
   int32_t* eq_count;
+  int32_t* gt_count;
   uint64_t* candidates;
   uint64_t* sorted;
   int32_t* offsets;
@@ -261,6 +296,7 @@ Batch CarveBatch(char* base, int64_t rows, int64_t chunks, int64_t kept, size_t 
   b.state = c.Take<RowState>(rows);
   b.hist = c.Take<uint32_t>(rows * kBuckets);
   b.eq_count = c.Take<int32_t>(rows * chunks);
+  b.gt_count = c.Take<int32_t>(rows * chunks);
   b.candidates = c.Take<uint64_t>(rows * kept);
   b.sorted = c.Take<uint64_t>(rows * kept);
   b.offsets = c.Take<int32_t>(rows + 1);
@@ -270,10 +306,11 @@ Batch CarveBatch(char* base, int64_t rows, int64_t chunks, int64_t kept, size_t 
   return b;
 }
 
-// The radix select, compaction and sort for rows [0, t.rows) of `scores` (already offset to
-// the batch), writing `index` and `value` (offset likewise).
-Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b, int32_t* index,
-                 float* value, cudaStream_t stream) {
+// The radix select, compaction and (for value order) sort for rows [0, t.rows) of `scores`
+// (already offset to the batch), writing `index` and `value` (offset likewise).
+Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, TopKOrder order, Batch b,
+                 int32_t* index, float* value, cudaStream_t stream) {
+  const bool by_column = order == TopKOrder::kColumn;
   const dim3 grid(static_cast<unsigned>(t.chunks),
                   static_cast<unsigned>(std::min<int64_t>(t.rows, kMaxGridY)));
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(t.rows + 1, kThreads));
@@ -289,11 +326,14 @@ Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b
                                                              pass == 0);
       MP_CUDA_CHECK_LAUNCH();
     }
-    CountEqualKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.eq_count);
+    int32_t* const gt_count = by_column ? b.gt_count : nullptr;
+    CountKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.eq_count, gt_count);
     MP_CUDA_CHECK_LAUNCH();
-    CompactKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.eq_count, b.candidates,
-                                                 kept);
+    CompactKernel<<<grid, kThreads, 0, stream>>>(scores, t, b.state, b.eq_count, gt_count,
+                                                 b.candidates, kept);
     MP_CUDA_CHECK_LAUNCH();
+  }
+  if (kept > 0 && !by_column) {
     OffsetsKernel<<<row_blocks, kThreads, 0, stream>>>(b.offsets, t.rows, kept);
     MP_CUDA_CHECK_LAUNCH();
     size_t temp_bytes = b.temp_bytes;
@@ -305,8 +345,8 @@ Status TopKBatch(const float* scores, Tiling t, int64_t k, int64_t kept, Batch b
   const int64_t outputs = t.rows * k;
   const unsigned out_blocks =
       static_cast<unsigned>(std::min<int64_t>(CeilDiv(outputs, kThreads), 4096));
-  OutputKernel<<<out_blocks, kThreads, 0, stream>>>(scores, t.rows, t.cols, k, b.state, b.sorted,
-                                                    kept, index, value);
+  OutputKernel<<<out_blocks, kThreads, 0, stream>>>(
+      scores, t.rows, t.cols, k, b.state, by_column ? b.candidates : b.sorted, kept, index, value);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }
@@ -328,7 +368,7 @@ Status TopKCuda(const TopKArgs& args, TopKCudaWorkspace& workspace, cudaStream_t
   const int64_t chunks = std::max<int64_t>(1, CeilDiv(cols, chunk));
 
   size_t temp_bytes = 0;
-  if (kept > 0)
+  if (kept > 0 && args.order == TopKOrder::kValue)
     MP_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
         nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
         static_cast<int>(batch_rows * kept), static_cast<int>(batch_rows),
@@ -343,7 +383,7 @@ Status TopKCuda(const TopKArgs& args, TopKCudaWorkspace& workspace, cudaStream_t
   for (int64_t r0 = 0; r0 < rows; r0 += batch_rows) {
     const int64_t n = std::min(batch_rows, rows - r0);
     const Tiling t{n, cols, chunk, chunks};
-    MP_RETURN_IF_ERROR(TopKBatch(args.scores.as<const float>() + r0 * cols, t, k, kept, b,
+    MP_RETURN_IF_ERROR(TopKBatch(args.scores.as<const float>() + r0 * cols, t, k, kept, args.order, b,
                                  args.index.as<int32_t>() + r0 * k, args.value.as<float>() + r0 * k,
                                  stream));
   }

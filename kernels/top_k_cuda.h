@@ -35,10 +35,11 @@ class TopKCudaWorkspace {
 // How: per row, a radix select finds the k-th largest key (floats mapped to order-preserving
 // 32-bit keys, NaN to a key below every number) in four 8-bit passes, each a histogram over the
 // row split across many blocks; a compaction then keeps the keys above that threshold and the
-// lowest-column keys equal to it; a segmented radix sort orders the kept (key, column) pairs.
-// Cost: six reads of the scores (four histogram passes, a count and the compaction), a segmented
-// sort of rows * min(k, cols) 64-bit keys and about 14 launches; millipede-bench-selection
-// measures it.
+// lowest-column keys equal to it; for TopKOrder::kValue a segmented radix sort orders the kept
+// (key, column) pairs, while kColumn's compaction writes them in column order and needs no sort.
+// Cost: six reads of the scores (four histogram passes, a count and the compaction), for kValue a
+// segmented sort of rows * min(k, cols) 64-bit keys, and about 14 launches (plus the sort's for
+// kValue); millipede-bench-selection measures it.
 Status TopKCuda(const TopKArgs& args, TopKCudaWorkspace& workspace, cudaStream_t stream);
 
 }  // namespace millipede

@@ -35,6 +35,7 @@ Status TopKRef(const TopKArgs& args) {
     std::partial_sort(
         columns.begin(), columns.begin() + n, columns.end(),
         [row](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
+    if (args.order == TopKOrder::kColumn) std::sort(columns.begin(), columns.begin() + n);
     for (int64_t i = 0; i < k; ++i) {
       const bool selected = i < n;
       index[r * k + i] = selected ? columns[i] : -1;

@@ -1,7 +1,7 @@
 // TopKCuda against TopKRef: the same indices and the same value bits on random rows (uniform,
 // heavy ties, one value everywhere, NaN/inf/signed zeros), from one column to 2^21, k from 1 to
-// 16384 and beyond cols, rows past the grid's y limit; guard bands around the outputs; one
-// workspace reused across sizes. Skips without a GPU.
+// 16384 and beyond cols, rows past the grid's y limit, in value and in column order; guard bands
+// around the outputs; one workspace reused across sizes and orders. Skips without a GPU.
 #include "kernels/top_k_cuda.h"
 
 #include <cuda_runtime.h>
@@ -31,6 +31,7 @@ enum class Values { kUniform, kTies, kConstant, kSpecial };
 struct Case {
   int64_t rows, cols, k;
   Values values;
+  TopKOrder order = TopKOrder::kValue;
 };
 
 HostTensor MakeScores(const Case& c, uint64_t seed) {
@@ -75,7 +76,7 @@ void ExpectSameAsReference(const Case& c, TopKCudaWorkspace& workspace, uint64_t
       check.Output("value", testing::PoisonedF32({c.rows, c.k}), Tolerance::Bitwise());
   check.Run(
       [&](const OpCheck::Tensors& t) {
-        return TopKArgs{t.cview(scores), c.k, t.view(index), t.view(value)};
+        return TopKArgs{t.cview(scores), c.k, t.view(index), t.view(value), c.order};
       },
       TopKRef,
       [&](const TopKArgs& args, cudaStream_t stream) { return TopKCuda(args, workspace, stream); });
@@ -97,7 +98,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, 1 << 20, 16384, Values::kTies},
                       Case{2, 300000, 4000, Values::kConstant},
                       Case{4, 200000, 20000, Values::kSpecial}, Case{70000, 9, 3, Values::kSpecial},
-                      Case{3, 0, 4, Values::kUniform}));
+                      Case{3, 0, 4, Values::kUniform},
+                      // Column order (OmniKV's selection): no sort, the compaction places them.
+                      Case{3, 37, 8, Values::kTies, TopKOrder::kColumn},
+                      Case{5, 1000, 999, Values::kSpecial, TopKOrder::kColumn},
+                      Case{3, 300, 1000, Values::kSpecial, TopKOrder::kColumn},
+                      Case{8, 131072, 2048, Values::kConstant, TopKOrder::kColumn},
+                      Case{8, 131072, 4096, Values::kUniform, TopKOrder::kColumn},
+                      Case{3, 1 << 20, 16384, Values::kTies, TopKOrder::kColumn},
+                      Case{4, 200000, 20000, Values::kSpecial, TopKOrder::kColumn},
+                      Case{70000, 9, 3, Values::kSpecial, TopKOrder::kColumn}));
 
 // One workspace across growing and shrinking sizes (the scratch is reused and regrown).
 TEST(TopKCudaWorkspaceTest, ReusedAcrossSizes) {
@@ -106,7 +116,8 @@ TEST(TopKCudaWorkspaceTest, ReusedAcrossSizes) {
   ASSERT_TRUE(workspace.ok());
   uint64_t seed = 100;
   for (const Case& c : {Case{2, 1000, 10, Values::kTies}, Case{8, 50000, 2048, Values::kUniform},
-                        Case{1, 17, 5, Values::kSpecial}, Case{8, 50000, 2048, Values::kTies}})
+                        Case{1, 17, 5, Values::kSpecial}, Case{8, 50000, 2048, Values::kTies},
+                        Case{8, 50000, 2048, Values::kTies, TopKOrder::kColumn}})
     ExpectSameAsReference(c, **workspace, ++seed);
 }
 

@@ -23,12 +23,13 @@ struct TopKResult {
   std::vector<float> value;
 };
 
-StatusOr<TopKResult> RunTopK(const HostTensor& scores, int64_t k) {
+StatusOr<TopKResult> RunTopK(const HostTensor& scores, int64_t k,
+                             TopKOrder order = TopKOrder::kValue) {
   const int64_t rows = scores.shape()[0];
   HostTensor index(DType::kI32, {rows, k});
   std::fill_n(index.data<int32_t>(), index.NumElements(), -7);
   HostTensor value = PoisonedF32({rows, k});
-  MP_RETURN_IF_ERROR(TopKRef({CView(scores), k, index.view(), value.view()}));
+  MP_RETURN_IF_ERROR(TopKRef({CView(scores), k, index.view(), value.view(), order}));
   return TopKResult{{index.data<int32_t>(), index.data<int32_t>() + index.NumElements()},
                     {value.data<float>(), value.data<float>() + value.NumElements()}};
 }
@@ -106,6 +107,52 @@ TEST(TopKTest, MatchesAStableSortOnRandomRowsWithTies) {
       EXPECT_EQ(r->index, want.index)
           << s.rows << "x" << s.cols << " k " << s.k << " kind " << kind;
       EXPECT_EQ(r->value, want.value);
+    }
+  }
+}
+
+// Column order: the same set as value order, each row's selected columns increasing, then the
+// same (-1, -inf) tail.
+TEST(TopKTest, ColumnOrderKeepsTheSetInColumnOrder) {
+  HostTensor scores = TensorOf(DType::kF32, {2, 6},
+                               {3, 1, 3, kNaN, -kInf, 2,  //
+                                0, 5, -1, 5, 5, kInf});
+  auto r = RunTopK(scores, 4, TopKOrder::kColumn);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->index, (std::vector<int32_t>{0, 1, 2, 5, 1, 3, 4, 5}));
+  EXPECT_EQ(r->value, (std::vector<float>{3, 1, 3, 2, 5, 5, 5, kInf}));
+  auto short_rows = RunTopK(scores, 7, TopKOrder::kColumn);
+  ASSERT_TRUE(short_rows.ok());
+  EXPECT_EQ(std::vector<int32_t>(short_rows->index.begin(), short_rows->index.begin() + 7),
+            (std::vector<int32_t>{0, 1, 2, 4, 5, -1, -1}));
+
+  std::mt19937_64 rng(43);
+  std::vector<float> values(3 * 500);
+  for (float& v : values) v = std::round(std::uniform_real_distribution<float>(-3, 3)(rng));
+  for (size_t i = 0; i < values.size(); i += 11) values[i] = kNaN;
+  HostTensor random = TensorOf(DType::kF32, {3, 500}, values);
+  for (int64_t k : {1, 37, 460, 600}) {
+    auto by_value = RunTopK(random, k);
+    auto by_column = RunTopK(random, k, TopKOrder::kColumn);
+    ASSERT_TRUE(by_value.ok() && by_column.ok());
+    for (int64_t r = 0; r < 3; ++r) {
+      std::vector<int32_t> want(by_value->index.begin() + r * k,
+                                by_value->index.begin() + (r + 1) * k);
+      std::sort(want.begin(), want.end(), [](int32_t a, int32_t b) {
+        return a >= 0 && b >= 0 ? a < b : a >= 0;  // -1 tail last
+      });
+      const std::vector<int32_t> got(by_column->index.begin() + r * k,
+                                     by_column->index.begin() + (r + 1) * k);
+      EXPECT_EQ(got, want) << "k " << k << " row " << r;
+      for (int64_t i = 0; i < k; ++i) {
+        const int32_t c = got[static_cast<size_t>(i)];
+        const float v = by_column->value[static_cast<size_t>(r * k + i)];
+        if (c < 0) {
+          EXPECT_EQ(v, -kInf);
+        } else {
+          EXPECT_EQ(v, values[static_cast<size_t>(r * 500 + c)]);
+        }
+      }
     }
   }
 }
