@@ -155,6 +155,7 @@ AttentionKernelParams KernelParams(const AttentionArgs& args, const Plan& plan) 
   p.keys_per_split = plan.keys_per_split;
   p.k_dtype = args.k.dtype;
   p.v_dtype = args.v.dtype;
+  p.kv_head_rows = args.kv_head_rows.as<const int32_t>();
   return p;
 }
 

@@ -47,6 +47,12 @@ struct AttentionArgs {
   // kv_row_visible[j * num_kv_heads + g] == 0 hides key row j from KV head g's queries.
   // Host memory, [n_kv, num_kv_heads]; null: no row is hidden. CPU reference only so far.
   const uint8_t* kv_row_visible = nullptr;
+  // Per-KV-head key counts, on top of the above: when set, KV head g's queries see only key rows
+  // j < kv_head_rows[g] (a value outside [0, n_kv] is clamped to it). For keys gathered per head
+  // and padded to the head with most (OmniKV's chosen tokens): every head in one call.
+  // [num_kv_heads] I32 in the memory the op runs on (device memory for the CUDA kernels, which
+  // read it without the host waiting; host memory for the CPU ops); null: every row.
+  ConstTensorView kv_head_rows{};
 };
 
 // True when args.kv_head_window limits at least one head.

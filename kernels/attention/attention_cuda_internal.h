@@ -44,7 +44,15 @@ struct AttentionKernelParams {
   int64_t keys_per_split = 0;
   DType k_dtype = DType::kBF16;
   DType v_dtype = DType::kBF16;
+  // [num_kv_heads] (device memory): KV head g sees keys below kv_head_rows[g] only; null: all.
+  const int32_t* kv_head_rows = nullptr;
 };
+
+// The keys KV head `kv_head` may see: [0, KeyRowsOf(p, kv_head)).
+__device__ __forceinline__ int64_t KeyRowsOf(const AttentionKernelParams& p, int kv_head) {
+  if (p.kv_head_rows == nullptr) return p.n_kv;
+  return min(p.n_kv, max(int64_t{0}, static_cast<int64_t>(p.kv_head_rows[kv_head])));
+}
 
 // Index of the o row and lse element of packed query row `row` of `kv_head` in split `split` (in
 // q's layout when split is 0).
@@ -55,16 +63,17 @@ __device__ __forceinline__ int64_t OutputRow(const AttentionKernelParams& p, int
   return (static_cast<int64_t>(split) * p.n_q + t) * p.num_q_heads + h;
 }
 
-// The keys of split `split` and which of them each packed query row sees: row `row` sees
-// [begin, RowEnd(row)), monotone in row. The launcher keeps n_kv below 2^31.
+// The keys of split `split` that `kv_head` sees and which of them each packed query row sees:
+// row `row` sees [begin, RowEnd(row)), monotone in row. The launcher keeps n_kv below 2^31.
 struct SplitKeys {
   int64_t split_begin;
   int begin;  // first key of the split
-  int end;    // one past its last key
-  __device__ __forceinline__ SplitKeys(const AttentionKernelParams& p, int split)
+  int end;    // one past its last key the head sees (begin when none)
+  __device__ __forceinline__ SplitKeys(const AttentionKernelParams& p, int split, int kv_head)
       : split_begin(split * p.keys_per_split),
         begin(static_cast<int>(split_begin)),
-        end(static_cast<int>(min(p.n_kv, split_begin + p.keys_per_split))) {}
+        end(static_cast<int>(
+            max(split_begin, min(KeyRowsOf(p, kv_head), split_begin + p.keys_per_split)))) {}
   __device__ __forceinline__ int RowEnd(const AttentionKernelParams& p, int64_t row) const {
     if (!p.causal) return end;
     const int64_t last = row / p.group + p.causal_shift + 1;

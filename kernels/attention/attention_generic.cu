@@ -35,7 +35,8 @@ __global__ void AttentionGenericKernel(const AttentionKernelParams p) {
     q[i] = c < d ? p.q[item * d + c] : 0.0f;
     acc[i] = 0.0f;
   }
-  const int64_t visible = p.causal ? max(int64_t{0}, min(p.n_kv, t + p.causal_shift + 1)) : p.n_kv;
+  const int64_t rows = KeyRowsOf(p, kv_head);
+  const int64_t visible = p.causal ? max(int64_t{0}, min(rows, t + p.causal_shift + 1)) : rows;
 
   AttentionState state = AttentionState::Empty();
   for (int64_t j = 0; j < visible; ++j) {

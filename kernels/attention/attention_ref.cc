@@ -48,6 +48,9 @@ Status AttentionCheckArgs(const AttentionArgs& args) {
   MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
              "attention: scale ", args.scale, " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
   MP_REQUIRE(args.sink_tokens >= 0, "attention: sink_tokens ", args.sink_tokens, " < 0");
+  if (args.kv_head_rows.data != nullptr)
+    MP_RETURN_IF_ERROR(
+        CheckTensor(args.kv_head_rows, "attention kv_head_rows", DType::kI32, Shape{num_kv_heads}));
   if (args.kv_head_window != nullptr)
     for (int64_t g = 0; g < num_kv_heads; ++g)
       MP_REQUIRE(args.kv_head_window[g] >= 0, "attention: window of KV head ", g, " is ",
@@ -84,6 +87,8 @@ Status AttentionRef(const AttentionArgs& args) {
       int64_t visible = n_kv;
       if (args.mask == AttentionMask::kCausal)
         visible = std::clamp<int64_t>(args.q_offset + t - args.k_offset + 1, 0, n_kv);
+      if (args.kv_head_rows.data != nullptr)
+        visible = std::clamp<int64_t>(args.kv_head_rows.as<const int32_t>()[g], 0, visible);
       // An A-shape head drops the keys between the sinks and its window: seen[j] says which of
       // the prefix remain (positions are global, so blocks of a ring see the same mask).
       const int64_t window = args.kv_head_window != nullptr ? args.kv_head_window[g] : 0;

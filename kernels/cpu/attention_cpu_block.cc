@@ -36,7 +36,9 @@ struct KeySpan {
 KeySpan SpanOf(const AttentionCpuShape& s, int64_t g, int64_t t, int64_t k_begin, int64_t k_end) {
   const AttentionArgs& a = *s.args;
   const int64_t query = a.q_offset + t;
-  const int64_t limit = a.mask == AttentionMask::kCausal ? query - a.k_offset + 1 : s.n_kv;
+  int64_t limit = a.mask == AttentionMask::kCausal ? query - a.k_offset + 1 : s.n_kv;
+  if (a.kv_head_rows.data != nullptr)
+    limit = std::min<int64_t>(limit, a.kv_head_rows.as<const int32_t>()[g]);
   const int64_t end = std::clamp(limit, k_begin, k_end);
   const int64_t window = a.kv_head_window != nullptr ? a.kv_head_window[g] : 0;
   if (window <= 0) return {k_begin, k_begin, end};

@@ -2,7 +2,8 @@
 // query and key counts around the 64- and 128-key tiles, both tensor-core prefill kernels
 // (wgmma and mma.sync), long causal prefill, offsets (including chunks that see no key), GQA
 // ratios, head dims (64 and 128 on the tensor cores, 16, 32 and 80 on the CUDA cores), both
-// masks, K/V dtypes, long decode with split-KV, and splits against no splits. Outputs start
+// masks, K/V dtypes, long decode with split-KV, per-KV-head key counts, and splits against no
+// splits. Outputs start
 // NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
 // without a GPU.
 #include "kernels/attention/attention_cuda.h"
@@ -51,7 +52,14 @@ struct Case {
   bool want_lse = true;
   // false keeps prefill on the mma.sync kernel instead of the Hopper wgmma kernel.
   bool allow_wgmma = true;
+  std::vector<int32_t> head_rows;  // AttentionArgs::kv_head_rows per KV head; empty: none
 };
+
+HostTensor HeadRows(const Case& c) {
+  HostTensor t(DType::kI32, {static_cast<int64_t>(c.head_rows.size())});
+  std::copy(c.head_rows.begin(), c.head_rows.end(), t.data<int32_t>());
+  return t;
+}
 
 std::string Name(const Case& c) {
   std::ostringstream name;
@@ -62,6 +70,7 @@ std::string Name(const Case& c) {
   if (c.scale != 0.0f) name << "_scaled";
   if (!c.want_lse) name << "_nolse";
   if (!c.allow_wgmma) name << "_mmasync";
+  if (!c.head_rows.empty()) name << "_headrows";
   return name.str();
 }
 
@@ -86,9 +95,11 @@ Outputs RunCuda(const Case& c, const Inputs& in, AttentionCudaOptions options = 
   DeviceTensor q(in.q), k(in.k), v(in.v);
   DeviceTensor o(PoisonedF32({c.n_q, c.num_q_heads, c.head_dim}));
   DeviceTensor lse(PoisonedF32({c.n_q, c.num_q_heads}));
-  const AttentionArgs args{q.cview(),  k.cview(),  v.cview(),
-                           c.q_offset, c.k_offset, c.mask,
-                           c.scale,    o.view(),   c.want_lse ? lse.view() : TensorView{}};
+  DeviceTensor head_rows(HeadRows(c));
+  AttentionArgs args{q.cview(),  k.cview(),  v.cview(),
+                     c.q_offset, c.k_offset, c.mask,
+                     c.scale,    o.view(),   c.want_lse ? lse.view() : TensorView{}};
+  if (!c.head_rows.empty()) args.kv_head_rows = head_rows.cview();
   const Status status = AttentionCuda(args, options, nullptr);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -133,13 +144,14 @@ HostTensor Concat(const std::vector<HostTensor>& parts) {
 void ExpectMatchesReference(const Case& c, const Inputs& in, const Outputs& out) {
   const int64_t heads = c.num_q_heads, d = c.head_dim;
   std::vector<HostTensor> o, lse, o_ref, lse_ref;
+  const HostTensor head_rows = HeadRows(c);
   for (const auto& [begin, end] : CheckedRows(c.n_q)) {
     const HostTensor q = Rows(in.q, begin, end);
     o_ref.push_back(PoisonedF32({end - begin, heads, d}));
     lse_ref.push_back(PoisonedF32({end - begin, heads}));
-    const AttentionArgs args{
-        CView(q), CView(in.k), CView(in.v),         c.q_offset + begin,   c.k_offset,
-        c.mask,   c.scale,     o_ref.back().view(), lse_ref.back().view()};
+    AttentionArgs args{CView(q), CView(in.k), CView(in.v),         c.q_offset + begin,   c.k_offset,
+                       c.mask,   c.scale,     o_ref.back().view(), lse_ref.back().view()};
+    if (!c.head_rows.empty()) args.kv_head_rows = CView(head_rows);
     const Status status = AttentionRef(args);
     ASSERT_TRUE(status.ok()) << status.ToString();
     o.push_back(Rows(out.o, begin, end));
@@ -162,10 +174,16 @@ void ExpectEveryRowWritten(const Case& c, const Outputs& out) {
     if (bad++ == 0) ADD_FAILURE() << "query " << t << ", head " << h << ": " << what;
   };
   for (int64_t t = 0; t < c.n_q; ++t) {
-    const int64_t visible = c.mask == AttentionMask::kNone
-                                ? c.n_kv
-                                : std::clamp<int64_t>(c.q_offset + t - c.k_offset + 1, 0, c.n_kv);
+    const int64_t all_visible =
+        c.mask == AttentionMask::kNone
+            ? c.n_kv
+            : std::clamp<int64_t>(c.q_offset + t - c.k_offset + 1, 0, c.n_kv);
     for (int64_t h = 0; h < heads; ++h) {
+      const int64_t g = h / (heads / c.num_kv_heads);
+      const int64_t visible =
+          c.head_rows.empty()
+              ? all_visible
+              : std::clamp<int64_t>(c.head_rows[static_cast<size_t>(g)], 0, all_visible);
       const float* o = out.o.data<float>() + (t * heads + h) * d;
       const float lse = out.lse.data<float>()[t * heads + h];
       for (int64_t i = 0; i < d; ++i) {
@@ -301,6 +319,26 @@ std::vector<Case> DecodeCases() {
 }
 INSTANTIATE_TEST_SUITE_P(Decode, AttentionCudaTest, ::testing::ValuesIn(DecodeCases()), CaseName);
 
+// Per-KV-head key counts (OmniKV's chosen rows, padded to the head with most): heads that see
+// none, one, a tile and one more, most and all (and counts out of range), on the split decode
+// kernel, both prefill kernels and the CUDA cores.
+std::vector<Case> HeadRowsCases() {
+  const std::vector<int32_t> eight = {2048, 0, 1, 64, 65, 2000, 3000, -1};
+  Case decode{1, 2048, 32, 8, 128, 5000, 0, kNone};
+  decode.head_rows = eight;
+  Case causal_decode{1, 2048, 32, 8, 128, 2047, 0, kCausal};
+  causal_decode.head_rows = {2048, 100, 0, 7, 1999, 2048, 64, 640};
+  Case prefill{300, 9000, 32, 8, 128, 8700, 0, kCausal};
+  prefill.head_rows = {9000, 0, 8800, 8701, 64, 4000, 1, 9001};
+  Case mma_sync = prefill;
+  mma_sync.allow_wgmma = false;
+  Case generic{3, 300, 4, 2, 80, 400, 0, kNone, DType::kF32, DType::kF32};
+  generic.head_rows = {17, 0};
+  return {decode, causal_decode, prefill, mma_sync, generic};
+}
+INSTANTIATE_TEST_SUITE_P(HeadRows, AttentionCudaTest, ::testing::ValuesIn(HeadRowsCases()),
+                         CaseName);
+
 // Splitting the keys (any number of splits, including ones that see no key) must give the
 // unsplit result up to rounding.
 class AttentionCudaSplitTest : public AttentionCudaTest {};
@@ -325,13 +363,20 @@ TEST_P(AttentionCudaSplitTest, SplitsEqualWhole) {
   }
 }
 
+Case SplitHeadRows() {
+  Case c{1, 100000, 32, 8, 128, 99999, 0, kCausal};
+  c.head_rows = {100000, 0, 5, 64, 65, 50000, 99999, 70000};
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Splits, AttentionCudaSplitTest,
     ::testing::Values(Case{1, 100000, 32, 8, 128, 99999, 0, kCausal},
                       Case{65, 4097, 8, 2, 64, 4032, 0, kCausal},
                       Case{65, 4097, 8, 2, 128, 1000, 0, kCausal, DType::kF16, DType::kF16},
                       Case{300, 9000, 32, 8, 128, 8700, 0, kCausal},
-                      Case{1, 1000, 4, 4, 128, 5000, 0, kNone, DType::kF16, DType::kF16}),
+                      Case{1, 1000, 4, 4, 128, 5000, 0, kNone, DType::kF16, DType::kF16},
+                      SplitHeadRows()),
     CaseName);
 
 TEST(AttentionCudaArgsTest, RejectsBadArguments) {

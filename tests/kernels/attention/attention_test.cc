@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/attention/merge_state.h"
@@ -229,6 +230,58 @@ TEST(AttentionTest, DecodeEqualsLastRowOfPrefill) {
   Result decode = Attend(Rows(q, n - 1, n), k, v, n - 1, 0);
   EXPECT_TRUE(AllClose(decode.o, Rows(prefill.o, n - 1, n), 1e-6, 1e-7));
   EXPECT_TRUE(AllClose(decode.lse, Rows(prefill.lse, n - 1, n), 1e-6, 1e-7));
+}
+
+// Per-KV-head key counts: each head's queries see only its first rows, as if each head were
+// attended to alone over those rows (values beyond [0, n_kv] clamp; 0 rows give o = 0, -inf).
+TEST(AttentionTest, KvHeadRowsEqualEachHeadAloneOverItsRows) {
+  const int64_t n_kv = 10, hq = 8, hk = 4, d = 16, group = hq / hk;
+  HostTensor q = RandomTensor(DType::kF32, {2, hq, d}, 60, -2.0f, 2.0f);
+  HostTensor k = RandomTensor(DType::kBF16, {n_kv, hk, d}, 61, -2.0f, 2.0f);
+  HostTensor v = RandomTensor(DType::kBF16, {n_kv, hk, d}, 62);
+  const std::vector<int32_t> rows = {3, 0, 15, -2};  // seen: 3, 0, 10 and 0 rows
+  HostTensor head_rows(DType::kI32, {hk});
+  std::copy(rows.begin(), rows.end(), head_rows.data<int32_t>());
+  for (AttentionMask mask : {AttentionMask::kNone, AttentionMask::kCausal}) {
+    Result r{PoisonedF32({2, hq, d}), PoisonedF32({2, hq})};
+    AttentionArgs args{CView(q), CView(k), CView(v), 8, 0, mask, 0.0f, r.o.view(), r.lse.view()};
+    args.kv_head_rows = CView(head_rows);
+    ASSERT_TRUE(AttentionRef(args).ok());
+    for (int64_t g = 0; g < hk; ++g) {
+      const int64_t m = std::clamp<int64_t>(rows[static_cast<size_t>(g)], 0, n_kv);
+      // Head g alone: its queries and its first m rows.
+      HostTensor qg(DType::kF32, {2, group, d}), kg(DType::kBF16, {m, 1, d}),
+          vg(DType::kBF16, {m, 1, d});
+      for (int64_t t = 0; t < 2; ++t)
+        std::copy_n(q.data<float>() + (t * hq + g * group) * d, group * d,
+                    qg.data<float>() + t * group * d);
+      const size_t row = d * DTypeSize(DType::kBF16);
+      for (int64_t j = 0; j < m; ++j) {
+        std::memcpy(static_cast<char*>(kg.view().data) + j * row,
+                    static_cast<const char*>(k.view().data) + (j * hk + g) * row, row);
+        std::memcpy(static_cast<char*>(vg.view().data) + j * row,
+                    static_cast<const char*>(v.view().data) + (j * hk + g) * row, row);
+      }
+      Result alone = Attend(qg, kg, vg, 8, 0, mask);
+      for (int64_t t = 0; t < 2; ++t)
+        for (int64_t i = 0; i < group; ++i) {
+          const int64_t h = g * group + i;
+          EXPECT_EQ(r.lse.data<float>()[t * hq + h], alone.lse.data<float>()[t * group + i])
+              << "head " << h << " query " << t;
+          for (int64_t c = 0; c < d; ++c)
+            EXPECT_EQ(r.o.data<float>()[(t * hq + h) * d + c],
+                      alone.o.data<float>()[(t * group + i) * d + c]);
+        }
+    }
+  }
+  Result r{PoisonedF32({2, hq, d}), PoisonedF32({2, hq})};
+  AttentionArgs bad{CView(q), CView(k), CView(v), 8, 0, AttentionMask::kNone, 0.0f, r.o.view(),
+                    r.lse.view()};
+  HostTensor wrong_length(DType::kI32, {hk + 1}), wrong_type(DType::kI64, {hk});
+  bad.kv_head_rows = CView(wrong_length);
+  EXPECT_EQ(AttentionRef(bad).code(), StatusCode::kInvalidArgument);
+  bad.kv_head_rows = CView(wrong_type);
+  EXPECT_EQ(AttentionRef(bad).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(AttentionTest, EmptyKeySetGivesZeroAndMinusInfinity) {

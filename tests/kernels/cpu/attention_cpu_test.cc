@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -32,6 +33,7 @@ struct Case {
   bool lse = true;
   float scale = 0.0f;
   int64_t key_splits = 0;
+  std::vector<int32_t> head_rows;  // per KV head; empty: every row
 };
 
 std::vector<uint8_t> VisibleRows(const Case& c, uint64_t seed) {
@@ -64,6 +66,9 @@ void ExpectAttentionMatches(const Case& c, uint64_t seed) {
   args.kv_head_window = c.windows.empty() ? nullptr : c.windows.data();
   args.sink_tokens = c.sink;
   args.kv_row_visible = c.hidden > 0.0 ? visible.data() : nullptr;
+  HostTensor head_rows(DType::kI32, {static_cast<int64_t>(c.head_rows.size())});
+  std::copy(c.head_rows.begin(), c.head_rows.end(), head_rows.data<int32_t>());
+  if (!c.head_rows.empty()) args.kv_head_rows = CView(head_rows);
   HostTensor ref_o = PoisonedF32({c.n_q, c.q_heads, c.head_dim});
   HostTensor ref_lse = PoisonedF32({c.n_q, c.q_heads});
   AttentionArgs ref = args;
@@ -181,6 +186,30 @@ TEST(AttentionCpuTest, HiddenKeyRows) {
     c.sink = 8;
     ExpectAttentionMatches(c, 101);
   }
+}
+
+// Per-KV-head key counts (OmniKV's chosen rows padded to the longest head): decode over key
+// splits and a prefill block, with heads that see none, some, all, and counts out of range.
+TEST(AttentionCpuTest, PerHeadKeyCounts) {
+  Case c;
+  c.q_heads = 8;
+  c.kv_heads = 4;
+  c.head_dim = 64;
+  c.k_dtype = c.v_dtype = DType::kBF16;
+  c.n_kv = 700;
+  c.head_rows = {0, 1, 699, 9000};
+  c.mask = AttentionMask::kNone;
+  c.q_offset = 5000;
+  for (int64_t splits : {0, 1, 5}) {
+    c.key_splits = splits;
+    ExpectAttentionMatches(c, 110);
+  }
+  c.head_rows = {300, -4, 64, 65};
+  c.n_q = 90;
+  c.q_offset = 610;
+  c.mask = AttentionMask::kCausal;
+  c.key_splits = 0;
+  ExpectAttentionMatches(c, 111);
 }
 
 TEST(AttentionCpuTest, KeySplitsMergeToTheWhole) {
