@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/attention/merge_state.h"
 #include "kernels/attention/sparse_attention.h"
+#include "kernels/attention/selection_index.h"
 #include "kernels/attention/token_scores.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
@@ -155,15 +156,18 @@ class Backend {
   virtual Status SamplingPenalties(const SamplingPenaltiesArgs& args) = 0;
   virtual Status SamplingLogprobs(const SamplingLogprobsArgs& args) = 0;
 
-  // Selection ops: per-row top-k, key scores for static eviction, token scores for OmniKV's
-  // filter layers, row gathers. Argument contracts are those of kernels/top_k.h,
-  // kernels/attention/key_scores.h, kernels/attention/token_scores.h and kernels/gather_rows.h,
-  // with every tensor in backend memory (a gather's src may also be AllocateHost memory). An out-of-range gather index is an OutOfRange error: at once on the
-  // CPU backend; on a GPU, which cannot see the indices without waiting, the row is written as
-  // zeros and the error comes from the next Synchronize().
+  // Selection ops: per-row top-k, key scores for static eviction, token scores and the gather
+  // index of OmniKV's filter layers, row gathers. Argument contracts are those of
+  // kernels/top_k.h, kernels/attention/key_scores.h, kernels/attention/token_scores.h,
+  // kernels/attention/selection_index.h and kernels/gather_rows.h, with every tensor in backend
+  // memory (a gather's src may also be AllocateHost memory). An out-of-range gather index is an
+  // OutOfRange error: at once on the CPU backend; on a GPU, which cannot see the indices without
+  // waiting, the row is written as zeros and the error comes from the next Synchronize(). A GPU
+  // trusts SelectionIndex's chosen rows likewise (the CPU backend checks them).
   virtual Status TopK(const TopKArgs& args) = 0;
   virtual Status KeyScores(const KeyScoresArgs& args) = 0;
   virtual Status TokenScores(const TokenScoresArgs& args) = 0;
+  virtual Status SelectionIndex(const SelectionIndexArgs& args) = 0;
   virtual Status GatherRows(const GatherRowsArgs& args) = 0;
 
   // Sparse attention indices (kernels/attention/vertical_slash_index.h, block_sums.h and

@@ -100,6 +100,9 @@ class CpuBackend final : public Backend {
   Status TopK(const TopKArgs& args) override { return TopKRef(args); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresRef(args); }
   Status TokenScores(const TokenScoresArgs& args) override { return TokenScoresRef(args); }
+  Status SelectionIndex(const SelectionIndexArgs& args) override {
+    return SelectionIndexRef(args);
+  }
   Status GatherRows(const GatherRowsArgs& args) override { return GatherRowsRef(args); }
   Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) override {
     return VerticalSlashIndexRef(args);

@@ -12,6 +12,7 @@
 #include "kernels/attention/block_sparse_index_cuda.h"
 #include "kernels/attention/block_sums_cuda.h"
 #include "kernels/attention/key_scores_cuda.h"
+#include "kernels/attention/selection_index_cuda.h"
 #include "kernels/attention/token_scores_cuda.h"
 #include "kernels/attention/vertical_slash_index_cuda.h"
 #include "kernels/convert_cuda.h"
@@ -166,6 +167,9 @@ class CudaBackend final : public Backend {
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresCuda(args, stream_); }
   Status TokenScores(const TokenScoresArgs& args) override {
     return TokenScoresCuda(args, stream_);
+  }
+  Status SelectionIndex(const SelectionIndexArgs& args) override {
+    return SelectionIndexCuda(args, stream_);
   }
   Status GatherRows(const GatherRowsArgs& args) override {
     return GatherRowsCuda(args, gather_error_->device(), stream_);

@@ -112,6 +112,9 @@ class CountingBackend final : public Backend {
   Status TokenScores(const TokenScoresArgs& a) override {
     return Run("TokenScores", &Backend::TokenScores, a);
   }
+  Status SelectionIndex(const SelectionIndexArgs& a) override {
+    return Run("SelectionIndex", &Backend::SelectionIndex, a);
+  }
   Status GatherRows(const GatherRowsArgs& a) override {
     return Run("GatherRows", &Backend::GatherRows, a);
   }
