@@ -39,12 +39,25 @@ Status FilterDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorVie
   return AttendRows(env, in, rows, o, lse);
 }
 
-StatusOr<std::vector<std::vector<int64_t>>> FilterDecode::Choose(AttentionEnv& env,
-                                                                 ConstTensorView scores) {
-  const int64_t groups = env.config.num_key_value_heads, n = scores.dim(1);
+Status FilterDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView scores) {
+  const int64_t groups = scores.dim(0), slots = std::min(params_.top_k, scores.dim(1));
+  MP_ASSIGN_OR_RETURN(TensorView chosen, selection_->ChosenBuffer(env, slots));
+  if (slots == 0) return OkStatus();
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{groups, slots}));
+  // Column order is position order: the index the selection gathers by, no sort needed.
+  return env.backend.TopK({scores, slots, chosen, value, TopKOrder::kColumn});
+}
+
+Status FilterDecode::ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
+                                       ConstTensorView scores) {
+  const int64_t groups = scores.dim(0), n = scores.dim(1);
   const int64_t k = std::min(params_.top_k, n);
+  if (static_cast<int64_t>(positions_.size()) != n)
+    positions_ = PositionsBefore(held, selection_->context_end());
   std::vector<GlobalTopKCandidate> candidates;
-  std::vector<int64_t> offsets = {0}, rows;
+  std::vector<int64_t> offsets = {0};
+  std::vector<int32_t> rows;
   if (k > 0) {
     MP_ASSIGN_OR_RETURN(TensorView index,
                         ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{groups, k}));
@@ -72,14 +85,23 @@ StatusOr<std::vector<std::vector<int64_t>>> FilterDecode::Choose(AttentionEnv& e
   // Only each rank's best top_k per KV head cross ranks; every rank cuts alike.
   MP_ASSIGN_OR_RETURN(GlobalTopKResult result,
                       GlobalTopK(env.comm, candidates, offsets, params_.top_k));
-  std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(groups));
+  std::vector<std::vector<int32_t>> mine(static_cast<size_t>(groups));
+  size_t slots = 0;
   for (int64_t g = 0; g < groups; ++g) {
-    std::vector<int64_t>& mine = chosen[static_cast<size_t>(g)];
+    std::vector<int32_t>& kept = mine[static_cast<size_t>(g)];
     for (int64_t i = offsets[static_cast<size_t>(g)]; i < offsets[static_cast<size_t>(g) + 1]; ++i)
-      if (result.keep[static_cast<size_t>(i)]) mine.push_back(rows[static_cast<size_t>(i)]);
-    std::sort(mine.begin(), mine.end());
+      if (result.keep[static_cast<size_t>(i)]) kept.push_back(rows[static_cast<size_t>(i)]);
+    std::sort(kept.begin(), kept.end());
+    slots = std::max(slots, kept.size());
   }
-  return chosen;
+  // This rank's share, padded to its head with most rows (the counts mask the padding).
+  std::vector<int32_t> table(static_cast<size_t>(groups) * slots, -1);
+  for (size_t g = 0; g < mine.size(); ++g)
+    std::copy(mine[g].begin(), mine[g].end(), table.begin() + static_cast<int64_t>(g * slots));
+  MP_ASSIGN_OR_RETURN(TensorView chosen,
+                      selection_->ChosenBuffer(env, static_cast<int64_t>(slots)));
+  if (slots == 0) return OkStatus();
+  return env.backend.CopyFromHost({table.data(), DType::kI32, chosen.shape}, chosen);
 }
 
 Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) {
@@ -87,13 +109,11 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
   TokenSelection& selection = *selection_;
   MP_ASSERT(selection.context_end() >= 0, "the sequence began decoding");
   // The context rows are a prefix of the store's rows (rows are in position order); they do not
-  // change once decoding began, so their positions are listed once.
+  // change once decoding began.
   std::span<const TokenRange> held = in.store->held_ranges();
   int64_t n = 0;
   for (const TokenRange& r : held)
     n += std::clamp<int64_t>(selection.context_end() - r.begin, 0, r.size());
-  if (static_cast<int64_t>(positions_.size()) != n)
-    positions_ = PositionsBefore(held, selection.context_end());
   MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(env.backend, &scores_, DType::kF32,
                                                        Shape{c.num_key_value_heads, n}));
   if (n > 0) {
@@ -102,8 +122,12 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
     MP_ASSIGN_OR_RETURN(ConstTensorView lse1, Reshape(lse, Shape{c.num_attention_heads}));
     MP_RETURN_IF_ERROR(env.backend.TokenScores({q, SliceRows(rows.k, 0, n), lse1, 0.0f, scores}));
   }
-  MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> chosen, Choose(env, AsConst(scores)));
-  return selection.Choose(env, std::move(chosen), n, in.position);
+  if (env.comm.size() == 1) {
+    MP_RETURN_IF_ERROR(ChooseOnDevice(env, AsConst(scores)));
+  } else {
+    MP_RETURN_IF_ERROR(ChooseAcrossRanks(env, held, AsConst(scores)));
+  }
+  return selection.Choose(env, n, in.position);
 }
 
 Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
@@ -111,7 +135,7 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
   TokenSelection& selection = *selection_;
   MP_RETURN_IF_ERROR(selection.CheckFresh(in.position, in.layer));
   const int64_t context = selection.context_rows();
-  const bool any_chosen = selection.total_rows() > 0;
+  const bool any_chosen = selection.slots() > 0;
   ConstKvRows chosen, generated;
   if (in.store->tier() == KvTier::kHost) {
     const auto* store = dynamic_cast<const OffloadedKvStore*>(in.store);

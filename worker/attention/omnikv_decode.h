@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/policy/attention_policy.h"
@@ -31,11 +32,16 @@ class FilterDecode final : public DecodeStrategy {
   Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
 
  private:
-  // This rank's best candidates of each KV head (row, score) from the scores [kv_heads, rows].
-  StatusOr<std::vector<std::vector<int64_t>>> Choose(AttentionEnv& env, ConstTensorView scores);
+  // One rank: each KV head's best min(top_k, n) rows straight into the selection (TopK in column
+  // order), without the host.
+  Status ChooseOnDevice(AttentionEnv& env, ConstTensorView scores);
+  // Several ranks: this rank's best candidates of each KV head go to GlobalTopK (k values each,
+  // not all scores), and its share of the agreed cut is uploaded.
+  Status ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
+                           ConstTensorView scores);
   FilterParams params_;
   std::shared_ptr<TokenSelection> selection_;
-  std::vector<int64_t> positions_;  // the positions of this rank's context rows
+  std::vector<int64_t> positions_;  // the positions of this rank's context rows (several ranks)
   BackendTensor scores_, top_index_, top_value_;
 };
 

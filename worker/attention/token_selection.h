@@ -1,19 +1,22 @@
 // OmniKV's token selection for one group of layers of one sequence on one rank: the context
 // (prompt) rows its filter layer chose at the current decode step, per KV head, which every
 // selected layer up to the next filter layer attends to, and, for the group's layers whose
-// context rows live in the host tier, the packed load of those rows.
+// context rows live in the host tier, the packed loads of those rows.
 //
 // The rows are this rank's own (each rank keeps only its shard's share of the global top-k), as
 // indices into the rank's context rows, which are the first rows of every store of the sequence
 // (stores keep rows in position order and the context precedes every generated token). The
-// host-tier layers of a group share one host arena, so one gather on the copy queue loads the
-// chosen rows of all of them at once, behind the filter layer's index upload and overlapped with
-// the layers that run in the meantime; a selected layer's compute waits for it only when it
-// reads the rows.
+// choice stays on the device: the filter layer writes each head's rows into ChosenBuffer (TopK in
+// column order on one rank, or the agreed cut uploaded once on several), and Choose builds the
+// gather index from it with one op (SelectionIndex) — no host round trip on one rank.
 //
-// Gathered rows are laid out by KV head ([rows(0)], [rows(1)], ... of head_dim each), or, when
-// every head has as many rows (always on one rank once the context exceeds the budget), row by
-// row ([n, kv_heads, head_dim]) so that one attention call covers every head.
+// Chosen rows are laid out slot by slot, [slots, kv_heads, head_dim], so that one attention call
+// covers every head; a head with fewer rows than the slots (only under context parallelism,
+// where each rank holds its share of the cut) is padded, and its count masks the padding
+// (AttentionArgs::kv_head_rows). The host-tier layers of a group share one host arena; each
+// layer's rows are loaded by a gather of their own on the copy queue, started right after the
+// index is built, so that a selected layer's compute waits only for its own load while the later
+// ones run behind it.
 #pragma once
 
 #include <cstdint>
@@ -45,49 +48,53 @@ class TokenSelection {
   int64_t context_end() const { return context_end_; }
 
   // ---- The filter layer, at each decode step ----
-  // This rank's chosen rows of each KV head (increasing, below `context_rows`, the rank's rows
-  // before context_end) for the token at `position`: uploads the gather index and starts the
-  // packed load.
-  Status Choose(AttentionEnv& env, std::vector<std::vector<int64_t>> rows, int64_t context_rows,
-                int64_t position);
+  // Where the filter layer writes this step's choice: [kv_heads, slots] I32 in backend memory,
+  // each head's chosen rows (below the rank's context rows, increasing) followed by -1 in the
+  // slots it does not fill. Drops the previous choice.
+  StatusOr<TensorView> ChosenBuffer(AttentionEnv& env, int64_t slots);
+  // Once the choice is written (queued on the compute stream) for the token at `position`, over
+  // the rank's first `context_rows` rows: builds the gather index and each head's count, and
+  // starts the host-tier loads.
+  Status Choose(AttentionEnv& env, int64_t context_rows, int64_t position);
 
   // ---- Selected layers ----
   // OK when the filter layer chose for the token at `position` (FailedPrecondition otherwise,
   // naming `layer`).
   Status CheckFresh(int64_t position, int64_t layer) const;
   int64_t context_rows() const { return context_rows_; }
-  int64_t total_rows() const { return head_offset_.empty() ? 0 : head_offset_.back(); }
-  // The chosen rows of host-tier `layer` (compute waits for the packed load): K and V
-  // [total_rows, head_dim] each.
+  // Slots per KV head of the current choice (0: no row chosen).
+  int64_t slots() const { return slots_; }
+  // The chosen rows of host-tier `layer` (compute waits for that layer's load): K and V
+  // [slots, kv_heads, head_dim] each.
   StatusOr<ConstKvRows> Loaded(AttentionEnv& env, int64_t layer);
   // The chosen rows of `context` (a device store's context rows [context_rows, kv_heads,
-  // head_dim]) gathered on the compute stream: K and V [total_rows, head_dim] each, valid until
-  // the next Gather.
+  // head_dim]) gathered on the compute stream: K and V [slots, kv_heads, head_dim] each, valid
+  // until the next Gather.
   StatusOr<ConstKvRows> Gather(AttentionEnv& env, ConstKvRows context);
-  // Attention of the token's query `q` [1, heads, head_dim] over gathered rows `rows` (from
-  // Loaded or Gather): o [1, heads, head_dim], lse [1, heads] (o = 0, lse = -inf for heads with
-  // no chosen row).
+  // Attention of the token's query `q` [1, heads, head_dim] over chosen rows `rows` (from Loaded
+  // or Gather), each head over its own count: o [1, heads, head_dim], lse [1, heads] (o = 0,
+  // lse = -inf for heads with no chosen row). One call.
   Status Attend(AttentionEnv& env, ConstTensorView q, ConstKvRows rows, int64_t position,
                 TensorView o, TensorView lse) const;
 
  private:
-  // Starts the packed load of the rows at `index` (rows of [context_rows * kv_heads, head_dim])
-  // of every host-tier layer.
-  Status StartLoad(AttentionEnv& env, const std::vector<int64_t>& index);
+  // Starts one gather per host-tier layer (its K and V blocks of the index) on the copy queue.
+  Status StartLoads(AttentionEnv& env);
 
   int64_t filter_layer_;
   int64_t context_end_ = -1;
   int64_t position_ = -1;  // the token the current choice is for
   int64_t context_rows_ = 0;
-  bool by_row_ = false;               // gathered row by row ([n, kv_heads, head_dim]), else by head
-  std::vector<int64_t> head_offset_;  // [kv_heads + 1], by-head layout
-  BackendTensor index_;               // [total] rows of [context_rows * kv_heads, head_dim]
+  int64_t slots_ = 0;
+  BackendTensor chosen_;  // [kv_heads, slots] I32
+  BackendTensor index_;   // [blocks, slots * kv_heads] I64 (block 0: rows of one context)
+  BackendTensor counts_;  // [kv_heads] I32
   BackendTensor gather_k_, gather_v_;
   // Host tier.
   std::vector<int64_t> host_layers_;
-  BackendTensor arena_, packed_, load_index_;
+  BackendTensor arena_, packed_;
   int64_t capacity_ = 0;
-  CopyEvent load_;
+  std::vector<CopyEvent> loads_;  // per host-tier layer
 };
 
 }  // namespace millipede

@@ -102,15 +102,17 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   }
   if (std::count(host.begin(), host.end(), true) > 0)
     plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options));
-  // Per filter layer: its scores and top-k; the rows it chooses gathered on the device (K and
-  // V, with their index) and, for its host-tier layers, loaded into one packed buffer.
+  // Per filter layer: its scores, top-k values and chosen rows, the gather index (one block per
+  // host-tier K or V, at least one) and head counts; the rows it chooses gathered on the device
+  // (K and V) for its device-tier layers and loaded into one packed buffer for its host-tier ones.
   const int64_t budget = std::min(options.policy.filter.top_k, options.capacity);
   const int64_t loaded = std::min(options.policy.filter.top_k, ContextCapacity(options));
   for (const SelectionGroup& g : SelectionGroups(options)) {
     const int64_t n = static_cast<int64_t>(g.host_layers.size());
-    plan->selection_bytes += kv_heads * options.capacity * 4 + kv_heads * budget * 8;
-    if (g.device_layers) plan->selection_bytes += budget * row + kv_heads * budget * 8;
-    plan->selection_bytes += n * loaded * row + 2 * n * kv_heads * loaded * 8;
+    plan->selection_bytes += kv_heads * options.capacity * 4 + kv_heads * budget * 12 +
+                             std::max<int64_t>(1, 2 * n) * budget * kv_heads * 8 + kv_heads * 4;
+    if (g.device_layers) plan->selection_bytes += budget * row;
+    plan->selection_bytes += n * loaded * row;
   }
   return OkStatus();
 }
