@@ -20,6 +20,11 @@ namespace millipede {
 // entry's position is stored to *bad (one int64 in device or mapped host memory; with several
 // bad entries, any one of them). The caller sets *bad to -1 beforehand and reads it once the
 // stream has passed the kernel.
-Status GatherRowsCuda(const GatherRowsArgs& args, int64_t* bad, cudaStream_t stream);
+//
+// `max_blocks` (0: no limit beyond the kernel's own) caps the grid: a gather from host memory on
+// a copy stream needs only enough loads in flight to fill PCIe, and a small grid leaves the SMs
+// to the compute it overlaps.
+Status GatherRowsCuda(const GatherRowsArgs& args, int64_t* bad, cudaStream_t stream,
+                      int64_t max_blocks = 0);
 
 }  // namespace millipede

@@ -30,6 +30,7 @@
 #include "kernels/silu_mul_cuda.h"
 #include "kernels/top_k_cuda.h"
 #include "worker/cuda_copy_queue.h"
+#include "worker/cuda_pinned_memory.h"
 
 namespace millipede {
 namespace {
@@ -184,18 +185,7 @@ class CudaBackend final : public Backend {
     return BlockSparseIndexCuda(args, *sparse_index_, stream_);
   }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
-    MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
-    void* p = nullptr;
-    // Mapped: kernels read it in place (GatherRows from a host KV tier). Portable: usable from
-    // every device of the process.
-    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1),
-                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-      cudaGetLastError();
-      return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) +
-                                    " bytes of page-locked host memory for a tensor " +
-                                    shape.ToString());
-    }
-    return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFreeHost(q); });
+    return AllocatePinnedHost(dtype, shape);
   }
   StatusOr<CopyEvent> StartCopy(ConstTensorView src, TensorView dst, CopyOrder order) override {
     return copies_->Copy(src, dst, order);

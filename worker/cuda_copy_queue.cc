@@ -6,6 +6,12 @@
 namespace millipede {
 namespace {
 
+// Blocks of a gather on the copy queue. Its rows come from host memory across PCIe: 64 blocks
+// keep ~1 MiB of reads in flight, several times what the link needs, while taking a few percent
+// of the SMs' thread slots from the compute the gather overlaps (an uncapped grid of thousands of
+// blocks waiting on PCIe would crowd it out).
+constexpr int64_t kCopyGatherBlocks = 64;
+
 // Asynchronous copies from or to pageable memory are staged and synchronous for the host, which
 // would silently undo the overlap; such memory is refused.
 Status CheckNotPageable(const void* p, const char* what) {
@@ -128,7 +134,7 @@ StatusOr<CopyEvent> CudaCopyQueue::Copy(ConstTensorView src, TensorView dst, Cop
 StatusOr<CopyEvent> CudaCopyQueue::Gather(const GatherRowsArgs& args, CopyOrder order) {
   MP_RETURN_IF_ERROR(GatherRowsCheckArgs(args));
   MP_RETURN_IF_ERROR(Begin(order));
-  MP_RETURN_IF_ERROR(GatherRowsCuda(args, gather_error_->device(), copy_));
+  MP_RETURN_IF_ERROR(GatherRowsCuda(args, gather_error_->device(), copy_, kCopyGatherBlocks));
   return Finish();
 }
 

@@ -1,7 +1,9 @@
 // GatherRowsCuda against GatherRowsRef, byte for byte: dtypes and row sizes that take every copy
 // width (16 down to 1 byte), I32 and I64 indices with repeats, unaligned views, a source in
-// mapped pinned host memory (the host KV tier's case), out-of-range indices (zero rows and the
-// reported position, never a read outside src), guard bands around dst. Skips without a GPU.
+// mapped pinned host memory (the host KV tier's case), rows narrow enough for several per warp
+// and wider than a warp, grids capped far below the rows (as the copy queue's), out-of-range
+// indices (zero rows and the reported position, never a read outside src), guard bands around
+// dst. Skips without a GPU.
 #include "kernels/gather_rows_cuda.h"
 
 #include <cuda_runtime.h>
@@ -75,6 +77,7 @@ struct Case {
   int64_t n, width, m;
   DType index_dtype;
   size_t offset_bytes;  // moves src and dst off their allocation's alignment
+  int64_t max_blocks = 0;  // GatherRowsCuda's grid cap (0: none)
 };
 
 class GatherRowsCudaTest : public testing::GpuOpTest<Case> {};
@@ -105,8 +108,8 @@ TEST_P(GatherRowsCudaTest, MatchesReferenceFromDeviceAndPinnedHostMemory) {
           return GatherRun{{source, t.cview(iindex), t.view(idst)}, t.view(ibad).as<int64_t>()};
         },
         [](const GatherRun& run) { return GatherRowsRef(run.args); },
-        [](const GatherRun& run, cudaStream_t stream) {
-          return GatherRowsCuda(run.args, run.bad_index, stream);
+        [&](const GatherRun& run, cudaStream_t stream) {
+          return GatherRowsCuda(run.args, run.bad_index, stream, c.max_blocks);
         });
   }
 }
@@ -120,30 +123,39 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatherRowsCudaTest,
                                            Case{DType::kU8, 17, 5, 40, DType::kI32, 1},    // 1
                                            Case{DType::kBF16, 4096, 128, 20000, DType::kI64, 0},
                                            Case{DType::kI64, 9, 1, 1, DType::kI32, 0},
-                                           Case{DType::kF32, 5, 7, 0, DType::kI32, 0}));
+                                           Case{DType::kF32, 5, 7, 0, DType::kI32, 0},
+                                           // Wide rows (the one-warp-per-row kernel), and grids
+                                           // capped far below the rows (the copy queue's).
+                                           Case{DType::kBF16, 300, 1024, 500, DType::kI32, 0},
+                                           Case{DType::kBF16, 4096, 128, 20000, DType::kI64, 0, 3},
+                                           Case{DType::kF32, 64, 2, 3000, DType::kI32, 0, 1},
+                                           Case{DType::kU8, 17, 5, 400, DType::kI64, 1, 2}));
 
 TEST(GatherRowsCudaBadIndexTest, ZeroRowAndReportedPositionNoOutOfBoundsRead) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  const int64_t n = 8, width = 16;
-  HostTensor src = RandomBytes(DType::kF32, {n, width}, 7);
-  for (int64_t bad : {int64_t{-1}, n, int64_t{1} << 40}) {
-    HostTensor index = testing::TensorOf(DType::kI64, {4}, {0, 0, 0, 0});
-    const int64_t rows[] = {3, 7, bad, 0};
-    for (int i = 0; i < 4; ++i) index.data<int64_t>()[i] = rows[i];
-    // src sits between guard bands: a read of row `bad` would hit them or beyond, and a wrong
-    // write would show in dst's guards.
-    DeviceTensor d_src(src), d_index(index), d_dst(RandomBytes(DType::kF32, {4, width}, 8));
-    DeviceTensor d_bad(NoBadIndex());
-    ASSERT_TRUE(GatherRowsCuda({d_src.cview(), d_index.cview(), d_dst.view()},
-                               d_bad.view().as<int64_t>(), nullptr)
-                    .ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const HostTensor dst = d_dst.Read();
-    EXPECT_EQ(d_bad.Read().data<int64_t>()[0], 2) << "index " << bad;
-    for (int i = 0; i < 4; ++i)
-      for (int64_t c = 0; c < width; ++c)
-        EXPECT_EQ(dst.data<float>()[i * width + c],
-                  i == 2 ? 0.0f : src.data<float>()[rows[i] * width + c]);
+  const int64_t n = 8;
+  // 64-byte rows (several per warp) and 400-byte rows (one warp per row).
+  for (int64_t width : {16, 100}) {
+    HostTensor src = RandomBytes(DType::kF32, {n, width}, 7);
+    for (int64_t bad : {int64_t{-1}, n, int64_t{1} << 40}) {
+      HostTensor index = testing::TensorOf(DType::kI64, {4}, {0, 0, 0, 0});
+      const int64_t rows[] = {3, 7, bad, 0};
+      for (int i = 0; i < 4; ++i) index.data<int64_t>()[i] = rows[i];
+      // src sits between guard bands: a read of row `bad` would hit them or beyond, and a wrong
+      // write would show in dst's guards.
+      DeviceTensor d_src(src), d_index(index), d_dst(RandomBytes(DType::kF32, {4, width}, 8));
+      DeviceTensor d_bad(NoBadIndex());
+      ASSERT_TRUE(GatherRowsCuda({d_src.cview(), d_index.cview(), d_dst.view()},
+                                 d_bad.view().as<int64_t>(), nullptr)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const HostTensor dst = d_dst.Read();
+      EXPECT_EQ(d_bad.Read().data<int64_t>()[0], 2) << "index " << bad << " width " << width;
+      for (int i = 0; i < 4; ++i)
+        for (int64_t c = 0; c < width; ++c)
+          EXPECT_EQ(dst.data<float>()[i * width + c],
+                    i == 2 ? 0.0f : src.data<float>()[rows[i] * width + c]);
+    }
   }
 }
 

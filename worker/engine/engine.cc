@@ -5,6 +5,18 @@
 #include <algorithm>
 
 namespace millipede {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// What pinned memory (a host tier) may take: the host's available memory less a reserve for the
+// system and the process's own allocations, since page-locked memory is never swapped out: the
+// larger of 4 GiB and a tenth of the host's memory.
+int64_t PinnableHostBytes(const BackendMemory& host) {
+  return std::max<int64_t>(0, host.free_bytes - std::max(4 * kGiB, host.total_bytes / 10));
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
                                                  std::unique_ptr<Communicator> comm,
@@ -127,19 +139,26 @@ Status Engine::PlanLocal(SequenceOptions* options, int64_t ring_rows, SequenceMe
   }
   if (options->selected_kv == SelectedKvTier::kAuto) options->selected_kv = options_.selected_kv;
   if (options->selected_kv == SelectedKvTier::kAuto) {
+    // The device while it holds everything; else the host tier for the fewest selected layers
+    // that let it hold the rest (every candidate when none does: the refusal shows that plan).
     options->selected_kv = SelectedKvTier::kDevice;
     MP_ASSIGN_OR_RETURN(*plan, PlanSequence(*options, ring_rows));
-    const bool selected = std::any_of(
-        options->policy.layers.begin(), options->policy.layers.end(),
-        [](const LayerPolicy& l) { return l.LayerDecode() == DecodeRole::kSelected; });
-    if (selected && !one_memory && plan->total() > device.free_bytes)
+    const int64_t candidates =
+        static_cast<int64_t>(Sequence::HostTierCandidates(options->policy).size());
+    if (!one_memory && candidates > 0 && plan->total() > device.free_bytes) {
       options->selected_kv = SelectedKvTier::kHost;
+      for (options->host_tier_layers = 1; options->host_tier_layers < candidates;
+           ++options->host_tier_layers) {
+        MP_ASSIGN_OR_RETURN(*plan, PlanSequence(*options, ring_rows));
+        if (plan->total() <= device.free_bytes) break;
+      }
+    }
   }
   MP_ASSIGN_OR_RETURN(*plan, PlanSequence(*options, ring_rows));
   need_free[0] = plan->total() + (one_memory ? plan->host_kv_bytes : 0);
   need_free[1] = device.free_bytes;
   need_free[2] = one_memory ? 0 : plan->host_kv_bytes;
-  need_free[3] = host.free_bytes;
+  need_free[3] = one_memory ? 0 : PinnableHostBytes(host);
   return OkStatus();
 }
 
@@ -187,8 +206,9 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
       return ResourceExhaustedError(
           "the sequence does not fit: rank " + std::to_string(r) + " needs " +
           FormatBytes(m[3]) + " of pinned host memory for the context rows of its host-tier "
-          "layers" + plan_text + " but its host has " + FormatBytes(m[4]) +
-          " available; use more ranks (nodes) or a shorter prompt");
+          "layers" + plan_text + " but its host can pin " + FormatBytes(m[4]) +
+          " (its available memory less a reserve of max(4 GiB, 10% of its memory)); use more "
+          "ranks (nodes), a shorter prompt or fewer host-tier layers");
   }
   // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
   // keep the sequence (the others would wait for it in the next step's collectives).

@@ -1,6 +1,7 @@
 #include "worker/engine/sequence.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "worker/kv/device_kv_store.h"
@@ -27,15 +28,16 @@ int64_t GeneratedCapacity(const SequenceOptions& o) {
 
 DecodeRole Role(const AttentionPolicy& p, size_t l) { return p.layers[l].LayerDecode(); }
 
-// Whether each layer's context rows go to the host tier: selected layers with kHost, except the
-// one right after a filter layer (it stays on the device, its rows gathered while the group's
-// host rows load, as OmniKV keeps that layer on the GPU).
+// Whether each layer's context rows go to the host tier: with kHost, the first
+// host_tier_layers of HostTierCandidates.
 std::vector<bool> HostTierLayers(const SequenceOptions& o) {
-  const AttentionPolicy& p = o.policy;
-  std::vector<bool> host(p.layers.size(), false);
+  std::vector<bool> host(o.policy.layers.size(), false);
   if (o.selected_kv != SelectedKvTier::kHost) return host;
-  for (size_t l = 1; l < p.layers.size(); ++l)
-    host[l] = Role(p, l) == DecodeRole::kSelected && Role(p, l - 1) != DecodeRole::kFilter;
+  const std::vector<int64_t> candidates = Sequence::HostTierCandidates(o.policy);
+  const size_t n = o.host_tier_layers < 0 ? candidates.size()
+                                          : std::min(candidates.size(),
+                                                     static_cast<size_t>(o.host_tier_layers));
+  for (size_t i = 0; i < n; ++i) host[static_cast<size_t>(candidates[i])] = true;
   return host;
 }
 
@@ -79,6 +81,25 @@ StatusOr<SelectedKvTier> ParseSelectedKvTier(std::string_view name) {
   if (name == "host") return SelectedKvTier::kHost;
   return InvalidArgumentError("unknown tier for selected layers \"" + std::string(name) +
                               "\" (auto, device, host)");
+}
+
+std::vector<int64_t> Sequence::HostTierCandidates(const AttentionPolicy& policy) {
+  // (layers since the filter layer, layer) of each candidate: the one right after a filter layer
+  // stays on the device, its rows gathered while the group's host rows load (as OmniKV keeps
+  // that layer on the GPU).
+  std::vector<std::pair<int64_t, int64_t>> ranked;
+  int64_t filter = -1;
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const DecodeRole r = Role(policy, l);
+    const int64_t layer = static_cast<int64_t>(l);
+    if (r == DecodeRole::kFilter) filter = layer;
+    if (r == DecodeRole::kSelected && filter >= 0 && layer - filter > 1)
+      ranked.emplace_back(layer - filter, layer);
+  }
+  std::sort(ranked.begin(), ranked.end(), std::greater<>());
+  std::vector<int64_t> out;
+  for (const auto& [distance, layer] : ranked) out.push_back(layer);
+  return out;
 }
 
 Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,

@@ -23,10 +23,12 @@ namespace millipede {
 using SequenceId = int64_t;
 
 // Where the context (prompt) rows of a sequence's selected layers live (OmniKV). kHost: in the
-// host tier of the node (pinned memory), loaded back a group at a time, except for the layer
-// right after each filter layer, which stays on the device so that its rows are gathered while
-// the group's loads run; generated rows stay on the device either way. kAuto: the device when
-// the memory plan fits there, else the host tier (decided when the sequence starts).
+// host tier of the node (pinned memory), each layer's chosen rows loaded back behind the compute
+// of the layers before it, except for the layer right after each filter layer, which stays on
+// the device so that its rows are gathered while the group's loads run (SequenceOptions::
+// host_tier_layers may send fewer); generated rows stay on the device either way. kAuto: the
+// device when the memory plan fits there, else the host tier for as few selected layers as
+// let the device hold the rest (decided when the sequence starts).
 enum class SelectedKvTier { kAuto, kDevice, kHost };
 const char* SelectedKvTierName(SelectedKvTier tier);  // "auto", "device", "host"
 StatusOr<SelectedKvTier> ParseSelectedKvTier(std::string_view name);
@@ -41,6 +43,10 @@ struct SequenceOptions {
   // -1: not known, up to capacity. Splits a host-tier layer's rows between host and device.
   int64_t decode_rows = -1;
   SelectedKvTier selected_kv = SelectedKvTier::kAuto;  // kAuto is the device to Create
+  // With kHost, how many selected layers go to the host tier: those with the most compute
+  // between their filter layer and them first (their loads hide best), later layers first on a
+  // tie; -1 (or more than there are): every one that may.
+  int64_t host_tier_layers = -1;
 };
 
 class Sequence {
@@ -53,6 +59,9 @@ class Sequence {
   // host_kv_bytes (pinned host) and selection_bytes (OmniKV's scores, gathers, packed loads).
   static Status PlanStores(const ModelConfig& config, DType kv_dtype,
                            const SequenceOptions& options, SequenceMemoryPlan* plan);
+  // The selected layers that may go to the host tier (all but the one right after each filter
+  // layer), in the order host_tier_layers takes them.
+  static std::vector<int64_t> HostTierCandidates(const AttentionPolicy& policy);
 
   SequenceId id() const { return id_; }
   const SequenceOptions& options() const { return options_; }

@@ -52,7 +52,7 @@ struct Case {
   bool want_lse = true;
   // false keeps prefill on the mma.sync kernel instead of the Hopper wgmma kernel.
   bool allow_wgmma = true;
-  std::vector<int32_t> head_rows;  // AttentionArgs::kv_head_rows per KV head; empty: none
+  std::vector<int32_t> head_rows{};  // AttentionArgs::kv_head_rows per KV head; empty: none
 };
 
 HostTensor HeadRows(const Case& c) {
