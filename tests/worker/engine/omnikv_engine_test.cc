@@ -142,6 +142,43 @@ TEST(OmniKvEngineTest, HostTierHoldsTheContextRowsOfItsLayers) {
   EXPECT_EQ(device_plan->kv_bytes, 8 * capacity * row);
 }
 
+// A partial host tier (what kAuto chooses when the device holds only part of the selected
+// layers) takes the layers with the most compute between their filter layer and them first, and
+// gives the answers of the full host tier and of the device.
+TEST(OmniKvEngineTest, PartialHostTierTakesTheLayersFarthestFromTheirFilterFirst) {
+  auto engine = MakeEngine(SelectedKvTier::kHost);
+  Engine& e = *engine;
+  // Candidates: 3 and 4 (filter 1), 7 (filter 5); layers 2 and 6 follow a filter layer.
+  EXPECT_EQ(Sequence::HostTierCandidates(OmniPolicy(e, 8)), (std::vector<int64_t>{4, 7, 3}));
+  const int64_t capacity = 100, decode_rows = 10, row = 2 * 2 * 16 * 4;
+  SequenceOptions o{capacity, capacity, OmniPolicy(e, 8), decode_rows, SelectedKvTier::kHost};
+  for (int64_t layers : {0, 1, 2, 3, 9}) {
+    o.host_tier_layers = layers;
+    auto plan = e.PlanSequence(o, capacity);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(plan->host_kv_bytes, std::min<int64_t>(layers, 3) * 90 * row) << layers;
+  }
+  const std::vector<int32_t> prompt = RandomIds(90, 97, 26), decode = RandomIds(5, 97, 27);
+  auto device = MakeEngine(SelectedKvTier::kDevice);
+  const auto want = Logits(*device, OmniPolicy(*device, 5), prompt, decode);
+  for (int64_t layers : {1, 2}) {
+    const int64_t n = static_cast<int64_t>(prompt.size()), m = static_cast<int64_t>(decode.size());
+    SequenceOptions partial{n + m, 0, OmniPolicy(e, 5), m, SelectedKvTier::kHost, layers};
+    ASSERT_TRUE(e.StartSequence(Engine::kDefaultSequence, partial).ok());
+    EXPECT_EQ(e.HostKvBytes(), layers * (n + m - m) * row);
+    std::vector<std::vector<float>> got(1);
+    ASSERT_TRUE(e.ForwardToHost(prompt, &got[0]).ok());
+    for (int32_t id : decode) {
+      auto d = e.ForwardDecode(id);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      got.emplace_back(97);
+      ASSERT_TRUE(e.backend().CopyToHost(*d, {got.back().data(), DType::kF32, Shape{97}}).ok());
+    }
+    e.EndSequence();
+    EXPECT_EQ(got, want) << layers << " host-tier layers";
+  }
+}
+
 // Decode benchmarks start from a synthetic cache: written chunk by chunk through the stores, so
 // a host tier is filled (and staged) like a prefill fills it.
 TEST(OmniKvEngineTest, SyntheticSequencesFillBothTiers) {
