@@ -44,7 +44,9 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        attend almost uniformly)
   --policy FILE        attention policy file (default dense/full)
   --selected-kv T      OmniKV's selected layers' prompt KV: auto (default) | device | host
-  --profile            per-phase times (synchronises at phase boundaries)
+  --profile            per-phase times (synchronises at phase boundaries); with --decode-only,
+                       ms per token of each phase (OmniKV's selection and the waits for its
+                       host-tier loads among them) and the share of load time hidden
   --gemm-reference     also time the model's GEMMs alone for each prompt length
   --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
                        placed over the ranks as a prompt would be (decode speed only)
@@ -128,6 +130,9 @@ EngineStats Minus(const EngineStats& a, const EngineStats& b) {
   d.attention_s = a.attention_s - b.attention_s;
   d.sparse_select_s = a.sparse_select_s - b.sparse_select_s;
   d.sparse_index_s = a.sparse_index_s - b.sparse_index_s;
+  d.omnikv_select_s = a.omnikv_select_s - b.omnikv_select_s;
+  d.load_wait_s = a.load_wait_s - b.load_wait_s;
+  d.host_load_bytes = a.host_load_bytes - b.host_load_bytes;
   d.comm_wait_s = a.comm_wait_s - b.comm_wait_s;
   d.mlp_s = a.mlp_s - b.mlp_s;
   d.logits_s = a.logits_s - b.logits_s;
@@ -139,22 +144,25 @@ EngineStats Minus(const EngineStats& a, const EngineStats& b) {
 
 // Every rank's `s`, in rank order, as JSON (a collective: every rank calls it).
 StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
-  const double mine[11] = {s.embed_s,  s.qkv_s,   s.attention_s,
-                           s.comm_wait_s, s.mlp_s, s.logits_s,
-                           static_cast<double>(s.comm_bytes),
-                           static_cast<double>(s.prefill_layers),
-                           static_cast<double>(s.decode_layers),
-                           s.sparse_select_s, s.sparse_index_s};
+  constexpr size_t kFields = 14;
+  const double mine[kFields] = {s.embed_s,     s.qkv_s,          s.attention_s,
+                                s.comm_wait_s, s.mlp_s,          s.logits_s,
+                                static_cast<double>(s.comm_bytes),
+                                static_cast<double>(s.prefill_layers),
+                                static_cast<double>(s.decode_layers),
+                                s.sparse_select_s, s.sparse_index_s,
+                                s.omnikv_select_s, s.load_wait_s,
+                                static_cast<double>(s.host_load_bytes)};
   const int n = engine.comm().size();
-  std::vector<double> all(11 * static_cast<size_t>(n));
+  std::vector<double> all(kFields * static_cast<size_t>(n));
   if (n > 1) {
     MP_RETURN_IF_ERROR(engine.comm().HostAllGather(mine, all.data(), sizeof(mine)));
   } else {
-    std::copy(mine, mine + 11, all.begin());
+    std::copy(mine, mine + kFields, all.begin());
   }
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < n; ++r) {
-    const double* m = &all[11 * static_cast<size_t>(r)];
+    const double* m = &all[kFields * static_cast<size_t>(r)];
     ranks.push_back({{"rank", r},
                      {"embed_s", m[0]},
                      {"qkv_s", m[1]},
@@ -166,15 +174,67 @@ StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
                      {"prefill_layers", m[7]},
                      {"decode_layers", m[8]},
                      {"sparse_select_s", m[9]},
-                     {"sparse_index_s", m[10]}});
+                     {"sparse_index_s", m[10]},
+                     {"omnikv_select_s", m[11]},
+                     {"load_wait_s", m[12]},
+                     {"host_load_bytes", m[13]}});
   }
   return ranks;
+}
+
+// How fast a gather of `row_bytes` rows from pinned host memory runs on the copy queue (GB/s):
+// the rate OmniKV's packed loads read the host tier at, measured on 256 MiB of random rows.
+StatusOr<double> HostGatherGbPerS(Backend& backend, int64_t row_bytes) {
+  const int64_t rows = (int64_t{256} << 20) / row_bytes, picked = rows / 4;
+  MP_ASSIGN_OR_RETURN(BackendTensor src, backend.AllocateHost(DType::kU8, Shape{rows, row_bytes}));
+  MP_ASSIGN_OR_RETURN(BackendTensor dst, backend.Allocate(DType::kU8, Shape{picked, row_bytes}));
+  MP_ASSIGN_OR_RETURN(BackendTensor index, backend.Allocate(DType::kI64, Shape{picked}));
+  std::vector<int64_t> host_index(static_cast<size_t>(picked));
+  uint64_t state = 88172645463325252ull;
+  for (int64_t& i : host_index) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    i = static_cast<int64_t>(state % static_cast<uint64_t>(rows));
+  }
+  MP_RETURN_IF_ERROR(backend.CopyFromHost({host_index.data(), DType::kI64, Shape{picked}},
+                                          index.view()));
+  MP_RETURN_IF_ERROR(backend.Synchronize());
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MP_ASSIGN_OR_RETURN(CopyEvent e, backend.StartGatherRows({src.cview(), index.cview(), dst.view()},
+                                                             CopyOrder::kNow));
+    MP_RETURN_IF_ERROR(backend.WaitCopy(e));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::max(best, static_cast<double>(picked * row_bytes) / s / 1e9);
+  }
+  return best;
+}
+
+// Per-token milliseconds of each profiled phase (--profile), and what part of the host-tier
+// loads' time compute did not hide (the waits, against the loads' bytes at the measured rate).
+nlohmann::json DecodeProfile(const EngineStats& s, int64_t tokens, double gather_gb_per_s) {
+  const double per = 1000.0 / static_cast<double>(tokens);
+  nlohmann::json out = {{"embed", s.embed_s * per},         {"qkv", s.qkv_s * per},
+                        {"attention", s.attention_s * per}, {"select", s.omnikv_select_s * per},
+                        {"load_wait", s.load_wait_s * per}, {"comm_wait", s.comm_wait_s * per},
+                        {"mlp", s.mlp_s * per},             {"logits", s.logits_s * per}};
+  if (gather_gb_per_s > 0 && s.host_load_bytes > 0) {
+    const double load_s = static_cast<double>(s.host_load_bytes) / (gather_gb_per_s * 1e9);
+    out["load_est"] = load_s * per;
+    out["load_hidden_share"] = std::clamp(1.0 - s.load_wait_s / load_s, 0.0, 1.0);
+  }
+  return out;
 }
 
 // Decode steps over a synthetic cache of `length` positions: the first step is untimed (warm-up),
 // the next `tokens` are timed. Greedy; rank 0 samples and broadcasts, as Generate does.
 StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t tokens) {
+  const auto setup0 = std::chrono::steady_clock::now();
   MP_RETURN_IF_ERROR(engine.StartSyntheticSequence(length, tokens + 1));
+  const double setup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup0).count();
   Communicator& comm = engine.comm();
   int32_t token = 1;
   std::vector<int32_t> ids;
@@ -194,20 +254,35 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Rank 0's KV by tier, and what OmniKV's packed loads read from its host tier per token.
   const int64_t host_kv = engine.HostKvBytes(), device_kv = engine.KvBytes() - host_kv;
-  const double loaded = static_cast<double>(engine.stats().host_load_bytes) / tokens;
+  const EngineStats stats = engine.stats();
+  const double loaded = static_cast<double>(stats.host_load_bytes) / tokens;
   engine.EndSequence();
-  return nlohmann::json{{"bench", "e2e-decode"},
-                        {"backend", BackendKindName(engine.backend().kind())},
-                        {"ranks", comm.size()},
-                        {"context", length},
-                        {"decode_tokens", tokens},
-                        {"decode_tokens_per_s", static_cast<double>(tokens) / s},
-                        {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
-                        {"kv_bytes_device", device_kv},
-                        {"kv_bytes_host", host_kv},
-                        {"host_load_bytes_per_token", loaded},
-                        {"first_ids", std::vector<int32_t>(ids.begin(), ids.begin() +
-                                                           std::min<size_t>(8, ids.size()))}};
+  nlohmann::json out{{"bench", "e2e-decode"},
+                     {"backend", BackendKindName(engine.backend().kind())},
+                     {"ranks", comm.size()},
+                     {"context", length},
+                     {"decode_tokens", tokens},
+                     {"decode_tokens_per_s", static_cast<double>(tokens) / s},
+                     {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
+                     {"setup_s", setup_s},
+                     {"kv_bytes_device", device_kv},
+                     {"kv_bytes_host", host_kv},
+                     {"host_load_bytes_per_token", loaded},
+                     {"first_ids", std::vector<int32_t>(ids.begin(), ids.begin() +
+                                                        std::min<size_t>(8, ids.size()))}};
+  if (engine.options().profile) {
+    double gb_per_s = 0;
+    if (stats.host_load_bytes > 0) {
+      const ModelConfig& c = engine.config();
+      MP_ASSIGN_OR_RETURN(gb_per_s,
+                          HostGatherGbPerS(engine.backend(),
+                                           c.head_dim * static_cast<int64_t>(
+                                                            DTypeSize(engine.options().kv_dtype))));
+      out["host_gather_gb_per_s"] = gb_per_s;
+    }
+    out["profile_ms_per_token"] = DecodeProfile(stats, tokens, gb_per_s);
+  }
+  return out;
 }
 
 Status Run(int argc, char** argv, const MpiWorld& world) {

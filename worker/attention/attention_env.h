@@ -21,6 +21,8 @@ struct EngineStats {
   double attention_s = 0;   // attention kernels and (o, lse) merges
   double sparse_select_s = 0;  // sparse prefill: scoring and choosing columns, diagonals, blocks
   double sparse_index_s = 0;   // sparse prefill: building the index of each chunk of queries
+  double omnikv_select_s = 0;  // OmniKV's filter layers: token scores, top-k, gather index
+  double load_wait_s = 0;      // compute waiting for host-tier loads beyond the compute before
   double comm_wait_s = 0;   // waiting for ring transfers / decode partials beyond the compute
   double mlp_s = 0;         // output projection and MLP
   double logits_s = 0;      // final norm and LM head
@@ -35,6 +37,7 @@ struct EngineStats {
 class StepProfiler {
  public:
   StepProfiler(Backend& backend, bool enabled) : backend_(backend), enabled_(enabled) {}
+  bool enabled() const { return enabled_; }
   Status Mark(double* bucket) {
     if (!enabled_) return OkStatus();
     MP_RETURN_IF_ERROR(backend_.Synchronize());

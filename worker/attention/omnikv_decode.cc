@@ -114,6 +114,7 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
   int64_t n = 0;
   for (const TokenRange& r : held)
     n += std::clamp<int64_t>(selection.context_end() - r.begin, 0, r.size());
+  MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
   MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(env.backend, &scores_, DType::kF32,
                                                        Shape{c.num_key_value_heads, n}));
   if (n > 0) {
@@ -127,7 +128,8 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
   } else {
     MP_RETURN_IF_ERROR(ChooseAcrossRanks(env, held, AsConst(scores)));
   }
-  return selection.Choose(env, n, in.position);
+  MP_RETURN_IF_ERROR(selection.Choose(env, n, in.position));
+  return env.profiler.Mark(&env.stats.omnikv_select_s);
 }
 
 Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,

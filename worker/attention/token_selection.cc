@@ -89,7 +89,14 @@ StatusOr<ConstKvRows> TokenSelection::Loaded(AttentionEnv& env, int64_t layer) {
   const auto it = std::find(host_layers_.begin(), host_layers_.end(), layer);
   MP_ASSERT(it != host_layers_.end(), "layer ", layer, " is not in the host tier");
   const int64_t i = it - host_layers_.begin();
-  MP_RETURN_IF_ERROR(env.backend.ComputeWaitFor(loads_[static_cast<size_t>(i)]));
+  const CopyEvent load = loads_[static_cast<size_t>(i)];
+  if (env.profiler.enabled()) {
+    // Once the compute before it is done, how long the load still runs: the part not hidden.
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
+    MP_RETURN_IF_ERROR(env.backend.WaitCopy(load));
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.load_wait_s));
+  }
+  MP_RETURN_IF_ERROR(env.backend.ComputeWaitFor(load));
   const ModelConfig& c = env.config;
   const int64_t m = slots_ * c.num_key_value_heads;
   const Shape shape{slots_, c.num_key_value_heads, c.head_dim};
