@@ -126,52 +126,67 @@ __device__ inline void BlockMinMax(const int64_t* v, int64_t begin, int64_t end,
   __syncthreads();  // the next call may overwrite warp_lo / warp_hi
 }
 
-// Stages rows [chunk * kChunkRows, +kChunkRows) of KV head g: each row's q scaled and split into
-// the hi and lo parts (swizzled rows), its position, lse * log2(e) (+inf for a row that
-// contributes nothing: past the last query, or an lse of -inf) and the factor that turns its
-// scaled dot products into log2 units. One warp per row. Ends with a barrier.
+// Writes row r of the staged chunk: q (this lane's kPerLane values) scaled by a power of two and
+// split into the hi and lo parts (swizzled rows), and, from lane 0, the row's position, its
+// lse * log2(e) (+inf for a row that contributes nothing: past the last query, or an lse of
+// -inf) and the factor that turns its scaled dot products into log2 units.
+template <typename T, typename Shape, int kPerLane>
+__device__ __forceinline__ void StageRow(const KeyScoresMmaParams& p, int r, bool valid, int64_t t,
+                                         int64_t h, const float (&x)[kPerLane], char* smem) {
+  using Mma = attention_internal::MmaType<T>;
+  const int lane = threadIdx.x % 32;
+  float max_abs = 0.0f;
+  for (int i = 0; i < kPerLane; ++i) max_abs = fmaxf(max_abs, fabsf(x[i]));
+  for (int o = 16; o > 0; o /= 2)
+    max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, o));
+  int e = 0;
+  if (max_abs > 0.0f && max_abs <= FLT_MAX) {
+    int max_exp = 0;
+    frexpf(max_abs, &max_exp);  // max_abs in [2^(max_exp - 1), 2^max_exp)
+    e = min(max(15 - max_exp, -126), 126);
+  }
+  const float up = ldexpf(1.0f, e);
+  const int first = lane * kPerLane;
+  char* dst = smem + SwizzledOffset<Shape::kRowBytes>(r, first / 8) + (first % 8) * 2;
+  for (int i = 0; i < kPerLane; i += 2) {
+    const float a = x[i] * up, b = x[i + 1] * up;
+    const float a_hi = RoundTo<T>(a), b_hi = RoundTo<T>(b);
+    *reinterpret_cast<uint32_t*>(dst + 2 * i) = Mma::Pack(a_hi, b_hi);
+    *reinterpret_cast<uint32_t*>(dst + Shape::kQPartBytes + 2 * i) = Mma::Pack(a - a_hi, b - b_hi);
+  }
+  if (lane == 0) {
+    const float l = valid ? p.lse[t * p.num_heads + h] : -INFINITY;
+    reinterpret_cast<int64_t*>(smem + Shape::kRowPosOffset)[r] = valid ? p.q_pos[t] : 0;
+    reinterpret_cast<float*>(smem + Shape::kRowLseOffset)[r] =
+        l == -INFINITY ? INFINITY : l * kLog2e;
+    reinterpret_cast<float*>(smem + Shape::kRowFactorOffset)[r] = ldexpf(p.scale_log2, -e);
+  }
+}
+
+// Stages rows [chunk * kChunkRows, +kChunkRows) of KV head g (StageRow). A warp loads
+// kStageBatch rows before it reduces any, so their loads overlap. Ends with a barrier.
 template <typename T, typename Shape>
 __device__ void StageQueries(const KeyScoresMmaParams& p, int64_t g, int64_t chunk, char* smem) {
-  constexpr int kPerLane = Shape::kHeadDim / 32;
+  constexpr int kPerLane = Shape::kHeadDim / 32, kStageBatch = 4;
+  static_assert(Shape::kChunkRows % (kMmaWarps * kStageBatch) == 0, "whole batches");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int64_t* row_pos = reinterpret_cast<int64_t*>(smem + Shape::kRowPosOffset);
-  float* row_lse = reinterpret_cast<float*>(smem + Shape::kRowLseOffset);
-  float* row_factor = reinterpret_cast<float*>(smem + Shape::kRowFactorOffset);
-  for (int r = warp; r < Shape::kChunkRows; r += kMmaWarps) {
-    const int64_t row = chunk * Shape::kChunkRows + r, block8 = row / 8;
-    const int64_t t = block8 / p.group * 8 + row % 8, h = g * p.group + block8 % p.group;
-    const bool valid = t < p.n_q;
-    float x[kPerLane];
-    float max_abs = 0.0f;
-    for (int i = 0; i < kPerLane; ++i) {
-      x[i] = valid ? p.q[(t * p.num_heads + h) * Shape::kHeadDim + lane * kPerLane + i] : 0.0f;
-      max_abs = fmaxf(max_abs, fabsf(x[i]));
+  for (int r0 = warp * kStageBatch; r0 < Shape::kChunkRows; r0 += kMmaWarps * kStageBatch) {
+    int64_t t[kStageBatch], h[kStageBatch];
+    float x[kStageBatch][kPerLane];
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+      const int64_t row = chunk * Shape::kChunkRows + r0 + b, block8 = row / 8;
+      t[b] = block8 / p.group * 8 + row % 8;
+      h[b] = g * p.group + block8 % p.group;
+      const bool valid = t[b] < p.n_q;
+      const float* src =
+          p.q + (valid ? (t[b] * p.num_heads + h[b]) * Shape::kHeadDim + lane * kPerLane : 0);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) x[b][i] = valid ? src[i] : 0.0f;
     }
-    for (int o = 16; o > 0; o /= 2)
-      max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, o));
-    int e = 0;
-    if (max_abs > 0.0f && max_abs <= FLT_MAX) {
-      int max_exp = 0;
-      frexpf(max_abs, &max_exp);  // max_abs in [2^(max_exp - 1), 2^max_exp)
-      e = min(max(15 - max_exp, -126), 126);
-    }
-    const float up = ldexpf(1.0f, e);
-    const int first = lane * kPerLane;
-    char* dst = smem + SwizzledOffset<Shape::kRowBytes>(r, first / 8) + (first % 8) * 2;
-    for (int i = 0; i < kPerLane; i += 2) {
-      const float a = x[i] * up, b = x[i + 1] * up;
-      const float a_hi = RoundTo<T>(a), b_hi = RoundTo<T>(b);
-      using Mma = attention_internal::MmaType<T>;
-      *reinterpret_cast<uint32_t*>(dst + 2 * i) = Mma::Pack(a_hi, b_hi);
-      *reinterpret_cast<uint32_t*>(dst + Shape::kQPartBytes + 2 * i) =
-          Mma::Pack(a - a_hi, b - b_hi);
-    }
-    if (lane == 0) {
-      const float l = valid ? p.lse[t * p.num_heads + h] : -INFINITY;
-      row_pos[r] = valid ? p.q_pos[t] : 0;
-      row_lse[r] = l == -INFINITY ? INFINITY : l * kLog2e;
-      row_factor[r] = ldexpf(p.scale_log2, -e);
-    }
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b)
+      StageRow<T, Shape, kPerLane>(p, r0 + b, t[b] < p.n_q, t[b], h[b], x[b], smem);
   }
   __syncthreads();
 }
@@ -225,26 +240,29 @@ __device__ __forceinline__ void TileDots(const char* smem, int stage, TileAcc<Sh
       attention_internal::SharedAddress(smem + Shape::kKOffset + stage * Shape::kKBufBytes);
   // ldmatrix row addresses: A takes (rows 0-7, 8-15) x (k 0-7, 8-15) as a0..a3; B takes
   // (keys 0-7 k 0-7, keys 0-7 k 8-15, keys 8-15 k 0-7, keys 8-15 k 8-15) as two n-tiles' b0, b1.
-  const int a_row = warp * Shape::kWarpRows + lane % 8 + 8 * ((lane / 8) % 2), a_half = lane / 16;
-  const int b_row = lane % 8 + 8 * (lane / 16), b_half = (lane / 8) % 2;
+  // Chunk 2 ks + half of a row whose row % 8 is lane % 8 sits, swizzled, at byte
+  // ((half ^ lane % 8) * 16) ^ (ks * 32) of the row: one XOR per k-step.
+  const uint32_t a_addr = q_base + (warp * Shape::kWarpRows + lane % 8 + 8 * ((lane / 8) % 2)) *
+                                       Shape::kRowBytes,
+                 a_chunk = ((lane / 16) ^ (lane % 8)) * 16;
+  const uint32_t b_addr = k_base + (lane % 8 + 8 * (lane / 16)) * Shape::kRowBytes,
+                 b_chunk = (((lane / 8) % 2) ^ (lane % 8)) * 16;
   for (int m = 0; m < Shape::kMTiles; ++m)
     for (int n = 0; n < kTileKeys / 8; ++n)
       for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 #pragma unroll 2
   for (int ks = 0; ks < Shape::kHeadDim / 16; ++ks) {
     uint32_t a[Shape::kMTiles][2][4];
+    const uint32_t a_at = a_addr + (a_chunk ^ (ks * 32)), b_at = b_addr + (b_chunk ^ (ks * 32));
 #pragma unroll
     for (int m = 0; m < Shape::kMTiles; ++m) {
-      const int row = a_row + 16 * m;
-      const uint32_t at = q_base + SwizzledOffset<Shape::kRowBytes>(row, 2 * ks + a_half);
-      Ldmatrix4(a[m][0], at);
-      Ldmatrix4(a[m][1], at + Shape::kQPartBytes);
+      Ldmatrix4(a[m][0], a_at + m * 16 * Shape::kRowBytes);
+      Ldmatrix4(a[m][1], a_at + m * 16 * Shape::kRowBytes + Shape::kQPartBytes);
     }
 #pragma unroll
     for (int np = 0; np < kTileKeys / 16; ++np) {
-      const int row = b_row + 16 * np;
       uint32_t b[4];
-      Ldmatrix4(b, k_base + SwizzledOffset<Shape::kRowBytes>(row, 2 * ks + b_half));
+      Ldmatrix4(b, b_at + np * 16 * Shape::kRowBytes);
 #pragma unroll
       for (int m = 0; m < Shape::kMTiles; ++m)
 #pragma unroll

@@ -44,27 +44,29 @@ __device__ __forceinline__ void LoadThreadRows(const KeyScoresMmaParams& p, int6
     rows->same_next[i] = i + 1 < ThreadRows<Shape>::kCount && query_block[i] == query_block[i + 1];
 }
 
-// How a run of tiles gathers its diagonal sums.
-struct SpanDiagonals {
-  bool on;      // diag_score was given
-  bool shared;  // gathered in shared memory at (q_pos - q_min) + (k_max - k_pos)
+// A run of tiles of one KV head: whether every query sees all its keys, and how it gathers its
+// diagonal sums.
+struct TileSpan {
+  bool all_seen;     // every key is at or before every query
+  bool diag;         // diag_score was given
+  bool diag_shared;  // diagonals gathered in shared memory at (q_pos - q_min) + (k_max - k_pos)
   long long q_min, k_max;
   int size;  // diagonals in shared memory
 };
 
-// Sets up the diagonals of keys [key_begin, key_end) against every query; zeroes the shared
-// ones. Called by every thread (barriers inside when diagonals are on).
+// Sets up the run of keys [key_begin, key_end) against every query; zeroes its shared
+// diagonals. Called by every thread (barriers inside).
 template <typename Shape>
-__device__ SpanDiagonals BeginSpan(const KeyScoresMmaParams& p, int64_t key_begin, int64_t key_end,
-                                   long long q_min, long long q_max, char* smem) {
-  SpanDiagonals span{p.diag_score != nullptr, false, q_min, 0, 0};
-  if (!span.on) return span;
-  long long k_min = 0;
-  BlockMinMax(p.k_pos, key_begin, key_end, &k_min, &span.k_max);
+__device__ TileSpan BeginSpan(const KeyScoresMmaParams& p, int64_t key_begin, int64_t key_end,
+                              long long q_min, long long q_max, char* smem) {
+  long long k_min = 0, k_max = 0;
+  BlockMinMax(p.k_pos, key_begin, key_end, &k_min, &k_max);
+  TileSpan span{k_max <= q_min, p.diag_score != nullptr, false, q_min, k_max, 0};
   const unsigned long long q_range = static_cast<unsigned long long>(q_max) - q_min;
-  const unsigned long long k_range = static_cast<unsigned long long>(span.k_max) - k_min;
-  span.shared = q_range < kDiagSpan && k_range < kDiagSpan && q_range + k_range < kDiagSpan;
-  if (span.shared) {
+  const unsigned long long k_range = static_cast<unsigned long long>(k_max) - k_min;
+  span.diag_shared =
+      span.diag && q_range < kDiagSpan && k_range < kDiagSpan && q_range + k_range < kDiagSpan;
+  if (span.diag_shared) {
     span.size = static_cast<int>(q_range + k_range + 1);
     float* diag = reinterpret_cast<float*>(smem + Shape::kDiagOffset);
     for (int i = threadIdx.x; i < span.size; i += kMmaThreads) diag[i] = 0.0f;
@@ -75,9 +77,9 @@ __device__ SpanDiagonals BeginSpan(const KeyScoresMmaParams& p, int64_t key_begi
 // Adds the gathered diagonals of KV head g to global memory: one atomic per nonzero diagonal
 // (a diagonal is gathered only below n_diag). After a barrier that follows every shared add.
 template <typename Shape>
-__device__ void EndSpan(const KeyScoresMmaParams& p, int64_t g, const SpanDiagonals& span,
+__device__ void EndSpan(const KeyScoresMmaParams& p, int64_t g, const TileSpan& span,
                         const char* smem) {
-  if (!span.shared) return;
+  if (!span.diag_shared) return;
   const float* diag = reinterpret_cast<const float*>(smem + Shape::kDiagOffset);
   const int64_t d0 = static_cast<int64_t>(span.q_min) - span.k_max;
   for (int i = threadIdx.x; i < span.size; i += kMmaThreads)
@@ -87,7 +89,7 @@ __device__ void EndSpan(const KeyScoresMmaParams& p, int64_t g, const SpanDiagon
 // Adds one query's terms (summed over its rows) to their diagonals and clears them. A nonzero
 // term has a key at or before the query, so d >= 0.
 __device__ __forceinline__ void AddDiagonals(const KeyScoresMmaParams& p, int64_t g,
-                                             const SpanDiagonals& span, int64_t q_pos,
+                                             const TileSpan& span, int64_t q_pos,
                                              const int64_t (&key_pos)[kTileKeys / 8][2],
                                              float (&terms)[kTileKeys / 8][2], float* diag) {
 #pragma unroll
@@ -99,7 +101,7 @@ __device__ __forceinline__ void AddDiagonals(const KeyScoresMmaParams& p, int64_
       if (v == 0.0f) continue;
       const int64_t d = q_pos - key_pos[n][e];
       if (d >= p.n_diag) continue;
-      if (span.shared)
+      if (span.diag_shared)
         atomicAdd(&diag[(q_pos - span.q_min) + (span.k_max - key_pos[n][e])], v);
       else
         atomicAdd(&p.diag_score[g * p.n_diag + d], v);
@@ -107,12 +109,13 @@ __device__ __forceinline__ void AddDiagonals(const KeyScoresMmaParams& p, int64_
 }
 
 // exp2(acc * factor - lse2) of every (row, key) the causal rule lets through; the diagonal sums
-// (with diag_score) and this warp's per-key sums into partial[warp][key].
-template <typename Shape>
+// (with diag_score) and this warp's per-key sums into partial[warp][key]. kAllSeen: every key
+// of the tile is valid and at or before every query, so only the rows are tested.
+template <typename Shape, bool kAllSeen>
 __device__ __forceinline__ void TileEpilogue(const KeyScoresMmaParams& p, int64_t g,
                                              const TileAcc<Shape>& acc,
                                              const ThreadRows<Shape>& rows, const int64_t* tile_pos,
-                                             int n_valid, const SpanDiagonals& span, float* partial,
+                                             int n_valid, const TileSpan& span, float* partial,
                                              float* diag) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t key_pos[kTileKeys / 8][2];
@@ -130,14 +133,16 @@ __device__ __forceinline__ void TileEpilogue(const KeyScoresMmaParams& p, int64_
     for (int n = 0; n < kTileKeys / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool seen = rows.lse2[i] < INFINITY && 8 * n + 2 * (lane % 4) + e < n_valid &&
-                          key_pos[n][e] <= rows.pos[i];
+        const bool seen =
+            rows.lse2[i] < INFINITY &&
+            (kAllSeen || (8 * n + 2 * (lane % 4) + e < n_valid && key_pos[n][e] <= rows.pos[i]));
         const float x = fmaf(acc[i / 2][n][2 * (i % 2) + e], rows.factor[i], -rows.lse2[i]);
         const float term = seen ? exp2f(x) : 0.0f;
         sums[n][e] += term;
         terms[n][e] += term;
       }
-    if (span.on && !rows.same_next[i]) AddDiagonals(p, g, span, rows.pos[i], key_pos, terms, diag);
+    if (span.diag && !rows.same_next[i])
+      AddDiagonals(p, g, span, rows.pos[i], key_pos, terms, diag);
   }
 #pragma unroll
   for (int n = 0; n < kTileKeys / 8; ++n)
@@ -165,7 +170,7 @@ __device__ __forceinline__ void FinishScores(const KeyScoresMmaParams& p, int64_
 // per-key sums of a tile finished after the next barrier. Ends with every shared read done.
 template <typename T, typename Shape>
 __device__ void RunTiles(const KeyScoresMmaParams& p, int64_t g, int64_t chunk, int64_t t0,
-                         int64_t t1, const SpanDiagonals& span, char* smem) {
+                         int64_t t1, const TileSpan& span, char* smem) {
   constexpr int kPartial = kMmaWarps * kTileKeys;
   ThreadRows<Shape> rows;
   LoadThreadRows<Shape>(p, chunk, smem, &rows);
@@ -186,8 +191,12 @@ __device__ void RunTiles(const KeyScoresMmaParams& p, int64_t g, int64_t chunk, 
     TileDots<T, Shape>(smem, stage, acc);
     const int n_valid =
         static_cast<int>(min(static_cast<int64_t>(kTileKeys), p.n_k - tile * kTileKeys));
-    TileEpilogue<Shape>(p, g, acc, rows, tile_pos + stage * kTileKeys, n_valid, span,
-                        partial + stage * kPartial, diag);
+    const int64_t* stage_pos = tile_pos + stage * kTileKeys;
+    float* stage_partial = partial + stage * kPartial;
+    if (span.all_seen && n_valid == kTileKeys)
+      TileEpilogue<Shape, true>(p, g, acc, rows, stage_pos, n_valid, span, stage_partial, diag);
+    else
+      TileEpilogue<Shape, false>(p, g, acc, rows, stage_pos, n_valid, span, stage_partial, diag);
     if (has_next && threadIdx.x < kTileKeys)
       tile_pos[(stage ^ 1) * kTileKeys + threadIdx.x] = next_pos;
   }
@@ -215,7 +224,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1) KeyScoresMmaKernel(const KeySc
   for (int64_t f = begin; f < end;) {
     const int64_t g = f / tiles_per_head, t0 = f - g * tiles_per_head;
     const int64_t t1 = min(min(t0 + kSpanTiles, tiles_per_head), end - g * tiles_per_head);
-    const SpanDiagonals span =
+    const TileSpan span =
         BeginSpan<Shape>(p, t0 * kTileKeys, min(t1 * kTileKeys, p.n_k), q_min, q_max, smem);
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       if (staged != g * chunks + chunk) {

@@ -1,9 +1,9 @@
 // KeyScoresCuda against KeyScoresRef: random queries and keys (F32, BF16, F16), head dims from 1
 // to 256, GQA groups 1 to 8, key positions shuffled (some after every query), ascending,
-// descending or in two ranges far apart, some queries with an lse of -inf, partial key tiles,
-// keys aligned (the tensor-core kernel's cp.async path) or 2 bytes off (its load path), long key
-// runs that give every block many spans; every score and diagonal score written (outputs start
-// as NaN), guard bands checked. Skips without a GPU.
+// descending, in two ranges far apart or all before the queries, some queries with an lse of -inf,
+// partial key tiles, keys aligned (the tensor-core kernel's cp.async path) or 2 bytes off (its load
+// path), long key runs that give every block many spans; every score and diagonal score written
+// (outputs start as NaN), guard bands checked. Skips without a GPU.
 //
 // Tolerance: the tensor-core kernel (BF16 / F16 keys, head_dim 64, 128, 256) carries q in two
 // 16-bit parts, 16 significant bits with BF16: its worst element is a few 1e-6 of the largest
@@ -39,6 +39,8 @@ enum class KeyOrder {
   kAscending,   // 0, 1, ..., n_k - 1: diagonals gathered in shared memory
   kDescending,  // n_k - 1, ..., 0
   kTwoRanges,   // [0, n_k / 2) and n_k further on: some key tiles straddle the gap
+  kEarlier,     // 0, 1, ..., n_k - 1 and every query 40 or more positions later (an earlier
+                // shard of the prompt): every key is seen by every query
 };
 
 struct Case {
@@ -87,6 +89,7 @@ std::vector<int64_t> KeyPositions(const Case& c, int64_t* end) {
     for (int64_t j = c.n_k / 2; j < c.n_k; ++j) k_pos[static_cast<size_t>(j)] += c.n_k;
     *end = 2 * c.n_k;
   }
+  if (c.order == KeyOrder::kEarlier) *end = c.n_k + 40 + c.n_q;
   return k_pos;
 }
 
@@ -131,7 +134,8 @@ TEST_P(KeyScoresCudaTest, MatchesReference) {
 }
 
 constexpr KeyOrder kShuffled = KeyOrder::kShuffled, kAscending = KeyOrder::kAscending,
-                   kDescending = KeyOrder::kDescending, kTwoRanges = KeyOrder::kTwoRanges;
+                   kDescending = KeyOrder::kDescending, kTwoRanges = KeyOrder::kTwoRanges,
+                   kEarlier = KeyOrder::kEarlier;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KeyScoresCudaTest,
@@ -156,7 +160,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{40, 4, 4, 64, 1500, DType::kF16, kAscending, true},
                       Case{24, 16, 2, 256, 900, DType::kBF16, kTwoRanges, true},
                       Case{13, 8, 2, 256, 1000, DType::kF16, kShuffled},
-                      Case{33, 12, 4, 128, 777, DType::kBF16, kDescending}));
+                      Case{33, 12, 4, 128, 777, DType::kBF16, kDescending},
+                      Case{64, 32, 8, 128, 2000, DType::kBF16, kEarlier, true},
+                      Case{10, 8, 1, 64, 333, DType::kF16, kEarlier}));
 
 TEST(KeyScoresCudaArgsTest, RejectsHeadDimAbove256) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
