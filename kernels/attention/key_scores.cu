@@ -2,9 +2,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/key_scores_cuda.h"
+#include "kernels/attention/key_scores_mma_kernel.cuh"
 #include "kernels/cuda_util.cuh"
 
 namespace millipede {
@@ -133,6 +135,64 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The tensor-core kernel for BF16 / F16 keys: one block per resident slot (shared memory allows
+// one per SM), each taking an equal share of the (KV head, key tile) pairs.
+template <typename T, int kHeadDim>
+Status LaunchMma(const KeyScoresArgs& args, float scale, bool diag, cudaStream_t stream) {
+  using key_scores_internal::KeyScoresMmaParams;
+  using key_scores_internal::kMmaThreads;
+  using Shape = key_scores_internal::KeyScoresMmaShape<kHeadDim>;
+  const auto kernel = key_scores_internal::KeyScoresMmaKernel<T, kHeadDim>;
+  MP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Shape::kSharedBytes));
+  int device = 0, sms = 0, per_sm = 0;
+  MP_CUDA_CHECK(cudaGetDevice(&device));
+  MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMmaThreads,
+                                                              Shape::kSharedBytes));
+  const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
+  const int64_t pairs =
+      (n_k + key_scores_internal::kTileKeys - 1) / key_scores_internal::kTileKeys * num_kv_heads;
+  const int64_t grid = std::min<int64_t>(pairs, int64_t{sms} * std::max(per_sm, 1));
+  const KeyScoresMmaParams p{args.q.as<const float>(),
+                             args.q_pos.as<const int64_t>(),
+                             args.k.data,
+                             args.k_pos.as<const int64_t>(),
+                             args.lse.as<const float>(),
+                             args.score.as<float>(),
+                             diag ? args.diag_score.as<float>() : nullptr,
+                             diag ? args.diag_score.dim(1) : 0,
+                             args.q.dim(0),
+                             args.q.dim(1),
+                             n_k,
+                             num_kv_heads,
+                             args.q.dim(1) / num_kv_heads,
+                             scale * key_scores_internal::kLog2e,
+                             cuda_util::IsAligned(args.k.data, 16)};
+  kernel<<<static_cast<unsigned>(grid), kMmaThreads, Shape::kSharedBytes, stream>>>(p);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+// Runs the tensor-core kernel when it serves the shapes and dtype; false: the caller runs the
+// CUDA-core one.
+StatusOr<bool> TryMma(const KeyScoresArgs& args, float scale, bool diag, cudaStream_t stream) {
+  const int64_t head_dim = args.q.dim(2);
+  const bool served = (args.k.dtype == DType::kBF16 || args.k.dtype == DType::kF16) &&
+                      (head_dim == 64 || head_dim == 128 || head_dim == 256) && args.q.dim(0) > 0 &&
+                      cuda_util::IsAligned(args.k.data, 2);
+  if (!served) return false;
+  const auto launch = [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    if (head_dim == 64) return LaunchMma<T, 64>(args, scale, diag, stream);
+    if (head_dim == 128) return LaunchMma<T, 128>(args, scale, diag, stream);
+    return LaunchMma<T, 256>(args, scale, diag, stream);
+  };
+  MP_RETURN_IF_ERROR(args.k.dtype == DType::kBF16 ? launch(std::type_identity<__nv_bfloat16>{})
+                                                  : launch(std::type_identity<__half>{}));
+  return true;
+}
+
 }  // namespace
 
 Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream) {
@@ -149,6 +209,8 @@ Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream) {
   const float scale = args.scale == 0.0f
                           ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
                           : args.scale;
+  MP_ASSIGN_OR_RETURN(const bool done, TryMma(args, scale, diag, stream));
+  if (done) return OkStatus();
   const dim3 grid(static_cast<unsigned>((n_k + kKeys - 1) / kKeys),
                   static_cast<unsigned>(num_kv_heads));
   const size_t shared_bytes =

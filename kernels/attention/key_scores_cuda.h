@@ -11,11 +11,15 @@ namespace millipede {
 
 // KeyScoresRef with every tensor in device memory, accumulating in fp32; enqueued on `stream`.
 // head_dim <= 256. Shapes, dtypes and the scale are checked on the host; the lse values are not
-// (a NaN or +inf lse gives NaN scores). Cost: n_q * num_heads * n_k * head_dim multiply-adds on
-// CUDA cores, with every block of 32 keys reading all the queries of its KV head (from L2).
-// diag_score (zeroed first) gathers each block's terms by diagonal in shared memory when the
-// block's diagonals span at most 1024 (queries and keys at consecutive positions), otherwise with
-// one global atomic per term; the order of the atomic adds makes it vary in the last bits.
+// (a NaN or +inf lse gives unspecified scores). diag_score is zeroed first; the order of its
+// atomic adds makes it vary in the last bits.
+// BF16 and F16 keys with head_dim 64, 128 or 256 run on tensor cores (key_scores_mma.cuh):
+// n_q * num_heads * n_k * head_dim multiply-adds twice over (q as two 16-bit parts, so scores
+// stay within a few 1e-6 of the double reference), exp and both sums fused, K read once.
+// Other keys (F32, other head dims) run on CUDA cores, every block of 32 keys reading all the
+// queries of its KV head (from L2); their diagonals are gathered in shared memory when a block's
+// diagonals span at most 1024 (queries and keys at consecutive positions), otherwise added with
+// one global atomic per term.
 Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream);
 
 }  // namespace millipede
