@@ -142,8 +142,9 @@ __device__ __forceinline__ void StageRow(const KeyScoresMmaParams& p, int r, boo
   int e = 0;
   if (max_abs > 0.0f && max_abs <= FLT_MAX) {
     int max_exp = 0;
-    frexpf(max_abs, &max_exp);  // max_abs in [2^(max_exp - 1), 2^max_exp)
-    e = min(max(15 - max_exp, -126), 126);
+    // max_abs is in [2^(max_exp - 1), 2^max_exp); |e| <= 100 keeps the factor's 2^-e normal.
+    frexpf(max_abs, &max_exp);
+    e = min(max(15 - max_exp, -100), 100);
   }
   const float up = ldexpf(1.0f, e);
   const int first = lane * kPerLane;
