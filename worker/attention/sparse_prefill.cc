@@ -460,11 +460,9 @@ Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   const std::vector<int64_t> tiles = SparseQueryTiles(in.q_ranges, grid_);
   std::vector<Buffer> buffers;
   buffers.push_back({mine, RunsOf(mine_ranges)});
-  stats_ = {};
   if (env.comm.size() > 1) {
     MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needs, Needs(env, in, tiles));
     MP_RETURN_IF_ERROR(fetch_.Run(env, SubtractRanges(needs, mine_ranges), in.rank_blocks, mine));
-    stats_.fetched_rows = fetch_.fetched_rows();
     if (fetch_.fetched_rows() > 0) buffers.push_back({fetch_.rows(), fetch_.runs()});
   }
   MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.comm_wait_s));

@@ -43,10 +43,6 @@ std::vector<TokenRange> VerticalSlashNeeds(std::span<const TokenRange> q_ranges,
                                            std::span<const int64_t> columns,
                                            std::span<const int64_t> diagonals);
 
-struct SparseLayerStats {
-  int64_t fetched_rows = 0;  // K/V rows fetched from other ranks in the last step
-};
-
 class SparsePrefill final : public PrefillStrategy {
  public:
   // `heads`: the layer's KV heads (one block size for its block-sparse heads, dividing or a
@@ -54,7 +50,6 @@ class SparsePrefill final : public PrefillStrategy {
   SparsePrefill(std::vector<HeadPrefillPolicy> heads, int64_t dense_below);
   const char* name() const override { return "sparse"; }
   Status Run(AttentionEnv& env, const PrefillInput& in) override;
-  const SparseLayerStats& last_stats() const { return stats_; }
 
  private:
   struct Buffer {
@@ -94,7 +89,6 @@ class SparsePrefill final : public PrefillStrategy {
   BackendTensor pack_index_, q_ring_, k_ring_, v_ring_, o_ring_, lse_ring_, o_full_, lse_full_;
   ObservedQueries observed_;
   KvFetch fetch_;
-  SparseLayerStats stats_;
   // Vertical-slash selection, host [kv_heads, width] padded with -1.
   std::vector<int64_t> columns_, diagonals_;
   int64_t columns_width_ = 0, diagonals_width_ = 0;
