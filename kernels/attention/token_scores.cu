@@ -65,6 +65,119 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The fast path: 16-bit keys with 16-byte aligned rows of kChunks 16-byte chunks (head_dim
+// 8 * kChunks: 64, 128 or 256), at most kMaxGroup query heads per KV head. A row takes kChunks
+// lanes (lane part p holds columns [8p, 8p + 8) of every query head in registers), a warp covers
+// 32 / kChunks rows per pass, and the loads of kPasses passes are issued before any of them is
+// used, so each warp keeps 4 x 512 bytes of keys in flight instead of one row at a time. The dot
+// products are summed over the row's lanes by xor-shuffles that stay within them.
+constexpr int kMaxGroup = 8;
+constexpr int kPasses = 4;
+
+__device__ __forceinline__ void Widen8(const __nv_bfloat16* /*tag*/, uint4 raw, float* out) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void Widen8(const __half* /*tag*/, uint4 raw, float* out) {
+  const __half2* pairs = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+//   q [num_heads, head_dim], k [n_k, num_kv_heads, head_dim], lse [num_heads],
+//   score [num_kv_heads, n_k]. Grid: (key blocks, num_kv_heads).
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kThreads)
+    TokenScoresRowsKernel(const float* __restrict__ q, const T* __restrict__ k,
+                          const float* __restrict__ lse, float* __restrict__ score, int64_t n_k,
+                          int64_t num_kv_heads, int group, float scale) {
+  constexpr int kHeadDim = 8 * kChunks, kRowsPerPass = 32 / kChunks;
+  constexpr int kRowsPerWarp = kRowsPerPass * kPasses;
+  const int64_t g = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int part = lane % kChunks, sub = lane / kChunks;
+  float query[kMaxGroup][8], head_lse[kMaxGroup];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) {
+    head_lse[h] = h < group ? lse[g * group + h] : -INFINITY;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      query[h][e] = h < group ? q[(g * group + h) * kHeadDim + 8 * part + e] : 0.0f;
+  }
+  const int64_t first =
+      (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp + sub;
+  uint4 raw[kPasses];
+#pragma unroll
+  for (int u = 0; u < kPasses; ++u) {
+    const int64_t j = first + u * kRowsPerPass;
+    raw[u] = j < n_k ? *reinterpret_cast<const uint4*>(k + (j * num_kv_heads + g) * kHeadDim +
+                                                       8 * part)
+                     : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kPasses; ++u) {
+    float key[8];
+    Widen8(static_cast<const T*>(nullptr), raw[u], key);
+    float best = -INFINITY;
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      if (h >= group) break;  // uniform over the block
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot = fmaf(query[h][e], key[e], dot);
+#pragma unroll
+      for (int offset = kChunks / 2; offset > 0; offset /= 2)
+        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      const float l = head_lse[h];
+      if (l != -INFINITY) best = fmaxf(best, scale * dot - l);
+    }
+    const int64_t j = first + u * kRowsPerPass;
+    if (part == 0 && j < n_k) score[g * n_k + j] = expf(best);
+  }
+}
+
+// Whether the rows path takes these arguments, and with how many 16-byte chunks per row.
+int RowsPathChunks(const TokenScoresArgs& args, int64_t group) {
+  const int64_t head_dim = args.q.dim(1);
+  if ((args.k.dtype != DType::kBF16 && args.k.dtype != DType::kF16) || group > kMaxGroup ||
+      !cuda_util::IsAligned(args.k.data, 16))
+    return 0;
+  return head_dim == 64 || head_dim == 128 || head_dim == 256 ? static_cast<int>(head_dim / 8)
+                                                               : 0;
+}
+
+template <typename T, int kChunks>
+Status LaunchRows(const TokenScoresArgs& args, int64_t group, float scale, cudaStream_t stream) {
+  const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
+  constexpr int64_t kKeys = kWarps * (32 / kChunks) * kPasses;
+  const dim3 grid(static_cast<unsigned>((n_k + kKeys - 1) / kKeys),
+                  static_cast<unsigned>(num_kv_heads));
+  TokenScoresRowsKernel<T, kChunks><<<grid, kThreads, 0, stream>>>(
+      args.q.as<const float>(), args.k.as<const T>(), args.lse.as<const float>(),
+      args.score.as<float>(), n_k, num_kv_heads, static_cast<int>(group), scale);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+template <typename T>
+Status LaunchRowsFor(const TokenScoresArgs& args, int chunks, int64_t group, float scale,
+                     cudaStream_t stream) {
+  switch (chunks) {
+    case 8: return LaunchRows<T, 8>(args, group, scale, stream);
+    case 16: return LaunchRows<T, 16>(args, group, scale, stream);
+    default: return LaunchRows<T, 32>(args, group, scale, stream);
+  }
+}
+
 }  // namespace
 
 Status TokenScoresCuda(const TokenScoresArgs& args, cudaStream_t stream) {
@@ -82,6 +195,11 @@ Status TokenScoresCuda(const TokenScoresArgs& args, cudaStream_t stream) {
   const float scale = args.scale == 0.0f
                           ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
                           : args.scale;
+  if (const int chunks = RowsPathChunks(args, group); chunks > 0) {
+    return args.k.dtype == DType::kBF16
+               ? LaunchRowsFor<__nv_bfloat16>(args, chunks, group, scale, stream)
+               : LaunchRowsFor<__half>(args, chunks, group, scale, stream);
+  }
   const dim3 grid(static_cast<unsigned>((n_k + kKeysPerBlock - 1) / kKeysPerBlock),
                   static_cast<unsigned>(num_kv_heads));
   return cuda_util::VisitFloatDType(args.k.dtype, "token_scores k", [&](auto tag) -> Status {

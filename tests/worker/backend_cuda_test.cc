@@ -2,8 +2,9 @@
 // backend, and its copy queue: a copy started after a kernel sees the kernel's result; compute
 // made to wait for a copy sees the copied data; a copy's source is safe from compute queued after
 // ComputeWaitFor; a copy runs on while compute is synchronised (no device-wide wait inside);
-// gathers from page-locked host memory; bad gather indices reported by Synchronize / WaitCopy;
-// pageable memory refused. Skips without a GPU.
+// gathers from page-locked host memory, large blocks (mapped and registered) included; OmniKV's
+// selection (top-k in column order, the gather index) as on the CPU; bad gather indices reported
+// by Synchronize / WaitCopy; pageable memory refused. Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -141,6 +142,40 @@ TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
   ASSERT_TRUE(gpu_->GatherRows({*flat, d_rows.cview(), gathered->view()}).ok());
   const HostTensor got = Download(gathered->cview());
   EXPECT_EQ(std::memcmp(got.view().data, gathered_cpu.view().data, got.NumBytes()), 0);
+}
+
+// OmniKV's selection on one rank: each KV head's best rows in column order (one head with NaN
+// scores comes up short), then the gather index over three blocks and the heads' counts.
+TEST_F(CudaBackendOpsTest, OmniKvSelectionMatchesTheCpuBackend) {
+  const int64_t kv_heads = 6, n = 50000, slots = 3000, blocks = 3, stride = n * kv_heads + 5;
+  HostTensor scores = RandomTensor(DType::kF32, {kv_heads, n}, 11, 0.0f, 1.0f);
+  for (int64_t i = 0; i < n; i += 3) scores.data<float>()[i] = 0.5f;  // ties
+  for (int64_t i = 2 * n; i < 2 * n + n - 100; ++i) scores.data<float>()[i] = std::nanf("");
+  HostTensor chosen_cpu(DType::kI32, {kv_heads, slots}), value_cpu(DType::kF32, {kv_heads, slots});
+  ASSERT_TRUE(cpu_->TopK({CView(scores), slots, chosen_cpu.view(), value_cpu.view(),
+                          TopKOrder::kColumn})
+                  .ok());
+  HostTensor index_cpu(DType::kI64, {blocks, slots * kv_heads}), counts_cpu(DType::kI32, {kv_heads});
+  ASSERT_TRUE(cpu_->SelectionIndex({CView(chosen_cpu), n, stride, index_cpu.view(),
+                                    counts_cpu.view()})
+                  .ok());
+  EXPECT_EQ(counts_cpu.data<int32_t>()[2], 100);
+
+  BackendTensor d_scores = Upload(scores);
+  auto chosen = gpu_->Allocate(DType::kI32, {kv_heads, slots});
+  auto value = gpu_->Allocate(DType::kF32, {kv_heads, slots});
+  auto index = gpu_->Allocate(DType::kI64, {blocks, slots * kv_heads});
+  auto counts = gpu_->Allocate(DType::kI32, {kv_heads});
+  ASSERT_TRUE(chosen.ok() && value.ok() && index.ok() && counts.ok());
+  ASSERT_TRUE(gpu_->TopK({d_scores.cview(), slots, chosen->view(), value->view(),
+                          TopKOrder::kColumn})
+                  .ok());
+  ASSERT_TRUE(
+      gpu_->SelectionIndex({chosen->cview(), n, stride, index->view(), counts->view()}).ok());
+  EXPECT_TRUE(testing::SameElementBytes(Download(chosen->cview()), chosen_cpu));
+  EXPECT_TRUE(testing::SameElementBytes(Download(value->cview()), value_cpu));
+  EXPECT_TRUE(testing::SameElementBytes(Download(index->cview()), index_cpu));
+  EXPECT_TRUE(testing::SameElementBytes(Download(counts->cview()), counts_cpu));
 }
 
 TEST_F(CudaBackendOpsTest, SparseAttentionMatchesTheCpuBackend) {
@@ -387,6 +422,34 @@ TEST_F(CudaBackendOpsTest, GatherFromHostTierOnTheCopyQueue) {
     for (int64_t c = 0; c < d; ++c)
       ASSERT_EQ(got.data<float>()[i * d + c], kf[rows[i] * d + c]) << i << "," << c;
   EXPECT_TRUE(gpu_->WaitCopy(*event).ok());
+}
+
+// A host tier of several hundred MiB takes the mapped-and-registered path: the copy queue gathers
+// from it and copies into it.
+TEST_F(CudaBackendOpsTest, LargeHostTierIsPinnedAndMapped) {
+  const int64_t rows = 80000, width = 1024;  // 312.5 MiB of I32
+  BackendTensor tier = PinnedPattern(rows, width, 0);
+  const std::vector<int64_t> picked = {rows - 1, 0, 41234, 7, rows / 2};
+  BackendTensor index = Index(picked);
+  BackendTensor packed = Filled(static_cast<int64_t>(picked.size()), width, -1);
+  auto gathered = gpu_->StartGatherRows({tier.cview(), index.cview(), packed.view()},
+                                        CopyOrder::kAfterCompute);
+  ASSERT_TRUE(gathered.ok()) << gathered.status().ToString();
+  ASSERT_TRUE(gpu_->WaitCopy(*gathered).ok());
+  const HostTensor got = Download(packed.cview());
+  for (size_t i = 0; i < picked.size(); ++i)
+    for (int64_t c = 0; c < width; c += 97)
+      ASSERT_EQ(got.data<int32_t>()[static_cast<int64_t>(i) * width + c],
+                static_cast<int32_t>(picked[i] * width + c));
+  BackendTensor source = Filled(3, width, 5);
+  auto copied = gpu_->StartCopy(source.cview(), SliceRows(tier.view(), rows - 3, 3),
+                                CopyOrder::kAfterCompute);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  ASSERT_TRUE(gpu_->WaitCopy(*copied).ok());
+  const int32_t* host = tier.view().as<int32_t>();
+  EXPECT_EQ(host[(rows - 3) * width], 5);
+  EXPECT_EQ(host[rows * width - 1], 5);
+  EXPECT_EQ(host[(rows - 4) * width], static_cast<int32_t>((rows - 4) * width));
 }
 
 TEST_F(CudaBackendOpsTest, BadGatherIndexIsReportedBySynchronizeAndWaitCopy) {

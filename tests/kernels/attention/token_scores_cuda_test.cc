@@ -28,6 +28,9 @@ using testing::Tolerance;
 struct Case {
   int64_t heads, kv_heads, head_dim, n_k;
   DType k_dtype;
+  // K starts 16-byte aligned (the fast path for BF16/F16 at head_dim 64/128/256 and groups of at
+  // most 8), or one element off it (the one-row-per-warp path).
+  bool aligned = false;
 };
 
 class TokenScoresCudaTest : public testing::GpuOpTest<Case> {};
@@ -58,7 +61,7 @@ TEST_P(TokenScoresCudaTest, MatchesReference) {
   HostTensor k = RandomTensor(c.k_dtype, {c.n_k, c.kv_heads, c.head_dim}, 32, -2.0f, 2.0f);
   OpCheck check("token_scores");
   const int iq = check.Input(q);
-  const int ik = check.Input(k, DTypeSize(c.k_dtype));
+  const int ik = check.Input(k, c.aligned ? 0 : DTypeSize(c.k_dtype));
   const int ilse = check.Input(MakeLse(q, k));
   const int iscore =
       check.Output("score", testing::PoisonedF32({c.kv_heads, c.n_k}), Tolerance::Normalised(2e-5));
@@ -75,7 +78,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{32, 8, 128, 5000, DType::kBF16}, Case{4, 4, 64, 33, DType::kF32},
                       Case{6, 2, 40, 100, DType::kF16}, Case{16, 1, 256, 700, DType::kBF16},
                       Case{2, 2, 1, 31, DType::kF32}, Case{28, 4, 128, 1, DType::kF16},
-                      Case{8, 8, 96, 129, DType::kBF16}, Case{4, 2, 64, 0, DType::kBF16}));
+                      Case{8, 8, 96, 129, DType::kBF16}, Case{4, 2, 64, 0, DType::kBF16},
+                      Case{32, 8, 128, 131073, DType::kBF16, true},
+                      Case{28, 4, 128, 1, DType::kF16, true}, Case{8, 8, 64, 777, DType::kF16, true},
+                      Case{16, 2, 256, 1000, DType::kBF16, true},
+                      Case{6, 2, 64, 65, DType::kBF16, true},
+                      Case{16, 1, 256, 700, DType::kBF16, true},  // group 16: the other path
+                      Case{4, 2, 64, 0, DType::kF16, true}));
 
 TEST(TokenScoresCudaArgsTest, RejectsHeadDimAbove256) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
