@@ -1,0 +1,176 @@
+#include "coordinator/step_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "coordinator/admission.h"
+
+namespace millipede {
+
+int64_t PlannedStep::decode_tokens() const {
+  int64_t n = 0;
+  for (const PlannedEntry& e : entries) n += e.kind == PlannedKind::kDecode ? 1 : 0;
+  return n;
+}
+
+int64_t PlannedStep::prefill_tokens() const {
+  int64_t n = 0;
+  for (const PlannedEntry& e : entries) n += e.kind == PlannedKind::kPrefill ? e.count : 0;
+  return n;
+}
+
+StatusOr<StepScheduler> StepScheduler::Create(const StepSchedulerOptions& options) {
+  MP_REQUIRE(options.num_ranks >= 1, "step scheduler: ", options.num_ranks, " ranks");
+  MP_REQUIRE(options.max_step_tokens >= 1, "step scheduler: max_step_tokens must be at least 1");
+  MP_REQUIRE(options.max_running >= 1 && options.max_running <= options.max_step_tokens,
+             "step scheduler: max_running (", options.max_running, ") must lie in [1, ",
+             "max_step_tokens = ", options.max_step_tokens, "]: every decoding job runs each step");
+  MP_REQUIRE(options.kv_positions_per_rank >= 1,
+             "step scheduler: kv_positions_per_rank must be at least 1");
+  MP_REQUIRE(options.max_prefill_work >= 0 && options.min_chunk >= 1,
+             "step scheduler: max_prefill_work must be >= 0 and min_chunk >= 1");
+  return StepScheduler(options);
+}
+
+int64_t StepScheduler::ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens,
+                                          int num_ranks) {
+  return KvPositionsPerRank(prompt_tokens, max_new_tokens, num_ranks);
+}
+
+Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens) {
+  MP_REQUIRE(jobs_.count(job) == 0, "step scheduler: job ", job, " was added twice");
+  MP_REQUIRE(prompt_tokens >= 1 && max_new_tokens >= 1, "step scheduler: job ", job, " has prompt ",
+             prompt_tokens, " and max_new_tokens ", max_new_tokens);
+  Job j;
+  j.prompt = prompt_tokens;
+  j.max_new = max_new_tokens;
+  j.reservation = ReservationPerRank(prompt_tokens, max_new_tokens, options_.num_ranks);
+  if (j.reservation > options_.kv_positions_per_rank)
+    return OutOfRangeError("job " + std::to_string(job) + " needs " +
+                           std::to_string(j.reservation) + " KV positions per rank; " +
+                           std::to_string(options_.kv_positions_per_rank) + " exist");
+  j.arrival = arrivals_++;
+  jobs_[job] = j;
+  return OkStatus();
+}
+
+void StepScheduler::Remove(StepJobId job, bool freed_by_workers) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (it->second.started) {
+    --running_;
+    reserved_ -= it->second.reservation;
+    memory_blocked_ = false;
+    if (!freed_by_workers) pending_ends_.push_back(job);
+  }
+  jobs_.erase(it);
+}
+
+bool StepScheduler::holds_kv(StepJobId job) const {
+  auto it = jobs_.find(job);
+  return it != jobs_.end() && it->second.started;
+}
+
+std::vector<StepJobId> StepScheduler::PrefillOrder() const {
+  // (group, remaining, arrival): starved partly prefilled jobs, then the one the workers
+  // refused for memory, then everyone by what is left.
+  std::vector<std::tuple<int, int64_t, uint64_t, StepJobId>> order;
+  for (const auto& [id, j] : jobs_) {
+    if (j.started && j.prefilled == j.prompt) continue;
+    const int group = j.started && j.starved ? 0 : (j.refused ? 1 : 2);
+    order.emplace_back(group, j.prompt - j.prefilled, j.arrival, id);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<StepJobId> ids;
+  for (const auto& entry : order) ids.push_back(std::get<3>(entry));
+  return ids;
+}
+
+int64_t StepScheduler::ChunkFor(const Job& j, int64_t tokens_left, int64_t work_left,
+                                bool first) const {
+  const int64_t remaining = j.prompt - j.prefilled;
+  int64_t chunk = std::min(remaining, tokens_left);
+  if (options_.max_prefill_work > 0) {
+    // The largest c with c * (prefilled + c) <= work_left.
+    const double b = static_cast<double>(j.prefilled), w = static_cast<double>(work_left);
+    const int64_t by_work = static_cast<int64_t>((-b + std::sqrt(b * b + 4.0 * w)) / 2.0);
+    chunk = std::min(chunk, std::max<int64_t>(by_work, 0));
+  }
+  if (first) chunk = std::max(chunk, std::min({remaining, options_.min_chunk, tokens_left}));
+  // Slivers cost a step's overheads for little progress: later chunks of a step are at least
+  // min_chunk unless they finish the prompt.
+  if (!first && chunk < remaining && chunk < options_.min_chunk) return 0;
+  if (chunk < remaining) {
+    const int64_t unit = 2 * static_cast<int64_t>(options_.num_ranks);
+    chunk -= chunk % unit;
+  }
+  return chunk;
+}
+
+PlannedStep StepScheduler::Next() {
+  PlannedStep step;
+  step.ends.swap(pending_ends_);
+  for (const auto& [id, j] : jobs_)
+    if (j.started && j.prefilled == j.prompt)
+      step.entries.push_back({id, PlannedKind::kDecode, j.prompt, 1});
+  int64_t tokens_left = options_.max_step_tokens - static_cast<int64_t>(step.entries.size());
+  int64_t work_left = options_.max_prefill_work > 0 ? options_.max_prefill_work
+                                                    : std::numeric_limits<int64_t>::max();
+  bool first = true;
+  for (StepJobId id : PrefillOrder()) {
+    if (tokens_left <= 0) break;
+    Job& j = jobs_[id];
+    if (!j.started && (memory_blocked_ || running_ >= options_.max_running ||
+                       reserved_ + j.reservation > options_.kv_positions_per_rank))
+      continue;
+    const int64_t chunk = ChunkFor(j, tokens_left, work_left, first);
+    if (chunk <= 0) continue;
+    if (!j.started) {
+      j.started = true;
+      j.refused = false;
+      ++running_;
+      reserved_ += j.reservation;
+      step.starts.push_back({id, j.reservation});
+    }
+    step.entries.push_back({id, PlannedKind::kPrefill, j.prefilled, chunk});
+    tokens_left -= chunk;
+    const double work = static_cast<double>(chunk) * static_cast<double>(j.prefilled + chunk);
+    work_left = work >= static_cast<double>(work_left) ? 0 : work_left - static_cast<int64_t>(work);
+    first = false;
+  }
+  for (auto& [id, j] : jobs_) {
+    if (!j.started || j.prefilled == j.prompt) continue;
+    j.starved = std::none_of(step.entries.begin(), step.entries.end(),
+                             [id = id](const PlannedEntry& e) { return e.job == id; });
+  }
+  return step;
+}
+
+void StepScheduler::Completed(const PlannedStep& step) {
+  for (const PlannedEntry& e : step.entries) {
+    auto it = jobs_.find(e.job);
+    if (it == jobs_.end() || e.kind != PlannedKind::kPrefill) continue;
+    it->second.prefilled = e.begin + e.count;
+  }
+}
+
+Status StepScheduler::StartRefused(StepJobId job) {
+  auto it = jobs_.find(job);
+  MP_REQUIRE(it != jobs_.end() && it->second.started, "step scheduler: job ", job,
+             " was not started");
+  Job& j = it->second;
+  j.started = false;
+  j.prefilled = 0;
+  j.refused = true;
+  --running_;
+  reserved_ -= j.reservation;
+  if (running_ == 0)
+    return FailedPreconditionError("the workers cannot hold job " + std::to_string(job) +
+                                   "'s KV even with no other job running");
+  memory_blocked_ = true;
+  return OkStatus();
+}
+
+}  // namespace millipede

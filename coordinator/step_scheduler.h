@@ -1,0 +1,135 @@
+// The batching policy of the service, as pure code (no MPI, no threads, no clock): which jobs
+// hold KV on the workers, and what each engine step runs — a decode token of every job that is
+// decoding plus, within a per-step token budget, prefill chunks of jobs still prefilling or
+// waiting (continuous batching with chunked prefill). The coordinator's Scheduler asks it for
+// each step's plan, sends the plan to the workers and reports back how the step went.
+//
+// KV policy: a job's whole KV (its prompt and every token it may generate, on the busiest rank)
+// is reserved when it starts, so a running job never runs out of memory mid-way and nothing is
+// preempted. A job waits until its reservation fits beside the running jobs'; the workers' memory
+// plan has the last word (a start they refuse for memory puts the job back at the head of the
+// queue until a running job ends; with nothing running it fails).
+//
+// Prefill order: each step the budget left after the decode tokens goes to prefill candidates —
+// jobs partly prefilled, then waiting ones — fewest remaining prompt tokens first (a short job's
+// first token comes quickly while a long prompt prefills), except that a partly prefilled job
+// that got nothing in the previous step goes first (a long prompt is never starved: it gets at
+// least every other step). A chunk other than a step's first is at least min_chunk tokens or
+// finishes its prompt. A chunk is cut to the budget, to the attention work bound (chunk x
+// keys it attends to, so a chunk deep into a long prompt is shorter), and to a multiple of 2N
+// tokens (N ranks) unless it finishes the prompt, so each rank's share of the prompt equals its
+// share of the whole prompt sharded at once (zig-zag).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace millipede {
+
+using StepJobId = uint64_t;
+
+struct StepSchedulerOptions {
+  int num_ranks = 1;
+  // Tokens one step adds over all ranks: decode tokens plus prefill chunks.
+  int64_t max_step_tokens = 2048;
+  // Jobs holding KV at once (at most max_step_tokens: every decoding job runs each step).
+  int64_t max_running = 64;
+  // KV positions the busiest rank may hold for every running job together.
+  int64_t kv_positions_per_rank = 0;
+  // Attention work of a step's prefill chunks: the sum over chunks of chunk x (chunk + the
+  // positions before it), in token pairs; 0: no bound. The first chunk of a step gets at least
+  // min_chunk tokens whatever this says, so every prompt progresses.
+  int64_t max_prefill_work = 0;
+  int64_t min_chunk = 256;
+};
+
+enum class PlannedKind { kPrefill, kDecode };
+
+// One entry of a step: a prefill chunk [begin, begin + count) of the job's prompt, or a decode
+// token.
+struct PlannedEntry {
+  StepJobId job = 0;
+  PlannedKind kind = PlannedKind::kDecode;
+  int64_t begin = 0;
+  int64_t count = 1;
+  bool operator==(const PlannedEntry&) const = default;
+};
+
+struct PlannedStart {
+  StepJobId job = 0;
+  // KV positions to reserve on each rank (the busiest rank's share of prompt + generated).
+  int64_t capacity_per_rank = 0;
+};
+
+// One step for the workers: free `ends`, start `starts` (in order), then run `entries`.
+struct PlannedStep {
+  std::vector<StepJobId> ends;
+  std::vector<PlannedStart> starts;
+  std::vector<PlannedEntry> entries;
+  bool empty() const { return ends.empty() && starts.empty() && entries.empty(); }
+  int64_t decode_tokens() const;
+  int64_t prefill_tokens() const;
+};
+
+class StepScheduler {
+ public:
+  // InvalidArgument for options that cannot work (no ranks, budgets below 1, max_running over
+  // max_step_tokens).
+  static StatusOr<StepScheduler> Create(const StepSchedulerOptions& options);
+
+  // A job joins the queue. InvalidArgument for a duplicate id or sizes below 1, OutOfRange when
+  // its reservation alone exceeds kv_positions_per_rank (it could never start).
+  Status Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens);
+  // The job leaves (finished, cancelled, failed). Its reservation is released; if it held KV
+  // and the workers did not free it themselves, the next step frees it (PlannedStep::ends).
+  // Unknown ids are ignored.
+  void Remove(StepJobId job, bool freed_by_workers);
+
+  // The next step (empty when there is nothing to do). Jobs it starts hold their reservation
+  // from here on. After a step that ran, call Completed before the next Next().
+  PlannedStep Next();
+  // The step ran: its prefill chunks are committed; a job whose last chunk ran decodes from the
+  // next step on.
+  void Completed(const PlannedStep& step);
+  // A step stopped before it committed anything (a cancel inside it) is not reported: the next
+  // Next() plans the same work again (the jobs it started stay started).
+  // The workers refused to start `job` for memory: it goes back to the head of the queue and no
+  // job starts until a running one leaves. FailedPrecondition (the caller fails the job) when no
+  // other job holds KV, so waiting would not help.
+  Status StartRefused(StepJobId job);
+
+  int64_t running() const { return running_; }
+  int64_t waiting() const { return static_cast<int64_t>(jobs_.size()) - running_; }
+  int64_t reserved_per_rank() const { return reserved_; }
+  bool holds_kv(StepJobId job) const;
+  // KV positions one job reserves on the busiest rank.
+  static int64_t ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);
+
+ private:
+  struct Job {
+    int64_t prompt = 0, max_new = 0, reservation = 0;
+    int64_t prefilled = 0;  // committed prompt tokens
+    uint64_t arrival = 0;
+    bool started = false;
+    bool starved = false;  // partly prefilled and left out of the last step
+    bool refused = false;  // the workers refused its start for memory
+  };
+  explicit StepScheduler(const StepSchedulerOptions& options) : options_(options) {}
+  // Prefill candidates in the order the budget goes to them.
+  std::vector<StepJobId> PrefillOrder() const;
+  // The chunk `job` gets with `tokens_left` and `work_left` (0: none fits).
+  int64_t ChunkFor(const Job& job, int64_t tokens_left, int64_t work_left, bool first) const;
+
+  StepSchedulerOptions options_;
+  std::map<StepJobId, Job> jobs_;
+  std::vector<StepJobId> pending_ends_;
+  int64_t running_ = 0;
+  int64_t reserved_ = 0;
+  uint64_t arrivals_ = 0;
+  bool memory_blocked_ = false;
+};
+
+}  // namespace millipede

@@ -1,0 +1,210 @@
+// StepScheduler: continuous batching with chunked prefill, KV reservations, the prefill order
+// (short jobs first, no starvation), the attention work bound, and a random load run to the end
+// with its invariants checked at every step.
+#include "coordinator/step_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+namespace millipede {
+namespace {
+
+StepScheduler Make(StepSchedulerOptions o) {
+  StatusOr<StepScheduler> s = StepScheduler::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+StepSchedulerOptions Options(int ranks, int64_t step_tokens, int64_t kv) {
+  return {.num_ranks = ranks,
+          .max_step_tokens = step_tokens,
+          .max_running = 8,
+          .kv_positions_per_rank = kv,
+          .min_chunk = 16};
+}
+
+TEST(StepSchedulerTest, RefusesOptionsAndJobsThatCannotWork) {
+  StepSchedulerOptions o = Options(1, 64, 1000);
+  o.max_running = 65;
+  EXPECT_FALSE(StepScheduler::Create(o).ok());
+  o = Options(0, 64, 1000);
+  EXPECT_FALSE(StepScheduler::Create(o).ok());
+  StepScheduler s = Make(Options(2, 64, 100));
+  EXPECT_TRUE(s.Add(1, 10, 4).ok());
+  EXPECT_EQ(s.Add(1, 10, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Add(2, 0, 4).code(), StatusCode::kInvalidArgument);
+  // 2 * ceil(300 / 4) = 150 positions on the busiest rank: more than there are.
+  EXPECT_EQ(s.Add(3, 300, 1).code(), StatusCode::kOutOfRange);
+}
+
+TEST(StepSchedulerTest, PrefillsThenDecodesEveryRunningJobTogether) {
+  StepScheduler s = Make(Options(1, 256, 10000));
+  for (StepJobId id : {1, 2, 3}) ASSERT_TRUE(s.Add(id, 20 + id, 8).ok());
+  PlannedStep first = s.Next();
+  ASSERT_EQ(first.starts.size(), 3u);
+  EXPECT_EQ(first.prefill_tokens(), 21 + 22 + 23);
+  EXPECT_EQ(first.decode_tokens(), 0);
+  EXPECT_EQ(first.starts[0].capacity_per_rank, StepScheduler::ReservationPerRank(21, 8, 1));
+  s.Completed(first);
+  PlannedStep second = s.Next();
+  EXPECT_TRUE(second.starts.empty());
+  ASSERT_EQ(second.decode_tokens(), 3);
+  EXPECT_EQ(second.entries[0], (PlannedEntry{1, PlannedKind::kDecode, 21, 1}));
+  s.Completed(second);
+  s.Remove(2, /*freed_by_workers=*/true);
+  s.Remove(3, /*freed_by_workers=*/false);  // cancelled: the next step frees it
+  PlannedStep third = s.Next();
+  EXPECT_EQ(third.ends, std::vector<StepJobId>{3});
+  EXPECT_EQ(third.decode_tokens(), 1);
+  EXPECT_EQ(s.running(), 1);
+  s.Remove(1, true);
+  EXPECT_TRUE(s.Next().empty());
+  EXPECT_EQ(s.reserved_per_rank(), 0);
+}
+
+TEST(StepSchedulerTest, ChunksALongPromptInMultiplesOfTwiceTheRanks) {
+  StepScheduler s = Make(Options(3, 100, 100000));
+  ASSERT_TRUE(s.Add(7, 1003, 2).ok());
+  int64_t next = 0;
+  while (true) {
+    PlannedStep step = s.Next();
+    ASSERT_EQ(step.entries.size(), 1u);
+    const PlannedEntry& e = step.entries[0];
+    if (e.kind == PlannedKind::kDecode) break;
+    EXPECT_EQ(e.begin, next);
+    EXPECT_LE(e.count, 100);
+    if (e.begin + e.count < 1003) EXPECT_EQ(e.count % 6, 0) << e.count;
+    next = e.begin + e.count;
+    s.Completed(step);
+  }
+  EXPECT_EQ(next, 1003);
+}
+
+TEST(StepSchedulerTest, ShortJobsGoFirstAndALongPromptIsNeverStarved) {
+  StepScheduler s = Make(Options(1, 64, 100000));
+  ASSERT_TRUE(s.Add(1, 5000, 4).ok());
+  PlannedStep step = s.Next();
+  s.Completed(step);
+  ASSERT_TRUE(s.Add(2, 60, 4).ok());  // fewer tokens left than job 1: first
+  ASSERT_TRUE(s.Add(3, 200, 4).ok());
+  // 4 tokens are left after job 2's 60: less than min_chunk, so nobody gets a sliver.
+  step = s.Next();
+  ASSERT_EQ(step.entries.size(), 1u);
+  EXPECT_EQ(step.entries[0].job, 2u);
+  EXPECT_EQ(step.entries[0].count, 60);
+  s.Completed(step);
+  // Job 1 got nothing last step: it goes first now, ahead of job 3 and job 2's decode aside.
+  step = s.Next();
+  ASSERT_EQ(step.entries.size(), 2u);
+  EXPECT_EQ(step.entries[0], (PlannedEntry{2, PlannedKind::kDecode, 60, 1}));
+  EXPECT_EQ(step.entries[1].job, 1u);
+  EXPECT_EQ(step.entries[1].count, 62);  // 63 tokens left, cut to a multiple of 2
+  s.Completed(step);
+  step = s.Next();
+  EXPECT_EQ(step.entries[1].job, 3u);
+}
+
+TEST(StepSchedulerTest, TheWorkBoundShortensChunksDeepIntoAPrompt) {
+  StepSchedulerOptions o = Options(1, 100000, 1000000);
+  o.max_prefill_work = 1000 * 1000;  // a 1000-token chunk at the start
+  o.min_chunk = 64;
+  StepScheduler s = Make(o);
+  ASSERT_TRUE(s.Add(1, 200000, 2).ok());
+  std::vector<int64_t> chunks;
+  for (int i = 0; i < 40; ++i) {
+    PlannedStep step = s.Next();
+    for (const PlannedEntry& e : step.entries) {
+      EXPECT_TRUE(e.count <= 64 || e.count * (e.begin + e.count) <= o.max_prefill_work);
+      chunks.push_back(e.count);
+    }
+    s.Completed(step);
+  }
+  EXPECT_EQ(chunks.front(), 1000);
+  EXPECT_LT(chunks.back(), chunks.front());
+  EXPECT_GE(chunks.back(), 64);  // the floor: every step makes progress
+}
+
+TEST(StepSchedulerTest, JobsWaitForKvAndARefusedStartHoldsTheQueue) {
+  StepScheduler s = Make(Options(1, 1000, 100));
+  ASSERT_TRUE(s.Add(1, 40, 11).ok());  // 50 positions each
+  ASSERT_TRUE(s.Add(2, 40, 11).ok());
+  ASSERT_TRUE(s.Add(3, 40, 11).ok());
+  PlannedStep step = s.Next();
+  EXPECT_EQ(step.starts.size(), 2u);
+  EXPECT_EQ(s.waiting(), 1);
+  s.Completed(step);
+  // The workers refuse job 2 (their plan counts more than positions): it waits, and so does
+  // job 3, until job 1 leaves.
+  ASSERT_TRUE(s.StartRefused(2).ok());
+  step = s.Next();
+  EXPECT_TRUE(step.starts.empty());
+  s.Completed(step);
+  s.Remove(1, true);
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 2u);
+  EXPECT_EQ(step.starts[0].job, 2u);
+  s.Completed(step);
+  s.Remove(3, true);
+  // Refused with nothing else running: waiting would not help.
+  EXPECT_EQ(s.StartRefused(2).code(), StatusCode::kFailedPrecondition);
+}
+
+// A random load run to the end: every step within its budget, reservations within the KV,
+// every job's chunks tiling its prompt in order, and nothing held at the end.
+TEST(StepSchedulerTest, RandomLoadKeepsEveryInvariant) {
+  std::mt19937_64 rng(5);
+  for (int ranks : {1, 2, 3}) {
+    StepSchedulerOptions o = Options(ranks, 96, 3000);
+    o.max_prefill_work = 50000;
+    StepScheduler s = Make(o);
+    std::map<StepJobId, int64_t> prefilled, prompt, left;
+    std::set<StepJobId> holding;
+    StepJobId next_id = 1;
+    for (int step_no = 0; step_no < 4000 && (next_id <= 60 || !prompt.empty()); ++step_no) {
+      if (next_id <= 60 && rng() % 3 == 0) {
+        const int64_t p = 1 + static_cast<int64_t>(rng() % 1500), m = 1 + rng() % 20;
+        ASSERT_TRUE(s.Add(next_id, p, m).ok());
+        prompt[next_id] = p;
+        prefilled[next_id] = 0;
+        left[next_id] = m;
+        ++next_id;
+      }
+      PlannedStep step = s.Next();
+      for (StepJobId id : step.ends) EXPECT_EQ(holding.erase(id), 1u);
+      for (const PlannedStart& st : step.starts) holding.insert(st.job);
+      EXPECT_LE(static_cast<int64_t>(step.entries.size()), o.max_step_tokens);
+      EXPECT_LE(step.decode_tokens() + step.prefill_tokens(), o.max_step_tokens);
+      EXPECT_LE(s.reserved_per_rank(), o.kv_positions_per_rank);
+      s.Completed(step);
+      std::vector<StepJobId> done;
+      for (const PlannedEntry& e : step.entries) {
+        EXPECT_TRUE(holding.count(e.job));
+        if (e.kind == PlannedKind::kPrefill) {
+          EXPECT_EQ(e.begin, prefilled[e.job]);
+          prefilled[e.job] += e.count;
+          EXPECT_LE(prefilled[e.job], prompt[e.job]);
+          if (prefilled[e.job] < prompt[e.job]) continue;
+        } else {
+          EXPECT_EQ(prefilled[e.job], prompt[e.job]);
+        }
+        if (--left[e.job] == 0 || rng() % 50 == 0) done.push_back(e.job);
+      }
+      for (StepJobId id : done) {
+        const bool by_workers = rng() % 2 == 0;
+        s.Remove(id, by_workers);
+        if (by_workers) holding.erase(id);
+        prompt.erase(id);
+      }
+    }
+    EXPECT_TRUE(prompt.empty()) << "ranks " << ranks;
+    s.Next();  // frees the last cancelled ones
+    EXPECT_EQ(s.running(), 0);
+    EXPECT_EQ(s.reserved_per_rank(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace millipede
