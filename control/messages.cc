@@ -125,21 +125,57 @@ void Fields(Io& io, M& m) {
   Fields(io, m.capabilities);
 }
 
-template <class Io, MessageOf<JobEvent> M>
+template <class Io, MessageOf<StepStart> M>
 void Fields(Io& io, M& m) {
-  io.Enum(m.kind, JobEventKind::kProgress, JobEventKind::kFailed);
+  Fields(io, m.job);
+  io.Field(m.capacity_per_rank);
+  io.Field(m.step_tokens);
+}
+
+template <class Io, MessageOf<StepEntry> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.job_id);
+  io.Enum(m.kind, StepEntryKind::kPrefill, StepEntryKind::kDecode);
+  io.Field(m.begin);
+  io.Field(m.count);
+}
+
+template <class Io, MessageOf<StepPlan> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.step_id);
+  io.Field(m.ends);
+  io.List(m.starts, [&](auto& start) { Fields(io, start); });
+  io.List(m.entries, [&](auto& entry) { Fields(io, entry); });
+}
+
+template <class Io, MessageOf<JobProgress> M>
+void Fields(Io& io, M& m) {
   io.Field(m.job_id);
   io.Field(m.tokens_done);
   io.Field(m.tokens_total);
+}
+
+template <class Io, MessageOf<StepJobResult> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.job_id);
+  io.Enum(m.outcome, StepOutcome::kPrefilled, StepOutcome::kFailed);
   io.Field(m.token);
   io.Field(m.logprob);
   io.Field(m.top_ids);
   io.Field(m.top_logprobs);
+  io.Field(m.finished);
   io.Field(m.finished_by_stop);
-  io.Field(m.ttft_s);
-  io.Field(m.decode_s);
   io.Field(m.status_code);
   io.Field(m.message);
+}
+
+template <class Io, MessageOf<StepDone> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.step_id);
+  io.Field(m.status_code);
+  io.Field(m.message);
+  io.List(m.jobs, [&](auto& job) { Fields(io, job); });
+  io.Field(m.seconds);
 }
 
 template <class Io, MessageOf<WorkerStats> M>
@@ -150,8 +186,8 @@ void Fields(Io& io, M& m) {
   io.Field(m.attention_s);
   io.Field(m.comm_s);
   io.Field(m.comm_bytes);
-  io.Field(m.jobs_run);
-  io.Field(m.running_job);
+  io.Field(m.steps_run);
+  io.Field(m.running_jobs);
 }
 
 template <class M>
@@ -168,35 +204,51 @@ Status DecodeFields(const std::vector<char>& bytes, M* m) {
   return r.Finish();
 }
 
-}  // namespace
-
-std::vector<char> Encode(const JobDescriptor& m) { return EncodeFields(m); }
-std::vector<char> Encode(const JobCancel& m) { return EncodeFields(m); }
-std::vector<char> Encode(const WorkerHello& m) { return EncodeFields(m); }
-std::vector<char> Encode(const JobEvent& m) { return EncodeFields(m); }
-std::vector<char> Encode(const WorkerStats& m) { return EncodeFields(m); }
-
-Status Decode(const std::vector<char>& bytes, JobDescriptor* m) {
-  MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
-  Status sampling = CheckSamplingParams(m->sampling);
+// The checks a starting job's descriptor gets beyond its bytes.
+Status CheckDescriptor(const JobDescriptor& m) {
+  Status sampling = CheckSamplingParams(m.sampling);
   if (!sampling.ok()) return InvalidArgumentError("control message: " + sampling.message());
-  if (!m->policy) return OkStatus();
+  if (!m.policy) return OkStatus();
   // The coordinator checked it against the model; here only that it is whole and keeps the
   // rules (the worker checks the shape against its own model before running it).
-  const AttentionPolicy& p = *m->policy;
+  const AttentionPolicy& p = *m.policy;
   const int64_t heads = p.layers.empty() ? 0 : static_cast<int64_t>(p.layers[0].prefill.size());
   return ValidateAttentionPolicy(p, static_cast<int64_t>(p.layers.size()), heads,
                                  "control message: the job's attention policy");
 }
 
+}  // namespace
+
+std::vector<char> Encode(const JobDescriptor& m) { return EncodeFields(m); }
+std::vector<char> Encode(const StepPlan& m) { return EncodeFields(m); }
+std::vector<char> Encode(const JobCancel& m) { return EncodeFields(m); }
+std::vector<char> Encode(const WorkerHello& m) { return EncodeFields(m); }
+std::vector<char> Encode(const JobProgress& m) { return EncodeFields(m); }
+std::vector<char> Encode(const StepDone& m) { return EncodeFields(m); }
+std::vector<char> Encode(const WorkerStats& m) { return EncodeFields(m); }
+
+Status Decode(const std::vector<char>& bytes, JobDescriptor* m) {
+  MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
+  return CheckDescriptor(*m);
+}
+
+Status Decode(const std::vector<char>& bytes, StepPlan* m) {
+  MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
+  for (const StepStart& start : m->starts) MP_RETURN_IF_ERROR(CheckDescriptor(start.job));
+  return OkStatus();
+}
+
 Status Decode(const std::vector<char>& bytes, JobCancel* m) { return DecodeFields(bytes, m); }
 Status Decode(const std::vector<char>& bytes, WorkerHello* m) { return DecodeFields(bytes, m); }
-Status Decode(const std::vector<char>& bytes, JobEvent* m) {
+Status Decode(const std::vector<char>& bytes, JobProgress* m) { return DecodeFields(bytes, m); }
+Status Decode(const std::vector<char>& bytes, StepDone* m) {
   MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
-  MP_REQUIRE(m->top_ids.size() == m->top_logprobs.size() &&
-                 m->top_ids.size() <= static_cast<size_t>(kMaxTopLogprobs),
-             "control message: a token event has ", m->top_ids.size(), " top ids and ",
-             m->top_logprobs.size(), " top logprobs (at most ", kMaxTopLogprobs, ")");
+  for (const StepJobResult& j : m->jobs)
+    MP_REQUIRE(j.top_ids.size() == j.top_logprobs.size() &&
+                   j.top_ids.size() <= static_cast<size_t>(kMaxTopLogprobs),
+               "control message: job ", j.job_id, "'s token has ", j.top_ids.size(),
+               " top ids and ", j.top_logprobs.size(), " top logprobs (at most ", kMaxTopLogprobs,
+               ")");
   return OkStatus();
 }
 Status Decode(const std::vector<char>& bytes, WorkerStats* m) { return DecodeFields(bytes, m); }

@@ -4,15 +4,20 @@
 // Protocol:
 //  - at start every worker sends kHello (its engine came up, or why not); the coordinator waits
 //    for all of them before serving;
-//  - the coordinator sends kJob to every worker (one job at a time), kCancel to the worker leader
-//    (world rank 1) only, kPing to every worker about once a second (liveness), kShutdown to
-//    every worker to stop after a drain (all ranks then finalize MPI), kAbort when it is about
-//    to fail (the workers exit at once without finalizing);
-//  - the worker leader sends kEvent for the running job (progress, tokens, done or failed);
-//  - every worker sends kStats about twice a second while idle, now and then during a job and
-//    after each job: its heartbeat and the numbers for the metrics.
-// Cancellation is decided by the leader alone and agreed by the workers over their own
-// communicator (see worker/control/job_runner.h), so every rank stops at the same step.
+//  - the coordinator runs the engine step by step: it sends kStep (a StepPlan: sequences to free,
+//    jobs to start with their descriptors, and the entries to run — prefill chunks and decode
+//    tokens of many jobs) to every worker and waits for the leader's kStepDone before it plans
+//    the next one; kCancel goes to the worker leader (world rank 1) only, to stop the step in
+//    flight when it holds a prefill chunk of a cancelled job; kPing to every worker about once
+//    a second (liveness), kShutdown to every worker to stop after a drain (all ranks then
+//    finalize MPI), kAbort when it is about to fail (the workers exit at once without
+//    finalizing);
+//  - the worker leader sends kProgress after each layer of a step with prefill chunks, and
+//    kStepDone with each job's outcome (its chunk done, the token it sampled, finished, failed);
+//  - every worker sends kStats about twice a second while idle, now and then during a step and
+//    after each step: its heartbeat and the numbers for the metrics.
+// A cancel inside a step is decided by the leader alone and agreed by the workers over their own
+// communicator (the engine's per-layer agreement), so every rank stops at the same layer.
 #pragma once
 
 #include <cstdint>
@@ -30,14 +35,15 @@ constexpr int kCoordinatorRank = 0;
 constexpr int kLeaderRank = 1;
 
 enum Tag : int {
-  kTagJob = 101,
+  kTagStep = 101,
   kTagCancel = 102,
   kTagShutdown = 103,
   kTagPing = 104,
   kTagAbort = 105,
   kTagHello = 201,
-  kTagEvent = 202,
+  kTagProgress = 202,
   kTagStats = 203,
+  kTagStepDone = 204,
 };
 
 // A job as the workers run it: already tokenized and validated by the coordinator, its attention
@@ -75,24 +81,73 @@ struct WorkerHello {
   PolicyCapabilities capabilities;
 };
 
-enum class JobEventKind : uint8_t { kProgress = 1, kToken = 2, kDone = 3, kFailed = 4 };
+// A job starting in a step: what it runs and the KV it reserves.
+struct StepStart {
+  JobDescriptor job;
+  // Positions this job may store on the busiest rank (its prompt share and decode share).
+  int64_t capacity_per_rank = 0;
+  // The most tokens one step may add on a rank (the coordinator's step budget).
+  int64_t step_tokens = 0;
+};
 
-// One event of the running job, from the worker leader.
-struct JobEvent {
-  JobEventKind kind = JobEventKind::kProgress;
+enum class StepEntryKind : uint8_t { kPrefill = 1, kDecode = 2 };
+
+// One entry of a step: positions [begin, begin + count) of the job's prompt, or its next decode
+// token (begin = the sequence's length, count = 1; the token is the one the workers sampled).
+struct StepEntry {
   uint64_t job_id = 0;
-  int64_t tokens_done = 0;        // kProgress
-  int64_t tokens_total = 0;       // kProgress
-  int32_t token = 0;              // kToken
+  StepEntryKind kind = StepEntryKind::kDecode;
+  int64_t begin = 0;
+  int64_t count = 1;
+};
+
+// One engine step for every worker: free `ends`, start `starts` in order, run `entries`.
+struct StepPlan {
+  uint64_t step_id = 0;
+  std::vector<uint64_t> ends;
+  std::vector<StepStart> starts;
+  std::vector<StepEntry> entries;
+};
+
+// Prefill progress of a job in the step in flight, from the worker leader after each layer.
+struct JobProgress {
+  uint64_t job_id = 0;
+  int64_t tokens_done = 0;
+  int64_t tokens_total = 0;
+};
+
+enum class StepOutcome : uint8_t {
+  kPrefilled = 1,  // a prefill chunk ran; more of the prompt is to come
+  kToken = 2,      // a token was sampled (after the prompt's last chunk, or a decode token)
+  kFailed = 3,     // the job failed (its start was refused, or the step failed); it is freed
+};
+
+// What one step did to one job.
+struct StepJobResult {
+  uint64_t job_id = 0;
+  StepOutcome outcome = StepOutcome::kPrefilled;
+  int32_t token = 0;  // kToken
   // kToken, when the job asked for logprobs: the token's log-probability and the alternatives.
   float logprob = 0;
   std::vector<int32_t> top_ids;
   std::vector<float> top_logprobs;
-  bool finished_by_stop = false;  // kDone: a stop/EOS id ended it (else the token budget)
-  double ttft_s = 0;              // kDone: worker-side prefill + first sample
-  double decode_s = 0;            // kDone: first to last token
-  int32_t status_code = 0;        // kFailed: a StatusCode (kCancelled after a cancel)
-  std::string message;            // kFailed
+  // kToken: the job ended with this token (the workers freed it): a stop or EOS id
+  // (finished_by_stop) or its token budget.
+  bool finished = false;
+  bool finished_by_stop = false;
+  int32_t status_code = 0;  // kFailed: a StatusCode
+  std::string message;      // kFailed
+};
+
+// The leader's report of a step. status_code kCancelled: the step stopped before committing
+// anything (a cancel inside it; the jobs it started stay started, the next plan repeats the
+// work); another non-zero code: the step failed and every job in it was failed and freed.
+struct StepDone {
+  uint64_t step_id = 0;
+  int32_t status_code = 0;
+  std::string message;
+  std::vector<StepJobResult> jobs;
+  double seconds = 0;  // the step's time on the workers
 };
 
 // One worker's counters (cumulative except the KV gauges) and its heartbeat.
@@ -103,23 +158,29 @@ struct WorkerStats {
   double attention_s = 0;
   double comm_s = 0;
   int64_t comm_bytes = 0;
-  uint64_t jobs_run = 0;
-  uint64_t running_job = 0;  // 0 when idle
+  uint64_t steps_run = 0;
+  int64_t running_jobs = 0;  // sequences holding KV
 };
 
+// A descriptor alone, as it travels inside a StepStart.
 std::vector<char> Encode(const JobDescriptor& m);
+std::vector<char> Encode(const StepPlan& m);
 std::vector<char> Encode(const JobCancel& m);
 std::vector<char> Encode(const WorkerHello& m);
-std::vector<char> Encode(const JobEvent& m);
+std::vector<char> Encode(const JobProgress& m);
+std::vector<char> Encode(const StepDone& m);
 std::vector<char> Encode(const WorkerStats& m);
 
 // Each fails with InvalidArgument on a truncated or oversized message or a value out of range
-// (an enum, a bool); a job's policy must also pass ValidateAttentionPolicy for its own shape,
-// its sampling parameters CheckSamplingParams, and a token's alternatives come in equal numbers.
+// (an enum, a bool); a starting job's policy must also pass ValidateAttentionPolicy for its own
+// shape, its sampling parameters CheckSamplingParams, and a token's alternatives come in equal
+// numbers (at most kMaxTopLogprobs).
 Status Decode(const std::vector<char>& bytes, JobDescriptor* m);
+Status Decode(const std::vector<char>& bytes, StepPlan* m);
 Status Decode(const std::vector<char>& bytes, JobCancel* m);
 Status Decode(const std::vector<char>& bytes, WorkerHello* m);
-Status Decode(const std::vector<char>& bytes, JobEvent* m);
+Status Decode(const std::vector<char>& bytes, JobProgress* m);
+Status Decode(const std::vector<char>& bytes, StepDone* m);
 Status Decode(const std::vector<char>& bytes, WorkerStats* m);
 
 }  // namespace millipede::control

@@ -28,10 +28,16 @@ constexpr char kUsage[] =
   --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
   --metrics HOST:PORT      Prometheus /metrics (default 127.0.0.1:9400)
   --max-queue N            jobs that may wait (default 64); more get "queue full"
+  --max-step-tokens N      tokens one engine step adds: decode tokens of every running job plus
+                           prefill chunks (default 2048)
+  --max-running N          jobs holding KV at once (default 64; at most --max-step-tokens)
+  --max-prefill-work W     bound on a step's prefill attention work, in (query, key) token pairs
+                           (default 0: none); keeps steps short deep into a long prompt
+  --min-chunk N            smallest prefill chunk but the first of a step (default 256)
   --worker-timeout-s S     a worker silent this long counts as dead (default 60; workers report
                            at every prefill layer, so it must exceed the slowest layer)
   --startup-timeout-s S    time the workers have to load the model (default 600)
-  --drain-timeout-s S      on SIGTERM, time the running job has to finish (default 30)
+  --drain-timeout-s S      on SIGTERM, time running jobs have to finish (default 30)
 )";
 
 #ifdef MILLIPEDE_HAVE_HTTP
@@ -79,7 +85,8 @@ Status Serve(int argc, char** argv, int world_size) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown({"model", "served-model-name", "chat-format", "rpc", "http",
                                        "api-key", "metrics", "max-queue", "worker-timeout-s",
-                                       "startup-timeout-s", "drain-timeout-s", "help"}));
+                                       "startup-timeout-s", "drain-timeout-s", "max-step-tokens",
+                                       "max-running", "max-prefill-work", "min-chunk", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
   SchedulerOptions options;
@@ -91,6 +98,10 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
   MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
   options.max_queue = static_cast<size_t>(max_queue);
+  MP_ASSIGN_OR_RETURN(options.max_step_tokens, flags.GetInt("max-step-tokens", 2048));
+  MP_ASSIGN_OR_RETURN(options.max_running, flags.GetInt("max-running", 64));
+  MP_ASSIGN_OR_RETURN(options.max_prefill_work, flags.GetInt("max-prefill-work", 0));
+  MP_ASSIGN_OR_RETURN(options.min_chunk, flags.GetInt("min-chunk", 256));
   MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 60));
   MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
@@ -115,7 +126,10 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(std::unique_ptr<WorkerLink> link,
                       WorkerLink::Connect(world_size, startup_timeout_s, &g_drain_early));
   const WorkerFacts facts = link->facts();
-  Scheduler scheduler(std::move(tokenizer), std::move(link), metrics.get(), options);
+  MP_ASSIGN_OR_RETURN(
+      std::unique_ptr<Scheduler> owned,
+      Scheduler::Create(std::move(tokenizer), std::move(link), metrics.get(), options));
+  Scheduler& scheduler = *owned;
   g_scheduler.store(&scheduler);
   if (g_drain_early.load()) scheduler.RequestDrain();
 

@@ -1,8 +1,9 @@
 #include "coordinator/scheduler.h"
-#include "coordinator/scheduler_job.h"
 
 #include <iostream>
 #include <thread>
+
+#include "coordinator/scheduler_job.h"
 
 namespace millipede {
 namespace {
@@ -32,8 +33,25 @@ const char* RejectReason(const Status& s) {
 
 }  // namespace
 
+StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer> tokenizer,
+                                                       std::unique_ptr<WorkerLink> link,
+                                                       ServiceMetrics* metrics,
+                                                       SchedulerOptions options) {
+  const WorkerFacts& facts = link->facts();
+  MP_ASSIGN_OR_RETURN(StepScheduler batch,
+                      StepScheduler::Create({.num_ranks = facts.num_workers,
+                                             .max_step_tokens = options.max_step_tokens,
+                                             .max_running = options.max_running,
+                                             .kv_positions_per_rank =
+                                                 std::max<int64_t>(facts.kv_capacity_per_rank, 1),
+                                             .max_prefill_work = options.max_prefill_work,
+                                             .min_chunk = options.min_chunk}));
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(tokenizer), std::move(link), metrics,
+                                                  std::move(options), std::move(batch)));
+}
+
 Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
-                     ServiceMetrics* metrics, SchedulerOptions options)
+                     ServiceMetrics* metrics, SchedulerOptions options, StepScheduler batch)
     : tokenizer_(std::move(tokenizer)),
       link_(std::move(link)),
       metrics_(metrics),
@@ -45,7 +63,8 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
               .max_prompt_bytes = options_.max_prompt_bytes,
               .num_layers = link_->facts().num_layers,
               .num_kv_heads = link_->facts().num_kv_heads,
-              .capabilities = link_->facts().capabilities} {}
+              .capabilities = link_->facts().capabilities},
+      batch_(std::move(batch)) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -79,6 +98,9 @@ StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserve
     return reject(ResourceExhaustedError("queue full: " + std::to_string(queue_.size()) +
                                          " jobs are waiting (the limit is " +
                                          std::to_string(options_.max_queue) + ")"));
+  // Admission already held the job to one rank's KV capacity: the policy takes it.
+  Status added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens);
+  if (!added.ok()) return reject(added);
   job->id = next_id_++;
   d.job_id = job->id;
   jobs_[job->id] = job;
@@ -102,7 +124,8 @@ Status Scheduler::Cancel(JobId id) {
   return OkStatus();
 }
 
-void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
+void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out,
+                       bool freed_by_workers) {
   const auto now = Clock::now();
   const bool started = job.state != JobState::kQueued;
   const double e2e = Seconds(now - job.submitted);
@@ -158,7 +181,7 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out) {
     ended_order_.pop_front();
   }
   const JobId id = job.id;
-  if (running_ && running_->id == id) running_.reset();
+  batch_.Remove(id, freed_by_workers);
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (*it == id) {
       queue_.erase(it);
@@ -173,97 +196,29 @@ void Scheduler::FailAll(const Status& error, Deliveries* out) {
   for (auto& [id, job] : jobs_) all.push_back(job);
   for (auto& job : all) {
     if (metrics_) metrics_->RequestError(job->state == JobState::kQueued ? "internal" : "worker");
-    Finish(*job, error, out);
+    Finish(*job, error, out, /*freed_by_workers=*/true);
   }
-}
-
-Status Scheduler::HandleEvent(const control::JobEvent& e, Deliveries* out) {
-  if (!running_ || running_->id != e.job_id) return OkStatus();  // an ended job's late event
-  Job& job = *running_;
-  std::shared_ptr<JobObserver> observer = job.observer;
-  const bool ending = job.cancel_requested || job.stop_matched;
-  switch (e.kind) {
-    case control::JobEventKind::kProgress:
-      job.prefill_done = e.tokens_done;
-      if (ending) break;
-      if (metrics_) metrics_->PrefillProgress(e.tokens_done, e.tokens_total);
-      out->push_back(
-          [observer, d = e.tokens_done, t = e.tokens_total] { observer->OnProgress(d, t); });
-      break;
-    case control::JobEventKind::kToken: {
-      if (ending) break;
-      const auto now = Clock::now();
-      last_token_ = now;
-      if (job.ids.empty()) {
-        job.state = JobState::kDecode;
-        job.first_token = now;
-        job.prefill_done = static_cast<int64_t>(job.descriptor.prompt_ids.size());
-        const double prefill_s = Seconds(now - job.started);
-        if (metrics_)
-          metrics_->FirstToken(Seconds(now - job.submitted),
-                               prefill_s > 0 ? job.prefill_done / prefill_s : 0);
-        if (metrics_) metrics_->OutputToken(0);
-      } else if (metrics_) {
-        metrics_->OutputToken(Seconds(now - job.last_token));
-      }
-      job.last_token = now;
-      job.ids.push_back(e.token);
-      SampledToken token{e.token, e.logprob, {}};
-      for (size_t i = 0; i < e.top_ids.size(); ++i)
-        token.top.push_back({e.top_ids[i], e.top_logprobs[i]});
-      MP_ASSIGN_OR_RETURN(TextStream::Piece piece, job.text->Push(e.token));
-      if (job.held_token) {
-        auto [held, delta] = *job.held_token;
-        out->push_back([observer, held, delta] { observer->OnToken(held, delta); });
-        job.held_token.reset();
-      }
-      if (piece.open) {
-        job.held_token.emplace(std::move(token), std::move(piece.delta));
-      } else {
-        out->push_back([observer, token = std::move(token), d = std::move(piece.delta)] {
-          observer->OnToken(token, d);
-        });
-      }
-      if (piece.stopped) {
-        job.stop_matched = true;
-        if (!job.cancel_sent) {
-          job.cancel_sent = true;
-          MP_RETURN_IF_ERROR(link_->CancelJob(job.id));
-        }
-      }
-      break;
-    }
-    case control::JobEventKind::kDone:
-      job.stopped_by_id = e.finished_by_stop;
-      if (job.cancel_requested && !job.stop_matched) {
-        // The job ended on its own just as the cancel went out: it still counts as cancelled.
-        Finish(job, CancelledError("job " + std::to_string(job.id) + " was cancelled"), out);
-      } else {
-        Finish(job, std::nullopt, out);
-      }
-      break;
-    case control::JobEventKind::kFailed: {
-      const auto code = static_cast<StatusCode>(e.status_code);
-      if (code == StatusCode::kCancelled && job.stop_matched) {
-        Finish(job, std::nullopt, out);
-      } else if (code == StatusCode::kCancelled) {
-        Finish(job, CancelledError("job " + std::to_string(job.id) + " was cancelled"), out);
-      } else {
-        if (metrics_) metrics_->RequestError("worker");
-        Finish(job, Status(code, "the workers failed the job: " + e.message), out);
-      }
-      break;
-    }
-  }
-  return OkStatus();
 }
 
 Status Scheduler::HandleMessage(const control::Message& m, Deliveries* out) {
-  if (m.tag == control::kTagEvent) {
-    control::JobEvent e;
-    MP_RETURN_IF_ERROR(control::Decode(m.bytes, &e));
-    MP_ASSERT(m.source == control::kLeaderRank, "job event from rank ", m.source);
-    return HandleEvent(e, out);
+  if (m.tag == control::kTagStepDone) {
+    control::StepDone done;
+    MP_RETURN_IF_ERROR(control::Decode(m.bytes, &done));
+    MP_ASSERT(m.source == control::kLeaderRank, "step result from rank ", m.source);
+    return HandleStepDone(done, out);
+  }
+  if (m.tag == control::kTagProgress) {
+    control::JobProgress p;
+    MP_RETURN_IF_ERROR(control::Decode(m.bytes, &p));
+    auto it = jobs_.find(p.job_id);
+    if (it == jobs_.end() || it->second->cancel_requested || it->second->stop_matched)
+      return OkStatus();
+    it->second->prefill_done = p.tokens_done;
+    ReportPrefillProgressLocked();
+    std::shared_ptr<JobObserver> observer = it->second->observer;
+    out->push_back(
+        [observer, d = p.tokens_done, t = p.tokens_total] { observer->OnProgress(d, t); });
+    return OkStatus();
   }
   if (m.tag == control::kTagStats) {
     control::WorkerStats w;
@@ -294,35 +249,7 @@ Status Scheduler::Step(Deliveries* out, bool* busy) {
   MP_RETURN_IF_ERROR(link_->CheckAlive(options_.worker_timeout_s));
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (drain_requested_.load() && !draining_) {
-    draining_ = true;
-    *busy = true;
-    std::vector<std::shared_ptr<Job>> waiting;
-    for (JobId id : queue_) waiting.push_back(jobs_[id]);
-    for (auto& job : waiting)
-      Finish(*job, FailedPreconditionError("the service is shutting down"), out);
-  }
-  // Cancels: a queued job ends here; the running one once the workers stopped it.
-  std::vector<std::shared_ptr<Job>> cancelled;
-  for (JobId id : queue_)
-    if (jobs_[id]->cancel_requested) cancelled.push_back(jobs_[id]);
-  for (auto& job : cancelled)
-    Finish(*job, CancelledError("job " + std::to_string(job->id) + " was cancelled"), out);
-  if (running_ && running_->cancel_requested && !running_->cancel_sent) {
-    running_->cancel_sent = true;
-    *busy = true;
-    MP_RETURN_IF_ERROR(link_->CancelJob(running_->id));
-  }
-  if (!running_ && !queue_.empty() && !draining_) {
-    running_ = jobs_[queue_.front()];
-    queue_.pop_front();
-    running_->state = JobState::kPrefill;
-    running_->started = Clock::now();
-    if (metrics_) metrics_->JobStarted(Seconds(running_->started - running_->submitted));
-    *busy = true;
-    MP_RETURN_IF_ERROR(link_->StartJob(running_->descriptor));
-  }
-  return OkStatus();
+  return PlanLocked(out, busy);
 }
 
 Status Scheduler::Run() {
@@ -348,12 +275,16 @@ Status Scheduler::Run() {
         if (!drain_deadline)
           drain_deadline = now + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.drain_timeout_s));
-        if (running_ && now > *drain_deadline && !running_->cancel_requested) {
-          std::cerr << "millipede-coordinator: drain deadline passed: cancelling job " +
-                           std::to_string(running_->id) + "\n";
-          running_->cancel_requested = true;
+        if (now > *drain_deadline) {
+          for (auto& [id, job] : jobs_) {
+            if (job->cancel_requested) continue;
+            std::cerr << "millipede-coordinator: drain deadline passed: cancelling job " +
+                             std::to_string(id) + "\n";
+            job->cancel_requested = true;
+          }
         }
-        drained = !running_ && queue_.empty();
+        // Done once every job ended and the last step freed their KV.
+        drained = jobs_.empty() && !in_flight_ && batch_.running() == 0;
       }
     }
     if (drained) return link_->Shutdown(options_.worker_timeout_s);

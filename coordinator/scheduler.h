@@ -1,5 +1,9 @@
-// The coordinator's JobService: admission, a bounded FIFO queue, the job table, and the control
-// loop that runs one job at a time on every worker rank over the MPI control plane.
+// The coordinator's JobService: admission, a bounded queue, the job table, and the control loop
+// that runs many jobs at once on every worker rank over the MPI control plane: each engine step
+// is planned by the StepScheduler (step_scheduler.h: the batching policy), sent to every worker,
+// and its outcome (tokens, finished and failed jobs) delivered before the next one is planned.
+// Cancelling a job, or a stop string ending it, leaves it out of the next plan, which frees its
+// KV on every rank; a step in flight that prefills a cancelled job is stopped inside.
 //
 // Threads: front ends call the JobService methods from their own threads (they take a mutex);
 // Run() is the control loop and makes every MPI call of the coordinator; job events are
@@ -20,6 +24,7 @@
 #include "api/job_service.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/admission.h"
+#include "coordinator/step_scheduler.h"
 #include "coordinator/text_stream.h"
 #include "coordinator/worker_link.h"
 #include "monitoring/service_metrics.h"
@@ -29,28 +34,38 @@ namespace millipede {
 struct SchedulerOptions {
   std::string model_id;
   std::string chat_format;
-  // Jobs that may wait (the running one not counted); a full queue refuses with "queue full".
+  // Jobs that may wait (running ones not counted); a full queue refuses with "queue full".
   size_t max_queue = 64;
+  // The batching policy (StepSchedulerOptions; the ranks and the KV budget come from the
+  // workers' hello): tokens per step, jobs holding KV at once, the attention work bound of a
+  // step's prefill chunks (0: none) and the smallest chunk.
+  int64_t max_step_tokens = 2048;
+  int64_t max_running = 64;
+  int64_t max_prefill_work = 0;
+  int64_t min_chunk = 256;
   // A worker silent this long counts as dead (it reports at least at every prefill layer).
   double worker_timeout_s = 60;
-  // After a drain starts, the running job may go on this long before it is cancelled.
+  // After a drain starts, running jobs may go on this long before they are cancelled.
   double drain_timeout_s = 30;
   int64_t max_prompt_bytes = 32 << 20;
 };
 
 class Scheduler final : public JobService {
  public:
-  // `metrics` may be null (no metrics); it must outlive the scheduler.
-  Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
-            ServiceMetrics* metrics, SchedulerOptions options);
+  // `metrics` may be null (no metrics); it must outlive the scheduler. InvalidArgument for
+  // batching options that cannot work.
+  static StatusOr<std::unique_ptr<Scheduler>> Create(std::unique_ptr<Tokenizer> tokenizer,
+                                                     std::unique_ptr<WorkerLink> link,
+                                                     ServiceMetrics* metrics,
+                                                     SchedulerOptions options);
   ~Scheduler() override;
 
   // The control loop, on the coordinator's MPI thread. Returns OK once a drain finished and the
   // workers were told to stop; returns the failure after a worker died or the control plane
   // broke (every job then got that error, and the workers may be gone: the caller aborts).
   Status Run();
-  // Starts a drain (new jobs refused, queued ones failed, the running one finished or
-  // cancelled at the deadline). Async-signal-safe.
+  // Starts a drain (new jobs refused, queued ones failed, running ones finished or cancelled
+  // at the deadline). Async-signal-safe.
   void RequestDrain() { drain_requested_.store(true); }
 
   StatusOr<JobId> Submit(JobRequest request, std::shared_ptr<JobObserver> observer) override;
@@ -66,13 +81,37 @@ class Scheduler final : public JobService {
   using Clock = std::chrono::steady_clock;
   using Deliveries = std::vector<std::function<void()>>;
   struct Job;
+  // The step the workers are running.
+  struct InFlight {
+    uint64_t step_id = 0;
+    PlannedStep planned;
+    std::vector<JobId> cancel_sent;  // jobs whose cancel went to the leader during the step
+  };
+
+  Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
+            ServiceMetrics* metrics, SchedulerOptions options, StepScheduler batch);
 
   // One pass of the loop; sets *busy when it did something. Caller holds no lock.
   Status Step(Deliveries* out, bool* busy);
   Status HandleMessage(const control::Message& m, Deliveries* out);
-  Status HandleEvent(const control::JobEvent& e, Deliveries* out);
-  // Ends the running or a queued job (removing it from the table) with a completion or error.
-  void Finish(Job& job, std::optional<Status> error, Deliveries* out);
+  // The rest of the pass, under the lock: cancels, the drain, the next step.
+  Status PlanLocked(Deliveries* out, bool* busy);
+  // Ends cancelled jobs and jobs a stop string ended (between steps).
+  void EndCancelledLocked(Deliveries* out);
+  // Plans the next step and sends it (nothing when there is nothing to do).
+  Status SendNextStepLocked(bool* busy);
+  // A step in flight that prefills a cancelled job is stopped inside.
+  Status CancelInsideStepLocked(bool* busy);
+  Status HandleStepDone(const control::StepDone& done, Deliveries* out);
+  void HandleToken(Job& job, const control::StepJobResult& r, Deliveries* out);
+  void HandleJobFailed(Job& job, const control::StepJobResult& r, bool started_here,
+                       Deliveries* out);
+  // prefill_progress_ratio: the longest prompt in prefill.
+  void ReportPrefillProgressLocked();
+  // Ends a job (removing it from the table and the batching policy) with a completion or
+  // error. `freed_by_workers`: the workers freed its sequence themselves (a finished or failed
+  // job); otherwise the next step frees it.
+  void Finish(Job& job, std::optional<Status> error, Deliveries* out, bool freed_by_workers);
   // Fails every job with `error` (worker failure).
   void FailAll(const Status& error, Deliveries* out);
   JobStatusInfo StatusOf(const Job& job) const;
@@ -85,10 +124,12 @@ class Scheduler final : public JobService {
   std::atomic<bool> drain_requested_{false};
 
   mutable std::mutex mu_;
+  StepScheduler batch_;
   JobId next_id_ = 1;
   std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running
-  std::deque<JobId> queue_;
-  std::shared_ptr<Job> running_;
+  std::deque<JobId> queue_;                     // the queued ones, oldest first
+  std::optional<InFlight> in_flight_;
+  uint64_t next_step_id_ = 1;
   std::map<JobId, JobStatusInfo> ended_;  // the last kEndedKept ended jobs
   std::deque<JobId> ended_order_;
   bool draining_ = false;

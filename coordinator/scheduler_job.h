@@ -25,9 +25,8 @@ struct Scheduler::Job {
   // event, so that the last one can carry the held-back text.
   std::optional<std::pair<SampledToken, std::string>> held_token;
   bool cancel_requested = false;  // by the client or the drain deadline
-  bool stop_matched = false;      // a stop string ended the text; the workers are stopping
-  bool cancel_sent = false;
-  bool stopped_by_id = false;  // the workers ended it at a stop or EOS id
+  bool stop_matched = false;      // a stop string ended the text; the next plan frees it
+  bool stopped_by_id = false;     // the workers ended it at a stop or EOS id
 };
 
 }  // namespace millipede

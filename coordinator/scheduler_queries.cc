@@ -47,9 +47,10 @@ HealthInfo Scheduler::GetHealth() const {
   HealthInfo h;
   h.alive = !failed_;
   h.accepting = !failed_ && !draining_ && !drain_requested_.load();
-  h.running = running_ ? 1 : 0;
+  h.running = batch_.running();
   h.waiting = static_cast<int64_t>(queue_.size());
-  if (last_token_) h.seconds_since_last_token = std::chrono::duration<double>(Clock::now() - *last_token_).count();
+  if (last_token_)
+    h.seconds_since_last_token = std::chrono::duration<double>(Clock::now() - *last_token_).count();
   if (failed_) {
     h.detail = failure_;
   } else if (!h.accepting) {

@@ -76,8 +76,8 @@ Status WorkerLink::SendToAll(int tag, const std::vector<char>& bytes) {
   return OkStatus();
 }
 
-Status WorkerLink::StartJob(const control::JobDescriptor& job) {
-  return SendToAll(control::kTagJob, control::Encode(job));
+Status WorkerLink::SendStep(const control::StepPlan& plan) {
+  return SendToAll(control::kTagStep, control::Encode(plan));
 }
 
 Status WorkerLink::CancelJob(uint64_t job_id) {

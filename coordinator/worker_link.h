@@ -43,9 +43,9 @@ class WorkerLink {
 
   const WorkerFacts& facts() const { return facts_; }
 
-  // The job to every worker.
-  Status StartJob(const control::JobDescriptor& job);
-  // Asks the worker leader to stop the job.
+  // A step plan to every worker.
+  Status SendStep(const control::StepPlan& plan);
+  // Asks the worker leader to stop the step in flight, which prefills the job.
   Status CancelJob(uint64_t job_id);
   // Tells every worker the coordinator is alive.
   Status Ping();

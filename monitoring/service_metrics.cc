@@ -28,10 +28,18 @@ using prometheus::Histogram;
 
 // Label values are fixed sets so that no label carries a per-job or client-chosen value.
 const char* const kFinishReasons[] = {"stop", "length", "cancelled", "error"};
-const char* const kErrorReasons[] = {
-    "invalid",      "too_long",  "too_large",          "unsupported",
-    "unauthorized", "not_found", "method_not_allowed", "unsupported_media_type",
-    "queue_full",   "draining",  "worker",             "internal"};
+const char* const kErrorReasons[] = {"invalid",
+                                     "too_long",
+                                     "too_large",
+                                     "unsupported",
+                                     "unauthorized",
+                                     "not_found",
+                                     "method_not_allowed",
+                                     "unsupported_media_type",
+                                     "queue_full",
+                                     "draining",
+                                     "worker",
+                                     "internal"};
 // Ranks beyond this are refused (a bound on the number of label values).
 constexpr int kMaxRank = 4096;
 
@@ -82,6 +90,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     decode_tput_ =
         &histogram("millipede_decode_throughput_tokens_per_second",
                    "Per job: generated tokens per second of decode.", ThroughputBuckets());
+    batch_size_ = &histogram("millipede_batch_size",
+                             "Per engine step: decode tokens (jobs decoding together).",
+                             {1, 2, 4, 8, 16, 32, 64, 128, 256, 512});
+    chunk_tokens_ =
+        &histogram("millipede_prefill_chunk_tokens", "Per engine step: prompt tokens prefilled.",
+                   {0, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576});
 
     auto counter = [&](const char* name, const char* help) -> Family<Counter>& {
       return prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
@@ -106,6 +120,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                        "Seconds each worker rank waited on the data plane.");
     comm_bytes_ = &counter("millipede_communication_bytes_total",
                            "Bytes each worker rank sent over the data plane.");
+    kv_waits_ = &counter("millipede_kv_admission_waits_total",
+                         "Jobs sent back to the queue because the workers' memory plan could not "
+                         "hold their KV beside the running jobs'.")
+                     .Add({});
 
     auto gauge = [&](const char* name, const char* help) -> Family<Gauge>& {
       return prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
@@ -113,9 +131,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     running_ = &gauge("millipede_requests_running", "Jobs in prefill or decode.").Add({});
     waiting_ = &gauge("millipede_requests_waiting", "Jobs queued, not started.").Add({});
     progress_ = &gauge("millipede_prefill_progress_ratio",
-                       "Prefilled fraction (0..1) of the prompt of the job in prefill.")
+                       "Prefilled fraction (0..1) of the longest prompt in prefill.")
                      .Add({});
     kv_bytes_ = &gauge("millipede_kv_cache_bytes", "KV cache bytes held, by tier and rank.");
+    kv_reserved_ = &gauge("millipede_kv_reserved_positions",
+                          "KV positions the running jobs reserve on the busiest worker rank.")
+                        .Add({});
 
     exposer_->RegisterCollectable(registry_);
   }
@@ -132,24 +153,25 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     waiting_->Decrement();
     running_->Increment();
     queue_->Observe(queue_s);
-    std::lock_guard<std::mutex> lock(mutex_);
-    prefill_done_ = 0;
-    prefill_total_ = -1;
   }
 
-  void PrefillProgress(int64_t tokens_done, int64_t tokens_total) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    // The interface carries no job id: a changed total or a step back marks the next job.
-    if (tokens_total != prefill_total_ || tokens_done < prefill_done_) prefill_done_ = 0;
-    if (tokens_done > prefill_done_) {
-      prompt_tokens_->Increment(static_cast<double>(tokens_done - prefill_done_));
-      prefill_done_ = tokens_done;
-    }
-    prefill_total_ = tokens_total;
-    progress_->Set(tokens_total > 0 ? std::clamp(static_cast<double>(tokens_done) /
-                                                     static_cast<double>(tokens_total),
-                                                 0.0, 1.0)
-                                    : 0.0);
+  void PromptTokens(int64_t tokens) override {
+    if (tokens > 0) prompt_tokens_->Increment(static_cast<double>(tokens));
+  }
+
+  void PrefillProgress(double ratio) override { progress_->Set(std::clamp(ratio, 0.0, 1.0)); }
+
+  void StepRun(int64_t decode_tokens, int64_t prefill_tokens,
+               int64_t kv_reserved_positions) override {
+    if (decode_tokens > 0) batch_size_->Observe(static_cast<double>(decode_tokens));
+    chunk_tokens_->Observe(static_cast<double>(prefill_tokens));
+    kv_reserved_->Set(static_cast<double>(kv_reserved_positions));
+  }
+
+  void JobRequeued() override {
+    running_->Decrement();
+    waiting_->Increment();
+    kv_waits_->Increment();
   }
 
   void FirstToken(double ttft_s, double prefill_tokens_per_s) override {
@@ -165,8 +187,6 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   void JobFinished(std::string_view reason, bool started, double e2e_s,
                    double decode_tokens_per_s) override {
     (started ? running_ : waiting_)->Decrement();
-    // Jobs run one at a time: once the running one ends no prefill is in progress.
-    if (started) progress_->Set(0.0);
     auto it = finished_.find(std::string(reason));
     (it == finished_.end() ? other_finished_ : it->second)->Increment();
     e2e_->Observe(e2e_s);
@@ -219,7 +239,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Histogram* queue_;
   Histogram* prefill_tput_;
   Histogram* decode_tput_;
+  Histogram* batch_size_;
+  Histogram* chunk_tokens_;
   Counter* prompt_tokens_;
+  Counter* kv_waits_;
   Counter* generation_tokens_;
   std::map<std::string, Counter*> finished_;
   std::map<std::string, Counter*> errors_;
@@ -228,14 +251,13 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Gauge* running_;
   Gauge* waiting_;
   Gauge* progress_;
+  Gauge* kv_reserved_;
   Family<Gauge>* kv_bytes_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;
 
   std::mutex mutex_;  // guards the fields below
-  int64_t prefill_done_ = 0;
-  int64_t prefill_total_ = -1;
   std::map<int, RankSeries> ranks_;
 };
 

@@ -17,12 +17,12 @@ namespace millipede {
 
 // One worker rank's counters, cumulative since the worker started (except the KV gauges).
 struct RankStats {
-  int rank = 0;                // worker rank (1..N in the MPMD launch)
-  int64_t kv_bytes_gpu = 0;    // KV cache bytes held now, by tier
+  int rank = 0;              // worker rank (1..N in the MPMD launch)
+  int64_t kv_bytes_gpu = 0;  // KV cache bytes held now, by tier
   int64_t kv_bytes_host = 0;
-  double attention_s = 0;      // time in attention kernels
-  double comm_s = 0;           // time waiting for the data plane (ring transfers, merges)
-  int64_t comm_bytes = 0;      // bytes sent over the data plane
+  double attention_s = 0;  // time in attention kernels
+  double comm_s = 0;       // time waiting for the data plane (ring transfers, merges)
+  int64_t comm_bytes = 0;  // bytes sent over the data plane
 };
 
 class ServiceMetrics {
@@ -37,15 +37,24 @@ class ServiceMetrics {
   virtual void JobQueued() = 0;
   // requests_waiting -1, requests_running +1, queue_time_seconds observed.
   virtual void JobStarted(double queue_s) = 0;
-  // prefill_progress_ratio of the running job (0..1) and prompt_tokens_total.
-  virtual void PrefillProgress(int64_t tokens_done, int64_t tokens_total) = 0;
+  // prompt_tokens_total += tokens (a prefill chunk committed).
+  virtual void PromptTokens(int64_t tokens) = 0;
+  // prefill_progress_ratio (0..1): the prefilled fraction of the longest prompt in prefill (0
+  // when none is).
+  virtual void PrefillProgress(double ratio) = 0;
+  // One engine step: batch_size (decode tokens) and prefill_chunk_tokens (prompt tokens) of the
+  // step, and the KV positions reserved on the busiest rank.
+  virtual void StepRun(int64_t decode_tokens, int64_t prefill_tokens,
+                       int64_t kv_reserved_positions) = 0;
+  // A started job goes back to the queue because the workers' memory plan refused it:
+  // requests_running -1, requests_waiting +1, kv_admission_waits_total +1.
+  virtual void JobRequeued() = 0;
   // time_to_first_token_seconds, prefill throughput (prompt tokens / prefill seconds).
   virtual void FirstToken(double ttft_s, double prefill_tokens_per_s) = 0;
   // generation_tokens_total +1 and time_per_output_token_seconds (0 for the first token: not
   // observed).
   virtual void OutputToken(double since_previous_s) = 0;
-  // requests_running -1 and prefill_progress_ratio 0 (if it had started; requests_waiting -1 if
-  // it had not),
+  // requests_running -1 (if it had started; requests_waiting -1 if it had not),
   // request_finished_total{reason} with reason stop|length|cancelled|error,
   // e2e_request_latency_seconds, decode throughput of the job.
   virtual void JobFinished(std::string_view reason, bool started, double e2e_s,

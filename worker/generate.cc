@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "worker/dist/shard_plan.h"
+#include "worker/token_message.h"
 #include "worker/token_sampler.h"
 
 namespace millipede {
@@ -17,33 +18,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 bool Contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
-
-// A sampled token as the sampling rank broadcasts it: fixed size, so one host broadcast.
-struct TokenMessage {
-  int32_t id = 0;
-  float logprob = 0.0f;
-  int32_t num_top = 0;
-  int32_t top_ids[kMaxTopLogprobs] = {};
-  float top_logprobs[kMaxTopLogprobs] = {};
-
-  static TokenMessage From(const SampledToken& t) {
-    TokenMessage m;
-    m.id = t.id;
-    m.logprob = t.logprob;
-    m.num_top = static_cast<int32_t>(std::min<size_t>(t.top.size(), kMaxTopLogprobs));
-    for (int32_t i = 0; i < m.num_top; ++i) {
-      m.top_ids[i] = t.top[i].id;
-      m.top_logprobs[i] = t.top[i].logprob;
-    }
-    return m;
-  }
-  SampledToken ToToken() const {
-    SampledToken t{id, logprob, {}};
-    for (int32_t i = 0; i < std::clamp(num_top, 0, kMaxTopLogprobs); ++i)
-      t.top.push_back({top_ids[i], top_logprobs[i]});
-    return t;
-  }
-};
 
 // Frees the engine's sequence (and with it the request's policy) on every exit path.
 struct SequenceGuard {

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "control/messages.h"
+
+#include <gtest/gtest.h>
 
 namespace millipede::control {
 namespace {
@@ -82,34 +82,48 @@ TEST(ControlMessagesTest, TheJobsPolicyTravelsWhole) {
 }
 
 TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
-  JobEvent e;
-  e.kind = JobEventKind::kFailed;
-  e.job_id = 9;
-  e.status_code = 7;
-  e.message = "out of memory";
-  JobEvent eb;
-  ASSERT_TRUE(Decode(Encode(e), &eb).ok());
-  EXPECT_EQ(eb.kind, JobEventKind::kFailed);
-  EXPECT_EQ(eb.message, "out of memory");
-  EXPECT_EQ(eb.status_code, 7);
-
-  JobEvent token;
-  token.kind = JobEventKind::kToken;
+  StepDone done;
+  done.step_id = 41;
+  done.seconds = 0.5;
+  StepJobResult failed;
+  failed.job_id = 9;
+  failed.outcome = StepOutcome::kFailed;
+  failed.status_code = 7;
+  failed.message = "out of memory";
+  StepJobResult token;
+  token.job_id = 10;
+  token.outcome = StepOutcome::kToken;
   token.token = 12;
   token.logprob = -0.25f;
   token.top_ids = {12, 40};
   token.top_logprobs = {-0.25f, -2.0f};
-  JobEvent tb;
-  ASSERT_TRUE(Decode(Encode(token), &tb).ok());
-  EXPECT_EQ(tb.logprob, -0.25f);
-  EXPECT_EQ(tb.top_ids, token.top_ids);
-  EXPECT_EQ(tb.top_logprobs, token.top_logprobs);
+  token.finished = true;
+  token.finished_by_stop = true;
+  done.jobs = {failed, token};
+  StepDone db;
+  ASSERT_TRUE(Decode(Encode(done), &db).ok());
+  EXPECT_EQ(db.step_id, 41u);
+  EXPECT_EQ(db.seconds, 0.5);
+  ASSERT_EQ(db.jobs.size(), 2u);
+  EXPECT_EQ(db.jobs[0].outcome, StepOutcome::kFailed);
+  EXPECT_EQ(db.jobs[0].message, "out of memory");
+  EXPECT_EQ(db.jobs[0].status_code, 7);
+  EXPECT_EQ(db.jobs[1].logprob, -0.25f);
+  EXPECT_EQ(db.jobs[1].top_ids, token.top_ids);
+  EXPECT_EQ(db.jobs[1].top_logprobs, token.top_logprobs);
+  EXPECT_TRUE(db.jobs[1].finished && db.jobs[1].finished_by_stop);
   // Alternatives whose ids and log-probabilities do not pair up, or too many, are refused.
-  token.top_logprobs.pop_back();
-  EXPECT_FALSE(Decode(Encode(token), &tb).ok());
-  token.top_ids.assign(kMaxTopLogprobs + 1, 1);
-  token.top_logprobs.assign(kMaxTopLogprobs + 1, -1.0f);
-  EXPECT_FALSE(Decode(Encode(token), &tb).ok());
+  done.jobs[1].top_logprobs.pop_back();
+  EXPECT_FALSE(Decode(Encode(done), &db).ok());
+  done.jobs[1].top_ids.assign(kMaxTopLogprobs + 1, 1);
+  done.jobs[1].top_logprobs.assign(kMaxTopLogprobs + 1, -1.0f);
+  EXPECT_FALSE(Decode(Encode(done), &db).ok());
+
+  JobProgress progress{.job_id = 3, .tokens_done = 100, .tokens_total = 400};
+  JobProgress pb;
+  ASSERT_TRUE(Decode(Encode(progress), &pb).ok());
+  EXPECT_EQ(pb.tokens_done, 100);
+  EXPECT_EQ(pb.tokens_total, 400);
 
   WorkerHello h;
   h.rank = 2;
@@ -139,6 +153,31 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
   ASSERT_TRUE(Decode(Encode(s), &sb).ok());
   EXPECT_EQ(sb.kv_bytes_host, 4096);
   EXPECT_EQ(sb.comm_s, 1.5);
+}
+
+TEST(ControlMessagesTest, AStepPlanRoundTripsAndChecksItsStarts) {
+  StepPlan plan;
+  plan.step_id = 7;
+  plan.ends = {3, 4};
+  plan.starts.push_back({SomeJob(), 1000, 256});
+  plan.starts[0].job.policy = SomePolicy();
+  plan.entries = {{5, StepEntryKind::kPrefill, 512, 256}, {4, StepEntryKind::kDecode, 90, 1}};
+  StepPlan back;
+  Status s = Decode(Encode(plan), &back);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(back.ends, plan.ends);
+  ASSERT_EQ(back.starts.size(), 1u);
+  EXPECT_EQ(back.starts[0].capacity_per_rank, 1000);
+  EXPECT_EQ(back.starts[0].step_tokens, 256);
+  EXPECT_EQ(back.starts[0].job.prompt_ids, plan.starts[0].job.prompt_ids);
+  EXPECT_EQ(*back.starts[0].job.policy, *plan.starts[0].job.policy);
+  ASSERT_EQ(back.entries.size(), 2u);
+  EXPECT_EQ(back.entries[0].kind, StepEntryKind::kPrefill);
+  EXPECT_EQ(back.entries[0].begin, 512);
+  EXPECT_EQ(back.entries[1].kind, StepEntryKind::kDecode);
+  // A starting job's sampling parameters are checked as a lone descriptor's are.
+  plan.starts[0].job.sampling.frequency_penalty = 3.0f;
+  EXPECT_NE(Decode(Encode(plan), &back).message().find("frequency_penalty"), std::string::npos);
 }
 
 TEST(ControlMessagesTest, TruncatedOrPaddedMessagesAreRefused) {
@@ -224,12 +263,13 @@ TEST(ControlMessagesTest, ValuesOutOfRangeAreRefused) {
   EXPECT_NE(Decode(Encode(bad_sampling), &back).message().find("frequency_penalty"),
             std::string::npos);
 
-  // Event kinds and capabilities are checked the same way.
-  JobEvent e;
-  std::vector<char> event = Encode(e);
-  event[0] = 9;
-  JobEvent eb;
-  EXPECT_NE(Decode(event, &eb).message().find("outside [1, 4]"), std::string::npos);
+  // Step outcomes and capabilities are checked the same way.
+  StepDone done;
+  done.jobs.resize(1);
+  std::vector<char> event = Encode(done);
+  event[8 + 4 + 8 + 8 + 8] = 9;  // step id, status, empty message, job count, job id
+  StepDone db;
+  EXPECT_NE(Decode(event, &db).message().find("outside [1, 3]"), std::string::npos);
   WorkerHello h;
   h.capabilities = {{PrefillPattern::kDense}, {DecodeRole::kFull}};
   std::vector<char> hello = Encode(h);

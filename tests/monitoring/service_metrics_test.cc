@@ -78,7 +78,8 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
   EXPECT_EQ(s["millipede_requests_running"], 0);
 
   metrics_->JobStarted(0.25);
-  metrics_->PrefillProgress(300, 1000);
+  metrics_->PromptTokens(300);
+  metrics_->PrefillProgress(0.3);
   s = Scrape();
   EXPECT_EQ(s["millipede_requests_waiting"], 1);
   EXPECT_EQ(s["millipede_requests_running"], 1);
@@ -89,7 +90,8 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
   EXPECT_DOUBLE_EQ(s["millipede_prefill_progress_ratio"], 0.3);
   EXPECT_EQ(s["millipede_prompt_tokens_total"], 300);
 
-  metrics_->PrefillProgress(1000, 1000);
+  metrics_->PromptTokens(700);
+  metrics_->PrefillProgress(1.0);
   metrics_->FirstToken(1.5, 800.0);
   metrics_->OutputToken(0);
   metrics_->OutputToken(0.02);
@@ -107,6 +109,7 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
 
   metrics_->JobFinished("length", /*started=*/true, 2.0, 40.0);
   metrics_->JobFinished("cancelled", /*started=*/false, 0.5, 0.0);
+  metrics_->PrefillProgress(0.0);  // the scheduler's report once no prompt is in prefill
   s = Scrape();
   EXPECT_EQ(s["millipede_requests_running"], 0);
   EXPECT_EQ(s["millipede_requests_waiting"], 0);
@@ -121,22 +124,23 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
   EXPECT_DOUBLE_EQ(s["millipede_decode_throughput_tokens_per_second_sum"], 40.0);
 }
 
-TEST_F(ServiceMetricsTest, PromptTokensCountEachJobOnce) {
+TEST_F(ServiceMetricsTest, StepsAndKvWaits) {
   metrics_->JobQueued();
   metrics_->JobStarted(0);
-  metrics_->PrefillProgress(50, 100);
-  metrics_->PrefillProgress(100, 100);
-  metrics_->JobFinished("stop", true, 1, 1);
-  // The next job has the same length: the reset at JobStarted keeps its tokens apart.
-  metrics_->JobQueued();
-  metrics_->JobStarted(0);
-  metrics_->PrefillProgress(100, 100);
-  // A third job whose first report is past the previous job's end but with another total.
-  metrics_->JobFinished("stop", true, 1, 1);
-  metrics_->PrefillProgress(150, 400);
+  metrics_->StepRun(/*decode_tokens=*/0, /*prefill_tokens=*/300, /*kv_reserved_positions=*/400);
+  metrics_->StepRun(24, 0, 900);
+  metrics_->JobRequeued();
   auto s = Scrape();
-  EXPECT_EQ(s["millipede_prompt_tokens_total"], 350);
-  EXPECT_DOUBLE_EQ(s["millipede_prefill_progress_ratio"], 0.375);
+  EXPECT_EQ(s["millipede_batch_size_count"], 1);  // steps without decode tokens are not counted
+  EXPECT_EQ(s["millipede_batch_size_sum"], 24);
+  EXPECT_EQ(s["millipede_batch_size_bucket{le=\"16\"}"], 0);
+  EXPECT_EQ(s["millipede_batch_size_bucket{le=\"32\"}"], 1);
+  EXPECT_EQ(s["millipede_prefill_chunk_tokens_count"], 2);
+  EXPECT_EQ(s["millipede_prefill_chunk_tokens_sum"], 300);
+  EXPECT_EQ(s["millipede_kv_reserved_positions"], 900);
+  EXPECT_EQ(s["millipede_kv_admission_waits_total"], 1);
+  EXPECT_EQ(s["millipede_requests_running"], 0);
+  EXPECT_EQ(s["millipede_requests_waiting"], 1);
 }
 
 TEST_F(ServiceMetricsTest, ErrorsByReasonAndUnknownReasonsAreBounded) {

@@ -3,22 +3,10 @@
 #include <iostream>
 #include <thread>
 
-#include "worker/generate.h"
-
 namespace millipede {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using control::JobEvent;
-using control::JobEventKind;
-
-JobEvent MakeEvent(JobEventKind kind, uint64_t job_id) {
-  JobEvent e;
-  e.kind = kind;
-  e.job_id = job_id;
-  return e;
-}
-
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -32,6 +20,7 @@ WorkerLoop::WorkerLoop(Engine& engine, const CountingCommunicator* counting, int
       world_rank_(world_rank),
       options_(options),
       channel_(MPI_COMM_WORLD),
+      runner_(engine),
       last_heard_(Clock::now()),
       last_stats_(Clock::now()) {}
 
@@ -57,7 +46,7 @@ Status WorkerLoop::CheckCoordinatorAlive() const {
   return OkStatus();
 }
 
-Status WorkerLoop::MaybeSendStats(uint64_t running_job, double period_s, bool force) {
+Status WorkerLoop::MaybeSendStats(double period_s, bool force) {
   if (!force && SecondsSince(last_stats_) < period_s) return OkStatus();
   last_stats_ = Clock::now();
   control::WorkerStats stats;
@@ -77,16 +66,12 @@ Status WorkerLoop::MaybeSendStats(uint64_t running_job, double period_s, bool fo
   }
   // Attention time is measured by the engine with --profile only (it synchronises per phase).
   stats.attention_s = engine_.stats().attention_s;
-  stats.jobs_run = jobs_run_;
-  stats.running_job = running_job;
+  stats.steps_run = steps_run_;
+  stats.running_jobs = runner_.running();
   return channel_.Send(control::kCoordinatorRank, control::kTagStats, control::Encode(stats));
 }
 
-Status WorkerLoop::SendEvent(const JobEvent& event) {
-  return channel_.Send(control::kCoordinatorRank, control::kTagEvent, control::Encode(event));
-}
-
-Status WorkerLoop::PollDuringJob(uint64_t job_id) {
+Status WorkerLoop::PollDuringStep(const control::StepPlan& plan) {
   MP_ASSIGN_OR_RETURN(auto age, channel_.Progress());
   (void)age;
   while (true) {
@@ -99,11 +84,12 @@ Status WorkerLoop::PollDuringJob(uint64_t job_id) {
     } else if (m->tag == control::kTagCancel) {
       control::JobCancel cancel;
       MP_RETURN_IF_ERROR(control::Decode(m->bytes, &cancel));
-      if (cancel.job_id == job_id) cancel_ = true;
+      for (const control::StepEntry& e : plan.entries)
+        if (e.job_id == cancel.job_id && e.kind == control::StepEntryKind::kPrefill) cancel_ = true;
     } else if (m->tag != control::kTagPing) {
-      // The coordinator sends nothing else while a job runs.
+      // The coordinator sends nothing else while a step runs.
       return InternalError("unexpected control message (tag " + std::to_string(m->tag) +
-                           ") during job " + std::to_string(job_id));
+                           ") during step " + std::to_string(plan.step_id));
     }
   }
   // A coordinator that fell silent will never read the answer: stop the work.
@@ -111,88 +97,46 @@ Status WorkerLoop::PollDuringJob(uint64_t job_id) {
   return OkStatus();
 }
 
-Status WorkerLoop::RunJob(const control::JobDescriptor& job) {
-  GenerationRequest request;
-  request.prompt_ids = job.prompt_ids;
-  request.max_new_tokens = job.max_new_tokens;
-  request.sampling = job.sampling;
-  request.stop_ids = job.stop_ids;
-  request.ignore_eos = job.ignore_eos;
-  request.policy = job.policy;  // parsed and checked at admission
-  cancel_ = false;
-  Status control_error;  // a control-plane failure inside a callback ends the job and the loop
-  Communicator& comm = engine_.comm();
+Status WorkerLoop::SendProgress(const control::StepPlan& plan, int64_t layers_done,
+                                int64_t layers) {
+  for (const control::StepEntry& e : plan.entries) {
+    if (e.kind != control::StepEntryKind::kPrefill) continue;
+    control::JobProgress p{
+        .job_id = e.job_id,
+        .tokens_done = e.begin + e.count * layers_done / std::max<int64_t>(layers, 1),
+        .tokens_total = runner_.PromptTokens(e.job_id)};
+    MP_RETURN_IF_ERROR(
+        channel_.Send(control::kCoordinatorRank, control::kTagProgress, control::Encode(p)));
+  }
+  return OkStatus();
+}
 
-  auto on_progress = [&](int64_t done, int64_t total) {
-    if (!MaybeSendStats(job.job_id, 0.25).ok()) return false;
-    if (!leader()) return true;
-    Status s = PollDuringJob(job.job_id);
-    if (s.ok()) {
-      JobEvent e = MakeEvent(JobEventKind::kProgress, job.job_id);
-      e.tokens_done = done;
-      e.tokens_total = total;
-      s = SendEvent(e);
-    }
+Status WorkerLoop::RunPlan(const control::StepPlan& plan) {
+  cancel_ = false;
+  Status control_error;  // a control-plane failure inside the callback ends the step and the loop
+  auto after_layer = [&](int64_t done, int64_t total) {
+    Status s = MaybeSendStats(0.25);
+    if (s.ok() && leader()) s = PollDuringStep(plan);
+    if (s.ok() && leader() && !cancel_) s = SendProgress(plan, done, total);
     if (!s.ok()) {
       control_error = s;
       return false;
     }
     return !cancel_;
   };
-  auto on_token = [&](const SampledToken& token) {
-    uint8_t stop = 0;
-    if (leader()) {
-      Status s = PollDuringJob(job.job_id);
-      if (s.ok()) {
-        JobEvent e = MakeEvent(JobEventKind::kToken, job.job_id);
-        e.token = token.id;
-        e.logprob = token.logprob;
-        for (const TokenLogprob& t : token.top) {
-          e.top_ids.push_back(t.id);
-          e.top_logprobs.push_back(t.logprob);
-        }
-        s = SendEvent(e);
-      }
-      if (!s.ok()) control_error = s;
-      stop = (cancel_ || !s.ok()) ? 1 : 0;
-    }
-    if (comm.size() > 1) {
-      Status s = comm.HostBroadcast(&stop, sizeof(stop), 0);
-      if (!s.ok()) {
-        control_error = s;
-        return false;
-      }
-    }
-    if (!MaybeSendStats(job.job_id, 0.25).ok()) return false;
-    return stop == 0;
-  };
-
-  StatusOr<GenerationResult> result = Generate(engine_, request, on_token, on_progress);
-  ++jobs_run_;
+  MP_ASSIGN_OR_RETURN(control::StepDone done, runner_.Run(plan, after_layer));
+  ++steps_run_;
   MP_RETURN_IF_ERROR(control_error);
-  if (leader()) {
-    JobEvent end = MakeEvent(JobEventKind::kDone, job.job_id);
-    if (result.ok()) {
-      end.finished_by_stop = result->finish_reason == FinishReason::kStop;
-      end.ttft_s = result->ttft_s;
-      end.decode_s = result->decode_s;
-    } else {
-      end.kind = JobEventKind::kFailed;
-      end.status_code = static_cast<int32_t>(result.status().code());
-      end.message = result.status().message();
-    }
-    MP_RETURN_IF_ERROR(SendEvent(end));
-  } else if (!result.ok() && result.status().code() != StatusCode::kCancelled) {
-    std::cerr << "millipede-worker rank " + std::to_string(world_rank_) + ": job " +
-                     std::to_string(job.job_id) + ": " + result.status().ToString() + "\n";
-  }
-  // The sequence is freed: report the KV going back to zero at once.
-  return MaybeSendStats(0, 0, /*force=*/true);
+  if (leader())
+    MP_RETURN_IF_ERROR(
+        channel_.Send(control::kCoordinatorRank, control::kTagStepDone, control::Encode(done)));
+  // With no job left the KV is back to zero: say so at once.
+  return MaybeSendStats(0.1, /*force=*/runner_.running() == 0);
 }
 
 Status WorkerLoop::Run() {
   last_heard_ = Clock::now();
-  MP_RETURN_IF_ERROR(MaybeSendStats(0, 0, /*force=*/true));
+  MP_RETURN_IF_ERROR(MaybeSendStats(0, /*force=*/true));
   while (true) {
     MP_ASSIGN_OR_RETURN(auto oldest, channel_.Progress());
     if (oldest.count() > options_.coordinator_timeout_s)
@@ -202,19 +146,19 @@ Status WorkerLoop::Run() {
     if (m) {
       last_heard_ = Clock::now();
       switch (m->tag) {
-        case control::kTagJob: {
-          control::JobDescriptor job;
-          MP_RETURN_IF_ERROR(control::Decode(m->bytes, &job));
-          MP_RETURN_IF_ERROR(RunJob(job));
+        case control::kTagStep: {
+          control::StepPlan plan;
+          MP_RETURN_IF_ERROR(control::Decode(m->bytes, &plan));
+          MP_RETURN_IF_ERROR(RunPlan(plan));
           break;
         }
         case control::kTagShutdown:
-          MP_RETURN_IF_ERROR(MaybeSendStats(0, 0, /*force=*/true));
+          MP_RETURN_IF_ERROR(MaybeSendStats(0, /*force=*/true));
           return channel_.Flush(std::chrono::seconds(5));
         case control::kTagAbort:
           return FailedPreconditionError("the coordinator is stopping after a failure");
         case control::kTagPing:
-        case control::kTagCancel:  // for a job that already ended
+        case control::kTagCancel:  // for a step that already ended
           break;
         default:
           return InternalError("unexpected control message tag " + std::to_string(m->tag));
@@ -222,7 +166,7 @@ Status WorkerLoop::Run() {
       continue;
     }
     MP_RETURN_IF_ERROR(CheckCoordinatorAlive());
-    MP_RETURN_IF_ERROR(MaybeSendStats(0, 0.5));
+    MP_RETURN_IF_ERROR(MaybeSendStats(0.5));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }

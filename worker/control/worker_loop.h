@@ -1,12 +1,13 @@
-// The service loop of one worker rank (millipede-worker): waits for jobs from the coordinator,
-// runs each with Generate on every worker rank at once, streams its events back and reports the
-// rank's stats. Every MPI call of the process happens on the thread that calls Run().
+// The service loop of one worker rank (millipede-worker): runs the coordinator's step plans on
+// the engine (many jobs at once, through BatchRunner) on every worker rank at once, reports each
+// step's outcome and the rank's stats. Every MPI call of the process happens on the thread that
+// calls Run().
 //
-// Cancellation: only the worker leader (world rank 1, rank 0 of the workers' communicator)
-// reads kCancel. During prefill it answers the engine's per-layer progress callback, and the
-// engine combines every rank's answer (any "stop" stops all). During decode the leader's answer
-// is broadcast over the workers' communicator inside the token callback, so every rank returns
-// the same value at the same step, as Generate requires.
+// Cancellation inside a step: only the worker leader (world rank 1, rank 0 of the workers'
+// communicator) reads kCancel. During a step with prefill chunks it answers the engine's
+// per-layer callback, and the engine combines every rank's answer (any "stop" stops all); the
+// step then commits nothing and the coordinator plans again without the cancelled job. A job
+// cancelled between steps is simply freed by the next plan.
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "control/messages.h"
 #include "control/mpi_channel.h"
+#include "worker/control/batch_runner.h"
 #include "worker/control/counting_communicator.h"
 #include "worker/engine/engine.h"
 
@@ -37,17 +39,19 @@ class WorkerLoop {
   // Tells the coordinator this rank is up: its model facts, KV capacity and the attention
   // patterns and roles its engine runs.
   Status SendHello();
-  // Serves jobs until the coordinator sends kShutdown (OK) or falls silent (Unavailable).
+  // Serves step plans until the coordinator sends kShutdown (OK) or falls silent.
   Status Run();
 
  private:
   bool leader() const { return world_rank_ == control::kLeaderRank; }
-  Status RunJob(const control::JobDescriptor& job);
-  // Leader: takes the coordinator's pending messages during a job; sets cancel_ for this job.
-  Status PollDuringJob(uint64_t job_id);
-  Status SendEvent(const control::JobEvent& event);
+  Status RunPlan(const control::StepPlan& plan);
+  // Leader: takes the coordinator's pending messages during a step; sets cancel_ when one
+  // cancels a job with a prefill chunk in `plan`.
+  Status PollDuringStep(const control::StepPlan& plan);
+  // Leader: each prefill chunk's progress after `layers_done` of `layers` layers.
+  Status SendProgress(const control::StepPlan& plan, int64_t layers_done, int64_t layers);
   // Sends this rank's stats if `force` or the last report is older than `period_s`.
-  Status MaybeSendStats(uint64_t running_job, double period_s, bool force = false);
+  Status MaybeSendStats(double period_s, bool force = false);
   Status CheckCoordinatorAlive() const;
 
   Engine& engine_;
@@ -55,7 +59,8 @@ class WorkerLoop {
   const int world_rank_;
   const WorkerLoopOptions options_;
   control::MpiChannel channel_;
-  uint64_t jobs_run_ = 0;
+  BatchRunner runner_;
+  uint64_t steps_run_ = 0;
   bool cancel_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::chrono::steady_clock::time_point last_stats_;
