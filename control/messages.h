@@ -15,7 +15,9 @@
 //  - the worker leader sends kProgress after each layer of a step with prefill chunks, and
 //    kStepDone with each job's outcome (its chunk done, the token it sampled, finished, failed);
 //  - every worker sends kStats about twice a second while idle, now and then during a step and
-//    after each step: its heartbeat and the numbers for the metrics.
+//    after each step (the numbers for the metrics), and kHeartbeat (no payload) every half second
+//    from a thread of its own, whatever its main thread is doing: the coordinator's liveness
+//    check (a worker silent past the timeout is dead) does not depend on compute progress.
 // A cancel inside a step is decided by the leader alone and agreed by the workers over their own
 // communicator (the engine's per-layer agreement), so every rank stops at the same layer.
 #pragma once
@@ -44,6 +46,7 @@ enum Tag : int {
   kTagProgress = 202,
   kTagStats = 203,
   kTagStepDone = 204,
+  kTagHeartbeat = 205,
 };
 
 // A job as the workers run it: already tokenized and validated by the coordinator, its attention

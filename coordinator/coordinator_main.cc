@@ -34,8 +34,10 @@ constexpr char kUsage[] =
   --max-prefill-work W     bound on a step's prefill attention work, in (query, key) token pairs
                            (default 0: none); keeps steps short deep into a long prompt
   --min-chunk N            smallest prefill chunk but the first of a step (default 256)
-  --worker-timeout-s S     a worker silent this long counts as dead (default 60; workers report
-                           at every prefill layer, so it must exceed the slowest layer)
+  --worker-timeout-s S     a worker silent this long counts as dead (default 20; each worker
+                           beats every half second from a thread of its own)
+  --stall-timeout-s S      a step with no progress this long fails its jobs (default 600); the
+                           workers stay up
   --startup-timeout-s S    time the workers have to load the model (default 600)
   --drain-timeout-s S      on SIGTERM, time running jobs have to finish (default 30)
 )";
@@ -83,10 +85,10 @@ Status Serve(int argc, char** argv, int world_size) {
     std::cout << kUsage << kHttpUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown({"model", "served-model-name", "chat-format", "rpc", "http",
-                                       "api-key", "metrics", "max-queue", "worker-timeout-s",
-                                       "startup-timeout-s", "drain-timeout-s", "max-step-tokens",
-                                       "max-running", "max-prefill-work", "min-chunk", "help"}));
+  MP_RETURN_IF_ERROR(flags.CheckKnown(
+      {"model", "served-model-name", "chat-format", "rpc", "http", "api-key", "metrics",
+       "max-queue", "worker-timeout-s", "startup-timeout-s", "drain-timeout-s", "max-step-tokens",
+       "max-running", "max-prefill-work", "min-chunk", "stall-timeout-s", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
   SchedulerOptions options;
@@ -102,10 +104,12 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(options.max_running, flags.GetInt("max-running", 64));
   MP_ASSIGN_OR_RETURN(options.max_prefill_work, flags.GetInt("max-prefill-work", 0));
   MP_ASSIGN_OR_RETURN(options.min_chunk, flags.GetInt("min-chunk", 256));
-  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 60));
+  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
+  MP_ASSIGN_OR_RETURN(options.stall_timeout_s, flags.GetDouble("stall-timeout-s", 600));
   MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
-  MP_REQUIRE(options.worker_timeout_s > 0 && options.drain_timeout_s >= 0 && startup_timeout_s > 0,
+  MP_REQUIRE(options.worker_timeout_s > 0 && options.stall_timeout_s > 0 &&
+                 options.drain_timeout_s >= 0 && startup_timeout_s > 0,
              "timeouts must be positive");
   const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
 #ifdef MILLIPEDE_HAVE_HTTP

@@ -201,6 +201,7 @@ void Scheduler::FailAll(const Status& error, Deliveries* out) {
 }
 
 Status Scheduler::HandleMessage(const control::Message& m, Deliveries* out) {
+  if (m.tag == control::kTagHeartbeat) return OkStatus();  // the link noted the sender alive
   if (m.tag == control::kTagStepDone) {
     control::StepDone done;
     MP_RETURN_IF_ERROR(control::Decode(m.bytes, &done));
@@ -213,6 +214,7 @@ Status Scheduler::HandleMessage(const control::Message& m, Deliveries* out) {
     auto it = jobs_.find(p.job_id);
     if (it == jobs_.end() || it->second->cancel_requested || it->second->stop_matched)
       return OkStatus();
+    last_progress_ = Clock::now();
     it->second->prefill_done = p.tokens_done;
     ReportPrefillProgressLocked();
     std::shared_ptr<JobObserver> observer = it->second->observer;

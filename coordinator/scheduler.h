@@ -43,8 +43,12 @@ struct SchedulerOptions {
   int64_t max_running = 64;
   int64_t max_prefill_work = 0;
   int64_t min_chunk = 256;
-  // A worker silent this long counts as dead (it reports at least at every prefill layer).
-  double worker_timeout_s = 60;
+  // A worker silent this long counts as dead (each beats every half second from a thread of its
+  // own, whatever it computes).
+  double worker_timeout_s = 20;
+  // A step that shows no progress (no prefill layer done, no result) for this long is stalled:
+  // its jobs fail with DEVICE_ERROR saying so and are cancelled on the workers, who stay up.
+  double stall_timeout_s = 600;
   // After a drain starts, running jobs may go on this long before they are cancelled.
   double drain_timeout_s = 30;
   int64_t max_prompt_bytes = 32 << 20;
@@ -86,6 +90,7 @@ class Scheduler final : public JobService {
     uint64_t step_id = 0;
     PlannedStep planned;
     std::vector<JobId> cancel_sent;  // jobs whose cancel went to the leader during the step
+    bool stalled = false;
   };
 
   Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
@@ -102,6 +107,8 @@ class Scheduler final : public JobService {
   Status SendNextStepLocked(bool* busy);
   // A step in flight that prefills a cancelled job is stopped inside.
   Status CancelInsideStepLocked(bool* busy);
+  // Fails the jobs of a step without progress for stall_timeout_s (once per step).
+  void DetectStallLocked(Deliveries* out);
   Status HandleStepDone(const control::StepDone& done, Deliveries* out);
   void HandleToken(Job& job, const control::StepJobResult& r, Deliveries* out);
   void HandleJobFailed(Job& job, const control::StepJobResult& r, bool started_here,
@@ -129,6 +136,7 @@ class Scheduler final : public JobService {
   std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running
   std::deque<JobId> queue_;                     // the queued ones, oldest first
   std::optional<InFlight> in_flight_;
+  Clock::time_point last_progress_;  // the step in flight last showed progress
   uint64_t next_step_id_ = 1;
   std::map<JobId, JobStatusInfo> ended_;  // the last kEndedKept ended jobs
   std::deque<JobId> ended_order_;

@@ -62,7 +62,8 @@ Status Scheduler::SendNextStepLocked(bool* busy) {
   if (metrics_)
     metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens(),
                       batch_.reserved_per_rank());
-  in_flight_ = InFlight{plan.step_id, std::move(planned), {}};
+  in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false};
+  last_progress_ = now;
   return link_->SendStep(plan);
 }
 
@@ -80,6 +81,30 @@ Status Scheduler::CancelInsideStepLocked(bool* busy) {
   return OkStatus();
 }
 
+void Scheduler::DetectStallLocked(Deliveries* out) {
+  const double silent = Seconds(Clock::now() - last_progress_);
+  if (in_flight_->stalled || silent < options_.stall_timeout_s) return;
+  in_flight_->stalled = true;
+  const std::string why = "step " + std::to_string(in_flight_->step_id) + " made no progress for " +
+                          std::to_string(static_cast<int>(silent)) +
+                          " s (--stall-timeout-s): the workers are alive but stalled";
+  std::cerr << "millipede-coordinator: " + why + "; failing its jobs\n";
+  std::vector<std::shared_ptr<Job>> stuck;
+  for (const PlannedEntry& e : in_flight_->planned.entries) {
+    auto it = jobs_.find(e.job);
+    if (it != jobs_.end() && std::find(stuck.begin(), stuck.end(), it->second) == stuck.end())
+      stuck.push_back(it->second);
+  }
+  for (auto& job : stuck) {
+    if (metrics_) metrics_->RequestError("worker");
+    // The step still holds the jobs on the workers: a cancel stops it at its next layer, and
+    // the plan after it frees their KV.
+    job->cancel_requested = true;
+    Finish(*job, DeviceError("job " + std::to_string(job->id) + ": " + why), out,
+           /*freed_by_workers=*/false);
+  }
+}
+
 Status Scheduler::PlanLocked(Deliveries* out, bool* busy) {
   if (drain_requested_.load() && !draining_) {
     draining_ = true;
@@ -89,7 +114,10 @@ Status Scheduler::PlanLocked(Deliveries* out, bool* busy) {
     for (auto& job : waiting)
       Finish(*job, FailedPreconditionError("the service is shutting down"), out, true);
   }
-  if (in_flight_) return CancelInsideStepLocked(busy);
+  if (in_flight_) {
+    DetectStallLocked(out);
+    return CancelInsideStepLocked(busy);
+  }
   EndCancelledLocked(out);
   return SendNextStepLocked(busy);
 }

@@ -1,7 +1,7 @@
 // The coordinator's end of the MPI control plane (control/messages.h): the handshake with the
-// workers, job/cancel/ping/shutdown messages to them, their events and stats back, and liveness
-// (every worker reports at least twice a second while idle and at every prefill layer and token
-// while busy; a worker silent past the timeout, or a send it never takes, counts as dead).
+// workers, step/cancel/ping/shutdown messages to them, their results, progress, stats and
+// heartbeats back, and liveness (every worker beats every half second from a thread of its own;
+// a worker silent past the timeout, or a send it never takes, counts as dead).
 // Every call must come from the one thread that makes the coordinator's MPI calls.
 #pragma once
 

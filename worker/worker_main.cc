@@ -4,11 +4,13 @@
 // own for the data plane and take jobs from the coordinator over the MPI control plane.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
 #include "common/flags.h"
 #include "worker/control/counting_communicator.h"
+#include "worker/control/heartbeat.h"
 #include "worker/control/worker_loop.h"
 #include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
@@ -32,7 +34,7 @@ constexpr char kWorkerUsage[] = R"(Service:
 
 // Runs the worker; sets *hello_sent once the coordinator was told this rank is up (before that,
 // a failure is reported to the coordinator with an error hello).
-Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool* hello_sent) {
+Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat, bool* hello_sent) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile"}));
   std::vector<std::string> known = {"kv-budget-mb", "coordinator-timeout-s"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
@@ -60,8 +62,8 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool* hell
   loop_options.kv_capacity_tokens = engine->max_context();
   if (budget_mb > 0) {
     const int64_t per_position =
-        c.num_hidden_layers * KvLayout{c.num_key_value_heads, c.head_dim, options.kv_dtype}
-                                  .RowBytes();
+        c.num_hidden_layers *
+        KvLayout{c.num_key_value_heads, c.head_dim, options.kv_dtype}.RowBytes();
     loop_options.kv_capacity_tokens =
         std::min(loop_options.kv_capacity_tokens,
                  static_cast<int64_t>(budget_mb * (1 << 20)) / per_position);
@@ -74,6 +76,21 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool* hell
   WorkerLoop loop(*engine, counting, world_rank, loop_options);
   MP_RETURN_IF_ERROR(loop.SendHello());
   *hello_sent = true;
+  std::unique_ptr<Heartbeat> heartbeat;
+  if (beat) {
+    heartbeat =
+        Heartbeat::Start(control::kCoordinatorRank, std::chrono::milliseconds(500), [world_rank] {
+          // The main thread may be blocked on a dead peer: leave now.
+          std::cerr << "millipede-worker rank " + std::to_string(world_rank) +
+                           ": the coordinator is stopping after a "
+                           "failure: exiting\n";
+          std::_Exit(1);
+        });
+  } else {
+    std::cerr << "millipede-worker rank " + std::to_string(world_rank) +
+                     ": MPI gives no MPI_THREAD_MULTIPLE: no heartbeat thread; liveness then "
+                     "rests on the reports at every layer\n";
+  }
   return loop.Run();
 }
 
@@ -109,7 +126,10 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  if (!millipede::InitMpi("millipede-worker", &argc, &argv)) return 1;
+  // MPI_THREAD_MULTIPLE for the heartbeat thread; the main thread makes every other MPI call.
+  int provided = 0;
+  if (!millipede::InitMpi("millipede-worker", &argc, &argv, MPI_THREAD_MULTIPLE, &provided))
+    return 1;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -123,7 +143,8 @@ int main(int argc, char** argv) {
   MPI_Comm_split(MPI_COMM_WORLD, 1, world_rank, &workers);
   MPI_Comm_set_errhandler(workers, MPI_ERRORS_RETURN);
   bool hello_sent = false;
-  millipede::Status s = millipede::Serve(argc, argv, world_rank, workers, &hello_sent);
+  millipede::Status s = millipede::Serve(argc, argv, world_rank, workers,
+                                         provided >= MPI_THREAD_MULTIPLE, &hello_sent);
   if (!s.ok()) {
     std::cerr << "millipede-worker rank " + std::to_string(world_rank) + ": " + s.ToString() + "\n";
     if (!hello_sent) millipede::ReportStartFailure(world_rank, s);

@@ -340,8 +340,12 @@ def scenario_cancel(bin_dir, model):
         job = int(read_until(p.stderr, r"job (\d+) queued", 20).group(1))
         read_until(p.stderr, r"prefill \[", 30)
         svc.wait_kv(lambda kv: all(b > 0 for b in kv), "held during prefill")
+        t0 = time.time()
         check(svc.client("cancel", str(job)).rc == 0, "cancel failed")
         out, err = p.communicate(timeout=30)
+        # Bounded by one layer of one prefill chunk (--max-step-tokens), not by the prompt.
+        print(f"cancel in prefill of a 12000-token prompt: the client saw it after "
+              f"{time.time() - t0:.2f} s")
         check(p.returncode != 0 and "CANCELLED" in err, f"prefill cancel: rc={p.returncode} {err}")
         check(out.strip() == "", f"a job cancelled in prefill streamed text: {out!r}")
         check(svc.status(job)["state"] == "cancelled", f"state {svc.status(job)}")
@@ -413,34 +417,79 @@ def scenario_drain(bin_dir, model):
 
 
 def scenario_worker_death(bin_dir, model):
-    """A killed worker: the client gets an error and the coordinator exits non-zero in time."""
-    svc = Service(bin_dir, model, coordinator_args=["--worker-timeout-s", "3"])
+    """A killed worker — the leader, a middle rank, the last — is named: the client gets an error
+    naming it and the coordinator exits non-zero in time (the live ranks keep beating while they
+    wait on the dead one, so they are not blamed)."""
+    for victim in (1, 2, 3):
+        svc = Service(bin_dir, model, workers=3, coordinator_args=["--worker-timeout-s", "3"])
+        try:
+            p = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "1900",
+                              "--ignore-eos", "--no-progress")
+            read_until(p.stdout, r"\S", 30)
+            t0 = time.time()
+            os.kill(svc.worker_pids[victim], 9)
+            out, err = p.communicate(timeout=30)
+            check(p.returncode != 0 and "error" in err, f"the client got no error: {err}")
+            check("DEVICE_ERROR" in err and f"worker rank {victim} " in err,
+                  f"the client's error does not name worker rank {victim}: {err}")
+            svc.wait(30)
+            check(time.time() - t0 < 30, "the failure took too long to surface")
+            # The coordinator ends the job with MPI_Abort(1), which also takes down the workers
+            # still waiting on the dead one. (Under --enable-recovery OpenMPI 4.1's mpirun
+            # itself exits 0 whatever its ranks do, so the abort's error code is checked in the
+            # log: the coordinator's own line, and mpirun's report when it manages to print one
+            # — after a lost rank its help-message forwarding sometimes fails with an ORTE
+            # unpack error.)
+            log = svc.log()
+            check(f"worker rank {victim} stopped responding" in log,
+                  f"no reason naming rank {victim} in the log:\n{log}")
+            for other in (1, 2, 3):
+                if other != victim:
+                    check(f"worker rank {other} stopped responding" not in log,
+                          f"rank {other} blamed for rank {victim}'s death:\n{log}")
+            check("ending the job with MPI_Abort, exit code 1" in log,
+                  f"the coordinator did not end the job with status 1:\n{log}")
+            if "MPI_ABORT was invoked" in log:
+                check("MPI_ABORT was invoked on rank 0" in log and "errorcode 1" in log,
+                      f"mpirun reports another abort than the coordinator's status 1:\n{log}")
+        finally:
+            svc.kill()
+
+
+def scenario_liveness(bin_dir, model):
+    """Liveness does not depend on how long a layer takes, and a step that makes no progress
+    fails its job without taking the service down: on a model whose prefill layers take seconds,
+    a worker timeout shorter than one layer (the heartbeat thread keeps the worker alive) and a
+    stall timeout shorter than one layer (the job fails, the next job is served)."""
+    work = os.path.dirname(model)
+    slow = os.path.join(work, "model-slow")
+    if not os.path.exists(os.path.join(slow, "config.json")):
+        r = subprocess.run([os.path.join(bin_dir, "millipede-mkmodel"), "--preset", "tiny",
+                            "--out", slow, "--seed", "5", "--num-layers", "2", "--hidden-size",
+                            "2048", "--intermediate-size", "8192", "--num-heads", "16",
+                            "--num-kv-heads", "4", "--head-dim", "128",
+                            "--max-position-embeddings", "8192"],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"mkmodel failed: {r.stderr}")
+    svc = Service(bin_dir, slow, workers=1,
+                  coordinator_args=["--worker-timeout-s", "1.5", "--stall-timeout-s", "2",
+                                    "--max-step-tokens", "8192"])
     try:
-        p = svc.client_bg("submit", "--prompt", PROMPT, "--max-tokens", "1900", "--ignore-eos",
+        p = svc.client_bg("submit", "--prompt", long_ids(4000), "--ids", "--max-tokens", "4",
                           "--no-progress")
-        read_until(p.stdout, r"\S", 30)
-        t0 = time.time()
-        os.kill(svc.worker_pids[2], 9)
-        out, err = p.communicate(timeout=30)
-        check(p.returncode != 0 and "error" in err, f"the client got no error: {err}")
-        check("DEVICE_ERROR" in err and "worker rank 2" in err,
-              f"the client's error does not name the failed worker: {err}")
-        svc.wait(30)
-        check(time.time() - t0 < 30, "the failure took too long to surface")
-        # The coordinator ends the job with MPI_Abort(1), which also takes down the workers
-        # still waiting on the dead one. (Under --enable-recovery OpenMPI 4.1's mpirun itself
-        # exits 0 whatever its ranks do, so the abort's error code is checked in the log: the
-        # coordinator's own line, and mpirun's report when it manages to print one — after a
-        # lost rank its help-message forwarding sometimes fails with an ORTE unpack error.)
+        out, err = p.communicate(timeout=60)
+        check(p.returncode != 0 and "DEVICE_ERROR" in err and "made no progress" in err,
+              f"the stalled job's client: rc={p.returncode} {err}")
+        r = svc.submit("--prompt", "12 13 14", "--ids", "--max-tokens", "2", "--json")
+        check(r.rc == 0 and len(r.json()["ids"]) == 2, f"the next job was not served: {r}")
         log = svc.log()
-        check("worker rank 2 stopped responding" in log, f"no reason in the log:\n{log}")
-        check("ending the job with MPI_Abort, exit code 1" in log,
-              f"the coordinator did not end the job with status 1:\n{log}")
-        if "MPI_ABORT was invoked" in log:
-            check("MPI_ABORT was invoked on rank 0" in log and "errorcode 1" in log,
-                  f"mpirun reports another abort than the coordinator's status 1:\n{log}")
+        check("stopped responding" not in log, f"a live worker was declared dead:\n{log}")
+        check(svc.metric("millipede_request_errors_total", 'reason="worker"') >= 1,
+              "the stalled job is not counted")
+        h = svc.client("health")
+        check(h.rc == 0 and h.json()["alive"], f"health after the stall: {h}")
     finally:
-        svc.kill()
+        svc.stop()
 
 
 SCENARIOS = {
@@ -450,6 +499,7 @@ SCENARIOS = {
     "limits": scenario_limits,
     "drain": scenario_drain,
     "worker_death": scenario_worker_death,
+    "liveness": scenario_liveness,
     "sampling": scenario_sampling,
     "openai": scenario_openai,
 }

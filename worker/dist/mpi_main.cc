@@ -17,9 +17,12 @@ StatusOr<int> NodeLocalRank(MPI_Comm comm) {
   return local;
 }
 
-bool InitMpi(const char* tool, int* argc, char*** argv) {
-  int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS) return true;
+bool InitMpi(const char* tool, int* argc, char*** argv, int required, int* provided) {
+  int level = 0;
+  if (MPI_Init_thread(argc, argv, required, &level) == MPI_SUCCESS) {
+    if (provided != nullptr) *provided = level;
+    return true;
+  }
   std::cerr << tool << ": MPI initialisation failed\n";
   return false;
 }

@@ -20,9 +20,11 @@ struct MpiWorld {
 // This process's rank among the ranks of `comm` on the same node.
 StatusOr<int> NodeLocalRank(MPI_Comm comm);
 
-// MPI_Init_thread with MPI_THREAD_FUNNELED (the thread calling it makes every MPI call). On
-// failure prints "<tool>: MPI initialisation failed" and returns false.
-bool InitMpi(const char* tool, int* argc, char*** argv);
+// MPI_Init_thread asking for `required` (by default MPI_THREAD_FUNNELED: the thread calling it
+// makes every MPI call); `*provided`, when set, receives the level MPI gives. On failure prints
+// "<tool>: MPI initialisation failed" and returns false.
+bool InitMpi(const char* tool, int* argc, char*** argv, int required = MPI_THREAD_FUNNELED,
+             int* provided = nullptr);
 
 // The body of a tool's main(): initialises MPI, runs `run` with this process's MpiWorld and
 // finalizes MPI. A failure, of the set-up or of `run`, is printed as "<tool>: <status>" ("<tool>
