@@ -189,6 +189,7 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out,
     }
   }
   jobs_.erase(id);  // `job` may be gone from here on
+  if (started) ReportPrefillProgressLocked();  // 0 once no prompt is in prefill
 }
 
 void Scheduler::FailAll(const Status& error, Deliveries* out) {

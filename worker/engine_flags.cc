@@ -1,5 +1,6 @@
 #include "worker/engine_flags.h"
 
+#include "common/checkpoint/model_config.h"
 #include "worker/dist/mpi_communicator.h"
 #ifdef MILLIPEDE_HAVE_CUDA
 #include "common/cuda_check.h"
@@ -18,11 +19,14 @@ const char kEngineFlagsUsage[] =
                          the GPU when it fits, else pinned host memory) | device | host
   --profile              time the engine's phases (synchronises at phase boundaries)
   --backend B            cpu (default) | cuda
+  --random-weights       the model's config.json with random weights (bf16, seed 0) instead of
+                         its safetensors: benchmarks of the service at a model's shape without
+                         writing its checkpoint
 )";
 
 std::vector<std::string> EngineFlagNames() {
-  return {"model", "kv-dtype", "prefill-chunk", "attention-chunk", "policy", "selected-kv",
-          "profile", "backend"};
+  return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
+          "selected-kv", "profile",  "backend",       "random-weights"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
@@ -40,6 +44,10 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   options.profile = flags.GetBool("profile");
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;
+  if (flags.GetBool("random-weights")) {
+    MP_ASSIGN_OR_RETURN(options.random_config, LoadModelConfig(options.model_dir + "/config.json"));
+    options.model_dir.clear();
+  }
   return options;
 }
 

@@ -63,16 +63,16 @@ StatusOr<std::string> ReadInput(const std::string& path, int rank, Communicator*
 
 Status Run(int argc, char** argv, const MpiWorld& world) {
   const int rank = world.rank;
-  MP_ASSIGN_OR_RETURN(Flags flags,
-                      Flags::Parse(argc, argv,
-                                   {"json", "ignore-eos", "no-bos", "profile", "help"}));
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv,
+                                                {"json", "ignore-eos", "no-bos", "profile",
+                                                 "random-weights", "help"}));
   if (flags.GetBool("help")) {
     std::cout << kUsage << kSamplingFlagsUsage << "Engine:\n" << kEngineFlagsUsage;
     return OkStatus();
   }
-  std::vector<std::string> known = {"prompt", "prompt-file", "prompt-ids", "max-new-tokens",
-                                    "stop-id",      "ignore-eos",  "no-bos",     "json",
-                                    "help"};
+  std::vector<std::string> known = {"prompt",         "prompt-file", "prompt-ids",
+                                    "max-new-tokens", "stop-id",     "ignore-eos",
+                                    "no-bos",         "json",        "help"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
   for (const std::string& name : SamplingFlagNames()) known.push_back(name);
   MP_RETURN_IF_ERROR(flags.CheckKnown(known));

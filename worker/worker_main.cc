@@ -35,7 +35,7 @@ constexpr char kWorkerUsage[] = R"(Service:
 // Runs the worker; sets *hello_sent once the coordinator was told this rank is up (before that,
 // a failure is reported to the coordinator with an error hello).
 Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat, bool* hello_sent) {
-  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile"}));
+  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "random-weights"}));
   std::vector<std::string> known = {"kv-budget-mb", "coordinator-timeout-s"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
   MP_RETURN_IF_ERROR(flags.CheckKnown(known));
