@@ -59,7 +59,9 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
   }
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(options, std::move(plane)));
   const ModelConfig& c = engine->config();
-  loop_options.kv_capacity_tokens = engine->max_context();
+  // Positions of KV this rank can hold for all its jobs together: what its free memory takes
+  // in dense layers (the jobs' own memory plans have the last word).
+  MP_ASSIGN_OR_RETURN(loop_options.kv_capacity_tokens, engine->MaxSequencePositionsNow());
   if (budget_mb > 0) {
     const int64_t per_position =
         c.num_hidden_layers *

@@ -203,7 +203,8 @@ def scenario_stream(bin_dir, model):
 
 def scenario_errors(bin_dir, model):
     """Every bad input gets its clear error and the next job is served; queue full."""
-    svc = Service(bin_dir, model, coordinator_args=["--max-queue", "2"])
+    # One job holding KV at a time, so that later ones wait in the queue.
+    svc = Service(bin_dir, model, coordinator_args=["--max-queue", "2", "--max-running", "1"])
     work = os.path.dirname(model)
     try:
         def served():
