@@ -15,6 +15,7 @@ import threading
 import time
 
 from service_harness import Failure, Service, check, make_model, offline, read_until
+from service_loadgen import scenario_loadgen
 from service_openai import scenario_openai, scenario_sampling
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -452,6 +453,7 @@ SCENARIOS = {
     "worker_death": scenario_worker_death,
     "sampling": scenario_sampling,
     "openai": scenario_openai,
+    "loadgen": scenario_loadgen,
 }
 
 
