@@ -1,6 +1,8 @@
 // RunHttp: each request of the plan on a connection and thread of its own, streamed as
 // server-sent events from POST /v1/completions.
+#include <atomic>
 #include <condition_variable>
+#include <list>
 #include <mutex>
 #include <thread>
 
@@ -175,18 +177,30 @@ StatusOr<std::vector<RequestRecord>> RunHttp(const HttpTarget& target,
   std::vector<RequestRecord> records;
   for (const PlannedRequest& p : plan) records.push_back(RecordFor(p));
   Slots slots(options.max_concurrency);
-  std::vector<std::thread> threads;
+  // Threads still to join, each with the flag it sets last; finished ones are joined as the run
+  // goes, so a long run holds only the threads of requests in flight.
+  std::list<std::pair<std::thread, std::atomic<bool>>> threads;
+  auto reap = [&threads] {
+    threads.remove_if([](std::pair<std::thread, std::atomic<bool>>& t) {
+      if (!t.second.load()) return false;
+      t.first.join();
+      return true;
+    });
+  };
   const Clock::time_point t0 = Clock::now();
   for (size_t i = 0; i < plan.size(); ++i) {
     std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(plan[i].send_at_s)));
     slots.Acquire();
-    threads.emplace_back([&, i] {
+    reap();
+    auto& entry = threads.emplace_back();
+    entry.first = std::thread([&, i, done = &entry.second] {
       RunOne(target, plan[i], options, t0, records[i]);
       slots.Release();
+      done->store(true);
     });
   }
-  for (std::thread& t : threads) t.join();
+  for (auto& t : threads) t.first.join();
   return records;
 }
 
