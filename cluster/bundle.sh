@@ -43,7 +43,7 @@ out="${out:-$PWD/millipede-bundle.tar.gz}"
 
 binaries=()
 for name in millipede-coordinator millipede-worker millipede millipede-run millipede-mkmodel \
-            millipede-tokenize; do
+            millipede-tokenize millipede-loadgen; do
   [[ -x "$build/bin/$name" ]] && binaries+=("$build/bin/$name")
 done
 [[ ${#binaries[@]} -gt 0 ]] || { echo "bundle.sh: no millipede binaries in $build/bin" >&2; exit 2; }

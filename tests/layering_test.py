@@ -21,6 +21,7 @@ LAYERS = {
     "api": {"common", "monitoring"},
     "rpc": {"common", "api"},
     "coordinator": {"common", "control", "monitoring", "api", "rpc"},
+    "loadgen": {"common", "rpc"},
     "quality": {"common", "worker", "models"},
 }
 NOT_SOURCE = {"tests", "docs", "cluster", "build", "Testing"}

@@ -15,6 +15,7 @@ import threading
 import time
 
 from service_harness import Failure, Service, check, make_model, offline, read_until
+from service_loadgen import scenario_loadgen
 from service_openai import scenario_openai, scenario_sampling
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -503,6 +504,7 @@ SCENARIOS = {
     "liveness": scenario_liveness,
     "sampling": scenario_sampling,
     "openai": scenario_openai,
+    "loadgen": scenario_loadgen,
 }
 
 

@@ -1,0 +1,251 @@
+// millipede-loadgen: a serving benchmark against a running service, over the Cap'n Proto API or
+// the OpenAI HTTP API (docs/operations.md, "Load generator").
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "common/flags.h"
+#include "loadgen/http_client.h"
+#include "loadgen/prom_text.h"
+#include "loadgen/report.h"
+#include "loadgen/runner.h"
+#include "rpc/client_connection.h"
+#include "rpc/rpc_errors.h"
+
+namespace millipede::loadgen {
+namespace {
+
+constexpr char kUsage[] = R"(usage: millipede-loadgen (--rpc HOST:PORT | --http HOST:PORT) [options]
+
+Sends a planned load of streaming requests (token-id prompts, EOS ignored, greedy) and reports
+TTFT, time per output token, inter-token and end-to-end latency, throughput and outcomes.
+
+Arrivals:
+  --num-requests N       requests of the arrival process (default 100 unless --duration)
+  --duration S           stop the arrival process after S seconds (needs a finite rate)
+  --rate R               requests per second, or inf: all at once (default inf)
+  --arrival poisson|fixed  exponential or equal gaps at the rate (default poisson)
+  --seed N               seeds arrivals, lengths, cancels and prompts (default 0)
+  --max-concurrency N    requests in flight at most; later ones wait (default: no limit)
+Lengths (tokens):
+  --prompt-len N|A:B     prompt length, fixed or uniform in [A, B] (default 1024)
+  --output-len N|A:B     output length (default 128)
+  --mix W:P:O,...        classes of weight W, prompt P and output O instead of the two above
+  --place T:P:O          also send a request of P + O tokens at T seconds (repeatable)
+Cancels:
+  --cancel-fraction F    cancel (RPC) or disconnect (HTTP) this share of the requests at a
+                         random point: during prefill or after some output (default 0)
+  --request-timeout-s S  fail and cancel a request not done S seconds after it was sent
+Service:
+  --vocab-size N         prompt ids lie in [0, N) (default over RPC: the model's vocabulary;
+                         required over HTTP)
+  --model NAME           HTTP: the model field (default: the first of GET /v1/models)
+  --api-key KEY          HTTP: sent as "Authorization: Bearer KEY"
+  --metrics-url URL      scrape the coordinator's /metrics at the end (KV and job gauges)
+  --wait-idle-s S        with --metrics-url: poll up to S seconds for no KV and no jobs
+Output:
+  --json FILE            the report as JSON ("-" = stdout, and no table)
+  --quiet                no table on stdout
+
+Exit status: 0 when every request ended as planned (done, or cancelled), 2 when one failed or
+the service did not return to idle within --wait-idle-s, 1 on a usage or connection error.
+)";
+
+int Fail(const Status& s) {
+  std::cerr << "millipede-loadgen: error: " << s.ToString() << "\n";
+  return 1;
+}
+
+StatusOr<WorkloadOptions> WorkloadFromFlags(const Flags& f) {
+  WorkloadOptions w;
+  MP_ASSIGN_OR_RETURN(w.rate, ParseRate(f.Get("rate").value_or("inf")));
+  const std::string arrival = f.Get("arrival").value_or("poisson");
+  MP_REQUIRE(arrival == "poisson" || arrival == "fixed", "--arrival is poisson or fixed");
+  w.process = arrival == "fixed" ? ArrivalProcess::kFixed : ArrivalProcess::kPoisson;
+  if (f.Has("duration")) {
+    MP_ASSIGN_OR_RETURN(double d, f.GetDouble("duration", 0));
+    w.duration_s = d;
+  }
+  if (f.Has("num-requests") || !f.Has("duration")) {
+    MP_ASSIGN_OR_RETURN(int64_t n, f.GetInt("num-requests", 100));
+    w.num_requests = n;
+  }
+  MP_REQUIRE(!f.Has("mix") || (!f.Has("prompt-len") && !f.Has("output-len")),
+             "--mix replaces --prompt-len and --output-len");
+  if (auto mix = f.Get("mix")) {
+    MP_ASSIGN_OR_RETURN(w.lengths.mix, ParseLengthMix(*mix));
+  }
+  MP_ASSIGN_OR_RETURN(w.lengths.prompt,
+                      ParseLengthRange(f.Get("prompt-len").value_or("1024"), "--prompt-len"));
+  MP_ASSIGN_OR_RETURN(w.lengths.output,
+                      ParseLengthRange(f.Get("output-len").value_or("128"), "--output-len"));
+  for (const std::string& p : f.GetAll("place")) {
+    MP_ASSIGN_OR_RETURN(PlacedRequest placed, ParsePlacedRequest(p));
+    w.placed.push_back(placed);
+  }
+  MP_ASSIGN_OR_RETURN(w.cancel_fraction, f.GetDouble("cancel-fraction", 0));
+  MP_ASSIGN_OR_RETURN(int64_t seed, f.GetInt("seed", 0));
+  w.seed = static_cast<uint64_t>(seed);
+  MP_RETURN_IF_ERROR(ValidateWorkload(w));
+  return w;
+}
+
+StatusOr<RunOptions> RunOptionsFromFlags(const Flags& f, uint64_t seed) {
+  RunOptions o;
+  o.seed = seed;
+  MP_ASSIGN_OR_RETURN(o.vocab_size, f.GetInt("vocab-size", 0));
+  MP_REQUIRE(o.vocab_size >= 0, "--vocab-size must be positive");
+  MP_ASSIGN_OR_RETURN(o.max_concurrency, f.GetInt("max-concurrency", 0));
+  MP_REQUIRE(o.max_concurrency >= 0, "--max-concurrency must be >= 0");
+  MP_ASSIGN_OR_RETURN(o.request_timeout_s, f.GetDouble("request-timeout-s", 0));
+  o.model = f.Get("model").value_or("");
+  o.api_key = f.Get("api-key").value_or("");
+  return o;
+}
+
+Json ConfigJson(const Flags& f, const WorkloadOptions& w, const RunOptions& o) {
+  Json placed = Json::array();
+  for (const PlacedRequest& p : w.placed) {
+    placed.push_back(
+        {{"at_s", p.at_s}, {"prompt_tokens", p.prompt_tokens}, {"output_tokens", p.output_tokens}});
+  }
+  Json mix = Json::array();
+  for (const LengthClass& c : w.lengths.mix) {
+    mix.push_back({{"weight", c.weight},
+                   {"prompt_tokens", c.prompt_tokens},
+                   {"output_tokens", c.output_tokens}});
+  }
+  return {{"api", f.Has("rpc") ? "rpc" : "http"},
+          {"server", f.Get("rpc").value_or(f.Get("http").value_or(""))},
+          {"model", o.model},
+          {"vocab_size", o.vocab_size},
+          {"rate", f.Get("rate").value_or("inf")},
+          {"arrival", w.process == ArrivalProcess::kFixed ? "fixed" : "poisson"},
+          {"num_requests", w.num_requests ? Json(*w.num_requests) : Json()},
+          {"duration_s", w.duration_s ? Json(*w.duration_s) : Json()},
+          {"prompt_len", {w.lengths.prompt.lo, w.lengths.prompt.hi}},
+          {"output_len", {w.lengths.output.lo, w.lengths.output.hi}},
+          {"mix", mix},
+          {"placed", placed},
+          {"cancel_fraction", w.cancel_fraction},
+          {"max_concurrency", o.max_concurrency},
+          {"request_timeout_s", o.request_timeout_s},
+          {"seed", w.seed}};
+}
+
+StatusOr<std::vector<RequestRecord>> RunOverRpc(const std::string& address,
+                                                const std::vector<PlannedRequest>& plan,
+                                                RunOptions& o) {
+  ClientConnection c;
+  MP_RETURN_IF_ERROR(Connect(address, &c));
+  std::string model;
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 auto info = c.service.modelInfoRequest().send().wait(c.io.waitScope).getInfo();
+                 if (o.vocab_size == 0) o.vocab_size = info.getVocabSize();
+                 model = info.getId().cStr();
+               })) {
+    return rpc::StatusFromException(*e);
+  }
+  if (o.model.empty()) o.model = model;
+  return RunRpc(c, plan, o);
+}
+
+StatusOr<std::vector<RequestRecord>> RunOverHttp(const std::string& address,
+                                                 const std::vector<PlannedRequest>& plan,
+                                                 RunOptions& o) {
+  MP_ASSIGN_OR_RETURN(HttpTarget target, ParseHttpTarget(address));
+  MP_REQUIRE(o.vocab_size > 0, "--vocab-size is required over HTTP (its API does not say)");
+  if (o.model.empty()) {
+    MP_ASSIGN_OR_RETURN(HttpResult models,
+                        HttpFetch(target, "GET", "/v1/models", "", o.api_key, 30));
+    MP_REQUIRE(models.head.status == 200, "GET /v1/models answered ", models.head.status, ": ",
+               models.body.substr(0, 200));
+    MP_ASSIGN_OR_RETURN(Json list, ParseJson(models.body, "/v1/models"));
+    const Json& data = list.value("data", Json::array());
+    MP_REQUIRE(data.is_array() && !data.empty() && data[0].value("id", Json()).is_string(),
+               "GET /v1/models lists no model; give --model");
+    o.model = data[0]["id"].get<std::string>();
+  }
+  return RunHttp(target, plan, o);
+}
+
+// The service gauges from the metrics page, polled until idle for up to `wait_s` seconds.
+StatusOr<Json> ScrapeMetrics(const std::string& url, double wait_s) {
+  MP_ASSIGN_OR_RETURN(HttpTarget target, ParseHttpTarget(url));
+  if (target.path == "/") target.path = "/metrics";
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    MP_ASSIGN_OR_RETURN(HttpResult page, HttpFetch(target, "GET", target.path, "", "", 30));
+    MP_REQUIRE(page.head.status == 200, "GET ", url, " answered ", page.head.status);
+    MP_ASSIGN_OR_RETURN(std::vector<PromSample> samples, ParsePrometheusText(page.body));
+    Json gauges = ServiceGauges(samples);
+    gauges["idle"] = ServiceIdle(gauges);
+    gauges["waited_s"] = SecondsSince(start);
+    if (gauges["idle"].get<bool>() || SecondsSince(start) >= wait_s) return gauges;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+Status WriteJson(const std::string& path, const Json& report) {
+  const std::string text = report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (path == "-") {
+    std::cout << text;
+    return OkStatus();
+  }
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return IoError("cannot write " + path);
+  return OkStatus();
+}
+
+StatusOr<int> Run(const Flags& f) {
+  MP_REQUIRE(f.Has("rpc") != f.Has("http"), "give one of --rpc HOST:PORT and --http HOST:PORT");
+  MP_REQUIRE(f.positional().empty(), "unexpected argument \"",
+             f.positional().empty() ? "" : f.positional()[0], "\"");
+  MP_ASSIGN_OR_RETURN(WorkloadOptions workload, WorkloadFromFlags(f));
+  MP_ASSIGN_OR_RETURN(RunOptions options, RunOptionsFromFlags(f, workload.seed));
+  MP_ASSIGN_OR_RETURN(double wait_idle_s, f.GetDouble("wait-idle-s", 0));
+  MP_REQUIRE(!f.Has("wait-idle-s") || f.Has("metrics-url"), "--wait-idle-s needs --metrics-url");
+  MP_ASSIGN_OR_RETURN(std::vector<PlannedRequest> plan, PlanWorkload(workload));
+  MP_ASSIGN_OR_RETURN(std::vector<RequestRecord> records,
+                      f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), plan, options)
+                                   : RunOverHttp(*f.Get("http"), plan, options));
+  Json report = ReportJson(ConfigJson(f, workload, options), records);
+  bool healthy = report["summary"]["failed"].get<int64_t>() == 0;
+  if (auto url = f.Get("metrics-url")) {
+    MP_ASSIGN_OR_RETURN(report["metrics"], ScrapeMetrics(*url, wait_idle_s));
+    if (f.Has("wait-idle-s") && !report["metrics"]["idle"].get<bool>()) healthy = false;
+  }
+  const std::string json_path = f.Get("json").value_or("");
+  if (!f.GetBool("quiet") && json_path != "-") {
+    PrintReport(std::cout, records);
+    if (report.contains("metrics")) std::cout << "metrics: " << report["metrics"].dump() << "\n";
+  }
+  if (!json_path.empty()) MP_RETURN_IF_ERROR(WriteJson(json_path, report));
+  return healthy ? 0 : 2;
+}
+
+int Main(int argc, char** argv) {
+  StatusOr<Flags> flags = Flags::Parse(argc, argv, {"quiet", "help"});
+  if (!flags.ok()) return Fail(flags.status());
+  if (flags->GetBool("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  Status known =
+      flags->CheckKnown({"rpc",     "http",    "num-requests",    "duration",          "rate",
+                         "arrival", "seed",    "max-concurrency", "prompt-len",        "output-len",
+                         "mix",     "place",   "cancel-fraction", "request-timeout-s", "vocab-size",
+                         "model",   "api-key", "metrics-url",     "wait-idle-s",       "json",
+                         "quiet",   "help"});
+  if (!known.ok()) return Fail(known);
+  StatusOr<int> rc = Run(*flags);
+  if (!rc.ok()) return Fail(rc.status());
+  return *rc;
+}
+
+}  // namespace
+}  // namespace millipede::loadgen
+
+int main(int argc, char** argv) { return millipede::loadgen::Main(argc, argv); }

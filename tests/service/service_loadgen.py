@@ -1,0 +1,123 @@
+"""millipede-loadgen against the CPU service (imported by service_test.py):
+  loadgen  24 requests of mixed lengths at a high rate, at most 4 in flight, a quarter of them
+           cancelled (RPC) or disconnected (HTTP) mid-way, over both APIs; every request ends as
+           planned (none failed), the service ends every job, and afterwards the workers hold no
+           KV and no job runs or waits. No timing is asserted.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+from service_harness import Service, check
+
+REQUESTS = 24
+CANCELLED = 6  # 25%
+MAX_CONCURRENCY = 4
+
+
+def run_loadgen(svc, api, address, out, extra=()):
+    cmd = [os.path.join(svc.bin_dir, "millipede-loadgen"), f"--{api}", address,
+           "--num-requests", str(REQUESTS), "--rate", "100", "--seed", "11",
+           "--mix", "3:16:64,2:300:48,1:1500:16", "--cancel-fraction", "0.25",
+           "--request-timeout-s", "60", "--max-concurrency", str(MAX_CONCURRENCY), "--json", out,
+           "--metrics-url", svc.metrics_url, "--wait-idle-s", "10", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    check(r.returncode == 0, f"loadgen over {api}: rc={r.returncode}\n{r.stdout}\n{r.stderr}")
+    check("TTFT" in r.stdout and "ok " in r.stdout, f"no table on stdout: {r.stdout}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def check_requests(report, api, total):
+    s = report["summary"]
+    check(s["requests"] == total and s["failed"] == 0,
+          f"{api}: {s['failed']} failed: {s['failures']} {s['failure_examples']}")
+    check(s["ok"] + s["cancelled"] == total, f"{api}: counts {s}")
+    planned = [r for r in report["requests"] if "cancel_after_tokens" in r]
+    check(len(planned) == CANCELLED, f"{api}: {len(planned)} cancels planned")
+    check(s["cancelled"] + s["cancel_too_late"] == CANCELLED, f"{api}: cancels {s}")
+    # A cancel may race the last tokens of its job, but not every one of them.
+    check(s["cancelled"] >= 1, f"{api}: no cancel took effect: {s}")
+    for r in report["requests"]:
+        if "cancel_after_tokens" in r:
+            check(r["outcome"] in ("cancelled", "ok"), f"{api}: {r}")
+        else:
+            check(r["outcome"] == "ok" and r["output_tokens"] == r["requested_output_tokens"],
+                  f"{api}: a request that was not cancelled did not run to its length: {r}")
+    check(s["ttft_s"]["count"] == s["ok"] and s["e2e_s"]["count"] == s["ok"],
+          f"{api}: latencies not counted for every finished request: {s}")
+    # The arrivals outpace the one-job-at-a-time CPU service, so the limit is reached.
+    check(max_in_flight(report) == MAX_CONCURRENCY,
+          f"{api}: {max_in_flight(report)} requests in flight at most, the limit is "
+          f"{MAX_CONCURRENCY}")
+    m = report["metrics"]
+    check(m["idle"] and m["kv_bytes_total"] == 0 and m["requests_running"] == 0,
+          f"{api}: the service did not return to idle: {m}")
+
+
+def max_in_flight(report):
+    """The most requests in flight at once, from their send and end times."""
+    events = sorted([(r["start_s"], 1) for r in report["requests"]] +
+                    [(r["start_s"] + r["e2e_s"], -1) for r in report["requests"]])
+    most = now = 0
+    for _, step in events:  # at a tie the end (-1) sorts first
+        now += step
+        most = max(most, now)
+    return most
+
+
+def finished(svc):
+    """millipede_request_finished_total by reason."""
+    return {reason: svc.metric("millipede_request_finished_total", f'reason="{reason}"')
+            for reason in ("stop", "length", "cancelled", "error")}
+
+
+def wait_idle(svc, api, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        kv = svc.kv_bytes()
+        running = svc.metric("millipede_requests_running")
+        if kv == [0, 0] and running == 0 and svc.metric("millipede_kv_cache_bytes") == 0:
+            return
+        time.sleep(0.1)
+    check(False, f"{api}: KV {svc.kv_bytes()} and running jobs "
+                 f"{svc.metric('millipede_requests_running')} did not return to 0")
+
+
+def scenario_loadgen(bin_dir, model):
+    work = os.path.dirname(model)
+    svc = Service(bin_dir, model, http=True)
+    try:
+        vocab = str(json.loads(svc.client("models").out)["vocab_size"])
+        # RPC, with a long prompt placed first; the vocabulary comes from the model's info.
+        before = finished(svc)
+        report = run_loadgen(svc, "rpc", svc.server, os.path.join(work, "loadgen-rpc.json"),
+                             ["--place", "0:1800:8"])
+        check_requests(report, "rpc", REQUESTS + 1)
+        check(len(report["placed"]) == 1 and report["placed"][0]["prompt_tokens"] == 1800 and
+              report["arrivals"]["requests"] == REQUESTS, f"rpc: placed request {report}")
+        wait_idle(svc, "rpc")
+        after = finished(svc)
+        delta = {k: after[k] - before[k] for k in after}
+        check(sum(delta.values()) == REQUESTS + 1 and delta["error"] == 0,
+              f"rpc: the service ended {delta}")
+        # Over RPC the client waits for each job's last event: the counts agree exactly.
+        check(delta["cancelled"] == report["summary"]["cancelled"],
+              f"rpc: the service counted {delta}, loadgen {report['summary']}")
+
+        # HTTP: a disconnect may reach the service after its job ended, so only totals agree.
+        before = finished(svc)
+        report = run_loadgen(svc, "http", svc.http, os.path.join(work, "loadgen-http.json"),
+                             ["--vocab-size", vocab])
+        check_requests(report, "http", REQUESTS)
+        wait_idle(svc, "http")
+        after = finished(svc)
+        delta = {k: after[k] - before[k] for k in after}
+        check(sum(delta.values()) == REQUESTS and delta["error"] == 0,
+              f"http: the service ended {delta}")
+        check(1 <= delta["cancelled"] <= report["summary"]["cancelled"],
+              f"http: the service cancelled {delta}, loadgen {report['summary']}")
+    finally:
+        svc.stop()
