@@ -65,14 +65,17 @@ Status FillRandomWeight(const std::string& name, const RandomWeightsOptions& opt
              "random weights: locality needs a positive value and the head_dim");
   const int64_t cols = out.shape.rank == 2 ? out.dim(1) : 1;
   // One Philox block gives four 32-bit words: four elements per counter value.
+  // Whether the locality term applies to this tensor, decided once rather than per element
+  // (the term is 0 elsewhere, so the values are the same either way).
+  const bool local = LocalityTerm(name, options, 0, cols) != 0.0;
   auto fill_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i += 4) {
       RandomPhiloxBlock bits = RandomBits(key, static_cast<uint64_t>(i / 4));
       for (int64_t j = 0; j < 4 && i + j < end; ++j) {
         double u = (static_cast<double>(bits.v[j]) + 0.5) * 0x1.0p-32;  // (0, 1)
-        StoreFromFloat(out.data, out.dtype, static_cast<size_t>(i + j),
-                       static_cast<float>(center + half_width * (2.0 * u - 1.0) +
-                                          LocalityTerm(name, options, i + j, cols)));
+        double value = center + half_width * (2.0 * u - 1.0);
+        if (local) value += LocalityTerm(name, options, i + j, cols);
+        StoreFromFloat(out.data, out.dtype, static_cast<size_t>(i + j), static_cast<float>(value));
       }
     }
   };

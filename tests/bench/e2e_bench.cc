@@ -48,6 +48,9 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        ms per token of each phase (OmniKV's selection and the waits for its
                        host-tier loads among them) and the share of load time hidden
   --gemm-reference     also time the model's GEMMs alone for each prompt length
+  --batch B,...        B sequences decoding together, each over a synthetic (zero) cache of each
+                       --seq length: one engine step per token of all (the service's batched
+                       decode); reports ms per step and output tokens per second
   --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
                        placed over the ranks as a prompt would be (decode speed only)
 )";
@@ -145,13 +148,19 @@ EngineStats Minus(const EngineStats& a, const EngineStats& b) {
 // Every rank's `s`, in rank order, as JSON (a collective: every rank calls it).
 StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
   constexpr size_t kFields = 14;
-  const double mine[kFields] = {s.embed_s,     s.qkv_s,          s.attention_s,
-                                s.comm_wait_s, s.mlp_s,          s.logits_s,
+  const double mine[kFields] = {s.embed_s,
+                                s.qkv_s,
+                                s.attention_s,
+                                s.comm_wait_s,
+                                s.mlp_s,
+                                s.logits_s,
                                 static_cast<double>(s.comm_bytes),
                                 static_cast<double>(s.prefill_layers),
                                 static_cast<double>(s.decode_layers),
-                                s.sparse_select_s, s.sparse_index_s,
-                                s.omnikv_select_s, s.load_wait_s,
+                                s.sparse_select_s,
+                                s.sparse_index_s,
+                                s.omnikv_select_s,
+                                s.load_wait_s,
                                 static_cast<double>(s.host_load_bytes)};
   const int n = engine.comm().size();
   std::vector<double> all(kFields * static_cast<size_t>(n));
@@ -197,14 +206,15 @@ StatusOr<double> HostGatherGbPerS(Backend& backend, int64_t row_bytes) {
     state ^= state << 17;
     i = static_cast<int64_t>(state % static_cast<uint64_t>(rows));
   }
-  MP_RETURN_IF_ERROR(backend.CopyFromHost({host_index.data(), DType::kI64, Shape{picked}},
-                                          index.view()));
+  MP_RETURN_IF_ERROR(
+      backend.CopyFromHost({host_index.data(), DType::kI64, Shape{picked}}, index.view()));
   MP_RETURN_IF_ERROR(backend.Synchronize());
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    MP_ASSIGN_OR_RETURN(CopyEvent e, backend.StartGatherRows({src.cview(), index.cview(), dst.view()},
-                                                             CopyOrder::kNow));
+    MP_ASSIGN_OR_RETURN(
+        CopyEvent e,
+        backend.StartGatherRows({src.cview(), index.cview(), dst.view()}, CopyOrder::kNow));
     MP_RETURN_IF_ERROR(backend.WaitCopy(e));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0) best = std::max(best, static_cast<double>(picked * row_bytes) / s / 1e9);
@@ -216,15 +226,64 @@ StatusOr<double> HostGatherGbPerS(Backend& backend, int64_t row_bytes) {
 // loads' time compute did not hide (the waits, against the loads' bytes at the measured rate).
 nlohmann::json DecodeProfile(const EngineStats& s, int64_t tokens, double gather_gb_per_s) {
   const double per = 1000.0 / static_cast<double>(tokens);
-  nlohmann::json out = {{"embed", s.embed_s * per},         {"qkv", s.qkv_s * per},
-                        {"attention", s.attention_s * per}, {"select", s.omnikv_select_s * per},
-                        {"load_wait", s.load_wait_s * per}, {"comm_wait", s.comm_wait_s * per},
-                        {"mlp", s.mlp_s * per},             {"logits", s.logits_s * per}};
+  nlohmann::json out = {{"embed", s.embed_s * per},
+                        {"qkv", s.qkv_s * per},
+                        {"attention", s.attention_s * per},
+                        {"select", s.omnikv_select_s * per},
+                        {"load_wait", s.load_wait_s * per},
+                        {"comm_wait", s.comm_wait_s * per},
+                        {"mlp", s.mlp_s * per},
+                        {"logits", s.logits_s * per}};
   if (gather_gb_per_s > 0 && s.host_load_bytes > 0) {
     const double load_s = static_cast<double>(s.host_load_bytes) / (gather_gb_per_s * 1e9);
     out["load_est"] = load_s * per;
     out["load_hidden_share"] = std::clamp(1.0 - s.load_wait_s / load_s, 0.0, 1.0);
   }
+  return out;
+}
+
+// `batch` sequences decoding together over synthetic caches of `length` positions each: one
+// engine step per token of every sequence (as the service's batched decode runs them), each
+// sequence's token drawn on rank 0 and broadcast. The first step is untimed.
+StatusOr<nlohmann::json> BatchDecode(Engine& engine, int64_t batch, int64_t length,
+                                     int64_t tokens) {
+  for (int64_t b = 1; b <= batch; ++b)
+    MP_RETURN_IF_ERROR(engine.StartSyntheticSequence(b, length, tokens + 1));
+  Communicator& comm = engine.comm();
+  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step <= tokens; ++step) {
+    if (step == 1) {
+      MP_RETURN_IF_ERROR(engine.backend().Synchronize());
+      t0 = std::chrono::steady_clock::now();
+      engine.ResetStats();
+    }
+    StepPlan plan;
+    for (int64_t b = 0; b < batch; ++b)
+      plan.steps.push_back(DecodeStep(b + 1, next[static_cast<size_t>(b)]));
+    MP_ASSIGN_OR_RETURN(StepOutput out, engine.RunStep(plan));
+    if (comm.rank() == 0) {
+      for (int64_t b = 0; b < batch; ++b) {
+        MP_ASSIGN_OR_RETURN(int32_t id, engine.backend().Sample(*out.logits[static_cast<size_t>(b)],
+                                                                SamplingParams{}, 0));
+        next[static_cast<size_t>(b)] = id;
+      }
+    }
+    if (comm.size() > 1)
+      MP_RETURN_IF_ERROR(comm.HostBroadcast(next.data(), next.size() * sizeof(int32_t), 0));
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineStats stats = engine.stats();
+  for (int64_t b = 1; b <= batch; ++b) engine.EndSequence(b);
+  nlohmann::json out{{"bench", "e2e-batch-decode"},
+                     {"backend", BackendKindName(engine.backend().kind())},
+                     {"ranks", comm.size()},
+                     {"context", length},
+                     {"batch", batch},
+                     {"decode_steps", tokens},
+                     {"ms_per_step", 1000.0 * s / static_cast<double>(tokens)},
+                     {"output_tokens_per_s", static_cast<double>(batch * tokens) / s}};
+  if (engine.options().profile) out["profile_ms_per_step"] = DecodeProfile(stats, tokens, 0);
   return out;
 }
 
@@ -257,27 +316,28 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
   const EngineStats stats = engine.stats();
   const double loaded = static_cast<double>(stats.host_load_bytes) / tokens;
   engine.EndSequence();
-  nlohmann::json out{{"bench", "e2e-decode"},
-                     {"backend", BackendKindName(engine.backend().kind())},
-                     {"ranks", comm.size()},
-                     {"context", length},
-                     {"decode_tokens", tokens},
-                     {"decode_tokens_per_s", static_cast<double>(tokens) / s},
-                     {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
-                     {"setup_s", setup_s},
-                     {"kv_bytes_device", device_kv},
-                     {"kv_bytes_host", host_kv},
-                     {"host_load_bytes_per_token", loaded},
-                     {"first_ids", std::vector<int32_t>(ids.begin(), ids.begin() +
-                                                        std::min<size_t>(8, ids.size()))}};
+  nlohmann::json out{
+      {"bench", "e2e-decode"},
+      {"backend", BackendKindName(engine.backend().kind())},
+      {"ranks", comm.size()},
+      {"context", length},
+      {"decode_tokens", tokens},
+      {"decode_tokens_per_s", static_cast<double>(tokens) / s},
+      {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
+      {"setup_s", setup_s},
+      {"kv_bytes_device", device_kv},
+      {"kv_bytes_host", host_kv},
+      {"host_load_bytes_per_token", loaded},
+      {"first_ids",
+       std::vector<int32_t>(ids.begin(), ids.begin() + std::min<size_t>(8, ids.size()))}};
   if (engine.options().profile) {
     double gb_per_s = 0;
     if (stats.host_load_bytes > 0) {
       const ModelConfig& c = engine.config();
-      MP_ASSIGN_OR_RETURN(gb_per_s,
-                          HostGatherGbPerS(engine.backend(),
-                                           c.head_dim * static_cast<int64_t>(
-                                                            DTypeSize(engine.options().kv_dtype))));
+      MP_ASSIGN_OR_RETURN(
+          gb_per_s, HostGatherGbPerS(
+                        engine.backend(),
+                        c.head_dim * static_cast<int64_t>(DTypeSize(engine.options().kv_dtype))));
       out["host_gather_gb_per_s"] = gb_per_s;
     }
     out["profile_ms_per_token"] = DecodeProfile(stats, tokens, gb_per_s);
@@ -286,15 +346,16 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
 }
 
 Status Run(int argc, char** argv, const MpiWorld& world) {
-  MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "decode-only", "help"}));
+  MP_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "decode-only", "help"}));
   if (flags.GetBool("help")) {
     if (world.rank == 0) std::cout << kUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown({"preset", "layers", "seq", "decode-tokens", "warmup-seq",
-                                       "backend", "kv-dtype", "dtype", "prefill-chunk",
-                                       "attention-chunk", "seed", "locality", "policy", "selected-kv",
-                                       "profile", "gemm-reference", "decode-only", "help"}));
+  MP_RETURN_IF_ERROR(flags.CheckKnown(
+      {"preset", "layers", "seq", "decode-tokens", "warmup-seq", "batch", "backend", "kv-dtype",
+       "dtype", "prefill-chunk", "attention-chunk", "seed", "locality", "policy", "selected-kv",
+       "profile", "gemm-reference", "decode-only", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -313,7 +374,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   EngineOptions options;
   options.random_config = config;
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cuda")));
-  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype,
+                      ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.random_weights.dtype,
                       ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   options.random_weights.seed = static_cast<uint64_t>(seed);
@@ -371,6 +433,19 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   };
   if (warmup_seq > 0) MP_RETURN_IF_ERROR(job(warmup_seq, 0).status());
 
+  if (flags.Get("batch")) {
+    MP_ASSIGN_OR_RETURN(std::vector<int64_t> batches, ParseList(*flags.Get("batch"), "--batch"));
+    for (int64_t seq : seqs) {
+      for (int64_t batch : batches) {
+        MP_REQUIRE(batch >= 1, "--batch values must be >= 1");
+        MP_ASSIGN_OR_RETURN(nlohmann::json out, BatchDecode(*engine, batch, seq, decode_tokens));
+        out["preset"] = preset;
+        out["layers"] = layers;
+        if (world.rank == 0) std::cout << out.dump() << std::endl;
+      }
+    }
+    return OkStatus();
+  }
   if (flags.GetBool("decode-only")) {
     for (int64_t seq : seqs) {
       MP_ASSIGN_OR_RETURN(nlohmann::json out, DecodeOnly(*engine, seq, decode_tokens));
@@ -396,9 +471,9 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
     if (flags.GetBool("gemm-reference") && world.rank == 0) {
       // Each rank runs about seq / N tokens through the GEMMs.
       const int64_t tokens = (seq + world.size - 1) / world.size;
-      MP_ASSIGN_OR_RETURN(gemm_s, GemmReferenceSeconds(engine->backend(), config,
-                                                       options.random_weights.dtype,
-                                                       options.prefill_chunk, tokens, layers));
+      MP_ASSIGN_OR_RETURN(
+          gemm_s, GemmReferenceSeconds(engine->backend(), config, options.random_weights.dtype,
+                                       options.prefill_chunk, tokens, layers));
     }
     if (world.rank != 0) continue;
     const std::vector<int32_t> first(result.ids.begin(),

@@ -48,7 +48,7 @@ def check_requests(report, api, total):
                   f"{api}: a request that was not cancelled did not run to its length: {r}")
     check(s["ttft_s"]["count"] == s["ok"] and s["e2e_s"]["count"] == s["ok"],
           f"{api}: latencies not counted for every finished request: {s}")
-    # The arrivals outpace the one-job-at-a-time CPU service, so the limit is reached.
+    # The arrivals (100/s) outpace the CPU service, so the limit is reached.
     check(max_in_flight(report) == MAX_CONCURRENCY,
           f"{api}: {max_in_flight(report)} requests in flight at most, the limit is "
           f"{MAX_CONCURRENCY}")

@@ -158,6 +158,8 @@ class Engine {
   // V set to zero (what a decode step costs does not depend on the values) — with room for
   // `decode_positions` more. Skips the prefill that would make a real cache of that length.
   Status StartSyntheticSequence(int64_t length, int64_t decode_positions);
+  // The same for sequence `id` (which must not exist), for benchmarks of batched decode.
+  Status StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions);
   void EndSequence() { EndSequence(kDefaultSequence); }
   bool has_sequence() const { return sequence(kDefaultSequence) != nullptr; }
   // Positions of the default sequence over all ranks (0 without one).
@@ -195,8 +197,7 @@ class Engine {
   Status ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows);
   // Uploads ids and positions, embeds the step's tokens.
   Status Embed(const std::vector<Entry>& entries, int64_t rows);
-  Status RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows,
-                  StepProfiler& profiler);
+  Status RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows, StepProfiler& profiler);
   Status ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows);
   Status AttendDecode(int64_t layer, Entry& entry, AttentionEnv& env);
   // Cancelled on every rank if any rank passes false (a host all-gather with several ranks).

@@ -189,13 +189,27 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
     if (decode) ++stats_.decode_layers;
     if (after_layer && prefill) MP_RETURN_IF_ERROR(AgreeToContinue(after_layer(layer + 1, layers)));
   }
+  // Logits of runs of entries whose rows follow each other (a batch of decode tokens) in one
+  // LM-head GEMM each.
+  for (size_t i = 0; i < entries.size();) {
+    if (entries[i].logit_row < 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < entries.size() && entries[j].logit_row == entries[j - 1].logit_row + 1 &&
+           entries[j].logits_step_row == entries[j - 1].logits_step_row + 1)
+      ++j;
+    MP_RETURN_IF_ERROR(model_->Logits(*workspace_, entries[i].logits_step_row,
+                                      entries[i].logit_row, static_cast<int64_t>(j - i)));
+    i = j;
+  }
+  MP_RETURN_IF_ERROR(profiler.Mark(&stats_.logits_s));
   StepOutput out;
   for (Entry& e : entries) {
     MP_RETURN_IF_ERROR(e.seq->Commit(e.ranges, e.length_after));
     std::optional<ConstTensorView> logits;
     if (e.logit_row >= 0) {
-      MP_RETURN_IF_ERROR(model_->Logits(*workspace_, e.logits_step_row, e.logit_row));
-      MP_RETURN_IF_ERROR(profiler.Mark(&stats_.logits_s));
       MP_ASSIGN_OR_RETURN(logits, Reshape(SliceRows(workspace_->logits.cview(), e.logit_row, 1),
                                           Shape{config().vocab_size}));
     }

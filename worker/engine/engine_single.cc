@@ -60,6 +60,11 @@ std::vector<TokenRange> RowsOf(std::span<const TokenRange> ranges, int64_t first
 }  // namespace
 
 Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
+  EndSequence(kDefaultSequence);
+  return StartSyntheticSequence(kDefaultSequence, length, decode_positions);
+}
+
+Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions) {
   const int num_ranks = comm_->size(), rank = comm_->rank();
   MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
@@ -69,14 +74,14 @@ Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) 
   // The cache is written a chunk of rows at a time, each chunk committed like a prefill step
   // (stores that stage or drop rows take it as such).
   const int64_t rows = std::min<int64_t>(std::max<int64_t>(mine, 1), 4096);
-  MP_RETURN_IF_ERROR(StartSequence(capacity, rows, std::nullopt, decode_rows));
-  Sequence& s = *mutable_sequence(kDefaultSequence);
+  MP_RETURN_IF_ERROR(StartSequence(id, SequenceOptions{capacity, rows, policy_, decode_rows}));
+  Sequence& s = *mutable_sequence(id);
   const ModelConfig& c = config();
   const Shape shape{rows, c.num_key_value_heads, c.head_dim};
   std::vector<float> host_zeros(static_cast<size_t>(shape.NumElements()), 0.0f);
   MP_ASSIGN_OR_RETURN(BackendTensor zeros, backend_->Allocate(DType::kF32, shape));
-  MP_RETURN_IF_ERROR(backend_->CopyFromHost(
-      ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
+  MP_RETURN_IF_ERROR(
+      backend_->CopyFromHost(ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
   std::vector<TokenRange> ranges;
   for (const TokenRange& r : plan.RankPromptRanges(rank))
     if (!r.empty()) ranges.push_back(r);

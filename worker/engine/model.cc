@@ -140,14 +140,19 @@ Status Model::OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t 
   return b.Gemm({AsConst(activated), w.down_proj, w.down_bias, hidden, /*accumulate=*/true});
 }
 
-Status Model::Logits(Workspace& ws, int64_t row, int64_t logit_row) const {
+Status Model::Logits(Workspace& ws, int64_t row, int64_t logit_row, int64_t count) const {
   Backend& b = backend_;
-  TensorView normed = SliceRows(ws.normed.view(), 0, 1);
-  MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(ws.hidden.view(), row, 1)),
-                                weights_->final_norm, TensorView{}, normed,
-                                static_cast<float>(config_.rms_norm_eps)}));
-  return b.Gemm({AsConst(normed), weights_->lm_head, ConstTensorView{},
-                 SliceRows(ws.logits.view(), logit_row, 1)});
+  const int64_t chunk = std::max<int64_t>(ws.scratch_rows(), 1);
+  for (int64_t done = 0; done < count; done += chunk) {
+    const int64_t n = std::min(chunk, count - done);
+    TensorView normed = SliceRows(ws.normed.view(), 0, n);
+    MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(SliceRows(ws.hidden.view(), row + done, n)),
+                                  weights_->final_norm, TensorView{}, normed,
+                                  static_cast<float>(config_.rms_norm_eps)}));
+    MP_RETURN_IF_ERROR(b.Gemm({AsConst(normed), weights_->lm_head, ConstTensorView{},
+                               SliceRows(ws.logits.view(), logit_row + done, n)}));
+  }
+  return OkStatus();
 }
 
 }  // namespace millipede

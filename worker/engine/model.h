@@ -53,8 +53,10 @@ class Model {
   // MLP, for step rows [begin, end).
   Status OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
                       ConstTensorView attention_out) const;
-  // Final norm and LM head of step row `row` into ws.logits row `logit_row`.
-  Status Logits(Workspace& ws, int64_t row, int64_t logit_row) const;
+  // Final norm and LM head of step rows [row, row + count) into ws.logits rows
+  // [logit_row, logit_row + count): one GEMM per scratch chunk, so a batch of decode tokens
+  // reads the LM head once.
+  Status Logits(Workspace& ws, int64_t row, int64_t logit_row, int64_t count = 1) const;
 
  private:
   Model(Backend& backend) : backend_(backend) {}
