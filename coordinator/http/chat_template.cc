@@ -23,7 +23,7 @@ StatusOr<Value> RaiseException(CallArgs& args) {
   if (args.positional.size() != 1 || !args.keyword.empty() || !args.positional[0].is_string()) {
     return InvalidArgumentError("raise_exception() takes one string");
   }
-  return InvalidArgumentError("the chat template refused the conversation: " +
+  return InvalidArgumentError("the template raised an exception: " +
                               args.positional[0].as_string());
 }
 
