@@ -57,6 +57,10 @@ StatusOr<Value> Interpreter::GetAttribute(const Value& value, std::string_view n
       return item != nullptr ? *item : Missing(value, name);
     }
     case Value::Kind::kObject: {
+      if (value.as_object().loop_items) {
+        std::optional<Value> attr = LoopAttribute(value.as_object(), name);
+        return attr ? *attr : Missing(value, name);
+      }
       const Value* attr = value.as_object().attributes.Find(name);
       return attr != nullptr ? *attr : Missing(value, name);
     }

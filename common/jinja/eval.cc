@@ -87,8 +87,7 @@ Status Interpreter::At(size_t offset, const Status& status) const {
 
 StatusOr<Value> Interpreter::Lookup(const std::string& name) {
   for (auto frame = frames_.rbegin(); frame != frames_.rend(); ++frame) {
-    auto it = frame->find(name);
-    if (it != frame->end()) return it->second;
+    if (const Value* v = frame->Find(name)) return *v;
   }
   auto it = variables_.find(name);
   if (it != variables_.end()) return it->second;
@@ -97,6 +96,17 @@ StatusOr<Value> Interpreter::Lookup(const std::string& name) {
 }
 
 StatusOr<Value> Interpreter::Eval(const Expr& e) {
+  MP_ASSIGN_OR_RETURN(Value v, EvalNode(e));
+  // Bounded nesting keeps every recursive walk over values (printing, comparing, dumping,
+  // freeing) shallow.
+  if (v.depth() > kMaxValueDepth) {
+    return At(e.offset, InvalidArgumentError("values nest deeper than " +
+                                             std::to_string(kMaxValueDepth) + " levels"));
+  }
+  return v;
+}
+
+StatusOr<Value> Interpreter::EvalNode(const Expr& e) {
   if (Status s = Charge(1); !s.ok()) return At(e.offset, s);
   switch (e.kind) {
     case Expr::Kind::kLiteral:

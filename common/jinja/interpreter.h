@@ -4,7 +4,6 @@
 
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "common/jinja/ast.h"
@@ -53,6 +52,7 @@ class Interpreter {
   Status Output(std::string_view text, size_t offset);
   Status Bind(const std::vector<std::string>& targets, const Value& value, size_t offset);
 
+  StatusOr<Value> EvalNode(const Expr& e);
   StatusOr<Value> EvalCall(const Expr& e);
   StatusOr<Value> EvalBinary(const Expr& e);
   StatusOr<Value> EvalCompare(const Expr& e);
@@ -68,8 +68,27 @@ class Interpreter {
   const RenderLimits& limits_;
   int64_t steps_ = 0;
   std::string* out_ = nullptr;
+  // A scope's variables: few, so a vector searched from the back.
+  struct Frame {
+    std::vector<std::pair<std::string, Value>> vars;
+    const Value* Find(std::string_view name) const {
+      for (auto it = vars.rbegin(); it != vars.rend(); ++it) {
+        if (it->first == name) return &it->second;
+      }
+      return nullptr;
+    }
+    void Set(const std::string& name, Value value) {
+      for (auto& [key, v] : vars) {
+        if (key == name) {
+          v = std::move(value);
+          return;
+        }
+      }
+      vars.emplace_back(name, std::move(value));
+    }
+  };
   // Innermost last: the template's own scope, then one per loop round or block.
-  std::vector<std::unordered_map<std::string, Value>> frames_;
+  std::vector<Frame> frames_;
   Flow flow_ = Flow::kNormal;
 };
 

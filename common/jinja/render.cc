@@ -6,23 +6,31 @@
 namespace millipede::jinja::internal {
 namespace {
 
-// The `loop` variable of round `index` of `items`.
-Value LoopObject(const std::vector<Value>& items, size_t index) {
-  const auto n = static_cast<int64_t>(items.size());
-  const auto i = static_cast<int64_t>(index);
-  DictData attrs;
-  attrs.Set("index", Value::Int(i + 1));
-  attrs.Set("index0", Value::Int(i));
-  attrs.Set("revindex", Value::Int(n - i));
-  attrs.Set("revindex0", Value::Int(n - i - 1));
-  attrs.Set("first", Value::Bool(i == 0));
-  attrs.Set("last", Value::Bool(i == n - 1));
-  attrs.Set("length", Value::Int(n));
-  attrs.Set("depth", Value::Int(1));
-  attrs.Set("depth0", Value::Int(0));
-  attrs.Set("previtem", i > 0 ? items[index - 1] : Value::Undefined("there is no previous item"));
-  attrs.Set("nextitem", i + 1 < n ? items[index + 1] : Value::Undefined("there is no next item"));
-  return Value::Object("LoopContext", std::move(attrs));
+// A loop round costs more than one expression step: its scope and `loop` variable.
+constexpr int64_t kStepsPerRound = 4;
+
+// The `loop` variable of round `index` of `items` (its attributes are computed when read).
+Value LoopObject(const std::shared_ptr<const std::vector<Value>>& items, size_t index) {
+  Value loop = Value::Object("LoopContext", {});
+  loop.as_object().loop_items = items;
+  loop.as_object().loop_index = index;
+  return loop;
+}
+
+// Whether `v` is or contains an object (values nest at most kMaxValueDepth levels).
+bool HoldsObject(const Value& v, int depth) {
+  if (v.kind() == Value::Kind::kObject) return true;
+  if (depth > kMaxValueDepth) return false;
+  if (v.is_list()) {
+    for (const Value& item : v.as_list().items) {
+      if (HoldsObject(item, depth + 1)) return true;
+    }
+  } else if (v.is_dict()) {
+    for (const auto& [key, item] : v.as_dict().items) {
+      if (HoldsObject(item, depth + 1)) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -128,7 +136,7 @@ Status Interpreter::ExecuteStatement(const Stmt& s) {
 Status Interpreter::Bind(const std::vector<std::string>& targets, const Value& value,
                          size_t offset) {
   if (targets.size() == 1) {
-    frames_.back()[targets[0]] = value;
+    frames_.back().Set(targets[0], value);
     return OkStatus();
   }
   StatusOr<std::vector<Value>> items = Iterate(value);
@@ -141,7 +149,7 @@ Status Interpreter::Bind(const std::vector<std::string>& targets, const Value& v
               InvalidArgumentError("cannot unpack " + std::to_string(items->size()) +
                                    " values into " + std::to_string(targets.size()) + " names"));
   }
-  for (size_t i = 0; i < targets.size(); ++i) frames_.back()[targets[i]] = (*items)[i];
+  for (size_t i = 0; i < targets.size(); ++i) frames_.back().Set(targets[i], (*items)[i]);
   return OkStatus();
 }
 
@@ -170,19 +178,23 @@ Status Interpreter::ExecuteFor(const Stmt& s) {
     frames_.pop_back();
     return status;
   }
-  for (size_t i = 0; i < items.size(); ++i) {
-    // Each round has its own scope: a {% set %} inside does not outlive the round, as in Jinja.
-    frames_.emplace_back();
-    frames_.back()["loop"] = LoopObject(items, i);
-    Status status = Bind(s.targets, items[i], s.offset);
+  auto shared = std::make_shared<const std::vector<Value>>(std::move(items));
+  // Each round has its own scope: a {% set %} inside does not outlive the round, as in Jinja.
+  frames_.emplace_back();
+  Status status;
+  for (size_t i = 0; i < shared->size() && status.ok(); ++i) {
+    status = At(s.offset, Charge(kStepsPerRound));
+    if (!status.ok()) break;
+    frames_.back().vars.clear();
+    frames_.back().Set("loop", LoopObject(shared, i));
+    status = Bind(s.targets, (*shared)[i], s.offset);
     if (status.ok()) status = Execute(s.body);
-    frames_.pop_back();
-    MP_RETURN_IF_ERROR(status);
     const Flow flow = flow_;
     flow_ = Flow::kNormal;
     if (flow == Flow::kBreak) break;
   }
-  return OkStatus();
+  frames_.pop_back();
+  return status;
 }
 
 Status Interpreter::ExecuteSet(const Stmt& s) {
@@ -209,6 +221,10 @@ Status Interpreter::ExecuteSet(const Stmt& s) {
                                              s.targets[0] +
                                              "': only namespace() objects have "
                                              "attributes that can be set"));
+  }
+  if (HoldsObject(value, 0)) {
+    return At(s.offset, InvalidArgumentError("a namespace attribute cannot hold a namespace or "
+                                             "loop object (it could make a reference cycle)"));
   }
   target.as_object().attributes.Set(s.attribute, std::move(value));
   return OkStatus();

@@ -26,7 +26,7 @@ void DictData::Set(std::string key, Value value) {
 
 Value Value::Undefined(std::string name) {
   Value v;
-  v.string_ = std::make_shared<const std::string>(std::move(name));
+  v.data_ = std::make_shared<std::string>(std::move(name));
   return v;
 }
 
@@ -39,7 +39,6 @@ Value Value::None() {
 Value Value::Bool(bool b) {
   Value v;
   v.kind_ = Kind::kBool;
-  v.bool_ = b;
   v.int_ = b ? 1 : 0;
   return v;
 }
@@ -61,41 +60,67 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.string_ = std::make_shared<const std::string>(std::move(s));
+  v.data_ = std::make_shared<std::string>(std::move(s));
   return v;
 }
 
 Value Value::List(std::vector<Value> items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
-  v.list_ = std::make_shared<const ListData>(ListData{std::move(items), is_tuple});
+  for (const Value& item : items) v.depth_ = std::max(v.depth_, item.depth_);
+  ++v.depth_;
+  v.data_ = std::make_shared<ListData>(ListData{std::move(items), is_tuple});
   return v;
 }
 
 Value Value::Dict(DictData dict) {
   Value v;
   v.kind_ = Kind::kDict;
-  v.dict_ = std::make_shared<const DictData>(std::move(dict));
+  for (const auto& [key, item] : dict.items) v.depth_ = std::max(v.depth_, item.depth_);
+  ++v.depth_;
+  v.data_ = std::make_shared<DictData>(std::move(dict));
   return v;
 }
 
 Value Value::Object(std::string type_name, DictData attributes) {
   Value v;
   v.kind_ = Kind::kObject;
-  v.object_ = std::make_shared<ObjectData>(ObjectData{std::move(type_name), std::move(attributes)});
+  v.data_ = std::make_shared<ObjectData>(ObjectData{std::move(type_name), std::move(attributes)});
   return v;
 }
 
 Value Value::Function(std::string name, NativeFunction call) {
   Value v;
   v.kind_ = Kind::kFunction;
-  v.function_ =
-      std::make_shared<const FunctionData>(FunctionData{std::move(name), std::move(call)});
+  v.data_ = std::make_shared<FunctionData>(FunctionData{std::move(name), std::move(call)});
   return v;
 }
 
 double Value::as_float() const {
   return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_);
+}
+
+std::optional<Value> LoopAttribute(const ObjectData& loop, std::string_view name) {
+  const auto n = static_cast<int64_t>(loop.loop_items->size());
+  const auto i = static_cast<int64_t>(loop.loop_index);
+  if (name == "index") return Value::Int(i + 1);
+  if (name == "index0") return Value::Int(i);
+  if (name == "revindex") return Value::Int(n - i);
+  if (name == "revindex0") return Value::Int(n - i - 1);
+  if (name == "first") return Value::Bool(i == 0);
+  if (name == "last") return Value::Bool(i == n - 1);
+  if (name == "length") return Value::Int(n);
+  if (name == "depth") return Value::Int(1);
+  if (name == "depth0") return Value::Int(0);
+  if (name == "previtem") {
+    return i > 0 ? (*loop.loop_items)[loop.loop_index - 1]
+                 : Value::Undefined("there is no previous item");
+  }
+  if (name == "nextitem") {
+    return i + 1 < n ? (*loop.loop_items)[loop.loop_index + 1]
+                     : Value::Undefined("there is no next item");
+  }
+  return std::nullopt;
 }
 
 const char* TypeName(const Value& v) {
@@ -271,6 +296,10 @@ StatusOr<std::string> Repr(const Value& v, int depth) {
     }
     case Value::Kind::kObject: {
       const ObjectData& object = v.as_object();
+      if (object.loop_items) {
+        return "<LoopContext " + std::to_string(object.loop_index + 1) + "/" +
+               std::to_string(object.loop_items->size()) + ">";
+      }
       MP_ASSIGN_OR_RETURN(std::string attrs, Repr(Value::Dict(object.attributes), depth + 1));
       return "<" + object.type_name + " " + attrs + ">";
     }

@@ -41,11 +41,18 @@ struct DictData {
   void Set(std::string key, Value value);
 };
 
-// An object with attributes: a namespace() (attributes may be set) or the loop variable.
+// An object with attributes: a namespace() (attributes may be set) or the loop variable (its
+// attributes follow from the items and the round).
 struct ObjectData {
   std::string type_name;  // "Namespace" or "LoopContext"
   DictData attributes;
+  std::shared_ptr<const std::vector<Value>> loop_items;
+  size_t loop_index = 0;
 };
+
+// The attribute `name` of a loop variable (index, index0, revindex, revindex0, first, last,
+// length, depth, depth0, previtem, nextitem); nullopt for other names.
+std::optional<Value> LoopAttribute(const ObjectData& loop, std::string_view name);
 
 struct FunctionData {
   std::string name;
@@ -91,25 +98,31 @@ class Value {
     return kind_ == Kind::kBool || kind_ == Kind::kInt || kind_ == Kind::kFloat;
   }
 
-  bool as_bool() const { return bool_; }
-  int64_t as_int() const { return int_; }                    // bool and int (bool as 0/1)
-  double as_float() const;                                   // any number
-  const std::string& as_string() const { return *string_; }  // string; undefined: its name
-  const ListData& as_list() const { return *list_; }
-  const DictData& as_dict() const { return *dict_; }
-  ObjectData& as_object() const { return *object_; }
-  const FunctionData& as_function() const { return *function_; }
+  // Levels of lists and dicts: 0 for scalars, objects and functions, 1 + the deepest item for
+  // lists and dicts.
+  int depth() const { return depth_; }
+
+  bool as_bool() const { return int_ != 0; }
+  int64_t as_int() const { return int_; }  // bool and int (bool as 0/1)
+  double as_float() const;                 // any number
+  // string; undefined: its name
+  const std::string& as_string() const { return *static_cast<const std::string*>(data_.get()); }
+  const ListData& as_list() const { return *static_cast<const ListData*>(data_.get()); }
+  const DictData& as_dict() const { return *static_cast<const DictData*>(data_.get()); }
+  ObjectData& as_object() const { return *static_cast<ObjectData*>(data_.get()); }
+  const FunctionData& as_function() const { return *static_cast<const FunctionData*>(data_.get()); }
 
  private:
+  // 32 bytes: lists of a million values stay small.
   Kind kind_ = Kind::kUndefined;
-  bool bool_ = false;
-  int64_t int_ = 0;
-  double float_ = 0;
-  std::shared_ptr<const std::string> string_;
-  std::shared_ptr<const ListData> list_;
-  std::shared_ptr<const DictData> dict_;
-  std::shared_ptr<ObjectData> object_;
-  std::shared_ptr<const FunctionData> function_;
+  int depth_ = 0;
+  union {
+    int64_t int_ = 0;  // bool and int
+    double float_;
+  };
+  // By kind: std::string (string; undefined: its name), ListData, DictData, ObjectData or
+  // FunctionData. Shared: values are immutable, but for an object's attributes.
+  std::shared_ptr<void> data_;
 };
 
 // Python's type name ("str", "int", "list", "dict", "NoneType", "Undefined", ...).
