@@ -125,6 +125,8 @@ Status Serve(int argc, char** argv, int world_size) {
   const std::string http_bind = flags.Get("http").value_or("off");
 #endif
   const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
+  MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
+             "--chat-template is for the HTTP API, which is off");
 
   const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
   MP_REQUIRE(FileExists(tokenizer_path), model_dir, " has no tokenizer.json");

@@ -94,7 +94,12 @@ StatusOr<Value> Interpreter::GetItem(const Value& value, const Value& key) {
     return Value::Undefined(std::string(TypeName(value)) + " object has no element " +
                             std::to_string(key.as_int()));
   } else if (value.is_string() && int_key) {
-    const std::u32string cps = DecodeUtf8(value.as_string());
+    const std::string& text = value.as_string();
+    if (IsAscii(text)) {
+      if (auto i = Index(key.as_int(), text.size())) return Value::String(text.substr(*i, 1));
+      return Value::Undefined("string index " + std::to_string(key.as_int()) + " out of range");
+    }
+    const std::u32string cps = DecodeUtf8(text);
     if (auto i = Index(key.as_int(), cps.size())) {
       return Value::String(EncodeUtf8(std::u32string_view(cps).substr(*i, 1)));
     }
@@ -163,10 +168,13 @@ StatusOr<Value> Slice(Interpreter& interp, const Value& value, std::optional<int
   }
   const int64_t by = step.value_or(1);
   MP_REQUIRE(by != 0, "slice step cannot be zero");
+  // Strings by code point; ASCII text (the common case) without decoding.
+  const bool ascii = value.is_string() && IsAscii(value.as_string());
   std::u32string cps;
-  if (value.is_string()) cps = DecodeUtf8(value.as_string());
+  if (value.is_string() && !ascii) cps = DecodeUtf8(value.as_string());
   const auto size =
-      static_cast<int64_t>(value.is_string() ? cps.size() : value.as_list().items.size());
+      static_cast<int64_t>(value.is_string() ? (ascii ? value.as_string().size() : cps.size())
+                                             : value.as_list().items.size());
   // Python's slice.indices(): clamp each bound into range for the step's direction.
   auto clamp = [&](std::optional<int64_t> bound, int64_t fallback) {
     if (!bound) return fallback;
@@ -176,17 +184,26 @@ StatusOr<Value> Slice(Interpreter& interp, const Value& value, std::optional<int
   };
   const int64_t from = clamp(start, by > 0 ? 0 : size - 1);
   const int64_t to = clamp(stop, by > 0 ? size : -1);
-  std::vector<size_t> picked;
-  for (int64_t i = from; by > 0 ? i < to : i > to; i += by)
-    picked.push_back(static_cast<size_t>(i));
-  MP_RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(picked.size())));
+  const int64_t span = by > 0 ? to - from : from - to;
+  const int64_t stride = by > 0 ? by : -by;
+  const int64_t count = span <= 0 ? 0 : (span + stride - 1) / stride;
+  // Charged (and so bounded) before anything is built; the indexes are from + k * by.
+  MP_RETURN_IF_ERROR(interp.Charge(count / 8));
+  if (value.is_list()) MP_RETURN_IF_ERROR(interp.CheckListSize(count));
+  if (ascii) {
+    if (by == 1) return interp.MakeString(value.as_string().substr(from, count));
+    std::string out;
+    for (int64_t k = 0; k < count; ++k) out.push_back(value.as_string()[from + k * by]);
+    return interp.MakeString(std::move(out));
+  }
   if (value.is_string()) {
     std::u32string out;
-    for (size_t i : picked) out.push_back(cps[i]);
+    for (int64_t k = 0; k < count; ++k) out.push_back(cps[from + k * by]);
     return interp.MakeString(EncodeUtf8(out));
   }
   std::vector<Value> out;
-  for (size_t i : picked) out.push_back(value.as_list().items[i]);
+  out.reserve(count);
+  for (int64_t k = 0; k < count; ++k) out.push_back(value.as_list().items[from + k * by]);
   return interp.MakeList(std::move(out), value.as_list().is_tuple);
 }
 

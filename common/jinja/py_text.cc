@@ -1,5 +1,6 @@
 #include "common/jinja/py_text.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -95,6 +96,13 @@ std::string EncodeUtf8(std::u32string_view cps) {
   return out;
 }
 
+bool IsAscii(std::string_view text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
 int64_t CodePointCount(std::string_view text) {
   int64_t n = 0;
   for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
@@ -110,17 +118,29 @@ bool IsPySpace(char32_t cp) {
 
 std::string PyStrip(std::string_view text, const std::optional<std::string>& chars,
                     StripSide side) {
-  const std::u32string cps = DecodeUtf8(text);
+  // Walks in from both ends over whole characters, so that long texts are not decoded.
   const std::u32string set = chars ? DecodeUtf8(*chars) : std::u32string();
-  auto strip = [&](char32_t cp) { return chars ? InChars(cp, set) : IsPySpace(cp); };
-  size_t begin = 0, end = cps.size();
+  auto strip = [&](std::string_view ch) {
+    const std::u32string cp = DecodeUtf8(ch);
+    return chars ? InChars(cp[0], set) : IsPySpace(cp[0]);
+  };
+  auto length_at = [&](size_t pos) {
+    const size_t n = SequenceLength(static_cast<unsigned char>(text[pos]));
+    return n == 0 ? 1 : std::min(n, text.size() - pos);
+  };
+  size_t begin = 0, end = text.size();
   if (side != StripSide::kRight) {
-    while (begin < end && strip(cps[begin])) ++begin;
+    while (begin < end && strip(text.substr(begin, length_at(begin)))) begin += length_at(begin);
   }
   if (side != StripSide::kLeft) {
-    while (end > begin && strip(cps[end - 1])) --end;
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+      if (!strip(text.substr(start, end - start))) break;
+      end = start;
+    }
   }
-  return EncodeUtf8(std::u32string_view(cps).substr(begin, end - begin));
+  return std::string(text.substr(begin, end - begin));
 }
 
 StatusOr<std::vector<std::string>> PySplit(std::string_view text,

@@ -20,6 +20,9 @@ std::u32string DecodeUtf8(std::string_view text);
 void AppendUtf8(char32_t cp, std::string* out);
 std::string EncodeUtf8(std::u32string_view cps);
 
+// Whether every byte is ASCII (then bytes are code points).
+bool IsAscii(std::string_view text);
+
 // Code points in valid UTF-8 text (what Python's len() counts).
 int64_t CodePointCount(std::string_view text);
 
