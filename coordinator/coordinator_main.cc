@@ -15,6 +15,9 @@
 #include "control/mpi_channel.h"
 #include "coordinator/front_ends.h"
 #include "coordinator/scheduler.h"
+#ifdef MILLIPEDE_HAVE_HTTP
+#include "coordinator/http/chat_template.h"
+#endif
 
 namespace millipede {
 namespace {
@@ -127,6 +130,12 @@ Status Serve(int argc, char** argv, int world_size) {
   const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
   MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
              "--chat-template is for the HTTP API, which is off");
+#ifdef MILLIPEDE_HAVE_HTTP
+  // A bad --chat-template stops the start before the workers load the model.
+  if (!chat_template_file.empty()) {
+    MP_RETURN_IF_ERROR(SetUpChatTemplate(model_dir, chat_template_file).status());
+  }
+#endif
 
   const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
   MP_REQUIRE(FileExists(tokenizer_path), model_dir, " has no tokenizer.json");
