@@ -184,9 +184,10 @@ StatusOr<Value> Slice(Interpreter& interp, const Value& value, std::optional<int
   };
   const int64_t from = clamp(start, by > 0 ? 0 : size - 1);
   const int64_t to = clamp(stop, by > 0 ? size : -1);
+  MP_REQUIRE(by != INT64_MIN, "slice step is too large");
   const int64_t span = by > 0 ? to - from : from - to;
   const int64_t stride = by > 0 ? by : -by;
-  const int64_t count = span <= 0 ? 0 : (span + stride - 1) / stride;
+  const int64_t count = span <= 0 ? 0 : 1 + (span - 1) / stride;
   // Charged (and so bounded) before anything is built; the indexes are from + k * by.
   MP_RETURN_IF_ERROR(interp.Charge(count / 8));
   if (value.is_list()) MP_RETURN_IF_ERROR(interp.CheckListSize(count));

@@ -47,6 +47,7 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
     if ((op == "//" || op == "%") && y == 0) {
       return InvalidArgumentError("integer division or modulo by zero");
     }
+    if (op == "%" && y == -1) return Value::Int(0);  // INT64_MIN / -1 would overflow
     if (op == "//" && !(x == std::numeric_limits<int64_t>::min() && y == -1)) {
       return Value::Int(FloorDiv(x, y));
     }

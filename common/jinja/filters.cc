@@ -1,6 +1,7 @@
 // Filters. Text filters first turn their subject into a string as Jinja does (undefined gives "",
 // None "None"); tojson is transformers' json.dumps version (no HTML escaping).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "common/jinja/builtins.h"
@@ -141,9 +142,13 @@ StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const Value& att
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    MP_ASSIGN_OR_RETURN(current, interp.GetItem(current, numeric ? Value::Int(std::stoll(part))
-                                                                 : Value::String(part)));
+    // A part of digits is an index (Jinja's attribute getter), if it fits.
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool numeric =
+        !part.empty() && ec == std::errc() && end == part.data() + part.size() && part[0] != '-';
+    MP_ASSIGN_OR_RETURN(current,
+                        interp.GetItem(current, numeric ? Value::Int(index) : Value::String(part)));
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }

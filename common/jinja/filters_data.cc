@@ -16,8 +16,9 @@ std::optional<int64_t> ParseInt(const std::string& raw, int base) {
   std::string text = PyStrip(raw, std::nullopt, StripSide::kBoth);
   std::string digits;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '_' && i > 0 && i + 1 < text.size() && std::isalnum(text[i - 1]) &&
-        std::isalnum(text[i + 1])) {
+    if (text[i] == '_' && i > 0 && i + 1 < text.size() &&
+        std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
+        std::isalnum(static_cast<unsigned char>(text[i + 1]))) {
       continue;
     }
     digits.push_back(text[i]);

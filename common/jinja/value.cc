@@ -96,6 +96,11 @@ Value Value::Function(std::string name, NativeFunction call) {
   return v;
 }
 
+const std::string& Value::as_string() const {
+  static const std::string kUnnamed = "a value is undefined";
+  return data_ ? *static_cast<const std::string*>(data_.get()) : kUnnamed;
+}
+
 double Value::as_float() const {
   return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_);
 }

@@ -105,8 +105,8 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }  // bool and int (bool as 0/1)
   double as_float() const;                 // any number
-  // string; undefined: its name
-  const std::string& as_string() const { return *static_cast<const std::string*>(data_.get()); }
+  // string; undefined: what was undefined (a message)
+  const std::string& as_string() const;
   const ListData& as_list() const { return *static_cast<const ListData*>(data_.get()); }
   const DictData& as_dict() const { return *static_cast<const DictData*>(data_.get()); }
   ObjectData& as_object() const { return *static_cast<ObjectData*>(data_.get()); }
