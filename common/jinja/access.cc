@@ -58,6 +58,10 @@ StatusOr<Value> Interpreter::GetAttribute(const Value& value, std::string_view n
     }
     case Value::Kind::kObject: {
       if (value.as_object().loop_items) {
+        if (name == "cycle" || name == "changed") {
+          return InvalidArgumentError("loop." + std::string(name) +
+                                      "() is not supported by this template engine");
+        }
         std::optional<Value> attr = LoopAttribute(value.as_object(), name);
         return attr ? *attr : Missing(value, name);
       }

@@ -172,6 +172,7 @@ CASES = [
     ("{% raw %}{{ x }}{% endraw %}", "UNSUPPORTED"),
     ("{% for x in [1] recursive %}{% endfor %}", "UNSUPPORTED"),
     ("{{ [1, 2].append(3) }}", "UNSUPPORTED"),
+    ("{% for x in [1, 2] %}{{ loop.cycle('a', 'b') }}{% endfor %}", "UNSUPPORTED"),
 ]
 
 
