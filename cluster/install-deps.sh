@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Millipede needs from Debian's packages, skipping what is already present.
 #   cluster/install-deps.sh          build dependencies (CPU build)
-#   cluster/install-deps.sh --test   also the test oracles (Python venv: HF tokenizers, transformers)
+#   cluster/install-deps.sh --test   also the test oracles (Python venv: HF tokenizers, transformers,
+#                                    Jinja)
 # Idempotent: a second run installs nothing. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -11,7 +12,7 @@ want_test=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -25,8 +26,10 @@ packages=(build-essential cmake ninja-build pkg-config git
           capnproto libcapnp-dev libboost-dev prometheus-cpp-dev)
 if [ "$want_test" = 1 ]; then
   # python3-torch: Debian's CPU build of PyTorch 1.13, for the Hugging Face transformers oracle.
+  # python3-jinja2: the template engine transformers renders chat templates with (the chat
+  # template oracle) and the reference of the template engine's differential test.
   # prometheus and curl: the service tests scrape /metrics with them.
-  packages+=(python3 python3-venv python3-pip python3-torch prometheus curl)
+  packages+=(python3 python3-venv python3-pip python3-torch python3-jinja2 prometheus curl)
 fi
 
 missing=()
@@ -91,6 +94,6 @@ EOF
     echo "install-deps: Python test oracles present"
   fi
   # A broken install must fail here rather than turn the oracle tests into skips.
-  "$venv/bin/python3" -c "import tokenizers, torch, transformers, safetensors.torch" ||
+  "$venv/bin/python3" -c "import tokenizers, torch, transformers, safetensors.torch, jinja2" ||
     { echo "install-deps: the Python test oracles in $venv do not import" >&2; exit 1; }
 fi

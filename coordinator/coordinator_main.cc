@@ -15,6 +15,9 @@
 #include "control/mpi_channel.h"
 #include "coordinator/front_ends.h"
 #include "coordinator/scheduler.h"
+#ifdef MILLIPEDE_HAVE_HTTP
+#include "coordinator/http/chat_template.h"
+#endif
 
 namespace millipede {
 namespace {
@@ -24,7 +27,10 @@ constexpr char kUsage[] =
 
   --model DIR              the model directory the workers load (tokenizer.json is read here)
   --served-model-name NAME the model's name for clients (default: the directory's name)
-  --chat-format F          llama3 | chatml (default: detected from the tokenizer by the HTTP API)
+  --chat-template FILE     the HTTP API's chat template (Jinja, as a model's chat_template);
+                           default: the model's own (chat_template.jinja or tokenizer_config.json)
+  --chat-format F          llama3 | chatml: a built-in format instead of the model's template
+                           (default, for models without a template: detected from the tokenizer)
   --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
   --metrics HOST:PORT      Prometheus /metrics (default 127.0.0.1:9400)
   --max-queue N            jobs that may wait (default 64); more get "queue full"
@@ -85,10 +91,11 @@ Status Serve(int argc, char** argv, int world_size) {
     std::cout << kUsage << kHttpUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"model", "served-model-name", "chat-format", "rpc", "http", "api-key", "metrics",
-       "max-queue", "worker-timeout-s", "startup-timeout-s", "drain-timeout-s", "max-step-tokens",
-       "max-running", "max-prefill-work", "min-chunk", "stall-timeout-s", "help"}));
+  MP_RETURN_IF_ERROR(
+      flags.CheckKnown({"model", "served-model-name", "chat-format", "chat-template", "rpc", "http",
+                        "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
+                        "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
+                        "min-chunk", "stall-timeout-s", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
   SchedulerOptions options;
@@ -97,6 +104,9 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_REQUIRE(options.chat_format.empty() || options.chat_format == "llama3" ||
                  options.chat_format == "chatml",
              "--chat-format must be llama3 or chatml");
+  const std::string chat_template_file = flags.Get("chat-template").value_or("");
+  MP_REQUIRE(chat_template_file.empty() || options.chat_format.empty(),
+             "give --chat-template or --chat-format, not both");
   MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
   MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
   options.max_queue = static_cast<size_t>(max_queue);
@@ -118,6 +128,14 @@ Status Serve(int argc, char** argv, int world_size) {
   const std::string http_bind = flags.Get("http").value_or("off");
 #endif
   const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
+  MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
+             "--chat-template is for the HTTP API, which is off");
+#ifdef MILLIPEDE_HAVE_HTTP
+  // A bad --chat-template stops the start before the workers load the model.
+  if (!chat_template_file.empty()) {
+    MP_RETURN_IF_ERROR(SetUpChatTemplate(model_dir, chat_template_file).status());
+  }
+#endif
 
   const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
   MP_REQUIRE(FileExists(tokenizer_path), model_dir, " has no tokenizer.json");
@@ -142,6 +160,9 @@ Status Serve(int argc, char** argv, int world_size) {
   front_options.http_bind = http_bind;
   front_options.api_key = flags.Get("api-key").value_or("");
   front_options.served_model_name = options.model_id;
+  // An explicit --chat-format replaces the model's own template.
+  if (options.chat_format.empty()) front_options.model_dir = model_dir;
+  front_options.chat_template_file = chat_template_file;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<FrontEnds> front_ends,
                       FrontEnds::Start(scheduler, front_options));
   const ModelInfo model = scheduler.GetModelInfo();

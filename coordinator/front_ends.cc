@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "common/logging.h"
 #include "rpc/rpc_server.h"
 #ifdef MILLIPEDE_HAVE_HTTP
 #include "coordinator/http/openai_server.h"
@@ -41,6 +42,19 @@ class FrontEnds::Impl {
       http_options.bind_address = options_.http_bind;
       http_options.api_key = options_.api_key;
       http_options.served_model_name = options_.served_model_name;
+      StatusOr<ServerChatTemplate> chat =
+          SetUpChatTemplate(options_.model_dir, options_.chat_template_file);
+      if (!chat.ok()) {
+        started_.set_value(chat.status());
+        return;
+      }
+      if (chat->chat_template_error.empty()) {
+        MP_LOG(INFO) << chat->note;
+      } else {
+        MP_LOG(WARNING) << chat->note;
+      }
+      http_options.chat_template = chat->chat_template;
+      http_options.chat_template_error = chat->chat_template_error;
       StatusOr<std::unique_ptr<OpenAiServer>> http = OpenAiServer::Start(service_, http_options);
       if (!http.ok()) {
         started_.set_value(http.status());

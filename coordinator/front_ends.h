@@ -16,6 +16,10 @@ struct FrontEndOptions {
   std::string http_bind = "127.0.0.1:8000";  // "off": no HTTP server
   std::string api_key;
   std::string served_model_name;
+  // The HTTP API's chat template: the file chat_template_file (--chat-template) when set, else
+  // the model's own from model_dir (empty: the built-in formats only).
+  std::string model_dir;
+  std::string chat_template_file;
 };
 
 class FrontEnds {

@@ -162,6 +162,40 @@ std::optional<ApiError> ParseMessages(const Json& body, std::vector<ChatMessage>
   return std::nullopt;
 }
 
+// The chat's prompt text, by the model's template or a built-in format, and the end-of-turn
+// token as a stop id and a stop string (so that it is also cut from the text).
+std::optional<ApiError> FormatChatPrompt(const ServedModel& model,
+                                         const std::vector<ChatMessage>& messages,
+                                         OpenAiRequest* out) {
+  std::string end_of_turn;
+  if (model.chat_template) {
+    auto text = model.chat_template->Render(messages, /*add_generation_prompt=*/true);
+    if (!text.ok()) {
+      return ApiError{400, text.status().message(), "invalid_request_error", "messages",
+                      "chat_template_error"};
+    }
+    out->job.prompt_text = std::move(text).value();
+    end_of_turn = model.chat_template->eos_token();
+  } else if (!model.chat_template_error.empty()) {
+    return ApiError{400, model.chat_template_error, "invalid_request_error", "messages",
+                    "chat_template_unavailable"};
+  } else {
+    auto format = ResolveChatFormat(model.chat_format, *model.tokenizer);
+    if (!format.ok()) {
+      return ApiError{400, format.status().message(), "invalid_request_error", "messages",
+                      "chat_template_unavailable"};
+    }
+    auto text = FormatChat(*format, messages);
+    if (!text.ok()) return InvalidField("messages", text.status().message());
+    out->job.prompt_text = std::move(text).value();
+    end_of_turn = ChatEndOfTurn(*format);
+  }
+  if (end_of_turn.empty()) return std::nullopt;
+  if (auto id = model.tokenizer->TokenToId(end_of_turn)) out->job.stop_ids.push_back(*id);
+  out->job.stop_strings.push_back(end_of_turn);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string& body_text,
@@ -194,21 +228,10 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string&
   } else {
     std::vector<ChatMessage> messages;
     if (auto e = ParseMessages(body, &messages)) return e;
-    auto format = ResolveChatFormat(model.chat_format, *model.tokenizer);
-    if (!format.ok()) {
-      return ApiError{400, format.status().message(), "invalid_request_error", "messages",
-                      "chat_template_unavailable"};
-    }
-    auto text = FormatChat(*format, messages);
-    if (!text.ok()) return InvalidField("messages", text.status().message());
-    out->job.prompt_text = std::move(text).value();
+    if (auto e = FormatChatPrompt(model, messages, out)) return e;
     // Without max_tokens a chat answer may use the rest of the context (as OpenAI's and vLLM's
     // servers do).
     out->job.max_new_tokens_to_limit = true;
-    // The end-of-turn token stops generation; as a stop string it is also cut from the text.
-    const char* end_of_turn = ChatEndOfTurn(*format);
-    if (auto id = model.tokenizer->TokenToId(end_of_turn)) out->job.stop_ids.push_back(*id);
-    out->job.stop_strings.push_back(end_of_turn);
   }
   return ParseCommon(body, model, out);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,7 +41,10 @@ struct ServedModel {
   std::string name;         // the name clients use ("model" field, /v1/models)
   std::string alt_name;     // also accepted in "model" (the model's own id)
   std::string chat_format;  // ModelInfo::chat_format
-  int64_t vocab_size = 0;   // ModelInfo::vocab_size: token ids must lie below it
+  // The template chats render with; when null, the built-in format (or chat_template_error).
+  std::shared_ptr<const ChatTemplate> chat_template;
+  std::string chat_template_error;
+  int64_t vocab_size = 0;  // ModelInfo::vocab_size: token ids must lie below it
   const Tokenizer* tokenizer = nullptr;
 };
 
@@ -49,8 +53,10 @@ struct ServedModel {
 // repetition_penalty > 0, presence and frequency penalties in [-2, 2], logit_bias values in
 // [-100, 100] for ids in the vocabulary, logprobs / top_logprobs up to 20, max_tokens >= 1,
 // n in [1, kMaxChoices]), options this server does not implement with non-default values
-// (code "unsupported_parameter"), an unknown model (404) or a model without a chat template
-// (chat only). Fields neither OpenAI nor vLLM define are ignored.
+// (code "unsupported_parameter"), an unknown model (404), and for chats a model without a chat
+// template ("chat_template_unavailable") or a conversation its template refuses or cannot render
+// ("chat_template_error", with the template's message and position). Fields neither OpenAI nor
+// vLLM define are ignored.
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string& body,
                                            const ServedModel& model, OpenAiRequest* out);
 

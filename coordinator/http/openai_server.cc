@@ -82,6 +82,8 @@ class OpenAiServer::Impl {
         ctx_->options.served_model_name.empty() ? info.id : ctx_->options.served_model_name;
     ctx_->model.alt_name = info.id;
     ctx_->model.chat_format = info.chat_format;
+    ctx_->model.chat_template = ctx_->options.chat_template;
+    ctx_->model.chat_template_error = ctx_->options.chat_template_error;
     ctx_->model.vocab_size = info.vocab_size;
     ctx_->model.tokenizer = &service.tokenizer();
     ctx_->context_limit = info.context_limit;

@@ -23,6 +23,7 @@
 
 #include "api/job_service.h"
 #include "common/status.h"
+#include "coordinator/http/chat_template.h"
 
 namespace millipede {
 
@@ -43,6 +44,11 @@ struct OpenAiServerOptions {
   double canary_timeout_s = 30;
   // Seconds a keep-alive connection may sit idle, and a request may take to arrive.
   double idle_timeout_s = 60;
+  // The chat template chats are rendered with (SetUpChatTemplate in chat_template.h); null: the
+  // built-in formats, unless `chat_template_error` says why the model's own template cannot be used
+  // (chats are then refused with that reason).
+  std::shared_ptr<const ChatTemplate> chat_template;
+  std::string chat_template_error;
 };
 
 class OpenAiServer {

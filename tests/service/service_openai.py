@@ -3,7 +3,8 @@ service (imported by service_test.py):
   sampling  the penalties, min-p, logit bias and log-probabilities over RPC equal millipede-run's
             on as many ranks; the client takes --server before or after the command; refusals
             are counted by reason;
-  openai    the same over HTTP, plus n > 1, echo, /tokenize and /detokenize, Content-Type,
+  openai    the same over HTTP, plus n > 1, echo, /tokenize and /detokenize, chats with the
+            model's chat template (service_chat.py), Content-Type,
             unsupported parameters, a too-large text prompt reported in bytes, and every
             refusal counted in millipede_request_errors_total.
 """
@@ -14,6 +15,7 @@ import subprocess
 import urllib.error
 import urllib.request
 
+from service_chat import check_chat_template, write_chat_template
 from service_harness import Service, check, offline
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -116,8 +118,10 @@ def post(svc, path, body, content_type="application/json"):
 
 
 def scenario_openai(bin_dir, model):
+    write_chat_template(model)
     svc = Service(bin_dir, model, http=True)
     try:
+        check_chat_template(svc, post)
         offline_base = ["--prompt", PROMPT, "--no-bos", "--max-new-tokens", "12", "--ignore-eos"]
         request = {"model": "model", "prompt": PROMPT, "max_tokens": 12, "ignore_eos": True,
                    "temperature": 0.8, "top_p": 0.95, "min_p": 0.02, "seed": 5,
