@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "coordinator/http/openai_protocol.h"
 #include "tests/fuzz/fuzz_service.h"
 #include "tests/fuzz/fuzz_targets.h"
+#include "tests/fuzz/generators.h"
 #include "tests/fuzz/mutator.h"
 #include "tests/fuzz/seed_corpus.h"
 
@@ -24,6 +26,7 @@ namespace {
 // Fixed, so that a failure reproduces.
 constexpr uint64_t kMutationSeed = 20240517;
 constexpr int kMutations = 20000;
+constexpr int kGenerated = 5000;
 // Mutations start from seeds up to this size; the deep-nesting and huge seeds run as they are.
 constexpr size_t kMaxMutatedSeed = 16 << 10;
 
@@ -129,6 +132,17 @@ TEST(HttpFuzzTest, MutationsEndCleanly) {
   EXPECT_GT(stages[FuzzStage::kAdmitted], 0);
 }
 
+TEST(HttpFuzzTest, GeneratedRequestsEndCleanly) {
+  std::mt19937_64 rng(kMutationSeed);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < kGenerated; ++i) inputs.push_back(RandomHttpRequest(rng));
+  auto stages = RunAll(FuzzHttpRequest, "http-generated", inputs);
+  EXPECT_GT(stages[FuzzStage::kRefusedBody], 0);
+  EXPECT_GT(stages[FuzzStage::kRefusedAdmit], 0);
+  EXPECT_GT(stages[FuzzStage::kAnswered], 0);
+  EXPECT_GT(stages[FuzzStage::kAdmitted], kGenerated / 20);
+}
+
 TEST(JobSpecFuzzTest, SeedsEndCleanlyAndReachEveryStage) {
   auto stages = RunAll(FuzzJobSpec, "capnp", JobSpecSeeds());
   for (FuzzStage stage :
@@ -146,6 +160,15 @@ TEST(JobSpecFuzzTest, MutationsEndCleanly) {
       RunAll(FuzzJobSpec, "capnp-mutation", Mutations(JobSpecSeeds(), Mutator::Kind::kWords));
   EXPECT_GT(stages[FuzzStage::kRefusedWire], 0);
   EXPECT_GT(stages[FuzzStage::kRefusedAdmit], 0);
+}
+
+TEST(JobSpecFuzzTest, GeneratedSpecsEndCleanly) {
+  std::mt19937_64 rng(kMutationSeed);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < kGenerated; ++i) inputs.push_back(RandomJobSpec(rng));
+  auto stages = RunAll(FuzzJobSpec, "capnp-generated", inputs);
+  EXPECT_GT(stages[FuzzStage::kRefusedAdmit], 0);
+  EXPECT_GT(stages[FuzzStage::kAdmitted], kGenerated / 20);
 }
 
 // What the seeds' edge cases must get, beyond ending cleanly.
