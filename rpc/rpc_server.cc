@@ -198,23 +198,7 @@ class MillipedeImpl final : public Millipede::Server {
  protected:
   kj::Promise<void> submit(SubmitContext context) override {
     auto params = context.getParams();
-    auto spec = params.getSpec();
-    JobRequest request;
-    auto prompt = spec.getPrompt();
-    if (prompt.isText()) {
-      auto text = prompt.getText();
-      request.prompt_text.assign(text.begin(), text.size());
-    } else {
-      for (int32_t id : prompt.getIds()) request.prompt_ids.push_back(id);
-    }
-    request.max_new_tokens = spec.getMaxNewTokens();
-    request.sampling = SamplingFromWire(spec.getSampling());
-    for (int32_t id : spec.getStopIds()) request.stop_ids.push_back(id);
-    for (auto text : spec.getStopStrings())
-      request.stop_strings.emplace_back(text.begin(), text.size());
-    request.ignore_eos = spec.getIgnoreEos();
-    auto policy = spec.getPolicyJson();
-    request.policy_json.assign(policy.begin(), policy.size());
+    JobRequest request = JobRequestFromWire(params.getSpec());
 
     auto observer =
         std::make_shared<CallbackObserver>(service_, pump_, tasks_, params.getCallback());

@@ -13,4 +13,8 @@ void FillStatus(const JobStatusInfo& info, ::millipede::rpc::JobStatus::Builder 
 // vocabulary).
 SamplingParams SamplingFromWire(::millipede::rpc::Sampling::Reader s);
 
+// The job a `submit` call's spec describes, every field as sent (the service checks them).
+// Reading a malformed message throws kj::Exception, which the RPC system answers as an error.
+JobRequest JobRequestFromWire(::millipede::rpc::JobSpec::Reader spec);
+
 }  // namespace millipede::rpc

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/json_util.h"
+#include "coordinator/http/http_route.h"
 
 namespace millipede {
 
@@ -30,18 +31,6 @@ const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 std::chrono::steady_clock::duration Seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(s));
-}
-
-// Compares in time that depends only on the lengths, not on where the strings differ.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  size_t n = a.size() > b.size() ? a.size() : b.size();
-  volatile unsigned char diff = a.size() != b.size();
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff = diff | static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
 }
 
 // The request_errors_total reason of a refusal (ServiceMetrics::RequestError).
@@ -134,74 +123,27 @@ void HttpSession::OnBody(beast::error_code ec) {
   Route();
 }
 
-bool HttpSession::Authorized() const {
-  const std::string& key = ctx_->options.api_key;
-  if (key.empty()) return true;
-  beast::string_view header = parser_->get()[http::field::authorization];
-  const beast::string_view kBearer = "Bearer ";
-  if (header.size() < kBearer.size() ||
-      !beast::iequals(header.substr(0, kBearer.size()), kBearer)) {
-    return false;
-  }
-  beast::string_view token = header.substr(kBearer.size());
-  return ConstantTimeEquals(std::string_view(token.data(), token.size()), key);
-}
-
 void HttpSession::Route() {
   auto& req = parser_->get();
   keep_alive_ = req.keep_alive();
-  std::string target(req.target());
-  std::string path = target.substr(0, target.find('?'));
-  const http::verb method = req.method();
-
-  // Everything but the probes needs the key (vLLM leaves /tokenize and /detokenize open; they
-  // cost CPU time, so here they do not).
-  const bool probe = path == "/health" || path == "/ready";
-  if (!probe && !Authorized()) {
-    return Refuse(ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)",
-                           "authentication_error", "", "invalid_api_key"},
-                  {{"WWW-Authenticate", "Bearer"}});
+  RoutedRequest routed = RouteHttpRequest(req, ctx_->options.api_key);
+  if (!routed.route) return Refuse(routed.refusal, routed.refusal_headers);
+  switch (*routed.route) {
+    case HttpRoute::kHealth:
+      return HandleHealth();
+    case HttpRoute::kReady:
+      return HandleReady();
+    case HttpRoute::kModels:
+      return HandleModels(routed.path);
+    case HttpRoute::kCompletions:
+      return StartJob(Endpoint::kCompletions);
+    case HttpRoute::kChatCompletions:
+      return StartJob(Endpoint::kChatCompletions);
+    case HttpRoute::kTokenize:
+      return StartTokenize(/*detokenize=*/false);
+    case HttpRoute::kDetokenize:
+      return StartTokenize(/*detokenize=*/true);
   }
-  const bool get = method == http::verb::get;
-  const bool post = method == http::verb::post;
-  auto wrong_method = [&](const char* allowed) {
-    Refuse(ApiError{405,
-                    "method " + std::string(req.method_string()) + " is not allowed on " + path +
-                        " (allowed: " + allowed + ")",
-                    "invalid_request_error", "", "method_not_allowed"},
-           {{"Allow", allowed}});
-  };
-  if (path == "/health") return get ? HandleHealth() : wrong_method("GET");
-  if (path == "/ready") return get ? HandleReady() : wrong_method("GET");
-  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
-    return get ? HandleModels(path) : wrong_method("GET");
-  }
-  const bool json_route = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                          path == "/tokenize" || path == "/detokenize";
-  if (json_route && !post) return wrong_method("POST");
-  if (json_route && !JsonContentType()) {
-    return Refuse(ApiError{
-        415,
-        "Content-Type must be application/json, got " + std::string(req[http::field::content_type]),
-        "invalid_request_error", "", "unsupported_media_type"});
-  }
-  if (path == "/v1/completions") return StartJob(Endpoint::kCompletions);
-  if (path == "/v1/chat/completions") return StartJob(Endpoint::kChatCompletions);
-  if (path == "/tokenize") return StartTokenize(/*detokenize=*/false);
-  if (path == "/detokenize") return StartTokenize(/*detokenize=*/true);
-  Refuse(ApiError{404, "no route for " + std::string(req.method_string()) + " " + path,
-                  "not_found_error", "", "unknown_route"});
-}
-
-bool HttpSession::JsonContentType() const {
-  auto& req = parser_->get();
-  if (req.find(http::field::content_type) == req.end()) return true;
-  beast::string_view value = req[http::field::content_type];
-  // The media type, without parameters (charset) and surrounding blanks.
-  value = value.substr(0, value.find(';'));
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-  return beast::iequals(value, "application/json");
 }
 
 void HttpSession::Watch() {

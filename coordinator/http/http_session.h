@@ -57,10 +57,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void ReadHeader();
   void OnHeader(boost::beast::error_code ec);
   void OnBody(boost::beast::error_code ec);
+  // Answers the request (http_route.h says which handler).
   void Route();
-  bool Authorized() const;
-  // Whether a JSON endpoint's body is declared as JSON (or not declared at all).
-  bool JsonContentType() const;
   // Probes and the model list (http_probes.cc).
   void HandleModels(const std::string& path);
   void HandleHealth();

@@ -205,7 +205,7 @@ std::optional<ApiError> RefuseUnsupported(const Json& body, Endpoint endpoint) {
   }
   if (Present(body, "response_format") &&
       !(body.at("response_format").is_object() &&
-        body.at("response_format").value("type", "") == "text")) {
+        body.at("response_format").value("type", Json()) == "text")) {
     return Unsupported("response_format",
                        "response_format is not supported by this server (only {\"type\": "
                        "\"text\"})");
@@ -213,8 +213,10 @@ std::optional<ApiError> RefuseUnsupported(const Json& body, Endpoint endpoint) {
   if (Present(body, "modalities") && body.at("modalities") != Json::array({"text"})) {
     return Unsupported("modalities", "modalities other than [\"text\"] are not supported");
   }
+  // Compared as JSON: value() with a bool default would throw for any other type.
   if (Present(body, "stream_options") && body.at("stream_options").is_object() &&
-      body.at("stream_options").value("continuous_usage_stats", false) != false) {
+      Present(body.at("stream_options"), "continuous_usage_stats") &&
+      body.at("stream_options").at("continuous_usage_stats") != false) {
     return Unsupported("stream_options.continuous_usage_stats",
                        "stream_options.continuous_usage_stats is not supported by this server");
   }

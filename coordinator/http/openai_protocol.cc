@@ -147,7 +147,8 @@ std::optional<ApiError> ParseMessages(const Json& body, std::vector<ChatMessage>
       message.content = content.get<std::string>();
     } else if (content.is_array()) {
       for (const Json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        // value() with a string default would throw for a "type" that is not a string.
+        if (!part.is_object() || part.value("type", Json()) != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
           return InvalidField(where + ".content",
                               where + ".content parts must be {\"type\": \"text\", \"text\": ...}");

@@ -1,10 +1,6 @@
-// HttpSession's /tokenize and /detokenize, as vLLM's server has them:
-//   POST /tokenize    {"prompt": TEXT, "add_special_tokens": true, "return_token_strs": false}
-//                     or {"messages": [...]} (the chat template applied, as for
-//                     /v1/chat/completions)
-//                     -> {"count", "max_model_len", "tokens", "token_strs"}
-//   POST /detokenize  {"tokens": [ids]} -> {"prompt": TEXT}
-// "model", when given, must name the served model. The work runs off the event loop.
+// HttpSession's /tokenize and /detokenize (tokenize.h): the work runs off the event loop.
+#include "coordinator/http/tokenize.h"
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
@@ -18,11 +14,6 @@ namespace millipede {
 namespace net = boost::asio;
 
 namespace {
-
-struct TokenizeAnswer {
-  std::optional<ApiError> error;
-  std::string body;
-};
 
 std::optional<ApiError> CheckModel(const Json& body, const ServedModel& model) {
   if (!Present(body, "model")) return std::nullopt;
@@ -57,7 +48,10 @@ std::optional<ApiError> TokenizeInput(const std::string& text, const Json& body,
   return GetBool(body, "add_special_tokens", add_bos);
 }
 
-TokenizeAnswer Tokenize(const std::string& text, const ServerContext& ctx) {
+}  // namespace
+
+TokenizeAnswer TokenizeBody(const std::string& text, const ServedModel& model,
+                            int64_t context_limit) {
   auto parsed = ParseJson(text, "request body");
   if (!parsed.ok() || !parsed->is_object()) {
     return {ApiError{400,
@@ -66,12 +60,12 @@ TokenizeAnswer Tokenize(const std::string& text, const ServerContext& ctx) {
             ""};
   }
   const Json& body = *parsed;
-  if (auto e = CheckModel(body, ctx.model)) return {e, ""};
+  if (auto e = CheckModel(body, model)) return {e, ""};
   std::string prompt;
   bool add_bos = false, token_strs = false;
-  if (auto e = TokenizeInput(text, body, ctx.model, &prompt, &add_bos)) return {e, ""};
+  if (auto e = TokenizeInput(text, body, model, &prompt, &add_bos)) return {e, ""};
   if (auto e = GetBool(body, "return_token_strs", &token_strs)) return {e, ""};
-  const Tokenizer& tokenizer = *ctx.model.tokenizer;
+  const Tokenizer& tokenizer = *model.tokenizer;
   StatusOr<std::vector<int32_t>> encoded = tokenizer.Encode(prompt);
   if (!encoded.ok()) return {InvalidField("prompt", encoded.status().message()), ""};
   std::vector<int32_t> ids;
@@ -86,13 +80,13 @@ TokenizeAnswer Tokenize(const std::string& text, const ServerContext& ctx) {
     }
   }
   Json answer = {{"count", ids.size()},
-                 {"max_model_len", ctx.context_limit},
+                 {"max_model_len", context_limit},
                  {"tokens", ids},
                  {"token_strs", strs}};
   return {std::nullopt, answer.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }
 
-TokenizeAnswer Detokenize(const std::string& text, const ServerContext& ctx) {
+TokenizeAnswer DetokenizeBody(const std::string& text, const ServedModel& model) {
   auto parsed = ParseJson(text, "request body");
   if (!parsed.ok() || !parsed->is_object()) {
     return {ApiError{400,
@@ -101,7 +95,7 @@ TokenizeAnswer Detokenize(const std::string& text, const ServerContext& ctx) {
             ""};
   }
   const Json& body = *parsed;
-  if (auto e = CheckModel(body, ctx.model)) return {e, ""};
+  if (auto e = CheckModel(body, model)) return {e, ""};
   if (!Present(body, "tokens") || !body.at("tokens").is_array()) {
     return {InvalidField("tokens", "tokens (a list of token ids) is required"), ""};
   }
@@ -109,29 +103,27 @@ TokenizeAnswer Detokenize(const std::string& text, const ServerContext& ctx) {
   const Json& tokens = body.at("tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     const Json& id = tokens[i];
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() >= ctx.model.vocab_size) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size) {
       return {InvalidField("tokens",
                            "tokens[" + std::to_string(i) + "] must be a token id in [0, " +
-                               std::to_string(ctx.model.vocab_size) + "), got " + DescribeJson(id)),
+                               std::to_string(model.vocab_size) + "), got " + DescribeJson(id)),
               ""};
     }
     ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
-  StatusOr<std::string> decoded = ctx.model.tokenizer->Decode(ids);
+  StatusOr<std::string> decoded = model.tokenizer->Decode(ids);
   if (!decoded.ok()) return {InvalidField("tokens", decoded.status().message()), ""};
   return {std::nullopt,
           Json{{"prompt", *decoded}}.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }
-
-}  // namespace
 
 void HttpSession::StartTokenize(bool detokenize) {
   phase_ = Phase::kTokenizing;
   Watch();
   net::post(ctx_->submit_pool, [ctx = ctx_, weak = weak_from_this(),
                                 body = std::move(parser_->get().body()), detokenize] {
-    TokenizeAnswer answer = detokenize ? Detokenize(body, *ctx) : Tokenize(body, *ctx);
+    TokenizeAnswer answer = detokenize ? DetokenizeBody(body, ctx->model)
+                                       : TokenizeBody(body, ctx->model, ctx->context_limit);
     ctx->gate.Post([weak, answer = std::move(answer)] {
       auto self = weak.lock();
       if (!self) return;
