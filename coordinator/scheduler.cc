@@ -69,6 +69,19 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
 Scheduler::~Scheduler() = default;
 
 StatusOr<JobId> Scheduler::Submit(JobRequest request, std::shared_ptr<JobObserver> observer) {
+  // No request may end the process: an unexpected exception fails this submission only.
+  try {
+    return SubmitChecked(std::move(request), std::move(observer));
+  } catch (const std::exception& e) {
+    std::cerr << "millipede-coordinator: internal error while admitting a job: " +
+                     std::string(e.what()) + "\n";
+    if (metrics_) metrics_->RequestError("internal");
+    return InternalError(std::string("internal error while admitting the job: ") + e.what());
+  }
+}
+
+StatusOr<JobId> Scheduler::SubmitChecked(JobRequest request,
+                                         std::shared_ptr<JobObserver> observer) {
   auto reject = [&](Status s) -> StatusOr<JobId> {
     if (metrics_) metrics_->RequestError(RejectReason(s));
     return s;
@@ -182,13 +195,14 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out,
   }
   const JobId id = job.id;
   batch_.Remove(id, freed_by_workers);
+  if (metrics_) metrics_->KvReserved(batch_.reserved_per_rank());
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (*it == id) {
       queue_.erase(it);
       break;
     }
   }
-  jobs_.erase(id);  // `job` may be gone from here on
+  jobs_.erase(id);                             // `job` may be gone from here on
   if (started) ReportPrefillProgressLocked();  // 0 once no prompt is in prefill
 }
 
@@ -291,7 +305,16 @@ Status Scheduler::Run() {
       }
     }
     if (drained) return link_->Shutdown(options_.worker_timeout_s);
-    if (!busy) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    if (!busy) {
+      bool stepping = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stepping = in_flight_.has_value();
+      }
+      // A step's result is awaited closely: the next step waits on it.
+      std::this_thread::sleep_for(stepping ? std::chrono::microseconds(20)
+                                           : std::chrono::microseconds(500));
+    }
   }
   // The workers can no longer be trusted: every job gets the error, nothing new is accepted.
   Deliveries out;

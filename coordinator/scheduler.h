@@ -96,6 +96,8 @@ class Scheduler final : public JobService {
   Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
             ServiceMetrics* metrics, SchedulerOptions options, StepScheduler batch);
 
+  // Submit without the catch-all around it.
+  StatusOr<JobId> SubmitChecked(JobRequest request, std::shared_ptr<JobObserver> observer);
   // One pass of the loop; sets *busy when it did something. Caller holds no lock.
   Status Step(Deliveries* out, bool* busy);
   Status HandleMessage(const control::Message& m, Deliveries* out);

@@ -59,9 +59,10 @@ Status Scheduler::SendNextStepLocked(bool* busy) {
   }
   for (const PlannedEntry& e : planned.entries)
     plan.entries.push_back({e.job, KindOf(e.kind), e.begin, e.count});
-  if (metrics_)
-    metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens(),
-                      batch_.reserved_per_rank());
+  if (metrics_) {
+    metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
+    metrics_->KvReserved(batch_.reserved_per_rank());
+  }
   in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false};
   last_progress_ = now;
   return link_->SendStep(plan);

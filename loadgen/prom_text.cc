@@ -75,17 +75,19 @@ StatusOr<std::vector<PromSample>> ParsePrometheusText(std::string_view text) {
 
 Json ServiceGauges(const std::vector<PromSample>& samples) {
   Json out = Json::object();
-  double kv = 0, running = 0, waiting = 0;
+  double kv = 0, running = 0, waiting = 0, reserved = 0;
   for (const PromSample& s : samples) {
     if (!Selected(s.name)) continue;
     out[s.name][s.labels] = s.value;
     if (s.name == "millipede_kv_cache_bytes") kv += s.value;
     if (s.name == "millipede_requests_running") running += s.value;
     if (s.name == "millipede_requests_waiting") waiting += s.value;
+    if (s.name == "millipede_kv_reserved_positions") reserved += s.value;
   }
   out["kv_bytes_total"] = kv;
   out["requests_running"] = running;
   out["requests_waiting"] = waiting;
+  out["kv_reserved_positions"] = reserved;
   return out;
 }
 
@@ -96,7 +98,8 @@ bool ServiceIdle(const Json& gauges) {
     return false;
   }
   return gauges.value("kv_bytes_total", -1.0) == 0 && gauges.value("requests_running", -1.0) == 0 &&
-         gauges.value("requests_waiting", -1.0) == 0;
+         gauges.value("requests_waiting", -1.0) == 0 &&
+         gauges.value("kv_reserved_positions", 0.0) == 0;
 }
 
 }  // namespace millipede::loadgen

@@ -161,12 +161,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
 
   void PrefillProgress(double ratio) override { progress_->Set(std::clamp(ratio, 0.0, 1.0)); }
 
-  void StepRun(int64_t decode_tokens, int64_t prefill_tokens,
-               int64_t kv_reserved_positions) override {
+  void StepRun(int64_t decode_tokens, int64_t prefill_tokens) override {
     if (decode_tokens > 0) batch_size_->Observe(static_cast<double>(decode_tokens));
     chunk_tokens_->Observe(static_cast<double>(prefill_tokens));
-    kv_reserved_->Set(static_cast<double>(kv_reserved_positions));
   }
+
+  void KvReserved(int64_t positions) override { kv_reserved_->Set(static_cast<double>(positions)); }
 
   void JobRequeued() override {
     running_->Decrement();

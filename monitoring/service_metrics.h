@@ -42,10 +42,10 @@ class ServiceMetrics {
   // prefill_progress_ratio (0..1): the prefilled fraction of the longest prompt in prefill (0
   // when none is).
   virtual void PrefillProgress(double ratio) = 0;
-  // One engine step: batch_size (decode tokens) and prefill_chunk_tokens (prompt tokens) of the
-  // step, and the KV positions reserved on the busiest rank.
-  virtual void StepRun(int64_t decode_tokens, int64_t prefill_tokens,
-                       int64_t kv_reserved_positions) = 0;
+  // One engine step: batch_size (decode tokens) and prefill_chunk_tokens (prompt tokens).
+  virtual void StepRun(int64_t decode_tokens, int64_t prefill_tokens) = 0;
+  // kv_reserved_positions: what the running jobs reserve on the busiest rank.
+  virtual void KvReserved(int64_t positions) = 0;
   // A started job goes back to the queue because the workers' memory plan refused it:
   // requests_running -1, requests_waiting +1, kv_admission_waits_total +1.
   virtual void JobRequeued() = 0;

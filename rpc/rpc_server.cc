@@ -215,7 +215,13 @@ class MillipedeImpl final : public Millipede::Server {
     auto pending = std::make_shared<Pending>();
     JobService& service = service_;
     pool_.Run([&service, shared_request, observer, fulfiller, pending] {
-      StatusOr<JobId> id = service.Submit(std::move(*shared_request), observer);
+      StatusOr<JobId> id = InternalError("the job was not submitted");
+      try {
+        id = service.Submit(std::move(*shared_request), observer);
+      } catch (const std::exception& e) {
+        // The job service's own catch-all failed too: this submission fails, the server goes on.
+        id = InternalError(std::string("internal error while submitting the job: ") + e.what());
+      }
       if (id.ok()) {
         // The id lets a failed callback cancel the job. (An event that races ahead of this,
         // with id 0, cancels nothing if its call fails; the next one will.)

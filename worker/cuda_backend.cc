@@ -12,15 +12,15 @@
 #include "kernels/attention/block_sparse_index_cuda.h"
 #include "kernels/attention/block_sums_cuda.h"
 #include "kernels/attention/key_scores_cuda.h"
+#include "kernels/attention/merge_state_cuda.h"
 #include "kernels/attention/selection_index_cuda.h"
+#include "kernels/attention/sparse_attention_cuda.h"
 #include "kernels/attention/token_scores_cuda.h"
 #include "kernels/attention/vertical_slash_index_cuda.h"
 #include "kernels/convert_cuda.h"
 #include "kernels/embedding_cuda.h"
 #include "kernels/gather_rows_cuda.h"
 #include "kernels/gemm_cuda.h"
-#include "kernels/attention/merge_state_cuda.h"
-#include "kernels/attention/sparse_attention_cuda.h"
 #include "kernels/rms_norm_cuda.h"
 #include "kernels/rope_cuda.h"
 #include "kernels/rope_kv_cuda.h"
@@ -38,6 +38,8 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    if (attention_scratch_ != nullptr) cudaFreeAsync(attention_scratch_, stream_);
     cudaStreamSynchronize(stream_);
     for (void* p : weights_) cudaFree(p);
   }
@@ -95,8 +97,8 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < hosts.size(); ++i) {
       const ConstTensorView& host = hosts[i];
       if (host.NumBytes() > 0)
-        MP_CUDA_CHECK(cudaMemcpy(p + offsets[i], host.data, host.NumBytes(),
-                                 cudaMemcpyHostToDevice));
+        MP_CUDA_CHECK(
+            cudaMemcpy(p + offsets[i], host.data, host.NumBytes(), cudaMemcpyHostToDevice));
       adopted.push_back(ConstTensorView{p + offsets[i], host.dtype, host.shape});
     }
     return adopted;
@@ -111,8 +113,8 @@ class CudaBackend final : public Backend {
   }
   Status CopyToHost(ConstTensorView src, TensorView host_dst) override {
     MP_RETURN_IF_ERROR(CheckCopy(src, AsConst(host_dst)));
-    MP_CUDA_CHECK(cudaMemcpyAsync(host_dst.data, src.data, src.NumBytes(),
-                                  cudaMemcpyDeviceToHost, stream_));
+    MP_CUDA_CHECK(
+        cudaMemcpyAsync(host_dst.data, src.data, src.NumBytes(), cudaMemcpyDeviceToHost, stream_));
     MP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return OkStatus();
   }
@@ -125,8 +127,7 @@ class CudaBackend final : public Backend {
   }
   DType GemmInputDType(DType weight_dtype) const override {
     // GemmCuda runs BF16/F16 weights on operands of their dtype (see kernels/gemm_cuda.h).
-    return weight_dtype == DType::kBF16 || weight_dtype == DType::kF16 ? weight_dtype
-                                                                       : DType::kF32;
+    return weight_dtype == DType::kBF16 || weight_dtype == DType::kF16 ? weight_dtype : DType::kF32;
   }
   StatusOr<BackendMemory> Memory() override {
     size_t free_bytes = 0, total = 0;
@@ -140,7 +141,22 @@ class CudaBackend final : public Backend {
   Status RopeKv(const RopeKvArgs& args) override { return RopeKvCuda(args, stream_); }
   Status Gemm(const GemmArgs& args) override { return GemmCuda(args, *gemm_, stream_); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
-  Status Attention(const AttentionArgs& args) override { return AttentionCuda(args, stream_); }
+  Status Attention(const AttentionArgs& args) override {
+    // Split partials go to scratch the backend keeps (grown, never shrunk), not to a stream
+    // allocation per call: a batch of decode tokens makes thousands of calls per step.
+    MP_ASSIGN_OR_RETURN(const size_t bytes, AttentionCudaWorkspaceBytes(args, {}));
+    if (bytes > attention_scratch_bytes_) {
+      if (attention_scratch_ != nullptr) MP_CUDA_CHECK(cudaFreeAsync(attention_scratch_, stream_));
+      attention_scratch_ = nullptr;
+      attention_scratch_bytes_ = 0;
+      MP_CUDA_CHECK(cudaMallocAsync(&attention_scratch_, bytes, stream_));
+      attention_scratch_bytes_ = bytes;
+    }
+    AttentionCudaOptions options;
+    options.workspace = attention_scratch_;
+    options.workspace_bytes = attention_scratch_bytes_;
+    return AttentionCuda(args, options, stream_);
+  }
   Status SparseAttention(const SparseAttentionArgs& args) override {
     return SparseAttentionCuda(args, stream_);
   }
@@ -200,8 +216,7 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend() = default;
   static Status CheckCopy(ConstTensorView a, ConstTensorView b) {
-    MP_REQUIRE(a.dtype == b.dtype, "copy: dtype ", DTypeName(a.dtype), " vs ",
-               DTypeName(b.dtype));
+    MP_REQUIRE(a.dtype == b.dtype, "copy: dtype ", DTypeName(a.dtype), " vs ", DTypeName(b.dtype));
     MP_REQUIRE(a.NumElements() == b.NumElements(), "copy: element counts differ (",
                a.shape.ToString(), " vs ", b.shape.ToString(), ")");
     return OkStatus();
@@ -214,9 +229,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<SampleCudaWorkspace> sample_;
   std::unique_ptr<TopKCudaWorkspace> top_k_;
   std::unique_ptr<SparseIndexCudaWorkspace> sparse_index_;  // the sparse index builders
-  std::unique_ptr<GatherErrorWord> gather_error_;  // for GatherRows on the compute stream
+  std::unique_ptr<GatherErrorWord> gather_error_;           // for GatherRows on the compute stream
   std::unique_ptr<CudaCopyQueue> copies_;
   std::vector<void*> weights_;
+  void* attention_scratch_ = nullptr;  // attention's split partials, on stream_ only
+  size_t attention_scratch_bytes_ = 0;
 };
 
 }  // namespace

@@ -134,7 +134,12 @@ void SubmitJobs(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> w
     JobRequest job = request.job;
     job.sampling.seed += static_cast<uint64_t>(i);
     auto observer = std::make_shared<SessionObserver>(ctx, weak, mailbox, static_cast<size_t>(i));
-    StatusOr<JobId> id = ctx->service.Submit(std::move(job), observer);
+    StatusOr<JobId> id = InternalError("the job was not submitted");
+    try {
+      id = ctx->service.Submit(std::move(job), observer);
+    } catch (const std::exception& e) {
+      id = InternalError(std::string("internal error while submitting the job: ") + e.what());
+    }
     if (!id.ok()) {
       failure = id.status();
       break;

@@ -5,6 +5,7 @@
 #include <boost/beast/core/string.hpp>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <sstream>
 
 #include "common/json_util.h"
@@ -124,6 +125,23 @@ void HttpSession::OnBody(beast::error_code ec) {
 }
 
 void HttpSession::Route() {
+  // No request may end the process: an unexpected exception in its handling is a 500 for it.
+  try {
+    RouteChecked();
+  } catch (const std::exception& e) {
+    const uint64_t number = ctx_->next_request.fetch_add(1);
+    std::cerr << "millipede-coordinator: HTTP request " + std::to_string(number) +
+                     ": internal error: " + e.what() + "\n";
+    ctx_->service.CountRefusal("internal");
+    keep_alive_ = false;
+    if (!stream_started_ && !closed_)
+      return Refuse(ApiError{500, "internal error (request " + std::to_string(number) + ")",
+                             "server_error", "", "internal_error"});
+    Close();
+  }
+}
+
+void HttpSession::RouteChecked() {
   auto& req = parser_->get();
   keep_alive_ = req.keep_alive();
   RoutedRequest routed = RouteHttpRequest(req, ctx_->options.api_key);

@@ -59,6 +59,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void OnBody(boost::beast::error_code ec);
   // Answers the request (http_route.h says which handler).
   void Route();
+  void RouteChecked();
   // Probes and the model list (http_probes.cc).
   void HandleModels(const std::string& path);
   void HandleHealth();

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
 #include <ctime>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -94,12 +95,26 @@ class OpenAiServer::Impl {
     ctx_->gate.Open(&ioc_);
     Accept();
     int threads = std::max(1, ctx_->options.io_threads);
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { RunLoop(); });
   }
 
   int port() const { return port_; }
 
  private:
+  // The event loop on one thread; a handler's unexpected exception is logged and the loop goes
+  // on (that request's session may be left to its client's timeout), never the process ends.
+  void RunLoop() {
+    while (true) {
+      try {
+        ioc_.run();
+        return;
+      } catch (const std::exception& e) {
+        std::cerr << "millipede-coordinator: HTTP handler: internal error: " +
+                         std::string(e.what()) + "\n";
+      }
+    }
+  }
+
   void Accept() {
     acceptor_.async_accept(net::make_strand(ioc_),
                            [this](boost::system::error_code ec, tcp::socket socket) {

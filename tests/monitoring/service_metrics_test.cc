@@ -127,8 +127,10 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
 TEST_F(ServiceMetricsTest, StepsAndKvWaits) {
   metrics_->JobQueued();
   metrics_->JobStarted(0);
-  metrics_->StepRun(/*decode_tokens=*/0, /*prefill_tokens=*/300, /*kv_reserved_positions=*/400);
-  metrics_->StepRun(24, 0, 900);
+  metrics_->StepRun(/*decode_tokens=*/0, /*prefill_tokens=*/300);
+  metrics_->KvReserved(400);
+  metrics_->StepRun(24, 0);
+  metrics_->KvReserved(900);
   metrics_->JobRequeued();
   auto s = Scrape();
   EXPECT_EQ(s["millipede_batch_size_count"], 1);  // steps without decode tokens are not counted

@@ -126,6 +126,7 @@ Status WorkerLoop::RunPlan(const control::StepPlan& plan) {
   };
   MP_ASSIGN_OR_RETURN(control::StepDone done, runner_.Run(plan, after_layer));
   ++steps_run_;
+  last_step_ = Clock::now();
   MP_RETURN_IF_ERROR(control_error);
   if (leader())
     MP_RETURN_IF_ERROR(
@@ -167,7 +168,11 @@ Status WorkerLoop::Run() {
     }
     MP_RETURN_IF_ERROR(CheckCoordinatorAlive());
     MP_RETURN_IF_ERROR(MaybeSendStats(0.5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // Steps follow each other within microseconds while jobs run: poll closely for a while
+    // after a step, then relax.
+    const bool recent = runner_.running() > 0 || SecondsSince(last_step_) < 1.0;
+    std::this_thread::sleep_for(recent ? std::chrono::microseconds(20)
+                                       : std::chrono::microseconds(2000));
   }
 }
 

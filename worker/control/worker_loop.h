@@ -64,6 +64,7 @@ class WorkerLoop {
   bool cancel_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::chrono::steady_clock::time_point last_stats_;
+  std::chrono::steady_clock::time_point last_step_;
 };
 
 }  // namespace millipede
