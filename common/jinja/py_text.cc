@@ -8,15 +8,6 @@
 namespace millipede::jinja {
 namespace {
 
-size_t SequenceLength(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if (lead < 0xC2) return 0;  // continuation byte or overlong lead
-  if (lead < 0xE0) return 2;
-  if (lead < 0xF0) return 3;
-  if (lead < 0xF5) return 4;
-  return 0;
-}
-
 bool InChars(char32_t cp, const std::u32string& chars) {
   return chars.find(cp) != std::u32string::npos;
 }
@@ -33,60 +24,20 @@ bool HasNoCase(char32_t cp) {
 
 }  // namespace
 
-size_t FindInvalidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const size_t n = SequenceLength(lead);
-    if (n == 0 || i + n > text.size()) return i;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return i;
-    }
-    if (n >= 3) {
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      if (lead == 0xE0 && second < 0xA0) return i;   // overlong
-      if (lead == 0xED && second >= 0xA0) return i;  // surrogate
-      if (lead == 0xF0 && second < 0x90) return i;   // overlong
-      if (lead == 0xF4 && second >= 0x90) return i;  // above U+10FFFF
-    }
-    i += n;
-  }
-  return std::string_view::npos;
-}
-
 std::u32string DecodeUtf8(std::string_view text) {
   std::u32string out;
   out.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    size_t n = SequenceLength(lead);
-    if (n == 0 || i + n > text.size()) n = 1;  // not reached for valid input
-    char32_t cp = n == 1 ? lead : lead & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += n;
+    // A truncated last sequence (not reached for valid input) is taken byte by byte.
+    if (i + tokenizer_internal::Utf8SequenceLength(static_cast<unsigned char>(text[i])) >
+        text.size()) {
+      out.push_back(static_cast<unsigned char>(text[i++]));
+      continue;
+    }
+    out.push_back(tokenizer_internal::DecodeUtf8At(text, &i));
   }
   return out;
-}
-
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 std::string EncodeUtf8(std::u32string_view cps) {
@@ -125,8 +76,8 @@ std::string PyStrip(std::string_view text, const std::optional<std::string>& cha
     return chars ? InChars(cp[0], set) : IsPySpace(cp[0]);
   };
   auto length_at = [&](size_t pos) {
-    const size_t n = SequenceLength(static_cast<unsigned char>(text[pos]));
-    return n == 0 ? 1 : std::min(n, text.size() - pos);
+    const size_t n = tokenizer_internal::Utf8SequenceLength(static_cast<unsigned char>(text[pos]));
+    return std::min(n, text.size() - pos);
   };
   size_t begin = 0, end = text.size();
   if (side != StripSide::kRight) {

@@ -9,15 +9,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tokenizer/utf8.h"
 
 namespace millipede::jinja {
 
-// Byte offset of the first ill-formed UTF-8 sequence, or npos when `text` is valid.
-size_t FindInvalidUtf8(std::string_view text);
+// The tokenizer's UTF-8 helpers: validation (overlongs, surrogates and code points above
+// U+10FFFF refused) and encoding one code point.
+using tokenizer_internal::AppendUtf8;
+using tokenizer_internal::FindInvalidUtf8;
 
 // Code points of valid UTF-8 text.
 std::u32string DecodeUtf8(std::string_view text);
-void AppendUtf8(char32_t cp, std::string* out);
 std::string EncodeUtf8(std::u32string_view cps);
 
 // Whether every byte is ASCII (then bytes are code points).
