@@ -55,6 +55,8 @@ class Parser {
   StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node);
   StatusOr<ExprPtr> ParseSubscript(ExprPtr node);
   StatusOr<ExprPtr> ParseSubscribed();
+  // `callee(args...)` at the "(": a kCall node whose first argument is the callee.
+  StatusOr<ExprPtr> ParseCall(ExprPtr callee);
   Status ParseCallArgs(Expr* call);
   StatusOr<ExprPtr> ParseFilter(ExprPtr node);
   StatusOr<ExprPtr> ParseTest(ExprPtr node);

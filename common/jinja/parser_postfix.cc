@@ -4,15 +4,19 @@
 
 namespace millipede::jinja::internal {
 
+StatusOr<ExprPtr> Parser::ParseCall(ExprPtr callee) {
+  auto call = MakeExpr(Expr::Kind::kCall, Current().offset);
+  call->args.push_back(std::move(callee));
+  MP_RETURN_IF_ERROR(ParseCallArgs(call.get()));
+  return call;
+}
+
 StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
   while (true) {
     if (IsOperator(".") || IsOperator("[")) {
       MP_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
     } else if (IsOperator("(")) {
-      auto call = MakeExpr(Expr::Kind::kCall, Current().offset);
-      call->args.push_back(std::move(node));
-      MP_RETURN_IF_ERROR(ParseCallArgs(call.get()));
-      node = std::move(call);
+      MP_ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
     } else {
       return node;
     }
@@ -26,10 +30,7 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
     } else if (IsName("is")) {
       MP_ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
     } else if (IsOperator("(")) {
-      auto call = MakeExpr(Expr::Kind::kCall, Current().offset);
-      call->args.push_back(std::move(node));
-      MP_RETURN_IF_ERROR(ParseCallArgs(call.get()));
-      node = std::move(call);
+      MP_ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
     } else {
       return node;
     }
