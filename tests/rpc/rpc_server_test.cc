@@ -139,7 +139,15 @@ class RpcServerTest : public ::testing::Test {
   // The service drops its observers before the server goes, as the scheduler does when jobs end.
   void TearDown() override {
     if (loop_) loop_->service.observers.clear();
-    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { delete loop_.release(); })) {
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                   // The client goes first and the events its leaving queues (a job dropped,
+                   // callbacks in flight) run before the loop that holds them is destroyed.
+                   loop_->millipede = nullptr;
+                   loop_->client = nullptr;
+                   loop_->stream = nullptr;
+                   for (int i = 0; i < 20; ++i) loop_->io.waitScope.poll();
+                   delete loop_.release();
+                 })) {
       ADD_FAILURE() << "tearing down: " << e->getDescription().cStr();
     }
   }
