@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "common/cuda_check.h"
 #include "kernels/cuda_util.cuh"
@@ -23,9 +24,41 @@ __device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) {
 }
 __device__ __forceinline__ void Store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
-// One block per row t (grid-strided), as RopeKernel: the row's cos/sin table in shared memory
-// (2 * half floats), then the query pairs rotated in place, the key pairs rotated into k_cache
-// and the values copied into v_cache.
+// Row t: the row's cos/sin table in shared memory (2 * half floats), then the query pairs
+// rotated in place, the key pairs rotated into k_out and the values copied into v_out (neither
+// when k_out is null). Ends with the block synchronised, the table free for the next row.
+template <typename K, typename V>
+__device__ __forceinline__ void RopeKvRow(float* __restrict__ q_row,
+                                          const float* __restrict__ k_row,
+                                          const float* __restrict__ v_row, int64_t position,
+                                          const float* __restrict__ inv_freq, K* __restrict__ k_out,
+                                          V* __restrict__ v_out, int64_t q_heads, int64_t kv_heads,
+                                          int64_t half, float* cos_t, float* sin_t) {
+  const int64_t head_dim = 2 * half;
+  const int64_t q_pairs = q_heads * half, k_pairs = kv_heads * half;
+  const int64_t kv_row = kv_heads * head_dim;
+  rope_cuda::FillTable(position, inv_freq, half, cos_t, sin_t);
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < q_pairs; p += blockDim.x) {
+    const int64_t h = p / half, i = p - h * half;
+    float* head = q_row + h * head_dim;
+    rope_cuda::RotatePair(head, i, half, cos_t, sin_t, &head[i], &head[i + half]);
+  }
+  if (k_out != nullptr) {
+    for (int64_t p = threadIdx.x; p < k_pairs; p += blockDim.x) {
+      const int64_t h = p / half, i = p - h * half;
+      float y1, y2;
+      rope_cuda::RotatePair(k_row + h * head_dim, i, half, cos_t, sin_t, &y1, &y2);
+      Store(k_out, h * head_dim + i, y1);
+      Store(k_out, h * head_dim + i + half, y2);
+    }
+    for (int64_t e = threadIdx.x; e < kv_row; e += blockDim.x) Store(v_out, e, v_row[e]);
+  }
+  // The table is rewritten for the next row.
+  __syncthreads();
+}
+
+// One block per row t (grid-strided), as RopeKernel.
 //   q [n, q_heads, 2 * half]; k, v [n, kv_heads, 2 * half]; positions [n]; inv_freq [half];
 //   k_cache [n, kv_heads, 2 * half] of K; v_cache likewise of V.
 template <typename K, typename V>
@@ -35,35 +68,33 @@ __global__ void RopeKvKernel(float* __restrict__ q, const float* __restrict__ k,
                              V* __restrict__ v_cache, int64_t n, int64_t q_heads, int64_t kv_heads,
                              int64_t half) {
   extern __shared__ float table[];
-  float* cos_t = table;
-  float* sin_t = table + half;
-  const int64_t head_dim = 2 * half;
-  const int64_t q_pairs = q_heads * half, k_pairs = kv_heads * half;
-  const int64_t kv_row = kv_heads * head_dim;
-  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
-    rope_cuda::FillTable(positions[t], inv_freq, half, cos_t, sin_t);
-    __syncthreads();
-    float* q_row = q + t * q_heads * head_dim;
-    for (int64_t p = threadIdx.x; p < q_pairs; p += blockDim.x) {
-      const int64_t h = p / half, i = p - h * half;
-      float* head = q_row + h * head_dim;
-      rope_cuda::RotatePair(head, i, half, cos_t, sin_t, &head[i], &head[i + half]);
-    }
-    const float* k_row = k + t * kv_row;
-    K* k_out = k_cache + t * kv_row;
-    for (int64_t p = threadIdx.x; p < k_pairs; p += blockDim.x) {
-      const int64_t h = p / half, i = p - h * half;
-      float y1, y2;
-      rope_cuda::RotatePair(k_row + h * head_dim, i, half, cos_t, sin_t, &y1, &y2);
-      Store(k_out, h * head_dim + i, y1);
-      Store(k_out, h * head_dim + i + half, y2);
-    }
-    const float* v_row = v + t * kv_row;
-    V* v_out = v_cache + t * kv_row;
-    for (int64_t e = threadIdx.x; e < kv_row; e += blockDim.x) Store(v_out, e, v_row[e]);
-    // The table is rewritten for the next row.
-    __syncthreads();
-  }
+  const int64_t kv_row = kv_heads * 2 * half;
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x)
+    RopeKvRow(q + t * q_heads * 2 * half, k + t * kv_row, v + t * kv_row, positions[t], inv_freq,
+              k_cache + t * kv_row, v_cache + t * kv_row, q_heads, kv_heads, half, table,
+              table + half);
+}
+
+// The destinations of up to kMaxRows rows, passed in the launch's parameters (2 KiB).
+struct RowDestinations {
+  static constexpr int kMaxRows = 128;
+  void* k[kMaxRows];
+  void* v[kMaxRows];
+};
+
+// One block per row t < n <= kMaxRows, its K/V to dst.k[t] / dst.v[t] (none when null).
+template <typename K, typename V>
+__global__ void RopeKvRowsKernel(float* __restrict__ q, const float* __restrict__ k,
+                                 const float* __restrict__ v,
+                                 const int64_t* __restrict__ positions,
+                                 const float* __restrict__ inv_freq,
+                                 const __grid_constant__ RowDestinations dst, int64_t q_heads,
+                                 int64_t kv_heads, int64_t half) {
+  extern __shared__ float table[];
+  const int64_t t = blockIdx.x, kv_row = kv_heads * 2 * half;
+  RopeKvRow(q + t * q_heads * 2 * half, k + t * kv_row, v + t * kv_row, positions[t], inv_freq,
+            static_cast<K*>(dst.k[t]), static_cast<V*>(dst.v[t]), q_heads, kv_heads, half, table,
+            table + half);
 }
 
 // The storage type of a cache dtype (RopeKvCheckArgs allows F32, BF16 and F16).
@@ -77,6 +108,13 @@ Status VisitCacheDType(DType dtype, const char* what, F&& f) {
       return f(tag);
     }
   });
+}
+
+// The destinations' dtypes in per-row mode (those of the first row that has any; F32 when none).
+std::pair<DType, DType> RowDTypes(const RopeKvArgs& args) {
+  for (size_t t = 0; t < args.k_rows.size(); ++t)
+    if (args.k_rows[t].data != nullptr) return {args.k_rows[t].dtype, args.v_rows[t].dtype};
+  return {DType::kF32, DType::kF32};
 }
 
 }  // namespace
@@ -94,16 +132,39 @@ Status RopeKvCuda(const RopeKvArgs& args, cudaStream_t stream) {
   // Enough threads for the wider of the query pairs and the value elements of a row.
   const int64_t work = std::max(q_heads * half, kv_heads * 2 * half);
   const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, kMaxThreads));
-  const unsigned blocks = static_cast<unsigned>(std::min(n, kMaxBlocks));
-  return VisitCacheDType(args.k_cache.dtype, "rope_kv k_cache", [&](auto k_tag) {
+  const bool per_row = !args.k_rows.empty();
+  const auto [k_dtype, v_dtype] =
+      per_row ? RowDTypes(args) : std::pair{args.k_cache.dtype, args.v_cache.dtype};
+  return VisitCacheDType(k_dtype, "rope_kv k_cache", [&](auto k_tag) {
     using K = typename decltype(k_tag)::type;
-    return VisitCacheDType(args.v_cache.dtype, "rope_kv v_cache", [&](auto v_tag) {
+    return VisitCacheDType(v_dtype, "rope_kv v_cache", [&](auto v_tag) {
       using V = typename decltype(v_tag)::type;
-      RopeKvKernel<K, V><<<blocks, threads, shared_bytes, stream>>>(
-          args.q.as<float>(), args.k.as<const float>(), args.v.as<const float>(),
-          args.positions.as<const int64_t>(), args.inv_freq.as<const float>(), args.k_cache.as<K>(),
-          args.v_cache.as<V>(), n, q_heads, kv_heads, half);
-      MP_CUDA_CHECK_LAUNCH();
+      float* const q = args.q.as<float>();
+      const float* const k = args.k.as<const float>();
+      const float* const v = args.v.as<const float>();
+      const int64_t* const positions = args.positions.as<const int64_t>();
+      const float* const inv_freq = args.inv_freq.as<const float>();
+      if (!per_row) {
+        const unsigned blocks = static_cast<unsigned>(std::min(n, kMaxBlocks));
+        RopeKvKernel<K, V><<<blocks, threads, shared_bytes, stream>>>(
+            q, k, v, positions, inv_freq, args.k_cache.as<K>(), args.v_cache.as<V>(), n, q_heads,
+            kv_heads, half);
+        MP_CUDA_CHECK_LAUNCH();
+        return OkStatus();
+      }
+      const int64_t q_row = q_heads * 2 * half, kv_row = kv_heads * 2 * half;
+      for (int64_t first = 0; first < n; first += RowDestinations::kMaxRows) {
+        const int64_t count = std::min<int64_t>(RowDestinations::kMaxRows, n - first);
+        RowDestinations dst;
+        for (int64_t i = 0; i < count; ++i) {
+          dst.k[i] = args.k_rows[static_cast<size_t>(first + i)].data;
+          dst.v[i] = args.v_rows[static_cast<size_t>(first + i)].data;
+        }
+        RopeKvRowsKernel<K, V><<<static_cast<unsigned>(count), threads, shared_bytes, stream>>>(
+            q + first * q_row, k + first * kv_row, v + first * kv_row, positions + first,
+            inv_freq, dst, q_heads, kv_heads, half);
+        MP_CUDA_CHECK_LAUNCH();
+      }
       return OkStatus();
     });
   });

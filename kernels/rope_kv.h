@@ -3,6 +3,8 @@
 // RoPE calls and two conversions).
 #pragma once
 
+#include <span>
+
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/rope.h"
@@ -24,6 +26,13 @@ struct RopeKvArgs {
   // rotated keys and the values, rounded to nearest even. Must not overlap q, k or v.
   TensorView k_cache;
   TensorView v_cache;
+  // Instead of k_cache and v_cache (left empty then): one destination per row, for the decode
+  // tokens of several sequences, each stored in its own cache. Row t's key and value go to
+  // k_rows[t] and v_rows[t] ([1, num_kv_heads, head_dim] each; every destination of one dtype,
+  // F32, BF16 or F16, per tensor), or nowhere when both are empty views (data null): its query is
+  // still rotated (a rank that does not store that token). Both n long, or both empty.
+  std::span<const TensorView> k_rows;
+  std::span<const TensorView> v_rows;
 };
 
 // Checks RopeKvArgs' shapes and dtypes (not the data, which may live on a device).
@@ -31,7 +40,11 @@ Status RopeKvCheckArgs(const RopeKvArgs& args);
 
 // RopeRef on q; k_cache = k rotated as RopeRef rotates it, converted (ConvertFloats);
 // v_cache = v converted. Bit for bit RopeRef on q and on a copy of k, then ConvertRef of that
-// copy and of v.
+// copy and of v. With k_rows / v_rows, row by row into its destination.
 Status RopeKvRef(const RopeKvArgs& args);
+
+// Row t of a per-row call as a call of its own: q, k, v, positions sliced to row t, the caches
+// the row's destinations; with no destination the caches stay empty (rotate q only, RopeArgs).
+RopeKvArgs RopeKvRowArgs(const RopeKvArgs& args, int64_t t);
 
 }  // namespace millipede

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/batch_decode_attention.h"
 #include "kernels/attention/block_sparse_index.h"
 #include "kernels/attention/block_sums.h"
 #include "kernels/attention/key_scores.h"
@@ -138,6 +139,9 @@ class Backend {
   virtual Status Gemm(const GemmArgs& args) = 0;
   virtual Status SiluMul(const SiluMulArgs& args) = 0;
   virtual Status Attention(const AttentionArgs& args) = 0;
+  // One decode token of each of several sequences against its own K/V, in one call (the decode
+  // tokens of a continuous-batching step).
+  virtual Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) = 0;
   // Attention over a sparse index (kernels/attention/sparse_attention.h), tiles and index in
   // backend memory. The CPU backend checks the index's contents (SparseAttentionCheckData); a GPU
   // cannot without waiting for them and trusts them (the index ops build valid ones), but never

@@ -70,6 +70,12 @@ class CpuBackend final : public Backend {
   Status Gemm(const GemmArgs& args) override { return GemmCpu(args); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCpu(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
+  Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) override {
+    MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
+    for (int64_t b = 0; b < args.q.dim(0); ++b)
+      MP_RETURN_IF_ERROR(AttentionCpu(BatchDecodeEntryArgs(args, b)));
+    return OkStatus();
+  }
   Status SparseAttention(const SparseAttentionArgs& args) override {
     return SparseAttentionCpu(args);
   }

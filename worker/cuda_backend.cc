@@ -9,6 +9,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/batch_decode_attention_cuda.h"
 #include "kernels/attention/block_sparse_index_cuda.h"
 #include "kernels/attention/block_sums_cuda.h"
 #include "kernels/attention/key_scores_cuda.h"
@@ -142,20 +143,14 @@ class CudaBackend final : public Backend {
   Status Gemm(const GemmArgs& args) override { return GemmCuda(args, *gemm_, stream_); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
   Status Attention(const AttentionArgs& args) override {
-    // Split partials go to scratch the backend keeps (grown, never shrunk), not to a stream
-    // allocation per call: a batch of decode tokens makes thousands of calls per step.
     MP_ASSIGN_OR_RETURN(const size_t bytes, AttentionCudaWorkspaceBytes(args, {}));
-    if (bytes > attention_scratch_bytes_) {
-      if (attention_scratch_ != nullptr) MP_CUDA_CHECK(cudaFreeAsync(attention_scratch_, stream_));
-      attention_scratch_ = nullptr;
-      attention_scratch_bytes_ = 0;
-      MP_CUDA_CHECK(cudaMallocAsync(&attention_scratch_, bytes, stream_));
-      attention_scratch_bytes_ = bytes;
-    }
-    AttentionCudaOptions options;
-    options.workspace = attention_scratch_;
-    options.workspace_bytes = attention_scratch_bytes_;
+    MP_ASSIGN_OR_RETURN(const AttentionCudaOptions options, AttentionScratch(bytes));
     return AttentionCuda(args, options, stream_);
+  }
+  Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) override {
+    MP_ASSIGN_OR_RETURN(const size_t bytes, BatchDecodeAttentionCudaWorkspaceBytes(args, {}));
+    MP_ASSIGN_OR_RETURN(const AttentionCudaOptions options, AttentionScratch(bytes));
+    return BatchDecodeAttentionCuda(args, options, stream_);
   }
   Status SparseAttention(const SparseAttentionArgs& args) override {
     return SparseAttentionCuda(args, stream_);
@@ -220,6 +215,21 @@ class CudaBackend final : public Backend {
     MP_REQUIRE(a.NumElements() == b.NumElements(), "copy: element counts differ (",
                a.shape.ToString(), " vs ", b.shape.ToString(), ")");
     return OkStatus();
+  }
+  // Options pointing at `bytes` of attention scratch the backend keeps for split partials (grown,
+  // never shrunk), not a stream allocation per call: decode makes many calls per step.
+  StatusOr<AttentionCudaOptions> AttentionScratch(size_t bytes) {
+    if (bytes > attention_scratch_bytes_) {
+      if (attention_scratch_ != nullptr) MP_CUDA_CHECK(cudaFreeAsync(attention_scratch_, stream_));
+      attention_scratch_ = nullptr;
+      attention_scratch_bytes_ = 0;
+      MP_CUDA_CHECK(cudaMallocAsync(&attention_scratch_, bytes, stream_));
+      attention_scratch_bytes_ = bytes;
+    }
+    AttentionCudaOptions options;
+    options.workspace = attention_scratch_;
+    options.workspace_bytes = attention_scratch_bytes_;
+    return options;
   }
 
   int device_ = 0;

@@ -19,8 +19,6 @@ using attention_internal::AttentionKernelParams;
 // A split shorter than this many key tiles costs more in setup and merge than it gains.
 constexpr int64_t kMinTilesPerSplit = 4;
 constexpr int64_t kMaxSplits = 1024;
-// Resident split-KV decode blocks per SM the split count aims for (see SplitsFor).
-constexpr int kDecodeBlocksPerSm = 2;
 constexpr size_t kWorkspaceAlign = 256;
 // Positions beyond this could overflow q_offset - k_offset + row.
 constexpr int64_t kMaxAbsOffset = int64_t{1} << 62;
@@ -69,24 +67,15 @@ StatusOr<int64_t> SplitsFor(const AttentionArgs& args, const Plan& plan, int64_t
       plan.wgmma ? attention_internal::AttentionWgmmaRowsPerBlock()
                  : attention_internal::AttentionFlashRowsPerBlock(plan.shape);
   const int64_t blocks = (n_q * group + rows_per_block - 1) / rows_per_block * args.k.dim(1);
+  if (!plan.wgmma)
+    return attention_internal::AttentionFlashSplits(static_cast<int>(args.q.dim(2)), args.k.dtype,
+                                                    plan.shape, blocks, tiles);
+  // The wgmma kernel's shared memory takes a whole SM: one wave is one block per SM.
   int device = 0, sms = 0;
   MP_CUDA_CHECK(cudaGetDevice(&device));
   MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int per_sm = 1;  // the wgmma kernel's shared memory takes a whole SM
-  if (!plan.wgmma) {
-    MP_ASSIGN_OR_RETURN(per_sm, attention_internal::AttentionFlashBlocksPerSm(
-                                    static_cast<int>(args.q.dim(2)), args.k.dtype, plan.shape));
-  }
-  // Enough splits to fill one wave of resident blocks, no more: the grid then runs in a single
-  // wave and the merge reads as few partials as possible. Decode fills 2 of its (up to 3)
-  // resident slots per SM: on an H200 that read the cache 4-13% faster at 32K-1M than 3
-  // (one 32-head layer: 140 vs 146 us at 128K, 51 vs 59 us at 32K).
-  const int64_t used_per_sm = plan.shape == AttentionFlashShape::kDecode
-                                  ? std::min(per_sm, kDecodeBlocksPerSm)
-                                  : per_sm;
-  const int64_t slots = static_cast<int64_t>(sms) * std::max<int64_t>(used_per_sm, 1);
-  if (blocks == 0 || blocks >= slots) return 1;
-  return std::clamp<int64_t>(slots / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));
+  if (blocks == 0 || blocks >= sms) return 1;
+  return std::clamp<int64_t>(sms / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));
 }
 
 StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& options) {

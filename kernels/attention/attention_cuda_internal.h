@@ -63,17 +63,17 @@ __device__ __forceinline__ int64_t OutputRow(const AttentionKernelParams& p, int
   return (static_cast<int64_t>(split) * p.n_q + t) * p.num_q_heads + h;
 }
 
-// The keys of split `split` that `kv_head` sees and which of them each packed query row sees:
-// row `row` sees [begin, RowEnd(row)), monotone in row. The launcher keeps n_kv below 2^31.
+// The keys of split `split` that a KV head seeing keys [0, key_rows) takes (KeyRowsOf, or a
+// batched sequence's length) and which of them each packed query row sees: row `row` sees
+// [begin, RowEnd(row)), monotone in row. The launcher keeps key counts below 2^31.
 struct SplitKeys {
   int64_t split_begin;
   int begin;  // first key of the split
   int end;    // one past its last key the head sees (begin when none)
-  __device__ __forceinline__ SplitKeys(const AttentionKernelParams& p, int split, int kv_head)
+  __device__ __forceinline__ SplitKeys(const AttentionKernelParams& p, int split, int64_t key_rows)
       : split_begin(split * p.keys_per_split),
         begin(static_cast<int>(split_begin)),
-        end(static_cast<int>(
-            max(split_begin, min(KeyRowsOf(p, kv_head), split_begin + p.keys_per_split)))) {}
+        end(static_cast<int>(max(split_begin, min(key_rows, split_begin + p.keys_per_split)))) {}
   __device__ __forceinline__ int RowEnd(const AttentionKernelParams& p, int64_t row) const {
     if (!p.causal) return end;
     const int64_t last = row / p.group + p.causal_shift + 1;
@@ -113,6 +113,27 @@ StatusOr<int> AttentionFlashBlocksPerSm(int head_dim, DType kv_dtype, AttentionF
 // Launches grid (row blocks, num_kv_heads, num_splits) on `stream`.
 Status LaunchAttentionFlash(const AttentionKernelParams& params, AttentionFlashShape shape,
                             cudaStream_t stream);
+// Key splits that fill one wave of resident blocks of the instance for `blocks` thread blocks of
+// (rows, KV head) over `tiles` key tiles: at least kMinTilesPerSplit tiles per split; decode
+// fills only kDecodeBlocksPerSm of its resident slots per SM.
+StatusOr<int64_t> AttentionFlashSplits(int head_dim, DType kv_dtype, AttentionFlashShape shape,
+                                       int64_t blocks, int64_t tiles);
+
+// The sequences of one batched decode launch (BatchDecodeAttentionCuda): their K/V
+// ([n_kv[b], num_kv_heads, head_dim] each, 16-byte aligned) and key counts, passed in the
+// launch's parameters (3 KiB of the 4 KiB a launch may carry).
+struct AttentionBatchTable {
+  static constexpr int kMaxEntries = 128;
+  const void* k[kMaxEntries];
+  const void* v[kMaxEntries];
+  int64_t n_kv[kMaxEntries];
+};
+// The decode instance over grid (params.n_q sequences, num_kv_heads, num_splits): query row b of
+// params.q against batch entry b, no mask (params.causal false, params.kv_head_rows null),
+// params.group <= AttentionFlashRowsPerBlock(kDecode); outputs at row b of params.o / lse (per
+// split as in LaunchAttentionFlash).
+Status LaunchAttentionFlashBatch(const AttentionKernelParams& params,
+                                 const AttentionBatchTable& batch, cudaStream_t stream);
 
 // True when the wgmma kernel runs here: AttentionFlashSupports' head dims and types, a device
 // of compute capability 9.0 and a driver that encodes tensor maps.

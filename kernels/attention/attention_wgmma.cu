@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t rows = p.n_q * p.group;
   const int64_t block_last_row = min(row0 + kRows, rows) - 1;
 
-  const SplitKeys keys(p, split, kv_head);
+  const SplitKeys keys(p, split, KeyRowsOf(p, kv_head));
   const int key_begin = keys.begin;
   auto row_key_end = [&](int64_t row) { return keys.RowEnd(p, row); };
   // Causal tile skipping: nothing after the block's last query is loaded at all.

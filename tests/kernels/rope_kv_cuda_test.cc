@@ -175,6 +175,51 @@ TEST(RopeKvCudaDecodeTest, ViewsIntoOneQkvRow) {
   EXPECT_TRUE(SameElementBytes(d_v_cache.Read(), v_cache_ref));
 }
 
+// Per-row destinations: up to 300 decode tokens (three launches of 128), each stored in an
+// allocation of its own or (every fifth) not at all, against the reference.
+TEST(RopeKvCudaRowsTest, PerRowDestinationsMatchReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  for (int64_t n : {1, 5, 300}) {
+    const int64_t q_heads = 32, kv_heads = 8, head_dim = 128;
+    const Shape row_shape{1, kv_heads, head_dim};
+    OpCheck check("rope_kv rows");
+    const int iq = check.Output("q", RandomTensor(DType::kF32, {n, q_heads, head_dim}, 91),
+                                Tolerance::Normalised(kMaxError));
+    const int ik = check.Input(RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 92));
+    const int iv = check.Input(RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 93));
+    const int ipositions = check.Input(Positions(n, 1 << 20));
+    const int iinv_freq = check.Input(InvFreq(head_dim));
+    std::vector<int> k_out, v_out;
+    for (int64_t t = 0; t < n; ++t) {
+      const bool stored = t % 5 != 4;
+      k_out.push_back(stored ? check.Output("k_row", Poisoned(DType::kBF16, row_shape),
+                                            Tolerance::Normalised(1e-2))
+                             : -1);
+      v_out.push_back(stored ? check.Output("v_row", Poisoned(DType::kBF16, row_shape),
+                                            Tolerance::Exact())
+                             : -1);
+    }
+    std::vector<TensorView> k_rows, v_rows;  // refilled for each side
+    ASSERT_TRUE(check.Run(
+        [&](const OpCheck::Tensors& t) {
+          k_rows.clear();
+          v_rows.clear();
+          for (int64_t r = 0; r < n; ++r) {
+            k_rows.push_back(k_out[r] >= 0 ? t.view(k_out[r]) : TensorView{});
+            v_rows.push_back(v_out[r] >= 0 ? t.view(v_out[r]) : TensorView{});
+          }
+          RopeKvArgs a{t.view(iq),          t.cview(ik),        t.cview(iv),
+                       t.cview(ipositions), t.cview(iinv_freq), {},
+                       {}};
+          a.k_rows = k_rows;
+          a.v_rows = v_rows;
+          return a;
+        },
+        RopeKvRef, RopeKvCuda))
+        << "n = " << n;
+  }
+}
+
 TEST(RopeKvCudaArgsTest, RejectsBadShapes) {
   std::vector<float> fake(256);
   RopeKvArgs args{{fake.data(), DType::kF32, {2, 4, 8}}, {fake.data(), DType::kF32, {2, 2, 8}},

@@ -111,5 +111,87 @@ TEST(RopeKvTest, RejectsBadArguments) {
   EXPECT_EQ(run(k, v, cache, cache_short).code(), StatusCode::kInvalidArgument);
 }
 
+// Per-row destinations (the decode tokens of several sequences, each in its own cache): row t is
+// the contiguous op's row t, bit for bit; a row without destinations only rotates its query and
+// writes nothing.
+TEST(RopeKvTest, PerRowDestinationsEqualTheContiguousRows) {
+  const int64_t n = 4, q_heads = 8, kv_heads = 2, head_dim = 16;
+  const Shape row_shape{1, kv_heads, head_dim};
+  const HostTensor positions = Positions({3, 0, 900, 17});
+  const HostTensor inv_freq = InvFreq(head_dim);
+  const HostTensor q0 = RandomTensor(DType::kF32, {n, q_heads, head_dim}, 1);
+  const HostTensor k = RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 2);
+  const HostTensor v = RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 3);
+  // The contiguous op as the expectation.
+  HostTensor q_expected = CopyF32(q0);
+  HostTensor k_cache = Poisoned(DType::kBF16, {n, kv_heads, head_dim});
+  HostTensor v_cache = Poisoned(DType::kBF16, {n, kv_heads, head_dim});
+  ASSERT_TRUE(RopeKvRef({q_expected.view(), CView(k), CView(v), CView(positions),
+                         CView(inv_freq), k_cache.view(), v_cache.view()})
+                  .ok());
+  {
+    HostTensor q = CopyF32(q0);
+    std::vector<HostTensor> k_out, v_out;
+    for (int64_t t = 0; t < n; ++t) {
+      k_out.push_back(Poisoned(DType::kBF16, row_shape));
+      v_out.push_back(Poisoned(DType::kBF16, row_shape));
+    }
+    std::vector<TensorView> k_rows, v_rows;
+    for (int64_t t = 0; t < n; ++t) {
+      const bool stored = t != 2;  // row 2 belongs to a token another rank stores
+      k_rows.push_back(stored ? k_out[t].view() : TensorView{});
+      v_rows.push_back(stored ? v_out[t].view() : TensorView{});
+    }
+    RopeKvArgs a{q.view(), CView(k), CView(v), CView(positions), CView(inv_freq), {}, {}};
+    a.k_rows = k_rows;
+    a.v_rows = v_rows;
+    ASSERT_TRUE(RopeKvRef(a).ok());
+    EXPECT_EQ(ToFloats(q), ToFloats(q_expected));
+    const std::vector<float> k_all = ToFloats(k_cache), v_all = ToFloats(v_cache);
+    const size_t row = static_cast<size_t>(kv_heads * head_dim);
+    for (int64_t t = 0; t < n; ++t) {
+      const std::vector<float> kt = ToFloats(k_out[t]), vt = ToFloats(v_out[t]);
+      if (t == 2) {
+        EXPECT_FALSE(AllFinite(k_out[t]));  // still the poison: nothing written
+        EXPECT_FALSE(AllFinite(v_out[t]));
+        continue;
+      }
+      EXPECT_EQ(kt, std::vector<float>(k_all.begin() + t * row, k_all.begin() + (t + 1) * row));
+      EXPECT_EQ(vt, std::vector<float>(v_all.begin() + t * row, v_all.begin() + (t + 1) * row));
+    }
+  }
+}
+
+TEST(RopeKvTest, PerRowDestinationsAreChecked) {
+  const int64_t n = 2, heads = 2, head_dim = 8;
+  HostTensor q = RandomTensor(DType::kF32, {n, heads, head_dim}, 1);
+  const HostTensor k = RandomTensor(DType::kF32, {n, heads, head_dim}, 2);
+  const HostTensor positions = Positions({1, 2});
+  const HostTensor inv_freq = InvFreq(head_dim);
+  HostTensor a0 = Poisoned(DType::kBF16, {1, heads, head_dim});
+  HostTensor a1 = Poisoned(DType::kBF16, {1, heads, head_dim});
+  HostTensor wrong_dtype = Poisoned(DType::kF16, {1, heads, head_dim});
+  HostTensor wrong_shape = Poisoned(DType::kBF16, {2, heads, head_dim});
+  HostTensor cache = Poisoned(DType::kBF16, {n, heads, head_dim});
+  auto check = [&](std::vector<TensorView> k_rows, std::vector<TensorView> v_rows,
+                   TensorView k_cache = {}) {
+    RopeKvArgs a{q.view(), CView(k), CView(k), CView(positions), CView(inv_freq), k_cache, {}};
+    a.k_rows = k_rows;
+    a.v_rows = v_rows;
+    return RopeKvCheckArgs(a).code();
+  };
+  EXPECT_EQ(check({a0.view(), a1.view()}, {a1.view(), a0.view()}), StatusCode::kOk);
+  EXPECT_EQ(check({TensorView{}, a1.view()}, {TensorView{}, a0.view()}), StatusCode::kOk);
+  EXPECT_EQ(check({a0.view()}, {a1.view()}), StatusCode::kInvalidArgument);  // too few
+  EXPECT_EQ(check({a0.view(), TensorView{}}, {a1.view(), a0.view()}),
+            StatusCode::kInvalidArgument);  // K without V
+  EXPECT_EQ(check({a0.view(), wrong_dtype.view()}, {a1.view(), a0.view()}),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(check({a0.view(), wrong_shape.view()}, {a1.view(), a0.view()}),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(check({a0.view(), a1.view()}, {a1.view(), a0.view()}, cache.view()),
+            StatusCode::kInvalidArgument);  // both modes at once
+}
+
 }  // namespace
 }  // namespace millipede

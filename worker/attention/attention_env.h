@@ -58,8 +58,9 @@ struct AttentionScratch {
   TensorView o_part;   // [rows, heads * head_dim] F32: one attention call's output
   TensorView lse_part; // [rows, heads] F32
   TensorView ring_k[2], ring_v[2];  // [ring_rows, kv_heads, head_dim] KV dtype (several ranks)
-  TensorView gathered_o;    // [ranks, 1, heads, head_dim] F32: decode partials of every rank
-  TensorView gathered_lse;  // [ranks, 1, heads] F32
+  // Decode partials of every rank, for up to gather_rows tokens at once:
+  TensorView gathered_o;    // [ranks, gather_rows, heads, head_dim] F32
+  TensorView gathered_lse;  // [ranks, gather_rows, heads] F32
   int64_t attention_rows = 0;  // query rows per attention call in prefill
 };
 

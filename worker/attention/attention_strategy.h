@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "worker/attention/attention_env.h"
@@ -53,6 +54,14 @@ class DecodeStrategy {
   // lse = -inf when it sees none). The engine merges the ranks' partials.
   virtual Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                          TensorView lse) = 0;
+  // True when Partial is plain attention over BatchRows(in) (no mask, AfterMerge does nothing),
+  // so that the engine may run the decode tokens of many sequences in one BatchDecodeAttention
+  // call. Depends on the strategy alone: every rank decides the same.
+  virtual bool batchable() const { return false; }
+  // The rows Partial attends to, for batchable strategies.
+  virtual StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const {
+    return UnimplementedError(std::string("decode strategy ") + name() + " does not batch");
+  }
   // Called by every rank after a prefill step's attention of the layer, while `in.q` holds the
   // step's queries (static eviction chooses its keys here). Nothing by default.
   virtual Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) { return OkStatus(); }

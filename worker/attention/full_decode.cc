@@ -6,7 +6,7 @@ Status FullDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView 
                            TensorView lse) {
   // Every key precedes (or is) the token, so no mask is needed; a rank without keys contributes
   // the empty state (the attention op writes o = 0, lse = -inf for it).
-  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, BatchRows(in));
   AttentionArgs a;
   a.q = in.q;
   a.k = rows.k;

@@ -14,6 +14,10 @@ class FullDecode final : public DecodeStrategy {
   const char* name() const override { return name_; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                  TensorView lse) override;
+  bool batchable() const override { return true; }
+  StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const override {
+    return in.store->Rows(in.step_rows);
+  }
 
  private:
   const char* name_;

@@ -199,7 +199,14 @@ class Engine {
   Status Embed(const std::vector<Entry>& entries, int64_t rows);
   Status RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows, StepProfiler& profiler);
   Status ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows);
-  Status AttendDecode(int64_t layer, Entry& entry, AttentionEnv& env);
+  // RoPE of the decode tokens `run` (consecutive rows of the chunk starting at step row
+  // `chunk_begin`, one RoPE table) and their K/V into each owner's store, as one op.
+  Status RopeAndStoreDecode(int64_t layer, std::span<Entry> run, int64_t chunk_begin);
+  // Decode tokens of consecutive entries (one, or several whose strategies are batchable): their
+  // partials on this rank, merged across ranks by one gather.
+  Status AttendDecode(int64_t layer, std::span<Entry> run, AttentionEnv& env);
+  Status DecodePartials(std::span<Entry> run, std::span<const DecodeInput> inputs,
+                        AttentionEnv& env, TensorView o, TensorView lse);
   // Cancelled on every rank if any rank passes false (a host all-gather with several ranks).
   Status AgreeToContinue(bool go_on);
 

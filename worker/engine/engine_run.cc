@@ -79,9 +79,21 @@ Status Engine::ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t 
   for (int64_t s = 0; s < rows; s += chunk) {
     const int64_t end = std::min(rows, s + chunk);
     MP_RETURN_IF_ERROR(model_->ProjectQkv(ws, layer, s, end));
-    for (Entry& e : entries) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      Entry& e = entries[i];
       const int64_t begin = std::max(s, e.row0), stop = std::min(end, e.row0 + e.rows);
       if (stop <= begin) continue;
+      // Decode tokens side by side with the same RoPE table: one op for all of them.
+      size_t j = i + 1;
+      while (!e.prefill() && j < entries.size() && !entries[j].prefill() &&
+             entries[j].row0 < end && entries[j].inv_freq.data == e.inv_freq.data)
+        ++j;
+      if (j - i > 1) {
+        MP_RETURN_IF_ERROR(RopeAndStoreDecode(layer, std::span<Entry>(entries).subspan(i, j - i),
+                                              s));
+        i = j - 1;
+        continue;
+      }
       const int64_t m = stop - begin;
       MP_ASSIGN_OR_RETURN(TensorView q, Reshape(SliceRows(ws.q.view(), begin, m),
                                                 Shape{m, c.num_attention_heads, c.head_dim}));
@@ -106,31 +118,94 @@ Status Engine::ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t 
   return OkStatus();
 }
 
-Status Engine::AttendDecode(int64_t layer, Entry& e, AttentionEnv& env) {
+Status Engine::RopeAndStoreDecode(int64_t layer, std::span<Entry> run, int64_t chunk_begin) {
   const ModelConfig& c = config();
   Workspace& ws = *workspace_;
-  const Shape o_shape{1, c.num_attention_heads, c.head_dim};
-  DecodeInput in{layer, &e.seq->kv(layer), e.stored_rows(), e.q, e.length_before};
-  DecodeStrategy& strategy = *e.seq->attention(layer).decode;
-  MP_ASSIGN_OR_RETURN(TensorView o_out, Reshape(SliceRows(ws.o_acc.view(), e.row0, 1), o_shape));
-  TensorView lse_out = SliceRows(ws.lse_acc.view(), e.row0, 1);
-  if (comm_->size() == 1) {
-    MP_RETURN_IF_ERROR(strategy.Partial(env, in, o_out, lse_out));
-    MP_RETURN_IF_ERROR(strategy.AfterMerge(env, in, AsConst(lse_out)));
-    return env.profiler.Mark(&stats_.attention_s);
+  const int64_t n = static_cast<int64_t>(run.size()), row0 = run.front().row0;
+  std::vector<TensorView> k_rows, v_rows;
+  for (Entry& e : run) {
+    // Only the rank that owns a token stores it; the others rotate its query alone.
+    KvRows rows;
+    if (e.stored_rows() > 0) {
+      MP_ASSIGN_OR_RETURN(rows, e.seq->kv(layer).StepRows(0, 1));
+    }
+    k_rows.push_back(rows.k);
+    v_rows.push_back(rows.v);
   }
-  MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(ws.o_part.view(), 0, 1), o_shape));
-  TensorView lse_part = SliceRows(ws.lse_part.view(), 0, 1);
-  MP_RETURN_IF_ERROR(strategy.Partial(env, in, o_part, lse_part));
-  MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.attention_s));
-  // Only O(heads x head_dim) values per rank cross the wire, merged by log-sum-exp.
-  MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(o_part), env.scratch.gathered_o));
-  MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(lse_part), env.scratch.gathered_lse));
-  MP_RETURN_IF_ERROR(backend_->MergeState({AsConst(env.scratch.gathered_o),
-                                           AsConst(env.scratch.gathered_lse), o_out, lse_out}));
-  stats_.comm_bytes += static_cast<int64_t>(o_part.NumBytes() + lse_part.NumBytes());
-  MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.comm_wait_s));
-  MP_RETURN_IF_ERROR(strategy.AfterMerge(env, in, AsConst(lse_out)));
+  const Shape kv_shape{n, c.num_key_value_heads, c.head_dim};
+  RopeKvArgs a;
+  MP_ASSIGN_OR_RETURN(a.q, Reshape(SliceRows(ws.q.view(), row0, n),
+                                   Shape{n, c.num_attention_heads, c.head_dim}));
+  MP_ASSIGN_OR_RETURN(a.k, Reshape(SliceRows(ws.k.cview(), row0 - chunk_begin, n), kv_shape));
+  MP_ASSIGN_OR_RETURN(a.v, Reshape(SliceRows(ws.v.cview(), row0 - chunk_begin, n), kv_shape));
+  a.positions = SliceRows(ws.positions.cview(), row0, n);
+  a.inv_freq = run.front().inv_freq;
+  a.k_rows = k_rows;
+  a.v_rows = v_rows;
+  return backend_->RopeKv(a);
+}
+
+Status Engine::DecodePartials(std::span<Entry> run, std::span<const DecodeInput> inputs,
+                              AttentionEnv& env, TensorView o, TensorView lse) {
+  const int64_t layer = inputs.front().layer;
+  if (run.size() == 1) return run[0].seq->attention(layer).decode->Partial(env, inputs[0], o, lse);
+  // Batchable strategies: every token of the run in one call; the run's queries are consecutive
+  // rows of the step's buffer.
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(run.size());
+  std::vector<ConstTensorView> k, v;
+  k.reserve(run.size());
+  v.reserve(run.size());
+  for (size_t i = 0; i < run.size(); ++i) {
+    MP_ASSIGN_OR_RETURN(const ConstKvRows rows,
+                        run[i].seq->attention(layer).decode->BatchRows(inputs[i]));
+    k.push_back(rows.k);
+    v.push_back(rows.v);
+  }
+  BatchDecodeAttentionArgs a;
+  MP_ASSIGN_OR_RETURN(a.q, Reshape(SliceRows(workspace_->q.cview(), run.front().row0, n),
+                                   Shape{n, c.num_attention_heads, c.head_dim}));
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  return env.backend.BatchDecodeAttention(a);
+}
+
+Status Engine::AttendDecode(int64_t layer, std::span<Entry> run, AttentionEnv& env) {
+  const ModelConfig& c = config();
+  Workspace& ws = *workspace_;
+  const int64_t n = static_cast<int64_t>(run.size()), row0 = run.front().row0;
+  const Shape o_shape{n, c.num_attention_heads, c.head_dim};
+  std::vector<DecodeInput> inputs;
+  for (Entry& e : run)
+    inputs.push_back({layer, &e.seq->kv(layer), e.stored_rows(), e.q, e.length_before});
+  MP_ASSIGN_OR_RETURN(TensorView o_out, Reshape(SliceRows(ws.o_acc.view(), row0, n), o_shape));
+  TensorView lse_out = SliceRows(ws.lse_acc.view(), row0, n);
+  if (comm_->size() == 1) {
+    MP_RETURN_IF_ERROR(DecodePartials(run, inputs, env, o_out, lse_out));
+  } else {
+    MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(ws.o_part.view(), 0, n), o_shape));
+    TensorView lse_part = SliceRows(ws.lse_part.view(), 0, n);
+    MP_RETURN_IF_ERROR(DecodePartials(run, inputs, env, o_part, lse_part));
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.attention_s));
+    // Only O(tokens x heads x head_dim) values per rank cross the wire, merged by log-sum-exp.
+    const int64_t ranks = comm_->size();
+    MP_ASSIGN_OR_RETURN(TensorView gathered_o,
+                        SubView(env.scratch.gathered_o, 0,
+                                Shape{ranks, n, c.num_attention_heads, c.head_dim}));
+    MP_ASSIGN_OR_RETURN(TensorView gathered_lse,
+                        SubView(env.scratch.gathered_lse, 0, Shape{ranks, n, c.num_attention_heads}));
+    MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(o_part), gathered_o));
+    MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(lse_part), gathered_lse));
+    MP_RETURN_IF_ERROR(backend_->MergeState(
+        {AsConst(gathered_o), AsConst(gathered_lse), o_out, lse_out}));
+    stats_.comm_bytes += static_cast<int64_t>(o_part.NumBytes() + lse_part.NumBytes());
+    MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.comm_wait_s));
+  }
+  for (size_t i = 0; i < run.size(); ++i)
+    MP_RETURN_IF_ERROR(run[i].seq->attention(layer).decode->AfterMerge(
+        env, inputs[i], AsConst(SliceRows(lse_out, static_cast<int64_t>(i), 1))));
   return env.profiler.Mark(&stats_.attention_s);
 }
 
@@ -140,11 +215,26 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
   MP_RETURN_IF_ERROR(profiler.Mark(&stats_.qkv_s));
   AttentionEnv env = Env(profiler);
   Workspace& ws = *workspace_;
-  for (Entry& e : entries) {
+  // Decode tokens of consecutive entries with batchable strategies attend in one call; a merge
+  // across ranks takes as many as its buffers hold.
+  const size_t max_run =
+      comm_->size() == 1 ? entries.size()
+                         : static_cast<size_t>(std::min(env.scratch.o_part.dim(0),
+                                                        env.scratch.gathered_o.dim(1)));
+  auto batchable = [&](const Entry& e) {
+    return !e.prefill() && e.seq->attention(layer).decode->batchable();
+  };
+  for (size_t i = 0; i < entries.size();) {
+    Entry& e = entries[i];
     if (!e.prefill()) {
-      MP_RETURN_IF_ERROR(AttendDecode(layer, e, env));
+      size_t j = i + 1;
+      if (batchable(e))
+        while (j < entries.size() && j - i < max_run && batchable(entries[j])) ++j;
+      MP_RETURN_IF_ERROR(AttendDecode(layer, std::span<Entry>(entries).subspan(i, j - i), env));
+      i = j;
       continue;
     }
+    ++i;
     LayerAttention& la = e.seq->attention(layer);
     PrefillInput in;
     in.layer = layer;

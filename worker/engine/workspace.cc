@@ -8,11 +8,11 @@ Status Workspace::Reserve(int64_t step_rows, int64_t ring_rows, int ranks, int64
   MP_RETURN_IF_ERROR(ReserveStep(step_rows));
   MP_RETURN_IF_ERROR(ReserveScratch(std::min(std::max<int64_t>(step_rows, 1),
                                              shape_.prefill_chunk)));
+  logit_rows = std::max<int64_t>(logit_rows, 1);
   if (ranks > 1) {
     MP_RETURN_IF_ERROR(ReserveRing(ring_rows));
-    MP_RETURN_IF_ERROR(ReserveGather(ranks));
+    MP_RETURN_IF_ERROR(ReserveGather(ranks, logit_rows));
   }
-  logit_rows = std::max<int64_t>(logit_rows, 1);
   if (logit_rows > logit_rows_) {
     MP_ASSIGN_OR_RETURN(logits, backend_.Allocate(DType::kF32,
                                                   Shape{logit_rows, config_.vocab_size}));
@@ -77,15 +77,18 @@ Status Workspace::ReserveRing(int64_t rows) {
   return OkStatus();
 }
 
-Status Workspace::ReserveGather(int ranks) {
-  if (ranks <= gather_ranks_) return OkStatus();
+Status Workspace::ReserveGather(int ranks, int64_t rows) {
+  if (ranks <= gather_ranks_ && rows <= gather_rows_) return OkStatus();
+  ranks = std::max(ranks, gather_ranks_);
+  rows = std::max(rows, gather_rows_);
   const ModelConfig& c = config_;
-  MP_ASSIGN_OR_RETURN(gathered_o_, backend_.Allocate(DType::kF32, Shape{ranks, 1,
+  MP_ASSIGN_OR_RETURN(gathered_o_, backend_.Allocate(DType::kF32, Shape{ranks, rows,
                                                                         c.num_attention_heads,
                                                                         c.head_dim}));
   MP_ASSIGN_OR_RETURN(gathered_lse_,
-                      backend_.Allocate(DType::kF32, Shape{ranks, 1, c.num_attention_heads}));
+                      backend_.Allocate(DType::kF32, Shape{ranks, rows, c.num_attention_heads}));
   gather_ranks_ = ranks;
+  gather_rows_ = rows;
   return OkStatus();
 }
 

@@ -25,7 +25,8 @@ class Workspace {
       : backend_(backend), config_(config), shape_(shape) {}
 
   // Grows the buffers for steps of up to `step_rows` tokens, ring blocks of `ring_rows` rows
-  // (0: no ring), decode merges over `ranks` ranks and `logit_rows` rows of logits.
+  // (0: no ring), decode merges over `ranks` ranks and `logit_rows` rows of logits (also the
+  // decode tokens one merge takes at most).
   Status Reserve(int64_t step_rows, int64_t ring_rows, int ranks, int64_t logit_rows);
   // Frees everything (the next Reserve allocates again).
   void Release();
@@ -62,15 +63,17 @@ class Workspace {
   Status ReserveStep(int64_t n);
   Status ReserveScratch(int64_t chunk);
   Status ReserveRing(int64_t rows);
-  Status ReserveGather(int ranks);
+  Status ReserveGather(int ranks, int64_t rows);
 
   Backend& backend_;
   const ModelConfig& config_;
   WorkspaceShape shape_;
   int64_t step_rows_ = 0, scratch_rows_ = 0, ring_rows_ = 0, logit_rows_ = 0;
   int gather_ranks_ = 0;
+  int64_t gather_rows_ = 0;
   BackendTensor ring_k_[2], ring_v_[2];
-  BackendTensor gathered_o_, gathered_lse_;  // [ranks, 1, heads, head_dim], [ranks, 1, heads]
+  // [ranks, gather_rows, heads, head_dim], [ranks, gather_rows, heads]
+  BackendTensor gathered_o_, gathered_lse_;
 };
 
 }  // namespace millipede

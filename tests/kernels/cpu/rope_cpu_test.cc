@@ -73,6 +73,41 @@ TEST(RopeKvCpuTest, EqualsReferenceBitForBit) {
     }
 }
 
+// Per-row destinations (decode tokens of several sequences), one row without any.
+TEST(RopeKvCpuTest, PerRowDestinationsEqualReferenceBitForBit) {
+  const int64_t n = 6, q_heads = 8, kv_heads = 2, d = 64;
+  const Shape row{1, kv_heads, d};
+  const HostTensor q = RandomTensor(DType::kF32, {n, q_heads, d}, 4);
+  const HostTensor k = RandomTensor(DType::kF32, {n, kv_heads, d}, 5);
+  const HostTensor v = RandomTensor(DType::kF32, {n, kv_heads, d}, 6);
+  const HostTensor positions = Positions(n, 7), inv_freq = InvFreq(d);
+  std::vector<HostTensor> ref_k, ref_v, got_k, got_v;
+  for (int64_t t = 0; t < n; ++t)
+    for (auto* out : {&ref_k, &ref_v, &got_k, &got_v}) out->push_back(Poisoned(DType::kBF16, row));
+  auto rows = [&](std::vector<HostTensor>& out) {
+    std::vector<TensorView> views;
+    for (int64_t t = 0; t < n; ++t) views.push_back(t == 3 ? TensorView{} : out[t].view());
+    return views;
+  };
+  HostTensor ref_q = testing::CopyF32(q), got_q = testing::CopyF32(q);
+  const std::vector<TensorView> rk = rows(ref_k), rv = rows(ref_v), gk = rows(got_k),
+                                gv = rows(got_v);
+  RopeKvArgs ref{ref_q.view(), CView(k), CView(v), CView(positions), CView(inv_freq), {}, {}};
+  ref.k_rows = rk;
+  ref.v_rows = rv;
+  RopeKvArgs got = ref;
+  got.q = got_q.view();
+  got.k_rows = gk;
+  got.v_rows = gv;
+  ASSERT_TRUE(RopeKvRef(ref).ok());
+  ASSERT_TRUE(RopeKvCpu(got).ok());
+  EXPECT_TRUE(BitEqual(got_q, ref_q));
+  for (int64_t t = 0; t < n; ++t) {
+    EXPECT_TRUE(BitEqual(got_k[t], ref_k[t])) << t;
+    EXPECT_TRUE(BitEqual(got_v[t], ref_v[t])) << t;
+  }
+}
+
 TEST(RopeKvCpuTest, RefusesWhatTheReferenceRefuses) {
   HostTensor q = RandomTensor(DType::kF32, {3, 4, 16}, 1);
   const HostTensor k = RandomTensor(DType::kF32, {3, 2, 16}, 2);

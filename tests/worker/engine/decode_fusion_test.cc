@@ -79,6 +79,9 @@ class CountingBackend final : public Backend {
   Status Attention(const AttentionArgs& a) override {
     return Run("Attention", &Backend::Attention, a);
   }
+  Status BatchDecodeAttention(const BatchDecodeAttentionArgs& a) override {
+    return Run("BatchDecodeAttention", &Backend::BatchDecodeAttention, a);
+  }
   Status SparseAttention(const SparseAttentionArgs& a) override {
     return Run("SparseAttention", &Backend::SparseAttention, a);
   }
@@ -326,6 +329,86 @@ TEST(DecodeFusionTest, FusedDecodeMatchesRecompute) {
       ASSERT_TRUE((*engine)->ForwardToHost(prefix, &full).ok());
       EXPECT_LT(MaxRelError(fused.logits[s], full), 1e-5) << s;
     }
+  }
+}
+
+}  // namespace
+}  // namespace millipede
+
+namespace millipede {
+namespace {
+
+// Logits of each decode entry of `plan` on the host, and the ops of that step.
+struct StepLogits {
+  std::vector<std::vector<float>> logits;
+  OpCounts ops;
+};
+
+// Prefills sequences 1..N with their prompts (prompts[i] of lengths that differ), then decodes
+// one token of each: all together in one step when `together`, else one step per sequence.
+StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
+                           const std::vector<int32_t>& next, bool together) {
+  StepLogits out;
+  OpCounts counts;
+  auto created = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32), nullptr,
+                                std::make_unique<CountingBackend>(&counts,
+                                                                  CountingBackend::Options{}));
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  if (!created.ok()) return out;
+  Engine& e = **created;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const SequenceId id = static_cast<SequenceId>(i + 1);
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    EXPECT_TRUE(e.StartSequence(id, {n + 4, n, e.policy()}).ok());
+    StepPlan prefill{{SequenceStep{id, StepKind::kPrefill, {{0, n}}, prompts[i]}}};
+    EXPECT_TRUE(e.RunStep(prefill).ok());
+  }
+  std::vector<StepPlan> plans(together ? 1 : prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    plans[together ? 0 : i].steps.push_back(
+        SequenceStep{static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {next[i]}});
+  counts.clear();
+  for (const StepPlan& plan : plans) {
+    StatusOr<StepOutput> step = e.RunStep(plan);
+    EXPECT_TRUE(step.ok()) << step.status().ToString();
+    if (!step.ok()) return out;
+    for (const std::optional<ConstTensorView>& logits : step->logits) {
+      EXPECT_TRUE(logits.has_value());
+      if (!logits) return out;
+      std::vector<float> host(static_cast<size_t>(logits->NumElements()));
+      EXPECT_TRUE(e.backend().CopyToHost(*logits, {host.data(), DType::kF32, logits->shape}).ok());
+      out.logits.push_back(std::move(host));
+    }
+  }
+  out.ops = counts;
+  return out;
+}
+
+// The decode tokens of several sequences (different lengths) take one RopeKv and one
+// BatchDecodeAttention call per layer, and their logits equal each sequence decoded alone.
+TEST(BatchDecodeTest, OneAttentionCallPerLayerForEveryDecodeToken) {
+  for (const ModelConfig& c : Models()) {
+    SCOPED_TRACE(Describe(c));
+    const std::vector<std::vector<int32_t>> prompts = {RandomIds(5, 97, 1), RandomIds(17, 97, 2),
+                                                       RandomIds(11, 97, 3)};
+    const std::vector<int32_t> next = {7, 8, 9};
+    const StepLogits together = DecodeSequences(c, prompts, next, true);
+    const StepLogits alone = DecodeSequences(c, prompts, next, false);
+    ASSERT_EQ(together.logits.size(), prompts.size());
+    ASSERT_EQ(alone.logits.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_LT(MaxRelError(together.logits[i], alone.logits[i]), 1e-5) << "sequence " << i;
+    auto count = [](const OpCounts& ops, const char* op) {
+      auto it = ops.find(op);
+      return it == ops.end() ? int64_t{0} : it->second;
+    };
+    EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers);
+    EXPECT_EQ(count(together.ops, "Attention"), 0);
+    EXPECT_EQ(count(together.ops, "RopeKv"), c.num_hidden_layers);  // the tokens' RoPE and stores
+    // Alone, each token takes the single-sequence call.
+    EXPECT_EQ(count(alone.ops, "BatchDecodeAttention"), 0);
+    EXPECT_EQ(count(alone.ops, "Attention"),
+              c.num_hidden_layers * static_cast<int64_t>(prompts.size()));
   }
 }
 

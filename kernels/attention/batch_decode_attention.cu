@@ -1,0 +1,214 @@
+// BatchDecodeAttentionCuda: the batch cut into launches of at most AttentionBatchTable's entries,
+// each launch's split-KV plan (from its longest sequence), the launch of the mma.sync decode
+// instance over (sequence, KV head, split) and one merge of every sequence's split partials.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "kernels/attention/attention_cuda_internal.h"
+#include "kernels/attention/batch_decode_attention_cuda.h"
+#include "kernels/attention/merge_state_cuda.h"
+
+namespace millipede {
+namespace {
+
+using attention_internal::AttentionBatchTable;
+using attention_internal::AttentionFlashShape;
+using attention_internal::AttentionKernelParams;
+
+constexpr int64_t kMaxSplits = 1024;
+constexpr size_t kWorkspaceAlign = 256;
+
+size_t AlignUp(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+bool IsAligned(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+// True when every sequence can run on the batched tensor-core kernel.
+bool TensorCoresFit(const BatchDecodeAttentionArgs& args) {
+  const int64_t batch = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  if (batch == 0) return false;
+  const ConstTensorView& k0 = args.k[0];
+  const int64_t keys_per_tile = attention_internal::AttentionFlashKeysPerTile();
+  if (!attention_internal::AttentionFlashSupports(static_cast<int>(head_dim), k0.dtype,
+                                                  args.v[0].dtype) ||
+      num_q_heads / k0.dim(1) >
+          attention_internal::AttentionFlashRowsPerBlock(AttentionFlashShape::kDecode) ||
+      !IsAligned(args.q.data, 16) || !IsAligned(args.o.data, 8))
+    return false;
+  for (int64_t b = 0; b < batch; ++b) {
+    const ConstTensorView& k = args.k[static_cast<size_t>(b)];
+    const ConstTensorView& v = args.v[static_cast<size_t>(b)];
+    if (k.dim(0) >= (int64_t{1} << 31) - keys_per_tile ||
+        (k.dim(0) > 0 && (!IsAligned(k.data, 16) || !IsAligned(v.data, 16))))
+      return false;
+  }
+  return true;
+}
+
+// One launch: sequences [first, first + count). Workspace layout as AttentionCuda's: o_parts
+// [num_splits, count, heads, head_dim], lse_parts [num_splits, count, heads], then the merge's
+// lse [count, heads] when the caller wants none.
+struct LaunchPlan {
+  int64_t first = 0, count = 0;
+  int num_splits = 1;
+  int64_t keys_per_split = 0;
+  size_t o_parts_bytes = 0, lse_parts_bytes = 0, lse_bytes = 0;
+  size_t WorkspaceBytes() const { return o_parts_bytes + lse_parts_bytes + lse_bytes; }
+};
+
+StatusOr<LaunchPlan> PlanLaunch(const BatchDecodeAttentionArgs& args, int64_t first,
+                                int64_t count, const AttentionCudaOptions& options) {
+  const int64_t num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const ConstTensorView& k0 = args.k[0];
+  const int64_t keys_per_tile = attention_internal::AttentionFlashKeysPerTile();
+  int64_t longest = 0;
+  for (int64_t b = first; b < first + count; ++b)
+    longest = std::max(longest, args.k[static_cast<size_t>(b)].dim(0));
+  const int64_t tiles = std::max<int64_t>(1, (longest + keys_per_tile - 1) / keys_per_tile);
+  int64_t splits = 1;
+  if (options.num_splits > 0) {
+    splits = std::min<int64_t>(options.num_splits, tiles);
+  } else {
+    MP_ASSIGN_OR_RETURN(splits, attention_internal::AttentionFlashSplits(
+                                    static_cast<int>(head_dim), k0.dtype,
+                                    AttentionFlashShape::kDecode, count * k0.dim(1), tiles));
+  }
+  splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
+  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+  LaunchPlan plan;
+  plan.first = first;
+  plan.count = count;
+  plan.keys_per_split = tiles_per_split * keys_per_tile;
+  plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
+  if (plan.num_splits > 1) {
+    const size_t rows_out = static_cast<size_t>(plan.num_splits) * count * num_q_heads;
+    plan.o_parts_bytes = AlignUp(rows_out * head_dim * sizeof(float));
+    plan.lse_parts_bytes = AlignUp(rows_out * sizeof(float));
+    if (args.lse.data == nullptr) plan.lse_bytes = AlignUp(count * num_q_heads * sizeof(float));
+  }
+  return plan;
+}
+
+StatusOr<std::vector<LaunchPlan>> PlanLaunches(const BatchDecodeAttentionArgs& args,
+                                               const AttentionCudaOptions& options) {
+  std::vector<LaunchPlan> plans;
+  const int64_t batch = args.q.dim(0);
+  for (int64_t first = 0; first < batch; first += AttentionBatchTable::kMaxEntries) {
+    const int64_t count = std::min<int64_t>(AttentionBatchTable::kMaxEntries, batch - first);
+    MP_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(args, first, count, options));
+    plans.push_back(plan);
+  }
+  return plans;
+}
+
+// Runs one launch (and its merge) with its partials in `workspace`.
+Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, char* workspace,
+                 cudaStream_t stream) {
+  const int64_t num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t row_elems = num_q_heads * head_dim;
+  AttentionBatchTable table;
+  for (int64_t i = 0; i < plan.count; ++i) {
+    const size_t b = static_cast<size_t>(plan.first + i);
+    table.k[i] = args.k[b].data;
+    table.v[i] = args.v[b].data;
+    table.n_kv[i] = args.k[b].dim(0);
+  }
+  AttentionKernelParams p;
+  p.q = args.q.as<const float>() + plan.first * row_elems;
+  p.n_q = plan.count;
+  p.n_kv = 0;  // per sequence, in the table
+  p.num_q_heads = static_cast<int>(num_q_heads);
+  p.num_kv_heads = static_cast<int>(args.k[0].dim(1));
+  p.head_dim = static_cast<int>(head_dim);
+  p.group = p.num_q_heads / p.num_kv_heads;
+  p.causal = false;
+  p.scale = args.scale == 0.0f
+                ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
+                : args.scale;
+  p.num_splits = plan.num_splits;
+  p.keys_per_split = plan.keys_per_split;
+  p.k_dtype = args.k[0].dtype;
+  p.v_dtype = args.v[0].dtype;
+  float* const o = args.o.as<float>() + plan.first * row_elems;
+  float* const lse = args.lse.data == nullptr ? nullptr
+                                              : args.lse.as<float>() + plan.first * num_q_heads;
+  if (plan.num_splits == 1) {
+    p.o = o;
+    p.lse = lse;
+    return attention_internal::LaunchAttentionFlashBatch(p, table, stream);
+  }
+  float* const o_parts = reinterpret_cast<float*>(workspace);
+  float* const lse_parts = reinterpret_cast<float*>(workspace + plan.o_parts_bytes);
+  p.o = o_parts;
+  p.lse = lse_parts;
+  MP_RETURN_IF_ERROR(attention_internal::LaunchAttentionFlashBatch(p, table, stream));
+  float* const merged_lse =
+      lse != nullptr ? lse
+                     : reinterpret_cast<float*>(workspace + plan.o_parts_bytes +
+                                                plan.lse_parts_bytes);
+  const MergeStateArgs merge{
+      {o_parts, DType::kF32, Shape{plan.num_splits, plan.count, num_q_heads, head_dim}},
+      {lse_parts, DType::kF32, Shape{plan.num_splits, plan.count, num_q_heads}},
+      {o, DType::kF32, Shape{plan.count, num_q_heads, head_dim}},
+      {merged_lse, DType::kF32, Shape{plan.count, num_q_heads}}};
+  return MergeStateCuda(merge, stream);
+}
+
+}  // namespace
+
+StatusOr<size_t> BatchDecodeAttentionCudaWorkspaceBytes(const BatchDecodeAttentionArgs& args,
+                                                        const AttentionCudaOptions& options) {
+  MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
+  size_t bytes = 0;
+  if (TensorCoresFit(args)) {
+    MP_ASSIGN_OR_RETURN(const std::vector<LaunchPlan> plans, PlanLaunches(args, options));
+    for (const LaunchPlan& plan : plans) bytes = std::max(bytes, plan.WorkspaceBytes());
+    return bytes;
+  }
+  for (int64_t b = 0; b < args.q.dim(0); ++b) {
+    MP_ASSIGN_OR_RETURN(const size_t one, AttentionCudaWorkspaceBytes(BatchDecodeEntryArgs(args, b), options));
+    bytes = std::max(bytes, one);
+  }
+  return bytes;
+}
+
+Status BatchDecodeAttentionCuda(const BatchDecodeAttentionArgs& args,
+                                const AttentionCudaOptions& options, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
+  if (args.q.NumElements() == 0) return OkStatus();
+  if (!TensorCoresFit(args)) {
+    for (int64_t b = 0; b < args.q.dim(0); ++b)
+      MP_RETURN_IF_ERROR(AttentionCuda(BatchDecodeEntryArgs(args, b), options, stream));
+    return OkStatus();
+  }
+  MP_ASSIGN_OR_RETURN(const std::vector<LaunchPlan> plans, PlanLaunches(args, options));
+  size_t bytes = 0;
+  for (const LaunchPlan& plan : plans) bytes = std::max(bytes, plan.WorkspaceBytes());
+  void* workspace = options.workspace;
+  if (bytes > 0 && workspace != nullptr) {
+    MP_REQUIRE(options.workspace_bytes >= bytes, "batch decode attention: workspace of ",
+               options.workspace_bytes, " bytes, need ", bytes);
+    MP_REQUIRE(IsAligned(workspace, 16),
+               "batch decode attention: workspace must be 16-byte aligned");
+  }
+  const bool owned = bytes > 0 && workspace == nullptr;
+  if (owned) MP_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  Status status;
+  // The launches share the workspace: they are ordered on the stream.
+  for (const LaunchPlan& plan : plans) {
+    status = RunLaunch(args, plan, static_cast<char*>(workspace), stream);
+    if (!status.ok()) break;
+  }
+  if (owned) {
+    // Freed even when a launch failed; the launch error is the one worth reporting.
+    const cudaError_t freed = cudaFreeAsync(workspace, stream);
+    MP_RETURN_IF_ERROR(status);
+    MP_CUDA_CHECK(freed);
+  }
+  return status;
+}
+
+}  // namespace millipede

@@ -1,0 +1,45 @@
+// Decode attention of a batch of sequences in one call: one query token per sequence against that
+// sequence's own keys (every key precedes the token, so no mask), each sequence with its own K/V
+// buffer and length. The continuous-batching step's dense decode heads: one launch for every
+// sequence of the step instead of one call per sequence (kernels/attention/attention.h is the
+// single-sequence op; a batch of one equals it with AttentionMask::kNone).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "kernels/attention/attention.h"
+
+namespace millipede {
+
+struct BatchDecodeAttentionArgs {
+  // [batch, num_q_heads, head_dim] F32 (after RoPE): row b is sequence b's token.
+  ConstTensorView q;
+  // batch entries, entry b [n_b, num_kv_heads, head_dim] (after RoPE): sequence b's keys and
+  // values. Every entry shares num_kv_heads, head_dim and the K dtype (F32, BF16 or F16), and
+  // likewise the V dtype; n_b may differ and may be 0. num_q_heads must be a multiple of
+  // num_kv_heads: q head h reads kv head h / (num_q_heads / num_kv_heads).
+  std::span<const ConstTensorView> k;
+  std::span<const ConstTensorView> v;
+  // Softmax scale applied to q.k; 0 (the default) means 1 / sqrt(head_dim), else finite and > 0.
+  float scale = 0.0f;
+  // [batch, num_q_heads, head_dim] F32: softmax(scale * q_b.k) @ v over sequence b's keys; 0 for
+  // a sequence without keys.
+  TensorView o;
+  // [batch, num_q_heads] F32: natural-log LSE over sequence b's keys; -inf for a sequence without
+  // keys. Optional: not written when `lse.data == nullptr`.
+  TensorView lse;
+};
+
+// Shapes, dtypes and the scale (not the data, which may live on a device).
+Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args);
+
+// Sequence b's call of the single-sequence op (AttentionMask::kNone, row b of q, o and lse).
+AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b);
+
+// Computes o and lse, sequence by sequence with AttentionRef (mask kNone).
+Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args);
+
+}  // namespace millipede

@@ -1,0 +1,60 @@
+#include <cmath>
+
+#include "kernels/attention/batch_decode_attention.h"
+
+namespace millipede {
+
+AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b) {
+  AttentionArgs one;
+  one.q = SliceRows(args.q, b, 1);
+  one.k = args.k[static_cast<size_t>(b)];
+  one.v = args.v[static_cast<size_t>(b)];
+  one.mask = AttentionMask::kNone;
+  one.scale = args.scale;
+  one.o = SliceRows(args.o, b, 1);
+  if (args.lse.data != nullptr) one.lse = SliceRows(args.lse, b, 1);
+  return one;
+}
+
+Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
+  MP_REQUIRE(args.q.rank() == 3, "batch decode attention q: rank ", args.q.rank(), ", expected 3");
+  const int64_t batch = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  MP_REQUIRE(static_cast<int64_t>(args.k.size()) == batch &&
+                 static_cast<int64_t>(args.v.size()) == batch,
+             "batch decode attention: ", args.k.size(), " K and ", args.v.size(),
+             " V entries for a batch of ", batch);
+  MP_RETURN_IF_ERROR(CheckTensor(args.q, "batch decode attention q", DType::kF32,
+                                 Shape{batch, num_q_heads, head_dim}));
+  MP_RETURN_IF_ERROR(CheckTensor(args.o, "batch decode attention o", DType::kF32,
+                                 Shape{batch, num_q_heads, head_dim}));
+  if (args.lse.data != nullptr)
+    MP_RETURN_IF_ERROR(CheckTensor(args.lse, "batch decode attention lse", DType::kF32,
+                                   Shape{batch, num_q_heads}));
+  MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
+             "batch decode attention: scale ", args.scale,
+             " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
+  for (int64_t b = 0; b < batch; ++b) {
+    const ConstTensorView& k = args.k[static_cast<size_t>(b)];
+    const ConstTensorView& v = args.v[static_cast<size_t>(b)];
+    MP_REQUIRE(k.rank() == 3 && v.rank() == 3, "batch decode attention: entry ", b,
+               "'s K and V must have rank 3");
+    const ConstTensorView& k0 = args.k[0];
+    const ConstTensorView& v0 = args.v[0];
+    MP_REQUIRE(k.dim(1) == k0.dim(1) && k.dim(2) == head_dim && k.dtype == k0.dtype &&
+                   v.dtype == v0.dtype,
+               "batch decode attention: entry ", b, "'s K/V (", DTypeName(k.dtype), "/",
+               DTypeName(v.dtype), ", ", k.dim(1), " heads of ", k.dim(2),
+               ") differ from entry 0's or from q's head_dim ", head_dim);
+    MP_RETURN_IF_ERROR(AttentionCheckArgs(BatchDecodeEntryArgs(args, b)));
+  }
+  return OkStatus();
+}
+
+Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args) {
+  MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
+  for (int64_t b = 0; b < args.q.dim(0); ++b)
+    MP_RETURN_IF_ERROR(AttentionRef(BatchDecodeEntryArgs(args, b)));
+  return OkStatus();
+}
+
+}  // namespace millipede

@@ -1,0 +1,116 @@
+// BatchDecodeAttentionRef: each sequence's row equals the single-sequence op on its own K/V (a
+// decode token sees every key: causal at the last position is the same as no mask), a sequence
+// without keys gives o = 0 and lse = -inf, and malformed batches are refused.
+#include "kernels/attention/batch_decode_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::CView;
+using testing::PoisonedF32;
+using testing::RandomTensor;
+
+constexpr int64_t kHeads = 8, kKvHeads = 2, kHeadDim = 16;
+
+struct Batch {
+  HostTensor q;
+  std::vector<HostTensor> k, v;
+  std::vector<ConstTensorView> kv_k, kv_v;
+};
+
+Batch MakeBatch(const std::vector<int64_t>& lengths, DType kv_dtype, uint64_t seed) {
+  Batch b{RandomTensor(DType::kF32, {static_cast<int64_t>(lengths.size()), kHeads, kHeadDim}, seed),
+          {}, {}, {}, {}};
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    b.k.push_back(RandomTensor(kv_dtype, {lengths[i], kKvHeads, kHeadDim}, seed + 10 + i));
+    b.v.push_back(RandomTensor(kv_dtype, {lengths[i], kKvHeads, kHeadDim}, seed + 100 + i));
+  }
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    b.kv_k.push_back(CView(b.k[i]));
+    b.kv_v.push_back(CView(b.v[i]));
+  }
+  return b;
+}
+
+TEST(BatchDecodeAttentionTest, EachRowIsItsSequencesCausalAttentionAtTheLastPosition) {
+  const std::vector<int64_t> lengths = {1, 37, 0, 200, 5};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Batch b = MakeBatch(lengths, dtype, 3);
+    const int64_t n = static_cast<int64_t>(lengths.size());
+    HostTensor o = PoisonedF32({n, kHeads, kHeadDim}), lse = PoisonedF32({n, kHeads});
+    ASSERT_TRUE(
+        BatchDecodeAttentionRef({CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), lse.view()}).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len = lengths[static_cast<size_t>(i)];
+      HostTensor o1 = PoisonedF32({1, kHeads, kHeadDim}), lse1 = PoisonedF32({1, kHeads});
+      AttentionArgs one;
+      one.q = SliceRows(CView(b.q), i, 1);
+      one.k = b.kv_k[static_cast<size_t>(i)];
+      one.v = b.kv_v[static_cast<size_t>(i)];
+      one.q_offset = std::max<int64_t>(len - 1, 0);
+      one.mask = AttentionMask::kCausal;
+      one.o = o1.view();
+      one.lse = lse1.view();
+      ASSERT_TRUE(AttentionRef(one).ok());
+      for (int64_t h = 0; h < kHeads; ++h) {
+        const float got = lse.data<float>()[i * kHeads + h];
+        if (len == 0) {
+          EXPECT_TRUE(std::isinf(got) && got < 0) << "sequence " << i;
+        } else {
+          EXPECT_EQ(got, lse1.data<float>()[h]) << "sequence " << i << " head " << h;
+        }
+        for (int64_t d = 0; d < kHeadDim; ++d)
+          EXPECT_EQ(o.data<float>()[(i * kHeads + h) * kHeadDim + d],
+                    len == 0 ? 0.0f : o1.data<float>()[h * kHeadDim + d]);
+      }
+    }
+  }
+}
+
+TEST(BatchDecodeAttentionTest, LseIsOptional) {
+  Batch b = MakeBatch({3, 4}, DType::kF32, 5);
+  HostTensor o = PoisonedF32({2, kHeads, kHeadDim});
+  ASSERT_TRUE(BatchDecodeAttentionRef({CView(b.q), b.kv_k, b.kv_v, 0.5f, o.view(), {}}).ok());
+  for (int64_t i = 0; i < o.NumElements(); ++i) EXPECT_FALSE(std::isnan(o.data<float>()[i]));
+}
+
+TEST(BatchDecodeAttentionTest, MalformedBatchesAreRefused) {
+  Batch b = MakeBatch({3, 4}, DType::kF32, 7);
+  HostTensor o = PoisonedF32({2, kHeads, kHeadDim}), lse = PoisonedF32({2, kHeads});
+  auto refused = [&](BatchDecodeAttentionArgs a) {
+    return BatchDecodeAttentionCheckArgs(a).code() == StatusCode::kInvalidArgument;
+  };
+  const BatchDecodeAttentionArgs good{CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), lse.view()};
+  ASSERT_TRUE(BatchDecodeAttentionCheckArgs(good).ok());
+  BatchDecodeAttentionArgs a = good;
+  a.k = std::span(b.kv_k).first(1);  // fewer K entries than queries
+  EXPECT_TRUE(refused(a));
+  HostTensor k_bf16 = RandomTensor(DType::kBF16, {4, kKvHeads, kHeadDim}, 9);
+  std::vector<ConstTensorView> mixed = {b.kv_k[0], CView(k_bf16)};
+  a = good;
+  a.k = mixed;  // K dtypes differ between sequences
+  EXPECT_TRUE(refused(a));
+  HostTensor k_heads = RandomTensor(DType::kF32, {4, 1, kHeadDim}, 9);
+  std::vector<ConstTensorView> heads = {b.kv_k[0], CView(k_heads)};
+  a = good;
+  a.k = heads;  // KV head counts differ
+  EXPECT_TRUE(refused(a));
+  a = good;
+  a.scale = -1.0f;
+  EXPECT_TRUE(refused(a));
+  HostTensor o_small = PoisonedF32({1, kHeads, kHeadDim});
+  a = good;
+  a.o = o_small.view();
+  EXPECT_TRUE(refused(a));
+}
+
+}  // namespace
+}  // namespace millipede
