@@ -31,8 +31,8 @@ struct RopeKvArgs {
   // k_rows[t] and v_rows[t] ([1, num_kv_heads, head_dim] each; every destination of one dtype,
   // F32, BF16 or F16, per tensor), or nowhere when both are empty views (data null): its query is
   // still rotated (a rank that does not store that token). Both n long, or both empty.
-  std::span<const TensorView> k_rows;
-  std::span<const TensorView> v_rows;
+  std::span<const TensorView> k_rows = {};
+  std::span<const TensorView> v_rows = {};
 };
 
 // Checks RopeKvArgs' shapes and dtypes (not the data, which may live on a device).
