@@ -24,9 +24,7 @@ constexpr size_t kWorkspaceAlign = 256;
 constexpr int64_t kMaxAbsOffset = int64_t{1} << 62;
 
 size_t AlignUp(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-bool IsAligned(const void* p, size_t alignment) {
-  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
-}
+using attention_internal::IsAligned;
 
 // AttentionRef's checks plus the limits of the CUDA launch (offsets, head counts).
 Status CheckArgs(const AttentionArgs& args) {
@@ -43,20 +41,11 @@ Status CheckArgs(const AttentionArgs& args) {
   return OkStatus();
 }
 
-// What one call runs. Workspace layout (each part 256-byte aligned):
-//   o_parts [num_splits, n_q, num_q_heads, head_dim] F32, lse_parts [num_splits, n_q,
-//   num_q_heads] F32, then, when the caller wants no LSE, lse [n_q, num_q_heads] F32 for the
-//   merge to write.
-struct Plan {
+// What one call runs: its kernel and its split layout (the workspace's, too).
+struct Plan : attention_internal::SplitLayout {
   bool tensor_cores = false;
   AttentionFlashShape shape = AttentionFlashShape::kPrefill;
   bool wgmma = false;  // kPrefill runs on the Hopper wgmma kernel instead of mma.sync
-  int num_splits = 1;
-  int64_t keys_per_split = 0;
-  size_t o_parts_bytes = 0;
-  size_t lse_parts_bytes = 0;
-  size_t lse_bytes = 0;
-  size_t WorkspaceBytes() const { return o_parts_bytes + lse_parts_bytes + lse_bytes; }
 };
 
 StatusOr<int64_t> SplitsFor(const AttentionArgs& args, const Plan& plan, int64_t tiles,
@@ -109,16 +98,8 @@ StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& o
   if (n_q > 0) {
     MP_ASSIGN_OR_RETURN(splits, SplitsFor(args, plan, tiles, options));
   }
-  splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
-  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
-  plan.keys_per_split = tiles_per_split * keys_per_tile;
-  plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
-  if (plan.num_splits > 1) {
-    const size_t rows_out = static_cast<size_t>(plan.num_splits) * n_q * num_q_heads;
-    plan.o_parts_bytes = AlignUp(rows_out * head_dim * sizeof(float));
-    plan.lse_parts_bytes = AlignUp(rows_out * sizeof(float));
-    if (args.lse.data == nullptr) plan.lse_bytes = AlignUp(n_q * num_q_heads * sizeof(float));
-  }
+  static_cast<attention_internal::SplitLayout&>(plan) = attention_internal::MakeSplitLayout(
+      tiles, splits, keys_per_tile, n_q, num_q_heads, head_dim, args.lse.data != nullptr);
   return plan;
 }
 
@@ -175,6 +156,28 @@ Status RunSplit(const AttentionArgs& args, const Plan& plan, AttentionKernelPara
 }
 
 }  // namespace
+
+namespace attention_internal {
+
+SplitLayout MakeSplitLayout(int64_t tiles, int64_t wanted, int64_t keys_per_tile, int64_t n_q,
+                            int64_t num_q_heads, int64_t head_dim, bool want_lse) {
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, std::min(kMaxSplits,
+                                                                 std::max<int64_t>(tiles, 1)));
+  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+  SplitLayout layout;
+  layout.keys_per_split = tiles_per_split * keys_per_tile;
+  layout.num_splits =
+      tiles_per_split > 0 ? static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split) : 1;
+  if (layout.num_splits > 1) {
+    const size_t rows_out = static_cast<size_t>(layout.num_splits) * n_q * num_q_heads;
+    layout.o_parts_bytes = AlignUp(rows_out * head_dim * sizeof(float));
+    layout.lse_parts_bytes = AlignUp(rows_out * sizeof(float));
+    if (!want_lse) layout.lse_bytes = AlignUp(n_q * num_q_heads * sizeof(float));
+  }
+  return layout;
+}
+
+}  // namespace attention_internal
 
 StatusOr<size_t> AttentionCudaWorkspaceBytes(const AttentionArgs& args,
                                              const AttentionCudaOptions& options) {

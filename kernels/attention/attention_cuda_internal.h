@@ -81,6 +81,26 @@ struct SplitKeys {
   }
 };
 
+// How a launch splits its keys and where the split partials go. Splits take whole key tiles;
+// with more than one split the launch writes partials into a workspace laid out (each part
+// 256-byte aligned) as o_parts [num_splits, n_q, num_q_heads, head_dim] F32, lse_parts
+// [num_splits, n_q, num_q_heads] F32 and, when the caller wants no LSE, lse [n_q, num_q_heads]
+// F32 for the merge to write.
+struct SplitLayout {
+  int num_splits = 1;
+  int64_t keys_per_split = 0;
+  size_t o_parts_bytes = 0, lse_parts_bytes = 0, lse_bytes = 0;
+  size_t WorkspaceBytes() const { return o_parts_bytes + lse_parts_bytes + lse_bytes; }
+};
+// The layout of `wanted` splits (clamped to [1, 1024] and to the tiles) of `tiles` key tiles of
+// `keys_per_tile` keys, for n_q query rows of num_q_heads heads.
+SplitLayout MakeSplitLayout(int64_t tiles, int64_t wanted, int64_t keys_per_tile, int64_t n_q,
+                            int64_t num_q_heads, int64_t head_dim, bool want_lse);
+// Whether `p` is a multiple of `alignment` bytes.
+inline bool IsAligned(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
 // The empty state (o = 0, lse = -inf) for packed rows [row0, last_row] of one block, written by
 // its `threads` threads: what a split gives to rows that see none of its keys.
 __device__ __forceinline__ void WriteEmptyRows(const AttentionKernelParams& p, int64_t row0,

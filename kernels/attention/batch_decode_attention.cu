@@ -18,13 +18,7 @@ using attention_internal::AttentionBatchTable;
 using attention_internal::AttentionFlashShape;
 using attention_internal::AttentionKernelParams;
 
-constexpr int64_t kMaxSplits = 1024;
-constexpr size_t kWorkspaceAlign = 256;
-
-size_t AlignUp(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-bool IsAligned(const void* p, size_t alignment) {
-  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
-}
+using attention_internal::IsAligned;
 
 // True when every sequence can run on the batched tensor-core kernel.
 bool TensorCoresFit(const BatchDecodeAttentionArgs& args) {
@@ -48,15 +42,9 @@ bool TensorCoresFit(const BatchDecodeAttentionArgs& args) {
   return true;
 }
 
-// One launch: sequences [first, first + count). Workspace layout as AttentionCuda's: o_parts
-// [num_splits, count, heads, head_dim], lse_parts [num_splits, count, heads], then the merge's
-// lse [count, heads] when the caller wants none.
-struct LaunchPlan {
+// One launch: sequences [first, first + count), its splits following the longest.
+struct LaunchPlan : attention_internal::SplitLayout {
   int64_t first = 0, count = 0;
-  int num_splits = 1;
-  int64_t keys_per_split = 0;
-  size_t o_parts_bytes = 0, lse_parts_bytes = 0, lse_bytes = 0;
-  size_t WorkspaceBytes() const { return o_parts_bytes + lse_parts_bytes + lse_bytes; }
 };
 
 StatusOr<LaunchPlan> PlanLaunch(const BatchDecodeAttentionArgs& args, int64_t first,
@@ -68,27 +56,17 @@ StatusOr<LaunchPlan> PlanLaunch(const BatchDecodeAttentionArgs& args, int64_t fi
   for (int64_t b = first; b < first + count; ++b)
     longest = std::max(longest, args.k[static_cast<size_t>(b)].dim(0));
   const int64_t tiles = std::max<int64_t>(1, (longest + keys_per_tile - 1) / keys_per_tile);
-  int64_t splits = 1;
-  if (options.num_splits > 0) {
-    splits = std::min<int64_t>(options.num_splits, tiles);
-  } else {
+  int64_t splits = options.num_splits;
+  if (splits <= 0) {
     MP_ASSIGN_OR_RETURN(splits, attention_internal::AttentionFlashSplits(
                                     static_cast<int>(head_dim), k0.dtype,
                                     AttentionFlashShape::kDecode, count * k0.dim(1), tiles));
   }
-  splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
-  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
   LaunchPlan plan;
+  static_cast<attention_internal::SplitLayout&>(plan) = attention_internal::MakeSplitLayout(
+      tiles, splits, keys_per_tile, count, num_q_heads, head_dim, args.lse.data != nullptr);
   plan.first = first;
   plan.count = count;
-  plan.keys_per_split = tiles_per_split * keys_per_tile;
-  plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
-  if (plan.num_splits > 1) {
-    const size_t rows_out = static_cast<size_t>(plan.num_splits) * count * num_q_heads;
-    plan.o_parts_bytes = AlignUp(rows_out * head_dim * sizeof(float));
-    plan.lse_parts_bytes = AlignUp(rows_out * sizeof(float));
-    if (args.lse.data == nullptr) plan.lse_bytes = AlignUp(count * num_q_heads * sizeof(float));
-  }
   return plan;
 }
 
@@ -196,12 +174,13 @@ Status BatchDecodeAttentionCuda(const BatchDecodeAttentionArgs& args,
   }
   const bool owned = bytes > 0 && workspace == nullptr;
   if (owned) MP_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  Status status;
   // The launches share the workspace: they are ordered on the stream.
-  for (const LaunchPlan& plan : plans) {
-    status = RunLaunch(args, plan, static_cast<char*>(workspace), stream);
-    if (!status.ok()) break;
-  }
+  auto run_all = [&]() -> Status {
+    for (const LaunchPlan& plan : plans)
+      MP_RETURN_IF_ERROR(RunLaunch(args, plan, static_cast<char*>(workspace), stream));
+    return OkStatus();
+  };
+  const Status status = run_all();
   if (owned) {
     // Freed even when a launch failed; the launch error is the one worth reporting.
     const cudaError_t freed = cudaFreeAsync(workspace, stream);
