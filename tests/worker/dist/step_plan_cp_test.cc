@@ -1,8 +1,9 @@
 // Step plans over several sequences and chunked prefill, on one process and under mpirun with N
 // ranks (every rank runs the same plans): two sequences interleaved in one engine — prefills,
 // decode tokens of both in one step, a prefill chunk beside a decode token — give what each gives
-// alone, and a prompt prefilled in chunks (each chunk sharded over the ranks) gives what it gives
-// in one step. Logits within 1e-5 relative in fp32; greedy tokens identical.
+// alone, so do five decoding together (batched decode attention, merged across ranks in runs),
+// and a prompt prefilled in chunks (each chunk sharded over the ranks) gives what it gives in one
+// step. Logits within 1e-5 relative in fp32; greedy tokens identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +122,46 @@ TEST(StepPlanTest, TwoSequencesInterleavedEqualEachAlone) {
   EXPECT_EQ(e.num_sequences(), 0);
   ExpectSame(ta, alone_a, "sequence A");
   ExpectSame(tb, alone_b, "sequence B");
+}
+
+// Five sequences of different lengths prefilled in one step, then decoding together: each
+// layer's decode tokens attend in batched calls, and with two rows per attention call a merge
+// across ranks takes them two by two (runs of 2, 2 and 1).
+TEST(StepPlanTest, ManyDecodeTokensInOneStepEqualEachAlone) {
+  auto engine = MakeEngine(2);
+  Engine& e = *engine;
+  const int ranks = e.comm().size(), rank = e.comm().rank();
+  const std::vector<int64_t> lengths = {7, 19, 3, 30, 12};
+  const int steps = 3;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Trace> alone, together(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    prompts.push_back(RandomIds(lengths[i], 97, 10 + i));
+    alone.push_back(RunAlone(e, static_cast<SequenceId>(i + 1), prompts[i], lengths[i], steps));
+  }
+  ASSERT_FALSE(HasFailure());
+  StepPlan prefill;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const SequenceId id = static_cast<SequenceId>(i + 1);
+    ASSERT_TRUE(e.StartSequence(id, {lengths[i] + steps, lengths[i], e.policy()}).ok());
+    prefill.steps.push_back(*ShardedPrefill(id, 0, prompts[i], rank, ranks));
+  }
+  auto out = e.RunStep(prefill);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  for (size_t i = 0; i < lengths.size(); ++i)
+    Record(e, out->logits[i], ChunkOwner(lengths[i], ranks), &together[i]);
+  for (int s = 0; s < steps; ++s) {
+    StepPlan decode;
+    for (size_t i = 0; i < lengths.size(); ++i)
+      decode.steps.push_back(DecodeStep(static_cast<SequenceId>(i + 1), together[i].greedy.back()));
+    out = e.RunStep(decode);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    for (size_t i = 0; i < lengths.size(); ++i) Record(e, out->logits[i], -1, &together[i]);
+  }
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    e.EndSequence(static_cast<SequenceId>(i + 1));
+    ExpectSame(together[i], alone[i], ("sequence " + std::to_string(i + 1)).c_str());
+  }
 }
 
 TEST(StepPlanTest, ChunkedPrefillEqualsOneStep) {
