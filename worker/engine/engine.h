@@ -43,6 +43,10 @@ namespace millipede {
 // Called after each layer of a step with prefill entries: (layers done, layers total) -> keep
 // going?
 using LayerCallback = std::function<bool(int64_t layers_done, int64_t layers_total)>;
+// Called after the attention of each layer of a step with that layer's attention output for all
+// the step's rows, o [rows, num_heads * head_dim] F32 in backend memory (valid during the call):
+// tools that study attention (millipede-policy search) read it.
+using AttentionObserver = std::function<void(int64_t layer, ConstTensorView o)>;
 
 struct EngineOptions {
   // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
@@ -75,6 +79,8 @@ struct EngineOptions {
   // Measure where the time goes (EngineStats seconds): the backend is synchronised at phase
   // boundaries, which costs a little overlap. Off: only the byte counters are kept.
   bool profile = false;
+  // Null: nothing observes.
+  AttentionObserver attention_observer;
 };
 
 class Engine {

@@ -250,6 +250,8 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
     MP_RETURN_IF_ERROR(la.prefill->Run(env, in));
     MP_RETURN_IF_ERROR(la.decode->AfterPrefill(env, in));
   }
+  if (options_.attention_observer)
+    options_.attention_observer(layer, SliceRows(ws.o_acc.cview(), 0, rows));
   const int64_t chunk = options_.prefill_chunk;
   for (int64_t s = 0; s < rows; s += chunk)
     MP_RETURN_IF_ERROR(

@@ -1,5 +1,5 @@
 // millipede-policy end to end on small files it is given: each subcommand's success (the written
-// policy loads back and validates), each kind of bad file or value (exit 1, a message naming the
+// policy loads back and validates; search on the model's shape with random weights), each kind of bad file or value (exit 1, a message naming the
 // place) and bad usage (exit 2).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -225,6 +225,50 @@ TEST_F(PolicyCliTest, BadFilesNameThePlace) {
   ExpectBadInput("show bad-policy.json --model nowhere", "nowhere/config.json");
   ExpectBadInput("show bad-policy.json --model model --length 0", "--length must be positive");
   EXPECT_FALSE(FileExists(Path("x.json")));
+}
+
+// The pattern search on the model's shape with random weights: the policy it writes loads, every
+// head got one of the sparse candidates, and bad values and prompts are refused.
+TEST_F(PolicyCliTest, SearchesOnAReferencePrompt) {
+  std::string ids, few;
+  for (int i = 0; i < 200; ++i) ids += std::to_string((i * 37) % 256) + " ";
+  for (int i = 0; i < 10; ++i) few += std::to_string(i) + " ";
+  Write("ids.txt", ids);
+  Write("few.txt", few);
+  Write("outside.txt", ids + "256");
+  Write("text.txt", "some prompt text");
+  const std::string search = "search --model model --random-weights --kv-dtype fp32 ";
+  const RunResult r = Run(search + "--prompt-ids ids.txt --budget 0.3 --out s.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "candidates: [a-shape 64+");
+  EXPECT_HAS(r.output, "layer 1:");
+  EXPECT_HAS(r.output, "wrote s.json");
+  const AttentionPolicy p = Load("s.json");
+  ASSERT_EQ(p.layers.size(), static_cast<size_t>(kLayers));
+  for (const LayerPolicy& layer : p.layers)
+    for (size_t g = 0; g < layer.prefill.size(); ++g) {
+      EXPECT_NE(layer.prefill[g].pattern, PrefillPattern::kDense) << g;
+      EXPECT_EQ(layer.decode[g], DecodeRole::kFull) << g;
+    }
+  const RunResult shown = Run("show s.json --model model --length 200");
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+
+  ExpectBadInput(search + "--prompt-ids ids.txt --budget 0 --out x.json", "budget 0");
+  ExpectBadInput(search + "--prompt-ids ids.txt --budget 1.5 --out x.json", "budget 1.5");
+  ExpectBadInput(search + "--prompt-ids ids.txt --sink 0 --out x.json", "sinks must be positive");
+  ExpectBadInput(search + "--prompt-ids few.txt --out x.json", "at least 64");
+  ExpectBadInput(search + "--prompt-ids outside.txt --out x.json", "outside the vocabulary");
+  ExpectBadInput(search + "--prompt-ids missing.txt --out x.json", "missing.txt");
+  ExpectBadInput(search + "--prompt-file text.txt --out x.json", "tokenizer.json");
+  EXPECT_FALSE(FileExists(Path("x.json")));
+  for (const std::string& args :
+       {search + "--out x.json", search + "--prompt-ids ids.txt --prompt-file t.txt --out x.json",
+        search + "--prompt-ids ids.txt", search + "extra --prompt-ids ids.txt --out x.json",
+        std::string("search --prompt-ids ids.txt --out x.json")}) {
+    const RunResult bad = Run(args);
+    EXPECT_EQ(bad.exit_code, 2) << args << "\n" << bad.output;
+    EXPECT_HAS(bad.output, "usage:");
+  }
 }
 
 TEST_F(PolicyCliTest, BadUsageExitsTwo) {

@@ -1,10 +1,13 @@
-// millipede-policy: attention policies from MInference's and DuoAttention's published files, and
-// a summary of any policy.
+// millipede-policy: attention policies from MInference's and DuoAttention's published files, a
+// search for one on a reference prompt (MInference's Algorithm 1, worker/policy_search.h), and a
+// summary of any policy.
 //
 //   millipede-policy import-minference CONFIG.json --model DIR --out POLICY.json
 //       [--dense-below N] [--starting-layer L]
 //   millipede-policy import-duo GATES.tsv --model DIR (--threshold T | --sparsity Q)
 //       [--sink N --recent N] [--dense-below N] --out POLICY.json
+//   millipede-policy search --model DIR (--prompt-file F | --prompt-ids F) --out POLICY.json
+//       [--budget D] [--sink N] [--dense-below N] [--backend B] [--kv-dtype D]
 //   millipede-policy show POLICY.json --model DIR [--length N]
 //
 // DIR is a Hugging Face model folder (its config.json gives the layers and heads the files must
@@ -22,6 +25,9 @@
 #include "common/policy/minference_import.h"
 #include "common/policy/policy_summary.h"
 #include "common/policy/policy_writer.h"
+#include "common/tokenizer/tokenizer.h"
+#include "worker/engine_flags.h"
+#include "worker/policy_search.h"
 
 namespace millipede {
 namespace {
@@ -36,6 +42,13 @@ constexpr char kUsage[] =
     "      [--sink N --recent N] [--dense-below N] --out POLICY.json\n"
     "    DuoAttention's full_attention_heads.tsv -> retrieval heads (dense, full) and streaming\n"
     "    heads (a-shape, streaming-head); sink and recent default to the config.json beside it\n"
+    "  millipede-policy search --model DIR (--prompt-file F | --prompt-ids F) --out POLICY.json\n"
+    "      [--budget D] [--sink N] [--dense-below N] [--backend cpu|cuda] [--kv-dtype D]\n"
+    "      [--prefill-chunk N] [--attention-chunk N]\n"
+    "    MInference's pattern search: per layer and KV head, a-shape, block-sparse and two\n"
+    "    vertical-slash mixes, each at D (default 0.1) of the causal pairs of the prompt, run on\n"
+    "    the prompt (text through the model's tokenizer.json, or token ids); each head keeps the\n"
+    "    one whose attention output is closest to dense attention's\n"
     "  millipede-policy show POLICY.json --model DIR [--length N]\n"
     "    per layer: each KV head's pattern and decode role, the expected prefill density at N\n"
     "    tokens (default: the model's max_position_embeddings)\n"
@@ -172,6 +185,60 @@ std::optional<Failure> ImportDuo(const Flags& flags) {
   return Input(WriteAndCheck(*imported, *model, *out));
 }
 
+// The reference prompt: text through the model's tokenizer (its BOS first, as the engine's
+// tools add it), or whitespace-separated ids.
+StatusOr<std::vector<int32_t>> SearchPrompt(const Flags& flags, const std::string& model_dir) {
+  if (auto ids = flags.Get("prompt-ids")) {
+    MP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(*ids));
+    return ParseTokenIds(text);
+  }
+  MP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(*flags.Get("prompt-file")));
+  const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
+  MP_REQUIRE(FileExists(tokenizer_path), model_dir,
+             " has no tokenizer.json: give the prompt as ids with --prompt-ids");
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromFile(tokenizer_path));
+  MP_ASSIGN_OR_RETURN(std::vector<int32_t> encoded, tokenizer->Encode(text));
+  std::vector<int32_t> ids;
+  if (tokenizer->bos_id()) ids.push_back(*tokenizer->bos_id());
+  ids.insert(ids.end(), encoded.begin(), encoded.end());
+  return ids;
+}
+
+std::optional<Failure> Search(const Flags& flags) {
+  Status known = flags.CheckKnown({"model", "out", "prompt-file", "prompt-ids", "budget", "sink",
+                                   "dense-below", "backend", "kv-dtype", "prefill-chunk",
+                                   "attention-chunk", "random-weights"});
+  if (!known.ok()) return Usage(known);
+  if (flags.positional().size() != 1)
+    return Usage(InvalidArgumentError("search takes no arguments besides its flags"));
+  StatusOr<std::string> out = flags.GetRequired("out");
+  if (!out.ok()) return Usage(out.status());
+  if (!flags.Has("model")) return Usage(InvalidArgumentError("missing required flag --model"));
+  if (flags.Has("prompt-file") == flags.Has("prompt-ids"))
+    return Usage(InvalidArgumentError("give exactly one of --prompt-file and --prompt-ids"));
+  PolicySearchOptions options;
+  StatusOr<double> budget = flags.GetDouble("budget", options.budget);
+  StatusOr<int64_t> sink = flags.GetInt("sink", options.sink_tokens);
+  StatusOr<int64_t> dense_below = flags.GetInt("dense-below", 0);
+  for (const Status& s : {budget.status(), sink.status(), dense_below.status()})
+    if (!s.ok()) return Input(s);
+  options.budget = *budget;
+  options.sink_tokens = *sink;
+  options.dense_below_tokens = *dense_below;
+  StatusOr<EngineOptions> engine = ParseEngineFlags(flags, 0);
+  if (!engine.ok()) return Input(engine.status());
+  StatusOr<ModelConfig> model = LoadModel(flags);
+  if (!model.ok()) return Input(model.status());
+  StatusOr<std::vector<int32_t>> prompt = SearchPrompt(flags, *flags.Get("model"));
+  if (!prompt.ok()) return Input(prompt.status());
+  StatusOr<PolicySearchResult> result = SearchPolicy(*engine, *prompt, options);
+  if (!result.ok()) return Input(result.status());
+  std::cerr << PolicySearchReport(*result);
+  PolicyImport searched;
+  searched.policy = result->policy;
+  return Input(WriteAndCheck(searched, *model, *out));
+}
+
 std::optional<Failure> Show(const Flags& flags) {
   StatusOr<std::string> path = CheckCommandLine(flags, {"model", "length"}, "policy file");
   if (!path.ok()) return Usage(path.status());
@@ -190,7 +257,7 @@ std::optional<Failure> Show(const Flags& flags) {
 }
 
 int Run(int argc, char** argv) {
-  StatusOr<Flags> flags = Flags::Parse(argc, argv, {"help"});
+  StatusOr<Flags> flags = Flags::Parse(argc, argv, {"help", "random-weights"});
   std::optional<Failure> failure;
   if (!flags.ok()) {
     failure = Usage(flags.status());
@@ -203,11 +270,13 @@ int Run(int argc, char** argv) {
     failure = ImportMInference(*flags);
   } else if (command == "import-duo") {
     failure = ImportDuo(*flags);
+  } else if (command == "search") {
+    failure = Search(*flags);
   } else if (command == "show") {
     failure = Show(*flags);
   } else {
     failure = Usage(InvalidArgumentError("unknown command \"" + command +
-                                         "\" (import-minference, import-duo, show)"));
+                                         "\" (import-minference, import-duo, search, show)"));
   }
   if (!failure) return 0;
   std::cerr << "millipede-policy: " << failure->status.message() << "\n";

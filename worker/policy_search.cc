@@ -1,0 +1,229 @@
+#include "worker/policy_search.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <sstream>
+
+#include "common/policy/policy_summary.h"
+
+namespace millipede {
+namespace {
+
+constexpr int64_t kBlock = 64;
+constexpr int64_t kLastQueries = 64;
+
+// The largest x in [1, hi] whose pairs stay within `target` (1 when none does); pairs(x) grows
+// with x.
+int64_t LargestFitting(int64_t hi, double target, const std::function<double(int64_t)>& pairs) {
+  int64_t lo = 1;
+  if (pairs(1) > target) return 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (pairs(mid) <= target) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+HeadPrefillPolicy AShape(int64_t sink, int64_t window) {
+  HeadPrefillPolicy h;
+  h.pattern = PrefillPattern::kAShape;
+  h.a_shape = {sink, window};
+  return h;
+}
+HeadPrefillPolicy BlockSparse(int64_t top_blocks) {
+  HeadPrefillPolicy h;
+  h.pattern = PrefillPattern::kBlockSparse;
+  h.block_sparse = {kBlock, top_blocks};
+  return h;
+}
+HeadPrefillPolicy VerticalSlash(int64_t vertical, int64_t slash) {
+  HeadPrefillPolicy h;
+  h.pattern = PrefillPattern::kVerticalSlash;
+  h.vertical_slash = {kLastQueries, vertical, slash};
+  return h;
+}
+
+// Relative squared error of each KV head's query heads: o and dense are [rows, heads * head_dim].
+std::vector<double> HeadErrors(const std::vector<float>& o, const std::vector<float>& dense,
+                               const ModelConfig& c) {
+  const int64_t heads = c.num_attention_heads, group = heads / c.num_key_value_heads;
+  const int64_t width = heads * c.head_dim, rows = static_cast<int64_t>(dense.size()) / width;
+  std::vector<double> err(static_cast<size_t>(c.num_key_value_heads), 0.0),
+      norm(static_cast<size_t>(c.num_key_value_heads), 0.0);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < c.head_dim; ++d) {
+        const size_t i = static_cast<size_t>(t * width + h * c.head_dim + d);
+        const double diff = static_cast<double>(o[i]) - dense[i];
+        err[static_cast<size_t>(h / group)] += diff * diff;
+        norm[static_cast<size_t>(h / group)] += static_cast<double>(dense[i]) * dense[i];
+      }
+  for (size_t g = 0; g < err.size(); ++g) err[g] = norm[g] > 0 ? err[g] / norm[g] : err[g];
+  return err;
+}
+
+// The engine and what its observer captured.
+class SearchRun {
+ public:
+  static StatusOr<std::unique_ptr<SearchRun>> Create(EngineOptions options) {
+    auto run = std::unique_ptr<SearchRun>(new SearchRun());
+    SearchRun* self = run.get();
+    options.attention_observer = [self](int64_t layer, ConstTensorView o) {
+      self->Observe(layer, o);
+    };
+    MP_ASSIGN_OR_RETURN(run->engine_, Engine::Create(options, nullptr));
+    run->outputs_.resize(static_cast<size_t>(run->engine_->config().num_hidden_layers));
+    return run;
+  }
+  Engine& engine() { return *engine_; }
+
+  // Prefills `prompt` under `policy` and returns the attention output of layer `layer` (every
+  // layer's with -1, the run then going through the whole model; else it stops after `layer`).
+  StatusOr<std::vector<std::vector<float>>> Run(const AttentionPolicy& policy,
+                                                std::span<const int32_t> prompt, int64_t layer) {
+    for (auto& o : outputs_) o.clear();
+    capture_ = layer;
+    observed_ = OkStatus();
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    MP_RETURN_IF_ERROR(engine_->StartSequence(n, n, policy));
+    const TokenRange all[] = {{0, n}};
+    auto keep_going = [layer](int64_t done, int64_t) { return layer < 0 || done <= layer; };
+    StatusOr<std::optional<ConstTensorView>> out = engine_->ForwardShard(all, prompt, keep_going);
+    engine_->EndSequence();
+    // Stopping after the layer cancels the step: expected unless it was the last layer.
+    if (!out.ok() && !(layer >= 0 && out.status().code() == StatusCode::kCancelled))
+      return out.status();
+    MP_RETURN_IF_ERROR(observed_);
+    return outputs_;
+  }
+
+ private:
+  SearchRun() = default;
+  void Observe(int64_t layer, ConstTensorView o) {
+    if (!observed_.ok() || (capture_ >= 0 && layer != capture_)) return;
+    std::vector<float>& host = outputs_[static_cast<size_t>(layer)];
+    host.resize(static_cast<size_t>(o.NumElements()));
+    observed_ = engine_->backend().CopyToHost(o, {host.data(), DType::kF32, o.shape});
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::vector<std::vector<float>> outputs_;  // [layer] [rows * heads * head_dim]
+  int64_t capture_ = -1;
+  Status observed_;
+};
+
+}  // namespace
+
+StatusOr<std::vector<SearchCandidate>> SearchCandidates(int64_t length,
+                                                        const PolicySearchOptions& options) {
+  MP_REQUIRE(length >= 1, "search: the prompt is empty");
+  MP_REQUIRE(options.budget > 0 && options.budget <= 1, "search: the budget ", options.budget,
+             " must lie in (0, 1]");
+  MP_REQUIRE(options.sink_tokens >= 1, "search: the a-shape sinks must be positive, got ",
+             options.sink_tokens);
+  const double target = options.budget * CausalPairs(length);
+  auto pairs = [length](const HeadPrefillPolicy& h) { return ExpectedPrefillPairs(h, length); };
+  std::vector<SearchCandidate> out;
+  const int64_t sink = options.sink_tokens;
+  const int64_t window =
+      LargestFitting(length, target, [&](int64_t w) { return pairs(AShape(sink, w)); });
+  out.push_back({"a-shape " + std::to_string(sink) + "+" + std::to_string(window),
+                 AShape(sink, window)});
+  const int64_t top = LargestFitting((length + kBlock - 1) / kBlock, target,
+                                     [&](int64_t t) { return pairs(BlockSparse(t)); });
+  out.push_back({"block-sparse top " + std::to_string(top), BlockSparse(top)});
+  // Keys per query the budget allows (columns and diagonals together).
+  const int64_t keys =
+      1 + LargestFitting(length, target, [&](int64_t k) { return pairs(VerticalSlash(1, k)); });
+  for (const int64_t share : {8, 2}) {
+    const int64_t vertical = std::max<int64_t>(1, keys / share);
+    const int64_t slash = std::max<int64_t>(1, keys - vertical);
+    out.push_back({"vertical-slash " + std::to_string(vertical) + "/" + std::to_string(slash),
+                   VerticalSlash(vertical, slash)});
+  }
+  return out;
+}
+
+StatusOr<PolicySearchResult> SearchPolicy(EngineOptions engine_options,
+                                          std::span<const int32_t> prompt,
+                                          const PolicySearchOptions& options) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  MP_REQUIRE(n >= kLastQueries, "search: the reference prompt has ", n,
+             " tokens; give at least ", kLastQueries);
+  PolicySearchResult result;
+  MP_ASSIGN_OR_RETURN(result.candidates, SearchCandidates(n, options));
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<SearchRun> run, SearchRun::Create(std::move(engine_options)));
+  const ModelConfig& c = run->engine().config();
+  const int64_t layers = c.num_hidden_layers, kv_heads = c.num_key_value_heads;
+  const AttentionPolicy dense = DensePolicy(layers, kv_heads);
+  // Which candidates this engine runs (a pattern its backend lacks is refused up front).
+  bool any = false;
+  for (SearchCandidate& cand : result.candidates) {
+    AttentionPolicy p = dense;
+    p.layers[0].prefill.assign(static_cast<size_t>(kv_heads), cand.head);
+    const Status s = run->engine().CheckPolicy(p);
+    if (!s.ok() && s.code() != StatusCode::kUnimplemented) return s;
+    cand.runnable = s.ok();
+    any = any || cand.runnable;
+  }
+  MP_REQUIRE(any, "search: this engine runs none of the candidate patterns");
+  MP_ASSIGN_OR_RETURN(const std::vector<std::vector<float>> reference, run->Run(dense, prompt, -1));
+
+  result.policy = dense;
+  result.policy.dense_below_tokens = options.dense_below_tokens;
+  const size_t num_candidates = result.candidates.size();
+  for (int64_t l = 0; l < layers; ++l) {
+    auto& errors = result.errors.emplace_back(
+        num_candidates, std::vector<double>(static_cast<size_t>(kv_heads), 0.0));
+    for (size_t k = 0; k < num_candidates; ++k) {
+      if (!result.candidates[k].runnable) continue;
+      AttentionPolicy p = dense;
+      p.layers[static_cast<size_t>(l)].prefill.assign(static_cast<size_t>(kv_heads),
+                                                      result.candidates[k].head);
+      MP_ASSIGN_OR_RETURN(const std::vector<std::vector<float>> out, run->Run(p, prompt, l));
+      errors[k] = HeadErrors(out[static_cast<size_t>(l)], reference[static_cast<size_t>(l)], c);
+    }
+    auto& chosen = result.chosen.emplace_back();
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      int best = -1;
+      for (size_t k = 0; k < num_candidates; ++k)
+        if (result.candidates[k].runnable &&
+            (best < 0 || errors[k][static_cast<size_t>(g)] <
+                             errors[static_cast<size_t>(best)][static_cast<size_t>(g)]))
+          best = static_cast<int>(k);
+      chosen.push_back(best);
+      result.policy.layers[static_cast<size_t>(l)].prefill[static_cast<size_t>(g)] =
+          result.candidates[static_cast<size_t>(best)].head;
+    }
+  }
+  MP_RETURN_IF_ERROR(ValidateAttentionPolicy(result.policy, layers, kv_heads, "searched policy"));
+  return result;
+}
+
+std::string PolicySearchReport(const PolicySearchResult& result) {
+  std::ostringstream out;
+  out << "candidates:";
+  for (const SearchCandidate& cand : result.candidates)
+    out << " [" << cand.name << (cand.runnable ? "" : ", not run: the engine lacks it") << "]";
+  out << "\n";
+  for (size_t l = 0; l < result.chosen.size(); ++l) {
+    out << "layer " << l << ":";
+    for (size_t g = 0; g < result.chosen[l].size(); ++g) {
+      const int k = result.chosen[l][g];
+      char err[32];
+      std::snprintf(err, sizeof(err), "%.2e", result.errors[l][static_cast<size_t>(k)][g]);
+      out << "  kv" << g << " " << result.candidates[static_cast<size_t>(k)].name << " (" << err
+          << ")";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace millipede
