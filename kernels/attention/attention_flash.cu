@@ -396,7 +396,6 @@ struct FlashInstance {
   int rows;  // query rows (packed) per block
 };
 
-// The batched kernel's instance (kernel_batch) exists for the decode shape only.
 template <typename Tile, typename T>
 FlashInstance Instance() {
   return {&AttentionFlashKernel<Tile, T>, Tile::kThreads, Tile::kSmemBytes, Tile::kRows};
