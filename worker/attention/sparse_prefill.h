@@ -36,6 +36,10 @@ inline constexpr int64_t kForcedDiagonals = 100;
 // `grid` positions. Flattened (q_row_begin, q_row_end, pos_begin) triples.
 std::vector<int64_t> SparseQueryTiles(std::span<const TokenRange> ranges, int64_t grid);
 
+// The key layout (sparse_index.h) of rows holding `ranges` in order: flattened (pos_begin,
+// pos_end, row_begin) triples.
+std::vector<int64_t> SparseKeyRuns(std::span<const TokenRange> ranges);
+
 // The positions queries at `q_ranges` need under a vertical-slash selection: the selected columns
 // before their last query and each selected diagonal's band over their query blocks
 // (vertical_slash_index.h).

@@ -6,16 +6,6 @@
 #include "worker/dist/global_top_k.h"
 
 namespace millipede {
-namespace {
-
-std::vector<int64_t> Positions(std::span<const TokenRange> ranges) {
-  std::vector<int64_t> out;
-  for (const TokenRange& r : ranges)
-    for (int64_t p = r.begin; p < r.end; ++p) out.push_back(p);
-  return out;
-}
-
-}  // namespace
 
 StatusOr<std::vector<std::vector<int64_t>>> StaticEvictionDecode::Select(
     AttentionEnv& env, ConstTensorView scores, const std::vector<int64_t>& positions) {
@@ -83,7 +73,7 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
   const int64_t obs_begin = in.length - obs;
   MP_ASSIGN_OR_RETURN(ConstKvRows rows, in.store->Rows(in.step_rows));
   const std::span<const TokenRange> ranges = in.rank_blocks[static_cast<size_t>(env.comm.rank())];
-  const std::vector<int64_t> positions = Positions(ranges);
+  const std::vector<int64_t> positions = RangePositions(ranges);
   MP_ASSERT(static_cast<int64_t>(positions.size()) == rows.k.dim(0),
             "block positions cover the rows");
   MP_ASSIGN_OR_RETURN(ConstTensorView q, observed_.Gather(env, in, obs_begin, obs));

@@ -45,6 +45,15 @@ inline int64_t TotalSize(std::span<const TokenRange> ranges) {
   return n;
 }
 
+// Every position of `ranges`, in order.
+inline std::vector<int64_t> RangePositions(std::span<const TokenRange> ranges) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(TotalSize(ranges)));
+  for (const TokenRange& r : ranges)
+    for (int64_t p = r.begin; p < r.end; ++p) out.push_back(p);
+  return out;
+}
+
 class ShardPlan {
  public:
   // A plan for a prompt of `prompt_tokens` (>= 1) tokens over `num_ranks` (>= 1) ranks.

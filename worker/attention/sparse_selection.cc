@@ -1,0 +1,184 @@
+// SparsePrefill's selection: the vertical-slash heads' columns and diagonals (scores of each
+// rank's keys, one global top-k for the columns, diagonal scores summed over ranks) and the
+// block-sparse heads' pooled queries and keys (block sums added over ranks). The rest of the
+// strategy (index, fetch, attention) is in sparse_prefill.cc.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "worker/attention/scratch_buffer.h"
+#include "worker/attention/sparse_prefill.h"
+#include "worker/dist/global_top_k.h"
+
+namespace millipede {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Selections [rows][...] packed into [rows, width] with -1 padding.
+std::vector<int64_t> Pack(const std::vector<std::vector<int64_t>>& rows, int64_t* width) {
+  *width = 0;
+  for (const auto& r : rows) *width = std::max<int64_t>(*width, static_cast<int64_t>(r.size()));
+  std::vector<int64_t> out(rows.size() * static_cast<size_t>(*width), -1);
+  for (size_t g = 0; g < rows.size(); ++g)
+    std::copy(rows[g].begin(), rows[g].end(), out.begin() + static_cast<int64_t>(g) * *width);
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
+    AttentionEnv& env, ConstTensorView scores, std::span<const TokenRange> ranges) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = static_cast<int64_t>(heads_.size()), n_k = scores.dim(1);
+  const int64_t length = std::max<int64_t>(1, n_k);
+  std::vector<int64_t> budget(heads_.size(), 0);
+  for (size_t g = 0; g < heads_.size(); ++g)
+    if (heads_[g].pattern == PrefillPattern::kVerticalSlash)
+      budget[g] = heads_[g].vertical_slash.vertical;
+  const int64_t k = std::min(*std::max_element(budget.begin(), budget.end()), length);
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(b, &top_index_, DType::kI32, Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
+  MP_RETURN_IF_ERROR(b.TopK({scores, k, index, value}));
+  std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
+  std::vector<float> host_value(host_index.size());
+  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
+  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(value), {host_value.data(), DType::kF32, value.shape}));
+  const std::vector<int64_t> positions = RangePositions(ranges);
+  std::vector<std::vector<int64_t>> selected(heads_.size());
+  std::vector<int64_t> distinct = budget;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (int64_t v : distinct) {
+    if (v == 0) continue;
+    // One global cut per budget: the heads with this budget, the others without candidates.
+    std::vector<GlobalTopKCandidate> candidates;
+    std::vector<int64_t> offsets = {0};
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      if (budget[g] == v) {
+        const int64_t forced = std::min(kForcedColumns, v);
+        for (int64_t p : positions)
+          if (p < forced) candidates.push_back({kInf, p});
+        for (int64_t i = 0; i < k; ++i) {
+          const int32_t row = host_index[static_cast<size_t>(g * k + i)];
+          if (row < 0) break;
+          const int64_t p = positions[static_cast<size_t>(row)];
+          if (p >= forced) candidates.push_back({host_value[static_cast<size_t>(g * k + i)], p});
+        }
+      }
+      offsets.push_back(static_cast<int64_t>(candidates.size()));
+    }
+    MP_ASSIGN_OR_RETURN(GlobalTopKResult cut, GlobalTopK(env.comm, candidates, offsets, v));
+    for (int64_t g = 0; g < kv_heads; ++g)
+      if (budget[g] == v) selected[g] = std::move(cut.kept_positions[static_cast<size_t>(g)]);
+  }
+  return selected;
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(AttentionEnv& env,
+                                                                           ConstTensorView diag) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = diag.dim(0), length = diag.dim(1);
+  int64_t k = 0;
+  for (const HeadPrefillPolicy& h : heads_)
+    if (h.pattern == PrefillPattern::kVerticalSlash)
+      k = std::max(k, std::min(h.vertical_slash.slash, length));
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(b, &top_index_, DType::kI32, Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
+  MP_RETURN_IF_ERROR(b.TopK({diag, k, index, value}));
+  std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
+  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
+  std::vector<std::vector<int64_t>> selected(heads_.size());
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    const HeadPrefillPolicy& h = heads_[static_cast<size_t>(g)];
+    if (h.pattern != PrefillPattern::kVerticalSlash) continue;
+    // The nearest diagonals first (diagonal 0 among them: every query sees itself), then the
+    // best scored others, up to the budget. The scores agree on every rank (summed over ranks).
+    const int64_t budget = std::min(h.vertical_slash.slash, length);
+    const int64_t forced = std::min(kForcedDiagonals, budget);
+    std::vector<int64_t>& s = selected[static_cast<size_t>(g)];
+    for (int64_t d = 0; d < forced; ++d) s.push_back(d);
+    for (int64_t i = 0; i < k && static_cast<int64_t>(s.size()) < budget; ++i) {
+      const int32_t d = host_index[static_cast<size_t>(g * k + i)];
+      if (d < 0) break;
+      if (d >= forced) s.push_back(d);
+    }
+    std::sort(s.begin(), s.end());
+  }
+  return selected;
+}
+
+Status SparsePrefill::SelectVerticalSlash(AttentionEnv& env, const PrefillInput& in,
+                                          ConstKvRows mine,
+                                          std::span<const TokenRange> mine_ranges) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = static_cast<int64_t>(heads_.size());
+  // The layer's vertical-slash heads observe the same last queries: the most any of them asks
+  // for, within this step's queries.
+  int64_t observe = 1;
+  for (const HeadPrefillPolicy& h : heads_)
+    if (h.pattern == PrefillPattern::kVerticalSlash)
+      observe = std::max(observe, h.vertical_slash.last_queries);
+  observe = std::min(observe, in.length - in.step_begin);
+  const int64_t begin = in.length - observe;
+  MP_ASSIGN_OR_RETURN(ConstTensorView q, observed_.Gather(env, in, begin, observe));
+  MP_ASSIGN_OR_RETURN(ConstTensorView lse, observed_.GlobalLse(env, q, begin, mine, mine_ranges));
+  std::vector<int64_t> q_positions(static_cast<size_t>(observe));
+  std::iota(q_positions.begin(), q_positions.end(), begin);
+  const std::vector<int64_t> k_positions = RangePositions(mine_ranges);
+  MP_ASSIGN_OR_RETURN(TensorView q_pos, UploadI64(b, &q_pos_, q_positions));
+  MP_ASSIGN_OR_RETURN(TensorView k_pos, UploadI64(b, &k_pos_, k_positions));
+  const int64_t n_k = static_cast<int64_t>(k_positions.size());
+  MP_ASSIGN_OR_RETURN(TensorView scores,
+                      ScratchBuffer(b, &scores_, DType::kF32, Shape{kv_heads, n_k}));
+  MP_ASSIGN_OR_RETURN(TensorView diag,
+                      ScratchBuffer(b, &diag_, DType::kF32, Shape{kv_heads, in.length}));
+  KeyScoresArgs a{q, AsConst(q_pos), mine.k, AsConst(k_pos), lse, 0.0f, scores, diag};
+  MP_RETURN_IF_ERROR(b.KeyScores(a));
+  if (env.comm.size() > 1) {
+    MP_RETURN_IF_ERROR(env.comm.AllReduce(diag, ReduceOp::kSum));
+    env.stats.comm_bytes += static_cast<int64_t>(diag.NumBytes());
+  }
+  MP_ASSIGN_OR_RETURN(auto columns, SelectColumns(env, AsConst(scores), mine_ranges));
+  MP_ASSIGN_OR_RETURN(auto diagonals, SelectDiagonals(env, AsConst(diag)));
+  columns_ = Pack(columns, &columns_width_);
+  diagonals_ = Pack(diagonals, &diagonals_width_);
+  return OkStatus();
+}
+
+Status SparsePrefill::PoolBlocks(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
+                                 std::span<const TokenRange> mine_ranges) {
+  Backend& b = env.backend;
+  const ModelConfig& c = env.config;
+  const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
+  const int64_t blocks = (in.length + block_ - 1) / block_;
+  MP_ASSIGN_OR_RETURN(TensorView q_sums,
+                      ScratchBuffer(b, &q_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView k_sums,
+                      ScratchBuffer(b, &k_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_counts,
+                      ScratchBuffer(b, &q_counts_, DType::kF32, Shape{blocks}));
+  MP_ASSIGN_OR_RETURN(TensorView k_counts,
+                      ScratchBuffer(b, &k_counts_, DType::kF32, Shape{blocks}));
+  const int64_t n = in.q.dim(0);
+  MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{n, c.num_attention_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_runs, UploadI64(b, &dev_runs_, SparseKeyRuns(in.q_ranges), 3));
+  MP_RETURN_IF_ERROR(b.BlockSums(
+      {q, AsConst(q_runs), block_, c.num_attention_heads / kv_heads, q_sums, q_counts}));
+  MP_ASSIGN_OR_RETURN(TensorView k_runs, UploadI64(b, &dev_runs_, SparseKeyRuns(mine_ranges), 3));
+  MP_RETURN_IF_ERROR(b.BlockSums({mine.k, AsConst(k_runs), block_, 1, k_sums, k_counts}));
+  if (env.comm.size() > 1) {
+    for (TensorView t : {q_sums, k_sums, q_counts, k_counts}) {
+      MP_RETURN_IF_ERROR(env.comm.AllReduce(t, ReduceOp::kSum));
+      env.stats.comm_bytes += static_cast<int64_t>(t.NumBytes());
+    }
+  }
+  pooled_ = {AsConst(q_sums), AsConst(q_counts), AsConst(k_sums), AsConst(k_counts)};
+  return OkStatus();
+}
+
+}  // namespace millipede
