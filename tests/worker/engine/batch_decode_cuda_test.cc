@@ -1,0 +1,105 @@
+// Batched decode on the CUDA backend: four sequences of different lengths (bf16 KV, head_dim 64,
+// so their decode tokens take the batched tensor-core launch) decoding together give the logits
+// of each sequence decoded alone on the GPU (the single-sequence split-KV kernel), and of the
+// CPU engine decoding them together. The decode ids are fixed (no sampling), so the sequences
+// stay the same on every side. Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/worker/engine_test_util.h"
+
+namespace millipede {
+namespace {
+
+using testing::MaxRelError;
+using testing::RandomIds;
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::unique_ptr<Engine> MakeEngine(BackendKind backend) {
+  ModelConfig c = testing::SmallConfig();
+  c.num_hidden_layers = 4;
+  c.hidden_size = 256;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;  // the tensor-core attention path
+  c.intermediate_size = 512;
+  EngineOptions o = testing::RandomEngineOptions(c, DType::kF32, DType::kBF16, 256);
+  o.backend = backend;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return std::move(e).value();
+}
+
+// Logits [sequence][step] of `decode` steps after each prompt, the sequences' decode tokens in
+// one step each when `together`, else each sequence alone.
+std::vector<std::vector<std::vector<float>>> Decode(Engine& e,
+                                                    const std::vector<std::vector<int32_t>>& prompts,
+                                                    const std::vector<int32_t>& decode,
+                                                    bool together) {
+  const size_t n = prompts.size();
+  std::vector<std::vector<std::vector<float>>> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t len = static_cast<int64_t>(prompts[i].size());
+    const SequenceId id = static_cast<SequenceId>(i + 1);
+    EXPECT_TRUE(e.StartSequence(id, {len + static_cast<int64_t>(decode.size()), len, e.policy()})
+                    .ok());
+    EXPECT_TRUE(e.RunStep({{SequenceStep{id, StepKind::kPrefill, {{0, len}}, prompts[i]}}}).ok());
+  }
+  const int64_t vocab = e.config().vocab_size;
+  auto record = [&](const StepOutput& step, size_t entry, size_t seq) {
+    ASSERT_TRUE(step.logits[entry].has_value());
+    out[seq].emplace_back(static_cast<size_t>(vocab));
+    ASSERT_TRUE(e.backend()
+                    .CopyToHost(*step.logits[entry], {out[seq].back().data(), DType::kF32,
+                                                      Shape{vocab}})
+                    .ok());
+  };
+  for (int32_t token : decode) {
+    std::vector<StepPlan> plans(together ? 1 : n);
+    for (size_t i = 0; i < n; ++i)
+      plans[together ? 0 : i].steps.push_back(
+          SequenceStep{static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {token}});
+    for (size_t p = 0; p < plans.size(); ++p) {
+      StatusOr<StepOutput> step = e.RunStep(plans[p]);
+      EXPECT_TRUE(step.ok()) << step.status().ToString();
+      if (!step.ok()) return out;
+      for (size_t k = 0; k < plans[p].steps.size(); ++k) record(*step, k, together ? k : p);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) e.EndSequence(static_cast<SequenceId>(i + 1));
+  return out;
+}
+
+TEST(BatchDecodeCudaTest, TogetherEqualsAloneAndTheCpuEngine) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::vector<int32_t>> prompts = {RandomIds(70, 97, 1), RandomIds(1300, 97, 2),
+                                                     RandomIds(5, 97, 3), RandomIds(300, 97, 4)};
+  const std::vector<int32_t> decode = RandomIds(4, 97, 5);
+  auto gpu = MakeEngine(BackendKind::kCuda);
+  auto cpu = MakeEngine(BackendKind::kCpu);
+  const auto together = Decode(*gpu, prompts, decode, true);
+  const auto alone = Decode(*gpu, prompts, decode, false);
+  const auto reference = Decode(*cpu, prompts, decode, true);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(together[i].size(), decode.size());
+    ASSERT_EQ(alone[i].size(), decode.size());
+    ASSERT_EQ(reference[i].size(), decode.size());
+    for (size_t s = 0; s < decode.size(); ++s) {
+      // The same bf16 K/V on both GPU sides; only the key splits and P's rounding differ.
+      EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2) << "sequence " << i << " step " << s;
+      // The tensor-core rounding of q and P (attention_cuda.h) against the CPU's fp32 math.
+      EXPECT_LT(MaxRelError(together[i][s], reference[i][s]), 3e-2)
+          << "sequence " << i << " step " << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace millipede
