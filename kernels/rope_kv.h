@@ -47,4 +47,9 @@ Status RopeKvRef(const RopeKvArgs& args);
 // the row's destinations; with no destination the caches stay empty (rotate q only, RopeArgs).
 RopeKvArgs RopeKvRowArgs(const RopeKvArgs& args, int64_t t);
 
+// A per-row call (args.k_rows set) row by row: `rope` for the rows without destinations,
+// `rope_kv` for the others (a backend's own ops, or the references).
+Status RopeKvByRow(const RopeKvArgs& args, Status (*rope)(const RopeArgs&),
+                   Status (*rope_kv)(const RopeKvArgs&));
+
 }  // namespace millipede

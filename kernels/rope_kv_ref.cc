@@ -73,17 +73,19 @@ RopeKvArgs RopeKvRowArgs(const RopeKvArgs& args, int64_t t) {
   return row;
 }
 
+Status RopeKvByRow(const RopeKvArgs& args, Status (*rope)(const RopeArgs&),
+                   Status (*rope_kv)(const RopeKvArgs&)) {
+  for (int64_t t = 0; t < args.q.dim(0); ++t) {
+    const RopeKvArgs row = RopeKvRowArgs(args, t);
+    MP_RETURN_IF_ERROR(row.k_cache.data == nullptr ? rope({row.q, row.positions, row.inv_freq})
+                                                   : rope_kv(row));
+  }
+  return OkStatus();
+}
+
 Status RopeKvRef(const RopeKvArgs& args) {
   MP_RETURN_IF_ERROR(RopeKvCheckArgs(args));
-  if (!args.k_rows.empty()) {
-    for (int64_t t = 0; t < args.q.dim(0); ++t) {
-      const RopeKvArgs row = RopeKvRowArgs(args, t);
-      MP_RETURN_IF_ERROR(row.k_cache.data == nullptr
-                             ? RopeRef({row.q, row.positions, row.inv_freq})
-                             : RopeKvRef(row));
-    }
-    return OkStatus();
-  }
+  if (!args.k_rows.empty()) return RopeKvByRow(args, RopeRef, RopeKvRef);
   MP_RETURN_IF_ERROR(RopeRef({args.q, args.positions, args.inv_freq}));
   // The keys are rotated in a copy: the op leaves its inputs as they are.
   std::vector<float> k(static_cast<size_t>(args.k.NumElements()));

@@ -17,7 +17,6 @@ namespace {
 using attention_internal::AttentionBatchTable;
 using attention_internal::AttentionFlashShape;
 using attention_internal::AttentionKernelParams;
-
 using attention_internal::IsAligned;
 
 // True when every sequence can run on the batched tensor-core kernel.
@@ -82,6 +81,13 @@ StatusOr<std::vector<LaunchPlan>> PlanLaunches(const BatchDecodeAttentionArgs& a
   return plans;
 }
 
+// The workspace the launches share (they run in turn on one stream).
+size_t WorkspaceBytes(const std::vector<LaunchPlan>& plans) {
+  size_t bytes = 0;
+  for (const LaunchPlan& plan : plans) bytes = std::max(bytes, plan.WorkspaceBytes());
+  return bytes;
+}
+
 // Runs one launch (and its merge) with its partials in `workspace`.
 Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, char* workspace,
                  cudaStream_t stream) {
@@ -140,14 +146,14 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
 StatusOr<size_t> BatchDecodeAttentionCudaWorkspaceBytes(const BatchDecodeAttentionArgs& args,
                                                         const AttentionCudaOptions& options) {
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
-  size_t bytes = 0;
   if (TensorCoresFit(args)) {
     MP_ASSIGN_OR_RETURN(const std::vector<LaunchPlan> plans, PlanLaunches(args, options));
-    for (const LaunchPlan& plan : plans) bytes = std::max(bytes, plan.WorkspaceBytes());
-    return bytes;
+    return WorkspaceBytes(plans);
   }
+  size_t bytes = 0;
   for (int64_t b = 0; b < args.q.dim(0); ++b) {
-    MP_ASSIGN_OR_RETURN(const size_t one, AttentionCudaWorkspaceBytes(BatchDecodeEntryArgs(args, b), options));
+    MP_ASSIGN_OR_RETURN(const size_t one,
+                        AttentionCudaWorkspaceBytes(BatchDecodeEntryArgs(args, b), options));
     bytes = std::max(bytes, one);
   }
   return bytes;
@@ -163,8 +169,7 @@ Status BatchDecodeAttentionCuda(const BatchDecodeAttentionArgs& args,
     return OkStatus();
   }
   MP_ASSIGN_OR_RETURN(const std::vector<LaunchPlan> plans, PlanLaunches(args, options));
-  size_t bytes = 0;
-  for (const LaunchPlan& plan : plans) bytes = std::max(bytes, plan.WorkspaceBytes());
+  const size_t bytes = WorkspaceBytes(plans);
   void* workspace = options.workspace;
   if (bytes > 0 && workspace != nullptr) {
     MP_REQUIRE(options.workspace_bytes >= bytes, "batch decode attention: workspace of ",

@@ -11,16 +11,8 @@ namespace millipede {
 
 Status RopeKvCpu(const RopeKvArgs& args) {
   MP_RETURN_IF_ERROR(RopeKvCheckArgs(args));
-  if (!args.k_rows.empty()) {
-    // A few decode tokens, each stored in its own cache.
-    for (int64_t t = 0; t < args.q.dim(0); ++t) {
-      const RopeKvArgs row = RopeKvRowArgs(args, t);
-      MP_RETURN_IF_ERROR(row.k_cache.data == nullptr
-                             ? RopeCpu({row.q, row.positions, row.inv_freq})
-                             : RopeKvCpu(row));
-    }
-    return OkStatus();
-  }
+  // A few decode tokens, each stored in its own cache.
+  if (!args.k_rows.empty()) return RopeKvByRow(args, RopeCpu, RopeKvCpu);
   const int64_t n = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
   const int64_t num_kv_heads = args.k.dim(1), half = head_dim / 2;
   const int64_t kv_row = num_kv_heads * head_dim;

@@ -23,15 +23,11 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "common/tensor.h"
+#include "tests/have_gpu.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/op_compare.h"
 
 namespace millipede::testing {
-
-inline bool HaveGpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 // The fixture of a parameterised GPU op test: skips every case on a machine without a GPU.
 template <typename Case>

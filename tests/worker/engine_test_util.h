@@ -23,6 +23,19 @@ inline ModelConfig SmallConfig() {
   return c;
 }
 
+// SmallConfig widened to the tensor-core attention path (8 query heads over 2 KV heads of
+// head_dim 64), `layers` deep: the GPU engine suites compare it with the CPU engine.
+inline ModelConfig GpuSmallConfig(int64_t layers) {
+  ModelConfig c = SmallConfig();
+  c.num_hidden_layers = layers;
+  c.hidden_size = 256;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.intermediate_size = 512;
+  return c;
+}
+
 inline EngineOptions RandomEngineOptions(const ModelConfig& c, DType weights, DType kv,
                                          int64_t chunk = 512, uint64_t seed = 11) {
   EngineOptions o;

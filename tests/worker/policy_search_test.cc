@@ -1,8 +1,9 @@
 // SearchPolicy (MInference's pattern search) on a small random model in fp32: the candidates are
 // tuned to the budget by the cost model; with a budget that covers every key the a-shape and
-// block-sparse candidates are dense attention (their errors vanish); and the searched policy, run on one layer at a time, is at
-// least as close to dense attention as any single candidate on all of that layer's heads — each
-// head kept its best, and the policy puts each choice on its own head.
+// block-sparse candidates are dense attention (their errors vanish); and the searched policy, run
+// on one layer at a time, is at least as close to dense attention as any single candidate on all
+// of that layer's heads — each head kept its best, and the policy puts each choice on its own
+// head.
 #include "worker/policy_search.h"
 
 #include <gtest/gtest.h>
@@ -68,9 +69,10 @@ TEST(PolicySearchTest, CandidatesFitTheBudget) {
       for (const SearchCandidate& c : *candidates) {
         const double pairs = ExpectedPrefillPairs(c.head, n);
         // Within the budget unless the smallest setting already exceeds it.
-        const bool smallest = c.head.a_shape.window_tokens == 1 ||
-                              c.head.block_sparse.top_blocks == 1 ||
-                              c.head.vertical_slash.slash == 1;
+        const bool smallest =
+            c.head.pattern == PrefillPattern::kAShape ? c.head.a_shape.window_tokens == 1
+            : c.head.pattern == PrefillPattern::kBlockSparse ? c.head.block_sparse.top_blocks == 1
+                                                             : c.head.vertical_slash.slash == 1;
         EXPECT_TRUE(pairs <= target * (1 + 1e-12) || smallest) << c.name << " n " << n;
         EXPECT_GT(pairs, 0) << c.name;
       }

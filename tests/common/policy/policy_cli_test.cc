@@ -1,6 +1,6 @@
 // millipede-policy end to end on small files it is given: each subcommand's success (the written
-// policy loads back and validates; search on the model's shape with random weights), each kind of bad file or value (exit 1, a message naming the
-// place) and bad usage (exit 2).
+// policy loads back and validates; search on the model's shape with random weights), each kind
+// of bad file or value (exit 1, a message naming the place) and bad usage (exit 2).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -3,33 +3,23 @@
 // of each sequence decoded alone on the GPU (the single-sequence split-KV kernel), and of the
 // CPU engine decoding them together. The decode ids are fixed (no sampling), so the sequences
 // stay the same on every side. Skips without a GPU.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "tests/have_gpu.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace millipede {
 namespace {
 
+using testing::HaveGpu;
 using testing::MaxRelError;
 using testing::RandomIds;
 
-bool HaveGpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 std::unique_ptr<Engine> MakeEngine(BackendKind backend) {
-  ModelConfig c = testing::SmallConfig();
-  c.num_hidden_layers = 4;
-  c.hidden_size = 256;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;  // the tensor-core attention path
-  c.intermediate_size = 512;
+  const ModelConfig c = testing::GpuSmallConfig(4);
   EngineOptions o = testing::RandomEngineOptions(c, DType::kF32, DType::kBF16, 256);
   o.backend = backend;
   auto e = Engine::Create(o);
@@ -39,12 +29,11 @@ std::unique_ptr<Engine> MakeEngine(BackendKind backend) {
 
 // Logits [sequence][step] of `decode` steps after each prompt, the sequences' decode tokens in
 // one step each when `together`, else each sequence alone.
-std::vector<std::vector<std::vector<float>>> Decode(Engine& e,
-                                                    const std::vector<std::vector<int32_t>>& prompts,
-                                                    const std::vector<int32_t>& decode,
-                                                    bool together) {
+using Logits = std::vector<std::vector<std::vector<float>>>;  // [sequence][step][vocab]
+Logits Decode(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+              const std::vector<int32_t>& decode, bool together) {
   const size_t n = prompts.size();
-  std::vector<std::vector<std::vector<float>>> out(n);
+  Logits out(n);
   for (size_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(prompts[i].size());
     const SequenceId id = static_cast<SequenceId>(i + 1);
@@ -93,7 +82,8 @@ TEST(BatchDecodeCudaTest, TogetherEqualsAloneAndTheCpuEngine) {
     ASSERT_EQ(reference[i].size(), decode.size());
     for (size_t s = 0; s < decode.size(); ++s) {
       // The same bf16 K/V on both GPU sides; only the key splits and P's rounding differ.
-      EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2) << "sequence " << i << " step " << s;
+      EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2)
+          << "sequence " << i << " step " << s;
       // The tensor-core rounding of q and P (attention_cuda.h) against the CPU's fp32 math.
       EXPECT_LT(MaxRelError(together[i][s], reference[i][s]), 3e-2)
           << "sequence " << i << " step " << s;

@@ -2,32 +2,22 @@
 // engine: the same logits at every decode step, with the selected layers' context rows on the
 // GPU and in pinned host memory (the packed load on the copy queue), for a budget covering the
 // prompt and a small one; the two tiers alike on the GPU. Skips without a GPU.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "tests/have_gpu.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace millipede {
 namespace {
 
+using testing::HaveGpu;
 using testing::MaxRelError;
 using testing::RandomIds;
 
-bool HaveGpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 std::unique_ptr<Engine> MakeEngine(BackendKind backend, SelectedKvTier tier) {
-  ModelConfig c = testing::SmallConfig();
-  c.num_hidden_layers = 8;
-  c.hidden_size = 256;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;  // the tensor-core attention path
-  c.intermediate_size = 512;
+  const ModelConfig c = testing::GpuSmallConfig(8);
   EngineOptions o = testing::RandomEngineOptions(c, DType::kF32, DType::kF32, 256);
   o.backend = backend;
   o.selected_kv = tier;
