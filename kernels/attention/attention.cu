@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda.h"
@@ -29,9 +30,10 @@ using attention_internal::IsAligned;
 // AttentionRef's checks plus the limits of the CUDA launch (offsets, head counts).
 Status CheckArgs(const AttentionArgs& args) {
   MP_RETURN_IF_ERROR(AttentionCheckArgs(args));
-  if (AttentionHasWindow(args))
-    return UnimplementedError(
-        "attention on the GPU: A-shape (sink + window) heads are not available yet");
+  if (AttentionHasWindow(args) && args.k.dim(1) > AttentionKernelParams::kMaxWindowHeads)
+    return UnimplementedError(detail::StrCat(
+        "attention on the GPU: A-shape (sink + window) heads with more than ",
+        AttentionKernelParams::kMaxWindowHeads, " KV heads are not available"));
   if (args.kv_row_visible != nullptr)
     return UnimplementedError("attention on the GPU: evicted key rows are not available yet");
   MP_REQUIRE(std::abs(args.q_offset) < kMaxAbsOffset && std::abs(args.k_offset) < kMaxAbsOffset,
@@ -126,6 +128,13 @@ AttentionKernelParams KernelParams(const AttentionArgs& args, const Plan& plan) 
   p.k_dtype = args.k.dtype;
   p.v_dtype = args.v.dtype;
   p.kv_head_rows = args.kv_head_rows.as<const int32_t>();
+  if (AttentionHasWindow(args)) {
+    p.windowed = true;
+    p.sink_rows = std::clamp<int64_t>(args.sink_tokens - args.k_offset, 0, p.n_kv);
+    for (int g = 0; g < p.num_kv_heads; ++g)
+      p.window[g] = static_cast<int32_t>(
+          std::min<int64_t>(args.kv_head_window[g], std::numeric_limits<int32_t>::max()));
+  }
   return p;
 }
 

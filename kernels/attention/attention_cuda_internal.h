@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <limits.h>
 #include <math.h>
 
 #include <cstdint>
@@ -46,6 +47,57 @@ struct AttentionKernelParams {
   DType v_dtype = DType::kBF16;
   // [num_kv_heads] (device memory): KV head g sees keys below kv_head_rows[g] only; null: all.
   const int32_t* kv_head_rows = nullptr;
+  // A-shape heads (AttentionArgs::kv_head_window), read only when `windowed`: of the keys above,
+  // KV head g with window[g] > 0 sees rows j < sink_rows (the sinks) and rows j with
+  // t + causal_shift - j < window[g] (its recent window; query row t).
+  static constexpr int kMaxWindowHeads = 64;
+  bool windowed = false;
+  int64_t sink_rows = 0;  // sink_tokens - k_offset, clamped to [0, n_kv]
+  int32_t window[kMaxWindowHeads] = {};
+};
+
+// The window of KV head `kv_head` (0: the head sees every key the mask allows).
+__device__ __forceinline__ int WindowOf(const AttentionKernelParams& p, int kv_head) {
+  return p.windowed ? p.window[kv_head] : 0;
+}
+
+// The first key row past the sinks that packed query row `row` of a head with window `window`
+// sees (0 without a window); monotone in row.
+__device__ __forceinline__ int WindowStart(const AttentionKernelParams& p, int window,
+                                           int64_t row) {
+  if (window <= 0) return 0;
+  const int64_t first = row / p.group + p.causal_shift - window + 1;
+  return static_cast<int>(min(static_cast<int64_t>(INT_MAX), max(int64_t{0}, first)));
+}
+
+// Whether a key (row `key`) is hidden by the window from a query row whose window starts at
+// `window_start` (WindowStart); keys past the row's end are the caller's to mask.
+__device__ __forceinline__ bool OutsideWindow(const AttentionKernelParams& p, int key,
+                                              int window_start) {
+  return key < window_start && key >= p.sink_rows;
+}
+
+// The key tiles a block loads: those of the sinks, then those from the tile holding the block's
+// earliest window start on (keys between the two are seen by no row of the block). Without a
+// window that is every tile of [begin, end). Tiles are `keys` long and aligned to `begin`.
+struct KeyTiles {
+  int begin;       // first key of tile 0
+  int sink_tiles;  // tiles [0, sink_tiles) start at begin
+  int window_key0;  // first key of tile sink_tiles
+  int count;
+  __device__ __forceinline__ KeyTiles(int begin_key, int end_key, int keys, int64_t sink_rows,
+                                      int window_start)
+      : begin(begin_key) {
+    const int sink_end =
+        static_cast<int>(min(static_cast<int64_t>(end_key), max(int64_t{begin_key}, sink_rows)));
+    sink_tiles = (sink_end - begin_key + keys - 1) / keys;
+    const int skipped = max(0, window_start - begin_key) / keys * keys;
+    window_key0 = max(begin_key + sink_tiles * keys, begin_key + skipped);
+    count = sink_tiles + (window_key0 < end_key ? (end_key - window_key0 + keys - 1) / keys : 0);
+  }
+  __device__ __forceinline__ int Key0(int tile, int keys) const {
+    return tile < sink_tiles ? begin + tile * keys : window_key0 + (tile - sink_tiles) * keys;
+  }
 };
 
 // The keys KV head `kv_head` may see: [0, KeyRowsOf(p, kv_head)).

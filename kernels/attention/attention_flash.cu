@@ -108,7 +108,11 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
   auto row_key_end = [&](int64_t row) { return keys.RowEnd(p, row); };
   // Causal tile skipping: nothing after the block's last query is loaded at all.
   const int key_end = row_key_end(block_last_row);
-  if (key_end <= key_begin) {
+  // A-shape heads: keys between the sinks and the block's earliest window are not loaded either.
+  const int window = WindowOf(p, kv_head);
+  const KeyTiles tiles(key_begin, key_end, kKeys, window > 0 ? p.sink_rows : 0,
+                       WindowStart(p, window, row0));
+  if (key_end <= key_begin || tiles.count == 0) {
     WriteEmptyRows(p, row0, block_last_row, kv_head, split, Tile::kThreads);
     return;
   }
@@ -135,7 +139,7 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
   };
 
   // The first K/V tile streams in while the Q tile is converted.
-  load_tile(key_begin, 0);
+  load_tile(tiles.Key0(0, kKeys), 0);
   // Q tile, converted from F32 to T once (its precision cost is documented in attention_cuda.h).
   for (int i = threadIdx.x; i < Tile::kRows * kChunks; i += Tile::kThreads) {
     const int r = i / kChunks, c = i % kChunks;
@@ -163,17 +167,23 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
 
   // This thread holds rows g and g + 8 (g = lane / 4) of each of its warp's MMA row tiles.
   const int64_t warp_row0 = row0 + row_warp * Tile::kWarpRows;
-  int row_end[kMTiles][2];
+  int row_end[kMTiles][2], row_start[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      row_end[mt][h] = row_key_end(warp_row0 + mt * 16 + lane / 4 + 8 * h);
-  // Keys seen by every / by some row of the warp (warp-uniform).
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = warp_row0 + mt * 16 + lane / 4 + 8 * h;
+      row_end[mt][h] = row_key_end(row);
+      row_start[mt][h] = WindowStart(p, window, row);
+    }
+  // Keys seen by every / by some row of the warp (warp-uniform), and the window starts of its
+  // first and last rows.
   const bool warp_has_rows = warp_row0 < rows;
+  const int64_t warp_last_row = min(warp_row0 + Tile::kWarpRows, rows) - 1;
   const int warp_all_end = warp_has_rows ? row_key_end(warp_row0) : key_begin;
-  const int warp_any_end =
-      warp_has_rows ? row_key_end(min(warp_row0 + Tile::kWarpRows, rows) - 1) : key_begin;
+  const int warp_any_end = warp_has_rows ? row_key_end(warp_last_row) : key_begin;
+  const int warp_min_start = WindowStart(p, window, warp_row0);
+  const int warp_max_start = warp_has_rows ? WindowStart(p, window, warp_last_row) : 0;
 
   float acc[kMTiles][kHeadDim / 8][4];
   AttentionState state[kMTiles][2];
@@ -187,16 +197,19 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
   }
   const float scale_log2 = p.scale * kLog2e;
 
-  const int num_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  const int num_tiles = tiles.count;
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int tile_key0 = key_begin + tile * kKeys;
+    const int tile_key0 = tiles.Key0(tile, kKeys);
     CpAsyncWaitAll();
     // Now tile `tile` (and, the first time, the Q tile) is visible to every warp, and every warp
     // is done with tile - 1, whose stage the next copy overwrites.
     __syncthreads();
-    if (tile + 1 < num_tiles) load_tile(tile_key0 + kKeys, (tile + 1) % 2);
+    if (tile + 1 < num_tiles) load_tile(tiles.Key0(tile + 1, kKeys), (tile + 1) % 2);
     const int warp_key0 = tile_key0 + key_warp * kWarpKeys;
     if (warp_key0 >= warp_any_end) continue;  // every key of the warp's slice is masked
+    // ... or hidden by the window from every row of the warp
+    if (window > 0 && warp_key0 >= p.sink_rows && warp_key0 + kWarpKeys <= warp_min_start)
+      continue;
     const uint32_t stage_offset = (tile % 2) * kStageBytes;
 
     // S = Q K^T over the warp's slice, raw (unscaled) dot products.
@@ -225,16 +238,20 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
       }
     }
 
-    // Only tiles on the causal diagonal or at the end of the keys need a mask.
-    if (warp_key0 + kWarpKeys > warp_all_end) {
+    // Only tiles on the causal diagonal, at the end of the keys or (A-shape heads) at the start
+    // of a window need a mask.
+    if (warp_key0 + kWarpKeys > warp_all_end ||
+        (window > 0 && warp_key0 < warp_max_start && warp_key0 + kWarpKeys > p.sink_rows)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kWarpKeys / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (warp_key0 + nt * 8 + 2 * (lane % 4) + (e & 1) >= row_end[mt][e / 2])
+          for (int e = 0; e < 4; ++e) {
+            const int key = warp_key0 + nt * 8 + 2 * (lane % 4) + (e & 1);
+            if (key >= row_end[mt][e / 2] || OutsideWindow(p, key, row_start[mt][e / 2]))
               s[mt][nt][e] = -INFINITY;
+          }
     }
 
     // Online softmax. The tile's state is taken relative to m_ref, the larger of the running max

@@ -38,8 +38,18 @@ __global__ void AttentionGenericKernel(const AttentionKernelParams p) {
   const int64_t rows = KeyRowsOf(p, kv_head);
   const int64_t visible = p.causal ? max(int64_t{0}, min(rows, t + p.causal_shift + 1)) : rows;
 
+  // An A-shape head skips the keys between its sinks and its window.
+  const int window = WindowOf(p, kv_head);
+  const int64_t gap_begin = window > 0 ? min(visible, p.sink_rows) : visible;
+  const int64_t gap_end =
+      window > 0 ? max(gap_begin, min(visible, t + p.causal_shift - window + 1)) : visible;
+
   AttentionState state = AttentionState::Empty();
   for (int64_t j = 0; j < visible; ++j) {
+    if (j == gap_begin) {
+      j = gap_end;
+      if (j >= visible) break;
+    }
     const int64_t row = (j * p.num_kv_heads + kv_head) * d;
     float dot = 0.0f;
 #pragma unroll

@@ -93,11 +93,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto row_key_end = [&](int64_t row) { return keys.RowEnd(p, row); };
   // Causal tile skipping: nothing after the block's last query is loaded at all.
   const int key_end = row_key_end(block_last_row);
-  if (key_end <= key_begin) {
+  // A-shape heads: keys between the sinks and the block's earliest window are not loaded either.
+  const int window = WindowOf(p, kv_head);
+  const KeyTiles tiles(key_begin, key_end, kKeys, window > 0 ? p.sink_rows : 0,
+                       WindowStart(p, window, row0));
+  if (key_end <= key_begin || tiles.count == 0) {
     WriteEmptyRows(p, row0, block_last_row, kv_head, split, kThreads);
     return;
   }
-  const int num_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  const int num_tiles = tiles.count;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tile >= kStages) MbarrierWait(empty_bar + 8 * stage, (tile / kStages - 1) & 1);
         const uint32_t bar = full_bar + 8 * stage;
         MbarrierArriveExpectTx(bar, Tile::kStageBytes);
-        const int key0 = key_begin + tile * kKeys;
+        const int key0 = tiles.Key0(tile, kKeys);
         const uint32_t k_dst = kv_base + stage * Tile::kStageBytes;
 #pragma unroll
         for (int b = 0; b < Tile::kColumnBlocks; ++b) {
@@ -146,6 +150,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This thread holds rows r and r + 8 of the warpgroup's 64 (r = 16 warp + lane / 4).
   const int64_t thread_row = wg_row0 + warp * 16 + lane / 4;
   const int row_end[2] = {row_key_end(thread_row), row_key_end(thread_row + 8)};
+  const int row_start[2] = {WindowStart(p, window, thread_row),
+                            WindowStart(p, window, thread_row + 8)};
 
   float o_acc[kHeadDim / 2];
 #pragma unroll
@@ -161,16 +167,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue_pv = [&](int tile) {
     WgmmaIssuePv<T, kHeadDim>(o_acc, pa, stage_of(tile) + Tile::kKvBytes, Tile::kKvBlockBytes);
   };
-  // Masks S of `tile` (only tiles on the diagonal or at the end of the keys) and runs the
-  // online softmax.
+  // Masks S of `tile` (only tiles on the diagonal, at the end of the keys or, for A-shape heads,
+  // at the start of a window) and runs the online softmax.
   auto softmax = [&](int tile, float(&factor)[2]) {
-    const int key0 = key_begin + tile * kKeys;
-    if (key0 + kKeys > row_end[0]) {
+    const int key0 = tiles.Key0(tile, kKeys);
+    if (key0 + kKeys > row_end[0] ||
+        (window > 0 && key0 < row_start[1] && key0 + kKeys > p.sink_rows)) {
 #pragma unroll
       for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (key0 + 8 * j + 2 * (lane % 4) + (e & 1) >= row_end[e / 2]) s[4 * j + e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * j + 2 * (lane % 4) + (e & 1);
+          if (key >= row_end[e / 2] || OutsideWindow(p, key, row_start[e / 2]))
+            s[4 * j + e] = -INFINITY;
+        }
     }
     WgmmaSoftmaxTile(s, state, factor, p.scale);
   };

@@ -5,6 +5,7 @@
 #include "worker/attention/ring_prefill.h"
 #include "worker/attention/sparse_prefill.h"
 #include "worker/attention/static_eviction.h"
+#include "worker/attention/streaming_heads_decode.h"
 
 namespace millipede {
 namespace {
@@ -73,9 +74,15 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
   LayerAttention la;
   la.retention = LayerKvRetention(policy, index);
   MP_ASSIGN_OR_RETURN(la.prefill, BuildPrefill(policy, layer, index));
-  if (layer.MixedDecode())
-    return UnimplementedError("decode roles per KV head (layer " + std::to_string(index) +
-                              ") are not available in this engine yet");
+  if (layer.MixedDecode()) {
+    // Validation allows only full and streaming-head heads side by side.
+    std::vector<int64_t> windows;
+    for (DecodeRole r : layer.decode)
+      windows.push_back(r == DecodeRole::kStreamingHead ? policy.streaming_head.window_tokens : 0);
+    la.decode = std::make_unique<StreamingHeadsDecode>(std::move(windows),
+                                                      policy.streaming_head.sink_tokens);
+    return la;
+  }
   switch (layer.LayerDecode()) {
     case DecodeRole::kFull:
       la.decode = std::make_unique<FullDecode>();

@@ -59,13 +59,10 @@ PolicyCapabilities Engine::capabilities() const {
   const std::vector<DecodeRole> decode = {DecodeRole::kFull, DecodeRole::kFilter,
                                           DecodeRole::kSelected, DecodeRole::kStreamingHead,
                                           DecodeRole::kStaticEviction};
-  if (options_.backend == BackendKind::kCpu)
-    return {{PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
-             PrefillPattern::kBlockSparse},
-            decode};
-  // The CUDA attention kernels have no per-head window: A-shape heads are CPU only.
-  return {{PrefillPattern::kDense, PrefillPattern::kVerticalSlash, PrefillPattern::kBlockSparse},
-          decode};
+  return {{PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
+           PrefillPattern::kBlockSparse},
+          decode,
+          /*mixed_decode_layers=*/true};
 }
 
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {

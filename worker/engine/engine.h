@@ -106,15 +106,13 @@ class Engine {
   // The attention policy sequences get unless they bring their own (dense/full unless set).
   const AttentionPolicy& policy() const { return policy_; }
   // The patterns and roles this engine runs, reported to the coordinator (a worker's hello).
-  // Dense prefill and full, streaming-head, static-eviction, filter and selected decode on every
-  // backend (a streaming store keeps the rows a streaming head sees; static eviction and OmniKV's
-  // roles are made of backend ops); a-shape prefill heads on the CPU backend (the GPU attention
-  // kernels have no windows).
+  // Every prefill pattern and decode role on every backend, and layers that mix full and
+  // streaming-head decode per KV head (DuoAttention): a streaming store keeps the rows a
+  // streaming layer sees, the attention ops' per-KV-head windows serve a-shape prefill and mixed
+  // layers, and static eviction and OmniKV's roles are made of backend ops.
   PolicyCapabilities capabilities() const;
   // Checks that `policy` fits the model (ValidateAttentionPolicy) and that this engine runs it:
-  // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head,
-  // and so is a layer that mixes decode roles per KV head (one decode strategy per layer so far:
-  // capabilities().mixed_decode_layers is false).
+  // a pattern or role outside capabilities() is Unimplemented naming it, the layer and the head.
   Status CheckPolicy(const AttentionPolicy& policy) const;
   // Checks `policy` (CheckPolicy), then makes it the default for sequences started afterwards;
   // on an error the default is unchanged.

@@ -2,8 +2,8 @@
 // query and key counts around the 64- and 128-key tiles, both tensor-core prefill kernels
 // (wgmma and mma.sync), long causal prefill, offsets (including chunks that see no key), GQA
 // ratios, head dims (64 and 128 on the tensor cores, 16, 32 and 80 on the CUDA cores), both
-// masks, K/V dtypes, long decode with split-KV, per-KV-head key counts, and splits against no
-// splits. Outputs start
+// masks, K/V dtypes, long decode with split-KV, per-KV-head key counts, A-shape (sink + window)
+// heads, and splits against no splits. Outputs start
 // NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
 // without a GPU.
 #include "kernels/attention/attention_cuda.h"
@@ -53,7 +53,23 @@ struct Case {
   // false keeps prefill on the mma.sync kernel instead of the Hopper wgmma kernel.
   bool allow_wgmma = true;
   std::vector<int32_t> head_rows{};  // AttentionArgs::kv_head_rows per KV head; empty: none
+  std::vector<int64_t> windows{};    // AttentionArgs::kv_head_window per KV head; empty: none
+  int64_t sink = 0;                  // AttentionArgs::sink_tokens
 };
+
+// `c` with A-shape windows per KV head and `sink` sinks.
+Case Windowed(Case c, std::vector<int64_t> windows, int64_t sink) {
+  c.windows = std::move(windows);
+  c.sink = sink;
+  return c;
+}
+
+// The window and sink arguments of a case.
+void SetWindows(const Case& c, AttentionArgs& args) {
+  if (c.windows.empty()) return;
+  args.kv_head_window = c.windows.data();
+  args.sink_tokens = c.sink;
+}
 
 HostTensor HeadRows(const Case& c) {
   HostTensor t(DType::kI32, {static_cast<int64_t>(c.head_rows.size())});
@@ -71,6 +87,10 @@ std::string Name(const Case& c) {
   if (!c.want_lse) name << "_nolse";
   if (!c.allow_wgmma) name << "_mmasync";
   if (!c.head_rows.empty()) name << "_headrows";
+  if (!c.windows.empty()) {
+    name << "_sink" << c.sink << "_win";
+    for (int64_t w : c.windows) name << "_" << w;
+  }
   return name.str();
 }
 
@@ -100,6 +120,7 @@ Outputs RunCuda(const Case& c, const Inputs& in, AttentionCudaOptions options = 
                      c.q_offset, c.k_offset, c.mask,
                      c.scale,    o.view(),   c.want_lse ? lse.view() : TensorView{}};
   if (!c.head_rows.empty()) args.kv_head_rows = head_rows.cview();
+  SetWindows(c, args);
   const Status status = AttentionCuda(args, options, nullptr);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -152,6 +173,7 @@ void ExpectMatchesReference(const Case& c, const Inputs& in, const Outputs& out)
     AttentionArgs args{CView(q), CView(in.k), CView(in.v),         c.q_offset + begin,   c.k_offset,
                        c.mask,   c.scale,     o_ref.back().view(), lse_ref.back().view()};
     if (!c.head_rows.empty()) args.kv_head_rows = CView(head_rows);
+    SetWindows(c, args);
     const Status status = AttentionRef(args);
     ASSERT_TRUE(status.ok()) << status.ToString();
     o.push_back(Rows(out.o, begin, end));
@@ -180,10 +202,19 @@ void ExpectEveryRowWritten(const Case& c, const Outputs& out) {
             : std::clamp<int64_t>(c.q_offset + t - c.k_offset + 1, 0, c.n_kv);
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / (heads / c.num_kv_heads);
-      const int64_t visible =
+      const int64_t rows =
           c.head_rows.empty()
               ? all_visible
               : std::clamp<int64_t>(c.head_rows[static_cast<size_t>(g)], 0, all_visible);
+      // Of those, an A-shape head sees the sinks and its window.
+      const int64_t window = c.windows.empty() ? 0 : c.windows[static_cast<size_t>(g)];
+      int64_t visible = rows;
+      if (window > 0) {
+        const int64_t sinks = std::clamp<int64_t>(c.sink - c.k_offset, 0, rows);
+        const int64_t start =
+            std::clamp<int64_t>(c.q_offset + t - window + 1 - c.k_offset, sinks, rows);
+        visible = sinks + rows - start;
+      }
       const float* o = out.o.data<float>() + (t * heads + h) * d;
       const float lse = out.lse.data<float>()[t * heads + h];
       for (int64_t i = 0; i < d; ++i) {
@@ -339,6 +370,46 @@ std::vector<Case> HeadRowsCases() {
 INSTANTIATE_TEST_SUITE_P(HeadRows, AttentionCudaTest, ::testing::ValuesIn(HeadRowsCases()),
                          CaseName);
 
+// A-shape (sink + window) heads beside dense ones: windows below, at and across the 64/128-key
+// tiles and longer than the keys, sinks of 0, 1 and several tiles, windows that start inside the
+// sinks, a chunk whose keys start after the sinks (ring step) and one whose window misses every
+// key, on the wgmma, mma.sync (prefill and decode shapes) and CUDA-core kernels, with both masks.
+std::vector<Case> WindowCases() {
+  const std::vector<int64_t> eight = {0, 1, 64, 100, 0, 128, 700, 100000};
+  std::vector<Case> cases;
+  for (bool wgmma : {true, false}) {
+    Case prefill = Windowed({2048, 6000, 32, 8, 128, 3952, 0, kCausal}, eight, 4);
+    prefill.allow_wgmma = wgmma;
+    cases.push_back(prefill);
+    Case gqa1 = Windowed({300, 900, 4, 4, 64, 600, 0, kCausal, DType::kF16, DType::kF16},
+                         {257, 0, 63, 1}, 130);
+    gqa1.allow_wgmma = wgmma;
+    cases.push_back(gqa1);
+    Case ring_step = Windowed({500, 3000, 16, 2, 128, 9000, 5000, kCausal}, {2000, 4500}, 16);
+    ring_step.allow_wgmma = wgmma;
+    cases.push_back(ring_step);
+    Case far_keys = Windowed({200, 1000, 16, 2, 128, 20000, 0, kCausal}, {500, 0}, 0);
+    far_keys.allow_wgmma = wgmma;
+    cases.push_back(far_keys);
+    Case no_mask = Windowed({130, 1000, 8, 2, 128, 400, 0, kNone}, {90, 300}, 2);
+    no_mask.allow_wgmma = wgmma;
+    cases.push_back(no_mask);
+  }
+  // Decode (split-KV) and short chunks (the decode tile).
+  cases.push_back(Windowed({1, 100000, 32, 8, 128, 99999, 0, kNone}, eight, 4));
+  cases.push_back(Windowed({1, 100000, 32, 8, 128, 99999, 0, kCausal}, eight, 0));
+  cases.push_back(Windowed({3, 5000, 16, 4, 64, 4997, 0, kCausal, DType::kF16, DType::kF16},
+                           {1000, 0, 5, 64}, 70));
+  // The CUDA cores.
+  cases.push_back(Windowed({130, 300, 4, 2, 80, 170, 0, kCausal, DType::kF32, DType::kF32},
+                           {17, 0}, 3));
+  cases.push_back(Windowed({20, 300, 8, 2, 128, 400, 0, kNone, DType::kBF16, DType::kF32},
+                           {0, 250}, 0));
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Windows, AttentionCudaTest, ::testing::ValuesIn(WindowCases()),
+                         CaseName);
+
 // Splitting the keys (any number of splits, including ones that see no key) must give the
 // unsplit result up to rounding.
 class AttentionCudaSplitTest : public AttentionCudaTest {};
@@ -363,6 +434,11 @@ TEST_P(AttentionCudaSplitTest, SplitsEqualWhole) {
   }
 }
 
+Case SplitWindows() {
+  return Windowed({1, 100000, 32, 8, 128, 99999, 0, kCausal},
+                  {0, 1, 64, 100, 65536, 128, 700, 100000}, 4);
+}
+
 Case SplitHeadRows() {
   Case c{1, 100000, 32, 8, 128, 99999, 0, kCausal};
   c.head_rows = {100000, 0, 5, 64, 65, 50000, 99999, 70000};
@@ -376,7 +452,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{65, 4097, 8, 2, 128, 1000, 0, kCausal, DType::kF16, DType::kF16},
                       Case{300, 9000, 32, 8, 128, 8700, 0, kCausal},
                       Case{1, 1000, 4, 4, 128, 5000, 0, kNone, DType::kF16, DType::kF16},
-                      SplitHeadRows()),
+                      SplitHeadRows(), SplitWindows(),
+                      Windowed({300, 9000, 32, 8, 128, 8700, 0, kCausal},
+                               {4000, 0, 64, 100, 1, 128, 700, 9000}, 200)),
     CaseName);
 
 TEST(AttentionCudaArgsTest, RejectsBadArguments) {
@@ -400,6 +478,16 @@ TEST(AttentionCudaArgsTest, RejectsBadArguments) {
   small_workspace.workspace = o.view().data;
   small_workspace.workspace_bytes = 16;
   EXPECT_EQ(run(k_long, 0.0f, small_workspace).code(), StatusCode::kInvalidArgument);
+
+  // Windows are carried in the launch for at most kMaxWindowHeads KV heads.
+  HostTensor q_many = RandomTensor(DType::kF32, {2, 65, 64}, 6);
+  HostTensor k_many = RandomTensor(DType::kBF16, {2, 65, 64}, 7);
+  HostTensor o_many = PoisonedF32({2, 65, 64});
+  const std::vector<int64_t> windows(65, 8);
+  AttentionArgs many{CView(q_many), CView(k_many), CView(k_many), 0, 0, kCausal, 0.0f,
+                     o_many.view(), {}};
+  many.kv_head_window = windows.data();
+  EXPECT_EQ(AttentionCuda(many, nullptr).code(), StatusCode::kUnimplemented);
 
   HostTensor q_wide = RandomTensor(DType::kF32, {3, 2, 512}, 3);
   HostTensor k_wide = RandomTensor(DType::kBF16, {3, 2, 512}, 4);

@@ -128,7 +128,8 @@ TEST(CpGenerateTest, GreedyTokensMatchSingleProcess) {
 }
 
 TEST(CpGenerateTest, AShapeAndStreamingHeadsMatchSingleProcess) {
-  // Windows narrower than a shard, so the mask cuts across ring blocks and decode shards.
+  // Windows narrower than a shard, so the mask cuts across ring blocks and decode shards; layer
+  // 1 mixes a full and a streaming KV head (one call per run of each rank's rows).
   auto engine = MakeDistributed(32);
   auto local_engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
   ASSERT_TRUE(local_engine.ok());
@@ -140,7 +141,7 @@ TEST(CpGenerateTest, AShapeAndStreamingHeadsMatchSingleProcess) {
   r.sampling.seed = 4;
   r.policy = testing::PolicyFor(**local_engine, R"({"version": 1,
       "layers": [{"layer": 0, "prefill": ["a-shape", "dense"], "decode": "streaming-head"},
-                 {"layer": 1, "prefill": "a-shape"}],
+                 {"layer": 1, "prefill": "a-shape", "decode": ["full", "streaming-head"]}],
       "a_shape": {"sink_tokens": 5, "window_tokens": 37},
       "streaming_head": {"sink_tokens": 3, "window_tokens": 7}})");
   auto dist = Generate(*engine, r);

@@ -1,6 +1,7 @@
 // Attention policies in the engine: dense policies change nothing, A-shape prefill heads and
 // streaming-head decode layers run (CPU backend) and equal dense when their window covers the
-// sequence, and names this engine cannot run are refused before any work.
+// sequence, layers mixing full and streaming heads give each head its role's output, and
+// policies this engine cannot run are refused before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -32,16 +33,14 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   r.policy = testing::PolicyFor(e, R"({"version": 1, "layers": [
       {"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})");
   EXPECT_TRUE(Generate(e, r).ok());
-  // Per-KV-head decode roles are not run by this engine yet: refused before any work.
+  // So do per-KV-head decode roles (DuoAttention's layers; checked below).
   r.policy =
       testing::PolicyFor(e, R"({"version": 1, "default": {"decode": ["full", "streaming-head"]}})");
-  auto mixed = Generate(e, r);
-  EXPECT_EQ(mixed.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(mixed.status().message().find("layer 0 mixes decode roles per KV head"), std::string::npos)
-      << mixed.status().ToString();
-  EXPECT_FALSE(e.has_sequence());
+  EXPECT_TRUE(Generate(e, r).ok());
+  // A policy for another model is refused before any work.
   r.policy = DensePolicy(9, 2);  // the model has 2 layers
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(e.has_sequence());
   // The engine's own policy is untouched by the refused requests.
   EXPECT_TRUE(e.policy().IsDense());
   r.policy.reset();
@@ -54,13 +53,14 @@ TEST(EnginePolicyTest, PolicyFileIsLoadedAtCreation) {
   const std::string path = ::testing::TempDir() + "/policy_test.json";
   {
     std::ofstream f(path);
-    f << R"({"version": 1, "default": {"decode": ["full", "streaming-head"]}})";
+    f << R"({"version": 1, "default": {"decode": ["full", "filter"]}})";
   }
   EngineOptions o = testing::RandomEngineOptions(testing::SmallConfig(), DType::kF32, DType::kF32);
   o.policy_file = path;
   auto refused = Engine::Create(o);
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("mixes decode roles"), std::string::npos);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("\"full\" beside \"filter\""), std::string::npos)
+      << refused.status().ToString();
   {
     std::ofstream f(path);
     f << R"({"version": 1, "dense_below_tokens": 100})";
@@ -144,6 +144,56 @@ TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
   ASSERT_TRUE(step.ok());
   ASSERT_TRUE(e.backend().CopyToHost(*step, {narrow_step.data(), DType::kF32, Shape{97}}).ok());
   EXPECT_GT(MaxRelError(narrow_step, full_step), 1e-3);
+}
+
+// A layer mixing full and streaming-head KV heads (DuoAttention): in decode, each KV head's
+// attention output equals that of the layer run with its role for every head: the full head's
+// that of dense decode, the streaming head's that of an all-streaming layer (whose store keeps
+// only the sinks and the window). Layer 1 is the one that differs; the tokens are fixed.
+TEST(EnginePolicyTest, MixedDecodeLayerHeadsEqualTheirSingleRoleLayers) {
+  EngineOptions options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16);
+  std::vector<std::vector<float>> observed;  // layer 1's decode outputs of the current run
+  options.attention_observer = [&](int64_t layer, ConstTensorView o) {
+    if (layer != 1 || o.dim(0) != 1) return;
+    observed.emplace_back(o.as<const float>(), o.as<const float>() + o.NumElements());
+  };
+  auto engine = Engine::Create(options);
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const ModelConfig& c = e.config();
+  ASSERT_EQ(c.num_hidden_layers, 2);
+  ASSERT_EQ(c.num_key_value_heads, 2);
+  const std::vector<int32_t> prompt = RandomIds(50, 97, 8);
+  auto run = [&](const std::string& layer1_decode) {
+    EXPECT_TRUE(e.SetPolicy(testing::PolicyFor(e, R"({"version": 1, "layers": [
+        {"layer": 1, "decode": )" + layer1_decode + R"(}],
+        "streaming_head": {"sink_tokens": 3, "window_tokens": 9}})"))
+                    .ok());
+    observed.clear();
+    PromptLogits(e, prompt);
+    for (int32_t id : {4, 40, 77}) EXPECT_TRUE(e.ForwardDecode(id).ok());
+    e.EndSequence();
+    return observed;
+  };
+  const auto full = run(R"("full")");
+  const auto streaming = run(R"("streaming-head")");
+  const auto mixed = run(R"(["streaming-head", "full"])");
+  ASSERT_EQ(full.size(), 3u);
+  ASSERT_EQ(streaming.size(), 3u);
+  ASSERT_EQ(mixed.size(), 3u);
+  // KV head 0 streams (q heads [0, group)), KV head 1 is full.
+  const size_t half = full[0].size() / 2;
+  auto part = [&](const std::vector<float>& v, bool first) {
+    return first ? std::vector<float>(v.begin(), v.begin() + half)
+                 : std::vector<float>(v.begin() + half, v.end());
+  };
+  for (size_t t = 0; t < 3; ++t) {
+    SCOPED_TRACE("decode step " + std::to_string(t));
+    EXPECT_LT(MaxRelError(part(mixed[t], true), part(streaming[t], true)), 1e-6);
+    EXPECT_LT(MaxRelError(part(mixed[t], false), part(full[t], false)), 1e-6);
+    // The window matters: the streaming head is not the full one.
+    EXPECT_GT(MaxRelError(part(mixed[t], true), part(full[t], true)), 1e-3);
+  }
 }
 
 TEST(EnginePolicyTest, StaticEvictionKeepsHeavyHittersAndRecentTokens) {

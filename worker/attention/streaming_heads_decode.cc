@@ -1,0 +1,42 @@
+#include "worker/attention/streaming_heads_decode.h"
+
+#include "worker/attention/scratch_buffer.h"
+#include "worker/dist/shard_plan.h"
+
+namespace millipede {
+
+Status StreamingHeadsDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                                     TensorView lse) {
+  Backend& b = env.backend;
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  std::vector<TokenRange> runs = in.store->held_ranges();
+  if (in.step_rows > 0) AppendRange(&runs, {in.position, in.position + 1});
+  if (runs.empty()) return b.ClearState(o, lse);
+  int64_t row = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const TokenRange& run = runs[i];
+    TensorView run_o = o, run_lse = lse;
+    if (i > 0) {
+      MP_ASSIGN_OR_RETURN(run_o, ScratchBuffer(b, &tmp_o_, DType::kF32, o.shape));
+      MP_ASSIGN_OR_RETURN(run_lse, ScratchBuffer(b, &tmp_lse_, DType::kF32, lse.shape));
+    }
+    // Every key precedes (or is) the token: no mask beyond the windows.
+    AttentionArgs a;
+    a.q = in.q;
+    a.k = SliceRows(rows.k, row, run.size());
+    a.v = SliceRows(rows.v, row, run.size());
+    a.q_offset = in.position;
+    a.k_offset = run.begin;
+    a.mask = AttentionMask::kNone;
+    a.kv_head_window = windows_.data();
+    a.sink_tokens = sink_;
+    a.o = run_o;
+    a.lse = run_lse;
+    MP_RETURN_IF_ERROR(b.Attention(a));
+    if (i > 0) MP_RETURN_IF_ERROR(b.MergeStateInPlace(o, lse, AsConst(run_o), AsConst(run_lse)));
+    row += run.size();
+  }
+  return OkStatus();
+}
+
+}  // namespace millipede
