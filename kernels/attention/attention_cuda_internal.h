@@ -62,11 +62,12 @@ __device__ __forceinline__ int WindowOf(const AttentionKernelParams& p, int kv_h
 }
 
 // The first key row past the sinks that packed query row `row` of a head with window `window`
-// sees (0 without a window); monotone in row.
+// sees (0 without a window); monotone in row. Query row t sits at key row t + shift
+// (p.causal_shift for one sequence; a batched decode block's own, BatchDecodeAttention).
 __device__ __forceinline__ int WindowStart(const AttentionKernelParams& p, int window,
-                                           int64_t row) {
+                                           int64_t row, int64_t shift) {
   if (window <= 0) return 0;
-  const int64_t first = row / p.group + p.causal_shift - window + 1;
+  const int64_t first = row / p.group + shift - window + 1;
   return static_cast<int>(min(static_cast<int64_t>(INT_MAX), max(int64_t{0}, first)));
 }
 

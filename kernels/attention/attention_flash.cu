@@ -80,14 +80,15 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 
 // One thread block's work: packed query rows [row0, min(row0 + Tile::kRows, rows)) of KV head
 // blockIdx.y against keys [0, key_rows) of `k_base`/`v_base` ([key_rows, num_kv_heads,
-// head_dim]), split blockIdx.z of them. Tile::kThreads threads; Tile::kSmemBytes of dynamic
-// shared memory.
+// head_dim]), split blockIdx.z of them; query row t sits at key row t + window_shift (A-shape
+// windows). Tile::kThreads threads; Tile::kSmemBytes of dynamic shared memory.
 template <typename Tile, typename T>
 __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams& p,
                                                     const int64_t row0, const int64_t rows,
                                                     const void* const k_base,
                                                     const void* const v_base,
-                                                    const int64_t key_rows) {
+                                                    const int64_t key_rows,
+                                                    const int64_t window_shift) {
   constexpr int kHeadDim = Tile::kHeadDim, kMTiles = Tile::kMTiles, kKeys = Tile::kKeys;
   constexpr int kWarpKeys = Tile::kWarpKeys, kChunks = Tile::kChunks;
   constexpr int kRowBytes = kHeadDim * 2;
@@ -111,7 +112,7 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
   // A-shape heads: keys between the sinks and the block's earliest window are not loaded either.
   const int window = WindowOf(p, kv_head);
   const KeyTiles tiles(key_begin, key_end, kKeys, window > 0 ? p.sink_rows : 0,
-                       WindowStart(p, window, row0));
+                       WindowStart(p, window, row0, window_shift));
   if (key_end <= key_begin || tiles.count == 0) {
     WriteEmptyRows(p, row0, block_last_row, kv_head, split, Tile::kThreads);
     return;
@@ -174,7 +175,7 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
     for (int h = 0; h < 2; ++h) {
       const int64_t row = warp_row0 + mt * 16 + lane / 4 + 8 * h;
       row_end[mt][h] = row_key_end(row);
-      row_start[mt][h] = WindowStart(p, window, row);
+      row_start[mt][h] = WindowStart(p, window, row, window_shift);
     }
   // Keys seen by every / by some row of the warp (warp-uniform), and the window starts of its
   // first and last rows.
@@ -182,8 +183,9 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
   const int64_t warp_last_row = min(warp_row0 + Tile::kWarpRows, rows) - 1;
   const int warp_all_end = warp_has_rows ? row_key_end(warp_row0) : key_begin;
   const int warp_any_end = warp_has_rows ? row_key_end(warp_last_row) : key_begin;
-  const int warp_min_start = WindowStart(p, window, warp_row0);
-  const int warp_max_start = warp_has_rows ? WindowStart(p, window, warp_last_row) : 0;
+  const int warp_min_start = WindowStart(p, window, warp_row0, window_shift);
+  const int warp_max_start =
+      warp_has_rows ? WindowStart(p, window, warp_last_row, window_shift) : 0;
 
   float acc[kMTiles][kHeadDim / 8][4];
   AttentionState state[kMTiles][2];
@@ -390,19 +392,20 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // Causal blocks of late rows see the most keys; launching them first lets the light ones
   // fill the tail of the grid.
   const int64_t row0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
-  AttentionFlashBlock<Tile, T>(p, row0, p.n_q * p.group, p.k, p.v, KeyRowsOf(p, blockIdx.y));
+  AttentionFlashBlock<Tile, T>(p, row0, p.n_q * p.group, p.k, p.v, KeyRowsOf(p, blockIdx.y),
+                               p.causal_shift);
 }
 
 // Grid: (sequences, num_kv_heads, num_splits): block (b, g, s) runs query row b (sequence b's
 // token, its group's heads packed into the tile's first p.group rows) against that sequence's
-// keys. p.group <= Tile::kRows.
+// keys, the token at its last key's position (for the windows). p.group <= Tile::kRows.
 template <typename Tile, typename T>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     AttentionFlashBatchKernel(const __grid_constant__ AttentionKernelParams p,
                               const __grid_constant__ AttentionBatchTable batch) {
   const int b = blockIdx.x;
   AttentionFlashBlock<Tile, T>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
-                               batch.v[b], batch.n_kv[b]);
+                               batch.v[b], batch.n_kv[b], batch.n_kv[b] - 1 - b);
 }
 
 // One kernel instance and its launch shape.

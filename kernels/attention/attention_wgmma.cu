@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // A-shape heads: keys between the sinks and the block's earliest window are not loaded either.
   const int window = WindowOf(p, kv_head);
   const KeyTiles tiles(key_begin, key_end, kKeys, window > 0 ? p.sink_rows : 0,
-                       WindowStart(p, window, row0));
+                       WindowStart(p, window, row0, p.causal_shift));
   if (key_end <= key_begin || tiles.count == 0) {
     WriteEmptyRows(p, row0, block_last_row, kv_head, split, kThreads);
     return;
@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This thread holds rows r and r + 8 of the warpgroup's 64 (r = 16 warp + lane / 4).
   const int64_t thread_row = wg_row0 + warp * 16 + lane / 4;
   const int row_end[2] = {row_key_end(thread_row), row_key_end(thread_row + 8)};
-  const int row_start[2] = {WindowStart(p, window, thread_row),
-                            WindowStart(p, window, thread_row + 8)};
+  const int row_start[2] = {WindowStart(p, window, thread_row, p.causal_shift),
+                            WindowStart(p, window, thread_row + 8, p.causal_shift)};
 
   float o_acc[kHeadDim / 2];
 #pragma unroll

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -29,7 +30,8 @@ bool TensorCoresFit(const BatchDecodeAttentionArgs& args) {
                                                   args.v[0].dtype) ||
       num_q_heads / k0.dim(1) >
           attention_internal::AttentionFlashRowsPerBlock(AttentionFlashShape::kDecode) ||
-      !IsAligned(args.q.data, 16) || !IsAligned(args.o.data, 8))
+      !IsAligned(args.q.data, 16) || !IsAligned(args.o.data, 8) ||
+      (args.kv_head_window != nullptr && k0.dim(1) > AttentionKernelParams::kMaxWindowHeads))
     return false;
   for (int64_t b = 0; b < batch; ++b) {
     const ConstTensorView& k = args.k[static_cast<size_t>(b)];
@@ -116,6 +118,14 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
   p.keys_per_split = plan.keys_per_split;
   p.k_dtype = args.k[0].dtype;
   p.v_dtype = args.v[0].dtype;
+  if (args.kv_head_window != nullptr) {
+    // Each block clamps the sinks to its sequence's keys.
+    p.windowed = true;
+    p.sink_rows = std::max<int64_t>(0, args.sink_tokens);
+    for (int g = 0; g < p.num_kv_heads; ++g)
+      p.window[g] = static_cast<int32_t>(std::min<int64_t>(
+          args.kv_head_window[g], std::numeric_limits<int32_t>::max()));
+  }
   float* const o = args.o.as<float>() + plan.first * row_elems;
   float* const lse = args.lse.data == nullptr ? nullptr
                                               : args.lse.as<float>() + plan.first * num_q_heads;

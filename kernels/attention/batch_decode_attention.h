@@ -31,12 +31,20 @@ struct BatchDecodeAttentionArgs {
   // [batch, num_q_heads] F32: natural-log LSE over sequence b's keys; -inf for a sequence without
   // keys. Optional: not written when `lse.data == nullptr`.
   TensorView lse;
+  // A-shape heads (DuoAttention's streaming heads) of every sequence: when set, KV head g with
+  // kv_head_window[g] > 0 sees only the keys at positions k < sink_tokens or p - k <
+  // kv_head_window[g], sequence b's keys being at positions 0 .. n_b - 1 and its token at
+  // p = n_b - 1 (a cache that holds every position, the token's own last). Host memory,
+  // [num_kv_heads]; null: every key.
+  const int64_t* kv_head_window = nullptr;
+  int64_t sink_tokens = 0;
 };
 
 // Shapes, dtypes and the scale (not the data, which may live on a device).
 Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args);
 
-// Sequence b's call of the single-sequence op (AttentionMask::kNone, row b of q, o and lse).
+// Sequence b's call of the single-sequence op (AttentionMask::kNone, row b of q, o and lse; with
+// windows, the token at position n_b - 1 and the keys from position 0).
 AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b);
 
 // Computes o and lse, sequence by sequence with AttentionRef (mask kNone).

@@ -13,6 +13,11 @@ AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t
   one.scale = args.scale;
   one.o = SliceRows(args.o, b, 1);
   if (args.lse.data != nullptr) one.lse = SliceRows(args.lse, b, 1);
+  if (args.kv_head_window != nullptr) {
+    one.q_offset = one.k.dim(0) - 1;
+    one.kv_head_window = args.kv_head_window;
+    one.sink_tokens = args.sink_tokens;
+  }
   return one;
 }
 

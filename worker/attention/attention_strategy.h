@@ -62,6 +62,18 @@ class DecodeStrategy {
   virtual StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const {
     return UnimplementedError(std::string("decode strategy ") + name() + " does not batch");
   }
+  // The A-shape windows a batched call applies to BatchRows (BatchDecodeAttentionArgs's
+  // kv_head_window and sink_tokens: the rows hold positions 0 .. n - 1, the token's last); tokens
+  // batch together only under equal windows. None by default.
+  struct Windows {
+    const std::vector<int64_t>* window = nullptr;  // [kv_heads]; null: none
+    int64_t sink = 0;
+    bool operator==(const Windows& o) const {
+      return (window == nullptr) == (o.window == nullptr) &&
+             (window == nullptr || (*window == *o.window && sink == o.sink));
+    }
+  };
+  virtual Windows batch_windows() const { return {}; }
   // Called by every rank after a prefill step's attention of the layer, while `in.q` holds the
   // step's queries (static eviction chooses its keys here). Nothing by default.
   virtual Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) { return OkStatus(); }

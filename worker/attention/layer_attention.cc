@@ -68,7 +68,7 @@ KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer) {
 namespace {
 
 // `selection`: the latest filter layer's token selection (a filter layer starts a new one).
-StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index,
+StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index, int64_t ranks,
                                     std::shared_ptr<TokenSelection>& selection) {
   const LayerPolicy& layer = policy.layers[static_cast<size_t>(index)];
   LayerAttention la;
@@ -79,8 +79,8 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
     std::vector<int64_t> windows;
     for (DecodeRole r : layer.decode)
       windows.push_back(r == DecodeRole::kStreamingHead ? policy.streaming_head.window_tokens : 0);
-    la.decode = std::make_unique<StreamingHeadsDecode>(std::move(windows),
-                                                      policy.streaming_head.sink_tokens);
+    la.decode = std::make_unique<StreamingHeadsDecode>(
+        std::move(windows), policy.streaming_head.sink_tokens, /*batchable=*/ranks == 1);
     return la;
   }
   switch (layer.LayerDecode()) {
@@ -117,7 +117,8 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
 }  // namespace
 
 StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,
-                                                          const ModelConfig& config) {
+                                                          const ModelConfig& config,
+                                                          int64_t ranks) {
   MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == config.num_hidden_layers,
              "attention policy: ", policy.layers.size(), " layers for a model of ",
              config.num_hidden_layers);
@@ -129,7 +130,7 @@ StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy&
                "attention policy: layer ", l, " has ",
                policy.layers[static_cast<size_t>(l)].prefill.size(), " prefill patterns for ",
                config.num_key_value_heads, " KV heads");
-    MP_ASSIGN_OR_RETURN(LayerAttention la, BuildLayer(policy, l, selection));
+    MP_ASSIGN_OR_RETURN(LayerAttention la, BuildLayer(policy, l, ranks, selection));
     layers.push_back(std::move(la));
   }
   return layers;

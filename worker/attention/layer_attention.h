@@ -26,9 +26,11 @@ struct LayerAttention {
 // heads, else every row. (The memory plan asks this without building any strategy.)
 KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer);
 
-// One LayerAttention per layer. The policy must fit the model (ParseAttentionPolicy checked it)
-// and be runnable on this engine (checked before the sequence starts).
+// One LayerAttention per layer of a sequence shared by `ranks` ranks. The policy must fit the
+// model (ParseAttentionPolicy checked it) and be runnable on this engine (checked before the
+// sequence starts).
 StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,
-                                                          const ModelConfig& config);
+                                                          const ModelConfig& config,
+                                                          int64_t ranks = 1);
 
 }  // namespace millipede

@@ -5,6 +5,15 @@
 
 namespace millipede {
 
+StatusOr<ConstKvRows> StreamingHeadsDecode::BatchRows(const DecodeInput& in) const {
+  const std::vector<TokenRange>& held = in.store->held_ranges();
+  const int64_t held_end = held.empty() ? 0 : held.back().end;
+  MP_ASSERT(batchable_ && held.size() <= 1 && (held.empty() || held.front().begin == 0) &&
+                (in.step_rows == 0 || in.position == held_end),
+            "streaming heads: batched decode needs positions 0 .. n - 1 in order");
+  return in.store->Rows(in.step_rows);
+}
+
 Status StreamingHeadsDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                                      TensorView lse) {
   Backend& b = env.backend;

@@ -7,8 +7,9 @@
 //
 // Exact under context parallelism: each rank attends over its own rows, one call per contiguous
 // run of positions (the windows are in global positions), and the engine merges the ranks'
-// partials. A layer whose every head streams keeps the constant-size streaming store instead
-// (FullDecode over KvRetention).
+// partials. On one rank the rows are positions 0 .. n - 1 in order, and the tokens of many
+// sequences decode in one batched call (BatchDecodeAttention's windows). A layer whose every head
+// streams keeps the constant-size streaming store instead (FullDecode over KvRetention).
 #pragma once
 
 #include <cstdint>
@@ -21,15 +22,20 @@ namespace millipede {
 class StreamingHeadsDecode final : public DecodeStrategy {
  public:
   // `windows`: [kv_heads] the window of each KV head, 0 for a retrieval (full) head; `sink`: the
-  // streaming heads' sink tokens.
-  StreamingHeadsDecode(std::vector<int64_t> windows, int64_t sink)
-      : windows_(std::move(windows)), sink_(sink) {}
+  // streaming heads' sink tokens; `batchable`: the sequence has one rank.
+  StreamingHeadsDecode(std::vector<int64_t> windows, int64_t sink, bool batchable)
+      : windows_(std::move(windows)), sink_(sink), batchable_(batchable) {}
   const char* name() const override { return "streaming-heads"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
+  bool batchable() const override { return batchable_; }
+  // Every row, which must be positions 0 .. n - 1 (one rank).
+  StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const override;
+  Windows batch_windows() const override { return {&windows_, sink_}; }
 
  private:
   std::vector<int64_t> windows_;
   int64_t sink_;
+  bool batchable_;
   BackendTensor tmp_o_, tmp_lse_;  // a later run's partial, merged into (o, lse)
 };
 

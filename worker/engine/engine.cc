@@ -210,6 +210,7 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
   // keep the sequence (the others would wait for it in the next step's collectives).
   Status made = workspace_->Reserve(options.step_tokens, ring_rows, num_ranks, 1);
+  options.ranks = num_ranks;
   std::unique_ptr<Sequence> sequence;
   if (made.ok()) {
     StatusOr<std::unique_ptr<Sequence>> s =

@@ -169,6 +169,11 @@ Status Engine::DecodePartials(std::span<Entry> run, std::span<const DecodeInput>
   a.v = v;
   a.o = o;
   a.lse = lse;
+  const DecodeStrategy::Windows windows = run[0].seq->attention(layer).decode->batch_windows();
+  if (windows.window != nullptr) {
+    a.kv_head_window = windows.window->data();
+    a.sink_tokens = windows.sink;
+  }
   return env.backend.BatchDecodeAttention(a);
 }
 
@@ -215,8 +220,8 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
   MP_RETURN_IF_ERROR(profiler.Mark(&stats_.qkv_s));
   AttentionEnv env = Env(profiler);
   Workspace& ws = *workspace_;
-  // Decode tokens of consecutive entries with batchable strategies attend in one call; a merge
-  // across ranks takes as many as its buffers hold.
+  // Decode tokens of consecutive entries with batchable strategies (and equal windows) attend in
+  // one call; a merge across ranks takes as many as its buffers hold.
   const size_t max_run =
       comm_->size() == 1 ? entries.size()
                          : static_cast<size_t>(std::min(env.scratch.o_part.dim(0),
@@ -228,8 +233,12 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
     Entry& e = entries[i];
     if (!e.prefill()) {
       size_t j = i + 1;
-      if (batchable(e))
-        while (j < entries.size() && j - i < max_run && batchable(entries[j])) ++j;
+      if (batchable(e)) {
+        const DecodeStrategy::Windows windows = e.seq->attention(layer).decode->batch_windows();
+        while (j < entries.size() && j - i < max_run && batchable(entries[j]) &&
+               entries[j].seq->attention(layer).decode->batch_windows() == windows)
+          ++j;
+      }
       MP_RETURN_IF_ERROR(AttendDecode(layer, std::span<Entry>(entries).subspan(i, j - i), env));
       i = j;
       continue;

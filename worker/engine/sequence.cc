@@ -145,7 +145,7 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
              options.capacity);
   auto s = std::unique_ptr<Sequence>(new Sequence());
   s->id_ = id;
-  MP_ASSIGN_OR_RETURN(s->layers_, BuildLayerAttention(options.policy, config));
+  MP_ASSIGN_OR_RETURN(s->layers_, BuildLayerAttention(options.policy, config, options.ranks));
   const KvLayout layout = Layout(config, kv_dtype);
   const std::vector<bool> host = HostTierLayers(options);
   if (std::count(host.begin(), host.end(), true) > 0) {

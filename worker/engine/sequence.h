@@ -47,6 +47,9 @@ struct SequenceOptions {
   // between their filter layer and them first (their loads hide best), later layers first on a
   // tie; -1 (or more than there are): every one that may.
   int64_t host_tier_layers = -1;
+  // Ranks sharing the sequence. With one, a layer's store holds its positions in order from 0,
+  // so that layers mixing streaming and full heads decode in batched calls.
+  int64_t ranks = 1;
 };
 
 class Sequence {

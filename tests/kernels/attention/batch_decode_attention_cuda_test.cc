@@ -1,8 +1,8 @@
 // BatchDecodeAttentionCuda against BatchDecodeAttentionRef on the same 16-bit K/V: batches of
 // sequences of different lengths (empty ones, one key, around the 64-key tiles, thousands of
 // keys), GQA ratios 1/4/8/16 on the batched tensor-core kernel, a group of 32 and F32 K/V on the
-// per-sequence path, batches beyond one launch's table, forced key splits, no LSE. Outputs start
-// NaN-poisoned between guard bands. Skips without a GPU.
+// per-sequence path, batches beyond one launch's table, forced key splits, no LSE, A-shape
+// windows. Outputs start NaN-poisoned between guard bands. Skips without a GPU.
 #include "kernels/attention/batch_decode_attention_cuda.h"
 
 #include <cuda_runtime.h>
@@ -35,6 +35,8 @@ struct Case {
   DType kv_dtype = DType::kBF16;
   int num_splits = 0;  // AttentionCudaOptions::num_splits
   bool want_lse = true;
+  std::vector<int64_t> windows{};  // BatchDecodeAttentionArgs::kv_head_window; empty: none
+  int64_t sink = 0;
 };
 
 std::string Name(const Case& c) {
@@ -43,6 +45,7 @@ std::string Name(const Case& c) {
        << c.head_dim << "_" << DTypeName(c.kv_dtype);
   if (c.num_splits > 0) name << "_splits" << c.num_splits;
   if (!c.want_lse) name << "_nolse";
+  if (!c.windows.empty()) name << "_sink" << c.sink << "_windows";
   return name.str();
 }
 
@@ -76,8 +79,13 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
           k_views.push_back(t.cview(ks[static_cast<size_t>(b)]));
           v_views.push_back(t.cview(vs[static_cast<size_t>(b)]));
         }
-        return BatchDecodeAttentionArgs{t.cview(q), k_views, v_views, 0.0f, t.view(o),
-                                        lse >= 0 ? t.view(lse) : TensorView{}};
+        BatchDecodeAttentionArgs a{t.cview(q), k_views, v_views, 0.0f, t.view(o),
+                                   lse >= 0 ? t.view(lse) : TensorView{}};
+        if (!c.windows.empty()) {
+          a.kv_head_window = c.windows.data();
+          a.sink_tokens = c.sink;
+        }
+        return a;
       },
       BatchDecodeAttentionRef,
       [&](const BatchDecodeAttentionArgs& a, cudaStream_t stream) {
@@ -106,7 +114,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{0, 0}, 32, 8, 128},
         // Outside the batched kernel: a GQA group of 32 and F32 K/V run per sequence.
         Case{{40, 3000, 0}, 32, 1, 128},
-        Case{{40, 300, 0}, 8, 2, 64, DType::kF32}),
+        Case{{40, 300, 0}, 8, 2, 64, DType::kF32},
+        // A-shape (DuoAttention streaming) heads beside full ones: windows inside and across
+        // tiles and longer than a sequence, sinks of 0 and 4; split, unsplit and per sequence.
+        Case{{0, 1, 4097, 63, 64, 65, 20000, 300}, 32, 8, 128, DType::kBF16, 0, true,
+             {0, 1, 64, 100, 0, 128, 700, 100000}, 4},
+        Case{RandomLengths(40, 9000, 4), 32, 8, 128, DType::kBF16, 7, true,
+             {256, 0, 256, 0, 256, 0, 256, 0}, 64},
+        Case{{700, 2, 129}, 16, 4, 64, DType::kF16, 1, false, {0, 70, 3, 1000}, 0},
+        Case{{40, 300, 0}, 8, 2, 64, DType::kF32, 0, true, {0, 17}, 3}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return Name(info.param) + "_" + std::to_string(info.index);
     });

@@ -75,6 +75,50 @@ TEST(BatchDecodeAttentionTest, EachRowIsItsSequencesCausalAttentionAtTheLastPosi
   }
 }
 
+// With windows, each row is its sequence's causal attention at the last position with the same
+// sinks and windows (the keys at positions 0 .. n - 1), and a window shorter than the sequence
+// changes it.
+TEST(BatchDecodeAttentionTest, WindowsAreTheSequencesOwnAtTheLastPosition) {
+  const std::vector<int64_t> lengths = {1, 37, 0, 200, 5};
+  const std::vector<int64_t> windows = {0, 6};  // KV head 0 sees every key, head 1 a window
+  Batch b = MakeBatch(lengths, DType::kF32, 4);
+  const int64_t n = static_cast<int64_t>(lengths.size());
+  HostTensor o = PoisonedF32({n, kHeads, kHeadDim}), lse = PoisonedF32({n, kHeads});
+  HostTensor o_all = PoisonedF32({n, kHeads, kHeadDim}), lse_all = PoisonedF32({n, kHeads});
+  BatchDecodeAttentionArgs a{CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), lse.view()};
+  a.kv_head_window = windows.data();
+  a.sink_tokens = 2;
+  ASSERT_TRUE(BatchDecodeAttentionRef(a).ok());
+  ASSERT_TRUE(
+      BatchDecodeAttentionRef({CView(b.q), b.kv_k, b.kv_v, 0.0f, o_all.view(), lse_all.view()})
+          .ok());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = lengths[static_cast<size_t>(i)];
+    if (len == 0) continue;
+    HostTensor lse1 = PoisonedF32({1, kHeads});
+    HostTensor o1 = PoisonedF32({1, kHeads, kHeadDim});
+    AttentionArgs one;
+    one.q = SliceRows(CView(b.q), i, 1);
+    one.k = b.kv_k[static_cast<size_t>(i)];
+    one.v = b.kv_v[static_cast<size_t>(i)];
+    one.q_offset = len - 1;
+    one.kv_head_window = windows.data();
+    one.sink_tokens = 2;
+    one.o = o1.view();
+    one.lse = lse1.view();
+    ASSERT_TRUE(AttentionRef(one).ok());
+    for (int64_t h = 0; h < kHeads; ++h) {
+      EXPECT_EQ(lse.data<float>()[i * kHeads + h], lse1.data<float>()[h])
+          << "sequence " << i << " head " << h;
+      // Heads of KV head 0 see everything; those of head 1 lose keys once len > 2 + 6.
+      const bool narrowed = h >= kHeads / kKvHeads && len > 8;
+      EXPECT_EQ(lse.data<float>()[i * kHeads + h] != lse_all.data<float>()[i * kHeads + h],
+                narrowed)
+          << "sequence " << i << " head " << h;
+    }
+  }
+}
+
 TEST(BatchDecodeAttentionTest, LseIsOptional) {
   Batch b = MakeBatch({3, 4}, DType::kF32, 5);
   HostTensor o = PoisonedF32({2, kHeads, kHeadDim});

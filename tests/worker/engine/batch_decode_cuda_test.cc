@@ -1,8 +1,9 @@
 // Batched decode on the CUDA backend: four sequences of different lengths (bf16 KV, head_dim 64,
 // so their decode tokens take the batched tensor-core launch) decoding together give the logits
 // of each sequence decoded alone on the GPU (the single-sequence split-KV kernel), and of the
-// CPU engine decoding them together. The decode ids are fixed (no sampling), so the sequences
-// stay the same on every side. Skips without a GPU.
+// CPU engine decoding them together, with dense layers and with DuoAttention's mixed layers. The
+// decode ids are fixed (no sampling), so the sequences stay the same on every side. Skips without
+// a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -89,6 +90,39 @@ TEST(BatchDecodeCudaTest, TogetherEqualsAloneAndTheCpuEngine) {
           << "sequence " << i << " step " << s;
     }
   }
+}
+
+// The same with DuoAttention's mixed layers (one streaming, one full KV head per layer) and
+// windows narrower than the prompts: the batched launch applies each sequence's windows.
+TEST(BatchDecodeCudaTest, StreamingHeadsTogetherEqualAloneAndTheCpuEngine) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::vector<int32_t>> prompts = {RandomIds(70, 97, 1), RandomIds(1300, 97, 2),
+                                                     RandomIds(5, 97, 3), RandomIds(300, 97, 4)};
+  const std::vector<int32_t> decode = RandomIds(4, 97, 5);
+  auto gpu = MakeEngine(BackendKind::kCuda);
+  auto cpu = MakeEngine(BackendKind::kCpu);
+  const auto dense = Decode(*gpu, prompts, decode, true);
+  const std::string duo = R"({"version": 1, "default": {"decode": ["streaming-head", "full"]},
+      "streaming_head": {"sink_tokens": 4, "window_tokens": 100}})";
+  ASSERT_TRUE(gpu->SetPolicy(testing::PolicyFor(*gpu, duo)).ok());
+  ASSERT_TRUE(cpu->SetPolicy(testing::PolicyFor(*cpu, duo)).ok());
+  const auto together = Decode(*gpu, prompts, decode, true);
+  const auto alone = Decode(*gpu, prompts, decode, false);
+  const auto reference = Decode(*cpu, prompts, decode, true);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(together[i].size(), decode.size());
+    ASSERT_EQ(alone[i].size(), decode.size());
+    ASSERT_EQ(reference[i].size(), decode.size());
+    for (size_t s = 0; s < decode.size(); ++s) {
+      EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2)
+          << "sequence " << i << " step " << s;
+      EXPECT_LT(MaxRelError(together[i][s], reference[i][s]), 3e-2)
+          << "sequence " << i << " step " << s;
+    }
+  }
+  // The windows cut the two long prompts' decode attention.
+  EXPECT_GT(MaxRelError(together[1][0], dense[1][0]), 5e-2);
+  EXPECT_GT(MaxRelError(together[3][0], dense[3][0]), 5e-2);
 }
 
 }  // namespace

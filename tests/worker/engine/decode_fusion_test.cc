@@ -346,8 +346,10 @@ struct StepLogits {
 
 // Prefills sequences 1..N with their prompts (prompts[i] of lengths that differ), then decodes
 // one token of each: all together in one step when `together`, else one step per sequence.
+// policies[i], when given and not empty, is sequence i's policy (else the engine's, dense).
 StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
-                           const std::vector<int32_t>& next, bool together) {
+                           const std::vector<int32_t>& next, bool together,
+                           const std::vector<std::string>& policies = {}) {
   StepLogits out;
   OpCounts counts;
   auto created = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32), nullptr,
@@ -359,7 +361,10 @@ StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<i
   for (size_t i = 0; i < prompts.size(); ++i) {
     const SequenceId id = static_cast<SequenceId>(i + 1);
     const int64_t n = static_cast<int64_t>(prompts[i].size());
-    EXPECT_TRUE(e.StartSequence(id, {n + 4, n, e.policy()}).ok());
+    const bool own = i < policies.size() && !policies[i].empty();
+    EXPECT_TRUE(
+        e.StartSequence(id, {n + 4, n, own ? testing::PolicyFor(e, policies[i]) : e.policy()})
+            .ok());
     StepPlan prefill{{SequenceStep{id, StepKind::kPrefill, {{0, n}}, prompts[i]}}};
     EXPECT_TRUE(e.RunStep(prefill).ok());
   }
@@ -410,6 +415,51 @@ TEST(BatchDecodeTest, OneAttentionCallPerLayerForEveryDecodeToken) {
     EXPECT_EQ(count(alone.ops, "Attention"),
               c.num_hidden_layers * static_cast<int64_t>(prompts.size()));
   }
+}
+
+}  // namespace
+}  // namespace millipede
+
+namespace millipede {
+namespace {
+
+// DuoAttention's mixed layers (a streaming and a full KV head) batch too: three sequences under
+// the same windows take one BatchDecodeAttention call per layer and give each sequence's logits
+// alone; a dense sequence among them takes a call of its own (the windows differ), and narrow
+// windows change the logits.
+TEST(BatchDecodeTest, MixedStreamingLayersBatchUnderEqualWindows) {
+  const ModelConfig c = SmallConfig();
+  const std::string duo = R"({"version": 1, "default": {"decode": ["streaming-head", "full"]},
+      "streaming_head": {"sink_tokens": 1, "window_tokens": 5}})";
+  const std::vector<std::vector<int32_t>> prompts = {RandomIds(5, 97, 1), RandomIds(17, 97, 2),
+                                                     RandomIds(11, 97, 3)};
+  const std::vector<int32_t> next = {7, 8, 9};
+  auto count = [](const OpCounts& ops, const char* op) {
+    auto it = ops.find(op);
+    return it == ops.end() ? int64_t{0} : it->second;
+  };
+  const std::vector<std::string> all_duo(3, duo);
+  const StepLogits together = DecodeSequences(c, prompts, next, true, all_duo);
+  const StepLogits alone = DecodeSequences(c, prompts, next, false, all_duo);
+  const StepLogits dense = DecodeSequences(c, prompts, next, false);
+  ASSERT_EQ(together.logits.size(), 3u);
+  ASSERT_EQ(alone.logits.size(), 3u);
+  ASSERT_EQ(dense.logits.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_LT(MaxRelError(together.logits[i], alone.logits[i]), 1e-5) << "sequence " << i;
+  // The 5-token prompt and its token fit sink + window; the others do not.
+  EXPECT_LT(MaxRelError(together.logits[0], dense.logits[0]), 1e-5);
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_GT(MaxRelError(together.logits[i], dense.logits[i]), 1e-3) << "sequence " << i;
+  EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers);
+  EXPECT_EQ(count(together.ops, "Attention"), 0);
+  // Dense beside DuoAttention: two windows, two batches (the middle one alone is a single call).
+  const StepLogits mixed = DecodeSequences(c, prompts, next, true, {duo, "", duo});
+  ASSERT_EQ(mixed.logits.size(), 3u);
+  EXPECT_LT(MaxRelError(mixed.logits[1], dense.logits[1]), 1e-5);
+  EXPECT_LT(MaxRelError(mixed.logits[2], alone.logits[2]), 1e-5);
+  EXPECT_EQ(count(mixed.ops, "Attention") + count(mixed.ops, "BatchDecodeAttention"),
+            3 * c.num_hidden_layers);
 }
 
 }  // namespace
