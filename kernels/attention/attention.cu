@@ -57,7 +57,10 @@ StatusOr<int64_t> SplitsFor(const AttentionArgs& args, const Plan& plan, int64_t
   const int64_t rows_per_block =
       plan.wgmma ? attention_internal::AttentionWgmmaRowsPerBlock()
                  : attention_internal::AttentionFlashRowsPerBlock(plan.shape);
-  const int64_t blocks = (n_q * group + rows_per_block - 1) / rows_per_block * args.k.dim(1);
+  const int64_t heads = attention_internal::HeavyKvHeads(
+      AttentionHasWindow(args) ? args.kv_head_window : nullptr, args.sink_tokens, args.k.dim(1),
+      args.k.dim(0));
+  const int64_t blocks = (n_q * group + rows_per_block - 1) / rows_per_block * heads;
   if (!plan.wgmma)
     return attention_internal::AttentionFlashSplits(static_cast<int>(args.q.dim(2)), args.k.dtype,
                                                     plan.shape, blocks, tiles);

@@ -149,6 +149,18 @@ struct SplitLayout {
 // `keys_per_tile` keys, for n_q query rows of num_q_heads heads.
 SplitLayout MakeSplitLayout(int64_t tiles, int64_t wanted, int64_t keys_per_tile, int64_t n_q,
                             int64_t num_q_heads, int64_t head_dim, bool want_lse);
+// The KV heads that read most of `n_kv` keys: those without a window (`window`: [num_kv_heads]
+// host memory, or null for none) and those whose sinks and window cover half the keys or more.
+// Split planning counts only these: a windowed head's blocks of the splits before its window
+// return at once, and the full heads' blocks must fill the GPU alone. At least 1.
+inline int64_t HeavyKvHeads(const int64_t* window, int64_t sink, int64_t num_kv_heads,
+                            int64_t n_kv) {
+  if (window == nullptr) return num_kv_heads;
+  int64_t heavy = 0;
+  for (int64_t g = 0; g < num_kv_heads; ++g)
+    if (window[g] <= 0 || 2 * (sink + window[g]) >= n_kv) ++heavy;
+  return heavy > 0 ? heavy : 1;
+}
 // Whether `p` is a multiple of `alignment` bytes.
 inline bool IsAligned(const void* p, size_t alignment) {
   return reinterpret_cast<uintptr_t>(p) % alignment == 0;

@@ -59,9 +59,11 @@ StatusOr<LaunchPlan> PlanLaunch(const BatchDecodeAttentionArgs& args, int64_t fi
   const int64_t tiles = std::max<int64_t>(1, (longest + keys_per_tile - 1) / keys_per_tile);
   int64_t splits = options.num_splits;
   if (splits <= 0) {
+    const int64_t heads = attention_internal::HeavyKvHeads(args.kv_head_window, args.sink_tokens,
+                                                           k0.dim(1), longest);
     MP_ASSIGN_OR_RETURN(splits, attention_internal::AttentionFlashSplits(
                                     static_cast<int>(head_dim), k0.dtype,
-                                    AttentionFlashShape::kDecode, count * k0.dim(1), tiles));
+                                    AttentionFlashShape::kDecode, count * heads, tiles));
   }
   LaunchPlan plan;
   static_cast<attention_internal::SplitLayout&>(plan) = attention_internal::MakeSplitLayout(
