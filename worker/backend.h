@@ -23,6 +23,7 @@
 #include "kernels/attention/merge_state.h"
 #include "kernels/attention/sparse_attention.h"
 #include "kernels/attention/selection_index.h"
+#include "kernels/attention/sparse_index_pairs.h"
 #include "kernels/attention/token_scores.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
@@ -147,6 +148,10 @@ class Backend {
   // cannot without waiting for them and trusts them (the index ops build valid ones), but never
   // reads a key row outside k.
   virtual Status SparseAttention(const SparseAttentionArgs& args) = 0;
+  // Adds the causal query-key pairs a sparse index covers to a count in backend memory
+  // (kernels/attention/sparse_index_pairs.h); the CPU backend checks the offsets, a GPU trusts
+  // them as SparseAttention does.
+  virtual Status SparseIndexPairs(const SparseIndexPairsArgs& args) = 0;
   virtual Status MergeState(const MergeStateArgs& args) = 0;
   // (o, lse) becomes the merge of itself with (o_other, lse_other); see kernels/merge_state.h.
   virtual Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,

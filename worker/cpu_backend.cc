@@ -79,6 +79,9 @@ class CpuBackend final : public Backend {
   Status SparseAttention(const SparseAttentionArgs& args) override {
     return SparseAttentionCpu(args);
   }
+  Status SparseIndexPairs(const SparseIndexPairsArgs& args) override {
+    return SparseIndexPairsRef(args);
+  }
   Status MergeState(const MergeStateArgs& args) override { return MergeStateCpu(args); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,
                            ConstTensorView lse_other) override {

@@ -15,6 +15,7 @@
 #include "kernels/attention/key_scores_cuda.h"
 #include "kernels/attention/merge_state_cuda.h"
 #include "kernels/attention/selection_index_cuda.h"
+#include "kernels/attention/sparse_index_pairs_cuda.h"
 #include "kernels/attention/sparse_attention_cuda.h"
 #include "kernels/attention/token_scores_cuda.h"
 #include "kernels/attention/vertical_slash_index_cuda.h"
@@ -154,6 +155,9 @@ class CudaBackend final : public Backend {
   }
   Status SparseAttention(const SparseAttentionArgs& args) override {
     return SparseAttentionCuda(args, stream_);
+  }
+  Status SparseIndexPairs(const SparseIndexPairsArgs& args) override {
+    return SparseIndexPairsCuda(args, stream_);
   }
   Status MergeState(const MergeStateArgs& args) override { return MergeStateCuda(args, stream_); }
   Status MergeStateInPlace(TensorView o, TensorView lse, ConstTensorView o_other,

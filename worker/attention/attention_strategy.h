@@ -13,6 +13,13 @@
 
 namespace millipede {
 
+// A sequence's prefill attention pairs so far on this rank (attended_pairs.h): counted on the host
+// for dense and A-shape heads, on the backend for sparse heads (SparseIndexPairs).
+struct PrefillPairs {
+  int64_t host = 0;
+  TensorView device;  // [1] I64 in backend memory
+};
+
 // One sequence's query rows of a prefill step (or prefill chunk) in one layer.
 struct PrefillInput {
   int64_t layer = 0;
@@ -26,6 +33,8 @@ struct PrefillInput {
   int64_t step_begin = 0;        // positions over all ranks before the step (its first query)
   TensorView o_acc;              // [n, heads * head_dim] F32 output
   TensorView lse_acc;            // [n, heads] F32 natural-log LSE
+  // Where the strategy adds the query-key pairs its queries attend (null: not counted).
+  PrefillPairs* pairs = nullptr;
 };
 
 class PrefillStrategy {

@@ -2,10 +2,24 @@
 
 #include <algorithm>
 
+#include "worker/attention/attended_pairs.h"
+
 namespace millipede {
+
 bool HeadWindows::AllWindowed() const {
   return !window.empty() &&
          std::all_of(window.begin(), window.end(), [](int64_t w) { return w > 0; });
+}
+
+#include "worker/attention/attended_pairs.h"
+
+int64_t HeadWindows::Pairs(std::span<const TokenRange> queries, int64_t heads) const {
+  int64_t pairs = 0;
+  for (int64_t g = 0; g < heads; ++g) {
+    const int64_t w = window.empty() ? 0 : window[static_cast<size_t>(g)];
+    pairs += w > 0 ? WindowPairs(queries, sink, w) : CausalPairs(queries);
+  }
+  return pairs;
 }
 
 int64_t HeadWindows::MaxWindow() const {
@@ -78,6 +92,7 @@ Status RingPrefill::RunOn(AttentionEnv& env, const PrefillInput& in, ConstKvRows
   static const HeadWindows kDense;
   const HeadWindows& windows = in.length >= windowed_from_ ? windows_ : kDense;
   const int64_t n = in.q.shape.dims[0];
+  if (in.pairs != nullptr) in.pairs->host += windows.Pairs(in.q_ranges, mine.k.dim(1));
   MP_RETURN_IF_ERROR(b.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
   const int64_t row_bytes = static_cast<int64_t>(mine.k.NumBytes() + mine.v.NumBytes()) /
                             std::max<int64_t>(mine.k.shape.dims[0], 1);

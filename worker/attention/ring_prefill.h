@@ -19,6 +19,9 @@ struct HeadWindows {
   const int64_t* data() const { return window.empty() ? nullptr : window.data(); }
   bool AllWindowed() const;
   int64_t MaxWindow() const;
+  // The query-key pairs that `heads` KV heads (the first `heads` of `window`) attend for queries
+  // at `queries` (attended_pairs.h).
+  int64_t Pairs(std::span<const TokenRange> queries, int64_t heads) const;
 };
 
 class RingPrefill final : public PrefillStrategy {

@@ -248,6 +248,9 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
     if (vertical_slash ? !has_vs_ : !has_bs_) continue;
     MP_ASSIGN_OR_RETURN(SparseIndexView index,
                         BuildIndex(env, vertical_slash, AsConst(dev_tiles), AsConst(runs)));
+    if (in.pairs != nullptr && in.pairs->device.data != nullptr)
+      MP_RETURN_IF_ERROR(b.SparseIndexPairs(
+          {AsConst(dev_tiles), index, c.num_key_value_heads, in.pairs->device}));
     MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.sparse_index_s));
     SparseAttentionArgs a;
     a.q = q;

@@ -209,6 +209,9 @@ class Engine {
   // Decode tokens of consecutive entries (one, or several whose strategies are batchable): their
   // partials on this rank, merged across ranks by one gather.
   Status AttendDecode(int64_t layer, std::span<Entry> run, AttentionEnv& env);
+  // After a step with prefill entries (every rank at once): each prefill entry's pairs so far
+  // over every rank (StepOutput::prefill), zeros for the others.
+  StatusOr<std::vector<PrefillDensity>> PrefillDensities(std::vector<Entry>& entries);
   Status DecodePartials(std::span<Entry> run, std::span<const DecodeInput> inputs,
                         AttentionEnv& env, TensorView o, TensorView lse);
   // Cancelled on every rank if any rank passes false (a host all-gather with several ranks).

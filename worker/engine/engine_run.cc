@@ -9,6 +9,7 @@
 // step, ring transfers are ordered against compute by events.
 #include <algorithm>
 
+#include "worker/attention/attended_pairs.h"
 #include "worker/engine/engine_entry.h"
 
 namespace millipede {
@@ -256,6 +257,7 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
     in.step_begin = e.length_before;
     in.o_acc = SliceRows(ws.o_acc.view(), e.row0, e.rows);
     in.lse_acc = SliceRows(ws.lse_acc.view(), e.row0, e.rows);
+    in.pairs = &e.seq->prefill_pairs();
     MP_RETURN_IF_ERROR(la.prefill->Run(env, in));
     MP_RETURN_IF_ERROR(la.decode->AfterPrefill(env, in));
   }
@@ -316,6 +318,39 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
     }
     out.logits.push_back(logits);
   }
+  if (prefill) {
+    MP_ASSIGN_OR_RETURN(out.prefill, PrefillDensities(entries));
+  } else {
+    out.prefill.resize(entries.size());
+  }
+  return out;
+}
+
+StatusOr<std::vector<PrefillDensity>> Engine::PrefillDensities(std::vector<Entry>& entries) {
+  const ModelConfig& c = config();
+  std::vector<int64_t> local(entries.size(), 0);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    if (!e.prefill()) continue;
+    const TokenRange step{e.length_before, e.length_after};
+    e.seq->causal_pairs +=
+        c.num_hidden_layers * c.num_key_value_heads * CausalPairs(std::span(&step, 1));
+    MP_ASSIGN_OR_RETURN(local[i], e.seq->AttendedPairs(*backend_));
+  }
+  // Each rank counted its own queries.
+  std::vector<int64_t> total = local;
+  if (comm_->size() > 1) {
+    std::vector<int64_t> all(local.size() * static_cast<size_t>(comm_->size()));
+    MP_RETURN_IF_ERROR(
+        comm_->HostAllGather(local.data(), all.data(), local.size() * sizeof(int64_t)));
+    for (size_t i = 0; i < local.size(); ++i) {
+      total[i] = 0;
+      for (int r = 0; r < comm_->size(); ++r) total[i] += all[r * local.size() + i];
+    }
+  }
+  std::vector<PrefillDensity> out(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].prefill()) out[i] = {total[i], entries[i].seq->causal_pairs};
   return out;
 }
 

@@ -138,6 +138,20 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   return OkStatus();
 }
 
+namespace {
+
+// Whether a layer of `policy` has vertical-slash or block-sparse prefill heads (their pairs are
+// counted on the backend).
+bool HasSparseHeads(const AttentionPolicy& policy) {
+  for (const LayerPolicy& l : policy.layers)
+    for (const HeadPrefillPolicy& h : l.prefill)
+      if (h.pattern == PrefillPattern::kVerticalSlash || h.pattern == PrefillPattern::kBlockSparse)
+        return true;
+  return false;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& backend,
                                                      const ModelConfig& config, DType kv_dtype,
                                                      SequenceOptions options) {
@@ -186,8 +200,24 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
     }
     s->stores_.push_back(std::move(store));
   }
+  const bool sparse = HasSparseHeads(options.policy);
   s->options_ = std::move(options);
+  if (sparse) {
+    MP_ASSIGN_OR_RETURN(s->pairs_device_, backend.Allocate(DType::kI64, Shape{1}));
+    const int64_t zero = 0;
+    MP_RETURN_IF_ERROR(
+        backend.CopyFromHost({&zero, DType::kI64, Shape{1}}, s->pairs_device_.view()));
+    s->pairs_.device = s->pairs_device_.view();
+  }
   return s;
+}
+
+StatusOr<int64_t> Sequence::AttendedPairs(Backend& backend) const {
+  int64_t device = 0;
+  if (pairs_.device.data != nullptr)
+    MP_RETURN_IF_ERROR(
+        backend.CopyToHost(AsConst(pairs_.device), {&device, DType::kI64, Shape{1}}));
+  return pairs_.host + device;
 }
 
 int64_t Sequence::MaxStepRows() const {

@@ -97,6 +97,15 @@ class Sequence {
   // context, later ones generated (OmniKV's selections and host-tier stores split at it).
   void BeginDecode();
 
+  // The query-key pairs this rank's prefill attention computed so far, where the strategies add
+  // them (a backend counter only when a layer has sparse heads), and their total (waits for the
+  // backend).
+  PrefillPairs& prefill_pairs() { return pairs_; }
+  StatusOr<int64_t> AttendedPairs(Backend& backend) const;
+  // The causal pairs of the prefilled positions over every layer and KV head (the dense count the
+  // attended pairs compare with), kept by the engine.
+  int64_t causal_pairs = 0;
+
  private:
   Sequence() = default;
   SequenceId id_ = 0;
@@ -109,6 +118,8 @@ class Sequence {
   std::vector<TokenRange> stored_;
   int64_t stored_rows_ = 0;
   int64_t length_ = 0;
+  PrefillPairs pairs_;
+  BackendTensor pairs_device_;
 };
 
 }  // namespace millipede

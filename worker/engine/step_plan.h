@@ -37,8 +37,18 @@ struct StepPlan {
 // The result of one step, per entry of the plan: the logits of the entry's last position
 // ([vocab] F32, backend memory, valid until the next step) on the ranks that hold them — for a
 // prefill entry the rank holding its last position, for a decode entry every rank — else nullopt.
+// A prefill entry's attention so far, over every rank: the query-key pairs it computed and the
+// causal pairs of the same positions (per KV head, over every layer); attended / causal is the
+// achieved density (1 for dense attention).
+struct PrefillDensity {
+  int64_t attended_pairs = 0;
+  int64_t causal_pairs = 0;
+};
+
 struct StepOutput {
   std::vector<std::optional<ConstTensorView>> logits;
+  // Per entry: the sequence's prefill pairs after this step (prefill entries; zeros for decode).
+  std::vector<PrefillDensity> prefill;
 };
 
 // This rank's prefill entry for positions [begin, begin + count) of `sequence` sharded by

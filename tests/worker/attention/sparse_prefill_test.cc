@@ -1,10 +1,12 @@
 // The host-side pieces of sparse prefill: query tiles, the positions a vertical-slash selection
-// needs, and the range arithmetic of the fetch.
+// needs, the range arithmetic of the fetch, and the closed forms of the attended pairs.
 #include "worker/attention/sparse_prefill.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
+
+#include "worker/attention/attended_pairs.h"
 
 namespace millipede {
 namespace {
@@ -77,6 +79,33 @@ TEST(RangeArithmeticTest, IntersectSubtractNormalize) {
   EXPECT_TRUE(SubtractRanges(a, std::vector<TokenRange>{{0, 30}}).empty());
   EXPECT_EQ(Flatten(NormalizeRanges({{7, 9}, {0, 3}, {3, 5}, {8, 12}, {20, 20}})),
             (std::vector<int64_t>{0, 5, 7, 12}));
+}
+
+}  // namespace
+}  // namespace millipede
+
+namespace millipede {
+namespace {
+
+// CausalPairs and WindowPairs against counting key by key, over query ranges that start anywhere
+// (a shard's or a chunk's), sinks longer or shorter than the window, windows past the positions.
+TEST(AttendedPairsTest, ClosedFormsEqualCountingEachKey) {
+  const std::vector<std::vector<TokenRange>> query_sets = {
+      {{0, 1}}, {{0, 50}}, {{7, 8}}, {{13, 61}, {90, 91}, {120, 200}}, {{0, 0}}};
+  for (const auto& queries : query_sets)
+    for (int64_t sink : {0, 1, 4, 30})
+      for (int64_t window : {1, 3, 16, 64, 1000}) {
+        int64_t causal = 0, windowed = 0;
+        for (const TokenRange& q : queries)
+          for (int64_t p = q.begin; p < q.end; ++p)
+            for (int64_t k = 0; k <= p; ++k) {
+              ++causal;
+              windowed += k < sink || p - k < window;
+            }
+        EXPECT_EQ(CausalPairs(queries), causal);
+        EXPECT_EQ(WindowPairs(queries, sink, window), windowed)
+            << "sink " << sink << " window " << window << " from " << queries[0].begin;
+      }
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ std::unique_ptr<Engine> MakeEngine(int64_t chunk = 16) {
 struct Trace {
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> greedy;  // argmax of each step's logits
+  PrefillDensity density;       // after the last prefill chunk
 };
 
 int32_t Argmax(const std::vector<float>& v) {
@@ -69,6 +70,8 @@ Trace RunAlone(Engine& e, SequenceId id, const std::vector<int32_t>& prompt, int
     auto out = e.RunStep(StepPlan{{*step}});
     EXPECT_TRUE(out.ok()) << out.status().ToString();
     if (!out.ok()) return t;
+    EXPECT_EQ(out->prefill.size(), 1u);
+    if (!out->prefill.empty()) t.density = out->prefill[0];
     if (begin + count == n) Record(e, out->logits[0], ChunkOwner(count, ranks), &t);
   }
   for (int i = 0; i < steps; ++i) {
@@ -184,6 +187,67 @@ TEST(StepPlanTest, ChunkedAShapePrefillEqualsOneStep) {
   const std::vector<int32_t> prompt = RandomIds(120, 97, 4);
   const Trace whole = RunAlone(*engine, 6, prompt, 120, 2);
   ExpectSame(RunAlone(*engine, 6, prompt, 31, 2), whole, "chunks of 31");
+}
+
+// Sum over positions p < n of the keys k <= p a head with `sink` sinks and window `window` sees
+// (window 0: every key), counted key by key.
+int64_t BruteForcePairs(int64_t n, int64_t sink, int64_t window) {
+  int64_t pairs = 0;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t k = 0; k <= p; ++k) pairs += window == 0 || k < sink || p - k < window;
+  return pairs;
+}
+
+// The prefill's attended pairs (the achieved density's numerator, over every rank) and the causal
+// pairs: dense equals causal; A-shape is the window's count key by key; sparse policies compute
+// what one process computes, fewer pairs than dense (or all of them when their budget covers
+// every key); chunking changes none of it.
+TEST(StepPlanTest, PrefillDensityIsThatOfOneProcess) {
+  auto engine = MakeEngine();
+  auto local = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(local.ok());
+  const ModelConfig& c = engine->config();
+  const int64_t heads = c.num_hidden_layers * c.num_key_value_heads;
+  const std::vector<int32_t> prompt = RandomIds(300, 97, 7);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const Trace dense = RunAlone(*engine, 3, prompt, 300, 0);
+  EXPECT_EQ(dense.density.causal_pairs, heads * n * (n + 1) / 2);
+  EXPECT_EQ(dense.density.attended_pairs, dense.density.causal_pairs);
+  ASSERT_TRUE(engine->SetPolicy(testing::PolicyFor(*engine, R"({"version": 1,
+      "layers": [{"layer": 0, "prefill": ["a-shape", "dense"]}],
+      "a_shape": {"sink_tokens": 3, "window_tokens": 20}})"))
+                  .ok());
+  for (int64_t chunk : {300, 70}) {
+    const Trace a_shape = RunAlone(*engine, 3, prompt, chunk, 0);
+    EXPECT_EQ(a_shape.density.causal_pairs, dense.density.causal_pairs);
+    EXPECT_EQ(a_shape.density.attended_pairs,
+              (heads - 1) * BruteForcePairs(n, 0, 0) + BruteForcePairs(n, 3, 20))
+        << "chunks of " << chunk;
+  }
+  for (const char* fields : {
+           R"("default": {"prefill": "vertical-slash"},
+              "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
+           R"("default": {"prefill": ["block-sparse", "a-shape"]},
+              "a_shape": {"sink_tokens": 3, "window_tokens": 40},
+              "block_sparse": {"block": 32, "top_blocks": 3})",
+           R"("default": {"prefill": "vertical-slash"},
+              "vertical_slash": {"last_queries": 16, "vertical": 400, "slash": 400})"}) {
+    SCOPED_TRACE(fields);
+    const std::string json = std::string(R"({"version": 1, )") + fields + "}";
+    ASSERT_TRUE(engine->SetPolicy(testing::PolicyFor(*engine, json)).ok());
+    ASSERT_TRUE((*local)->SetPolicy(testing::PolicyFor(**local, json)).ok());
+    const Trace dist = RunAlone(*engine, 4, prompt, 300, 0);
+    const Trace one = RunAlone(**local, 4, prompt, 300, 0);
+    EXPECT_EQ(dist.density.attended_pairs, one.density.attended_pairs);
+    EXPECT_EQ(dist.density.causal_pairs, dense.density.causal_pairs);
+    const bool covers_all = std::string(fields).find("400") != std::string::npos;
+    if (covers_all) {
+      EXPECT_EQ(dist.density.attended_pairs, dense.density.causal_pairs);
+    } else {
+      EXPECT_LT(dist.density.attended_pairs, dense.density.causal_pairs);
+      EXPECT_GT(dist.density.attended_pairs, 0);
+    }
+  }
 }
 
 TEST(StepPlanTest, BadPlansFailOnEveryRankAndLoseNothing) {

@@ -85,6 +85,9 @@ class CountingBackend final : public Backend {
   Status SparseAttention(const SparseAttentionArgs& a) override {
     return Run("SparseAttention", &Backend::SparseAttention, a);
   }
+  Status SparseIndexPairs(const SparseIndexPairsArgs& a) override {
+    return Run("SparseIndexPairs", &Backend::SparseIndexPairs, a);
+  }
   Status MergeState(const MergeStateArgs& a) override {
     return Run("MergeState", &Backend::MergeState, a);
   }
