@@ -66,6 +66,16 @@ struct JobCompletion {
   double e2e_s = 0;                // submit to completion
   double prefill_tokens_per_s = 0;
   double decode_tokens_per_s = 0;
+  // The query-key pairs its prefill attention computed and the causal pairs of its prompt (per
+  // KV head, over every layer): their ratio is the achieved density of the attention policy
+  // (1 for dense attention; sparse and A-shape heads compute fewer).
+  int64_t prefill_attended_pairs = 0;
+  int64_t prefill_causal_pairs = 0;
+  double PrefillDensity() const {
+    return prefill_causal_pairs > 0
+               ? static_cast<double>(prefill_attended_pairs) / prefill_causal_pairs
+               : 1.0;
+  }
 };
 
 // One job's events. Exactly one of OnComplete / OnError ends every accepted job (a cancelled job

@@ -167,6 +167,8 @@ void Fields(Io& io, M& m) {
   io.Field(m.finished_by_stop);
   io.Field(m.status_code);
   io.Field(m.message);
+  io.Field(m.prefill_attended_pairs);
+  io.Field(m.prefill_causal_pairs);
 }
 
 template <class Io, MessageOf<StepDone> M>
@@ -243,12 +245,15 @@ Status Decode(const std::vector<char>& bytes, WorkerHello* m) { return DecodeFie
 Status Decode(const std::vector<char>& bytes, JobProgress* m) { return DecodeFields(bytes, m); }
 Status Decode(const std::vector<char>& bytes, StepDone* m) {
   MP_RETURN_IF_ERROR(DecodeFields(bytes, m));
-  for (const StepJobResult& j : m->jobs)
+  for (const StepJobResult& j : m->jobs) {
+    MP_REQUIRE(j.prefill_attended_pairs >= 0 && j.prefill_causal_pairs >= 0,
+               "control message: job ", j.job_id, "'s prefill pairs are negative");
     MP_REQUIRE(j.top_ids.size() == j.top_logprobs.size() &&
                    j.top_ids.size() <= static_cast<size_t>(kMaxTopLogprobs),
                "control message: job ", j.job_id, "'s token has ", j.top_ids.size(),
                " top ids and ", j.top_logprobs.size(), " top logprobs (at most ", kMaxTopLogprobs,
                ")");
+  }
   return OkStatus();
 }
 Status Decode(const std::vector<char>& bytes, WorkerStats* m) { return DecodeFields(bytes, m); }

@@ -140,6 +140,12 @@ struct StepJobResult {
   bool finished_by_stop = false;
   int32_t status_code = 0;  // kFailed: a StatusCode
   std::string message;      // kFailed
+  // A prefill entry's job (kPrefilled, or the kToken after its prompt's last chunk): the
+  // query-key pairs its prefill attention computed so far over every rank, and the causal pairs
+  // of the same positions (both per KV head, over every layer; attended / causal is the achieved
+  // density). 0 for decode entries.
+  int64_t prefill_attended_pairs = 0;
+  int64_t prefill_causal_pairs = 0;
 };
 
 // The leader's report of a step. status_code kCancelled: the step stopped before committing

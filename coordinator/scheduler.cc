@@ -182,6 +182,8 @@ void Scheduler::Finish(Job& job, std::optional<Status> error, Deliveries* out,
     const double prefill_s = Seconds(job.first_token - job.started);
     c.prefill_tokens_per_s = prefill_s > 0 ? c.prompt_tokens / prefill_s : 0;
     c.decode_tokens_per_s = decode_tps;
+    c.prefill_attended_pairs = job.prefill_attended_pairs;
+    c.prefill_causal_pairs = job.prefill_causal_pairs;
     reason = c.finish_reason == "stop" ? "stop" : "length";
     out->push_back([observer, c] { observer->OnComplete(c); });
   }

@@ -20,6 +20,9 @@ struct Scheduler::Job {
   JobState state = JobState::kQueued;
   Clock::time_point submitted, started, first_token, last_token;
   int64_t prefill_done = 0;
+  // The prefill attention's query-key pairs and the causal pairs (StepJobResult), as of its
+  // last chunk.
+  int64_t prefill_attended_pairs = 0, prefill_causal_pairs = 0;
   std::vector<int32_t> ids;
   // A token whose text is still open (UTF-8 or stop-string prefix) is delivered with the next
   // event, so that the last one can carry the held-back text.

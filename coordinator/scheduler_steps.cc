@@ -131,10 +131,15 @@ void Scheduler::HandleToken(Job& job, const control::StepJobResult& r, Deliverie
     job.state = JobState::kDecode;
     job.first_token = now;
     job.prefill_done = static_cast<int64_t>(job.descriptor.prompt_ids.size());
+    job.prefill_attended_pairs = r.prefill_attended_pairs;
+    job.prefill_causal_pairs = r.prefill_causal_pairs;
     const double prefill_s = Seconds(now - job.started);
     if (metrics_)
       metrics_->FirstToken(Seconds(now - job.submitted),
                            prefill_s > 0 ? job.prefill_done / prefill_s : 0);
+    if (metrics_ && r.prefill_causal_pairs > 0)
+      metrics_->PrefillDensity(static_cast<double>(r.prefill_attended_pairs) /
+                               static_cast<double>(r.prefill_causal_pairs));
     if (metrics_) metrics_->OutputToken(0);
   } else if (metrics_) {
     metrics_->OutputToken(Seconds(now - job.last_token));

@@ -90,6 +90,11 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     decode_tput_ =
         &histogram("millipede_decode_throughput_tokens_per_second",
                    "Per job: generated tokens per second of decode.", ThroughputBuckets());
+    prefill_density_ = &histogram(
+        "millipede_prefill_attention_density",
+        "Per job: the share of the causal query-key pairs its prefill attention computed "
+        "(1 for dense attention; sparse and A-shape heads compute fewer).",
+        {0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99, 1});
     batch_size_ = &histogram("millipede_batch_size",
                              "Per engine step: decode tokens (jobs decoding together).",
                              {1, 2, 4, 8, 16, 32, 64, 128, 256, 512});
@@ -179,6 +184,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     if (prefill_tokens_per_s > 0) prefill_tput_->Observe(prefill_tokens_per_s);
   }
 
+  void PrefillDensity(double density) override { prefill_density_->Observe(density); }
+
   void OutputToken(double since_previous_s) override {
     generation_tokens_->Increment();
     if (since_previous_s > 0) tpot_->Observe(since_previous_s);
@@ -239,6 +246,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Histogram* queue_;
   Histogram* prefill_tput_;
   Histogram* decode_tput_;
+  Histogram* prefill_density_;
   Histogram* batch_size_;
   Histogram* chunk_tokens_;
   Counter* prompt_tokens_;

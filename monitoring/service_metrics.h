@@ -51,6 +51,9 @@ class ServiceMetrics {
   virtual void JobRequeued() = 0;
   // time_to_first_token_seconds, prefill throughput (prompt tokens / prefill seconds).
   virtual void FirstToken(double ttft_s, double prefill_tokens_per_s) = 0;
+  // prefill_attention_density: the share of the causal query-key pairs a job's prefill attention
+  // computed (1 for dense attention), observed once per job at its first token.
+  virtual void PrefillDensity(double density) = 0;
   // generation_tokens_total +1 and time_per_output_token_seconds (0 for the first token: not
   // observed).
   virtual void OutputToken(double since_previous_s) = 0;

@@ -114,6 +114,7 @@ class Callback final : public rpc::JobCallback::Server {
         {"e2e_s", c.getE2eS()},
         {"prefill_tokens_per_s", c.getPrefillTokensPerS()},
         {"decode_tokens_per_s", c.getDecodeTokensPerS()},
+        {"prefill_density", c.getPrefillDensity()},
     };
     done_->fulfill();
     return kj::READY_NOW;
@@ -222,7 +223,8 @@ StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
               << r["generated_tokens"].get<int64_t>() << " generated ("
               << r["finish_reason"].get<std::string>() << "), TTFT " << r["ttft_s"].get<double>()
               << " s, prefill " << r["prefill_tokens_per_s"].get<double>() << " tok/s, decode "
-              << r["decode_tokens_per_s"].get<double>() << " tok/s\n";
+              << r["decode_tokens_per_s"].get<double>() << " tok/s, prefill attention density "
+              << r["prefill_density"].get<double>() << "\n";
   }
   return 0;
 }

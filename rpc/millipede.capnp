@@ -58,6 +58,7 @@ struct Completion {
   e2eS @6 :Float64;
   prefillTokensPerS @7 :Float64;
   decodeTokensPerS @8 :Float64;
+  prefillDensity @9 :Float64 = 1;  # computed / causal query-key pairs of the prefill attention
 }
 
 struct Error {

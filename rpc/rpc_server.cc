@@ -91,6 +91,7 @@ class CallbackObserver final : public JobObserver,
       b.setE2eS(done.e2e_s);
       b.setPrefillTokensPerS(done.prefill_tokens_per_s);
       b.setDecodeTokensPerS(done.decode_tokens_per_s);
+      b.setPrefillDensity(done.PrefillDensity());
       return req.send().ignoreResult();
     });
   }

@@ -59,6 +59,7 @@ TEST_F(ServiceMetricsTest, ExposesEveryFamilyBeforeAnyJob) {
         "millipede_e2e_request_latency_seconds_count", "millipede_queue_time_seconds_count",
         "millipede_prefill_throughput_tokens_per_second_count",
         "millipede_decode_throughput_tokens_per_second_count",
+        "millipede_prefill_attention_density_count",
         "millipede_request_finished_total{reason=\"stop\"}",
         "millipede_request_finished_total{reason=\"cancelled\"}",
         "millipede_request_errors_total{reason=\"queue_full\"}",
@@ -93,6 +94,7 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
   metrics_->PromptTokens(700);
   metrics_->PrefillProgress(1.0);
   metrics_->FirstToken(1.5, 800.0);
+  metrics_->PrefillDensity(0.25);
   metrics_->OutputToken(0);
   metrics_->OutputToken(0.02);
   metrics_->OutputToken(0.04);
@@ -102,6 +104,9 @@ TEST_F(ServiceMetricsTest, JobLifecycleMovesTheNumbers) {
   EXPECT_EQ(s["millipede_time_to_first_token_seconds_count"], 1);
   EXPECT_DOUBLE_EQ(s["millipede_time_to_first_token_seconds_sum"], 1.5);
   EXPECT_EQ(s["millipede_prefill_throughput_tokens_per_second_count"], 1);
+  EXPECT_EQ(s["millipede_prefill_attention_density_count"], 1);
+  EXPECT_EQ(s["millipede_prefill_attention_density_bucket{le=\"0.2\"}"], 0);
+  EXPECT_EQ(s["millipede_prefill_attention_density_bucket{le=\"0.3\"}"], 1);
   EXPECT_EQ(s["millipede_generation_tokens_total"], 3);
   // The first token has no predecessor: two gaps observed.
   EXPECT_EQ(s["millipede_time_per_output_token_seconds_count"], 2);

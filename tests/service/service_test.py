@@ -49,6 +49,7 @@ def scenario_stream(bin_dir, model):
         check(got["text"] == want["text"], "text differs from millipede-run")
         check(got["finish_reason"] == "length", f"finish reason {got['finish_reason']}")
         check(got["ttft_s"] > 0 and got["prefill_tokens_per_s"] > 0, f"timings {got}")
+        check(got["prefill_density"] == 1.0, f"dense prefill density {got['prefill_density']}")
         check(got["decode_tokens_per_s"] > 0, f"decode rate {got}")
 
         # The OpenAI HTTP front end runs the same job on the same workers.
@@ -105,6 +106,25 @@ def scenario_stream(bin_dir, model):
         check(r.json()["ids"] == want_policy["ids"],
               f"policy job: service {r.json()['ids']} offline {want_policy['ids']}")
         check(want_policy["ids"] != want["ids"], "the A-shape policy did not change the answer")
+        check(0 < r.json()["prefill_density"] < 1,
+              f"A-shape prefill density {r.json()['prefill_density']}")
+        # DuoAttention's layers: KV head 0 streaming (A-shape prefill, streaming-head decode), KV
+        # head 1 full, in the same layer.
+        with open(policy, "w") as f:
+            json.dump({"version": 1, "default": {"prefill": ["a-shape", "dense"],
+                                                 "decode": ["streaming-head", "full"]},
+                       "a_shape": {"sink_tokens": 1, "window_tokens": 3},
+                       "streaming_head": {"sink_tokens": 1, "window_tokens": 3}}, f)
+        want_duo = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos", "--max-new-tokens",
+                                            "12", "--ignore-eos", "--policy", policy], ranks=2)
+        r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
+                       "--policy", policy)
+        check(r.rc == 0, f"submit with a DuoAttention policy failed: {r}")
+        check(r.json()["ids"] == want_duo["ids"],
+              f"DuoAttention job: service {r.json()['ids']} offline {want_duo['ids']}")
+        check(want_duo["ids"] != want["ids"], "the DuoAttention policy did not change the answer")
+        check(0 < r.json()["prefill_density"] < 1,
+              f"DuoAttention prefill density {r.json()['prefill_density']}")
         # Parameters per KV head travel too: only KV head 0 has a narrow window (the file's
         # default window covers the prompt), which changes the answer.
         with open(policy, "w") as f:
@@ -198,6 +218,10 @@ def scenario_stream(bin_dir, model):
               "the cancelled job is missing from /metrics")
         check(svc.metric("millipede_communication_bytes_total", 'rank="2"') > 0,
               "rank 2's data-plane bytes missing from /metrics")
+        check(svc.metric("millipede_prefill_attention_density_count") >= 8,
+              "prefill densities missing from /metrics")
+        check(svc.metric("millipede_prefill_attention_density_bucket", 'le="0.9"') >= 2,
+              "the A-shape jobs' densities are missing from /metrics")
     finally:
         svc.stop()
 
@@ -216,9 +240,9 @@ def scenario_errors(bin_dir, model):
         served()
         bad_policy = os.path.join(work, "bad-policy.json")
         with open(bad_policy, "w") as f:
-            f.write('{"version": 1, "default": {"decode": ["full", "streaming-head"]}}')
-        expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "UNIMPLEMENTED",
-                     "mixes decode roles")
+            f.write('{"version": 1, "default": {"decode": ["full", "filter"]}}')
+        expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "INVALID_ARGUMENT",
+                     '"full" beside "filter"')
         served()
         sparse_policy = os.path.join(work, "sparse-policy.json")
         with open(sparse_policy, "w") as f:
@@ -228,6 +252,8 @@ def scenario_errors(bin_dir, model):
         r = svc.submit("--prompt", PROMPT * 8, "--max-tokens", "3", "--policy", sparse_policy,
                        "--json")
         check(r.rc == 0 and len(r.json()["ids"]) >= 1, f"a sparse prefill policy was not served: {r}")
+        check(0 < r.json()["prefill_density"] < 1,
+              f"sparse prefill density {r.json()['prefill_density']}")
         with open(bad_policy, "w") as f:
             f.write('{"version": 1, "layers": [{"layer": 99}]}')
         expect_error(svc.submit("--prompt", PROMPT, "--policy", bad_policy), "INVALID_ARGUMENT",

@@ -176,6 +176,10 @@ Status BatchRunner::SampleAll(const std::vector<Planned>& planned, const StepOut
     } else {
       Accept(*planned[i].job, id, tokens[i].ToToken(), done);
     }
+    if (planned[i].entry->kind == StepEntryKind::kPrefill && i < output.prefill.size()) {
+      done->jobs.back().prefill_attended_pairs = output.prefill[i].attended_pairs;
+      done->jobs.back().prefill_causal_pairs = output.prefill[i].causal_pairs;
+    }
   }
   return OkStatus();
 }
