@@ -93,6 +93,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   }
   MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> prefill_logits,
                       engine.ForwardShard(share.ranges, share.ids, after_layer));
+  result.prefill = engine.last_prefill_density();
   // The rank holding the last prompt token samples; the others learn the token from it.
   const int sampling_rank = plan.RankOfPromptPosition(prompt - 1);
   TokenMessage message;

@@ -36,6 +36,7 @@ struct GenerationResult {
   int64_t prompt_tokens = 0;
   double ttft_s = 0;    // request start to first generated token (prefill + first sample)
   double decode_s = 0;  // first to last generated token
+  PrefillDensity prefill;  // the prefill attention's query-key pairs (engine StepOutput)
   double prefill_tokens_per_s() const { return ttft_s > 0 ? prompt_tokens / ttft_s : 0; }
   double decode_tokens_per_s() const {
     return ids.size() > 1 && decode_s > 0 ? (ids.size() - 1) / decode_s : 0;

@@ -166,6 +166,10 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
         {"generated_tokens", result->ids.size()},
         {"ttft_s", result->ttft_s},
         {"prefill_tokens_per_s", result->prefill_tokens_per_s()},
+        {"prefill_density", result->prefill.causal_pairs > 0
+                                ? static_cast<double>(result->prefill.attended_pairs) /
+                                      static_cast<double>(result->prefill.causal_pairs)
+                                : 1.0},
         {"decode_tokens_per_s", result->decode_tokens_per_s()},
         {"backend", BackendKindName(options.backend)},
         {"ranks", engine->comm().size()},

@@ -489,6 +489,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
         {"ttft_s", result.ttft_s},
         {"prefill_s", prefill_all_ranks_s},
         {"prefill_tokens_per_s", static_cast<double>(seq) / prefill_all_ranks_s},
+        {"prefill_attended_pairs", result.prefill.attended_pairs},
+        {"prefill_causal_pairs", result.prefill.causal_pairs},
         {"prefill_s_full_model",
          prefill_all_ranks_s * static_cast<double>(full_layers) / static_cast<double>(layers)},
         {"decode_tokens", static_cast<int64_t>(result.ids.size()) - 1},

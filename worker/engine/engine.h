@@ -174,6 +174,8 @@ class Engine {
   StatusOr<std::optional<ConstTensorView>> ForwardShard(std::span<const TokenRange> ranges,
                                                         std::span<const int32_t> ids,
                                                         const LayerCallback& after_layer = {});
+  // The default sequence's prefill attention pairs after its latest ForwardShard (every rank).
+  const PrefillDensity& last_prefill_density() const { return last_prefill_; }
   // A decode entry of the default sequence: the same token on every rank, logits on every rank.
   StatusOr<ConstTensorView> ForwardDecode(int32_t id);
   // Single-rank convenience: a prefill entry over [length(), length() + n).
@@ -225,6 +227,7 @@ class Engine {
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
   AttentionPolicy policy_;
   EngineStats stats_;
+  PrefillDensity last_prefill_;
 };
 
 }  // namespace millipede

@@ -16,6 +16,7 @@ StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(std::span<const To
   step.ranges.assign(ranges.begin(), ranges.end());
   step.ids.assign(ids.begin(), ids.end());
   MP_ASSIGN_OR_RETURN(StepOutput out, RunStep(plan, after_layer));
+  last_prefill_ = out.prefill[0];
   return out.logits[0];
 }
 

@@ -23,6 +23,9 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   r.max_new_tokens = 4;
   auto plain = Generate(e, r);
   ASSERT_TRUE(plain.ok());
+  // Dense prefill computes every causal pair: 2 layers x 2 KV heads x 40 x 41 / 2.
+  EXPECT_EQ(plain->prefill.causal_pairs, 2 * 2 * 40 * 41 / 2);
+  EXPECT_EQ(plain->prefill.attended_pairs, plain->prefill.causal_pairs);
   // An explicit dense policy gives the same tokens.
   r.policy =
       testing::PolicyFor(e, R"({"version": 1, "default": {"prefill": "dense", "decode": "full"}})");
@@ -33,10 +36,14 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   r.policy = testing::PolicyFor(e, R"({"version": 1, "layers": [
       {"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})");
   EXPECT_TRUE(Generate(e, r).ok());
-  // So do per-KV-head decode roles (DuoAttention's layers; checked below).
-  r.policy =
-      testing::PolicyFor(e, R"({"version": 1, "default": {"decode": ["full", "streaming-head"]}})");
-  EXPECT_TRUE(Generate(e, r).ok());
+  // So do per-KV-head decode roles (DuoAttention's layers; checked below), here with an A-shape
+  // prefill head, which computes fewer pairs.
+  r.policy = testing::PolicyFor(e, R"({"version": 1, "default": {"prefill": ["a-shape", "dense"],
+      "decode": ["full", "streaming-head"]}, "a_shape": {"sink_tokens": 2, "window_tokens": 8}})");
+  auto duo = Generate(e, r);
+  ASSERT_TRUE(duo.ok()) << duo.status().ToString();
+  EXPECT_EQ(duo->prefill.causal_pairs, plain->prefill.causal_pairs);
+  EXPECT_LT(duo->prefill.attended_pairs, plain->prefill.attended_pairs);
   // A policy for another model is refused before any work.
   r.policy = DensePolicy(9, 2);  // the model has 2 layers
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);
