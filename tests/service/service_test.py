@@ -90,55 +90,44 @@ def scenario_stream(bin_dir, model):
             check(r.json()["text"] == text[:cut] and r.json()["finish_reason"] == "stop",
                   f"stop string {text[cut:cut + 2]!r}: got {r.json()} from {text!r}")
 
-        # A per-job attention policy (A-shape heads and streaming-head decode, which this CPU
-        # engine runs) reaches the workers: the answer is millipede-run's with the same policy
-        # on as many ranks, and differs from dense.
-        policy = os.path.join(os.path.dirname(model), "a-shape-policy.json")
-        with open(policy, "w") as f:
-            json.dump({"version": 1, "default": {"prefill": "a-shape", "decode": "streaming-head"},
-                       "a_shape": {"sink_tokens": 1, "window_tokens": 3},
-                       "streaming_head": {"sink_tokens": 1, "window_tokens": 3}}, f)
-        want_policy = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos", "--max-new-tokens",
-                                               "12", "--ignore-eos", "--policy", policy], ranks=2)
-        r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
-                       "--policy", policy)
-        check(r.rc == 0, f"submit with a policy failed: {r}")
-        check(r.json()["ids"] == want_policy["ids"],
-              f"policy job: service {r.json()['ids']} offline {want_policy['ids']}")
-        check(want_policy["ids"] != want["ids"], "the A-shape policy did not change the answer")
-        check(0 < r.json()["prefill_density"] < 1,
-              f"A-shape prefill density {r.json()['prefill_density']}")
+        # A per-job attention policy reaches the workers: the answer is millipede-run's with the
+        # same policy on as many ranks and differs from dense, and the job reports the density
+        # its prefill attention achieved.
+        policy = os.path.join(os.path.dirname(model), "policy.json")
+
+        def policy_job(what, content):
+            with open(policy, "w") as f:
+                json.dump(content, f)
+            offline_run = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos",
+                                                   "--max-new-tokens", "12", "--ignore-eos",
+                                                   "--policy", policy], ranks=2)
+            r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
+                           "--policy", policy)
+            check(r.rc == 0, f"submit with the {what} policy failed: {r}")
+            check(r.json()["ids"] == offline_run["ids"],
+                  f"{what} job: service {r.json()['ids']} offline {offline_run['ids']}")
+            check(offline_run["ids"] != want["ids"], f"the {what} policy did not change the answer")
+            check(0 < r.json()["prefill_density"] < 1,
+                  f"{what} prefill density {r.json()['prefill_density']}")
+
+        # A-shape heads and streaming-head decode layers.
+        policy_job("A-shape", {"version": 1,
+                               "default": {"prefill": "a-shape", "decode": "streaming-head"},
+                               "a_shape": {"sink_tokens": 1, "window_tokens": 3},
+                               "streaming_head": {"sink_tokens": 1, "window_tokens": 3}})
         # DuoAttention's layers: KV head 0 streaming (A-shape prefill, streaming-head decode), KV
         # head 1 full, in the same layer.
-        with open(policy, "w") as f:
-            json.dump({"version": 1, "default": {"prefill": ["a-shape", "dense"],
-                                                 "decode": ["streaming-head", "full"]},
-                       "a_shape": {"sink_tokens": 1, "window_tokens": 3},
-                       "streaming_head": {"sink_tokens": 1, "window_tokens": 3}}, f)
-        want_duo = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos", "--max-new-tokens",
-                                            "12", "--ignore-eos", "--policy", policy], ranks=2)
-        r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
-                       "--policy", policy)
-        check(r.rc == 0, f"submit with a DuoAttention policy failed: {r}")
-        check(r.json()["ids"] == want_duo["ids"],
-              f"DuoAttention job: service {r.json()['ids']} offline {want_duo['ids']}")
-        check(want_duo["ids"] != want["ids"], "the DuoAttention policy did not change the answer")
-        check(0 < r.json()["prefill_density"] < 1,
-              f"DuoAttention prefill density {r.json()['prefill_density']}")
+        policy_job("DuoAttention", {"version": 1,
+                                    "default": {"prefill": ["a-shape", "dense"],
+                                                "decode": ["streaming-head", "full"]},
+                                    "a_shape": {"sink_tokens": 1, "window_tokens": 3},
+                                    "streaming_head": {"sink_tokens": 1, "window_tokens": 3}})
         # Parameters per KV head travel too: only KV head 0 has a narrow window (the file's
         # default window covers the prompt), which changes the answer.
-        with open(policy, "w") as f:
-            json.dump({"version": 1, "a_shape": {"sink_tokens": 1, "window_tokens": 100000},
-                       "default": {"prefill": ["a-shape", "a-shape"],
-                                   "a_shape": [{"window_tokens": 2}, None]}}, f)
-        want_head = offline(bin_dir, model, ["--prompt", PROMPT, "--no-bos", "--max-new-tokens",
-                                             "12", "--ignore-eos", "--policy", policy], ranks=2)
-        r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos", "--json",
-                       "--policy", policy)
-        check(r.rc == 0, f"submit with a per-head policy failed: {r}")
-        check(r.json()["ids"] == want_head["ids"],
-              f"per-head policy job: service {r.json()['ids']} offline {want_head['ids']}")
-        check(want_head["ids"] != want["ids"], "the per-head window did not change the answer")
+        policy_job("per-head window", {"version": 1,
+                                       "a_shape": {"sink_tokens": 1, "window_tokens": 100000},
+                                       "default": {"prefill": ["a-shape", "a-shape"],
+                                                   "a_shape": [{"window_tokens": 2}, None]}})
 
         # The streamed text is the same text.
         r = svc.submit("--prompt", PROMPT, "--max-tokens", "12", "--ignore-eos")

@@ -47,6 +47,17 @@ inline EngineOptions RandomEngineOptions(const ModelConfig& c, DType weights, DT
   return o;
 }
 
+// A GpuSmallConfig(4) engine with random fp32 weights and bf16 KV on `backend`, `chunk` tokens
+// per prefill chunk: the GPU engine suites build one per backend and compare them (a test
+// failure and null when it cannot be made).
+inline std::unique_ptr<Engine> GpuSmallEngine(BackendKind backend, int64_t chunk) {
+  EngineOptions o = RandomEngineOptions(GpuSmallConfig(4), DType::kF32, DType::kBF16, chunk);
+  o.backend = backend;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
 // max_i |a_i - b_i| / max_i |b_i|
 inline double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
   double err = 0, scale = 0;

@@ -6,6 +6,7 @@
 // a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,15 +19,6 @@ namespace {
 using testing::HaveGpu;
 using testing::MaxRelError;
 using testing::RandomIds;
-
-std::unique_ptr<Engine> MakeEngine(BackendKind backend) {
-  const ModelConfig c = testing::GpuSmallConfig(4);
-  EngineOptions o = testing::RandomEngineOptions(c, DType::kF32, DType::kBF16, 256);
-  o.backend = backend;
-  auto e = Engine::Create(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return std::move(e).value();
-}
 
 // Logits [sequence][step] of `decode` steps after each prompt, the sequences' decode tokens in
 // one step each when `together`, else each sequence alone.
@@ -67,21 +59,26 @@ Logits Decode(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
   return out;
 }
 
-TEST(BatchDecodeCudaTest, TogetherEqualsAloneAndTheCpuEngine) {
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::vector<int32_t>> prompts = {RandomIds(70, 97, 1), RandomIds(1300, 97, 2),
-                                                     RandomIds(5, 97, 3), RandomIds(300, 97, 4)};
-  const std::vector<int32_t> decode = RandomIds(4, 97, 5);
-  auto gpu = MakeEngine(BackendKind::kCuda);
-  auto cpu = MakeEngine(BackendKind::kCpu);
-  const auto together = Decode(*gpu, prompts, decode, true);
-  const auto alone = Decode(*gpu, prompts, decode, false);
-  const auto reference = Decode(*cpu, prompts, decode, true);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_EQ(together[i].size(), decode.size());
-    ASSERT_EQ(alone[i].size(), decode.size());
-    ASSERT_EQ(reference[i].size(), decode.size());
-    for (size_t s = 0; s < decode.size(); ++s) {
+// Four prompts of different lengths and four fixed decode tokens.
+const std::vector<std::vector<int32_t>>& Prompts() {
+  static const std::vector<std::vector<int32_t>> prompts = {
+      RandomIds(70, 97, 1), RandomIds(1300, 97, 2), RandomIds(5, 97, 3), RandomIds(300, 97, 4)};
+  return prompts;
+}
+const std::vector<int32_t> kDecode = RandomIds(4, 97, 5);
+
+// The GPU engine's sequences decoding together give each one's logits alone and the CPU engine's,
+// under the engines' policy; returns the together logits.
+Logits ExpectTogetherEqualsAloneAndCpu(Engine& gpu, Engine& cpu) {
+  const auto together = Decode(gpu, Prompts(), kDecode, true);
+  const auto alone = Decode(gpu, Prompts(), kDecode, false);
+  const auto reference = Decode(cpu, Prompts(), kDecode, true);
+  for (size_t i = 0; i < Prompts().size(); ++i) {
+    EXPECT_EQ(together[i].size(), kDecode.size());
+    EXPECT_EQ(alone[i].size(), kDecode.size());
+    EXPECT_EQ(reference[i].size(), kDecode.size());
+    for (size_t s = 0; s < std::min({together[i].size(), alone[i].size(), reference[i].size()});
+         ++s) {
       // The same bf16 K/V on both GPU sides; only the key splits and P's rounding differ.
       EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2)
           << "sequence " << i << " step " << s;
@@ -90,37 +87,32 @@ TEST(BatchDecodeCudaTest, TogetherEqualsAloneAndTheCpuEngine) {
           << "sequence " << i << " step " << s;
     }
   }
+  return together;
+}
+
+TEST(BatchDecodeCudaTest, TogetherEqualsAloneAndTheCpuEngine) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = testing::GpuSmallEngine(BackendKind::kCuda, 256);
+  auto cpu = testing::GpuSmallEngine(BackendKind::kCpu, 256);
+  ASSERT_TRUE(gpu && cpu);
+  ExpectTogetherEqualsAloneAndCpu(*gpu, *cpu);
 }
 
 // The same with DuoAttention's mixed layers (one streaming, one full KV head per layer) and
 // windows narrower than the prompts: the batched launch applies each sequence's windows.
 TEST(BatchDecodeCudaTest, StreamingHeadsTogetherEqualAloneAndTheCpuEngine) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::vector<int32_t>> prompts = {RandomIds(70, 97, 1), RandomIds(1300, 97, 2),
-                                                     RandomIds(5, 97, 3), RandomIds(300, 97, 4)};
-  const std::vector<int32_t> decode = RandomIds(4, 97, 5);
-  auto gpu = MakeEngine(BackendKind::kCuda);
-  auto cpu = MakeEngine(BackendKind::kCpu);
-  const auto dense = Decode(*gpu, prompts, decode, true);
+  auto gpu = testing::GpuSmallEngine(BackendKind::kCuda, 256);
+  auto cpu = testing::GpuSmallEngine(BackendKind::kCpu, 256);
+  ASSERT_TRUE(gpu && cpu);
+  const auto dense = Decode(*gpu, Prompts(), kDecode, true);
   const std::string duo = R"({"version": 1, "default": {"decode": ["streaming-head", "full"]},
       "streaming_head": {"sink_tokens": 4, "window_tokens": 100}})";
   ASSERT_TRUE(gpu->SetPolicy(testing::PolicyFor(*gpu, duo)).ok());
   ASSERT_TRUE(cpu->SetPolicy(testing::PolicyFor(*cpu, duo)).ok());
-  const auto together = Decode(*gpu, prompts, decode, true);
-  const auto alone = Decode(*gpu, prompts, decode, false);
-  const auto reference = Decode(*cpu, prompts, decode, true);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_EQ(together[i].size(), decode.size());
-    ASSERT_EQ(alone[i].size(), decode.size());
-    ASSERT_EQ(reference[i].size(), decode.size());
-    for (size_t s = 0; s < decode.size(); ++s) {
-      EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2)
-          << "sequence " << i << " step " << s;
-      EXPECT_LT(MaxRelError(together[i][s], reference[i][s]), 3e-2)
-          << "sequence " << i << " step " << s;
-    }
-  }
+  const auto together = ExpectTogetherEqualsAloneAndCpu(*gpu, *cpu);
   // The windows cut the two long prompts' decode attention.
+  ASSERT_FALSE(together[1].empty() || together[3].empty());
   EXPECT_GT(MaxRelError(together[1][0], dense[1][0]), 5e-2);
   EXPECT_GT(MaxRelError(together[3][0], dense[3][0]), 5e-2);
 }

@@ -18,19 +18,11 @@ namespace {
 using testing::HaveGpu;
 using testing::RandomIds;
 
-std::unique_ptr<Engine> MakeEngine(BackendKind backend) {
-  EngineOptions o =
-      testing::RandomEngineOptions(testing::GpuSmallConfig(4), DType::kF32, DType::kBF16, 512);
-  o.backend = backend;
-  auto e = Engine::Create(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return std::move(e).value();
-}
-
 TEST(PrefillDensityCudaTest, SparsePolicyCountsAsTheCpuEngine) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  auto gpu = MakeEngine(BackendKind::kCuda);
-  auto cpu = MakeEngine(BackendKind::kCpu);
+  auto gpu = testing::GpuSmallEngine(BackendKind::kCuda, 512);
+  auto cpu = testing::GpuSmallEngine(BackendKind::kCpu, 512);
+  ASSERT_TRUE(gpu && cpu);
   const std::string policy = R"({"version": 1,
       "default": {"prefill": ["vertical-slash", "block-sparse"]},
       "layers": [{"layer": 1, "prefill": ["a-shape", "dense"]}],

@@ -18,15 +18,6 @@ using testing::HaveGpu;
 using testing::MaxRelError;
 using testing::RandomIds;
 
-std::unique_ptr<Engine> MakeEngine(BackendKind backend) {
-  EngineOptions o =
-      testing::RandomEngineOptions(testing::GpuSmallConfig(4), DType::kF32, DType::kBF16, 256);
-  o.backend = backend;
-  auto e = Engine::Create(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return std::move(e).value();
-}
-
 // The last prompt position's logits, then each decode step's.
 std::vector<std::vector<float>> Logits(Engine& e, const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& decode) {
@@ -49,8 +40,9 @@ std::vector<std::vector<float>> Logits(Engine& e, const std::vector<int32_t>& pr
 
 TEST(StreamingHeadsCudaTest, DuoAttentionPolicyEqualsTheCpuEngine) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  auto gpu = MakeEngine(BackendKind::kCuda);
-  auto cpu = MakeEngine(BackendKind::kCpu);
+  auto gpu = testing::GpuSmallEngine(BackendKind::kCuda, 256);
+  auto cpu = testing::GpuSmallEngine(BackendKind::kCpu, 256);
+  ASSERT_TRUE(gpu && cpu);
   const std::vector<int32_t> prompt = RandomIds(1500, 97, 7);
   const std::vector<int32_t> decode = RandomIds(4, 97, 8);
   const auto dense = Logits(*gpu, prompt, decode);
