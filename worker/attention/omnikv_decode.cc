@@ -59,23 +59,14 @@ Status FilterDecode::ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenR
   std::vector<int64_t> offsets = {0};
   std::vector<int32_t> rows;
   if (k > 0) {
-    MP_ASSIGN_OR_RETURN(TensorView index,
-                        ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{groups, k}));
-    MP_ASSIGN_OR_RETURN(TensorView value,
-                        ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{groups, k}));
-    MP_RETURN_IF_ERROR(env.backend.TopK({scores, k, index, value}));
-    std::vector<int32_t> host_index(static_cast<size_t>(groups * k));
-    std::vector<float> host_value(host_index.size());
-    MP_RETURN_IF_ERROR(
-        env.backend.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
-    MP_RETURN_IF_ERROR(
-        env.backend.CopyToHost(AsConst(value), {host_value.data(), DType::kF32, value.shape}));
+    MP_ASSIGN_OR_RETURN(const HostTopK top,
+                        TopKToHost(env.backend, scores, k, &top_index_, &top_value_));
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t i = 0; i < k; ++i) {
         const size_t at = static_cast<size_t>(g * k + i);
-        if (host_index[at] < 0) break;  // NaN scores are never selected
-        candidates.push_back({host_value[at], positions_[static_cast<size_t>(host_index[at])]});
-        rows.push_back(host_index[at]);
+        if (top.index[at] < 0) break;  // NaN scores are never selected
+        candidates.push_back({top.value[at], positions_[static_cast<size_t>(top.index[at])]});
+        rows.push_back(top.index[at]);
       }
       offsets.push_back(static_cast<int64_t>(candidates.size()));
     }

@@ -32,4 +32,22 @@ StatusOr<TensorView> UploadI64(Backend& backend, BackendTensor* t,
   return Reshape(v, Shape{v.dim(0)});
 }
 
+StatusOr<HostTopK> TopKToHost(Backend& backend, ConstTensorView scores, int64_t k,
+                              BackendTensor* index, BackendTensor* value) {
+  const int64_t rows = scores.dim(0);
+  MP_ASSIGN_OR_RETURN(TensorView dev_index,
+                      ScratchBuffer(backend, index, DType::kI32, Shape{rows, k}));
+  MP_ASSIGN_OR_RETURN(TensorView dev_value,
+                      ScratchBuffer(backend, value, DType::kF32, Shape{rows, k}));
+  MP_RETURN_IF_ERROR(backend.TopK({scores, k, dev_index, dev_value}));
+  HostTopK out;
+  out.index.resize(static_cast<size_t>(rows * k));
+  out.value.resize(out.index.size());
+  MP_RETURN_IF_ERROR(backend.CopyToHost(AsConst(dev_index),
+                                        {out.index.data(), DType::kI32, dev_index.shape}));
+  MP_RETURN_IF_ERROR(backend.CopyToHost(AsConst(dev_value),
+                                        {out.value.data(), DType::kF32, dev_value.shape}));
+  return out;
+}
+
 }  // namespace millipede

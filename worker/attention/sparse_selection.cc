@@ -37,15 +37,7 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
     if (heads_[g].pattern == PrefillPattern::kVerticalSlash)
       budget[g] = heads_[g].vertical_slash.vertical;
   const int64_t k = std::min(*std::max_element(budget.begin(), budget.end()), length);
-  MP_ASSIGN_OR_RETURN(TensorView index,
-                      ScratchBuffer(b, &top_index_, DType::kI32, Shape{kv_heads, k}));
-  MP_ASSIGN_OR_RETURN(TensorView value,
-                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
-  MP_RETURN_IF_ERROR(b.TopK({scores, k, index, value}));
-  std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
-  std::vector<float> host_value(host_index.size());
-  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
-  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(value), {host_value.data(), DType::kF32, value.shape}));
+  MP_ASSIGN_OR_RETURN(const HostTopK top, TopKToHost(b, scores, k, &top_index_, &top_value_));
   const std::vector<int64_t> positions = RangePositions(ranges);
   std::vector<std::vector<int64_t>> selected(heads_.size());
   std::vector<int64_t> distinct = budget;
@@ -62,10 +54,10 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
         for (int64_t p : positions)
           if (p < forced) candidates.push_back({kInf, p});
         for (int64_t i = 0; i < k; ++i) {
-          const int32_t row = host_index[static_cast<size_t>(g * k + i)];
+          const int32_t row = top.index[static_cast<size_t>(g * k + i)];
           if (row < 0) break;
           const int64_t p = positions[static_cast<size_t>(row)];
-          if (p >= forced) candidates.push_back({host_value[static_cast<size_t>(g * k + i)], p});
+          if (p >= forced) candidates.push_back({top.value[static_cast<size_t>(g * k + i)], p});
         }
       }
       offsets.push_back(static_cast<int64_t>(candidates.size()));
@@ -85,13 +77,7 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(Atten
   for (const HeadPrefillPolicy& h : heads_)
     if (h.pattern == PrefillPattern::kVerticalSlash)
       k = std::max(k, std::min(h.vertical_slash.slash, length));
-  MP_ASSIGN_OR_RETURN(TensorView index,
-                      ScratchBuffer(b, &top_index_, DType::kI32, Shape{kv_heads, k}));
-  MP_ASSIGN_OR_RETURN(TensorView value,
-                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
-  MP_RETURN_IF_ERROR(b.TopK({diag, k, index, value}));
-  std::vector<int32_t> host_index(static_cast<size_t>(kv_heads * k));
-  MP_RETURN_IF_ERROR(b.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
+  MP_ASSIGN_OR_RETURN(const HostTopK top, TopKToHost(b, diag, k, &top_index_, &top_value_));
   std::vector<std::vector<int64_t>> selected(heads_.size());
   for (int64_t g = 0; g < kv_heads; ++g) {
     const HeadPrefillPolicy& h = heads_[static_cast<size_t>(g)];
@@ -103,7 +89,7 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(Atten
     std::vector<int64_t>& s = selected[static_cast<size_t>(g)];
     for (int64_t d = 0; d < forced; ++d) s.push_back(d);
     for (int64_t i = 0; i < k && static_cast<int64_t>(s.size()) < budget; ++i) {
-      const int32_t d = host_index[static_cast<size_t>(g * k + i)];
+      const int32_t d = top.index[static_cast<size_t>(g * k + i)];
       if (d < 0) break;
       if (d >= forced) s.push_back(d);
     }

@@ -10,26 +10,17 @@ namespace millipede {
 StatusOr<std::vector<std::vector<int64_t>>> StaticEvictionDecode::Select(
     AttentionEnv& env, ConstTensorView scores, const std::vector<int64_t>& positions) {
   const int64_t groups = scores.dim(0), keep = params_.keep_tokens;
-  MP_ASSIGN_OR_RETURN(TensorView index,
-                      ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{groups, keep}));
-  MP_ASSIGN_OR_RETURN(TensorView value,
-                      ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{groups, keep}));
-  MP_RETURN_IF_ERROR(env.backend.TopK({scores, keep, index, value}));
-  std::vector<int32_t> host_index(static_cast<size_t>(groups * keep));
-  std::vector<float> host_value(host_index.size());
-  MP_RETURN_IF_ERROR(
-      env.backend.CopyToHost(AsConst(index), {host_index.data(), DType::kI32, index.shape}));
-  MP_RETURN_IF_ERROR(
-      env.backend.CopyToHost(AsConst(value), {host_value.data(), DType::kF32, value.shape}));
+  MP_ASSIGN_OR_RETURN(const HostTopK top,
+                      TopKToHost(env.backend, scores, keep, &top_index_, &top_value_));
   // This rank's best `keep` per KV head are its candidates; the cut is agreed over all ranks.
   std::vector<GlobalTopKCandidate> candidates;
   std::vector<int64_t> offsets = {0}, rows;
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t i = 0; i < keep; ++i) {
-      const int32_t row = host_index[static_cast<size_t>(g * keep + i)];
+      const int32_t row = top.index[static_cast<size_t>(g * keep + i)];
       if (row < 0) break;  // fewer rows than keep
       candidates.push_back(
-          {host_value[static_cast<size_t>(g * keep + i)], positions[static_cast<size_t>(row)]});
+          {top.value[static_cast<size_t>(g * keep + i)], positions[static_cast<size_t>(row)]});
       rows.push_back(row);
     }
     offsets.push_back(static_cast<int64_t>(candidates.size()));
