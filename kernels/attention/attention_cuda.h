@@ -12,6 +12,10 @@
 //    merged with MergeStateCuda.
 //  - CUDA cores (attention_generic.cu): everything else up to head_dim 256 (F32 K/V, mixed K/V
 //    dtypes, head_dim 16, 32, 80, ...), fp32 throughout; correct but slow, never split.
+// Every path takes A-shape windows (kv_head_window, sink_tokens) for up to 64 KV heads: a
+// windowed head's blocks load only the sink tiles and the tiles from their rows' earliest window
+// start on, and key splits are planned for the heads that read most keys. Evicted key rows
+// (kv_row_visible) are Unimplemented here.
 //
 // Precision of the tensor-core path: q (F32 in the engine) is rounded to K's 16-bit type before
 // Q K^T, and the probabilities exp(s - m) to V's type before P V; products are exact and sums
