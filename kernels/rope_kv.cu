@@ -75,14 +75,19 @@ __global__ void RopeKvKernel(float* __restrict__ q, const float* __restrict__ k,
               table + half);
 }
 
-// The destinations of up to kMaxRows rows, passed in the launch's parameters (2 KiB).
+// The destinations of up to kMaxRows rows, passed in the launch's parameters (3 KiB). With
+// cache_rows (device memory, [kMaxRows] from the launch's first row) each destination is a whole
+// cache of cache_size[t] rows and row t goes to its row cache_rows[t].
 struct RowDestinations {
   static constexpr int kMaxRows = 128;
   void* k[kMaxRows];
   void* v[kMaxRows];
+  int64_t cache_size[kMaxRows];
+  const int64_t* cache_rows;
 };
 
-// One block per row t < n <= kMaxRows, its K/V to dst.k[t] / dst.v[t] (none when null).
+// One block per row t < n <= kMaxRows, its K/V to dst.k[t] / dst.v[t] (none when null, or when
+// its cache row lies outside the cache).
 template <typename K, typename V>
 __global__ void RopeKvRowsKernel(float* __restrict__ q, const float* __restrict__ k,
                                  const float* __restrict__ v,
@@ -92,9 +97,16 @@ __global__ void RopeKvRowsKernel(float* __restrict__ q, const float* __restrict_
                                  int64_t kv_heads, int64_t half) {
   extern __shared__ float table[];
   const int64_t t = blockIdx.x, kv_row = kv_heads * 2 * half;
+  K* k_out = static_cast<K*>(dst.k[t]);
+  V* v_out = static_cast<V*>(dst.v[t]);
+  if (dst.cache_rows != nullptr && k_out != nullptr) {
+    const int64_t r = dst.cache_rows[t];
+    const bool inside = r >= 0 && r < dst.cache_size[t];
+    k_out = inside ? k_out + r * kv_row : nullptr;
+    v_out = inside ? v_out + r * kv_row : nullptr;
+  }
   RopeKvRow(q + t * q_heads * 2 * half, k + t * kv_row, v + t * kv_row, positions[t], inv_freq,
-            static_cast<K*>(dst.k[t]), static_cast<V*>(dst.v[t]), q_heads, kv_heads, half, table,
-            table + half);
+            k_out, v_out, q_heads, kv_heads, half, table, table + half);
 }
 
 // The storage type of a cache dtype (RopeKvCheckArgs allows F32, BF16 and F16).
@@ -156,9 +168,13 @@ Status RopeKvCuda(const RopeKvArgs& args, cudaStream_t stream) {
       for (int64_t first = 0; first < n; first += RowDestinations::kMaxRows) {
         const int64_t count = std::min<int64_t>(RowDestinations::kMaxRows, n - first);
         RowDestinations dst;
+        const bool whole = args.cache_rows.data != nullptr;
+        dst.cache_rows = whole ? args.cache_rows.as<const int64_t>() + first : nullptr;
         for (int64_t i = 0; i < count; ++i) {
-          dst.k[i] = args.k_rows[static_cast<size_t>(first + i)].data;
+          const TensorView& k_dst = args.k_rows[static_cast<size_t>(first + i)];
+          dst.k[i] = k_dst.data;
           dst.v[i] = args.v_rows[static_cast<size_t>(first + i)].data;
+          dst.cache_size[i] = whole && k_dst.data != nullptr ? k_dst.dim(0) : 1;
         }
         RopeKvRowsKernel<K, V><<<static_cast<unsigned>(count), threads, shared_bytes, stream>>>(
             q + first * q_row, k + first * kv_row, v + first * kv_row, positions + first,

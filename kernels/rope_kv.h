@@ -33,6 +33,13 @@ struct RopeKvArgs {
   // still rotated (a rank that does not store that token). Both n long, or both empty.
   std::span<const TensorView> k_rows = {};
   std::span<const TensorView> v_rows = {};
+  // With k_rows / v_rows, optional: [n] I64 in the memory of q. Row t's key and value then go to
+  // row cache_rows[t] of k_rows[t] / v_rows[t], which span a whole cache ([rows_t, num_kv_heads,
+  // head_dim], 0 <= cache_rows[t] < rows_t), the row read when the op runs: a call recorded once
+  // and replayed as the sequences grow (decode graphs) stores each token where the step says. The
+  // references refuse a row outside its cache; a GPU, which cannot see the rows without waiting,
+  // leaves such a row unwritten.
+  ConstTensorView cache_rows = {};
 };
 
 // Checks RopeKvArgs' shapes and dtypes (not the data, which may live on a device).
@@ -44,8 +51,9 @@ Status RopeKvCheckArgs(const RopeKvArgs& args);
 Status RopeKvRef(const RopeKvArgs& args);
 
 // Row t of a per-row call as a call of its own: q, k, v, positions sliced to row t, the caches
-// the row's destinations; with no destination the caches stay empty (rotate q only, RopeArgs).
-RopeKvArgs RopeKvRowArgs(const RopeKvArgs& args, int64_t t);
+// the row's destinations (with cache_rows, host memory: its row of them, OutOfRange outside);
+// with no destination the caches stay empty (rotate q only, RopeArgs).
+StatusOr<RopeKvArgs> RopeKvRowArgs(const RopeKvArgs& args, int64_t t);
 
 // A per-row call (args.k_rows set) row by row: `rope` for the rows without destinations,
 // `rope_kv` for the others (a backend's own ops, or the references).

@@ -73,6 +73,12 @@ class BackendTensor {
 
 enum class BackendKind { kCpu, kCuda };
 
+// Ops recorded by Backend::EndCapture, for Backend::Replay (a CUDA graph on a GPU backend).
+class RecordedOps {
+ public:
+  virtual ~RecordedOps() = default;
+};
+
 // Memory of the place a backend's tensors live (host RAM for the CPU backend, the GPU's memory).
 struct BackendMemory {
   int64_t free_bytes = 0;   // what allocations can still get
@@ -216,6 +222,28 @@ class Backend {
   virtual Status WaitCopy(CopyEvent event) = 0;
   // Whether `event`'s copy is complete, without blocking.
   virtual StatusOr<bool> CopyDone(CopyEvent event) = 0;
+
+  // ---- Recording (decode graphs) ----
+  // Ops queued between BeginCapture and EndCapture are recorded, not run; Replay runs the
+  // recording on the compute stream: the same ops with the same arguments (tensor addresses and
+  // shapes as recorded, their contents as they are at replay time). Nothing recorded may wait for
+  // the device, copy from pageable host memory or allocate. A backend that cannot record refuses
+  // BeginCapture with Unimplemented. After a failed op, EndCapture still ends the recording.
+  virtual Status BeginCapture() { return UnimplementedError("this backend does not record ops"); }
+  virtual StatusOr<std::unique_ptr<RecordedOps>> EndCapture() {
+    return UnimplementedError("this backend does not record ops");
+  }
+  virtual Status Replay(const RecordedOps& ops) {
+    return UnimplementedError("this backend does not record ops");
+  }
+  // Changes whenever the backend moves memory its ops use on their own (the attention ops' split
+  // partials): recordings made before are stale.
+  virtual uint64_t memory_epoch() const { return 0; }
+  // Whether BatchDecodeAttention takes per-sequence lengths (BatchDecodeAttentionArgs::lengths)
+  // for K/V of this head_dim, these query heads per KV head and this dtype.
+  virtual bool DecodeTakesLengths(int64_t head_dim, int64_t group, DType kv_dtype) const {
+    return true;
+  }
 };
 
 // The host's memory (MemAvailable: what the kernel can give without swapping): where the CPU

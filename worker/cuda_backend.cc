@@ -37,6 +37,17 @@
 namespace millipede {
 namespace {
 
+// A CUDA graph ready to launch.
+class CudaRecordedOps final : public RecordedOps {
+ public:
+  explicit CudaRecordedOps(cudaGraphExec_t exec) : exec_(exec) {}
+  ~CudaRecordedOps() override { cudaGraphExecDestroy(exec_); }
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  cudaGraphExec_t exec_;
+};
+
 class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
@@ -212,6 +223,39 @@ class CudaBackend final : public Backend {
   Status WaitCopy(CopyEvent event) override { return copies_->Wait(event); }
   StatusOr<bool> CopyDone(CopyEvent event) override { return copies_->Done(event); }
 
+  // Recording: stream capture of the compute stream (this thread's ops only).
+  Status BeginCapture() override {
+    MP_REQUIRE(!capturing_, "recording: already recording");
+    MP_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    return OkStatus();
+  }
+  StatusOr<std::unique_ptr<RecordedOps>> EndCapture() override {
+    MP_REQUIRE(capturing_, "recording: not recording");
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (ended != cudaSuccess) {
+      cudaGetLastError();  // an op that may not be recorded invalidated the capture
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return FailedPreconditionError(std::string("recording failed: ") +
+                                     cudaGetErrorString(ended));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MP_CUDA_CHECK(made);
+    return std::unique_ptr<RecordedOps>(new CudaRecordedOps(exec));
+  }
+  Status Replay(const RecordedOps& ops) override {
+    MP_CUDA_CHECK(cudaGraphLaunch(static_cast<const CudaRecordedOps&>(ops).exec(), stream_));
+    return OkStatus();
+  }
+  uint64_t memory_epoch() const override { return memory_epoch_; }
+  bool DecodeTakesLengths(int64_t head_dim, int64_t group, DType kv_dtype) const override {
+    return BatchDecodeAttentionCudaTakesLengthsFor(head_dim, group, kv_dtype);
+  }
+
  private:
   CudaBackend() = default;
   static Status CheckCopy(ConstTensorView a, ConstTensorView b) {
@@ -224,6 +268,10 @@ class CudaBackend final : public Backend {
   // never shrunk), not a stream allocation per call: decode makes many calls per step.
   StatusOr<AttentionCudaOptions> AttentionScratch(size_t bytes) {
     if (bytes > attention_scratch_bytes_) {
+      // A recording keeps the scratch's address: it may only grow outside one.
+      if (capturing_)
+        return FailedPreconditionError("recording: the attention scratch would have to grow");
+      ++memory_epoch_;
       if (attention_scratch_ != nullptr) MP_CUDA_CHECK(cudaFreeAsync(attention_scratch_, stream_));
       attention_scratch_ = nullptr;
       attention_scratch_bytes_ = 0;
@@ -248,6 +296,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> weights_;
   void* attention_scratch_ = nullptr;  // attention's split partials, on stream_ only
   size_t attention_scratch_bytes_ = 0;
+  bool capturing_ = false;
+  uint64_t memory_epoch_ = 0;
 };
 
 }  // namespace

@@ -18,6 +18,8 @@ const char kEngineFlagsUsage[] =
   --selected-kv T        where OmniKV's selected layers keep their prompt's KV: auto (default:
                          the GPU when it fits, else pinned host memory) | device | host
   --profile              time the engine's phases (synchronises at phase boundaries)
+  --decode-graphs M      record decode steps once and replay them (CUDA graphs): auto (default:
+                         where the backend records) | off | unrecorded (their arguments only)
   --backend B            cpu (default) | cuda
   --random-weights       the model's config.json with random weights (bf16, seed 0) instead of
                          its safetensors: benchmarks of the service at a model's shape without
@@ -26,7 +28,7 @@ const char kEngineFlagsUsage[] =
 
 std::vector<std::string> EngineFlagNames() {
   return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
-          "selected-kv", "profile",  "backend",       "random-weights"};
+          "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
@@ -42,6 +44,8 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   MP_ASSIGN_OR_RETURN(options.selected_kv,
                       ParseSelectedKvTier(flags.Get("selected-kv").value_or("auto")));
   options.profile = flags.GetBool("profile");
+  MP_ASSIGN_OR_RETURN(options.decode_graphs,
+                      ParseDecodeGraphs(flags.Get("decode-graphs").value_or("auto")));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;
   if (flags.GetBool("random-weights")) {

@@ -206,12 +206,15 @@ StatusOr<int64_t> AttentionFlashSplits(int head_dim, DType kv_dtype, AttentionFl
 
 // The sequences of one batched decode launch (BatchDecodeAttentionCuda): their K/V
 // ([n_kv[b], num_kv_heads, head_dim] each, 16-byte aligned) and key counts, passed in the
-// launch's parameters (3 KiB of the 4 KiB a launch may carry).
+// launch's parameters (3 KiB of the 4 KiB a launch may carry). With `lengths` (device memory,
+// [kMaxEntries] from the launch's first entry) entry b has min(n_kv[b], max(0, lengths[b])) keys,
+// read when the kernel runs (BatchDecodeAttentionArgs::lengths).
 struct AttentionBatchTable {
   static constexpr int kMaxEntries = 128;
   const void* k[kMaxEntries];
   const void* v[kMaxEntries];
   int64_t n_kv[kMaxEntries];
+  const int64_t* lengths = nullptr;
 };
 // The decode instance over grid (params.n_q sequences, num_kv_heads, num_splits): query row b of
 // params.q against batch entry b, no mask (params.causal false, params.kv_head_rows null),

@@ -404,8 +404,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     AttentionFlashBatchKernel(const __grid_constant__ AttentionKernelParams p,
                               const __grid_constant__ AttentionBatchTable batch) {
   const int b = blockIdx.x;
+  const int64_t n_kv = batch.lengths == nullptr
+                           ? batch.n_kv[b]
+                           : min(batch.n_kv[b], max(int64_t{0}, batch.lengths[b]));
   AttentionFlashBlock<Tile, T>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
-                               batch.v[b], batch.n_kv[b], batch.n_kv[b] - 1 - b);
+                               batch.v[b], n_kv, n_kv - 1 - b);
 }
 
 // One kernel instance and its launch shape.

@@ -104,6 +104,8 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
     table.v[i] = args.v[b].data;
     table.n_kv[i] = args.k[b].dim(0);
   }
+  table.lengths =
+      args.lengths.data != nullptr ? args.lengths.as<const int64_t>() + plan.first : nullptr;
   AttentionKernelParams p;
   p.q = args.q.as<const float>() + plan.first * row_elems;
   p.n_q = plan.count;
@@ -155,6 +157,16 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
 
 }  // namespace
 
+bool BatchDecodeAttentionCudaTakesLengths(const BatchDecodeAttentionArgs& args) {
+  return TensorCoresFit(args);
+}
+
+bool BatchDecodeAttentionCudaTakesLengthsFor(int64_t head_dim, int64_t group, DType kv_dtype) {
+  return attention_internal::AttentionFlashSupports(static_cast<int>(head_dim), kv_dtype,
+                                                    kv_dtype) &&
+         group <= attention_internal::AttentionFlashRowsPerBlock(AttentionFlashShape::kDecode);
+}
+
 StatusOr<size_t> BatchDecodeAttentionCudaWorkspaceBytes(const BatchDecodeAttentionArgs& args,
                                                         const AttentionCudaOptions& options) {
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
@@ -176,6 +188,10 @@ Status BatchDecodeAttentionCuda(const BatchDecodeAttentionArgs& args,
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
   if (args.q.NumElements() == 0) return OkStatus();
   if (!TensorCoresFit(args)) {
+    if (args.lengths.data != nullptr)
+      return UnimplementedError(
+          "batch decode attention: per-sequence lengths need the tensor-core decode kernel "
+          "(head_dim 64 or 128, BF16 or F16 K/V, 16-byte aligned rows)");
     for (int64_t b = 0; b < args.q.dim(0); ++b)
       MP_RETURN_IF_ERROR(AttentionCuda(BatchDecodeEntryArgs(args, b), options, stream));
     return OkStatus();

@@ -38,14 +38,26 @@ struct BatchDecodeAttentionArgs {
   // [num_kv_heads]; null: every key.
   const int64_t* kv_head_window = nullptr;
   int64_t sink_tokens = 0;
+  // Optional: [batch] I64 in the memory of q. Sequence b then has only the first lengths[b] rows
+  // of k[b] / v[b] (0 <= lengths[b] <= n_b; its token at position lengths[b] - 1 for the
+  // windows), read when the op runs: a call recorded once and replayed as the sequences grow
+  // (decode graphs) passes views as long as the longest it may see. The references refuse a
+  // length outside [0, n_b]; a GPU clamps it. On a GPU it needs the tensor-core decode kernel
+  // (BatchDecodeAttentionCudaTakesLengths).
+  ConstTensorView lengths = {};
 };
 
 // Shapes, dtypes and the scale (not the data, which may live on a device).
 Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args);
 
-// Sequence b's call of the single-sequence op (AttentionMask::kNone, row b of q, o and lse; with
-// windows, the token at position n_b - 1 and the keys from position 0).
-AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b);
+// Sequence b's call of the single-sequence op over the first `rows` of its keys (AttentionMask::
+// kNone, row b of q, o and lse; with windows, the token at position rows - 1 and the keys from
+// position 0); rows < 0: all n_b (args.lengths is not read).
+AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b,
+                                   int64_t rows = -1);
+// Sequence b's call with args.lengths applied (host memory; OutOfRange outside [0, n_b]).
+StatusOr<AttentionArgs> BatchDecodeEntryArgsAtLength(const BatchDecodeAttentionArgs& args,
+                                                     int64_t b);
 
 // Computes o and lse, sequence by sequence with AttentionRef (mask kNone).
 Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args);

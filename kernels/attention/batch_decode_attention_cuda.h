@@ -7,7 +7,7 @@
 // K/V addresses and lengths travel in the launch's parameters (up to 128 sequences a launch),
 // the key splits follow the longest sequence (one wave of resident blocks), and the partials of
 // every sequence are merged by one MergeStateCuda. Precision as AttentionCuda's tensor-core path
-// (attention_cuda.h). Anything else runs AttentionCuda per sequence.
+// (attention_cuda.h). Anything else runs AttentionCuda per sequence, without args.lengths.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +24,12 @@ namespace millipede {
 // arguments; asks the current device for its SM count. Only options.num_splits is read.
 StatusOr<size_t> BatchDecodeAttentionCudaWorkspaceBytes(const BatchDecodeAttentionArgs& args,
                                                         const AttentionCudaOptions& options = {});
+
+// Whether the tensor-core path runs `args` (the one that takes args.lengths). Checks nothing.
+bool BatchDecodeAttentionCudaTakesLengths(const BatchDecodeAttentionArgs& args);
+// Whether it runs K/V of this head_dim, query heads per KV head and dtype (K and V alike) whose
+// rows and q, o are 16-byte aligned.
+bool BatchDecodeAttentionCudaTakesLengthsFor(int64_t head_dim, int64_t group, DType kv_dtype);
 
 // Same contract as BatchDecodeAttentionRef with every tensor in device memory (the K/V entries'
 // views themselves on the host); enqueued on `stream`. options.workspace as in AttentionCuda:

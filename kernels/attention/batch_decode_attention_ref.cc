@@ -4,11 +4,16 @@
 
 namespace millipede {
 
-AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b) {
+AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b,
+                                   int64_t rows) {
   AttentionArgs one;
   one.q = SliceRows(args.q, b, 1);
   one.k = args.k[static_cast<size_t>(b)];
   one.v = args.v[static_cast<size_t>(b)];
+  if (rows >= 0) {
+    one.k = SliceRows(one.k, 0, rows);
+    one.v = SliceRows(one.v, 0, rows);
+  }
   one.mask = AttentionMask::kNone;
   one.scale = args.scale;
   one.o = SliceRows(args.o, b, 1);
@@ -19,6 +24,17 @@ AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t
     one.sink_tokens = args.sink_tokens;
   }
   return one;
+}
+
+StatusOr<AttentionArgs> BatchDecodeEntryArgsAtLength(const BatchDecodeAttentionArgs& args,
+                                                     int64_t b) {
+  if (args.lengths.data == nullptr) return BatchDecodeEntryArgs(args, b);
+  const int64_t rows = args.lengths.as<const int64_t>()[b];
+  const int64_t n = args.k[static_cast<size_t>(b)].dim(0);
+  if (rows < 0 || rows > n)
+    return OutOfRangeError(detail::StrCat("batch decode attention: sequence ", b, "'s length ",
+                                          rows, " is outside its ", n, " rows"));
+  return BatchDecodeEntryArgs(args, b, rows);
 }
 
 Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
@@ -35,6 +51,9 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
   if (args.lse.data != nullptr)
     MP_RETURN_IF_ERROR(CheckTensor(args.lse, "batch decode attention lse", DType::kF32,
                                    Shape{batch, num_q_heads}));
+  if (args.lengths.data != nullptr)
+    MP_RETURN_IF_ERROR(CheckTensor(args.lengths, "batch decode attention lengths", DType::kI64,
+                                   Shape{batch}));
   MP_REQUIRE(args.scale == 0.0f || (args.scale > 0.0f && std::isfinite(args.scale)),
              "batch decode attention: scale ", args.scale,
              " must be 0 (meaning 1/sqrt(head_dim)) or > 0");
@@ -57,8 +76,10 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
 
 Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args) {
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
-  for (int64_t b = 0; b < args.q.dim(0); ++b)
-    MP_RETURN_IF_ERROR(AttentionRef(BatchDecodeEntryArgs(args, b)));
+  for (int64_t b = 0; b < args.q.dim(0); ++b) {
+    MP_ASSIGN_OR_RETURN(const AttentionArgs one, BatchDecodeEntryArgsAtLength(args, b));
+    MP_RETURN_IF_ERROR(AttentionRef(one));
+  }
   return OkStatus();
 }
 

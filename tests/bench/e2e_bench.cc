@@ -53,6 +53,8 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        decode); reports ms per step and output tokens per second
   --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
                        placed over the ranks as a prompt would be (decode speed only)
+  --decode-graphs M    record decode steps once and replay them: auto (default) | off |
+                       unrecorded (the recorded steps' arguments, not recorded)
 )";
 
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
@@ -282,7 +284,10 @@ StatusOr<nlohmann::json> BatchDecode(Engine& engine, int64_t batch, int64_t leng
                      {"batch", batch},
                      {"decode_steps", tokens},
                      {"ms_per_step", 1000.0 * s / static_cast<double>(tokens)},
-                     {"output_tokens_per_s", static_cast<double>(batch * tokens) / s}};
+                     {"output_tokens_per_s", static_cast<double>(batch * tokens) / s},
+                     {"decode_graphs", DecodeGraphsName(engine.options().decode_graphs)},
+                     {"recorded_steps", stats.recorded_steps},
+                     {"replayed_steps", stats.replayed_steps}};
   if (engine.options().profile) out["profile_ms_per_step"] = DecodeProfile(stats, tokens, 0);
   return out;
 }
@@ -297,10 +302,11 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
   Communicator& comm = engine.comm();
   int32_t token = 1;
   std::vector<int32_t> ids;
-  auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> step_ms;
+  auto t0 = std::chrono::steady_clock::now(), last = t0;
   for (int64_t step = 0; step <= tokens; ++step) {
     if (step == 1) {
-      t0 = std::chrono::steady_clock::now();
+      t0 = last = std::chrono::steady_clock::now();
       engine.ResetStats();
     }
     MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
@@ -309,8 +315,12 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
     }
     if (comm.size() > 1) MP_RETURN_IF_ERROR(comm.HostBroadcast(&token, sizeof(token), 0));
     ids.push_back(token);
+    const auto now = std::chrono::steady_clock::now();
+    if (step >= 1) step_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+    last = now;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::sort(step_ms.begin(), step_ms.end());
   // Rank 0's KV by tier, and what OmniKV's packed loads read from its host tier per token.
   const int64_t host_kv = engine.HostKvBytes(), device_kv = engine.KvBytes() - host_kv;
   const EngineStats stats = engine.stats();
@@ -324,6 +334,10 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
       {"decode_tokens", tokens},
       {"decode_tokens_per_s", static_cast<double>(tokens) / s},
       {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
+      {"decode_ms_per_token_median", step_ms[step_ms.size() / 2]},
+      {"decode_graphs", DecodeGraphsName(engine.options().decode_graphs)},
+      {"recorded_steps", stats.recorded_steps},
+      {"replayed_steps", stats.replayed_steps},
       {"setup_s", setup_s},
       {"kv_bytes_device", device_kv},
       {"kv_bytes_host", host_kv},
@@ -355,7 +369,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_RETURN_IF_ERROR(flags.CheckKnown(
       {"preset", "layers", "seq", "decode-tokens", "warmup-seq", "batch", "backend", "kv-dtype",
        "dtype", "prefill-chunk", "attention-chunk", "seed", "locality", "policy", "selected-kv",
-       "profile", "gemm-reference", "decode-only", "help"}));
+       "profile", "gemm-reference", "decode-only", "decode-graphs", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -388,6 +402,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   options.policy_file = flags.Get("policy").value_or("");
   MP_ASSIGN_OR_RETURN(options.selected_kv,
                       ParseSelectedKvTier(flags.Get("selected-kv").value_or("auto")));
+  MP_ASSIGN_OR_RETURN(options.decode_graphs,
+                      ParseDecodeGraphs(flags.Get("decode-graphs").value_or("auto")));
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -218,6 +219,51 @@ TEST(RopeKvCudaRowsTest, PerRowDestinationsMatchReference) {
         RopeKvRef, RopeKvCuda))
         << "n = " << n;
   }
+}
+
+// Whole caches and rows read on the device (RopeKvArgs::cache_rows): each token lands at its row,
+// the other rows keep their values; a row outside its cache is not written.
+TEST(RopeKvCudaRowsTest, CacheRowsMatchReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t q_heads = 32, kv_heads = 8, head_dim = 128;
+  const std::vector<int64_t> sizes = {5000, 3, 1, 130}, rows = {4999, 0, 0, 7};
+  const int64_t n = static_cast<int64_t>(sizes.size());
+  OpCheck check("rope_kv cache rows");
+  const int iq = check.Output("q", RandomTensor(DType::kF32, {n, q_heads, head_dim}, 71),
+                              Tolerance::Normalised(kMaxError));
+  const int ik = check.Input(RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 72));
+  const int iv = check.Input(RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 73));
+  const int ipositions = check.Input(Positions(n, 1 << 20));
+  const int iinv_freq = check.Input(InvFreq(head_dim));
+  HostTensor cache_rows(DType::kI64, {n});
+  std::copy(rows.begin(), rows.end(), cache_rows.data<int64_t>());
+  const int irows = check.Input(std::move(cache_rows));
+  std::vector<int> k_out, v_out;
+  for (int64_t t = 0; t < n; ++t) {
+    const Shape shape{sizes[t], kv_heads, head_dim};
+    k_out.push_back(check.Output("k_cache", RandomTensor(DType::kBF16, shape, 80 + t),
+                                 Tolerance::Normalised(1e-2)));
+    v_out.push_back(
+        check.Output("v_cache", RandomTensor(DType::kBF16, shape, 90 + t), Tolerance::Exact()));
+  }
+  std::vector<TensorView> k_rows, v_rows;
+  ASSERT_TRUE(check.Run(
+      [&](const OpCheck::Tensors& t) {
+        k_rows.clear();
+        v_rows.clear();
+        for (int64_t r = 0; r < n; ++r) {
+          k_rows.push_back(t.view(k_out[r]));
+          v_rows.push_back(t.view(v_out[r]));
+        }
+        RopeKvArgs a{t.view(iq),          t.cview(ik),        t.cview(iv),
+                     t.cview(ipositions), t.cview(iinv_freq), {},
+                     {}};
+        a.k_rows = k_rows;
+        a.v_rows = v_rows;
+        a.cache_rows = t.cview(irows);
+        return a;
+      },
+      RopeKvRef, RopeKvCuda));
 }
 
 TEST(RopeKvCudaArgsTest, RejectsBadShapes) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/convert.h"
@@ -160,6 +161,73 @@ TEST(RopeKvTest, PerRowDestinationsEqualTheContiguousRows) {
       EXPECT_EQ(vt, std::vector<float>(v_all.begin() + t * row, v_all.begin() + (t + 1) * row));
     }
   }
+}
+
+// With cache_rows each destination is a whole cache and the token goes to its row there: the
+// same values as a per-row call into that row, every other row untouched; a row outside its
+// cache is OutOfRange and writes nothing.
+TEST(RopeKvTest, CacheRowsPlaceEachTokenAtItsRow) {
+  const int64_t n = 3, q_heads = 8, kv_heads = 2, head_dim = 16;
+  const HostTensor positions = Positions({5, 0, 77});
+  const HostTensor inv_freq = InvFreq(head_dim);
+  const HostTensor q0 = RandomTensor(DType::kF32, {n, q_heads, head_dim}, 1);
+  const HostTensor k = RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 2);
+  const HostTensor v = RandomTensor(DType::kF32, {n, kv_heads, head_dim}, 3);
+  const std::vector<int64_t> sizes = {6, 3, 1}, rows = {5, 0, 0};
+  auto caches = [&](uint64_t seed) {
+    std::vector<HostTensor> out;
+    for (int64_t t = 0; t < n; ++t)
+      out.push_back(RandomTensor(DType::kBF16, {sizes[t], kv_heads, head_dim}, seed + t));
+    return out;
+  };
+  // Expected: per-row destinations that are slices of the same initial caches.
+  std::vector<HostTensor> k_exp = caches(10), v_exp = caches(20);
+  HostTensor q_exp = CopyF32(q0);
+  std::vector<TensorView> k_rows, v_rows;
+  for (int64_t t = 0; t < n; ++t) {
+    k_rows.push_back(SliceRows(k_exp[t].view(), rows[t], 1));
+    v_rows.push_back(SliceRows(v_exp[t].view(), rows[t], 1));
+  }
+  RopeKvArgs a{q_exp.view(), CView(k), CView(v), CView(positions), CView(inv_freq), {}, {}};
+  a.k_rows = k_rows;
+  a.v_rows = v_rows;
+  ASSERT_TRUE(RopeKvRef(a).ok());
+
+  std::vector<HostTensor> k_got = caches(10), v_got = caches(20);
+  HostTensor q = CopyF32(q0);
+  HostTensor cache_rows(DType::kI64, {n});
+  std::copy(rows.begin(), rows.end(), cache_rows.data<int64_t>());
+  k_rows.clear();
+  v_rows.clear();
+  for (int64_t t = 0; t < n; ++t) {
+    k_rows.push_back(k_got[t].view());
+    v_rows.push_back(v_got[t].view());
+  }
+  a.q = q.view();
+  a.k_rows = k_rows;
+  a.v_rows = v_rows;
+  a.cache_rows = CView(cache_rows);
+  ASSERT_TRUE(RopeKvRef(a).ok());
+  EXPECT_EQ(ToFloats(q), ToFloats(q_exp));
+  for (int64_t t = 0; t < n; ++t) {
+    EXPECT_EQ(ToFloats(k_got[t]), ToFloats(k_exp[t])) << t;
+    EXPECT_EQ(ToFloats(v_got[t]), ToFloats(v_exp[t])) << t;
+  }
+  // Row 1 points past its 3-row cache.
+  cache_rows.data<int64_t>()[1] = 3;
+  std::vector<HostTensor> k_bad = caches(10);
+  k_rows[1] = k_bad[1].view();
+  a.k_rows = k_rows;
+  EXPECT_EQ(RopeKvRef(a).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(ToFloats(k_bad[1]), ToFloats(caches(10)[1]));
+  // Checked: I64 rows, one per token, and whole caches of the row width.
+  HostTensor wrong(DType::kI32, {n});
+  a.cache_rows = CView(wrong);
+  EXPECT_EQ(RopeKvCheckArgs(a).code(), StatusCode::kInvalidArgument);
+  RopeKvArgs contiguous{q.view(), CView(k), CView(v), CView(positions), CView(inv_freq),
+                        k_got[0].view(), v_got[0].view()};
+  contiguous.cache_rows = CView(cache_rows);
+  EXPECT_EQ(RopeKvCheckArgs(contiguous).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RopeKvTest, PerRowDestinationsAreChecked) {

@@ -30,6 +30,8 @@ struct EngineStats {
   int64_t host_load_bytes = 0;  // bytes OmniKV's packed loads read from the host tier
   int64_t prefill_layers = 0;  // layer passes of sharded steps
   int64_t decode_layers = 0;   // layer passes of decode steps
+  int64_t recorded_steps = 0;  // decode steps recorded (decode graphs)
+  int64_t replayed_steps = 0;  // decode steps run by replaying a recording
 };
 
 // With profiling on, Mark waits for the backend and adds the time since the previous mark to a

@@ -229,7 +229,8 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
 }
 
 void Engine::EndSequence(SequenceId id) {
-  sequences_.erase(id);
+  // Recordings point into the sequences' stores (a later sequence may get the same addresses).
+  if (sequences_.erase(id) > 0) graphs_.Clear();
   if (sequences_.empty()) workspace_->Release();
 }
 

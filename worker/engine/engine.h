@@ -32,6 +32,7 @@
 #include "worker/backend.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/shard_plan.h"
+#include "worker/engine/decode_graphs.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sequence.h"
 #include "worker/engine/step_plan.h"
@@ -47,6 +48,20 @@ using LayerCallback = std::function<bool(int64_t layers_done, int64_t layers_tot
 // the step's rows, o [rows, num_heads * head_dim] F32 in backend memory (valid during the call):
 // tools that study attention (millipede-policy search) read it.
 using AttentionObserver = std::function<void(int64_t layer, ConstTensorView o)>;
+
+// Whether decode steps are recorded once and replayed (decode_graphs.h), which takes a step of
+// hundreds of small ops off the host's launch path. A step is recorded when it has only decode
+// tokens, one rank, no profiling or observer, and every layer of every sequence decodes by plain
+// attention over a store whose rows never move (dense layers, DuoAttention's mixed layers).
+enum class DecodeGraphs {
+  kAuto,  // recorded where the backend records (CUDA); elsewhere the usual steps
+  kOff,   // the usual steps
+  // The recorded steps' arguments (whole stores, cache rows and lengths read from backend memory)
+  // run as usual, never recorded: what a replay computes, on any backend (tests compare the two).
+  kUnrecorded,
+};
+const char* DecodeGraphsName(DecodeGraphs mode);  // "auto", "off", "unrecorded"
+StatusOr<DecodeGraphs> ParseDecodeGraphs(std::string_view name);
 
 struct EngineOptions {
   // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
@@ -81,6 +96,7 @@ struct EngineOptions {
   bool profile = false;
   // Null: nothing observes.
   AttentionObserver attention_observer;
+  DecodeGraphs decode_graphs = DecodeGraphs::kAuto;
 };
 
 class Engine {
@@ -203,6 +219,17 @@ class Engine {
   Status ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows);
   // Uploads ids and positions, embeds the step's tokens.
   Status Embed(const std::vector<Entry>& entries, int64_t rows);
+  Status UploadIds(const std::vector<Entry>& entries, int64_t rows);
+  // The logits of every entry that has them (consecutive rows in one LM-head GEMM).
+  Status ComputeLogits(const std::vector<Entry>& entries);
+  // Commits the step's rows and collects the logits (and prefill densities).
+  StatusOr<StepOutput> FinishStep(std::vector<Entry>& entries, bool prefill);
+  // Recorded decode steps (engine_graph.cc): whether this step may be recorded, and the step run
+  // by its recording (recorded first, or run as usual, as DecodeGraphCache says).
+  bool Recordable(const std::vector<Entry>& entries) const;
+  Status RunRecordable(std::vector<Entry>& entries);
+  // The recordable part of a step: embedding, layers, logits (ids and metadata uploaded).
+  Status RunDecodeBody(std::vector<Entry>& entries);
   Status RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows, StepProfiler& profiler);
   Status ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows);
   // RoPE of the decode tokens `run` (consecutive rows of the chunk starting at step row
@@ -228,6 +255,7 @@ class Engine {
   AttentionPolicy policy_;
   EngineStats stats_;
   PrefillDensity last_prefill_;
+  DecodeGraphCache graphs_;
 };
 
 }  // namespace millipede

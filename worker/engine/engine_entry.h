@@ -31,6 +31,9 @@ struct Engine::Entry {
   int64_t logits_step_row = -1;  // the step row whose logits they are
   ConstTensorView inv_freq;      // RoPE frequencies for the sequence's length after the step
   ConstTensorView q;             // the entry's queries in the current layer, after RoPE
+  // A recordable decode step: the rows its attention calls span (DecodeGraphBucket); its
+  // token's cache row and rows after the step are in the workspace's decode_meta. 0 otherwise.
+  int64_t graph_rows = 0;
   bool prefill() const { return step->kind == StepKind::kPrefill; }
   // Rows this rank stores in this step.
   int64_t stored_rows() const {

@@ -24,6 +24,11 @@ Status RopeAndStore(Backend& b, KvStore* store, int64_t offset, TensorView q, Co
   return b.RopeKv({q, k, v, positions, inv_freq, rows.k, rows.v});
 }
 
+// A store's whole fixed storage, where a recorded step writes its token at the row it uploads.
+StatusOr<KvRows> WholeStore(const KvStore& store) {
+  return store.FixedRows(store.fixed_capacity());
+}
+
 }  // namespace
 
 AttentionEnv Engine::Env(StepProfiler& profiler) {
@@ -32,6 +37,13 @@ AttentionEnv Engine::Env(StepProfiler& profiler) {
 
 Status Engine::Embed(const std::vector<Entry>& entries, int64_t rows) {
   if (rows == 0) return OkStatus();
+  MP_RETURN_IF_ERROR(UploadIds(entries, rows));
+  Workspace& ws = *workspace_;
+  return backend_->Embedding({SliceRows(ws.ids.cview(), 0, rows), model_->weights().embed_tokens,
+                              SliceRows(ws.hidden.view(), 0, rows)});
+}
+
+Status Engine::UploadIds(const std::vector<Entry>& entries, int64_t rows) {
   std::vector<int64_t> positions;
   std::vector<int32_t> ids;
   positions.reserve(static_cast<size_t>(rows));
@@ -48,10 +60,8 @@ Status Engine::Embed(const std::vector<Entry>& entries, int64_t rows) {
   Backend& b = *backend_;
   MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{positions.data(), DType::kI64, Shape{rows}},
                                     SliceRows(ws.positions.view(), 0, rows)));
-  MP_RETURN_IF_ERROR(b.CopyFromHost(ConstTensorView{ids.data(), DType::kI32, Shape{rows}},
-                                    SliceRows(ws.ids.view(), 0, rows)));
-  return b.Embedding({SliceRows(ws.ids.cview(), 0, rows), model_->weights().embed_tokens,
-                      SliceRows(ws.hidden.view(), 0, rows)});
+  return b.CopyFromHost(ConstTensorView{ids.data(), DType::kI32, Shape{rows}},
+                        SliceRows(ws.ids.view(), 0, rows));
 }
 
 Status Engine::ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows) {
@@ -71,8 +81,22 @@ Status Engine::ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t 
     MP_ASSIGN_OR_RETURN(ConstTensorView k, SubView(AsConst(qkv), q_width, kv1));
     MP_ASSIGN_OR_RETURN(ConstTensorView v, SubView(AsConst(qkv), q_width + kv_width, kv1));
     KvStore* store = e.stored_rows() > 0 ? &e.seq->kv(layer) : nullptr;
-    MP_RETURN_IF_ERROR(RopeAndStore(b, store, 0, q, k, v, SliceRows(ws.positions.cview(), 0, 1),
-                                    e.inv_freq));
+    const ConstTensorView positions = SliceRows(ws.positions.cview(), 0, 1);
+    if (e.graph_rows > 0) {
+      MP_ASSIGN_OR_RETURN(const KvRows whole, WholeStore(*store));
+      RopeKvArgs a;
+      a.q = q;
+      a.k = k;
+      a.v = v;
+      a.positions = positions;
+      a.inv_freq = e.inv_freq;
+      a.k_rows = {&whole.k, 1};
+      a.v_rows = {&whole.v, 1};
+      a.cache_rows = ws.decode_rows(0, 1);
+      MP_RETURN_IF_ERROR(b.RopeKv(a));
+    } else {
+      MP_RETURN_IF_ERROR(RopeAndStore(b, store, 0, q, k, v, positions, e.inv_freq));
+    }
     e.q = AsConst(q);
     return OkStatus();
   }
@@ -89,7 +113,7 @@ Status Engine::ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t 
       while (!e.prefill() && j < entries.size() && !entries[j].prefill() &&
              entries[j].row0 < end && entries[j].inv_freq.data == e.inv_freq.data)
         ++j;
-      if (j - i > 1) {
+      if (j - i > 1 || e.graph_rows > 0) {
         MP_RETURN_IF_ERROR(RopeAndStoreDecode(layer, std::span<Entry>(entries).subspan(i, j - i),
                                               s));
         i = j - 1;
@@ -127,7 +151,9 @@ Status Engine::RopeAndStoreDecode(int64_t layer, std::span<Entry> run, int64_t c
   for (Entry& e : run) {
     // Only the rank that owns a token stores it; the others rotate its query alone.
     KvRows rows;
-    if (e.stored_rows() > 0) {
+    if (e.graph_rows > 0) {
+      MP_ASSIGN_OR_RETURN(rows, WholeStore(e.seq->kv(layer)));
+    } else if (e.stored_rows() > 0) {
       MP_ASSIGN_OR_RETURN(rows, e.seq->kv(layer).StepRows(0, 1));
     }
     k_rows.push_back(rows.k);
@@ -143,29 +169,43 @@ Status Engine::RopeAndStoreDecode(int64_t layer, std::span<Entry> run, int64_t c
   a.inv_freq = run.front().inv_freq;
   a.k_rows = k_rows;
   a.v_rows = v_rows;
+  if (run.front().graph_rows > 0) a.cache_rows = ws.decode_rows(row0, n);
   return backend_->RopeKv(a);
 }
 
 Status Engine::DecodePartials(std::span<Entry> run, std::span<const DecodeInput> inputs,
                               AttentionEnv& env, TensorView o, TensorView lse) {
   const int64_t layer = inputs.front().layer;
-  if (run.size() == 1) return run[0].seq->attention(layer).decode->Partial(env, inputs[0], o, lse);
+  const bool recorded = run.front().graph_rows > 0;
+  if (run.size() == 1 && !recorded)
+    return run[0].seq->attention(layer).decode->Partial(env, inputs[0], o, lse);
   // Batchable strategies: every token of the run in one call; the run's queries are consecutive
-  // rows of the step's buffer.
+  // rows of the step's buffer. A recorded step reads the same rows (BatchRows: the store's held
+  // rows and the token's) through views of its bucket and the lengths it uploaded.
   const ModelConfig& c = config();
   const int64_t n = static_cast<int64_t>(run.size());
   std::vector<ConstTensorView> k, v;
   k.reserve(run.size());
   v.reserve(run.size());
   for (size_t i = 0; i < run.size(); ++i) {
-    MP_ASSIGN_OR_RETURN(const ConstKvRows rows,
-                        run[i].seq->attention(layer).decode->BatchRows(inputs[i]));
+    ConstKvRows rows;
+    if (recorded) {
+      MP_ASSIGN_OR_RETURN(const KvRows fixed, inputs[i].store->FixedRows(run[i].graph_rows));
+      rows = {AsConst(fixed.k), AsConst(fixed.v)};
+    } else {
+      MP_ASSIGN_OR_RETURN(rows, run[i].seq->attention(layer).decode->BatchRows(inputs[i]));
+    }
     k.push_back(rows.k);
     v.push_back(rows.v);
   }
   BatchDecodeAttentionArgs a;
-  MP_ASSIGN_OR_RETURN(a.q, Reshape(SliceRows(workspace_->q.cview(), run.front().row0, n),
-                                   Shape{n, c.num_attention_heads, c.head_dim}));
+  // One token's queries may lie elsewhere (the fused Q/K/V output).
+  if (n == 1) {
+    a.q = inputs[0].q;
+  } else {
+    MP_ASSIGN_OR_RETURN(a.q, Reshape(SliceRows(workspace_->q.cview(), run.front().row0, n),
+                                     Shape{n, c.num_attention_heads, c.head_dim}));
+  }
   a.k = k;
   a.v = v;
   a.o = o;
@@ -175,6 +215,7 @@ Status Engine::DecodePartials(std::span<Entry> run, std::span<const DecodeInput>
     a.kv_head_window = windows.window->data();
     a.sink_tokens = windows.sink;
   }
+  if (recorded) a.lengths = workspace_->decode_lengths(run.front().row0, n);
   return env.backend.BatchDecodeAttention(a);
 }
 
@@ -272,8 +313,6 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
 
 StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& after_layer) {
   MP_ASSIGN_OR_RETURN(std::vector<Entry> entries, PrepareStep(plan));
-  StepProfiler profiler(*backend_, options_.profile);
-  MP_RETURN_IF_ERROR(profiler.Mark(nullptr));
   model_->BeginStep();
   int64_t rows = 0;
   bool prefill = false, decode = false;
@@ -283,6 +322,12 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
     if (!e.prefill()) e.seq->BeginDecode();
     MP_ASSIGN_OR_RETURN(e.inv_freq, model_->InvFreq(e.length_after));
   }
+  if (Recordable(entries)) {
+    MP_RETURN_IF_ERROR(RunRecordable(entries));
+    return FinishStep(entries, false);
+  }
+  StepProfiler profiler(*backend_, options_.profile);
+  MP_RETURN_IF_ERROR(profiler.Mark(nullptr));
   MP_RETURN_IF_ERROR(Embed(entries, rows));
   MP_RETURN_IF_ERROR(profiler.Mark(&stats_.embed_s));
   const int64_t layers = config().num_hidden_layers;
@@ -292,6 +337,12 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
     if (decode) ++stats_.decode_layers;
     if (after_layer && prefill) MP_RETURN_IF_ERROR(AgreeToContinue(after_layer(layer + 1, layers)));
   }
+  MP_RETURN_IF_ERROR(ComputeLogits(entries));
+  MP_RETURN_IF_ERROR(profiler.Mark(&stats_.logits_s));
+  return FinishStep(entries, prefill);
+}
+
+Status Engine::ComputeLogits(const std::vector<Entry>& entries) {
   // Logits of runs of entries whose rows follow each other (a batch of decode tokens) in one
   // LM-head GEMM each.
   for (size_t i = 0; i < entries.size();) {
@@ -307,7 +358,10 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
                                       entries[i].logit_row, static_cast<int64_t>(j - i)));
     i = j;
   }
-  MP_RETURN_IF_ERROR(profiler.Mark(&stats_.logits_s));
+  return OkStatus();
+}
+
+StatusOr<StepOutput> Engine::FinishStep(std::vector<Entry>& entries, bool prefill) {
   StepOutput out;
   for (Entry& e : entries) {
     MP_RETURN_IF_ERROR(e.seq->Commit(e.ranges, e.length_after));

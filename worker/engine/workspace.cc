@@ -17,6 +17,7 @@ Status Workspace::Reserve(int64_t step_rows, int64_t ring_rows, int ranks, int64
     MP_ASSIGN_OR_RETURN(logits, backend_.Allocate(DType::kF32,
                                                   Shape{logit_rows, config_.vocab_size}));
     logit_rows_ = logit_rows;
+    ++epoch_;
   }
   return OkStatus();
 }
@@ -33,7 +34,9 @@ Status Workspace::ReserveStep(int64_t n) {
   MP_ASSIGN_OR_RETURN(lse_acc, b.Allocate(DType::kF32, Shape{n, c.num_attention_heads}));
   MP_ASSIGN_OR_RETURN(positions, b.Allocate(DType::kI64, Shape{n}));
   MP_ASSIGN_OR_RETURN(ids, b.Allocate(DType::kI32, Shape{n}));
+  MP_ASSIGN_OR_RETURN(decode_meta, b.Allocate(DType::kI64, Shape{2, n}));
   step_rows_ = n;
+  ++epoch_;
   // The attention partials follow the step size (up to attention_chunk rows).
   scratch_rows_ = 0;
   return OkStatus();
@@ -62,6 +65,7 @@ Status Workspace::ReserveScratch(int64_t chunk) {
                         b.Allocate(shape_.gemm_input_dtype, Shape{chunk, c.intermediate_size}));
   }
   scratch_rows_ = chunk;
+  ++epoch_;
   return OkStatus();
 }
 
@@ -74,6 +78,7 @@ Status Workspace::ReserveRing(int64_t rows) {
     MP_ASSIGN_OR_RETURN(ring_v_[i], backend_.Allocate(shape_.kv_dtype, shape));
   }
   ring_rows_ = rows;
+  ++epoch_;
   return OkStatus();
 }
 
@@ -89,11 +94,22 @@ Status Workspace::ReserveGather(int ranks, int64_t rows) {
                       backend_.Allocate(DType::kF32, Shape{ranks, rows, c.num_attention_heads}));
   gather_ranks_ = ranks;
   gather_rows_ = rows;
+  ++epoch_;
   return OkStatus();
 }
 
+ConstTensorView Workspace::decode_rows(int64_t row0, int64_t n) const {
+  return ConstTensorView{decode_meta.cview().as<const int64_t>() + row0, DType::kI64, Shape{n}};
+}
+
+ConstTensorView Workspace::decode_lengths(int64_t row0, int64_t n) const {
+  return ConstTensorView{decode_meta.cview().as<const int64_t>() + step_rows_ + row0, DType::kI64,
+                         Shape{n}};
+}
+
 void Workspace::Release() {
-  for (BackendTensor* t : {&hidden, &q, &o_acc, &lse_acc, &positions, &ids, &normed, &k, &v,
+  ++epoch_;
+  for (BackendTensor* t : {&hidden, &q, &o_acc, &lse_acc, &positions, &ids, &decode_meta, &normed, &k, &v,
                            &qkv, &o_part, &lse_part, &gate_up, &silu_out, &ring_k_[0],
                            &ring_k_[1], &ring_v_[0], &ring_v_[1]})
     *t = BackendTensor();
@@ -102,7 +118,8 @@ void Workspace::Release() {
 
 int64_t Workspace::NumBytes() const {
   size_t bytes = 0;
-  for (const BackendTensor* t : {&hidden, &q, &o_acc, &lse_acc, &positions, &ids, &normed, &k,
+  for (const BackendTensor* t : {&hidden, &q, &o_acc, &lse_acc, &positions, &ids, &decode_meta,
+                                 &normed, &k,
                                  &v, &qkv, &o_part, &lse_part, &gate_up, &silu_out, &logits,
                                  &ring_k_[0], &ring_k_[1], &ring_v_[0], &ring_v_[1],
                                  &gathered_o_, &gathered_lse_})

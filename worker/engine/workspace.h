@@ -35,6 +35,8 @@ class Workspace {
   // The views the attention strategies borrow.
   AttentionScratch Scratch() const;
 
+  // Changes whenever a buffer is allocated again (recorded steps point into them).
+  uint64_t epoch() const { return epoch_; }
   int64_t step_rows() const { return step_rows_; }
   int64_t scratch_rows() const { return scratch_rows_; }
   int64_t ring_rows() const { return ring_rows_; }
@@ -46,6 +48,11 @@ class Workspace {
   BackendTensor lse_acc;    // [n, heads] F32 its log-sum-exp
   BackendTensor positions;  // [n] I64 global positions of the step's tokens
   BackendTensor ids;        // [n] I32
+  // [2, n] I64 for recorded decode steps: each token's cache row, then its sequence's rows after
+  // the step (RopeKvArgs::cache_rows, BatchDecodeAttentionArgs::lengths).
+  BackendTensor decode_meta;
+  ConstTensorView decode_rows(int64_t row0, int64_t n) const;
+  ConstTensorView decode_lengths(int64_t row0, int64_t n) const;
   // Per chunk, [scratch_rows, ...]:
   BackendTensor normed;     // [chunk, hidden] in gemm_input_dtype
   BackendTensor k, v;       // [chunk, kv_heads * head_dim] F32
@@ -69,6 +76,7 @@ class Workspace {
   const ModelConfig& config_;
   WorkspaceShape shape_;
   int64_t step_rows_ = 0, scratch_rows_ = 0, ring_rows_ = 0, logit_rows_ = 0;
+  uint64_t epoch_ = 0;
   int gather_ranks_ = 0;
   int64_t gather_rows_ = 0;
   BackendTensor ring_k_[2], ring_v_[2];

@@ -22,6 +22,8 @@ class DeviceKvStore final : public KvStoreBase {
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
   int64_t NumBytes() const override { return buffer_.NumBytes(); }
   int64_t capacity() const { return buffer_.capacity(); }
+  int64_t fixed_capacity() const override { return buffer_.capacity(); }
+  StatusOr<KvRows> FixedRows(int64_t n) const override { return buffer_.Slice(0, n); }
 
  private:
   explicit DeviceKvStore(KvBuffer buffer) : buffer_(std::move(buffer)) {}

@@ -70,6 +70,14 @@ class KvStore {
   virtual Status Commit(std::span<const TokenRange> step_ranges, int64_t length) = 0;
   // Bytes the store holds (both K and V).
   virtual int64_t NumBytes() const = 0;
+  // For steps recorded once and replayed (decode graphs): how many rows stay where they are
+  // written for the store's life, in backend memory, the held rows first and a step's rows after
+  // them; 0 for a store that moves, drops or offloads rows.
+  virtual int64_t fixed_capacity() const { return 0; }
+  // Rows [0, n) of that storage, written or not (n <= fixed_capacity()).
+  virtual StatusOr<KvRows> FixedRows(int64_t n) const {
+    return UnimplementedError("this KV store moves its rows");
+  }
 };
 
 // The held-row bookkeeping every store shares.

@@ -93,6 +93,60 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
       }));
 }
 
+// Per-sequence lengths read on the device (BatchDecodeAttentionArgs::lengths): views longer than
+// the lengths, rows beyond them random (never seen), windows at the uploaded length, split and
+// unsplit; against the reference, which cuts the views on the host.
+TEST(BatchDecodeAttentionCudaLengthsTest, MatchesReference) {
+  if (!testing::HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int64_t> rows = {4096, 300, 20000, 64, 1}, lengths = {4000, 0, 12345, 64, 1};
+  const int64_t batch = static_cast<int64_t>(rows.size()), q_heads = 32, kv_heads = 8, d = 128;
+  const std::vector<int64_t> windows = {0, 100, 0, 700, 0, 64, 0, 5000};
+  for (int splits : {0, 1, 5}) {
+    for (bool windowed : {false, true}) {
+      OpCheck check("batch_decode_attention lengths");
+      const int q = check.Input(RandomTensor(DType::kF32, {batch, q_heads, d}, 7, -2.0f, 2.0f));
+      HostTensor len(DType::kI64, {batch});
+      for (int64_t b = 0; b < batch; ++b) len.data<int64_t>()[b] = lengths[b];
+      const int il = check.Input(std::move(len));
+      std::vector<int> ks, vs;
+      for (int64_t b = 0; b < batch; ++b) {
+        const Shape kv{rows[b], kv_heads, d};
+        ks.push_back(check.Input(RandomTensor(DType::kBF16, kv, 100 + b, -2.0f, 2.0f)));
+        vs.push_back(check.Input(RandomTensor(DType::kBF16, kv, 200 + b)));
+      }
+      const int o = check.Output("o", PoisonedF32({batch, q_heads, d}),
+                                 Tolerance::Normalised(kMaxOError));
+      const int lse = check.Output("lse", PoisonedF32({batch, q_heads}),
+                                   Tolerance::Elementwise(0, kMaxLseError));
+      std::vector<ConstTensorView> k_views, v_views;
+      AttentionCudaOptions options;
+      options.num_splits = splits;
+      ASSERT_TRUE(check.Run(
+          [&](const OpCheck::Tensors& t) {
+            k_views.clear();
+            v_views.clear();
+            for (int64_t b = 0; b < batch; ++b) {
+              k_views.push_back(t.cview(ks[static_cast<size_t>(b)]));
+              v_views.push_back(t.cview(vs[static_cast<size_t>(b)]));
+            }
+            BatchDecodeAttentionArgs a{t.cview(q), k_views, v_views, 0.0f, t.view(o),
+                                       t.view(lse)};
+            a.lengths = t.cview(il);
+            if (windowed) {
+              a.kv_head_window = windows.data();
+              a.sink_tokens = 4;
+            }
+            return a;
+          },
+          BatchDecodeAttentionRef,
+          [&](const BatchDecodeAttentionArgs& a, cudaStream_t stream) {
+            return BatchDecodeAttentionCuda(a, options, stream);
+          }))
+          << "splits " << splits << " windowed " << windowed;
+    }
+  }
+}
+
 std::vector<int64_t> RandomLengths(int n, int64_t max, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> out;

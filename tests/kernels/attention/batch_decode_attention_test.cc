@@ -119,6 +119,52 @@ TEST(BatchDecodeAttentionTest, WindowsAreTheSequencesOwnAtTheLastPosition) {
   }
 }
 
+// With lengths, sequence b sees only the first lengths[b] rows of its views (and, with windows,
+// its token sits at lengths[b] - 1): equal to a call on views cut to those rows; the rows beyond
+// are never read (NaN there changes nothing). A length outside the view is OutOfRange.
+TEST(BatchDecodeAttentionTest, LengthsCutEachSequencesRows) {
+  const std::vector<int64_t> rows = {40, 9, 300, 1}, lengths = {33, 0, 300, 1};
+  const int64_t n = static_cast<int64_t>(rows.size());
+  Batch b = MakeBatch(rows, DType::kBF16, 31);
+  for (int64_t i = 0; i < n; ++i)  // poison the rows past each length
+    for (int64_t r = lengths[i]; r < rows[i]; ++r)
+      for (int64_t e = 0; e < kKvHeads * kHeadDim; ++e) {
+        StoreFromFloat(b.k[i].view().data, DType::kBF16, r * kKvHeads * kHeadDim + e, NAN);
+        StoreFromFloat(b.v[i].view().data, DType::kBF16, r * kKvHeads * kHeadDim + e, NAN);
+      }
+  std::vector<ConstTensorView> cut_k, cut_v;
+  for (int64_t i = 0; i < n; ++i) {
+    cut_k.push_back(SliceRows(b.kv_k[i], 0, lengths[i]));
+    cut_v.push_back(SliceRows(b.kv_v[i], 0, lengths[i]));
+  }
+  HostTensor len(DType::kI64, {n});
+  for (int64_t i = 0; i < n; ++i) len.data<int64_t>()[i] = lengths[i];
+  const std::vector<int64_t> windows = {0, 5};
+  for (bool windowed : {false, true}) {
+    HostTensor o_cut = PoisonedF32({n, kHeads, kHeadDim}), lse_cut = PoisonedF32({n, kHeads});
+    HostTensor o = PoisonedF32({n, kHeads, kHeadDim}), lse = PoisonedF32({n, kHeads});
+    BatchDecodeAttentionArgs cut{CView(b.q), cut_k, cut_v, 0.0f, o_cut.view(), lse_cut.view()};
+    BatchDecodeAttentionArgs a{CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), lse.view()};
+    if (windowed) {
+      cut.kv_head_window = a.kv_head_window = windows.data();
+      cut.sink_tokens = a.sink_tokens = 2;
+    }
+    a.lengths = CView(len);
+    ASSERT_TRUE(BatchDecodeAttentionRef(cut).ok());
+    ASSERT_TRUE(BatchDecodeAttentionRef(a).ok());
+    EXPECT_EQ(testing::ToFloats(o), testing::ToFloats(o_cut)) << windowed;
+    EXPECT_EQ(testing::ToFloats(lse), testing::ToFloats(lse_cut)) << windowed;
+  }
+  HostTensor o = PoisonedF32({n, kHeads, kHeadDim});
+  BatchDecodeAttentionArgs a{CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), {}};
+  len.data<int64_t>()[1] = 10;  // sequence 1 has 9 rows
+  a.lengths = CView(len);
+  EXPECT_EQ(BatchDecodeAttentionRef(a).code(), StatusCode::kOutOfRange);
+  HostTensor wrong(DType::kI32, {n});
+  a.lengths = CView(wrong);
+  EXPECT_EQ(BatchDecodeAttentionCheckArgs(a).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(BatchDecodeAttentionTest, LseIsOptional) {
   Batch b = MakeBatch({3, 4}, DType::kF32, 5);
   HostTensor o = PoisonedF32({2, kHeads, kHeadDim});
