@@ -2,7 +2,8 @@
 // calls them (each call followed by the wait the engine would do), and prints one JSON object:
 // TopK over [rows, cols] scores, KeyScores of observed queries over a rank's keys, GatherRows
 // of selected K rows from device and from page-locked host memory, and copies host <-> device
-// alone and beside a compute op (the overlap the copy queue is for). Wall-clock milliseconds per
+// alone and beside a compute op (the overlap the copy queue is for), and an OmniKV filter layer's
+// token selection (TokenScores, TopK in column order, SelectionIndex) over the keys. Wall-clock milliseconds per
 // call, averaged after warm-up runs.
 #include <algorithm>
 #include <chrono>
@@ -139,6 +140,51 @@ StatusOr<nlohmann::json> BenchGather(Backend& b, const Sizes& s, BackendTensor& 
   return out;
 }
 
+// An OmniKV filter layer's selection over `keys` context rows, as the engine runs it on one rank:
+// TokenScores of one query (every head) over the keys, a top-k per KV head in column order, and
+// the gather index of the chosen rows; each op alone and the three in a row.
+StatusOr<nlohmann::json> BenchTokenSelection(Backend& b, const Sizes& s, BackendTensor& k) {
+  const int64_t k_top = std::min(s.k, s.keys);
+  MP_ASSIGN_OR_RETURN(BackendTensor q, Random(b, DType::kF32, {s.q_heads, s.head_dim}, 7));
+  MP_ASSIGN_OR_RETURN(BackendTensor lse, Random(b, DType::kF32, {s.q_heads}, 8));
+  MP_ASSIGN_OR_RETURN(BackendTensor score, b.Allocate(DType::kF32, {s.kv_heads, s.keys}));
+  MP_ASSIGN_OR_RETURN(BackendTensor chosen, b.Allocate(DType::kI32, {s.kv_heads, k_top}));
+  MP_ASSIGN_OR_RETURN(BackendTensor value, b.Allocate(DType::kF32, {s.kv_heads, k_top}));
+  MP_ASSIGN_OR_RETURN(BackendTensor index, b.Allocate(DType::kI64, {1, k_top * s.kv_heads}));
+  MP_ASSIGN_OR_RETURN(BackendTensor counts, b.Allocate(DType::kI32, {s.kv_heads}));
+  auto scores = [&] {
+    return b.TokenScores({q.cview(), k.cview(), lse.cview(), 0.0f, score.view()});
+  };
+  auto top = [&] {
+    return b.TopK({score.cview(), k_top, chosen.view(), value.view(), TopKOrder::kColumn});
+  };
+  auto gather_index = [&] {
+    return b.SelectionIndex(
+        {chosen.cview(), s.keys, s.keys * s.kv_heads, index.view(), counts.view()});
+  };
+  auto timed = [&](const std::function<Status()>& op) {
+    return TimeMs(
+        [&]() -> Status {
+          MP_RETURN_IF_ERROR(op());
+          return b.Synchronize();
+        },
+        s);
+  };
+  MP_RETURN_IF_ERROR(scores());  // the scores the others read
+  nlohmann::json out{{"keys", s.keys}, {"k", k_top}};
+  MP_ASSIGN_OR_RETURN(const double scores_ms, timed(scores));
+  out["token_scores_ms"] = scores_ms;
+  out["token_scores_gb_per_s"] = static_cast<double>(k.NumBytes()) / (scores_ms * 1e-3) / 1e9;
+  MP_ASSIGN_OR_RETURN(out["top_k_column_order_ms"], timed(top));
+  MP_ASSIGN_OR_RETURN(out["selection_index_ms"], timed(gather_index));
+  MP_ASSIGN_OR_RETURN(out["all_three_ms"], timed([&]() -> Status {
+                        MP_RETURN_IF_ERROR(scores());
+                        MP_RETURN_IF_ERROR(top());
+                        return gather_index();
+                      }));
+  return out;
+}
+
 // Copies alone, then a host -> device copy started beside KeyScores: with overlap the pair takes
 // about the longer of the two, without it their sum.
 StatusOr<nlohmann::json> BenchCopies(Backend& b, const Sizes& s, BackendTensor& k) {
@@ -222,6 +268,7 @@ Status Run(int argc, char** argv) {
   nlohmann::json out{{"bench", "selection"}, {"warmup", s.warmup}, {"iters", s.iters}};
   MP_ASSIGN_OR_RETURN(out["top_k"], BenchTopK(*b, s));
   MP_ASSIGN_OR_RETURN(out["key_scores"], BenchKeyScores(*b, s, k));
+  MP_ASSIGN_OR_RETURN(out["token_selection"], BenchTokenSelection(*b, s, k));
   MP_ASSIGN_OR_RETURN(out["gather_rows"], BenchGather(*b, s, k));
   MP_ASSIGN_OR_RETURN(out["copies"], BenchCopies(*b, s, k));
   std::cout << out.dump(2) << "\n";
