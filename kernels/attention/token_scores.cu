@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -67,12 +68,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // The fast path: 16-bit keys with 16-byte aligned rows of kChunks 16-byte chunks (head_dim
 // 8 * kChunks: 64, 128 or 256), at most kMaxGroup query heads per KV head. A row takes kChunks
-// lanes (lane part p holds columns [8p, 8p + 8) of every query head in registers), a warp covers
-// 32 / kChunks rows per pass, and the loads of kPasses passes are issued before any of them is
-// used, so each warp keeps 4 x 512 bytes of keys in flight instead of one row at a time. The dot
-// products are summed over the row's lanes by xor-shuffles that stay within them.
+// lanes (lane part p holds columns [8p, 8p + 8) of every query head in registers, loaded once
+// per block), a warp covers 32 / kChunks rows per pass, and the loads of kPasses passes are
+// issued before any of them is used, so each warp keeps kPasses x 512 bytes of keys in flight.
+// Blocks stride over the keys (a grid of a few waves), so the queries are not reloaded for every
+// few keys. The dot products are summed over the row's lanes by xor-shuffles that stay within
+// them.
 constexpr int kMaxGroup = 8;
-constexpr int kPasses = 4;
+constexpr int kPasses = 8;
+
 
 __device__ __forceinline__ void Widen8(const __nv_bfloat16* /*tag*/, uint4 raw, float* out) {
   const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -113,35 +117,37 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 8; ++e)
       query[h][e] = h < group ? q[(g * group + h) * kHeadDim + 8 * part + e] : 0.0f;
   }
-  const int64_t first =
-      (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp + sub;
-  uint4 raw[kPasses];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * kRowsPerWarp;
+  for (int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp + sub;
+       first - sub < n_k; first += stride) {  // warp-uniform
+    uint4 raw[kPasses];
 #pragma unroll
-  for (int u = 0; u < kPasses; ++u) {
-    const int64_t j = first + u * kRowsPerPass;
-    raw[u] = j < n_k ? *reinterpret_cast<const uint4*>(k + (j * num_kv_heads + g) * kHeadDim +
-                                                       8 * part)
-                     : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int u = 0; u < kPasses; ++u) {
-    float key[8];
-    Widen8(static_cast<const T*>(nullptr), raw[u], key);
-    float best = -INFINITY;
-#pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) {
-      if (h >= group) break;  // uniform over the block
-      float dot = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dot = fmaf(query[h][e], key[e], dot);
-#pragma unroll
-      for (int offset = kChunks / 2; offset > 0; offset /= 2)
-        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      const float l = head_lse[h];
-      if (l != -INFINITY) best = fmaxf(best, scale * dot - l);
+    for (int u = 0; u < kPasses; ++u) {
+      const int64_t j = first + u * kRowsPerPass;
+      raw[u] = j < n_k ? *reinterpret_cast<const uint4*>(k + (j * num_kv_heads + g) * kHeadDim +
+                                                         8 * part)
+                       : make_uint4(0, 0, 0, 0);
     }
-    const int64_t j = first + u * kRowsPerPass;
-    if (part == 0 && j < n_k) score[g * n_k + j] = expf(best);
+#pragma unroll
+    for (int u = 0; u < kPasses; ++u) {
+      float key[8];
+      Widen8(static_cast<const T*>(nullptr), raw[u], key);
+      float best = -INFINITY;
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) {
+        if (h >= group) break;  // uniform over the block
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = fmaf(query[h][e], key[e], dot);
+#pragma unroll
+        for (int offset = kChunks / 2; offset > 0; offset /= 2)
+          dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        const float l = head_lse[h];
+        if (l != -INFINITY) best = fmaxf(best, scale * dot - l);
+      }
+      const int64_t j = first + u * kRowsPerPass;
+      if (part == 0 && j < n_k) score[g * n_k + j] = expf(best);
+    }
   }
 }
 
@@ -159,8 +165,16 @@ template <typename T, int kChunks>
 Status LaunchRows(const TokenScoresArgs& args, int64_t group, float scale, cudaStream_t stream) {
   const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
   constexpr int64_t kKeys = kWarps * (32 / kChunks) * kPasses;
-  const dim3 grid(static_cast<unsigned>((n_k + kKeys - 1) / kKeys),
-                  static_cast<unsigned>(num_kv_heads));
+  // One wave of resident blocks over all the KV heads, each block striding over the keys.
+  int device = 0, sms = 0, resident = 0;
+  MP_CUDA_CHECK(cudaGetDevice(&device));
+  MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &resident, TokenScoresRowsKernel<T, kChunks>, kThreads, 0));
+  const int64_t wave = static_cast<int64_t>(sms) * std::max(resident, 1);
+  const int64_t per_head = std::max<int64_t>(
+      1, std::min((n_k + kKeys - 1) / kKeys, (wave + num_kv_heads - 1) / num_kv_heads));
+  const dim3 grid(static_cast<unsigned>(per_head), static_cast<unsigned>(num_kv_heads));
   TokenScoresRowsKernel<T, kChunks><<<grid, kThreads, 0, stream>>>(
       args.q.as<const float>(), args.k.as<const T>(), args.lse.as<const float>(),
       args.score.as<float>(), n_k, num_kv_heads, static_cast<int>(group), scale);
