@@ -32,6 +32,13 @@ struct BlockSparseIndexArgs {
   const int64_t* top_blocks = nullptr;
   bool skip_absent = false;  // as in vertical_slash_index.h
   SparseIndexOut out;        // items = num_kv_heads * n_tiles
+  // Set on the fill pass that directly follows its count pass, when the data of every input
+  // tensor and of the offsets the count pass wrote has not changed since. The CUDA form then
+  // reuses that pass's selection and offsets instead of recomputing them, provided nothing else
+  // used its workspace in between and every other argument (pointers, shapes, block, group,
+  // top_blocks values, skip_absent, the offsets' tensors) is the same; otherwise it recomputes.
+  // The CPU reference ignores it.
+  bool inputs_unchanged_since_count = false;
 };
 
 Status BlockSparseIndexCheckArgs(const BlockSparseIndexArgs& args);

@@ -22,8 +22,10 @@ namespace millipede {
 // (8-bit digits over order-preserving keys, ties to the lower block by a block scan) into a
 // kept-block bitmap (scratch: items * num_blocks bits). One warp per item then turns runs of
 // kept blocks into ranges cut at run boundaries, counting (count pass) or writing (fill pass)
-// after a device scan of the counts. The fill pass repeats the selection. Cost: num_kv_heads *
-// n_tiles * query block * head_dim multiply-adds, a read of each score, and the bitmaps.
+// after a device scan of the counts. The fill pass repeats the selection and the counts, unless
+// inputs_unchanged_since_count lets it take them from the count pass just before (the bitmaps
+// stay in the workspace; then only the writing warps run). Cost: num_kv_heads * n_tiles * query
+// block * head_dim multiply-adds, a read of each score, and the bitmaps.
 Status BlockSparseIndexCuda(const BlockSparseIndexArgs& args, SparseIndexCudaWorkspace& workspace,
                             cudaStream_t stream);
 

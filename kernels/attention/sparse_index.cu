@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cub/device/device_scan.cuh>
 #include <string>
+#include <utility>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/sparse_index.cuh"
@@ -103,6 +104,7 @@ unsigned WarpBlocks(int64_t count) {
 
 Status BeginChecks(SparseIndexCudaWorkspace::Impl& ws, ConstTensorView tiles, ConstTensorView runs,
                    cudaStream_t stream) {
+  ws.count_pass = {};
   MP_CUDA_CHECK(cudaMemsetAsync(ws.error, 0, sizeof(ErrorWord), stream));
   const int64_t n_tiles = tiles.data != nullptr ? tiles.dim(0) : 0;
   const int64_t n_runs = runs.data != nullptr ? runs.dim(0) : 0;
@@ -145,6 +147,18 @@ Status Finish(SparseIndexCudaWorkspace::Impl& ws, const char* what, cudaStream_t
   MP_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (ws.host_error->code == kNoError) return OkStatus();
   return InvalidArgumentError(detail::StrCat(what, ": ", FormatError(*ws.host_error)));
+}
+
+bool ReusesCountPass(const SparseIndexCudaWorkspace::Impl& ws, const CallFingerprint& call,
+                     const SparseIndexOut& out, bool inputs_unchanged) {
+  return inputs_unchanged && !out.CountPass() && !ws.count_pass.empty() && ws.count_pass == call;
+}
+
+Status FinishBuild(SparseIndexCudaWorkspace::Impl& ws, const char* what, const SparseIndexOut& out,
+                   CallFingerprint call, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(Finish(ws, what, stream));
+  if (out.CountPass()) ws.count_pass = std::move(call);
+  return OkStatus();
 }
 
 }  // namespace sparse_index_cuda

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/attention/sparse_index.h"
@@ -132,6 +133,30 @@ __device__ inline int64_t LowerBound(const int64_t* a, int64_t n, int64_t x) {
   return lo;
 }
 
+// A builder call's arguments as a fill pass compares them with the count pass before it: a tag
+// naming the builder, then the pointers, dtypes and shapes of the tensors and the scalars, in the
+// order the builder adds them. Not the data, which cannot be compared cheaply on the device: the
+// caller vouches for it (BlockSparseIndexArgs::inputs_unchanged_since_count).
+class CallFingerprint {
+ public:
+  CallFingerprint& Add(int64_t value) {
+    values_.push_back(value);
+    return *this;
+  }
+  template <typename Ptr>
+  CallFingerprint& Add(const BasicTensorView<Ptr>& t) {
+    Add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data)));
+    Add(static_cast<int64_t>(t.dtype)).Add(t.shape.rank);
+    for (int i = 0; i < t.shape.rank; ++i) Add(t.shape.dims[i]);
+    return *this;
+  }
+  bool empty() const { return values_.empty(); }
+  bool operator==(const CallFingerprint& other) const { return values_ == other.values_; }
+
+ private:
+  std::vector<int64_t> values_;
+};
+
 }  // namespace millipede::sparse_index_cuda
 
 namespace millipede {
@@ -143,12 +168,16 @@ struct SparseIndexCudaWorkspace::Impl {
   cuda_util::DeviceScratch heads;                      // per-head lengths and budgets
   cuda_util::DeviceScratch scores;                     // block-sparse scores (or keys)
   cuda_util::DeviceScratch kept;                       // block-sparse kept-block bitmaps
+  // The arguments of the last call if it was a count pass that succeeded, else empty: what that
+  // pass left in the scratch above and in its offsets is then still there for its fill pass.
+  sparse_index_cuda::CallFingerprint count_pass;
 };
 
 namespace sparse_index_cuda {
 
-// Clears the error word and checks tiles (kSparseTileRows rules) and runs (sorted, disjoint) on
-// the device; either may be empty.
+// Clears the error word and the recorded count pass (every user of the workspace starts here, so a
+// record survives only until the next call), and checks tiles (kSparseTileRows rules) and runs
+// (sorted, disjoint) on the device; either may be empty.
 Status BeginChecks(SparseIndexCudaWorkspace::Impl& ws, ConstTensorView tiles, ConstTensorView runs,
                    cudaStream_t stream);
 // offsets[0] = 0 and offsets[1..items] = the inclusive sum of the counts the count kernel wrote
@@ -160,6 +189,17 @@ Status CheckFillSizes(SparseIndexCudaWorkspace::Impl& ws, const SparseIndexOut& 
                       cudaStream_t stream);
 // Waits for the stream and returns the reported error, if any, as an InvalidArgument of `what`.
 Status Finish(SparseIndexCudaWorkspace::Impl& ws, const char* what, cudaStream_t stream);
+
+// For a builder, before BeginChecks: whether this call is a fill pass that may skip what its
+// count pass computed (selection, per-head data in ws.heads, offsets): the caller vouches that
+// the inputs' data and the offsets are unchanged (`inputs_unchanged`) and `call` equals the
+// recorded count pass exactly. An empty record (any other call in between, a failed count pass)
+// never matches.
+bool ReusesCountPass(const SparseIndexCudaWorkspace::Impl& ws, const CallFingerprint& call,
+                     const SparseIndexOut& out, bool inputs_unchanged);
+// Finish for a builder: a count pass that succeeded records `call` for the fill pass.
+Status FinishBuild(SparseIndexCudaWorkspace::Impl& ws, const char* what, const SparseIndexOut& out,
+                   CallFingerprint call, cudaStream_t stream);
 
 // Blocks of 256 threads for `count` warps (at least one block, at most the grid's x limit; the
 // kernels loop over what is left).

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/sparse_index.cuh"
@@ -176,6 +177,33 @@ __global__ void __launch_bounds__(kThreads) VerticalSlashIndexKernel(Params p) {
   }
 }
 
+// The count pass's arguments as its fill pass must repeat them (vertical_slash_index.h), fill
+// buffers aside.
+CallFingerprint Fingerprint(const VerticalSlashIndexArgs& args) {
+  CallFingerprint f;
+  f.Add(int64_t{2}).Add(args.tiles).Add(args.runs).Add(args.columns).Add(args.diagonals);
+  f.Add(args.skip_absent).Add(args.out.range_offsets).Add(args.out.column_offsets);
+  return f;
+}
+
+// The selection checks and counts into ws.heads, then every item's counts and the offsets.
+Status CountItems(const Params& p, int64_t items, SparseIndexCudaWorkspace::Impl& ws,
+                  cudaStream_t stream) {
+  const int64_t heads = p.num_kv_heads;
+  if (heads > 0) {
+    MP_REQUIRE(heads <= (int64_t{1} << 31) - 1, "vertical_slash_index: too many KV heads");
+    CheckSelectionsKernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(
+        p, static_cast<int64_t*>(ws.heads.data()));
+    MP_CUDA_CHECK_LAUNCH();
+  }
+  if (items > 0) {
+    VerticalSlashIndexKernel<false><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
+    MP_CUDA_CHECK_LAUNCH();
+  }
+  MP_RETURN_IF_ERROR(ScanOffsets(ws, p.range_offsets, items, stream));
+  return ScanOffsets(ws, p.column_offsets, items, stream);
+}
+
 }  // namespace
 
 Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
@@ -184,6 +212,9 @@ Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
   SparseIndexCudaWorkspace::Impl& ws = workspace.impl();
   const int64_t heads = args.columns.dim(0), n_tiles = args.tiles.dim(0);
   const int64_t items = heads * n_tiles;
+  CallFingerprint call = Fingerprint(args);
+  // Reuse: the count pass's selection counts (ws.heads) and offsets are still in place.
+  const bool reuse = ReusesCountPass(ws, call, args.out, args.inputs_unchanged_since_count);
   MP_RETURN_IF_ERROR(BeginChecks(ws, args.tiles, args.runs, stream));
   MP_RETURN_IF_ERROR(
       ws.heads.Reserve(static_cast<size_t>(std::max<int64_t>(2 * heads, 1)) * 8, stream));
@@ -206,18 +237,7 @@ Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
            fill ? args.out.columns.as<int64_t>() : nullptr,
            fill ? args.out.columns.dim(0) : 0,
            ws.error};
-  if (heads > 0) {
-    MP_REQUIRE(heads <= (int64_t{1} << 31) - 1, "vertical_slash_index: too many KV heads");
-    CheckSelectionsKernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(
-        p, static_cast<int64_t*>(ws.heads.data()));
-    MP_CUDA_CHECK_LAUNCH();
-  }
-  if (items > 0) {
-    VerticalSlashIndexKernel<false><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
-    MP_CUDA_CHECK_LAUNCH();
-  }
-  MP_RETURN_IF_ERROR(ScanOffsets(ws, p.range_offsets, items, stream));
-  MP_RETURN_IF_ERROR(ScanOffsets(ws, p.column_offsets, items, stream));
+  if (!reuse) MP_RETURN_IF_ERROR(CountItems(p, items, ws, stream));
   if (fill) {
     MP_RETURN_IF_ERROR(CheckFillSizes(ws, args.out, items, stream));
     if (items > 0) {
@@ -225,7 +245,7 @@ Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
       MP_CUDA_CHECK_LAUNCH();
     }
   }
-  return Finish(ws, "vertical_slash_index", stream);
+  return FinishBuild(ws, "vertical_slash_index", args.out, std::move(call), stream);
 }
 
 }  // namespace millipede

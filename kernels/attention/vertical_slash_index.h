@@ -35,6 +35,13 @@ struct VerticalSlashIndexArgs {
   // spreads the keys over several buffers, one index per buffer, and merges the partials).
   bool skip_absent = false;
   SparseIndexOut out;  // items = num_kv_heads * n_tiles
+  // Set on the fill pass that directly follows its count pass, when the data of every input
+  // tensor and of the offsets the count pass wrote has not changed since. The CUDA form then
+  // reuses that pass's per-head selection counts and offsets instead of recomputing them,
+  // provided nothing else used its workspace in between and every other argument (pointers,
+  // shapes, skip_absent, the offsets' tensors) is the same; otherwise it recomputes. The CPU
+  // reference ignores it.
+  bool inputs_unchanged_since_count = false;
 };
 
 // Checks shapes and dtypes (not the data, which may live on a device).

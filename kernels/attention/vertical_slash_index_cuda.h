@@ -22,8 +22,10 @@ namespace millipede {
 // does, so the merged ranges come out in position order from ballots, and each is cut at run
 // boundaries. Columns are tested 32 at a time against the diagonals by binary search (column c
 // is inside a band of block [a, b] iff some diagonal lies in [a - c, b - c]). Offsets come from a
-// device scan; the fill pass counts again, scans and writes. Cost per item: (reaching diagonals +
-// columns up to the tile) / 32 warp steps.
+// device scan; the fill pass checks and counts again, scans and writes, unless
+// inputs_unchanged_since_count lets it take the counts and offsets from the count pass just
+// before (then it only writes). Cost per item: (reaching diagonals + columns up to the tile) / 32
+// warp steps.
 Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
                               SparseIndexCudaWorkspace& workspace, cudaStream_t stream);
 

@@ -27,6 +27,7 @@
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/sparse_attention_cuda.h"
 #include "tests/bench/bench_cuda_util.h"
+#include "tests/bench/sparse_bench_util.h"
 
 namespace millipede {
 namespace {
@@ -50,8 +51,6 @@ constexpr char kUsage[] = R"(usage: millipede-bench-sparse-attention [options]
 )";
 
 constexpr int64_t kTile = kSparseTileRows;
-constexpr int64_t kChunk = 64;       // keys per chunk of the Hopper kernel
-constexpr int64_t kBlockRows = 128;  // packed query rows per thread block
 
 struct Settings {
   int64_t q_heads, kv_heads, head_dim, vertical, slash, local, cluster, dense_max;
@@ -128,19 +127,6 @@ void ItemKeys(const HeadPattern& p, int64_t a, int64_t b, Range range, Column co
   }
 }
 
-// Pairs (query q in [a, b], key in [lo, hi]) with key <= q, for hi <= b.
-double VisiblePairs(int64_t lo, int64_t hi, int64_t a, int64_t b) {
-  double pairs = 0;
-  const int64_t q0 = std::max(a, lo);
-  if (q0 <= hi) {  // queries inside the band see a growing prefix of it
-    const double n = static_cast<double>(hi - q0 + 1);
-    pairs += n * static_cast<double>(q0 - lo + 1) + n * (n - 1) / 2;
-  }
-  const int64_t q1 = std::max(a, hi + 1);  // queries after it see all of it
-  if (q1 <= b) pairs += static_cast<double>(b - q1 + 1) * static_cast<double>(hi - lo + 1);
-  return pairs;
-}
-
 // Runs body(first, last) over [0, n) in one chunk per hardware thread.
 void ParallelChunks(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   const int64_t threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -155,7 +141,6 @@ HostIndex BuildIndex(const Settings& s, int64_t seq) {
   std::vector<HeadPattern> heads;
   for (int64_t g = 0; g < s.kv_heads; ++g) heads.push_back(MakePattern(s, seq, 1000 + g));
   const int64_t n_tiles = (seq + kTile - 1) / kTile, items = s.kv_heads * n_tiles;
-  const int64_t row_blocks = (kTile * (s.q_heads / s.kv_heads) + kBlockRows - 1) / kBlockRows;
   HostIndex index;
   for (int64_t t = 0; t < n_tiles; ++t)
     index.tiles.insert(index.tiles.end(), {t * kTile, std::min(seq, (t + 1) * kTile), t * kTile});
@@ -174,15 +159,15 @@ HostIndex BuildIndex(const Settings& s, int64_t seq) {
           heads[i / n_tiles], a, b,
           [&](int64_t lo, int64_t hi) {
             ++n_ranges[i];
-            chunks += (hi - lo + 1 + kChunk - 1) / kChunk;
+            chunks += (hi - lo + 1 + kBenchKeyChunk - 1) / kBenchKeyChunk;
             pairs[i] += VisiblePairs(lo, hi, a, b);
           },
           [&](int64_t c) {
             ++n_columns[i];
             pairs[i] += b - std::max(a, c) + 1;
           });
-      chunks += (n_columns[i] + kChunk - 1) / kChunk;
-      executed[i] = (chunks + 1) / 2 * row_blocks;
+      chunks += (n_columns[i] + kBenchKeyChunk - 1) / kBenchKeyChunk;
+      executed[i] = ExecutedTiles(chunks, s.q_heads / s.kv_heads);
     }
   });
   index.range_offsets.assign(items + 1, 0);
@@ -253,7 +238,7 @@ StatusOr<nlohmann::json> BenchSeq(const Settings& s, int64_t seq) {
       const double ms,
       TimeMs([&] { return SparseAttentionCuda(args, options, nullptr); }, s.warmup, s.iters));
   const int64_t group = s.q_heads / s.kv_heads;
-  const double executed_flop = 4.0 * index.executed_tiles * 128.0 * kBlockRows * s.head_dim;
+  const double executed_flop = 4.0 * index.executed_tiles * 128.0 * kBenchBlockRows * s.head_dim;
   const double useful_flop = 4.0 * index.visible_pairs * group * s.head_dim;
   const double causal_pairs = static_cast<double>(s.kv_heads) * seq * (seq + 1) / 2.0;
   const int64_t index_bytes =
@@ -284,18 +269,6 @@ StatusOr<nlohmann::json> BenchSeq(const Settings& s, int64_t seq) {
   return result;
 }
 
-StatusOr<std::vector<int64_t>> ParseList(const std::string& list) {
-  std::vector<int64_t> values;
-  for (size_t begin = 0; begin <= list.size();) {
-    const size_t end = std::min(list.find(',', begin), list.size());
-    MP_ASSIGN_OR_RETURN(const int64_t value, ParseInt64(list.substr(begin, end - begin), "--seqs"));
-    MP_REQUIRE(value > 0, "--seqs: ", value, " is not positive");
-    values.push_back(value);
-    begin = end + 1;
-  }
-  return values;
-}
-
 Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(const Flags flags, Flags::Parse(argc, argv, {"help"}));
   if (flags.GetBool("help")) {
@@ -323,7 +296,8 @@ Status Run(int argc, char** argv) {
   MP_REQUIRE(kernel == "auto" || kernel == "cuda-cores", "--kernel must be auto or cuda-cores");
   s.allow_wgmma = kernel == "auto";
   MP_ASSIGN_OR_RETURN(const std::vector<int64_t> seqs,
-                      ParseList(flags.Get("seqs").value_or("131072,524288,1048576")));
+                      ParsePositiveList(flags.Get("seqs").value_or("131072,524288,1048576"),
+                                        "--seqs"));
   MP_REQUIRE(s.q_heads > 0 && s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
                  s.vertical >= 0 && s.local >= 1 && s.slash >= s.local && s.cluster > 0 &&
                  s.iters > 0 && s.warmup >= 0 && s.dense_iters > 0,

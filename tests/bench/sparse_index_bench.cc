@@ -4,7 +4,13 @@
 // vertical-slash index (count pass, fill pass), block sums of the queries and keys and the
 // block-sparse index (count, fill). Selections are synthetic: the columns uniformly random, a
 // fraction of the diagonals the nearest ones (as slash scores favour) and the rest random.
-// Wall-clock milliseconds per call, averaged after warm-up runs, and the index sizes.
+// Wall-clock milliseconds per call, averaged after warm-up runs, and the index sizes. Each index
+// is also built with the fill pass reusing the count pass (inputs_unchanged_since_count, as the
+// prefill calls it), timed per pass and checked to equal the other build. With --attention the
+// block-sparse index then drives the sparse attention op as the prefill runs it for block-sparse
+// heads (q in F32, as the prefill holds it, also for the block sums), and the report adds its time,
+// work and density and the layer's block-sparse total. Several --tokens give one object per length
+// under "results".
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -13,9 +19,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/flags.h"
+#include "tests/bench/sparse_bench_util.h"
 #include "worker/backend.h"
 
 namespace millipede {
@@ -23,7 +31,7 @@ namespace {
 
 constexpr char kUsage[] = R"(usage: millipede-bench-sparse-index [options]
 
-  --tokens S        prompt length (default 1048576)
+  --tokens S        prompt length, or a comma list of them (default 1048576)
   --q-heads H       query heads (default 32)
   --kv-heads H      key/value heads (default 8)
   --head-dim D      (default 128)
@@ -32,13 +40,15 @@ constexpr char kUsage[] = R"(usage: millipede-bench-sparse-index [options]
   --slash N         diagonals per KV head (default 6096)
   --near-percent P  percent of the diagonals that are the nearest (0, 1, ...) (default 90)
   --top-blocks K    block-sparse key blocks per query block (default 100)
+  --attention       also time the sparse attention op over the block-sparse index
   --warmup N        untimed runs first (default 1)
   --iters N         timed runs, averaged (default 3)
 )";
 
 struct Sizes {
-  int64_t tokens, q_heads, kv_heads, head_dim, last_queries, vertical, slash, near_percent,
-      top_blocks, warmup, iters;
+  int64_t q_heads, kv_heads, head_dim, last_queries, vertical, slash, near_percent, top_blocks,
+      warmup, iters;
+  bool attention;
 };
 
 StatusOr<double> TimeMs(const std::function<Status()>& run, const Sizes& s) {
@@ -88,66 +98,129 @@ std::vector<int64_t> Selection(int64_t n, int64_t near, int64_t limit, std::mt19
   return v;
 }
 
-// Count pass, then the fill pass into outputs sized by it; returns the two times and sizes.
+StatusOr<std::vector<int64_t>> ToHost(Backend& b, ConstTensorView t) {
+  HostTensor host(DType::kI64, t.shape);
+  if (host.NumElements() > 0) MP_RETURN_IF_ERROR(b.CopyToHost(t, host.view()));
+  return std::vector<int64_t>(host.data<int64_t>(), host.data<int64_t>() + host.NumElements());
+}
+
+// A built index on the device.
+struct IndexBuffers {
+  BackendTensor range_offsets, ranges, column_offsets, columns;
+  SparseIndexView view() const {
+    return {range_offsets.cview(), ranges.cview(), column_offsets.cview(), columns.cview()};
+  }
+};
+
+// Count pass, then the fill pass into outputs sized by it, each timed over its own runs; then
+// count and fill back to back with the fill reusing the count pass (inputs_unchanged_since_count),
+// timed per pass, and whether that gives the same index. Returns the times and sizes; the index
+// stays in *index.
 template <typename Args, typename Build>
 StatusOr<nlohmann::json> TimeIndex(Backend& b, Args args, int64_t items, const Build& build,
-                                   const Sizes& s) {
-  MP_ASSIGN_OR_RETURN(BackendTensor range_offsets, b.Allocate(DType::kI64, {items + 1}));
-  MP_ASSIGN_OR_RETURN(BackendTensor column_offsets, b.Allocate(DType::kI64, {items + 1}));
-  args.out = {range_offsets.view(),
+                                   const Sizes& s, IndexBuffers* index) {
+  MP_ASSIGN_OR_RETURN(index->range_offsets, b.Allocate(DType::kI64, {items + 1}));
+  MP_ASSIGN_OR_RETURN(index->column_offsets, b.Allocate(DType::kI64, {items + 1}));
+  args.out = {index->range_offsets.view(),
               {nullptr, DType::kI64, {0, 3}},
-              column_offsets.view(),
+              index->column_offsets.view(),
               {nullptr, DType::kI64, {0, 2}}};
+  const Args count_args = args;
   MP_ASSIGN_OR_RETURN(const double count_ms, TimeMs([&] { return build(args); }, s));
   HostTensor last(DType::kI64, {1});
-  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(range_offsets.cview(), items, 1), last.view()));
+  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(index->range_offsets.cview(), items, 1), last.view()));
   const int64_t n_ranges = last.data<int64_t>()[0];
-  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(column_offsets.cview(), items, 1), last.view()));
+  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(index->column_offsets.cview(), items, 1), last.view()));
   const int64_t n_columns = last.data<int64_t>()[0];
-  MP_ASSIGN_OR_RETURN(BackendTensor ranges, b.Allocate(DType::kI64, {n_ranges, 3}));
-  MP_ASSIGN_OR_RETURN(BackendTensor columns, b.Allocate(DType::kI64, {n_columns, 2}));
-  args.out.ranges = ranges.view();
-  args.out.columns = columns.view();
+  MP_ASSIGN_OR_RETURN(index->ranges, b.Allocate(DType::kI64, {n_ranges, 3}));
+  MP_ASSIGN_OR_RETURN(index->columns, b.Allocate(DType::kI64, {n_columns, 2}));
+  args.out.ranges = index->ranges.view();
+  args.out.columns = index->columns.view();
   MP_ASSIGN_OR_RETURN(const double fill_ms, TimeMs([&] { return build(args); }, s));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> ranges, ToHost(b, index->ranges.cview()));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> columns, ToHost(b, index->columns.cview()));
+
+  Args fill_args = args;
+  fill_args.inputs_unchanged_since_count = true;
+  using Clock = std::chrono::steady_clock;
+  std::chrono::duration<double, std::milli> reuse_count{0}, reuse_fill{0};
+  for (int64_t i = 0; i < s.warmup + s.iters; ++i) {
+    const auto t0 = Clock::now();
+    MP_RETURN_IF_ERROR(build(count_args));
+    const auto t1 = Clock::now();
+    MP_RETURN_IF_ERROR(build(fill_args));
+    if (i >= s.warmup) {
+      reuse_count += t1 - t0;
+      reuse_fill += Clock::now() - t1;
+    }
+  }
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> reused_ranges, ToHost(b, index->ranges.cview()));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> reused_columns,
+                      ToHost(b, index->columns.cview()));
+  const double iters = static_cast<double>(s.iters);
   return nlohmann::json{
       {"count_ms", count_ms},
       {"fill_ms", fill_ms},
+      {"reuse",
+       {{"count_ms", reuse_count.count() / iters},
+        {"fill_ms", reuse_fill.count() / iters},
+        {"same_index", reused_ranges == ranges && reused_columns == columns}}},
       {"ranges", n_ranges},
       {"columns", n_columns},
       {"index_mib", static_cast<double>(n_ranges * 24 + n_columns * 16) / (1 << 20)}};
 }
 
-Status Run(int argc, char** argv) {
-  MP_ASSIGN_OR_RETURN(const Flags flags, Flags::Parse(argc, argv, {"help"}));
-  if (flags.GetBool("help")) {
-    std::cout << kUsage;
-    return OkStatus();
-  }
-  MP_RETURN_IF_ERROR(
-      flags.CheckKnown({"help", "tokens", "q-heads", "kv-heads", "head-dim", "last-queries",
-                        "vertical", "slash", "near-percent", "top-blocks", "warmup", "iters"}));
-  Sizes s{};
-  MP_ASSIGN_OR_RETURN(s.tokens, flags.GetInt("tokens", 1 << 20));
-  MP_ASSIGN_OR_RETURN(s.q_heads, flags.GetInt("q-heads", 32));
-  MP_ASSIGN_OR_RETURN(s.kv_heads, flags.GetInt("kv-heads", 8));
-  MP_ASSIGN_OR_RETURN(s.head_dim, flags.GetInt("head-dim", 128));
-  MP_ASSIGN_OR_RETURN(s.last_queries, flags.GetInt("last-queries", 64));
-  MP_ASSIGN_OR_RETURN(s.vertical, flags.GetInt("vertical", 1000));
-  MP_ASSIGN_OR_RETURN(s.slash, flags.GetInt("slash", 6096));
-  MP_ASSIGN_OR_RETURN(s.near_percent, flags.GetInt("near-percent", 90));
-  MP_ASSIGN_OR_RETURN(s.top_blocks, flags.GetInt("top-blocks", 100));
-  MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 1));
-  MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 3));
-  MP_REQUIRE(s.tokens > s.last_queries && s.last_queries > 0 && s.kv_heads > 0 &&
-                 s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.vertical >= 0 && s.slash >= 0 &&
-                 s.near_percent >= 0 && s.near_percent <= 100 && s.top_blocks > 0 && s.iters > 0 &&
-                 s.warmup >= 0,
-             "bad sizes (see --help)");
-  const int64_t n = s.tokens, kv = s.kv_heads, group = s.q_heads / s.kv_heads;
-  const int64_t n_tiles = (n + 63) / 64, num_blocks = n_tiles;
+// The sparse attention op over `index` as the prefill runs it for block-sparse heads (query rows
+// = key rows = positions); its time, the work it does (sparse_bench_util.h) and the density
+// (visible pairs over causal pairs).
+StatusOr<nlohmann::json> TimeAttention(Backend& b, const BackendTensor& q, const BackendTensor& k,
+                                       const BackendTensor& v, const BackendTensor& tiles,
+                                       const IndexBuffers& index, const Sizes& s) {
+  const int64_t n = q.view().dim(0), n_tiles = tiles.view().dim(0);
+  MP_ASSIGN_OR_RETURN(BackendTensor o, b.Allocate(DType::kF32, q.view().shape));
+  MP_ASSIGN_OR_RETURN(BackendTensor lse, b.Allocate(DType::kF32, {n, s.q_heads}));
+  SparseAttentionArgs a;
+  a.q = q.cview();
+  a.k = k.cview();
+  a.v = v.cview();
+  a.tiles = tiles.cview();
+  a.index = index.view();
+  a.o = o.view();
+  a.lse = lse.view();
+  MP_ASSIGN_OR_RETURN(const double ms, TimeMs(
+                                           [&]() -> Status {
+                                             MP_RETURN_IF_ERROR(b.SparseAttention(a));
+                                             return b.Synchronize();
+                                           },
+                                           s));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> range_offsets, ToHost(b, a.index.range_offsets));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> ranges, ToHost(b, a.index.ranges));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> column_offsets,
+                      ToHost(b, a.index.column_offsets));
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> columns, ToHost(b, a.index.columns));
+  const int64_t group = s.q_heads / s.kv_heads;
+  const SparseWork work =
+      IndexWork(range_offsets, ranges, column_offsets, columns, n_tiles, n, group);
+  const double executed_flop =
+      4.0 * static_cast<double>(work.executed_tiles) * 128.0 * kBenchBlockRows * s.head_dim;
+  const double causal_pairs = static_cast<double>(s.kv_heads) * n * (n + 1) / 2.0;
+  return nlohmann::json{
+      {"ms", ms},
+      {"executed_tiles", work.executed_tiles},
+      {"tflops_executed", executed_flop / (ms * 1e-3) / 1e12},
+      {"tflops_useful", 4.0 * work.visible_pairs * group * s.head_dim / (ms * 1e-3) / 1e12},
+      {"density", work.visible_pairs / causal_pairs}};
+}
 
+// Every timing at prompt length n, as one JSON object.
+StatusOr<nlohmann::json> BenchTokens(const Sizes& s, int64_t n) {
+  MP_REQUIRE(n > s.last_queries, "--tokens ", n, " must exceed --last-queries");
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, CreateBackend(BackendKind::kCuda, 0));
-  MP_ASSIGN_OR_RETURN(BackendTensor q, Random(*b, DType::kBF16, {n, s.q_heads, s.head_dim}));
+  const int64_t kv = s.kv_heads, group = s.q_heads / s.kv_heads;
+  const int64_t n_tiles = (n + 63) / 64, num_blocks = n_tiles;
+  // The attention op takes q in F32, as the prefill holds it (the block sums then read that too).
+  const DType q_dtype = s.attention ? DType::kF32 : DType::kBF16;
+  MP_ASSIGN_OR_RETURN(BackendTensor q, Random(*b, q_dtype, {n, s.q_heads, s.head_dim}));
   MP_ASSIGN_OR_RETURN(BackendTensor k, Random(*b, DType::kBF16, {n, kv, s.head_dim}));
   std::vector<int64_t> tiles, positions(static_cast<size_t>(n));
   for (int64_t t = 0; t < n_tiles; ++t)
@@ -156,9 +229,10 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(BackendTensor d_tiles, Upload(*b, {n_tiles, 3}, tiles));
   MP_ASSIGN_OR_RETURN(BackendTensor d_runs, Upload(*b, {1, 3}, {0, n, 0}));
   MP_ASSIGN_OR_RETURN(BackendTensor k_pos, Upload(*b, {n}, positions));
-  nlohmann::json out{{"bench", "sparse_index"}, {"tokens", n},
-                     {"kv_heads", kv},          {"q_heads", s.q_heads},
-                     {"head_dim", s.head_dim},  {"iters", s.iters}};
+  nlohmann::json out{{"bench", "sparse_index"},  {"tokens", n},
+                     {"kv_heads", kv},           {"q_heads", s.q_heads},
+                     {"head_dim", s.head_dim},   {"iters", s.iters},
+                     {"q_dtype", DTypeName(q_dtype)}};
 
   // Vertical and slash scores of the last queries (their lse: a stand-in, any finite value).
   const int64_t n_q = s.last_queries;
@@ -194,11 +268,14 @@ Status Run(int argc, char** argv) {
   vs.runs = d_runs.cview();
   vs.columns = d_columns.cview();
   vs.diagonals = d_diagonals.cview();
+  IndexBuffers vs_index;
   MP_ASSIGN_OR_RETURN(
       out["vertical_slash_index"],
       TimeIndex(
           *b, vs, kv * n_tiles,
-          [&](const VerticalSlashIndexArgs& a) { return b->VerticalSlashIndex(a); }, s));
+          [&](const VerticalSlashIndexArgs& a) { return b->VerticalSlashIndex(a); }, s,
+          &vs_index));
+  vs_index = {};  // not needed further: its memory goes back
 
   MP_ASSIGN_OR_RETURN(BackendTensor q_sums, b->Allocate(DType::kF32, {num_blocks, kv, s.head_dim}));
   MP_ASSIGN_OR_RETURN(BackendTensor k_sums, b->Allocate(DType::kF32, {num_blocks, kv, s.head_dim}));
@@ -228,11 +305,69 @@ Status Run(int argc, char** argv) {
   bs.k_counts = k_counts.cview();
   bs.group = group;
   bs.top_blocks = top.data();
+  IndexBuffers bs_index;
   MP_ASSIGN_OR_RETURN(
       out["block_sparse_index"],
       TimeIndex(
           *b, bs, kv * n_tiles,
-          [&](const BlockSparseIndexArgs& a) { return b->BlockSparseIndex(a); }, s));
+          [&](const BlockSparseIndexArgs& a) { return b->BlockSparseIndex(a); }, s, &bs_index));
+  if (s.attention) {
+    MP_ASSIGN_OR_RETURN(BackendTensor v, Random(*b, DType::kBF16, {n, kv, s.head_dim}));
+    MP_ASSIGN_OR_RETURN(out["block_sparse_attention"],
+                        TimeAttention(*b, q, k, v, d_tiles, bs_index, s));
+    // One layer's block-sparse heads: pooling, index (count + fill) and attention.
+    const nlohmann::json& index = out["block_sparse_index"];
+    const double sums_ms =
+        out["block_sums_q_ms"].get<double>() + out["block_sums_k_ms"].get<double>();
+    const double attention_ms = out["block_sparse_attention"]["ms"].get<double>();
+    out["block_sparse_layer_ms"] = {
+        {"total", sums_ms + index["count_ms"].get<double>() + index["fill_ms"].get<double>() +
+                      attention_ms},
+        {"total_with_reuse", sums_ms + index["reuse"]["count_ms"].get<double>() +
+                                 index["reuse"]["fill_ms"].get<double>() + attention_ms}};
+  }
+  return out;
+}
+
+Status Run(int argc, char** argv) {
+  MP_ASSIGN_OR_RETURN(const Flags flags, Flags::Parse(argc, argv, {"help", "attention"}));
+  if (flags.GetBool("help")) {
+    std::cout << kUsage;
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(
+      flags.CheckKnown({"help", "tokens", "q-heads", "kv-heads", "head-dim", "last-queries",
+                        "vertical", "slash", "near-percent", "top-blocks", "attention", "warmup",
+                        "iters"}));
+  Sizes s{};
+  MP_ASSIGN_OR_RETURN(const std::vector<int64_t> tokens,
+                      ParsePositiveList(flags.Get("tokens").value_or("1048576"), "--tokens"));
+  MP_ASSIGN_OR_RETURN(s.q_heads, flags.GetInt("q-heads", 32));
+  MP_ASSIGN_OR_RETURN(s.kv_heads, flags.GetInt("kv-heads", 8));
+  MP_ASSIGN_OR_RETURN(s.head_dim, flags.GetInt("head-dim", 128));
+  MP_ASSIGN_OR_RETURN(s.last_queries, flags.GetInt("last-queries", 64));
+  MP_ASSIGN_OR_RETURN(s.vertical, flags.GetInt("vertical", 1000));
+  MP_ASSIGN_OR_RETURN(s.slash, flags.GetInt("slash", 6096));
+  MP_ASSIGN_OR_RETURN(s.near_percent, flags.GetInt("near-percent", 90));
+  MP_ASSIGN_OR_RETURN(s.top_blocks, flags.GetInt("top-blocks", 100));
+  MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 1));
+  MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 3));
+  s.attention = flags.GetBool("attention");
+  MP_REQUIRE(s.last_queries > 0 && s.kv_heads > 0 &&
+                 s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.vertical >= 0 && s.slash >= 0 &&
+                 s.near_percent >= 0 && s.near_percent <= 100 && s.top_blocks > 0 && s.iters > 0 &&
+                 s.warmup >= 0,
+             "bad sizes (see --help)");
+  if (tokens.size() == 1) {
+    MP_ASSIGN_OR_RETURN(const nlohmann::json out, BenchTokens(s, tokens[0]));
+    std::cout << out.dump(2) << "\n";
+    return OkStatus();
+  }
+  nlohmann::json out{{"bench", "sparse_index"}, {"results", nlohmann::json::array()}};
+  for (const int64_t n : tokens) {
+    MP_ASSIGN_OR_RETURN(nlohmann::json r, BenchTokens(s, n));
+    out["results"].push_back(std::move(r));
+  }
   std::cout << out.dump(2) << "\n";
   return OkStatus();
 }

@@ -160,7 +160,9 @@ StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vert
   MP_ASSIGN_OR_RETURN(TensorView column_offsets,
                       ScratchBuffer(b, &column_offsets_, DType::kI64, Shape{items + 1}));
   SparseIndexOut out{range_offsets, {}, column_offsets, {}};
-  auto build = [&]() -> Status {
+  // The fill pass repeats the count pass's arguments, and nothing writes their data in between:
+  // the CUDA builders may reuse the count pass's selection.
+  auto build = [&](bool fill) -> Status {
     if (vertical_slash) {
       VerticalSlashIndexArgs a;
       a.tiles = tiles;
@@ -169,6 +171,7 @@ StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vert
       a.diagonals = {dev_diagonals_.view().data, DType::kI64, Shape{kv_heads, diagonals_width_}};
       a.skip_absent = true;
       a.out = out;
+      a.inputs_unchanged_since_count = fill;
       return b.VerticalSlashIndex(a);
     }
     BlockSparseIndexArgs a;
@@ -183,15 +186,16 @@ StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vert
     a.top_blocks = top_blocks_.data();
     a.skip_absent = true;
     a.out = out;
+    a.inputs_unchanged_since_count = fill;
     return b.BlockSparseIndex(a);
   };
-  MP_RETURN_IF_ERROR(build());  // the count pass
+  MP_RETURN_IF_ERROR(build(false));  // the count pass
   MP_ASSIGN_OR_RETURN(const int64_t n_ranges, ReadI64(b, AsConst(range_offsets), items));
   MP_ASSIGN_OR_RETURN(const int64_t n_columns, ReadI64(b, AsConst(column_offsets), items));
   MP_ASSIGN_OR_RETURN(out.ranges, ScratchBuffer(b, &ranges_, DType::kI64, Shape{n_ranges, 3}));
   MP_ASSIGN_OR_RETURN(out.columns,
                       ScratchBuffer(b, &columns_out_, DType::kI64, Shape{n_columns, 2}));
-  MP_RETURN_IF_ERROR(build());
+  MP_RETURN_IF_ERROR(build(true));
   return SparseIndexView{AsConst(range_offsets), AsConst(out.ranges), AsConst(column_offsets),
                          AsConst(out.columns)};
 }

@@ -4,7 +4,9 @@
 // groups 1/4/8, per-head budgets from 0 to beyond the blocks, empty and partial key blocks,
 // blocks of 32/64/128 positions, partial tiles, layouts of several runs and gaps (skip_absent),
 // several score slabs, keys beyond shared memory; outputs poisoned inside guard bands. Broken
-// inputs are InvalidArgument errors as on the CPU. Skips without a GPU.
+// inputs are InvalidArgument errors as on the CPU. A fill pass that reuses its count pass's
+// selection (inputs_unchanged_since_count) gives the same index as one that recomputes it, and a
+// changed argument or another call between the passes is not reused. Skips without a GPU.
 #include "kernels/attention/block_sparse_index_cuda.h"
 
 #include <cuda_runtime.h>
@@ -12,10 +14,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "kernels/attention/block_sparse_index.h"
+#include "tests/kernels/attention/sparse_index_cuda_test_util.h"
 #include "tests/kernels/attention/sparse_index_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/op_harness.h"
@@ -23,8 +27,11 @@
 namespace millipede {
 namespace {
 
+using testing::CountThenFillOnDevice;
 using testing::DeviceTensor;
+using testing::ExpectSameIndex;
 using testing::HaveGpu;
+using testing::HostIndex;
 using testing::OpCheck;
 using testing::Rows3;
 using testing::Tolerance;
@@ -152,6 +159,123 @@ TEST_P(BlockSparseIndexCudaTest, MatchesReference) {
                     no_columns.view());
       },
       BlockSparseIndexRef, cuda));
+}
+
+// A case's inputs in device memory and the arguments over them.
+struct DeviceInputs {
+  explicit DeviceInputs(const Inputs& in)
+      : tiles(in.tiles),
+        runs(in.runs),
+        q_sums(in.q_sums),
+        q_counts(in.q_counts),
+        k_sums(in.k_sums),
+        k_counts(in.k_counts) {}
+
+  BlockSparseIndexArgs Args(const Case& c, const std::vector<int64_t>& top_blocks) {
+    BlockSparseIndexArgs args;
+    args.tiles = tiles.cview();
+    args.runs = runs.cview();
+    args.q_sums = q_sums.cview();
+    args.q_counts = q_counts.cview();
+    args.k_sums = k_sums.cview();
+    args.k_counts = k_counts.cview();
+    args.block = c.block;
+    args.group = c.group;
+    args.top_blocks = top_blocks.data();
+    args.skip_absent = c.gaps;
+    return args;
+  }
+
+  DeviceTensor tiles, runs, q_sums, q_counts, k_sums, k_counts;
+};
+
+// The reference's index of `in` with budgets `top_blocks`.
+HostIndex ReferenceIndex(const Case& c, const Inputs& in, const std::vector<int64_t>& top_blocks) {
+  BlockSparseIndexArgs args;
+  args.tiles = testing::CView(in.tiles);
+  args.runs = testing::CView(in.runs);
+  args.q_sums = testing::CView(in.q_sums);
+  args.q_counts = testing::CView(in.q_counts);
+  args.k_sums = testing::CView(in.k_sums);
+  args.k_counts = testing::CView(in.k_counts);
+  args.block = c.block;
+  args.group = c.group;
+  args.top_blocks = top_blocks.data();
+  args.skip_absent = c.gaps;
+  auto index = testing::BuildIndex(args, c.heads * in.tiles.shape()[0], BlockSparseIndexRef);
+  EXPECT_TRUE(index.ok()) << index.status().ToString();
+  return index.ok() ? *index : HostIndex{};
+}
+
+TEST_P(BlockSparseIndexCudaTest, FillReusesCountPassOnlyOnExactMatch) {
+  const Case c = GetParam();
+  const Inputs in = MakeInputs(c);
+  auto workspace = SparseIndexCudaWorkspace::Create();
+  ASSERT_TRUE(workspace.ok());
+  auto build = [&](const BlockSparseIndexArgs& args) {
+    return BlockSparseIndexCuda(args, **workspace, nullptr);
+  };
+  DeviceInputs d(in);
+  const int64_t items = c.heads * in.tiles.shape()[0];
+  auto count_then_fill = [&](const BlockSparseIndexArgs& count_args,
+                             const BlockSparseIndexArgs& fill_args, const HostIndex& expected,
+                             bool unchanged, const std::function<Status()>& between = {}) {
+    auto got = CountThenFillOnDevice(count_args, fill_args, items,
+                                     static_cast<int64_t>(expected.ranges.size()), 0, unchanged,
+                                     build, between);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? *got : HostIndex{};
+  };
+  const HostIndex expected = ReferenceIndex(c, in, in.top_blocks);
+  const BlockSparseIndexArgs args = d.Args(c, in.top_blocks);
+  const HostIndex reused = count_then_fill(args, args, expected, true);
+  const HostIndex recomputed = count_then_fill(args, args, expected, false);
+  ExpectSameIndex(reused, recomputed, "reused vs recomputed");
+  ExpectSameIndex(reused, expected, "reused vs reference");
+
+  // Other budgets in the fill pass: a reuse would keep the count pass's blocks and offsets.
+  std::vector<int64_t> other_top;
+  for (int64_t t : in.top_blocks) other_top.push_back(t > 1 ? t - 1 : 3);
+  const HostIndex expected_other = ReferenceIndex(c, in, other_top);
+  ExpectSameIndex(count_then_fill(args, d.Args(c, other_top), expected_other, true),
+                  expected_other, "budgets changed between the passes");
+
+  // Other key sums at another address.
+  Inputs other = MakeInputs(c);
+  std::mt19937_64 rng(c.seed + 1000);
+  other.k_sums = Integers(in.k_sums.shape(), c.range + 1, rng);
+  DeviceTensor other_k_sums(other.k_sums);
+  BlockSparseIndexArgs other_args = args;
+  other_args.k_sums = other_k_sums.cview();
+  const HostIndex expected_k = ReferenceIndex(c, other, in.top_blocks);
+  ExpectSameIndex(count_then_fill(args, other_args, expected_k, true), expected_k,
+                  "key sums changed between the passes");
+
+  // Another call on the workspace between the passes (a count pass with other budgets, which
+  // overwrites the bitmaps): the fill pass must not take them.
+  BlockSparseIndexArgs between_args = d.Args(c, other_top);
+  DeviceTensor between_ranges(testing::PoisonedIndexTensor({items + 1}));
+  DeviceTensor between_columns(testing::PoisonedIndexTensor({items + 1}));
+  between_args.out = {between_ranges.view(), {nullptr, DType::kI64, {0, 3}},
+                      between_columns.view(), {nullptr, DType::kI64, {0, 2}}};
+  ExpectSameIndex(count_then_fill(args, args, expected, true, [&] { return build(between_args); }),
+                  expected, "another call between the passes");
+
+  // A promise with no count pass before it (a fresh workspace) builds from scratch.
+  auto fresh = SparseIndexCudaWorkspace::Create();
+  ASSERT_TRUE(fresh.ok());
+  DeviceTensor range_offsets(testing::PoisonedIndexTensor({items + 1}));
+  DeviceTensor column_offsets(testing::PoisonedIndexTensor({items + 1}));
+  DeviceTensor ranges(testing::PoisonedIndexTensor(
+      {static_cast<int64_t>(expected.ranges.size()), 3}));
+  DeviceTensor columns(testing::PoisonedIndexTensor({0, 2}));
+  BlockSparseIndexArgs fill_only = args;
+  fill_only.out = {range_offsets.view(), ranges.view(), column_offsets.view(), columns.view()};
+  fill_only.inputs_unchanged_since_count = true;
+  const Status status = BlockSparseIndexCuda(fill_only, **fresh, nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ExpectSameIndex(testing::ReadIndex(range_offsets, ranges, column_offsets, columns), expected,
+                  "a fill pass with no count pass");
 }
 
 INSTANTIATE_TEST_SUITE_P(

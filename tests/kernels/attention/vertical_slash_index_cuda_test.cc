@@ -2,8 +2,10 @@
 // pass's offsets, ranges and columns equal entry for entry, on random cases (partial tiles,
 // layouts of several runs in shuffled row order, gaps with skip_absent, diagonals dense near 0
 // and scattered, heads selecting nothing, up to 1024 tiles x 8 KV heads); outputs start
-// poisoned inside guard bands. Broken inputs are InvalidArgument errors as on the CPU. Skips
-// without a GPU.
+// poisoned inside guard bands. Broken inputs are InvalidArgument errors as on the CPU. A fill
+// pass that reuses its count pass's counts (inputs_unchanged_since_count) gives the same index as
+// one that recomputes them, and a changed argument or another call between the passes is not
+// reused. Skips without a GPU.
 #include "kernels/attention/vertical_slash_index_cuda.h"
 
 #include <cuda_runtime.h>
@@ -11,10 +13,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "kernels/attention/vertical_slash_index.h"
+#include "tests/kernels/attention/sparse_index_cuda_test_util.h"
 #include "tests/kernels/attention/sparse_index_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/op_harness.h"
@@ -22,8 +26,11 @@
 namespace millipede {
 namespace {
 
+using testing::CountThenFillOnDevice;
 using testing::DeviceTensor;
+using testing::ExpectSameIndex;
 using testing::HaveGpu;
+using testing::HostIndex;
 using testing::I64Tensor;
 using testing::OpCheck;
 using testing::Rows3;
@@ -155,6 +162,72 @@ TEST_P(VerticalSlashIndexCudaTest, MatchesReference) {
   ASSERT_TRUE(
       fill.Run([&](const OpCheck::Tensors& t) { return make(t, t.view(ranges), t.view(cols)); },
                VerticalSlashIndexRef, cuda));
+}
+
+// The reference's index of `in` with the diagonals `diagonals`.
+HostIndex ReferenceIndex(const Case& c, const Inputs& in, const HostTensor& diagonals) {
+  VerticalSlashIndexArgs args;
+  args.tiles = testing::CView(in.tiles);
+  args.runs = testing::CView(in.runs);
+  args.columns = testing::CView(in.columns);
+  args.diagonals = testing::CView(diagonals);
+  args.skip_absent = c.gaps;
+  auto index = testing::BuildIndex(args, c.kv_heads * in.tiles.shape()[0], VerticalSlashIndexRef);
+  EXPECT_TRUE(index.ok()) << index.status().ToString();
+  return index.ok() ? *index : HostIndex{};
+}
+
+TEST_P(VerticalSlashIndexCudaTest, FillReusesCountPassOnlyOnExactMatch) {
+  const Case c = GetParam();
+  const Inputs in = MakeInputs(c);
+  auto workspace = SparseIndexCudaWorkspace::Create();
+  ASSERT_TRUE(workspace.ok());
+  auto build = [&](const VerticalSlashIndexArgs& args) {
+    return VerticalSlashIndexCuda(args, **workspace, nullptr);
+  };
+  DeviceTensor tiles(in.tiles), runs(in.runs), columns(in.columns), diagonals(in.diagonals);
+  // Other diagonals at another address: every head's slashes shifted by one.
+  HostTensor shifted = testing::CopyOf(in.diagonals);
+  for (int64_t i = 0; i < shifted.NumElements(); ++i)
+    if (shifted.data<int64_t>()[i] >= 0) ++shifted.data<int64_t>()[i];
+  DeviceTensor other_diagonals(shifted);
+  VerticalSlashIndexArgs args;
+  args.tiles = tiles.cview();
+  args.runs = runs.cview();
+  args.columns = columns.cview();
+  args.diagonals = diagonals.cview();
+  args.skip_absent = c.gaps;
+  VerticalSlashIndexArgs other_args = args;
+  other_args.diagonals = other_diagonals.cview();
+  const int64_t items = c.kv_heads * in.tiles.shape()[0];
+  auto count_then_fill = [&](const VerticalSlashIndexArgs& count_args,
+                             const VerticalSlashIndexArgs& fill_args, const HostIndex& expected,
+                             bool unchanged, const std::function<Status()>& between = {}) {
+    auto got = CountThenFillOnDevice(count_args, fill_args, items,
+                                     static_cast<int64_t>(expected.ranges.size()),
+                                     static_cast<int64_t>(expected.columns.size()), unchanged,
+                                     build, between);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? *got : HostIndex{};
+  };
+  const HostIndex expected = ReferenceIndex(c, in, in.diagonals);
+  const HostIndex reused = count_then_fill(args, args, expected, true);
+  ExpectSameIndex(reused, count_then_fill(args, args, expected, false), "reused vs recomputed");
+  ExpectSameIndex(reused, expected, "reused vs reference");
+
+  const HostIndex expected_other = ReferenceIndex(c, in, shifted);
+  ExpectSameIndex(count_then_fill(args, other_args, expected_other, true), expected_other,
+                  "diagonals changed between the passes");
+
+  // Another call on the workspace between the passes (a count pass over the other diagonals,
+  // which overwrites the per-head counts): the fill pass must not take them.
+  DeviceTensor between_ranges(testing::PoisonedIndexTensor({items + 1}));
+  DeviceTensor between_columns(testing::PoisonedIndexTensor({items + 1}));
+  VerticalSlashIndexArgs between_args = other_args;
+  between_args.out = {between_ranges.view(), {nullptr, DType::kI64, {0, 3}},
+                      between_columns.view(), {nullptr, DType::kI64, {0, 2}}};
+  ExpectSameIndex(count_then_fill(args, args, expected, true, [&] { return build(between_args); }),
+                  expected, "another call between the passes");
 }
 
 INSTANTIATE_TEST_SUITE_P(
