@@ -97,9 +97,57 @@ __device__ __forceinline__ void Widen8(const __half* /*tag*/, uint4 raw, float* 
   }
 }
 
+// The best log-probability over the group's heads of one key row from each lane's partial dot
+// products `dot` (head h's over the lane's 8 columns): with kGroup a power of two (<= kChunks) the
+// sums are reduce-scattered — each xor-shuffle step halves the heads a lane carries, so after
+// log2(kGroup) steps lane part p holds head p / (kChunks / kGroup)'s partial sum, which the
+// remaining steps complete — then the group's maximum is taken across those lanes: kGroup - 1 +
+// log2(kChunks / kGroup) + log2(kGroup) shuffles instead of kGroup * log2(kChunks). kGroup 0:
+// any group (<= kMaxGroup), a full sum per head. Every lane of the row gets the result.
+template <int kChunks, int kGroup>
+__device__ __forceinline__ float BestLogProb(float (&dot)[kMaxGroup], const float* head_lse,
+                                             int group, int part, float scale) {
+  if constexpr (kGroup == 0) {
+    float best = -INFINITY;
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      if (h >= group) break;  // uniform over the block
+      float d = dot[h];
+#pragma unroll
+      for (int offset = kChunks / 2; offset > 0; offset /= 2)
+        d += __shfl_xor_sync(0xffffffffu, d, offset);
+      const float l = head_lse[h];
+      if (l != -INFINITY) best = fmaxf(best, scale * d - l);
+    }
+    return best;
+  } else {
+    static_assert((kGroup & (kGroup - 1)) == 0 && kGroup <= kChunks && kGroup <= kMaxGroup);
+    int offset = kChunks / 2;
+#pragma unroll
+    for (int width = kGroup; width > 1; width /= 2, offset /= 2) {
+      const bool upper = (part & offset) != 0;
+#pragma unroll
+      for (int i = 0; i < width / 2; ++i) {
+        const float keep = upper ? dot[i + width / 2] : dot[i];
+        const float send = upper ? dot[i] : dot[i + width / 2];
+        dot[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+      }
+    }
+    float d = dot[0];
+#pragma unroll
+    for (; offset > 0; offset /= 2) d += __shfl_xor_sync(0xffffffffu, d, offset);
+    const float l = head_lse[part / (kChunks / kGroup)];
+    float best = l != -INFINITY ? scale * d - l : -INFINITY;
+#pragma unroll
+    for (int o = kChunks / 2; o >= kChunks / kGroup; o /= 2)
+      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o));
+    return best;
+  }
+}
+
 //   q [num_heads, head_dim], k [n_k, num_kv_heads, head_dim], lse [num_heads],
-//   score [num_kv_heads, n_k]. Grid: (key blocks, num_kv_heads).
-template <typename T, int kChunks>
+//   score [num_kv_heads, n_k]. Grid: (key blocks, num_kv_heads). kGroup as in BestLogProb.
+template <typename T, int kChunks, int kGroup>
 __global__ void __launch_bounds__(kThreads)
     TokenScoresRowsKernel(const float* __restrict__ q, const T* __restrict__ k,
                           const float* __restrict__ lse, float* __restrict__ score, int64_t n_k,
@@ -130,21 +178,16 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int u = 0; u < kPasses; ++u) {
-      float key[8];
+      float key[8], dot[kMaxGroup];
       Widen8(static_cast<const T*>(nullptr), raw[u], key);
-      float best = -INFINITY;
 #pragma unroll
       for (int h = 0; h < kMaxGroup; ++h) {
-        if (h >= group) break;  // uniform over the block
-        float dot = 0.0f;
+        dot[h] = 0.0f;
+        if (kGroup == 0 ? h >= group : h >= kGroup) continue;  // uniform over the block
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dot = fmaf(query[h][e], key[e], dot);
-#pragma unroll
-        for (int offset = kChunks / 2; offset > 0; offset /= 2)
-          dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-        const float l = head_lse[h];
-        if (l != -INFINITY) best = fmaxf(best, scale * dot - l);
+        for (int e = 0; e < 8; ++e) dot[h] = fmaf(query[h][e], key[e], dot[h]);
       }
+      const float best = BestLogProb<kChunks, kGroup>(dot, head_lse, group, part, scale);
       const int64_t j = first + u * kRowsPerPass;
       if (part == 0 && j < n_k) score[g * n_k + j] = expf(best);
     }
@@ -161,7 +204,7 @@ int RowsPathChunks(const TokenScoresArgs& args, int64_t group) {
                                                                : 0;
 }
 
-template <typename T, int kChunks>
+template <typename T, int kChunks, int kGroup>
 Status LaunchRows(const TokenScoresArgs& args, int64_t group, float scale, cudaStream_t stream) {
   const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
   constexpr int64_t kKeys = kWarps * (32 / kChunks) * kPasses;
@@ -170,25 +213,38 @@ Status LaunchRows(const TokenScoresArgs& args, int64_t group, float scale, cudaS
   MP_CUDA_CHECK(cudaGetDevice(&device));
   MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   MP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &resident, TokenScoresRowsKernel<T, kChunks>, kThreads, 0));
+      &resident, TokenScoresRowsKernel<T, kChunks, kGroup>, kThreads, 0));
   const int64_t wave = static_cast<int64_t>(sms) * std::max(resident, 1);
   const int64_t per_head = std::max<int64_t>(
       1, std::min((n_k + kKeys - 1) / kKeys, (wave + num_kv_heads - 1) / num_kv_heads));
   const dim3 grid(static_cast<unsigned>(per_head), static_cast<unsigned>(num_kv_heads));
-  TokenScoresRowsKernel<T, kChunks><<<grid, kThreads, 0, stream>>>(
+  TokenScoresRowsKernel<T, kChunks, kGroup><<<grid, kThreads, 0, stream>>>(
       args.q.as<const float>(), args.k.as<const T>(), args.lse.as<const float>(),
       args.score.as<float>(), n_k, num_kv_heads, static_cast<int>(group), scale);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }
 
+// The reduce-scatter instance for groups of 1, 2, 4 and 8 query heads, else the per-head one.
+template <typename T, int kChunks>
+Status LaunchRowsGroup(const TokenScoresArgs& args, int64_t group, float scale,
+                       cudaStream_t stream) {
+  switch (group) {
+    case 1: return LaunchRows<T, kChunks, 1>(args, group, scale, stream);
+    case 2: return LaunchRows<T, kChunks, 2>(args, group, scale, stream);
+    case 4: return LaunchRows<T, kChunks, 4>(args, group, scale, stream);
+    case 8: return LaunchRows<T, kChunks, 8>(args, group, scale, stream);
+    default: return LaunchRows<T, kChunks, 0>(args, group, scale, stream);
+  }
+}
+
 template <typename T>
 Status LaunchRowsFor(const TokenScoresArgs& args, int chunks, int64_t group, float scale,
                      cudaStream_t stream) {
   switch (chunks) {
-    case 8: return LaunchRows<T, 8>(args, group, scale, stream);
-    case 16: return LaunchRows<T, 16>(args, group, scale, stream);
-    default: return LaunchRows<T, 32>(args, group, scale, stream);
+    case 8: return LaunchRowsGroup<T, 8>(args, group, scale, stream);
+    case 16: return LaunchRowsGroup<T, 16>(args, group, scale, stream);
+    default: return LaunchRowsGroup<T, 32>(args, group, scale, stream);
   }
 }
 
