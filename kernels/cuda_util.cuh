@@ -64,6 +64,8 @@ class DeviceScratch {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // How many times the memory moved (recordings of ops that use it go stale when it does).
+  uint64_t generation() const { return generation_; }
 
   // Makes data() hold at least `bytes`; the contents are not kept.
   Status Reserve(size_t bytes, cudaStream_t stream) {
@@ -78,12 +80,14 @@ class DeviceScratch {
     while (capacity < bytes) capacity *= 2;
     MP_CUDA_CHECK(cudaMalloc(&data_, capacity));
     bytes_ = capacity;
+    ++generation_;
     return OkStatus();
   }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace millipede::cuda_util

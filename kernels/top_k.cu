@@ -33,6 +33,7 @@ struct TopKCudaWorkspace::Impl {
 
 TopKCudaWorkspace::TopKCudaWorkspace() : impl_(std::make_unique<Impl>()) {}
 TopKCudaWorkspace::~TopKCudaWorkspace() = default;
+uint64_t TopKCudaWorkspace::generation() const { return impl_->scratch.generation(); }
 
 StatusOr<std::unique_ptr<TopKCudaWorkspace>> TopKCudaWorkspace::Create() {
   return std::unique_ptr<TopKCudaWorkspace>(new TopKCudaWorkspace());

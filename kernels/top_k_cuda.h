@@ -23,6 +23,8 @@ class TopKCudaWorkspace {
 
   struct Impl;  // defined in top_k.cu
   Impl& impl() { return *impl_; }
+  // Changes whenever the workspace's memory moves (it grows on demand).
+  uint64_t generation() const;
 
  private:
   TopKCudaWorkspace();

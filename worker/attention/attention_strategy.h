@@ -53,6 +53,12 @@ struct DecodeInput {
   int64_t step_rows = 0;      // 1 on the rank that stores the token, else 0
   ConstTensorView q;          // [1, heads, head_dim] F32, after RoPE
   int64_t position = 0;       // the token's global position
+  // A recorded step (decode graphs: a strategy that is recordable() on one rank, its store's
+  // FixedRows): its calls span the first `recorded_rows` rows of the store and read on the device
+  // how many there are after the step (`recorded_length`, [1] I64) and how many of those follow
+  // the sequence's context (`recorded_generated`, [1] I64). 0: the usual step.
+  int64_t recorded_rows = 0;
+  ConstTensorView recorded_length = {}, recorded_generated = {};
 };
 
 class DecodeStrategy {
@@ -83,6 +89,10 @@ class DecodeStrategy {
     }
   };
   virtual Windows batch_windows() const { return {}; }
+  // True when Partial (and AfterMerge) on one rank can run as a recorded step (DecodeInput's
+  // recorded fields): every call's shapes fixed by recorded_rows, nothing that waits for the
+  // device. Batchable strategies are (the engine batches them itself).
+  virtual bool recordable() const { return batchable(); }
   // Called by every rank after a prefill step's attention of the layer, while `in.q` holds the
   // step's queries (static eviction chooses its keys here). Nothing by default.
   virtual Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) { return OkStatus(); }

@@ -23,6 +23,20 @@ Status AttendRows(AttentionEnv& env, const DecodeInput& in, ConstKvRows rows, Te
   return env.backend.Attention(a);
 }
 
+// The token's attention over the first `length` ([1] I64, read on the device) of `rows`: a
+// recorded step's call, whose views span the rows it may see.
+Status AttendRecorded(AttentionEnv& env, const DecodeInput& in, ConstKvRows rows,
+                      ConstTensorView length, TensorView o, TensorView lse) {
+  BatchDecodeAttentionArgs a;
+  a.q = in.q;
+  a.k = {&rows.k, 1};
+  a.v = {&rows.v, 1};
+  a.o = o;
+  a.lse = lse;
+  a.lengths = length;
+  return env.backend.BatchDecodeAttention(a);
+}
+
 // Positions of the rows of `ranges` (in order) before `end`.
 std::vector<int64_t> PositionsBefore(std::span<const TokenRange> ranges, int64_t end) {
   std::vector<int64_t> out;
@@ -35,6 +49,11 @@ std::vector<int64_t> PositionsBefore(std::span<const TokenRange> ranges, int64_t
 
 Status FilterDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                              TensorView lse) {
+  if (in.recorded_rows > 0) {
+    MP_ASSIGN_OR_RETURN(const KvRows fixed, in.store->FixedRows(in.recorded_rows));
+    return AttendRecorded(env, in, {AsConst(fixed.k), AsConst(fixed.v)}, in.recorded_length, o,
+                          lse);
+  }
   MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
   return AttendRows(env, in, rows, o, lse);
 }
@@ -139,7 +158,15 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
     }
     MP_ASSIGN_OR_RETURN(generated, store->GeneratedRows(in.step_rows));
   } else {
-    MP_ASSIGN_OR_RETURN(const ConstKvRows all, in.store->Rows(in.step_rows));
+    // A recorded step spans its bucket of rows; the generated ones it sees are counted on the
+    // device (recorded_generated).
+    ConstKvRows all;
+    if (in.recorded_rows > 0) {
+      MP_ASSIGN_OR_RETURN(const KvRows fixed, in.store->FixedRows(in.recorded_rows));
+      all = {AsConst(fixed.k), AsConst(fixed.v)};
+    } else {
+      MP_ASSIGN_OR_RETURN(all, in.store->Rows(in.step_rows));
+    }
     const int64_t rows = all.k.dim(0);
     MP_ASSERT(rows >= context, "the store holds the context rows");
     if (any_chosen) {
@@ -148,6 +175,20 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
     }
     generated = {SliceRows(all.k, context, rows - context),
                  SliceRows(all.v, context, rows - context)};
+  }
+  if (in.recorded_rows > 0) {
+    // The token's own row is among the generated ones: never empty.
+    MP_ASSERT(in.store->tier() == KvTier::kDevice && generated.k.dim(0) > 0,
+              "a recorded selected layer decodes over a device store");
+    if (!any_chosen) return AttendRecorded(env, in, generated, in.recorded_generated, o, lse);
+    MP_RETURN_IF_ERROR(selection.Attend(env, in.q, chosen, in.position, o, lse));
+    MP_ASSIGN_OR_RETURN(TensorView tmp_o,
+                        ScratchBuffer(env.backend, &tmp_o_, DType::kF32, o.shape));
+    MP_ASSIGN_OR_RETURN(TensorView tmp_lse,
+                        ScratchBuffer(env.backend, &tmp_lse_, DType::kF32, lse.shape));
+    MP_RETURN_IF_ERROR(
+        AttendRecorded(env, in, generated, in.recorded_generated, tmp_o, tmp_lse));
+    return env.backend.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
   }
   const bool any_generated = generated.k.dim(0) > 0;
   if (!any_chosen)

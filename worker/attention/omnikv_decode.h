@@ -30,6 +30,8 @@ class FilterDecode final : public DecodeStrategy {
   const char* name() const override { return "filter"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
+  // On one rank over a device store: the selection's shapes stay fixed through decode.
+  bool recordable() const override { return true; }
 
  private:
   // One rank: each KV head's best min(top_k, n) rows straight into the selection (TopK in column
@@ -51,6 +53,8 @@ class SelectedDecode final : public DecodeStrategy {
       : selection_(std::move(selection)) {}
   const char* name() const override { return "selected"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
+  // Over a device store (the engine records no step with a host-tier store).
+  bool recordable() const override { return true; }
 
  private:
   std::shared_ptr<TokenSelection> selection_;

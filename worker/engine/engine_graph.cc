@@ -41,7 +41,7 @@ bool Engine::Recordable(const std::vector<Entry>& entries) const {
     if (e.prefill() || e.stored_rows() != 1) return false;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const KvStore& store = e.seq->kv(l);
-      if (!e.seq->attention(l).decode->batchable() || store.fixed_capacity() <= store.held_rows())
+      if (!e.seq->attention(l).decode->recordable() || store.fixed_capacity() <= store.held_rows())
         return false;
     }
   }
@@ -63,9 +63,9 @@ Status Engine::RunDecodeBody(std::vector<Entry>& entries) {
 Status Engine::RunRecordable(std::vector<Entry>& entries) {
   const int64_t n = static_cast<int64_t>(entries.size());
   Workspace& ws = *workspace_;
-  // Each token's cache row (the store's held rows) and its sequence's rows after the step; the
-  // key: the sequences, their buckets and RoPE tables, the buffers' epochs.
-  std::vector<int64_t> meta(static_cast<size_t>(2 * n));
+  // Each token's cache row (the store's held rows), its sequence's rows after the step and those
+  // after its context; the key: the sequences, their buckets and RoPE tables, the buffers' epochs.
+  std::vector<int64_t> meta(static_cast<size_t>(3 * n));
   DecodeGraphKey key;
   for (int64_t i = 0; i < n; ++i) {
     Entry& e = entries[static_cast<size_t>(i)];
@@ -74,20 +74,19 @@ Status Engine::RunRecordable(std::vector<Entry>& entries) {
     e.graph_rows = DecodeGraphBucket(after, store.fixed_capacity());
     meta[static_cast<size_t>(i)] = store.held_rows();
     meta[static_cast<size_t>(n + i)] = after;
+    meta[static_cast<size_t>(2 * n + i)] = after - e.seq->decode_start();
     key.values.insert(key.values.end(),
                       {e.seq->id(), e.graph_rows, reinterpret_cast<intptr_t>(e.inv_freq.data)});
   }
   key.values.push_back(static_cast<int64_t>(ws.epoch()));
   key.values.push_back(static_cast<int64_t>(backend_->memory_epoch()));
   MP_RETURN_IF_ERROR(UploadIds(entries, n));
-  MP_ASSIGN_OR_RETURN(TensorView rows_dst, Reshape(SliceRows(ws.decode_meta.view(), 0, 1),
-                                                   Shape{ws.step_rows()}));
-  MP_RETURN_IF_ERROR(backend_->CopyFromHost(
-      ConstTensorView{meta.data(), DType::kI64, Shape{n}}, SliceRows(rows_dst, 0, n)));
-  MP_ASSIGN_OR_RETURN(TensorView lengths_dst, Reshape(SliceRows(ws.decode_meta.view(), 1, 1),
-                                                      Shape{ws.step_rows()}));
-  MP_RETURN_IF_ERROR(backend_->CopyFromHost(
-      ConstTensorView{meta.data() + n, DType::kI64, Shape{n}}, SliceRows(lengths_dst, 0, n)));
+  for (int64_t part = 0; part < 3; ++part) {
+    MP_ASSIGN_OR_RETURN(TensorView dst, Reshape(SliceRows(ws.decode_meta.view(), part, 1),
+                                                Shape{ws.step_rows()}));
+    MP_RETURN_IF_ERROR(backend_->CopyFromHost(
+        ConstTensorView{meta.data() + part * n, DType::kI64, Shape{n}}, SliceRows(dst, 0, n)));
+  }
   stats_.decode_layers += config().num_hidden_layers;
   if (options_.decode_graphs == DecodeGraphs::kUnrecorded) return RunDecodeBody(entries);
 

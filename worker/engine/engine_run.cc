@@ -177,7 +177,10 @@ Status Engine::DecodePartials(std::span<Entry> run, std::span<const DecodeInput>
                               AttentionEnv& env, TensorView o, TensorView lse) {
   const int64_t layer = inputs.front().layer;
   const bool recorded = run.front().graph_rows > 0;
-  if (run.size() == 1 && !recorded)
+  // One token alone runs its strategy (a recorded one reads its lengths from the inputs), unless
+  // a recorded step batches it (BatchDecodeAttention's lengths).
+  const bool batchable = run[0].seq->attention(layer).decode->batchable();
+  if (run.size() == 1 && (!recorded || !batchable))
     return run[0].seq->attention(layer).decode->Partial(env, inputs[0], o, lse);
   // Batchable strategies: every token of the run in one call; the run's queries are consecutive
   // rows of the step's buffer. A recorded step reads the same rows (BatchRows: the store's held
@@ -225,8 +228,15 @@ Status Engine::AttendDecode(int64_t layer, std::span<Entry> run, AttentionEnv& e
   const int64_t n = static_cast<int64_t>(run.size()), row0 = run.front().row0;
   const Shape o_shape{n, c.num_attention_heads, c.head_dim};
   std::vector<DecodeInput> inputs;
-  for (Entry& e : run)
+  for (Entry& e : run) {
     inputs.push_back({layer, &e.seq->kv(layer), e.stored_rows(), e.q, e.length_before});
+    if (e.graph_rows > 0) {
+      const int64_t i = e.row0;
+      inputs.back().recorded_rows = e.graph_rows;
+      inputs.back().recorded_length = ws.decode_lengths(i, 1);
+      inputs.back().recorded_generated = ws.decode_generated(i, 1);
+    }
+  }
   MP_ASSIGN_OR_RETURN(TensorView o_out, Reshape(SliceRows(ws.o_acc.view(), row0, n), o_shape));
   TensorView lse_out = SliceRows(ws.lse_acc.view(), row0, n);
   if (comm_->size() == 1) {

@@ -259,6 +259,7 @@ Status Sequence::Commit(std::span<const TokenRange> step, int64_t length) {
 void Sequence::BeginDecode() {
   if (decoding_) return;
   decoding_ = true;
+  decode_start_ = length_;
   for (LayerAttention& la : layers_)
     if (la.selection != nullptr) la.selection->BeginDecode(length_);
   for (OffloadedKvStore* s : offloaded_) s->EndContext();

@@ -71,6 +71,9 @@ class Sequence {
   const AttentionPolicy& policy() const { return options_.policy; }
   // Positions over all ranks.
   int64_t length() const { return length_; }
+  // The positions before its first decode step (its context, which OmniKV's selection covers);
+  // -1 before that step.
+  int64_t decode_start() const { return decode_start_; }
   // Positions this rank has stored in every layer (before retention drops any), increasing.
   const std::vector<TokenRange>& stored() const { return stored_; }
   int64_t stored_rows() const { return stored_rows_; }
@@ -115,6 +118,7 @@ class Sequence {
   std::shared_ptr<KvStagingPool> staging_;      // host-tier layers' staging (none without)
   std::vector<OffloadedKvStore*> offloaded_;    // the host-tier stores among stores_
   bool decoding_ = false;
+  int64_t decode_start_ = -1;
   std::vector<TokenRange> stored_;
   int64_t stored_rows_ = 0;
   int64_t length_ = 0;

@@ -34,7 +34,7 @@ Status Workspace::ReserveStep(int64_t n) {
   MP_ASSIGN_OR_RETURN(lse_acc, b.Allocate(DType::kF32, Shape{n, c.num_attention_heads}));
   MP_ASSIGN_OR_RETURN(positions, b.Allocate(DType::kI64, Shape{n}));
   MP_ASSIGN_OR_RETURN(ids, b.Allocate(DType::kI32, Shape{n}));
-  MP_ASSIGN_OR_RETURN(decode_meta, b.Allocate(DType::kI64, Shape{2, n}));
+  MP_ASSIGN_OR_RETURN(decode_meta, b.Allocate(DType::kI64, Shape{3, n}));
   step_rows_ = n;
   ++epoch_;
   // The attention partials follow the step size (up to attention_chunk rows).
@@ -98,13 +98,9 @@ Status Workspace::ReserveGather(int ranks, int64_t rows) {
   return OkStatus();
 }
 
-ConstTensorView Workspace::decode_rows(int64_t row0, int64_t n) const {
-  return ConstTensorView{decode_meta.cview().as<const int64_t>() + row0, DType::kI64, Shape{n}};
-}
-
-ConstTensorView Workspace::decode_lengths(int64_t row0, int64_t n) const {
-  return ConstTensorView{decode_meta.cview().as<const int64_t>() + step_rows_ + row0, DType::kI64,
-                         Shape{n}};
+ConstTensorView Workspace::DecodeMeta(int64_t part, int64_t row0, int64_t n) const {
+  return ConstTensorView{decode_meta.cview().as<const int64_t>() + part * step_rows_ + row0,
+                         DType::kI64, Shape{n}};
 }
 
 void Workspace::Release() {

@@ -48,11 +48,16 @@ class Workspace {
   BackendTensor lse_acc;    // [n, heads] F32 its log-sum-exp
   BackendTensor positions;  // [n] I64 global positions of the step's tokens
   BackendTensor ids;        // [n] I32
-  // [2, n] I64 for recorded decode steps: each token's cache row, then its sequence's rows after
-  // the step (RopeKvArgs::cache_rows, BatchDecodeAttentionArgs::lengths).
+  // [3, n] I64 for recorded decode steps: each token's cache row, its sequence's rows after the
+  // step (RopeKvArgs::cache_rows, BatchDecodeAttentionArgs::lengths), and those of them after the
+  // sequence's context (the rows it generated: OmniKV's selected layers attend to them whole).
   BackendTensor decode_meta;
-  ConstTensorView decode_rows(int64_t row0, int64_t n) const;
-  ConstTensorView decode_lengths(int64_t row0, int64_t n) const;
+  ConstTensorView decode_rows(int64_t row0, int64_t n) const { return DecodeMeta(0, row0, n); }
+  ConstTensorView decode_lengths(int64_t row0, int64_t n) const { return DecodeMeta(1, row0, n); }
+  ConstTensorView decode_generated(int64_t row0, int64_t n) const {
+    return DecodeMeta(2, row0, n);
+  }
+  ConstTensorView DecodeMeta(int64_t part, int64_t row0, int64_t n) const;
   // Per chunk, [scratch_rows, ...]:
   BackendTensor normed;     // [chunk, hidden] in gemm_input_dtype
   BackendTensor k, v;       // [chunk, kv_heads * head_dim] F32

@@ -1,7 +1,8 @@
 // Recorded decode steps on the CUDA backend (CUDA graphs): decoding with recordings replayed
 // gives, bit for bit, the logits of the same steps run unrecorded with the same arguments
 // (DecodeGraphs::kUnrecorded), across bucket boundaries, for one sequence, for several decoding
-// together and with DuoAttention's mixed layers; and the usual (unrecorded, exact-length) steps'
+// together, with DuoAttention's mixed layers and with OmniKV's roles (device tier); and the usual
+// (unrecorded, exact-length) steps'
 // logits within the split-KV rounding. The engine's counters show the steps were recorded and
 // replayed. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -101,6 +102,14 @@ TEST(DecodeGraphsCudaTest, MixedStreamingLayersReplayExactly) {
   const std::string duo = R"({"version": 1, "default": {"decode": ["streaming-head", "full"]},
       "streaming_head": {"sink_tokens": 4, "window_tokens": 100}})";
   ExpectReplaysExact(duo, {240, 700}, 30);
+}
+
+TEST(DecodeGraphsCudaTest, OmniKvRolesReplayExactly) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string omnikv = R"({"version": 1, "filter": {"top_k": 32},
+      "layers": [{"layer": 0, "decode": "full"}, {"layer": 1, "decode": "filter"},
+                 {"layer": 2, "decode": "selected"}, {"layer": 3, "decode": "selected"}]})";
+  ExpectReplaysExact(omnikv, {240, 700}, 30);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // the record-on-second-sight cache, and, on the CPU backend (which cannot record), the recorded
 // steps' arguments (whole stores, cache rows and lengths read from backend memory) giving the
 // usual steps' logits bit for bit: one sequence and several, across bucket boundaries, with
-// DuoAttention's mixed layers, and a full sequence still refused.
+// DuoAttention's mixed layers and with OmniKV's roles, and a full sequence still refused.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -143,6 +143,26 @@ TEST(DecodeGraphsTest, MixedStreamingLayersTakeTheirWindowsAtTheUploadedLength) 
   ASSERT_EQ(alone_recorded[0].size(), 10u);
   for (size_t s = 0; s < 10; ++s)
     EXPECT_LT(testing::MaxRelError(alone_recorded[0][s], alone[0][s]), 1e-6) << s;
+}
+
+// OmniKV's roles on one rank over device stores: the filter layer's full attention and the
+// selected layer's generated rows take their lengths from backend memory; the selection itself
+// (scores, top-k, gather index) keeps its shapes through decode.
+TEST(DecodeGraphsTest, OmniKvRolesTakeTheirLengthsFromBackendMemory) {
+  const std::string omnikv = R"({"version": 1, "filter": {"top_k": 16},
+      "layers": [{"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})";
+  for (const std::vector<int64_t>& prompts :
+       {std::vector<int64_t>{250}, std::vector<int64_t>{250, 40}}) {
+    const auto usual = DecodeTogether(DecodeGraphs::kOff, omnikv, prompts, 12);
+    const auto recorded = DecodeTogether(DecodeGraphs::kUnrecorded, omnikv, prompts, 12);
+    const auto dense = DecodeTogether(DecodeGraphs::kOff, "", prompts, 12);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(recorded[i].size(), 12u);
+      EXPECT_EQ(recorded[i], usual[i]) << "sequence " << i << " of " << prompts.size();
+    }
+    // 16 of 250 context rows: the selection changes the logits (the check can fail).
+    EXPECT_GT(testing::MaxRelError(recorded[0][0], dense[0][0]), 1e-4);
+  }
 }
 
 }  // namespace
