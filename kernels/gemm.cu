@@ -103,6 +103,95 @@ Status LaunchBias(const GemmArgs& args, cudaStream_t stream) {
   });
 }
 
+// Skinny products (one decode token: kSkinnyRows activation row of 16-bit type) read the weight
+// once at the memory's rate: one warp per weight row j, its lanes striding over k in 16-byte
+// chunks of 8 elements, each chunk dotted with every activation row (which stay in L1/L2), fp32
+// sums reduced across the warp. out[i, j] = (beta ? out[i, j] : 0) + sum. With 4 rows this was
+// slower than cuBLASLt (the activations' reloads; performance.md), so it takes one.
+//   a [m, k], b [n, k] of T (16-byte aligned rows, k % 8 == 0), out [m, n] F32.
+constexpr int kSkinnyRows = 1;
+constexpr int kSkinnyWarps = kThreads / 32;
+
+__device__ __forceinline__ void Widen8(uint4 raw, const __nv_bfloat16* /*tag*/, float* out) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void Widen8(uint4 raw, const __half* /*tag*/, float* out) {
+  const __half2* pairs = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+template <typename T, int kM>
+__global__ void __launch_bounds__(kThreads)
+    SkinnyGemmKernel(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ out,
+                     int64_t n, int64_t k, bool add) {
+  const int lane = threadIdx.x % 32;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSkinnyWarps + threadIdx.x / 32;
+  if (j >= n) return;  // warp-uniform
+  const uint4* row = reinterpret_cast<const uint4*>(b + j * k);
+  const int64_t chunks = k / 8;
+  float acc[kM] = {};
+#pragma unroll 4
+  for (int64_t c = lane; c < chunks; c += 32) {
+    float w[8];
+    Widen8(__ldcs(row + c), static_cast<const T*>(nullptr), w);  // read once: do not keep
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      float x[8];
+      Widen8(__ldg(reinterpret_cast<const uint4*>(a + i * k) + c), static_cast<const T*>(nullptr),
+             x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i] = fmaf(x[e], w[e], acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      float& dst = out[i * n + j];
+      dst = add ? dst + acc[i] : acc[i];
+    }
+  }
+}
+
+// Whether the skinny kernel takes this product (activations already in the weight's dtype).
+bool SkinnyFits(const GemmArgs& args, const void* activations) {
+  const int64_t m = args.a.dim(0), k = args.a.dim(1);
+  return (args.b.dtype == DType::kBF16 || args.b.dtype == DType::kF16) && m <= kSkinnyRows &&
+         k % 8 == 0 && cuda_util::IsAligned(activations, 16) &&
+         cuda_util::IsAligned(args.b.data, 16);
+}
+
+template <typename T, int kM>
+Status LaunchSkinnyRows(const void* a, const GemmArgs& args, bool add, cudaStream_t stream) {
+  const int64_t n = args.b.dim(0), k = args.b.dim(1);
+  const unsigned blocks = static_cast<unsigned>((n + kSkinnyWarps - 1) / kSkinnyWarps);
+  SkinnyGemmKernel<T, kM><<<blocks, kThreads, 0, stream>>>(
+      static_cast<const T*>(a), args.b.as<const T>(), args.out.as<float>(), n, k, add);
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
+}
+
+template <typename T>
+Status LaunchSkinny(const void* a, const GemmArgs& args, bool add, cudaStream_t stream) {
+  return LaunchSkinnyRows<T, kSkinnyRows>(a, args, add, stream);
+}
+
 // The largest power of two, at most 256, dividing both the address and the leading dimension in
 // bytes: what cuBLASLt may assume about a matrix.
 uint32_t Alignment(const void* p, uint64_t ld_bytes) {
@@ -201,6 +290,8 @@ StatusOr<std::unique_ptr<Plan>> MakePlan(cublasLtHandle_t handle, const PlanKey&
 GemmCudaContext::GemmCudaContext() : impl_(std::make_unique<Impl>()) {}
 GemmCudaContext::~GemmCudaContext() = default;
 
+uint64_t GemmCudaContext::generation() const { return impl_->activations.generation(); }
+
 StatusOr<std::unique_ptr<GemmCudaContext>> GemmCudaContext::Create(size_t workspace_bytes) {
   auto context = std::unique_ptr<GemmCudaContext>(new GemmCudaContext());
   Impl& impl = *context->impl_;
@@ -252,6 +343,9 @@ Status GemmCuda(const GemmArgs& args, GemmCudaContext& context, cudaStream_t str
     MP_RETURN_IF_ERROR(ConvertCuda(args.a, scratch, stream));
     activations = scratch.data;
   }
+  if (SkinnyFits(args, activations))
+    return dtype == DType::kBF16 ? LaunchSkinny<__nv_bfloat16>(activations, args, beta != 0.0f, stream)
+                                 : LaunchSkinny<__half>(activations, args, beta != 0.0f, stream);
 
   const uint64_t row_bytes = static_cast<uint64_t>(k) * DTypeSize(dtype);
   const PlanKey key{m,

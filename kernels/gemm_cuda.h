@@ -36,6 +36,8 @@ class GemmCudaContext {
 
   struct Impl;  // defined in gemm.cu
   Impl& impl() { return *impl_; }
+  // Changes whenever the activation scratch moves (recordings of calls that used it go stale).
+  uint64_t generation() const;
 
  private:
   GemmCudaContext();
@@ -54,7 +56,10 @@ class GemmCudaContext {
 // the same result. Expect
 // ~2^-9 (BF16) or ~2^-11 (F16) relative error against the fp32-activation reference, and fp32
 // rounding only against a reference fed the same rounded activations. F32 weights run a true
-// FP32 GEMM (never TF32), within fp32 summation error of the reference.
+// FP32 GEMM (never TF32), within fp32 summation error of the reference. Skinny products (one row
+// of BF16/F16 activations, k a multiple of 8, 16-byte aligned rows: a decode step of one
+// sequence) run a kernel of their own that reads the weight once (a warp per weight row, fp32
+// sums).
 Status GemmCuda(const GemmArgs& args, GemmCudaContext& context, cudaStream_t stream);
 
 }  // namespace millipede

@@ -237,7 +237,7 @@ class Backend {
     return UnimplementedError("this backend does not record ops");
   }
   // Changes whenever the backend moves memory its ops use on their own (the attention ops' split
-  // partials, top-k's scratch): recordings made before are stale.
+  // partials, top-k's and the GEMMs' scratch): recordings made before are stale.
   virtual uint64_t memory_epoch() const { return 0; }
   // Whether BatchDecodeAttention takes per-sequence lengths (BatchDecodeAttentionArgs::lengths)
   // for K/V of this head_dim, these query heads per KV head and this dtype.

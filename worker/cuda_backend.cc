@@ -251,7 +251,9 @@ class CudaBackend final : public Backend {
     MP_CUDA_CHECK(cudaGraphLaunch(static_cast<const CudaRecordedOps&>(ops).exec(), stream_));
     return OkStatus();
   }
-  uint64_t memory_epoch() const override { return memory_epoch_ + top_k_->generation(); }
+  uint64_t memory_epoch() const override {
+    return memory_epoch_ + top_k_->generation() + gemm_->generation();
+  }
   bool DecodeTakesLengths(int64_t head_dim, int64_t group, DType kv_dtype) const override {
     return BatchDecodeAttentionCudaTakesLengthsFor(head_dim, group, kv_dtype);
   }

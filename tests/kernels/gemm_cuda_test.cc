@@ -133,7 +133,16 @@ INSTANTIATE_TEST_SUITE_P(
         Case{9, 40, 64, DType::kF32, false, DType::kF32, false, 1},
         Case{9, 40, 64, DType::kBF16, true, DType::kBF16, true, 1},
         Case{17, 300, 200, DType::kF16, false, DType::kF32, false, 3},
-        Case{5, 77, 129, DType::kF64, true, DType::kF32, false, 0, Support::kOptional}),
+        Case{5, 77, 129, DType::kF64, true, DType::kF32, false, 0, Support::kOptional},
+        // Skinny products (decode: one row on a kernel of its own; 2-4 rows on cuBLASLt): bias
+        // and accumulation, an unaligned k % 8 and an unaligned base (both to cuBLASLt), a row
+        // count past the warps of a block.
+        Case{2, 6144, 4096, DType::kBF16, true, DType::kBF16},
+        Case{3, 1003, 1024, DType::kF16, false, DType::kF32, true},
+        Case{4, 4096, 14336, DType::kBF16, false, DType::kF32, true},
+        Case{1, 28672, 4096, DType::kBF16, true, DType::kF32, true},
+        Case{4, 9, 4104, DType::kBF16, false, DType::kF32, false, 8},
+        Case{1, 100, 4100, DType::kBF16}, Case{2, 100, 4104, DType::kF16, false, DType::kF32, false, 1}),
     Name);
 
 // Activations given already rounded to the weight's dtype (as RMSNorm and SiLU-mul write them
