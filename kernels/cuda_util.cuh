@@ -45,6 +45,24 @@ Status VisitFloatDType(DType dtype, const char* what, F&& f) {
       detail::StrCat(what, ": dtype ", DTypeName(dtype), " is not a float type"));
 }
 
+// Eight 16-bit values (BF16 or F16, one 16-byte load) widened to floats.
+template <typename T>
+__device__ __forceinline__ void Widen8(uint4 raw, float* out) {
+  using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  const Pair* pairs = reinterpret_cast<const Pair*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f;
+    if constexpr (std::is_same_v<T, __half>) {
+      f = __half22float2(pairs[i]);
+    } else {
+      f = __bfloat1622float2(pairs[i]);
+    }
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
 // True when `p` is a multiple of `bytes` (a power of two).
 inline bool IsAligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;

@@ -112,25 +112,6 @@ Status LaunchBias(const GemmArgs& args, cudaStream_t stream) {
 constexpr int kSkinnyRows = 1;
 constexpr int kSkinnyWarps = kThreads / 32;
 
-__device__ __forceinline__ void Widen8(uint4 raw, const __nv_bfloat16* /*tag*/, float* out) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void Widen8(uint4 raw, const __half* /*tag*/, float* out) {
-  const __half2* pairs = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads)
     SkinnyGemmKernel(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ out,
@@ -144,12 +125,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
   for (int64_t c = lane; c < chunks; c += 32) {
     float w[8];
-    Widen8(__ldcs(row + c), static_cast<const T*>(nullptr), w);  // read once: do not keep
+    cuda_util::Widen8<T>(__ldcs(row + c), w);  // read once: do not keep
 #pragma unroll
     for (int i = 0; i < kM; ++i) {
       float x[8];
-      Widen8(__ldg(reinterpret_cast<const uint4*>(a + i * k) + c), static_cast<const T*>(nullptr),
-             x);
+      cuda_util::Widen8<T>(__ldg(reinterpret_cast<const uint4*>(a + i * k) + c), x);
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[i] = fmaf(x[e], w[e], acc[i]);
     }

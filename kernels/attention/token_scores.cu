@@ -78,25 +78,6 @@ constexpr int kMaxGroup = 8;
 constexpr int kPasses = 8;
 
 
-__device__ __forceinline__ void Widen8(const __nv_bfloat16* /*tag*/, uint4 raw, float* out) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void Widen8(const __half* /*tag*/, uint4 raw, float* out) {
-  const __half2* pairs = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 // The best log-probability over the group's heads of one key row from each lane's partial dot
 // products `dot` (head h's over the lane's 8 columns): with kGroup a power of two (<= kChunks) the
 // sums are reduce-scattered — each xor-shuffle step halves the heads a lane carries, so after
@@ -179,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kPasses; ++u) {
       float key[8], dot[kMaxGroup];
-      Widen8(static_cast<const T*>(nullptr), raw[u], key);
+      cuda_util::Widen8<T>(raw[u], key);
 #pragma unroll
       for (int h = 0; h < kMaxGroup; ++h) {
         dot[h] = 0.0f;
