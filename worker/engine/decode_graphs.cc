@@ -12,6 +12,9 @@ int64_t DecodeGraphBucket(int64_t rows, int64_t capacity) {
 
 DecodeGraphCache::Action DecodeGraphCache::Next(const DecodeGraphKey& key) {
   if (recordings_.count(key) > 0) return Action::kReplay;
+  // Keys seen once and never again (a RoPE table per length, buckets left behind) are forgotten
+  // in bulk, so that a long-running engine's bookkeeping stays small.
+  if (seen_.size() >= kMaxSeen) seen_.clear();
   auto [it, first_time] = seen_.try_emplace(key, false);
   if (first_time || it->second) return Action::kRun;
   return Action::kRecord;

@@ -44,6 +44,7 @@ class DecodeGraphCache {
     kReplay,  // replay the key's recording (Find)
   };
   explicit DecodeGraphCache(size_t limit = 8) : limit_(limit) {}
+  static constexpr size_t kMaxSeen = 4096;
 
   // What to do with a step of `key`; counts the key as seen.
   Action Next(const DecodeGraphKey& key);
