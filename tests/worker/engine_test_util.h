@@ -91,4 +91,37 @@ inline AttentionPolicy PolicyFor(const Engine& engine, std::string_view json) {
   return DensePolicy(c.num_hidden_layers, c.num_key_value_heads);
 }
 
+// Logits [sequence][step][vocab] (host copies).
+using StepLogits = std::vector<std::vector<std::vector<float>>>;
+
+// Starts sequences 1..N with random prompts of `prompts` tokens (room for `steps` more) under the
+// engine's policy and prefills each, resets the engine's stats, then runs `steps` decode steps of
+// fixed tokens with every sequence's token in one plan. Empty where a step fails (a test failure).
+inline StepLogits PrefillThenDecodeTogether(Engine& e, const std::vector<int64_t>& prompts,
+                                            int64_t steps) {
+  StepLogits out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const SequenceId id = static_cast<SequenceId>(i + 1);
+    const std::vector<int32_t> ids = RandomIds(prompts[i], 97, 10 + static_cast<uint32_t>(i));
+    EXPECT_TRUE(e.StartSequence(id, {prompts[i] + steps, prompts[i], e.policy()}).ok());
+    EXPECT_TRUE(e.RunStep({{SequenceStep{id, StepKind::kPrefill, {{0, prompts[i]}}, ids}}}).ok());
+  }
+  e.ResetStats();
+  for (int32_t token : RandomIds(steps, 97, 99)) {
+    StepPlan plan;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      plan.steps.push_back({static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {token}});
+    StatusOr<StepOutput> step = e.RunStep(plan);
+    EXPECT_TRUE(step.ok()) << step.status().ToString();
+    if (!step.ok()) return out;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const ConstTensorView& logits = *step->logits[i];
+      out[i].emplace_back(static_cast<size_t>(logits.NumElements()));
+      EXPECT_TRUE(
+          e.backend().CopyToHost(logits, {out[i].back().data(), DType::kF32, logits.shape}).ok());
+    }
+  }
+  return out;
+}
+
 }  // namespace millipede::testing

@@ -2,12 +2,14 @@
 // sequences of different lengths (empty ones, one key, around the 64-key tiles, thousands of
 // keys), GQA ratios 1/4/8/16 on the batched tensor-core kernel, a group of 32 and F32 K/V on the
 // per-sequence path, batches beyond one launch's table, forced key splits, no LSE, A-shape
-// windows. Outputs start NaN-poisoned between guard bands. Skips without a GPU.
+// windows, lengths read on the device. Outputs start NaN-poisoned between guard bands. Skips
+// without a GPU.
 #include "kernels/attention/batch_decode_attention_cuda.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <string>
@@ -37,6 +39,9 @@ struct Case {
   bool want_lse = true;
   std::vector<int64_t> windows{};  // BatchDecodeAttentionArgs::kv_head_window; empty: none
   int64_t sink = 0;
+  // BatchDecodeAttentionArgs::lengths, read on the device (each at most the view's rows, the
+  // rows beyond never seen); empty: none.
+  std::vector<int64_t> uploaded{};
 };
 
 std::string Name(const Case& c) {
@@ -46,6 +51,7 @@ std::string Name(const Case& c) {
   if (c.num_splits > 0) name << "_splits" << c.num_splits;
   if (!c.want_lse) name << "_nolse";
   if (!c.windows.empty()) name << "_sink" << c.sink << "_windows";
+  if (!c.uploaded.empty()) name << "_lengths";
   return name.str();
 }
 
@@ -62,6 +68,12 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
     const Shape kv{c.lengths[static_cast<size_t>(b)], c.num_kv_heads, c.head_dim};
     ks.push_back(check.Input(RandomTensor(c.kv_dtype, kv, 1000 + b, -2.0f, 2.0f)));
     vs.push_back(check.Input(RandomTensor(c.kv_dtype, kv, 5000 + b)));
+  }
+  int uploaded = -1;
+  if (!c.uploaded.empty()) {
+    HostTensor lengths(DType::kI64, {batch});
+    std::copy(c.uploaded.begin(), c.uploaded.end(), lengths.data<int64_t>());
+    uploaded = check.Input(lengths);
   }
   const int o = check.Output("o", PoisonedF32({batch, c.num_q_heads, c.head_dim}),
                              Tolerance::Normalised(kMaxOError));
@@ -85,66 +97,13 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
           a.kv_head_window = c.windows.data();
           a.sink_tokens = c.sink;
         }
+        if (uploaded >= 0) a.lengths = t.cview(uploaded);
         return a;
       },
       BatchDecodeAttentionRef,
       [&](const BatchDecodeAttentionArgs& a, cudaStream_t stream) {
         return BatchDecodeAttentionCuda(a, options, stream);
       }));
-}
-
-// Per-sequence lengths read on the device (BatchDecodeAttentionArgs::lengths): views longer than
-// the lengths, rows beyond them random (never seen), windows at the uploaded length, split and
-// unsplit; against the reference, which cuts the views on the host.
-TEST(BatchDecodeAttentionCudaLengthsTest, MatchesReference) {
-  if (!testing::HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<int64_t> rows = {4096, 300, 20000, 64, 1}, lengths = {4000, 0, 12345, 64, 1};
-  const int64_t batch = static_cast<int64_t>(rows.size()), q_heads = 32, kv_heads = 8, d = 128;
-  const std::vector<int64_t> windows = {0, 100, 0, 700, 0, 64, 0, 5000};
-  for (int splits : {0, 1, 5}) {
-    for (bool windowed : {false, true}) {
-      OpCheck check("batch_decode_attention lengths");
-      const int q = check.Input(RandomTensor(DType::kF32, {batch, q_heads, d}, 7, -2.0f, 2.0f));
-      HostTensor len(DType::kI64, {batch});
-      for (int64_t b = 0; b < batch; ++b) len.data<int64_t>()[b] = lengths[b];
-      const int il = check.Input(std::move(len));
-      std::vector<int> ks, vs;
-      for (int64_t b = 0; b < batch; ++b) {
-        const Shape kv{rows[b], kv_heads, d};
-        ks.push_back(check.Input(RandomTensor(DType::kBF16, kv, 100 + b, -2.0f, 2.0f)));
-        vs.push_back(check.Input(RandomTensor(DType::kBF16, kv, 200 + b)));
-      }
-      const int o = check.Output("o", PoisonedF32({batch, q_heads, d}),
-                                 Tolerance::Normalised(kMaxOError));
-      const int lse = check.Output("lse", PoisonedF32({batch, q_heads}),
-                                   Tolerance::Elementwise(0, kMaxLseError));
-      std::vector<ConstTensorView> k_views, v_views;
-      AttentionCudaOptions options;
-      options.num_splits = splits;
-      ASSERT_TRUE(check.Run(
-          [&](const OpCheck::Tensors& t) {
-            k_views.clear();
-            v_views.clear();
-            for (int64_t b = 0; b < batch; ++b) {
-              k_views.push_back(t.cview(ks[static_cast<size_t>(b)]));
-              v_views.push_back(t.cview(vs[static_cast<size_t>(b)]));
-            }
-            BatchDecodeAttentionArgs a{t.cview(q), k_views, v_views, 0.0f, t.view(o),
-                                       t.view(lse)};
-            a.lengths = t.cview(il);
-            if (windowed) {
-              a.kv_head_window = windows.data();
-              a.sink_tokens = 4;
-            }
-            return a;
-          },
-          BatchDecodeAttentionRef,
-          [&](const BatchDecodeAttentionArgs& a, cudaStream_t stream) {
-            return BatchDecodeAttentionCuda(a, options, stream);
-          }))
-          << "splits " << splits << " windowed " << windowed;
-    }
-  }
 }
 
 std::vector<int64_t> RandomLengths(int n, int64_t max, uint64_t seed) {
@@ -176,7 +135,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{RandomLengths(40, 9000, 4), 32, 8, 128, DType::kBF16, 7, true,
              {256, 0, 256, 0, 256, 0, 256, 0}, 64},
         Case{{700, 2, 129}, 16, 4, 64, DType::kF16, 1, false, {0, 70, 3, 1000}, 0},
-        Case{{40, 300, 0}, 8, 2, 64, DType::kF32, 0, true, {0, 17}, 3}),
+        Case{{40, 300, 0}, 8, 2, 64, DType::kF32, 0, true, {0, 17}, 3},
+        // Lengths read on the device: views longer than them, windows at the uploaded length,
+        // split and unsplit.
+        Case{{4096, 300, 20000, 64, 1}, 32, 8, 128, DType::kBF16, 0, true, {}, 0,
+             {4000, 0, 12345, 64, 1}},
+        Case{{4096, 300, 20000, 64, 1}, 32, 8, 128, DType::kBF16, 1, true, {}, 0,
+             {4000, 0, 12345, 64, 1}},
+        Case{{4096, 300, 20000, 64, 1}, 32, 8, 128, DType::kBF16, 5, true,
+             {0, 100, 0, 700, 0, 64, 0, 5000}, 4, {4000, 0, 12345, 64, 1}},
+        Case{{4096, 300, 20000, 64, 1}, 32, 8, 128, DType::kBF16, 0, true,
+             {0, 100, 0, 700, 0, 64, 0, 5000}, 4, {4000, 0, 12345, 64, 1}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return Name(info.param) + "_" + std::to_string(info.index);
     });

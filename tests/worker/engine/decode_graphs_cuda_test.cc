@@ -18,10 +18,9 @@ namespace {
 
 using testing::HaveGpu;
 using testing::MaxRelError;
-using testing::RandomIds;
 
 struct Run {
-  std::vector<std::vector<std::vector<float>>> logits;  // [sequence][step][vocab]
+  testing::StepLogits logits;  // [sequence][step][vocab]
   EngineStats stats;
 };
 
@@ -40,28 +39,7 @@ Run DecodeTogether(DecodeGraphs mode, const std::string& policy,
   if (!policy.empty()) {
     EXPECT_TRUE(e.SetPolicy(testing::PolicyFor(e, policy)).ok());
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const SequenceId id = static_cast<SequenceId>(i + 1);
-    const std::vector<int32_t> ids = RandomIds(prompts[i], 97, 20 + static_cast<uint32_t>(i));
-    EXPECT_TRUE(e.StartSequence(id, {prompts[i] + steps, prompts[i], e.policy()}).ok());
-    EXPECT_TRUE(e.RunStep({{SequenceStep{id, StepKind::kPrefill, {{0, prompts[i]}}, ids}}}).ok());
-  }
-  e.ResetStats();
-  for (int32_t token : RandomIds(steps, 97, 98)) {
-    StepPlan plan;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      plan.steps.push_back({static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {token}});
-    StatusOr<StepOutput> step = e.RunStep(plan);
-    EXPECT_TRUE(step.ok()) << step.status().ToString();
-    if (!step.ok()) return run;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const ConstTensorView& logits = *step->logits[i];
-      run.logits[i].emplace_back(static_cast<size_t>(logits.NumElements()));
-      EXPECT_TRUE(e.backend()
-                      .CopyToHost(logits, {run.logits[i].back().data(), DType::kF32, logits.shape})
-                      .ok());
-    }
-  }
+  run.logits = testing::PrefillThenDecodeTogether(e, prompts, steps);
   run.stats = e.stats();
   return run;
 }

@@ -15,7 +15,6 @@ namespace millipede {
 namespace {
 
 using testing::RandomEngineOptions;
-using testing::RandomIds;
 using testing::SmallConfig;
 
 TEST(DecodeGraphBucketTest, CoversTheRowsWithLittleSlackAndRarelyChanges) {
@@ -66,41 +65,20 @@ TEST(DecodeGraphCacheTest, RecordsOnSecondSightAndKeepsTheRecentOnes) {
   EXPECT_EQ(cache.Next(c), A::kRecord);
 }
 
-// Logits [sequence][step] of `steps` decode steps of the sequences together after their prompts.
-std::vector<std::vector<std::vector<float>>> DecodeTogether(
-    DecodeGraphs mode, const std::string& policy, const std::vector<int64_t>& prompts,
-    int64_t steps) {
+// Logits [sequence][step] of `steps` decode steps of the sequences together after their prompts,
+// on the CPU engine in `mode` under `policy` (empty: dense).
+testing::StepLogits DecodeTogether(DecodeGraphs mode, const std::string& policy,
+                                   const std::vector<int64_t>& prompts, int64_t steps) {
   EngineOptions o = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kBF16, 128);
   o.decode_graphs = mode;
   auto made = Engine::Create(o);
   EXPECT_TRUE(made.ok()) << made.status().ToString();
-  std::vector<std::vector<std::vector<float>>> out(prompts.size());
-  if (!made.ok()) return out;
+  if (!made.ok()) return testing::StepLogits(prompts.size());
   Engine& e = **made;
   if (!policy.empty()) {
     EXPECT_TRUE(e.SetPolicy(testing::PolicyFor(e, policy)).ok());
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const SequenceId id = static_cast<SequenceId>(i + 1);
-    const std::vector<int32_t> ids = RandomIds(prompts[i], 97, 10 + static_cast<uint32_t>(i));
-    EXPECT_TRUE(e.StartSequence(id, {prompts[i] + steps, prompts[i], e.policy()}).ok());
-    EXPECT_TRUE(e.RunStep({{SequenceStep{id, StepKind::kPrefill, {{0, prompts[i]}}, ids}}}).ok());
-  }
-  const std::vector<int32_t> tokens = RandomIds(steps, 97, 99);
-  for (int32_t token : tokens) {
-    StepPlan plan;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      plan.steps.push_back({static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {token}});
-    StatusOr<StepOutput> step = e.RunStep(plan);
-    EXPECT_TRUE(step.ok()) << step.status().ToString();
-    if (!step.ok()) return out;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const ConstTensorView& logits = *step->logits[i];
-      out[i].emplace_back(static_cast<size_t>(logits.NumElements()));
-      EXPECT_TRUE(
-          e.backend().CopyToHost(logits, {out[i].back().data(), DType::kF32, logits.shape}).ok());
-    }
-  }
+  testing::StepLogits out = testing::PrefillThenDecodeTogether(e, prompts, steps);
   // The sequences are full now: one more token is refused as usual, whatever the mode.
   StepPlan plan;
   plan.steps.push_back({1, StepKind::kDecode, {}, {3}});
