@@ -220,6 +220,8 @@ class Engine {
   // Uploads ids and positions, embeds the step's tokens.
   Status Embed(const std::vector<Entry>& entries, int64_t rows);
   Status UploadIds(const std::vector<Entry>& entries, int64_t rows);
+  // The embedding of the ids UploadIds put in the workspace.
+  Status EmbedUploaded(int64_t rows);
   // The logits of every entry that has them (consecutive rows in one LM-head GEMM).
   Status ComputeLogits(const std::vector<Entry>& entries);
   // Commits the step's rows and collects the logits (and prefill densities).

@@ -49,11 +49,8 @@ bool Engine::Recordable(const std::vector<Entry>& entries) const {
 }
 
 Status Engine::RunDecodeBody(std::vector<Entry>& entries) {
-  Workspace& ws = *workspace_;
   const int64_t rows = static_cast<int64_t>(entries.size());
-  MP_RETURN_IF_ERROR(backend_->Embedding({SliceRows(ws.ids.cview(), 0, rows),
-                                          model_->weights().embed_tokens,
-                                          SliceRows(ws.hidden.view(), 0, rows)}));
+  MP_RETURN_IF_ERROR(EmbedUploaded(rows));
   StepProfiler off(*backend_, false);
   for (int64_t layer = 0; layer < config().num_hidden_layers; ++layer)
     MP_RETURN_IF_ERROR(RunLayer(layer, entries, rows, off));

@@ -38,6 +38,10 @@ AttentionEnv Engine::Env(StepProfiler& profiler) {
 Status Engine::Embed(const std::vector<Entry>& entries, int64_t rows) {
   if (rows == 0) return OkStatus();
   MP_RETURN_IF_ERROR(UploadIds(entries, rows));
+  return EmbedUploaded(rows);
+}
+
+Status Engine::EmbedUploaded(int64_t rows) {
   Workspace& ws = *workspace_;
   return backend_->Embedding({SliceRows(ws.ids.cview(), 0, rows), model_->weights().embed_tokens,
                               SliceRows(ws.hidden.view(), 0, rows)});
