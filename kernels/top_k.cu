@@ -8,6 +8,7 @@
 #include "common/cuda_check.h"
 #include "kernels/cuda_util.cuh"
 #include "kernels/top_k_cuda.h"
+#include "kernels/top_k_key.h"
 
 namespace millipede {
 namespace top_k_cuda_internal {
@@ -49,19 +50,6 @@ constexpr int kMaxGridY = 65535;
 // Rows of one batch hold at most this many kept candidates (CUB's item counts are int).
 constexpr int64_t kMaxBatchCandidates = int64_t{1} << 28;
 
-// Larger float, larger key. NaN maps to 0, below every number (-inf maps to 0x007fffff), so a
-// key of 0 marks an entry that is never selected; -0.0 maps to +0.0's key so that they tie.
-__device__ __forceinline__ uint32_t OrderKey(float x) {
-  if (isnan(x)) return 0;
-  const uint32_t u = __float_as_uint(x == 0.0f ? 0.0f : x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// A kept entry as one sort key: descending order is key descending, then column ascending.
-__device__ __forceinline__ uint64_t Candidate(uint32_t key, int64_t column) {
-  return (static_cast<uint64_t>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(column));
-}
-
 // Blocks cover [chunk * blockIdx.x, +chunk) of rows blockIdx.y, blockIdx.y + gridDim.y, ...
 struct Tiling {
   int64_t rows, cols, chunk, chunks;
@@ -86,7 +74,7 @@ __global__ void HistogramKernel(const float* __restrict__ scores, Tiling t,
     // one shared counter); every lane runs every tile, so the full-warp match is safe.
     for (int64_t tile = begin; tile < end; tile += blockDim.x) {
       const int64_t i = tile + threadIdx.x;
-      const uint32_t key = i < end ? OrderKey(x[i]) : 0;
+      const uint32_t key = i < end ? TopKFloatKey(x[i]) : 0;
       const int digit =
           key != 0 && (key & s.mask) == s.prefix ? static_cast<int>((key >> shift) & 0xff) : -1;
       const unsigned peers = __match_any_sync(0xffffffffu, digit);
@@ -144,7 +132,7 @@ __global__ void CountKernel(const float* __restrict__ scores, Tiling t,
     const int64_t end = min(t.cols, (blockIdx.x + 1) * t.chunk);
     int32_t equal = 0, greater = 0;
     for (int64_t i = blockIdx.x * t.chunk + threadIdx.x; i < end; i += blockDim.x) {
-      const uint32_t key = OrderKey(x[i]);
+      const uint32_t key = TopKFloatKey(x[i]);
       equal += key == s.prefix;
       greater += key > s.prefix;
     }
@@ -206,7 +194,7 @@ __global__ void CompactKernel(const float* __restrict__ scores, Tiling t,
     const int64_t begin = blockIdx.x * t.chunk, end = min(t.cols, begin + t.chunk);
     for (int64_t tile = begin; tile < end; tile += blockDim.x) {
       const int64_t i = tile + threadIdx.x;
-      const uint32_t key = i < end ? OrderKey(x[i]) : 0;
+      const uint32_t key = i < end ? TopKFloatKey(x[i]) : 0;
       const int32_t equal = key == s.prefix && key != 0, above = key > s.prefix;
       // A tile counts at most kThreads of each, so both ranks fit one scan: above in the high half.
       int32_t rank = 0, tile_total = 0;
@@ -214,11 +202,11 @@ __global__ void CompactKernel(const float* __restrict__ scores, Tiling t,
       __syncthreads();
       const int32_t eq_rank = eq_base + (rank & 0xffff), gt_rank = gt_base + (rank >> 16);
       if (by_column) {
-        if (above) out[gt_rank + min(eq_rank, s.remaining)] = Candidate(key, i);
-        if (equal && eq_rank < s.remaining) out[gt_rank + eq_rank] = Candidate(key, i);
+        if (above) out[gt_rank + min(eq_rank, s.remaining)] = TopKEntryKey(key, i);
+        if (equal && eq_rank < s.remaining) out[gt_rank + eq_rank] = TopKEntryKey(key, i);
       } else {
-        if (above) out[atomicAdd(&state[row].next_greater, 1)] = Candidate(key, i);
-        if (equal && eq_rank < s.remaining) out[greater + eq_rank] = Candidate(key, i);
+        if (above) out[atomicAdd(&state[row].next_greater, 1)] = TopKEntryKey(key, i);
+        if (equal && eq_rank < s.remaining) out[greater + eq_rank] = TopKEntryKey(key, i);
       }
       eq_base += tile_total & 0xffff;
       gt_base += tile_total >> 16;

@@ -33,6 +33,8 @@
 #include "kernels/sampling_penalties.h"
 #include "kernels/silu_mul.h"
 #include "kernels/top_k.h"
+#include "kernels/top_k_cut.h"
+#include "kernels/top_k_keys.h"
 
 namespace millipede {
 
@@ -180,6 +182,10 @@ class Backend {
   // waiting, the row is written as zeros and the error comes from the next Synchronize(). A GPU
   // trusts SelectionIndex's chosen rows likewise (the CPU backend checks them).
   virtual Status TopK(const TopKArgs& args) = 0;
+  // A top-k over several ranks without the host (kernels/top_k_keys.h, kernels/top_k_cut.h):
+  // each rank's TopK as keys, all-gathered, then cut. A GPU trusts the columns and keys.
+  virtual Status TopKKeys(const TopKKeysArgs& args) = 0;
+  virtual Status TopKCut(const TopKCutArgs& args) = 0;
   virtual Status KeyScores(const KeyScoresArgs& args) = 0;
   virtual Status TokenScores(const TokenScoresArgs& args) = 0;
   virtual Status SelectionIndex(const SelectionIndexArgs& args) = 0;

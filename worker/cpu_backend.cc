@@ -109,6 +109,8 @@ class CpuBackend final : public Backend {
   // Selection ops, host memory and the copy queue (see backend.h): everything is host memory,
   // so copies run at once.
   Status TopK(const TopKArgs& args) override { return TopKRef(args); }
+  Status TopKKeys(const TopKKeysArgs& args) override { return TopKKeysRef(args); }
+  Status TopKCut(const TopKCutArgs& args) override { return TopKCutRef(args); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresRef(args); }
   Status TokenScores(const TokenScoresArgs& args) override { return TokenScoresRef(args); }
   Status SelectionIndex(const SelectionIndexArgs& args) override {

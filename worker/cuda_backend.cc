@@ -31,6 +31,8 @@
 #include "kernels/sampling_penalties_cuda.h"
 #include "kernels/silu_mul_cuda.h"
 #include "kernels/top_k_cuda.h"
+#include "kernels/top_k_cut_cuda.h"
+#include "kernels/top_k_keys_cuda.h"
 #include "worker/cuda_copy_queue.h"
 #include "worker/cuda_pinned_memory.h"
 
@@ -191,6 +193,8 @@ class CudaBackend final : public Backend {
 
   // Selection ops, pinned host memory and the copy queue (see backend.h).
   Status TopK(const TopKArgs& args) override { return TopKCuda(args, *top_k_, stream_); }
+  Status TopKKeys(const TopKKeysArgs& args) override { return TopKKeysCuda(args, stream_); }
+  Status TopKCut(const TopKCutArgs& args) override { return TopKCutCuda(args, stream_); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresCuda(args, stream_); }
   Status TokenScores(const TokenScoresArgs& args) override {
     return TokenScoresCuda(args, stream_);

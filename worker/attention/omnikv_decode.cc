@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "worker/attention/scratch_buffer.h"
-#include "worker/dist/global_top_k.h"
 #include "worker/kv/offloaded_kv_store.h"
 
 namespace millipede {
@@ -37,14 +36,6 @@ Status AttendRecorded(AttentionEnv& env, const DecodeInput& in, ConstKvRows rows
   return env.backend.BatchDecodeAttention(a);
 }
 
-// Positions of the rows of `ranges` (in order) before `end`.
-std::vector<int64_t> PositionsBefore(std::span<const TokenRange> ranges, int64_t end) {
-  std::vector<int64_t> out;
-  for (const TokenRange& r : ranges)
-    for (int64_t p = r.begin; p < std::min(r.end, end); ++p) out.push_back(p);
-  return out;
-}
-
 }  // namespace
 
 Status FilterDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
@@ -70,48 +61,35 @@ Status FilterDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView scores) {
 
 Status FilterDecode::ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
                                        ConstTensorView scores) {
-  const int64_t groups = scores.dim(0), n = scores.dim(1);
-  const int64_t k = std::min(params_.top_k, n);
-  if (static_cast<int64_t>(positions_.size()) != n)
-    positions_ = PositionsBefore(held, selection_->context_end());
-  std::vector<GlobalTopKCandidate> candidates;
-  std::vector<int64_t> offsets = {0};
-  std::vector<int32_t> rows;
-  if (k > 0) {
-    MP_ASSIGN_OR_RETURN(const HostTopK top,
-                        TopKToHost(env.backend, scores, k, &top_index_, &top_value_));
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t i = 0; i < k; ++i) {
-        const size_t at = static_cast<size_t>(g * k + i);
-        if (top.index[at] < 0) break;  // NaN scores are never selected
-        candidates.push_back({top.value[at], positions_[static_cast<size_t>(top.index[at])]});
-        rows.push_back(top.index[at]);
-      }
-      offsets.push_back(static_cast<int64_t>(candidates.size()));
+  const int64_t groups = scores.dim(0), n = scores.dim(1), k = params_.top_k;
+  // The same on every rank: with no budget no rank joins the exchange.
+  if (k == 0) return selection_->ChosenBuffer(env, 0).status();
+  if (columns_ != n) {
+    // The context rows' positions, as runs (a rank holds two of the prompt).
+    ranges_.clear();
+    for (const TokenRange& r : held) {
+      const int64_t end = std::min(r.end, selection_->context_end());
+      if (end > r.begin) ranges_.push_back({r.begin, end});
     }
-  } else {
-    offsets.assign(static_cast<size_t>(groups) + 1, 0);
+    MP_REQUIRE(ranges_.size() <= kTopKKeysMaxRanges, "filter layer: the context rows form ",
+               ranges_.size(), " runs of positions, at most ", kTopKKeysMaxRanges);
+    columns_ = n;
   }
-  // Only each rank's best top_k per KV head cross ranks; every rank cuts alike.
-  MP_ASSIGN_OR_RETURN(GlobalTopKResult result,
-                      GlobalTopK(env.comm, candidates, offsets, params_.top_k));
-  std::vector<std::vector<int32_t>> mine(static_cast<size_t>(groups));
-  size_t slots = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    std::vector<int32_t>& kept = mine[static_cast<size_t>(g)];
-    for (int64_t i = offsets[static_cast<size_t>(g)]; i < offsets[static_cast<size_t>(g) + 1]; ++i)
-      if (result.keep[static_cast<size_t>(i)]) kept.push_back(rows[static_cast<size_t>(i)]);
-    std::sort(kept.begin(), kept.end());
-    slots = std::max(slots, kept.size());
-  }
-  // This rank's share, padded to its head with most rows (the counts mask the padding).
-  std::vector<int32_t> table(static_cast<size_t>(groups) * slots, -1);
-  for (size_t g = 0; g < mine.size(); ++g)
-    std::copy(mine[g].begin(), mine[g].end(), table.begin() + static_cast<int64_t>(g * slots));
-  MP_ASSIGN_OR_RETURN(TensorView chosen,
-                      selection_->ChosenBuffer(env, static_cast<int64_t>(slots)));
-  if (slots == 0) return OkStatus();
-  return env.backend.CopyFromHost({table.data(), DType::kI32, chosen.shape}, chosen);
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{groups, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{groups, k}));
+  MP_ASSIGN_OR_RETURN(TensorView keys,
+                      ScratchBuffer(env.backend, &keys_, DType::kI64, Shape{groups, k}));
+  MP_ASSIGN_OR_RETURN(TensorView all, ScratchBuffer(env.backend, &all_keys_, DType::kI64,
+                                                    Shape{env.comm.size(), groups, k}));
+  // Column order: the share this rank keeps comes out in row order, as the gather wants it.
+  MP_RETURN_IF_ERROR(env.backend.TopK({scores, k, index, value, TopKOrder::kColumn}));
+  MP_RETURN_IF_ERROR(env.backend.TopKKeys({AsConst(index), AsConst(value), ranges_, keys}));
+  // Only each rank's best k per KV head cross ranks, and every rank cuts alike.
+  MP_RETURN_IF_ERROR(env.comm.AllGather(AsConst(keys), all));
+  MP_ASSIGN_OR_RETURN(TensorView chosen, selection_->ChosenBuffer(env, std::min(k, n)));
+  return env.backend.TopKCut({AsConst(all), AsConst(index), env.comm.rank(), chosen});
 }
 
 Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) {

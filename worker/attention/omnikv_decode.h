@@ -2,15 +2,17 @@
 // once the ranks' partials are merged, scores this rank's context rows by the probability the
 // token's query gives them under the global log-sum-exp (max over the query heads of each KV
 // head: OmniKV's last-token selector, the TokenScores op) and keeps each KV head's global top
-// `filter.top_k`, agreed between the ranks (GlobalTopK: each rank offers its local best k, and
-// only those cross ranks); each rank keeps its own share, the TokenSelection of its group. A
-// selected layer attends to the chosen context rows — gathered from its device store, or loaded
-// from the host tier by the group's packed load — and to every generated row, merged by
-// log-sum-exp; only (o, lse) partials cross ranks. With a budget at least the context, every
-// context row is chosen and both roles equal full attention.
+// `filter.top_k`, agreed between the ranks on the device (each rank offers its local best k as
+// keys, all-gathered, and every rank cuts alike: TopKKeys, TopKCut); each rank keeps its own
+// share, the TokenSelection of its group. A selected layer attends to the chosen context rows —
+// gathered from its device store, or loaded from the host tier by the group's packed load — and
+// to every generated row, merged by log-sum-exp; only (o, lse) partials and the filter layers'
+// keys cross ranks. With a budget at least the context, every context row is chosen and both
+// roles equal full attention.
 //
-// Built from backend ops only (attention, the merge rule, TokenScores, TopK, GatherRows and the
-// copy queue's gathers), so they run on any backend.
+// Built from backend ops and the communicator's all-gather only (attention, the merge rule,
+// TokenScores, TopK, TopKKeys, TopKCut, GatherRows and the copy queue's gathers), so they run on
+// any backend.
 #pragma once
 
 #include <memory>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "common/policy/attention_policy.h"
+#include "kernels/top_k_keys.h"
 #include "worker/attention/attention_strategy.h"
 #include "worker/attention/token_selection.h"
 
@@ -37,14 +40,17 @@ class FilterDecode final : public DecodeStrategy {
   // One rank: each KV head's best min(top_k, n) rows straight into the selection (TopK in column
   // order), without the host.
   Status ChooseOnDevice(AttentionEnv& env, ConstTensorView scores);
-  // Several ranks: this rank's best candidates of each KV head go to GlobalTopK (k values each,
-  // not all scores), and its share of the agreed cut is uploaded.
+  // Several ranks, without the host: each rank's best top_k of each KV head as keys (TopK,
+  // TopKKeys), all-gathered (top_k keys per head and rank, not all scores), and each rank's
+  // share of the agreed cut (TopKCut) straight into the selection.
   Status ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
                            ConstTensorView scores);
   FilterParams params_;
   std::shared_ptr<TokenSelection> selection_;
-  std::vector<int64_t> positions_;  // the positions of this rank's context rows (several ranks)
-  BackendTensor scores_, top_index_, top_value_;
+  // The positions of this rank's context rows (several ranks), for `columns_` rows.
+  std::vector<TopKPositionRange> ranges_;
+  int64_t columns_ = -1;
+  BackendTensor scores_, top_index_, top_value_, keys_, all_keys_;
 };
 
 class SelectedDecode final : public DecodeStrategy {

@@ -1,8 +1,8 @@
 // Run under mpirun with N ranks: OmniKV's filter and selected layers over N ranks must give the
 // results of one process. Each rank chooses among its own context rows, the cut agreed over all
-// ranks (GlobalTopK), and attends to its share; only (o, lse) partials cross ranks. Logits within
-// 1e-5 relative in fp32 at every decode step, the same greedy and sampled tokens, in the device
-// tier and the host tier.
+// ranks on the backend (TopKKeys, the all-gather, TopKCut), and attends to its share; only the
+// keys and (o, lse) partials cross ranks. Logits within 1e-5 relative in fp32 at every decode
+// step, the same greedy and sampled tokens, in the device tier and the host tier.
 #include <gtest/gtest.h>
 
 #include <string>

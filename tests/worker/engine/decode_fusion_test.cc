@@ -112,6 +112,8 @@ class CountingBackend final : public Backend {
     return Run("SamplingLogprobs", &Backend::SamplingLogprobs, a);
   }
   Status TopK(const TopKArgs& a) override { return Run("TopK", &Backend::TopK, a); }
+  Status TopKKeys(const TopKKeysArgs& a) override { return Run("TopKKeys", &Backend::TopKKeys, a); }
+  Status TopKCut(const TopKCutArgs& a) override { return Run("TopKCut", &Backend::TopKCut, a); }
   Status KeyScores(const KeyScoresArgs& a) override {
     return Run("KeyScores", &Backend::KeyScores, a);
   }
