@@ -125,6 +125,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvCudaTest,
                                            Case{65, 8, 8, 64, DType::kF32, 4096},
                                            Case{4097, 4, 2, 16, DType::kBF16, 1 << 17},
                                            Case{3, 2, 1, 2, DType::kF16, 100},
+                                           // Decode rows split into slices of two heads, two
+                                           // of which straddle the query/key and key/value
+                                           // boundaries.
+                                           Case{2, 31, 4, 64, DType::kBF16, 5000},
                                            Case{7, 40, 8, 80, DType::kBF16, (1 << 25) + 7}),
                          Name);
 
