@@ -61,8 +61,11 @@ Status FilterDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView scores) {
 
 Status FilterDecode::ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
                                        ConstTensorView scores) {
-  const int64_t groups = scores.dim(0), n = scores.dim(1), k = params_.top_k;
-  // The same on every rank: with no budget no rank joins the exchange.
+  // Each rank offers its best k per KV head; k is the same on every rank (the budget, or the
+  // whole context when that is smaller: no rank holds more rows than the context).
+  const int64_t groups = scores.dim(0), n = scores.dim(1);
+  const int64_t k = std::min(params_.top_k, selection_->context_end());
+  // With no budget (or no context) no rank joins the exchange.
   if (k == 0) return selection_->ChosenBuffer(env, 0).status();
   if (columns_ != n) {
     // The context rows' positions, as runs (a rank holds two of the prompt).
