@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <vector>
 
 #include "kernels/top_k_key.h"
@@ -27,10 +28,14 @@ Status TopKKeysCheckArgs(const TopKKeysArgs& args) {
 
 Status TopKKeysRef(const TopKKeysArgs& args) {
   MP_RETURN_IF_ERROR(TopKKeysCheckArgs(args));
-  std::vector<int64_t> positions;
-  for (const TopKPositionRange& r : args.ranges)
-    for (int64_t p = r.begin; p < r.end; ++p) positions.push_back(p);
-  const int64_t n = args.index.NumElements(), columns = static_cast<int64_t>(positions.size());
+  // Each range's first column.
+  std::vector<int64_t> first_column;
+  int64_t columns = 0;
+  for (const TopKPositionRange& r : args.ranges) {
+    first_column.push_back(columns);
+    columns += r.end - r.begin;
+  }
+  const int64_t n = args.index.NumElements();
   const int32_t* index = args.index.as<const int32_t>();
   for (int64_t i = 0; i < n; ++i)
     if (index[i] < -1 || index[i] >= columns)
@@ -38,10 +43,17 @@ Status TopKKeysRef(const TopKKeysArgs& args) {
           detail::StrCat("top_k keys: entry ", i, " has column ", index[i], " of ", columns));
   const float* value = args.value.as<const float>();
   auto* keys = args.keys.as<uint64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    keys[i] = index[i] < 0 ? 0
-                           : TopKEntryKey(TopKFloatKey(value[i]),
-                                          static_cast<uint64_t>(positions[index[i]]));
+  for (int64_t i = 0; i < n; ++i) {
+    if (index[i] < 0) {
+      keys[i] = 0;
+      continue;
+    }
+    const size_t r = static_cast<size_t>(
+        std::upper_bound(first_column.begin(), first_column.end(), index[i]) -
+        first_column.begin() - 1);
+    const int64_t position = args.ranges[r].begin + (index[i] - first_column[r]);
+    keys[i] = TopKEntryKey(TopKFloatKey(value[i]), static_cast<uint64_t>(position));
+  }
   return OkStatus();
 }
 
