@@ -123,14 +123,21 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   }
   if (std::count(host.begin(), host.end(), true) > 0)
     plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options));
-  // Per filter layer: its scores, top-k values and chosen rows, the gather index (one block per
-  // host-tier K or V, at least one) and head counts; the rows it chooses gathered on the device
-  // (K and V) for its device-tier layers and loaded into one packed buffer for its host-tier ones.
+  // Per filter layer: its scores, top-k columns and values, chosen rows, the gather index (one
+  // block per host-tier K or V, at least one) and head counts; the rows it chooses gathered on the
+  // device (K and V) for its device-tier layers and loaded into one packed buffer for its
+  // host-tier ones. Over several ranks each rank's top-k offers min(top_k, context) rows per head
+  // (the same count on every rank), as 64-bit keys all-gathered from every rank.
   const int64_t budget = std::min(options.policy.filter.top_k, options.capacity);
   const int64_t loaded = std::min(options.policy.filter.top_k, ContextCapacity(options));
+  const int64_t ranks = std::max<int64_t>(1, options.ranks);
+  const int64_t offered =
+      ranks > 1 ? std::min(options.policy.filter.top_k, ranks * options.capacity) : budget;
+  const int64_t keys = ranks > 1 ? kv_heads * offered * 8 * (1 + ranks) : 0;
   for (const SelectionGroup& g : SelectionGroups(options)) {
     const int64_t n = static_cast<int64_t>(g.host_layers.size());
-    plan->selection_bytes += kv_heads * options.capacity * 4 + kv_heads * budget * 12 +
+    plan->selection_bytes += kv_heads * options.capacity * 4 + kv_heads * offered * 8 +
+                             kv_heads * budget * 4 + keys +
                              std::max<int64_t>(1, 2 * n) * budget * kv_heads * 8 + kv_heads * 4;
     if (g.device_layers) plan->selection_bytes += budget * row;
     plan->selection_bytes += n * loaded * row;
