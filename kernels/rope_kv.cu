@@ -108,8 +108,8 @@ struct RowDestinations {
   const int64_t* cache_rows;
 };
 
-// Blocks (t, slice) per row t < n <= kMaxRows, its K/V to dst.k[t] / dst.v[t] (none when null, or when
-// its cache row lies outside the cache).
+// Blocks (t, slice) per row t < n <= kMaxRows, its K/V to dst.k[t] / dst.v[t] (none when null,
+// or when its cache row lies outside the cache).
 template <typename K, typename V>
 __global__ void RopeKvRowsKernel(float* __restrict__ q, const float* __restrict__ k,
                                  const float* __restrict__ v,

@@ -41,7 +41,8 @@ TEST_P(TopKCutCudaTest, KeysMatchReference) {
   for (const testing::RankOffer& o : testing::Offers(global, c.ranks, c.k)) {
     OpCheck check("top_k_keys");
     const int index = check.Input(o.index), value = check.Input(o.value);
-    const int keys = check.Output("keys", Poison(DType::kI64, {c.rows, c.k}), Tolerance::Bitwise(), 8);
+    const int keys =
+        check.Output("keys", Poison(DType::kI64, {c.rows, c.k}), Tolerance::Bitwise(), 8);
     ASSERT_TRUE(check.Run(
         [&](const OpCheck::Tensors& t) {
           return TopKKeysArgs{t.cview(index), t.cview(value), o.ranges, t.view(keys)};

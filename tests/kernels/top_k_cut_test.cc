@@ -145,13 +145,16 @@ TEST_P(TopKCutTest, UnionIsOneTopK) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, TopKCutTest,
-    ::testing::Values(CutCase{3, 40, 1, 7, Scores::kUniform}, CutCase{3, 40, 2, 7, Scores::kUniform},
-                      CutCase{4, 97, 3, 16, Scores::kTies}, CutCase{2, 64, 4, 64, Scores::kTies},
+    ::testing::Values(CutCase{3, 40, 1, 7, Scores::kUniform},
+                      CutCase{3, 40, 2, 7, Scores::kUniform},
+                      CutCase{4, 97, 3, 16, Scores::kTies},
+                      CutCase{2, 64, 4, 64, Scores::kTies},
                       CutCase{5, 50, 5, 12, Scores::kConstant},
                       CutCase{6, 81, 3, 20, Scores::kSpecial},
                       CutCase{2, 9, 4, 30, Scores::kUniform},  // k beyond every position
                       CutCase{2, 3, 4, 2, Scores::kUniform},   // ranks without positions
-                      CutCase{8, 5000, 2, 256, Scores::kTies}, CutCase{1, 10, 2, 0, Scores::kTies}));
+                      CutCase{8, 5000, 2, 256, Scores::kTies},
+                      CutCase{1, 10, 2, 0, Scores::kTies}));
 
 TEST(TopKCutTest, ByHand) {
   // Two ranks, k = 2, one row. Rank 0 offers (0.9 @ 1, 0.5 @ 0); rank 1 (0.9 @ 5, 0.7 @ 4).
