@@ -40,6 +40,10 @@ constexpr char kUsage[] =
   --max-prefill-work W     bound on a step's prefill attention work, in (query, key) token pairs
                            (default 0: none); keeps steps short deep into a long prompt
   --min-chunk N            smallest prefill chunk but the first of a step (default 256)
+  --ring-pairs-per-row X   with several workers: query-key pairs a rank's attention computes
+                           while one K/V row of a layer crosses the ring (default 0: not counted);
+                           chunks then cost their ring pass and are never shorter than
+                           (workers - 1) x X
   --worker-timeout-s S     a worker silent this long counts as dead (default 20; each worker
                            beats every half second from a thread of its own)
   --stall-timeout-s S      a step with no progress this long fails its jobs (default 600); the
@@ -95,7 +99,7 @@ Status Serve(int argc, char** argv, int world_size) {
       flags.CheckKnown({"model", "served-model-name", "chat-format", "chat-template", "rpc", "http",
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
-                        "min-chunk", "stall-timeout-s", "help"}));
+                        "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
   SchedulerOptions options;
@@ -114,6 +118,7 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(options.max_running, flags.GetInt("max-running", 64));
   MP_ASSIGN_OR_RETURN(options.max_prefill_work, flags.GetInt("max-prefill-work", 0));
   MP_ASSIGN_OR_RETURN(options.min_chunk, flags.GetInt("min-chunk", 256));
+  MP_ASSIGN_OR_RETURN(options.ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
   MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
   MP_ASSIGN_OR_RETURN(options.stall_timeout_s, flags.GetDouble("stall-timeout-s", 600));
   MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));

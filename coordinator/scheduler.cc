@@ -45,7 +45,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
                                              .kv_positions_per_rank =
                                                  std::max<int64_t>(facts.kv_capacity_per_rank, 1),
                                              .max_prefill_work = options.max_prefill_work,
-                                             .min_chunk = options.min_chunk}));
+                                             .min_chunk = options.min_chunk,
+                                             .ring_pairs_per_row = options.ring_pairs_per_row}));
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(tokenizer), std::move(link), metrics,
                                                   std::move(options), std::move(batch)));
 }

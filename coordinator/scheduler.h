@@ -38,11 +38,12 @@ struct SchedulerOptions {
   size_t max_queue = 64;
   // The batching policy (StepSchedulerOptions; the ranks and the KV budget come from the
   // workers' hello): tokens per step, jobs holding KV at once, the attention work bound of a
-  // step's prefill chunks (0: none) and the smallest chunk.
+  // step's prefill chunks (0: none), the smallest chunk and the ring's cost per row (0: none).
   int64_t max_step_tokens = 2048;
   int64_t max_running = 64;
   int64_t max_prefill_work = 0;
   int64_t min_chunk = 256;
+  int64_t ring_pairs_per_row = 0;
   // A worker silent this long counts as dead (each beats every half second from a thread of its
   // own, whatever it computes).
   double worker_timeout_s = 20;

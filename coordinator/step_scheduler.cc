@@ -31,6 +31,9 @@ StatusOr<StepScheduler> StepScheduler::Create(const StepSchedulerOptions& option
              "step scheduler: kv_positions_per_rank must be at least 1");
   MP_REQUIRE(options.max_prefill_work >= 0 && options.min_chunk >= 1,
              "step scheduler: max_prefill_work must be >= 0 and min_chunk >= 1");
+  MP_REQUIRE(options.ring_pairs_per_row >= 0 && options.ring_pairs_per_row <= (int64_t{1} << 32),
+             "step scheduler: ring_pairs_per_row must lie in [0, 2^32], got ",
+             options.ring_pairs_per_row);
   return StepScheduler(options);
 }
 
@@ -88,20 +91,34 @@ std::vector<StepJobId> StepScheduler::PrefillOrder() const {
   return ids;
 }
 
+int64_t StepScheduler::RingChunk() const {
+  return (options_.num_ranks - 1) * options_.ring_pairs_per_row;
+}
+
+double StepScheduler::ChunkWork(int64_t before, int64_t chunk) const {
+  return static_cast<double>(before + chunk) *
+         static_cast<double>(std::max(chunk, RingChunk()));
+}
+
 int64_t StepScheduler::ChunkFor(const Job& j, int64_t tokens_left, int64_t work_left,
                                 bool first) const {
   const int64_t remaining = j.prompt - j.prefilled;
+  const int64_t ring = RingChunk();
   int64_t chunk = std::min(remaining, tokens_left);
   if (options_.max_prefill_work > 0) {
     // The largest c with c * (prefilled + c) <= work_left.
     const double b = static_cast<double>(j.prefilled), w = static_cast<double>(work_left);
-    const int64_t by_work = static_cast<int64_t>((-b + std::sqrt(b * b + 4.0 * w)) / 2.0);
+    int64_t by_work = static_cast<int64_t>((-b + std::sqrt(b * b + 4.0 * w)) / 2.0);
+    // Below R positions the ring pass is the cost: (prefilled + c) x R <= work_left.
+    if (by_work < ring) by_work = std::min(by_work, static_cast<int64_t>(w / ring - b));
     chunk = std::min(chunk, std::max<int64_t>(by_work, 0));
   }
-  if (first) chunk = std::max(chunk, std::min({remaining, options_.min_chunk, tokens_left}));
-  // Slivers cost a step's overheads for little progress: later chunks of a step are at least
-  // min_chunk unless they finish the prompt.
-  if (!first && chunk < remaining && chunk < options_.min_chunk) return 0;
+  // Slivers cost a step's overheads (and, over a ring, a whole ring pass) for little progress:
+  // a step's first chunk is at least min_chunk and R, later ones are that or none, unless they
+  // finish the prompt.
+  const int64_t least = std::max(options_.min_chunk, ring);
+  if (first) chunk = std::max(chunk, std::min({remaining, least, tokens_left}));
+  if (!first && chunk < remaining && chunk < least) return 0;
   if (chunk < remaining) {
     const int64_t unit = 2 * static_cast<int64_t>(options_.num_ranks);
     chunk -= chunk % unit;
@@ -136,7 +153,7 @@ PlannedStep StepScheduler::Next() {
     }
     step.entries.push_back({id, PlannedKind::kPrefill, j.prefilled, chunk});
     tokens_left -= chunk;
-    const double work = static_cast<double>(chunk) * static_cast<double>(j.prefilled + chunk);
+    const double work = ChunkWork(j.prefilled, chunk);
     work_left = work >= static_cast<double>(work_left) ? 0 : work_left - static_cast<int64_t>(work);
     first = false;
   }

@@ -19,6 +19,11 @@
 // keys it attends to, so a chunk deep into a long prompt is shorter), and to a multiple of 2N
 // tokens (N ranks) unless it finishes the prompt, so each rank's share of the prompt equals its
 // share of the whole prompt sharded at once (zig-zag).
+//
+// Over N > 1 ranks ring attention passes every position before and in a chunk around the ring,
+// whatever the chunk's size, and the pass is hidden only behind enough attention: a chunk of c
+// positions after D costs (D + c) x max(c, R) pairs, R = (N - 1) x ring_pairs_per_row, and no
+// chunk is cut below R positions (a shorter one takes as long for less progress).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +49,11 @@ struct StepSchedulerOptions {
   // min_chunk tokens whatever this says, so every prompt progresses.
   int64_t max_prefill_work = 0;
   int64_t min_chunk = 256;
+  // With several ranks: the query-key pairs one rank's attention computes in the time it
+  // receives one position's K/V of a layer over the ring (the ratio of the two rates); 0: the
+  // ring is not counted. About 900 for llama3-8b's 4 KiB rows (bf16) at 150 GB/s per link beside
+  // 500 TFLOP/s of attention.
+  int64_t ring_pairs_per_row = 0;
 };
 
 enum class PlannedKind { kPrefill, kDecode };
@@ -122,6 +132,10 @@ class StepScheduler {
   std::vector<StepJobId> PrefillOrder() const;
   // The chunk `job` gets with `tokens_left` and `work_left` (0: none fits).
   int64_t ChunkFor(const Job& job, int64_t tokens_left, int64_t work_left, bool first) const;
+  // R: the chunk whose attention hides its ring pass (0 on one rank or when not counted).
+  int64_t RingChunk() const;
+  // The work of a chunk of `chunk` positions after `before`: (before + chunk) x max(chunk, R).
+  double ChunkWork(int64_t before, int64_t chunk) const;
 
   StepSchedulerOptions options_;
   std::map<StepJobId, Job> jobs_;

@@ -1,6 +1,6 @@
 // StepScheduler: continuous batching with chunked prefill, KV reservations, the prefill order
-// (short jobs first, no starvation), the attention work bound, and a random load run to the end
-// with its invariants checked at every step.
+// (short jobs first, no starvation), the attention work bound and the ring pass it counts over
+// several ranks, and a random load run to the end with its invariants checked at every step.
 #include "coordinator/step_scheduler.h"
 
 #include <gtest/gtest.h>
@@ -127,6 +127,70 @@ TEST(StepSchedulerTest, TheWorkBoundShortensChunksDeepIntoAPrompt) {
   EXPECT_GE(chunks.back(), 64);  // the floor: every step makes progress
 }
 
+// The prompt's chunks with `ranks` ranks and `ring_pairs_per_row`, under the work bound of the
+// test above.
+std::vector<int64_t> LongPromptChunks(int ranks, int64_t ring_pairs_per_row) {
+  StepSchedulerOptions o = Options(ranks, 100000, 1000000);
+  o.max_prefill_work = 1000 * 1000;
+  o.min_chunk = 64;
+  o.ring_pairs_per_row = ring_pairs_per_row;
+  StepScheduler s = Make(o);
+  EXPECT_TRUE(s.Add(1, 200000, 2).ok());
+  std::vector<int64_t> chunks;
+  for (int i = 0; i < 40; ++i) {
+    PlannedStep step = s.Next();
+    for (const PlannedEntry& e : step.entries) chunks.push_back(e.count);
+    s.Completed(step);
+  }
+  return chunks;
+}
+
+TEST(StepSchedulerTest, OverSeveralRanksNoChunkIsShorterThanItsRingPass) {
+  // 4 ranks, 128 pairs per row: R = 3 x 128 = 384 positions hide a chunk's ring pass.
+  const std::vector<int64_t> ring = LongPromptChunks(4, 128);
+  EXPECT_EQ(ring.front(), 1000);  // 1000 x max(1000, 384) pairs: the bound as on one rank
+  for (int64_t c : ring) EXPECT_GE(c, 384);
+  EXPECT_EQ(ring.back(), 384);  // deep in the prompt the ring pass alone exceeds the bound
+  // Without the ring counted the work bound cuts chunks deep in the prompt below R.
+  const std::vector<int64_t> plain = LongPromptChunks(4, 0);
+  EXPECT_LT(plain.back(), 384);
+  // One rank has no ring: the option changes nothing.
+  EXPECT_EQ(LongPromptChunks(1, 128), LongPromptChunks(1, 0));
+  StepSchedulerOptions o = Options(2, 64, 1000);
+  o.ring_pairs_per_row = -1;
+  EXPECT_FALSE(StepScheduler::Create(o).ok());
+}
+
+TEST(StepSchedulerTest, ARingPassCountsAgainstTheStepsWork) {
+  // Two ranks, R = 200. A job 10000 positions in has a ring pass of (10000 + c) x 200 pairs,
+  // more than the bound: it runs alone at R; a short job waiting behind gets the next step.
+  StepSchedulerOptions o = Options(2, 100000, 1000000);
+  o.max_prefill_work = 1000 * 1000;
+  o.min_chunk = 16;
+  o.ring_pairs_per_row = 200;
+  StepScheduler s = Make(o);
+  ASSERT_TRUE(s.Add(1, 20000, 2).ok());
+  int64_t prefilled = 0;
+  while (prefilled < 10000) {
+    PlannedStep step = s.Next();
+    ASSERT_EQ(step.entries.size(), 1u);
+    prefilled += step.entries[0].count;
+    s.Completed(step);
+  }
+  ASSERT_TRUE(s.Add(2, 100, 2).ok());
+  PlannedStep step = s.Next();
+  // The short job goes first (fewest remaining tokens): 100 x 200 pairs; then the long one's
+  // chunk, whose ring pass no longer fits the work left, is left for the next step.
+  ASSERT_EQ(step.entries.size(), 1u);
+  EXPECT_EQ(step.entries[0].job, 2u);
+  s.Completed(step);
+  step = s.Next();
+  bool long_job = false;
+  for (const PlannedEntry& e : step.entries)
+    if (e.job == 1) long_job = e.kind == PlannedKind::kPrefill && e.count >= 200;
+  EXPECT_TRUE(long_job);  // starved last step: first now, at least R
+}
+
 TEST(StepSchedulerTest, JobsWaitForKvAndARefusedStartHoldsTheQueue) {
   StepScheduler s = Make(Options(1, 1000, 100));
   ASSERT_TRUE(s.Add(1, 40, 11).ok());  // 50 positions each
@@ -156,9 +220,10 @@ TEST(StepSchedulerTest, JobsWaitForKvAndARefusedStartHoldsTheQueue) {
 // every job's chunks tiling its prompt in order, and nothing held at the end.
 TEST(StepSchedulerTest, RandomLoadKeepsEveryInvariant) {
   std::mt19937_64 rng(5);
-  for (int ranks : {1, 2, 3}) {
+  for (const auto& [ranks, ring] : {std::pair{1, 0}, {2, 0}, {3, 0}, {2, 20}, {3, 30}}) {
     StepSchedulerOptions o = Options(ranks, 96, 3000);
     o.max_prefill_work = 50000;
+    o.ring_pairs_per_row = ring;
     StepScheduler s = Make(o);
     std::map<StepJobId, int64_t> prefilled, prompt, left;
     std::set<StepJobId> holding;
@@ -199,7 +264,7 @@ TEST(StepSchedulerTest, RandomLoadKeepsEveryInvariant) {
         prompt.erase(id);
       }
     }
-    EXPECT_TRUE(prompt.empty()) << "ranks " << ranks;
+    EXPECT_TRUE(prompt.empty()) << "ranks " << ranks << " ring " << ring;
     s.Next();  // frees the last cancelled ones
     EXPECT_EQ(s.running(), 0);
     EXPECT_EQ(s.reserved_per_rank(), 0);
