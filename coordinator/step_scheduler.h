@@ -51,8 +51,8 @@ struct StepSchedulerOptions {
   int64_t min_chunk = 256;
   // With several ranks: the query-key pairs one rank's attention computes in the time it
   // receives one position's K/V of a layer over the ring (the ratio of the two rates); 0: the
-  // ring is not counted. About 900 for llama3-8b's 4 KiB rows (bf16) at 150 GB/s per link beside
-  // 500 TFLOP/s of attention.
+  // ring is not counted. About 830 for llama3-8b in bf16 (4 KiB per row and layer, 16 KFLOP per
+  // pair) at 150 GB/s per link beside 500 TFLOP/s of attention (docs/operations.md).
   int64_t ring_pairs_per_row = 0;
 };
 
