@@ -67,17 +67,14 @@ Status FilterDecode::ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenR
   const int64_t k = std::min(params_.top_k, selection_->context_end());
   // With no budget (or no context) no rank joins the exchange.
   if (k == 0) return selection_->ChosenBuffer(env, 0).status();
-  if (columns_ != n) {
-    // The context rows' positions, as runs (a rank holds two of the prompt).
-    ranges_.clear();
-    for (const TokenRange& r : held) {
-      const int64_t end = std::min(r.end, selection_->context_end());
-      if (end > r.begin) ranges_.push_back({r.begin, end});
-    }
-    MP_REQUIRE(ranges_.size() <= kTopKKeysMaxRanges, "filter layer: the context rows form ",
-               ranges_.size(), " runs of positions, at most ", kTopKKeysMaxRanges);
-    columns_ = n;
+  // The context rows' positions, as runs (a rank holds two of the prompt).
+  ranges_.clear();
+  for (const TokenRange& r : held) {
+    const int64_t end = std::min(r.end, selection_->context_end());
+    if (end > r.begin) ranges_.push_back({r.begin, end});
   }
+  MP_REQUIRE(ranges_.size() <= kTopKKeysMaxRanges, "filter layer: the context rows form ",
+             ranges_.size(), " runs of positions, at most ", kTopKKeysMaxRanges);
   MP_ASSIGN_OR_RETURN(TensorView index,
                       ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{groups, k}));
   MP_ASSIGN_OR_RETURN(TensorView value,

@@ -47,9 +47,8 @@ class FilterDecode final : public DecodeStrategy {
                            ConstTensorView scores);
   FilterParams params_;
   std::shared_ptr<TokenSelection> selection_;
-  // The positions of this rank's context rows (several ranks), for `columns_` rows.
+  // The positions of this rank's context rows (several ranks; kept to reuse its storage).
   std::vector<TopKPositionRange> ranges_;
-  int64_t columns_ = -1;
   BackendTensor scores_, top_index_, top_value_, keys_, all_keys_;
 };
 
