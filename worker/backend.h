@@ -17,6 +17,7 @@
 #include "kernels/attention/key_scores.h"
 #include "kernels/attention/vertical_slash_index.h"
 #include "kernels/convert.h"
+#include "kernels/copy_heads.h"
 #include "kernels/embedding.h"
 #include "kernels/gather_rows.h"
 #include "kernels/gemm.h"
@@ -190,6 +191,9 @@ class Backend {
   virtual Status TokenScores(const TokenScoresArgs& args) = 0;
   virtual Status SelectionIndex(const SelectionIndexArgs& args) = 0;
   virtual Status GatherRows(const GatherRowsArgs& args) = 0;
+  // Whole heads between two tensors of per-head rows (kernels/copy_heads.h), both in backend
+  // memory: the packs of a layer whose KV heads live in separate stores.
+  virtual Status CopyHeads(const CopyHeadsArgs& args) = 0;
 
   // Sparse attention indices (kernels/attention/vertical_slash_index.h, block_sums.h and
   // block_sparse_index.h), every tensor in backend memory except block-sparse's top_blocks

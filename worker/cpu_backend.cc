@@ -117,6 +117,7 @@ class CpuBackend final : public Backend {
     return SelectionIndexRef(args);
   }
   Status GatherRows(const GatherRowsArgs& args) override { return GatherRowsRef(args); }
+  Status CopyHeads(const CopyHeadsArgs& args) override { return CopyHeadsRef(args); }
   Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) override {
     return VerticalSlashIndexRef(args);
   }

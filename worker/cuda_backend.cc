@@ -21,6 +21,7 @@
 #include "kernels/attention/vertical_slash_index_cuda.h"
 #include "kernels/convert_cuda.h"
 #include "kernels/embedding_cuda.h"
+#include "kernels/copy_heads_cuda.h"
 #include "kernels/gather_rows_cuda.h"
 #include "kernels/gemm_cuda.h"
 #include "kernels/rms_norm_cuda.h"
@@ -205,6 +206,7 @@ class CudaBackend final : public Backend {
   Status GatherRows(const GatherRowsArgs& args) override {
     return GatherRowsCuda(args, gather_error_->device(), stream_);
   }
+  Status CopyHeads(const CopyHeadsArgs& args) override { return CopyHeadsCuda(args, stream_); }
   Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) override {
     return VerticalSlashIndexCuda(args, *sparse_index_, stream_);
   }

@@ -126,6 +126,9 @@ class CountingBackend final : public Backend {
   Status GatherRows(const GatherRowsArgs& a) override {
     return Run("GatherRows", &Backend::GatherRows, a);
   }
+  Status CopyHeads(const CopyHeadsArgs& a) override {
+    return Run("CopyHeads", &Backend::CopyHeads, a);
+  }
   Status VerticalSlashIndex(const VerticalSlashIndexArgs& a) override {
     return Run("VerticalSlashIndex", &Backend::VerticalSlashIndex, a);
   }
