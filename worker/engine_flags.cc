@@ -20,6 +20,9 @@ const char kEngineFlagsUsage[] =
   --profile              time the engine's phases (synchronises at phase boundaries)
   --decode-graphs M      record decode steps once and replay them (CUDA graphs): auto (default:
                          where the backend records) | off | unrecorded (their arguments only)
+  --split-kv-heads S     layers mixing full and streaming KV heads (DuoAttention) keep a store
+                         per group of heads, the streaming heads only their sinks and window:
+                         on (default: where it saves memory) | off (one store of every row)
   --backend B            cpu (default) | cuda
   --random-weights       the model's config.json with random weights (bf16, seed 0) instead of
                          its safetensors: benchmarks of the service at a model's shape without
@@ -28,7 +31,8 @@ const char kEngineFlagsUsage[] =
 
 std::vector<std::string> EngineFlagNames() {
   return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
-          "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs"};
+          "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs",
+          "split-kv-heads"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
@@ -46,6 +50,8 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   options.profile = flags.GetBool("profile");
   MP_ASSIGN_OR_RETURN(options.decode_graphs,
                       ParseDecodeGraphs(flags.Get("decode-graphs").value_or("auto")));
+  MP_ASSIGN_OR_RETURN(options.split_kv_heads,
+                      ParseSplitKvHeads(flags.Get("split-kv-heads").value_or("on")));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;
   if (flags.GetBool("random-weights")) {

@@ -52,6 +52,8 @@ std::string SequenceMemoryPlan::ToString() const {
          ", ring buffers " + FormatBytes(ring_bytes) + ", reserve " + FormatBytes(reserve_bytes) +
          (selection_bytes > 0 ? ", selection buffers " + FormatBytes(selection_bytes)
                               : std::string()) +
+         (head_group_bytes > 0 ? ", head-group buffers " + FormatBytes(head_group_bytes)
+                               : std::string()) +
          (workspace_held_bytes > 0
               ? ", less step buffers already held " + FormatBytes(workspace_held_bytes)
               : std::string()) +

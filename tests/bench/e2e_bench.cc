@@ -53,6 +53,8 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        decode); reports ms per step and output tokens per second
   --decode-only        no prefill: decode over a synthetic (zero) KV cache of each length,
                        placed over the ranks as a prompt would be (decode speed only)
+  --split-kv-heads S   a store per group of KV heads in layers mixing full and streaming heads:
+                       on (default) | off
   --decode-graphs M    record decode steps once and replay them: auto (default) | off |
                        unrecorded (the recorded steps' arguments, not recorded)
 )";
@@ -336,6 +338,7 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
       {"decode_ms_per_token", 1000.0 * s / static_cast<double>(tokens)},
       {"decode_ms_per_token_median", step_ms[step_ms.size() / 2]},
       {"decode_graphs", DecodeGraphsName(engine.options().decode_graphs)},
+      {"split_kv_heads", engine.options().split_kv_heads},
       {"recorded_steps", stats.recorded_steps},
       {"replayed_steps", stats.replayed_steps},
       {"setup_s", setup_s},
@@ -369,7 +372,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_RETURN_IF_ERROR(flags.CheckKnown(
       {"preset", "layers", "seq", "decode-tokens", "warmup-seq", "batch", "backend", "kv-dtype",
        "dtype", "prefill-chunk", "attention-chunk", "seed", "locality", "policy", "selected-kv",
-       "profile", "gemm-reference", "decode-only", "decode-graphs", "help"}));
+       "profile", "gemm-reference", "decode-only", "decode-graphs", "split-kv-heads", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -404,6 +407,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
                       ParseSelectedKvTier(flags.Get("selected-kv").value_or("auto")));
   MP_ASSIGN_OR_RETURN(options.decode_graphs,
                       ParseDecodeGraphs(flags.Get("decode-graphs").value_or("auto")));
+  MP_ASSIGN_OR_RETURN(options.split_kv_heads,
+                      ParseSplitKvHeads(flags.Get("split-kv-heads").value_or("on")));
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));

@@ -1,6 +1,7 @@
 #include "worker/attention/layer_attention.h"
 
 #include "worker/attention/full_decode.h"
+#include "worker/attention/head_group_attention.h"
 #include "worker/attention/omnikv_decode.h"
 #include "worker/attention/ring_prefill.h"
 #include "worker/attention/sparse_prefill.h"
@@ -39,10 +40,8 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildSparsePrefill(const AttentionPol
       new SparsePrefill(layer.prefill, policy.dense_below_tokens));
 }
 
-StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& policy,
-                                                        const LayerPolicy& layer, int64_t index) {
-  for (const HeadPrefillPolicy& head : layer.prefill)
-    if (IsDynamicSparse(head.pattern)) return BuildSparsePrefill(policy, layer, index);
+// The layer's a-shape windows per KV head (none when no head is a-shape).
+HeadWindows LayerWindows(const LayerPolicy& layer) {
   HeadWindows windows;
   for (size_t h = 0; h < layer.prefill.size(); ++h) {
     const HeadPrefillPolicy& head = layer.prefill[h];
@@ -52,8 +51,15 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& p
     // Validation gives the a-shape heads of a layer one sink count.
     windows.sink = head.a_shape.sink_tokens;
   }
+  return windows;
+}
+
+StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& policy,
+                                                        const LayerPolicy& layer, int64_t index) {
+  for (const HeadPrefillPolicy& head : layer.prefill)
+    if (IsDynamicSparse(head.pattern)) return BuildSparsePrefill(policy, layer, index);
   return std::unique_ptr<PrefillStrategy>(
-      new RingPrefill(std::move(windows), policy.dense_below_tokens));
+      new RingPrefill(LayerWindows(layer), policy.dense_below_tokens));
 }
 
 }  // namespace
@@ -65,14 +71,55 @@ KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer) {
   return {};
 }
 
+KvRetention StreamingHeadRetention(const AttentionPolicy& policy) {
+  return {policy.streaming_head.sink_tokens, policy.streaming_head.window_tokens,
+          policy.dense_below_tokens};
+}
+
+KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer) {
+  const LayerPolicy& lp = policy.layers[static_cast<size_t>(layer)];
+  if (!lp.MixedDecode()) return {};
+  KvHeadGroups groups;
+  for (size_t h = 0; h < lp.decode.size(); ++h) {
+    const HeadPrefillPolicy& prefill = lp.prefill[h];
+    if (IsDynamicSparse(prefill.pattern)) return {};
+    if (lp.decode[h] != DecodeRole::kStreamingHead) {
+      groups.full.push_back(static_cast<int32_t>(h));
+      continue;
+    }
+    if (prefill.pattern != PrefillPattern::kAShape ||
+        prefill.a_shape.sink_tokens > policy.streaming_head.sink_tokens ||
+        prefill.a_shape.window_tokens > policy.streaming_head.window_tokens)
+      return {};
+    groups.streaming.push_back(static_cast<int32_t>(h));
+  }
+  if (groups.full.empty() || groups.streaming.empty()) return {};
+  return groups;
+}
+
 namespace {
 
 // `selection`: the latest filter layer's token selection (a filter layer starts a new one).
-StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index, int64_t ranks,
-                                    std::shared_ptr<TokenSelection>& selection) {
+StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, const ModelConfig& config,
+                                    int64_t index, int64_t ranks, bool head_groups,
+                                    std::shared_ptr<TokenSelection>& selection,
+                                    std::shared_ptr<HeadPackScratch>& packs) {
   const LayerPolicy& layer = policy.layers[static_cast<size_t>(index)];
   LayerAttention la;
   la.retention = LayerKvRetention(policy, index);
+  if (head_groups) la.head_groups = LayerHeadGroups(policy, index);
+  if (!la.head_groups.empty()) {
+    const int64_t group = config.num_attention_heads / config.num_key_value_heads;
+    la.streaming = StreamingHeadRetention(policy);
+    if (packs == nullptr) packs = std::make_shared<HeadPackScratch>();
+    la.prefill = std::make_unique<HeadGroupPrefill>(la.head_groups, group, LayerWindows(layer),
+                                                    la.streaming, policy.dense_below_tokens,
+                                                    packs);
+    la.decode = std::make_unique<HeadGroupDecode>(la.head_groups, group,
+                                                  policy.streaming_head.window_tokens,
+                                                  policy.streaming_head.sink_tokens, packs);
+    return la;
+  }
   MP_ASSIGN_OR_RETURN(la.prefill, BuildPrefill(policy, layer, index));
   if (layer.MixedDecode()) {
     // Validation allows only full and streaming-head heads side by side.
@@ -118,19 +165,21 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, int64_t index
 
 StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,
                                                           const ModelConfig& config,
-                                                          int64_t ranks) {
+                                                          int64_t ranks, bool head_groups) {
   MP_REQUIRE(static_cast<int64_t>(policy.layers.size()) == config.num_hidden_layers,
              "attention policy: ", policy.layers.size(), " layers for a model of ",
              config.num_hidden_layers);
   std::vector<LayerAttention> layers;
   std::shared_ptr<TokenSelection> selection;
+  std::shared_ptr<HeadPackScratch> packs;  // one for the layers with head groups
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     MP_REQUIRE(static_cast<int64_t>(policy.layers[static_cast<size_t>(l)].prefill.size()) ==
                    config.num_key_value_heads,
                "attention policy: layer ", l, " has ",
                policy.layers[static_cast<size_t>(l)].prefill.size(), " prefill patterns for ",
                config.num_key_value_heads, " KV heads");
-    MP_ASSIGN_OR_RETURN(LayerAttention la, BuildLayer(policy, l, ranks, selection));
+    MP_ASSIGN_OR_RETURN(LayerAttention la,
+                        BuildLayer(policy, config, l, ranks, head_groups, selection, packs));
     layers.push_back(std::move(la));
   }
   return layers;

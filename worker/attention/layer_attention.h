@@ -9,6 +9,7 @@
 #include "common/policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
 #include "worker/attention/token_selection.h"
+#include "worker/kv/head_group_kv_store.h"
 
 namespace millipede {
 
@@ -17,6 +18,10 @@ struct LayerAttention {
   std::unique_ptr<DecodeStrategy> decode;
   // What the layer's KV store keeps: every row, or the sinks and a recent window (streaming heads).
   KvRetention retention;
+  // Non-empty: the layer keeps a store per group of KV heads (HeadGroupKvStore), its full heads
+  // every row and its streaming heads `streaming`'s.
+  KvHeadGroups head_groups;
+  KvRetention streaming;
   // Filter and selected layers: their group's token selection (shared with the group's other
   // layers); null for other roles.
   std::shared_ptr<TokenSelection> selection;
@@ -26,11 +31,22 @@ struct LayerAttention {
 // heads, else every row. (The memory plan asks this without building any strategy.)
 KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer);
 
+// The KV heads of layer `layer` by decode role when the layer may keep a store per group: it
+// mixes full and streaming-head decode, has no vertical-slash or block-sparse prefill head, and
+// each streaming head prefills a-shape within the streaming sinks and window (so later steps
+// need no row its store drops). Empty otherwise.
+KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer);
+// What such a layer's streaming heads keep: the policy's streaming_head sinks and window, and
+// every row while the sequence is shorter than dense_below_tokens (prefill is dense there).
+KvRetention StreamingHeadRetention(const AttentionPolicy& policy);
+
 // One LayerAttention per layer of a sequence shared by `ranks` ranks. The policy must fit the
 // model (ParseAttentionPolicy checked it) and be runnable on this engine (checked before the
-// sequence starts).
+// sequence starts). With `head_groups`, the layers LayerHeadGroups splits keep a store per group
+// and attend by group (head_group_attention.h); without, one store.
 StatusOr<std::vector<LayerAttention>> BuildLayerAttention(const AttentionPolicy& policy,
                                                           const ModelConfig& config,
-                                                          int64_t ranks = 1);
+                                                          int64_t ranks = 1,
+                                                          bool head_groups = false);
 
 }  // namespace millipede

@@ -159,8 +159,17 @@ Status Engine::PlanLocal(SequenceOptions* options, int64_t ring_rows, SequenceMe
   return OkStatus();
 }
 
+StatusOr<bool> ParseSplitKvHeads(std::string_view value) {
+  if (value == "on") return true;
+  if (value == "off") return false;
+  return InvalidArgumentError("--split-kv-heads takes on or off, got \"" + std::string(value) +
+                              "\"");
+}
+
 Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   if (options.step_tokens <= 0) options.step_tokens = options.capacity;
+  options.split_kv_heads = options.split_kv_heads && options_.split_kv_heads;
+  options.ranks = comm_->size();
   Status local;
   if (options.capacity <= 0 || options.capacity > max_context())
     local = InvalidArgumentError("sequence capacity " + std::to_string(options.capacity) +
@@ -210,7 +219,6 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
   // keep the sequence (the others would wait for it in the next step's collectives).
   Status made = workspace_->Reserve(options.step_tokens, ring_rows, num_ranks, 1);
-  options.ranks = num_ranks;
   std::unique_ptr<Sequence> sequence;
   if (made.ok()) {
     StatusOr<std::unique_ptr<Sequence>> s =

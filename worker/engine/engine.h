@@ -62,6 +62,8 @@ enum class DecodeGraphs {
 };
 const char* DecodeGraphsName(DecodeGraphs mode);  // "auto", "off", "unrecorded"
 StatusOr<DecodeGraphs> ParseDecodeGraphs(std::string_view name);
+// EngineOptions::split_kv_heads from a flag's value: "on" or "off".
+StatusOr<bool> ParseSplitKvHeads(std::string_view value);
 
 struct EngineOptions {
   // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
@@ -97,6 +99,9 @@ struct EngineOptions {
   // Null: nothing observes.
   AttentionObserver attention_observer;
   DecodeGraphs decode_graphs = DecodeGraphs::kAuto;
+  // Whether sequences may keep a store per group of KV heads in layers mixing full and
+  // streaming-head decode (SequenceOptions::split_kv_heads); false: one store per layer always.
+  bool split_kv_heads = true;
 };
 
 class Engine {

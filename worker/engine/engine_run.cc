@@ -273,6 +273,10 @@ Status Engine::AttendDecode(int64_t layer, std::span<Entry> run, AttentionEnv& e
 Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows,
                         StepProfiler& profiler) {
   MP_RETURN_IF_ERROR(ProjectLayer(layer, entries, rows));
+  // Stores that stage a step's rows move them into place before attention reads them.
+  for (Entry& e : entries)
+    if (e.stored_rows() > 0 && e.graph_rows == 0)
+      MP_RETURN_IF_ERROR(e.seq->kv(layer).EndWrites(e.stored_rows()));
   MP_RETURN_IF_ERROR(profiler.Mark(&stats_.qkv_s));
   AttentionEnv env = Env(profiler);
   Workspace& ws = *workspace_;

@@ -93,6 +93,7 @@ Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t dec
       ConstTensorView z = SliceRows(zeros.cview(), 0, m);
       MP_RETURN_IF_ERROR(backend_->Convert(z, dst.k));
       MP_RETURN_IF_ERROR(backend_->Convert(z, dst.v));
+      MP_RETURN_IF_ERROR(s.kv(layer).EndWrites(m));
     }
     MP_RETURN_IF_ERROR(s.Commit(RowsOf(ranges, row, std::max<int64_t>(m, 0)), length));
   }

@@ -4,7 +4,9 @@
 #include <functional>
 #include <limits>
 
+#include "worker/attention/head_group_attention.h"
 #include "worker/kv/device_kv_store.h"
+#include "worker/kv/head_group_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 
 namespace millipede {
@@ -102,6 +104,16 @@ std::vector<int64_t> Sequence::HostTierCandidates(const AttentionPolicy& policy)
   return out;
 }
 
+bool Sequence::SplitsKvHeads(const SequenceOptions& options) {
+  if (!options.split_kv_heads) return false;
+  const int64_t streaming = StreamingKvStore::CapacityFor(StreamingHeadRetention(options.policy),
+                                                          StepRows(options));
+  if (options.capacity <= 2 * streaming) return false;
+  for (size_t l = 0; l < options.policy.layers.size(); ++l)
+    if (!LayerHeadGroups(options.policy, static_cast<int64_t>(l)).empty()) return true;
+  return false;
+}
+
 Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
                             const SequenceOptions& options, SequenceMemoryPlan* plan) {
   MP_RETURN_IF_ERROR(
@@ -109,11 +121,20 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   const KvLayout layout = Layout(config, kv_dtype);
   const int64_t row = layout.RowBytes(), kv_heads = config.num_key_value_heads;
   const std::vector<bool> host = HostTierLayers(options);
-  plan->kv_bytes = plan->host_kv_bytes = plan->selection_bytes = 0;
+  plan->kv_bytes = plan->host_kv_bytes = plan->selection_bytes = plan->head_group_bytes = 0;
+  const bool split = SplitsKvHeads(options);
+  int64_t widest_pack = 0;
   // A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const KvRetention r = LayerKvRetention(options.policy, l);
-    if (host[static_cast<size_t>(l)]) {
+    const KvHeadGroups groups = split ? LayerHeadGroups(options.policy, l) : KvHeadGroups{};
+    if (!groups.empty()) {
+      plan->kv_bytes +=
+          HeadGroupKvStore::BytesFor(layout, groups, StreamingHeadRetention(options.policy),
+                                     options.capacity, StepRows(options));
+      widest_pack = std::max<int64_t>(
+          widest_pack, static_cast<int64_t>(std::max(groups.full.size(), groups.streaming.size())));
+    } else if (host[static_cast<size_t>(l)]) {
       plan->kv_bytes += OffloadedKvStore::DeviceBytesFor(layout, GeneratedCapacity(options));
       plan->host_kv_bytes += row * ContextCapacity(options);
     } else {
@@ -123,6 +144,12 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   }
   if (std::count(host.begin(), host.end(), true) > 0)
     plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options));
+  if (widest_pack > 0) {
+    const int64_t group = config.num_attention_heads / kv_heads;
+    plan->head_group_bytes =
+        row * StepRows(options) +
+        HeadPackScratch::BytesFor(StepRows(options), widest_pack * group, config.head_dim);
+  }
   // Per filter layer: its scores, top-k columns and values, chosen rows, the gather index (one
   // block per host-tier K or V, at least one) and head counts; the rows it chooses gathered on the
   // device (K and V) for its device-tier layers and loaded into one packed buffer for its
@@ -166,7 +193,8 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
              options.capacity);
   auto s = std::unique_ptr<Sequence>(new Sequence());
   s->id_ = id;
-  MP_ASSIGN_OR_RETURN(s->layers_, BuildLayerAttention(options.policy, config, options.ranks));
+  MP_ASSIGN_OR_RETURN(s->layers_, BuildLayerAttention(options.policy, config, options.ranks,
+                                                       SplitsKvHeads(options)));
   const KvLayout layout = Layout(config, kv_dtype);
   const std::vector<bool> host = HostTierLayers(options);
   if (std::count(host.begin(), host.end(), true) > 0) {
@@ -190,7 +218,16 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
   for (size_t l = 0; l < s->layers_.size(); ++l) {
     const LayerAttention& la = s->layers_[l];
     std::unique_ptr<KvStore> store;
-    if (host[l]) {
+    if (!la.head_groups.empty()) {
+      if (s->head_staging_ == nullptr) {
+        MP_ASSIGN_OR_RETURN(KvBuffer staging,
+                            KvBuffer::Create(backend, layout, StepRows(options)));
+        s->head_staging_ = std::make_shared<KvBuffer>(std::move(staging));
+      }
+      MP_ASSIGN_OR_RETURN(store, HeadGroupKvStore::Create(backend, layout, la.head_groups,
+                                                          la.streaming, options.capacity,
+                                                          StepRows(options), s->head_staging_));
+    } else if (host[l]) {
       const std::vector<int64_t>& group = la.selection->host_layers();
       const size_t i = static_cast<size_t>(
           std::find(group.begin(), group.end(), static_cast<int64_t>(l)) - group.begin());
@@ -229,12 +266,13 @@ StatusOr<int64_t> Sequence::AttendedPairs(Backend& backend) const {
 
 int64_t Sequence::MaxStepRows() const {
   for (const LayerAttention& la : layers_)
-    if (!la.retention.KeepsAll()) return StepRows(options_);
+    if (!la.retention.KeepsAll() || !la.head_groups.empty()) return StepRows(options_);
   return std::numeric_limits<int64_t>::max();
 }
 
 int64_t Sequence::KvBytes() const {
   int64_t bytes = staging_ != nullptr ? staging_->NumBytes() : 0;
+  if (head_staging_ != nullptr) bytes += head_staging_->NumBytes();
   for (const auto& s : stores_) bytes += s->NumBytes();
   return bytes;
 }

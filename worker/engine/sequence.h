@@ -50,6 +50,11 @@ struct SequenceOptions {
   // Ranks sharing the sequence. With one, a layer's store holds its positions in order from 0,
   // so that layers mixing streaming and full heads decode in batched calls.
   int64_t ranks = 1;
+  // Layers mixing full and streaming-head KV heads (DuoAttention) keep a store per group of
+  // heads (the streaming heads only their sinks and window) where LayerHeadGroups allows it and
+  // the capacity is more than twice a streaming store's; else (or false) one store of every row,
+  // whose tokens of many sequences decode in one batched call.
+  bool split_kv_heads = true;
 };
 
 class Sequence {
@@ -59,12 +64,15 @@ class Sequence {
                                                     const ModelConfig& config, DType kv_dtype,
                                                     SequenceOptions options);
   // What the stores of such a sequence take on this rank, in plan's kv_bytes (device),
-  // host_kv_bytes (pinned host) and selection_bytes (OmniKV's scores, gathers, packed loads).
+  // host_kv_bytes (pinned host), selection_bytes (OmniKV's scores, gathers, packed loads) and
+  // head_group_bytes (the staging and packs of layers with a store per group of heads).
   static Status PlanStores(const ModelConfig& config, DType kv_dtype,
                            const SequenceOptions& options, SequenceMemoryPlan* plan);
   // The selected layers that may go to the host tier (all but the one right after each filter
   // layer), in the order host_tier_layers takes them.
   static std::vector<int64_t> HostTierCandidates(const AttentionPolicy& policy);
+  // Whether such a sequence's layers that may keep a store per group of heads do.
+  static bool SplitsKvHeads(const SequenceOptions& options);
 
   SequenceId id() const { return id_; }
   const SequenceOptions& options() const { return options_; }
@@ -116,6 +124,7 @@ class Sequence {
   std::vector<LayerAttention> layers_;
   std::vector<std::unique_ptr<KvStore>> stores_;
   std::shared_ptr<KvStagingPool> staging_;      // host-tier layers' staging (none without)
+  std::shared_ptr<KvBuffer> head_staging_;      // head-group layers' step rows (none without)
   std::vector<OffloadedKvStore*> offloaded_;    // the host-tier stores among stores_
   bool decoding_ = false;
   int64_t decode_start_ = -1;

@@ -6,7 +6,7 @@ namespace millipede {
 
 std::vector<TokenRange> KvRetention::Kept(std::span<const TokenRange> ranges,
                                           int64_t length) const {
-  if (KeepsAll()) return {ranges.begin(), ranges.end()};
+  if (KeepsAll() || length < keep_all_below) return {ranges.begin(), ranges.end()};
   std::vector<TokenRange> kept;
   const int64_t window_begin = length - window_tokens + 1;
   for (const TokenRange& r : ranges) {

@@ -8,7 +8,10 @@
 //  - DeviceKvStore (device_kv_store.h): every row, capacity fixed when the sequence starts;
 //  - StreamingKvStore (streaming_kv_store.h): the sink tokens and a recent window only, constant
 //    size whatever the sequence length (DuoAttention's streaming heads, StreamingLLM);
-//  - HostKvStore (host_kv_store.h): every row in pinned host memory, written asynchronously.
+//  - HostKvStore (host_kv_store.h): every row in pinned host memory, written asynchronously;
+//  - OffloadedKvStore (offloaded_kv_store.h): OmniKV's selected layers, the context in host memory;
+//  - HeadGroupKvStore (head_group_kv_store.h): a layer's full KV heads every row, its streaming
+//    heads the sinks and window, in two stores.
 #pragma once
 
 #include <cstdint>
@@ -26,11 +29,15 @@ namespace millipede {
 struct KvRetention {
   int64_t sink_tokens = 0;    // positions [0, sink_tokens) always stay
   int64_t window_tokens = 0;  // 0: every position stays
+  // While the sequence holds fewer positions, every position stays (a policy's dense fallback:
+  // prefill below dense_below_tokens attends to every key).
+  int64_t keep_all_below = 0;
   bool KeepsAll() const { return window_tokens == 0; }
   // Whether `position` stays once the sequence holds `length` positions: every position, or the
   // sinks and the positions a query at `length` sees in its window (length - p < window).
   bool Keeps(int64_t position, int64_t length) const {
-    return KeepsAll() || position < sink_tokens || position > length - window_tokens;
+    return KeepsAll() || length < keep_all_below || position < sink_tokens ||
+           position > length - window_tokens;
   }
   // The kept part of `ranges` (increasing, disjoint), in order.
   std::vector<TokenRange> Kept(std::span<const TokenRange> ranges, int64_t length) const;
@@ -68,6 +75,10 @@ class KvStore {
   // ones, as many rows as were written) become held; rows the retention drops at `length`
   // (positions over all ranks now) are released.
   virtual Status Commit(std::span<const TokenRange> step_ranges, int64_t length) = 0;
+  // The step's rows [0, step_rows) are written (RopeKv into StepRows): a store that stages them
+  // moves them into place now, before attention reads them and before another store's rows are
+  // written. Every writer calls it once per step and layer. Nothing by default.
+  virtual Status EndWrites(int64_t step_rows) { return OkStatus(); }
   // Bytes the store holds (both K and V).
   virtual int64_t NumBytes() const = 0;
   // For steps recorded once and replayed (decode graphs): how many rows stay where they are

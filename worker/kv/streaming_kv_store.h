@@ -1,5 +1,6 @@
 // A constant-size KV store: the sink tokens and a recent window only (DuoAttention's streaming
-// heads, StreamingLLM). Memory is (sink + 2 x window + step) rows whatever the sequence length:
+// heads, StreamingLLM). Memory is (sink + 2 x window + step) rows whatever the sequence length
+// (more while every row is kept below KvRetention::keep_all_below):
 // held rows are the rank's sinks followed by its rows inside the window of the next query; a step
 // appends after them; Commit moves the rows still inside the window next to the sinks (through a
 // spare window of rows, so no copy overlaps itself) and drops the rest.
@@ -8,6 +9,8 @@
 // prompt therefore sees all of it (exact for its dense heads); a later step (the next prefill
 // chunk, a decode token) sees the sinks and the window only.
 #pragma once
+
+#include <algorithm>
 
 #include "worker/kv/kv_buffer.h"
 
@@ -20,8 +23,11 @@ class StreamingKvStore final : public KvStoreBase {
                                                             const KvLayout& layout,
                                                             const KvRetention& retention,
                                                             int64_t step_rows);
+  // Held rows (the sinks and the window, or every row below keep_all_below), a step's rows and a
+  // spare window.
   static int64_t CapacityFor(const KvRetention& retention, int64_t step_rows) {
-    return retention.sink_tokens + 2 * retention.window_tokens + step_rows;
+    return std::max(retention.sink_tokens + retention.window_tokens, retention.keep_all_below) +
+           retention.window_tokens + step_rows;
   }
   static int64_t BytesFor(const KvLayout& layout, const KvRetention& retention,
                           int64_t step_rows) {

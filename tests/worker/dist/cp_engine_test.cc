@@ -155,6 +155,94 @@ TEST(CpGenerateTest, AShapeAndStreamingHeadsMatchSingleProcess) {
   EXPECT_NE(dense->ids, local->ids);  // the policy changed the answer
 }
 
+// Prefills `prompt` in chunks of `chunk` tokens (each sharded over the ranks) and decodes `steps`
+// greedy tokens, each a step plan of its own: the logits of the last chunk and of each decode
+// step, on every rank; `kv_bytes`: the sequence's KV bytes on this rank.
+std::vector<std::vector<float>> ChunkedLogits(Engine& e, const std::vector<int32_t>& prompt,
+                                              int64_t chunk, int steps, int64_t* kv_bytes) {
+  const int ranks = e.comm().size(), rank = e.comm().rank();
+  const int64_t n = static_cast<int64_t>(prompt.size()), vocab = e.config().vocab_size;
+  std::vector<std::vector<float>> out;
+  EXPECT_TRUE(e.StartSequence(1, {n + steps, chunk, e.policy()}).ok());
+  *kv_bytes = e.KvBytes();
+  auto record = [&](const std::optional<ConstTensorView>& logits, int owner) {
+    std::vector<float> host(static_cast<size_t>(vocab));
+    if (logits.has_value())
+      EXPECT_TRUE(e.backend().CopyToHost(*logits, {host.data(), DType::kF32, Shape{vocab}}).ok());
+    if (owner >= 0)
+      EXPECT_TRUE(e.comm().HostBroadcast(host.data(), host.size() * sizeof(float), owner).ok());
+    out.push_back(host);
+  };
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t count = std::min(chunk, n - begin);
+    auto step = ShardedPrefill(1, begin, std::span(prompt).subspan(begin, count), rank, ranks);
+    auto done = e.RunStep(StepPlan{{*step}});
+    EXPECT_TRUE(done.ok()) << done.status().ToString();
+    if (!done.ok()) return out;
+    if (begin + count == n)
+      record(done->logits[0], ShardPlan::Create(count, ranks)->RankOfPromptPosition(count - 1));
+  }
+  for (int i = 0; i < steps; ++i) {
+    const std::vector<float>& last = out.back();
+    const int32_t id =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    auto done = e.RunStep(StepPlan{{DecodeStep(1, id)}});
+    EXPECT_TRUE(done.ok()) << done.status().ToString();
+    if (!done.ok()) return out;
+    record(done->logits[0], -1);
+  }
+  e.EndSequence(1);
+  return out;
+}
+
+// DuoAttention's layers with a store per group of KV heads (the streaming heads keep only their
+// sinks and window; split_kv_heads) give what one store of every row gives, on N ranks and in one
+// process, in less memory: prompts prefilled in chunks, with and without a dense fallback below
+// 40 tokens (the streaming heads keep every row until then).
+TEST(CpGenerateTest, DuoLayersWithAStorePerHeadGroupMatchOneStore) {
+  auto engine = MakeDistributed(32);
+  EngineOptions one_store = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 32);
+  one_store.split_kv_heads = false;
+  auto local = Engine::Create(one_store);
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = RandomIds(150, 97, 21);
+  for (int64_t dense_below : {0, 40}) {
+    SCOPED_TRACE("dense_below_tokens " + std::to_string(dense_below));
+    const AttentionPolicy policy = testing::PolicyFor(**local, R"({"version": 1,
+        "dense_below_tokens": )" + std::to_string(dense_below) + R"(,
+        "layers": [{"layer": 0, "prefill": ["dense", "a-shape"], "decode": ["full", "streaming-head"]},
+                   {"layer": 1, "prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]}],
+        "a_shape": {"sink_tokens": 3, "window_tokens": 6},
+        "streaming_head": {"sink_tokens": 3, "window_tokens": 7}})");
+    ASSERT_TRUE(engine->SetPolicy(policy).ok());
+    ASSERT_TRUE((*local)->SetPolicy(policy).ok());
+    int64_t split_bytes = 0, one_bytes = 0, local_bytes = 0;
+    const auto split = ChunkedLogits(*engine, prompt, 16, 6, &split_bytes);
+    const auto one = ChunkedLogits(**local, prompt, 16, 6, &local_bytes);
+    ASSERT_EQ(split.size(), 7u);
+    ASSERT_EQ(one.size(), 7u);
+    for (size_t i = 0; i < split.size(); ++i) {
+      EXPECT_LT(MaxRelError(split[i], one[i]), 1e-5) << "step " << i;
+      EXPECT_EQ(std::max_element(split[i].begin(), split[i].end()) - split[i].begin(),
+                std::max_element(one[i].begin(), one[i].end()) - one[i].begin());
+    }
+    // The same ranks with one store per layer: more memory, the same logits.
+    engine->ResetStats();
+    EngineOptions options = engine->options();
+    auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
+    ASSERT_TRUE(comm.ok());
+    options.split_kv_heads = false;
+    auto unsplit = Engine::Create(options, std::move(comm).value());
+    ASSERT_TRUE(unsplit.ok());
+    ASSERT_TRUE((*unsplit)->SetPolicy(policy).ok());
+    const auto same = ChunkedLogits(**unsplit, prompt, 16, 6, &one_bytes);
+    ASSERT_EQ(same.size(), split.size());
+    for (size_t i = 0; i < split.size(); ++i)
+      EXPECT_LT(MaxRelError(split[i], same[i]), 1e-5) << "step " << i;
+    EXPECT_LT(split_bytes, one_bytes);
+  }
+}
+
 TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
   // The heavy hitters are chosen over every rank's keys: N ranks keep what one process keeps.
   auto engine = MakeDistributed(32);

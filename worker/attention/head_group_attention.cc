@@ -1,0 +1,154 @@
+#include "worker/attention/head_group_attention.h"
+
+#include <algorithm>
+
+#include "worker/attention/scratch_buffer.h"
+#include "worker/dist/shard_plan.h"
+
+namespace millipede {
+namespace {
+
+StatusOr<HeadGroupKvStore*> GroupStore(KvStore* store, const char* what) {
+  auto* groups = dynamic_cast<HeadGroupKvStore*>(store);
+  MP_REQUIRE(groups != nullptr, what, ": the layer's store does not keep its heads in groups");
+  return groups;
+}
+
+// [n, h * d] F32 viewed as [n, h, d].
+StatusOr<TensorView> Heads(TensorView t, int64_t n, int64_t head_dim) {
+  return Reshape(t, Shape{n, t.NumElements() / std::max<int64_t>(n * head_dim, 1), head_dim});
+}
+
+// Scratch q, o [n, packed, d] and lse [n, packed] F32 for the larger group.
+struct PackBuffers {
+  TensorView q, o, lse;
+};
+StatusOr<PackBuffers> PackScratch(Backend& b, HeadPackScratch& s, int64_t n, int64_t packed,
+                                  int64_t d) {
+  PackBuffers p;
+  MP_ASSIGN_OR_RETURN(p.q, ScratchBuffer(b, &s.q, DType::kF32, Shape{n, packed, d}));
+  MP_ASSIGN_OR_RETURN(p.o, ScratchBuffer(b, &s.o, DType::kF32, Shape{n, packed, d}));
+  MP_ASSIGN_OR_RETURN(p.lse, ScratchBuffer(b, &s.lse, DType::kF32, Shape{n, packed}));
+  return p;
+}
+
+}  // namespace
+
+HeadPack::HeadPack(const std::vector<int32_t>& kv_heads, int64_t group) {
+  for (int32_t g : kv_heads)
+    for (int64_t j = 0; j < group; ++j) {
+      slots_.push_back(static_cast<int32_t>(q_heads_.size()));
+      q_heads_.push_back(static_cast<int32_t>(g * group + j));
+    }
+}
+
+Status HeadPack::Pack(Backend& b, ConstTensorView q, TensorView packed) const {
+  return b.CopyHeads({q, packed, q_heads_, slots_});
+}
+
+Status HeadPack::Unpack(Backend& b, ConstTensorView o, ConstTensorView lse, TensorView out_o,
+                        TensorView out_lse) const {
+  MP_RETURN_IF_ERROR(b.CopyHeads({o, out_o, slots_, q_heads_}));
+  const int64_t n = lse.dim(0);
+  MP_ASSIGN_OR_RETURN(ConstTensorView lse3, Reshape(lse, Shape{n, packed(), 1}));
+  MP_ASSIGN_OR_RETURN(TensorView out3, Reshape(out_lse, Shape{n, out_lse.dim(1), 1}));
+  return b.CopyHeads({lse3, out3, slots_, q_heads_});
+}
+
+HeadWindows GroupWindows(const HeadWindows& layer, const std::vector<int32_t>& kv_heads) {
+  HeadWindows w;
+  if (layer.window.empty()) return w;
+  bool any = false;
+  for (int32_t g : kv_heads) {
+    w.window.push_back(layer.window[static_cast<size_t>(g)]);
+    any = any || w.window.back() > 0;
+  }
+  if (!any) return HeadWindows{};
+  w.sink = layer.sink;
+  return w;
+}
+
+HeadGroupPrefill::HeadGroupPrefill(KvHeadGroups groups, int64_t group,
+                                   const HeadWindows& windows, const KvRetention& streaming,
+                                   int64_t windowed_from, std::shared_ptr<HeadPackScratch> scratch)
+    : groups_(std::move(groups)),
+      streaming_(streaming),
+      packs_{HeadPack(groups_.full, group), HeadPack(groups_.streaming, group)},
+      rings_{RingPrefill(GroupWindows(windows, groups_.full), windowed_from),
+             RingPrefill(GroupWindows(windows, groups_.streaming), windowed_from)},
+      scratch_(std::move(scratch)) {}
+
+Status HeadGroupPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
+  Backend& b = env.backend;
+  MP_ASSIGN_OR_RETURN(HeadGroupKvStore* store, GroupStore(in.store, "head-group prefill"));
+  const int64_t n = in.q.dim(0), d = env.config.head_dim;
+  const int64_t widest = std::max(packs_[0].packed(), packs_[1].packed());
+  MP_ASSIGN_OR_RETURN(const PackBuffers buf, PackScratch(b, *scratch_, n, widest, d));
+  MP_ASSIGN_OR_RETURN(const ConstTensorView q_all,
+                      Reshape(in.q, Shape{n, env.config.num_attention_heads, d}));
+  MP_ASSIGN_OR_RETURN(const TensorView o_all,
+                      Reshape(in.o_acc, Shape{n, env.config.num_attention_heads, d}));
+  // The streaming heads' ring blocks: what each rank's streaming store kept at the step's start,
+  // then the step's rows (in.rank_blocks holds every stored row: the full heads').
+  std::vector<std::vector<TokenRange>> kept;
+  for (const std::vector<TokenRange>& blocks : in.rank_blocks)
+    kept.push_back(streaming_.Kept(blocks, in.step_begin));
+  for (int g = 0; g < 2; ++g) {
+    const HeadPack& pack = packs_[g];
+    const int64_t p = pack.packed();
+    MP_ASSIGN_OR_RETURN(const TensorView q, SubView(buf.q, 0, Shape{n, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView o, SubView(buf.o, 0, Shape{n, p * d}));
+    MP_ASSIGN_OR_RETURN(const TensorView lse, SubView(buf.lse, 0, Shape{n, p}));
+    MP_RETURN_IF_ERROR(pack.Pack(b, q_all, q));
+    PrefillInput group_in = in;
+    MP_ASSIGN_OR_RETURN(group_in.q, Reshape(AsConst(q), Shape{n, p * d}));
+    group_in.o_acc = o;
+    group_in.lse_acc = lse;
+    if (g == HeadGroupKvStore::kStreaming) group_in.rank_blocks = kept;
+    MP_ASSIGN_OR_RETURN(
+        const ConstKvRows rows,
+        store->group(static_cast<HeadGroupKvStore::Group>(g)).Rows(in.step_rows));
+    MP_RETURN_IF_ERROR(rings_[g].RunOn(env, group_in, rows));
+    MP_ASSIGN_OR_RETURN(const ConstTensorView o3, Reshape(AsConst(o), Shape{n, p, d}));
+    MP_RETURN_IF_ERROR(pack.Unpack(b, o3, AsConst(lse), o_all, in.lse_acc));
+  }
+  return OkStatus();
+}
+
+HeadGroupDecode::HeadGroupDecode(KvHeadGroups groups, int64_t group, int64_t window,
+                                 int64_t sink, std::shared_ptr<HeadPackScratch> scratch)
+    : groups_(std::move(groups)),
+      packs_{HeadPack(groups_.full, group), HeadPack(groups_.streaming, group)},
+      streaming_(std::vector<int64_t>(groups_.streaming.size(), window), sink,
+                 /*batchable=*/false),
+      scratch_(std::move(scratch)) {}
+
+Status HeadGroupDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                                TensorView lse) {
+  Backend& b = env.backend;
+  MP_ASSIGN_OR_RETURN(HeadGroupKvStore* store, GroupStore(in.store, "head-group decode"));
+  const int64_t d = env.config.head_dim;
+  const int64_t widest = std::max(packs_[0].packed(), packs_[1].packed());
+  MP_ASSIGN_OR_RETURN(const PackBuffers buf, PackScratch(b, *scratch_, 1, widest, d));
+  for (int g = 0; g < 2; ++g) {
+    const HeadPack& pack = packs_[g];
+    const int64_t p = pack.packed();
+    MP_ASSIGN_OR_RETURN(const TensorView q, SubView(buf.q, 0, Shape{1, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView go, SubView(buf.o, 0, Shape{1, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView glse, SubView(buf.lse, 0, Shape{1, p}));
+    MP_RETURN_IF_ERROR(pack.Pack(b, in.q, q));
+    DecodeInput group_in = in;
+    group_in.store = &store->group(static_cast<HeadGroupKvStore::Group>(g));
+    group_in.q = AsConst(q);
+    // The full heads over every row; the streaming heads over their runs with their windows.
+    if (g == HeadGroupKvStore::kFull) {
+      MP_RETURN_IF_ERROR(full_.Partial(env, group_in, go, glse));
+    } else {
+      MP_RETURN_IF_ERROR(streaming_.Partial(env, group_in, go, glse));
+    }
+    MP_RETURN_IF_ERROR(pack.Unpack(b, AsConst(go), AsConst(glse), o, lse));
+  }
+  return OkStatus();
+}
+
+}  // namespace millipede
