@@ -50,9 +50,11 @@ inline EngineOptions RandomEngineOptions(const ModelConfig& c, DType weights, DT
 // A GpuSmallConfig(4) engine with random fp32 weights and bf16 KV on `backend`, `chunk` tokens
 // per prefill chunk: the GPU engine suites build one per backend and compare them (a test
 // failure and null when it cannot be made).
-inline std::unique_ptr<Engine> GpuSmallEngine(BackendKind backend, int64_t chunk) {
+inline std::unique_ptr<Engine> GpuSmallEngine(BackendKind backend, int64_t chunk,
+                                              bool split_kv_heads = true) {
   EngineOptions o = RandomEngineOptions(GpuSmallConfig(4), DType::kF32, DType::kBF16, chunk);
   o.backend = backend;
+  o.split_kv_heads = split_kv_heads;
   auto e = Engine::Create(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;

@@ -14,11 +14,6 @@ StatusOr<HeadGroupKvStore*> GroupStore(KvStore* store, const char* what) {
   return groups;
 }
 
-// [n, h * d] F32 viewed as [n, h, d].
-StatusOr<TensorView> Heads(TensorView t, int64_t n, int64_t head_dim) {
-  return Reshape(t, Shape{n, t.NumElements() / std::max<int64_t>(n * head_dim, 1), head_dim});
-}
-
 // Scratch q, o [n, packed, d] and lse [n, packed] F32 for the larger group.
 struct PackBuffers {
   TensorView q, o, lse;
@@ -115,12 +110,14 @@ Status HeadGroupPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   return OkStatus();
 }
 
-HeadGroupDecode::HeadGroupDecode(KvHeadGroups groups, int64_t group, int64_t window,
-                                 int64_t sink, std::shared_ptr<HeadPackScratch> scratch)
+HeadGroupDecode::HeadGroupDecode(KvHeadGroups groups, int64_t group,
+                                 const KvRetention& streaming,
+                                 std::shared_ptr<HeadPackScratch> scratch)
     : groups_(std::move(groups)),
       packs_{HeadPack(groups_.full, group), HeadPack(groups_.streaming, group)},
-      streaming_(std::vector<int64_t>(groups_.streaming.size(), window), sink,
-                 /*batchable=*/false),
+      streaming_(std::vector<int64_t>(groups_.streaming.size(), streaming.window_tokens),
+                 streaming.sink_tokens, /*batchable=*/false),
+      keep_all_below_(streaming.keep_all_below),
       scratch_(std::move(scratch)) {}
 
 Status HeadGroupDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
@@ -140,8 +137,10 @@ Status HeadGroupDecode::Partial(AttentionEnv& env, const DecodeInput& in, Tensor
     DecodeInput group_in = in;
     group_in.store = &store->group(static_cast<HeadGroupKvStore::Group>(g));
     group_in.q = AsConst(q);
-    // The full heads over every row; the streaming heads over their runs with their windows.
-    if (g == HeadGroupKvStore::kFull) {
+    // The full heads over every row. The streaming heads' store holds exactly the sinks and the
+    // window the token sees once it drops rows (one call over them all); before, every row, to
+    // which the windows apply run by run.
+    if (g == HeadGroupKvStore::kFull || in.position >= keep_all_below_) {
       MP_RETURN_IF_ERROR(full_.Partial(env, group_in, go, glse));
     } else {
       MP_RETURN_IF_ERROR(streaming_.Partial(env, group_in, go, glse));

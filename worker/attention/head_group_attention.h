@@ -7,8 +7,9 @@
 // Prefill: each group by ring attention over every rank's rows of that group (the streaming
 // heads' blocks are the rows their store kept, plus the step's); the a-shape windows and the
 // dense fallback below dense_below_tokens are those of the policy. Decode: the full heads over
-// every row, the streaming heads over theirs with their windows, one call per contiguous run of
-// positions; under context parallelism each rank's partial is merged by the engine.
+// every row, the streaming heads over the rows their store kept (exactly the sinks and window the
+// token sees, or, while the store keeps every row, those rows with the windows applied); under
+// context parallelism each rank's partial is merged by the engine.
 #pragma once
 
 #include <cstdint>
@@ -72,8 +73,9 @@ class HeadGroupPrefill final : public PrefillStrategy {
 
 class HeadGroupDecode final : public DecodeStrategy {
  public:
-  // `window`, `sink`: the streaming heads' (the policy's streaming_head).
-  HeadGroupDecode(KvHeadGroups groups, int64_t group, int64_t window, int64_t sink,
+  // `streaming`: what the streaming heads keep (StreamingHeadRetention), whose sinks and window
+  // they see.
+  HeadGroupDecode(KvHeadGroups groups, int64_t group, const KvRetention& streaming,
                   std::shared_ptr<HeadPackScratch> scratch);
   const char* name() const override { return "head-groups"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
@@ -83,6 +85,7 @@ class HeadGroupDecode final : public DecodeStrategy {
   HeadPack packs_[2];
   FullDecode full_;
   StreamingHeadsDecode streaming_;
+  int64_t keep_all_below_;
   std::shared_ptr<HeadPackScratch> scratch_;
 };
 

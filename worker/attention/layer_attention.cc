@@ -115,9 +115,7 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, const ModelCo
     la.prefill = std::make_unique<HeadGroupPrefill>(la.head_groups, group, LayerWindows(layer),
                                                     la.streaming, policy.dense_below_tokens,
                                                     packs);
-    la.decode = std::make_unique<HeadGroupDecode>(la.head_groups, group,
-                                                  policy.streaming_head.window_tokens,
-                                                  policy.streaming_head.sink_tokens, packs);
+    la.decode = std::make_unique<HeadGroupDecode>(la.head_groups, group, la.streaming, packs);
     return la;
   }
   MP_ASSIGN_OR_RETURN(la.prefill, BuildPrefill(policy, layer, index));
