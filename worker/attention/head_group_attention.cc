@@ -110,11 +110,22 @@ Status HeadGroupPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   return OkStatus();
 }
 
+namespace {
+
+std::vector<int32_t> Concat(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<int32_t> out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+}  // namespace
+
 HeadGroupDecode::HeadGroupDecode(KvHeadGroups groups, int64_t group,
                                  const KvRetention& streaming,
                                  std::shared_ptr<HeadPackScratch> scratch)
     : groups_(std::move(groups)),
-      packs_{HeadPack(groups_.full, group), HeadPack(groups_.streaming, group)},
+      pack_(Concat(groups_.full, groups_.streaming), group),
+      full_heads_(static_cast<int64_t>(groups_.full.size()) * group),
       streaming_(std::vector<int64_t>(groups_.streaming.size(), streaming.window_tokens),
                  streaming.sink_tokens, /*batchable=*/false),
       keep_all_below_(streaming.keep_all_below),
@@ -124,19 +135,18 @@ Status HeadGroupDecode::Partial(AttentionEnv& env, const DecodeInput& in, Tensor
                                 TensorView lse) {
   Backend& b = env.backend;
   MP_ASSIGN_OR_RETURN(HeadGroupKvStore* store, GroupStore(in.store, "head-group decode"));
-  const int64_t d = env.config.head_dim;
-  const int64_t widest = std::max(packs_[0].packed(), packs_[1].packed());
-  MP_ASSIGN_OR_RETURN(const PackBuffers buf, PackScratch(b, *scratch_, 1, widest, d));
+  const int64_t d = env.config.head_dim, heads = pack_.packed();
+  // One token: the full heads' queries, then the streaming heads', each group contiguous.
+  MP_ASSIGN_OR_RETURN(const PackBuffers buf, PackScratch(b, *scratch_, 1, heads, d));
+  MP_RETURN_IF_ERROR(pack_.Pack(b, in.q, buf.q));
   for (int g = 0; g < 2; ++g) {
-    const HeadPack& pack = packs_[g];
-    const int64_t p = pack.packed();
-    MP_ASSIGN_OR_RETURN(const TensorView q, SubView(buf.q, 0, Shape{1, p, d}));
-    MP_ASSIGN_OR_RETURN(const TensorView go, SubView(buf.o, 0, Shape{1, p, d}));
-    MP_ASSIGN_OR_RETURN(const TensorView glse, SubView(buf.lse, 0, Shape{1, p}));
-    MP_RETURN_IF_ERROR(pack.Pack(b, in.q, q));
+    const int64_t first = g == HeadGroupKvStore::kFull ? 0 : full_heads_;
+    const int64_t p = g == HeadGroupKvStore::kFull ? full_heads_ : heads - full_heads_;
     DecodeInput group_in = in;
     group_in.store = &store->group(static_cast<HeadGroupKvStore::Group>(g));
-    group_in.q = AsConst(q);
+    MP_ASSIGN_OR_RETURN(group_in.q, SubView(AsConst(buf.q), first * d, Shape{1, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView go, SubView(buf.o, first * d, Shape{1, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView glse, SubView(buf.lse, first, Shape{1, p}));
     // The full heads over every row. The streaming heads' store holds exactly the sinks and the
     // window the token sees once it drops rows (one call over them all); before, every row, to
     // which the windows apply run by run.
@@ -145,9 +155,8 @@ Status HeadGroupDecode::Partial(AttentionEnv& env, const DecodeInput& in, Tensor
     } else {
       MP_RETURN_IF_ERROR(streaming_.Partial(env, group_in, go, glse));
     }
-    MP_RETURN_IF_ERROR(pack.Unpack(b, AsConst(go), AsConst(glse), o, lse));
   }
-  return OkStatus();
+  return pack_.Unpack(b, AsConst(buf.o), AsConst(buf.lse), o, lse);
 }
 
 }  // namespace millipede

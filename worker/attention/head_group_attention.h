@@ -82,7 +82,8 @@ class HeadGroupDecode final : public DecodeStrategy {
 
  private:
   KvHeadGroups groups_;
-  HeadPack packs_[2];
+  HeadPack pack_;          // every query head: the full heads' first, then the streaming heads'
+  int64_t full_heads_;     // query heads of the full KV heads
   FullDecode full_;
   StreamingHeadsDecode streaming_;
   int64_t keep_all_below_;
