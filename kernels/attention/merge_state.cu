@@ -20,12 +20,12 @@ constexpr int kPartsAhead = 8;
 // is latency-bound, and with one part's loads after another's a 13-part merge took 9.9 us under
 // a profiler that empties the caches. An empty part's o row may hold anything; it is loaded but
 // not used.
-//   o_parts [num_parts, rows, head_dim], lse_parts [num_parts, rows], o [rows, head_dim],
-//   lse [rows], with rows = n * num_heads.
+//   o_parts [num_parts, rows, head_dim] (parts o_stride apart), lse_parts [num_parts, rows]
+//   (lse_stride apart), o [rows, head_dim], lse [rows], with rows = n * num_heads.
 __global__ void MergeStateKernel(const float* __restrict__ o_parts,
                                  const float* __restrict__ lse_parts, float* __restrict__ o,
                                  float* __restrict__ lse, int64_t num_parts, int64_t rows,
-                                 int64_t head_dim) {
+                                 int64_t head_dim, int64_t o_stride, int64_t lse_stride) {
   const int64_t total = rows * head_dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -40,8 +40,8 @@ __global__ void MergeStateKernel(const float* __restrict__ o_parts,
       for (int j = 0; j < kPartsAhead; ++j) {
         const int64_t p = p0 + j;
         if (p < num_parts) {
-          part_lse[j] = lse_parts[p * rows + r];
-          part_o[j] = o_parts[(p * rows + r) * head_dim + c];
+          part_lse[j] = lse_parts[p * lse_stride + r];
+          part_o[j] = o_parts[p * o_stride + r * head_dim + c];
         }
       }
 #pragma unroll
@@ -126,7 +126,9 @@ Status MergeStateCuda(const MergeStateArgs& args, cudaStream_t stream) {
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, kMaxBlocks);
   MergeStateKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       args.o_parts.as<const float>(), args.lse_parts.as<const float>(), args.o.as<float>(),
-      args.lse.as<float>(), num_parts, rows, head_dim);
+      args.lse.as<float>(), num_parts, rows, head_dim,
+      args.part_stride > 0 ? args.part_stride : rows * head_dim,
+      args.part_stride > 0 ? args.part_stride : rows);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }

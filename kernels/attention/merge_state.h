@@ -18,6 +18,12 @@ struct MergeStateArgs {
   TensorView o;
   // [n, num_heads] F32: the merged natural-log LSE; -inf where every part is empty.
   TensorView lse;
+  // Elements (F32) from one part to the next, in o_parts and in lse_parts alike; 0: the parts
+  // are packed as their shapes say (n * num_heads * head_dim and n * num_heads apart). Partials
+  // all-gathered from several ranks as one buffer per rank, o then lse, merge where they lie: the
+  // stride is one rank's buffer, lse_parts starts after the first rank's o. When set, at least
+  // n * num_heads * head_dim.
+  int64_t part_stride = 0;
 };
 
 // Checks MergeStateArgs' shapes and dtypes (not the data, which may live on a device).

@@ -33,6 +33,9 @@ Status MergeStateCheckArgs(const MergeStateArgs& args) {
   const int64_t num_heads = args.o_parts.dim(2), head_dim = args.o_parts.dim(3);
   MP_RETURN_IF_ERROR(CheckTensor(args.o_parts, "merge_state o_parts", DType::kF32,
                                  Shape{num_parts, n, num_heads, head_dim}));
+  MP_REQUIRE(args.part_stride == 0 || args.part_stride >= n * num_heads * head_dim,
+             "merge_state: part_stride ", args.part_stride, " is below a part's ",
+             n * num_heads * head_dim, " output elements");
   MP_RETURN_IF_ERROR(CheckTensor(args.lse_parts, "merge_state lse_parts", DType::kF32,
                                  Shape{num_parts, n, num_heads}));
   MP_RETURN_IF_ERROR(
@@ -45,19 +48,22 @@ Status MergeStateRef(const MergeStateArgs& args) {
   const int64_t num_parts = args.o_parts.dim(0), n = args.o_parts.dim(1);
   const int64_t num_heads = args.o_parts.dim(2), head_dim = args.o_parts.dim(3);
   const float* lse_parts = args.lse_parts.as<const float>();
-  for (int64_t i = 0; i < args.lse_parts.NumElements(); ++i)
-    MP_RETURN_IF_ERROR(CheckLse(lse_parts[i], "lse_parts", i));
+  const int64_t rows = n * num_heads;
+  const int64_t o_stride = args.part_stride > 0 ? args.part_stride : rows * head_dim;
+  const int64_t lse_stride = args.part_stride > 0 ? args.part_stride : rows;
+  for (int64_t p = 0; p < num_parts; ++p)
+    for (int64_t r = 0; r < rows; ++r)
+      MP_RETURN_IF_ERROR(CheckLse(lse_parts[p * lse_stride + r], "lse_parts", p * rows + r));
 
   // Accumulating in double makes this the oracle for fp32 kernels: the only roundings that
   // matter are the final conversions to float.
-  const int64_t rows = n * num_heads;
   std::vector<double> acc(head_dim);
   for (int64_t r = 0; r < rows; ++r) {
     State state = State::Empty();
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t p = 0; p < num_parts; ++p) {
-      const State::Factors f = state.Merge(State::FromLse(lse_parts[p * rows + r]));
-      const float* o_part = args.o_parts.as<const float>() + (p * rows + r) * head_dim;
+      const State::Factors f = state.Merge(State::FromLse(lse_parts[p * lse_stride + r]));
+      const float* o_part = args.o_parts.as<const float>() + p * o_stride + r * head_dim;
       for (int64_t c = 0; c < head_dim; ++c) acc[c] = f.Apply(acc[c], o_part[c]);
     }
     const double out_scale = state.OutputScale();

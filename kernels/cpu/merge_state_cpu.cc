@@ -16,10 +16,11 @@ constexpr int64_t kRowsPerItem = 64;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // MergeStateRef's rule for an LSE value: finite or -inf.
-Status CheckLses(const float* lse, int64_t n, const char* what) {
+// `first`: the index the message gives lse[0] (a part's rows within all parts).
+Status CheckLses(const float* lse, int64_t n, const char* what, int64_t first = 0) {
   for (int64_t i = 0; i < n; ++i)
-    MP_REQUIRE(!std::isnan(lse[i]) && lse[i] != INFINITY, "merge_state: ", what, "[", i, "] is ",
-               lse[i], "; an LSE must be finite or -inf");
+    MP_REQUIRE(!std::isnan(lse[i]) && lse[i] != INFINITY, "merge_state: ", what, "[", first + i,
+               "] is ", lse[i], "; an LSE must be finite or -inf");
   return OkStatus();
 }
 
@@ -47,16 +48,20 @@ Status MergeStateCpu(const MergeStateArgs& args) {
   const int64_t num_parts = args.o_parts.dim(0), n = args.o_parts.dim(1);
   const int64_t num_heads = args.o_parts.dim(2), head_dim = args.o_parts.dim(3);
   const float* lse_parts = args.lse_parts.as<const float>();
-  MP_RETURN_IF_ERROR(CheckLses(lse_parts, args.lse_parts.NumElements(), "lse_parts"));
   const int64_t rows = n * num_heads;
+  const int64_t o_stride = args.part_stride > 0 ? args.part_stride : rows * head_dim;
+  const int64_t lse_stride = args.part_stride > 0 ? args.part_stride : rows;
+  for (int64_t p = 0; p < num_parts; ++p)
+    MP_RETURN_IF_ERROR(CheckLses(lse_parts + p * lse_stride, rows, "lse_parts", p * rows));
   const double work = static_cast<double>(rows) * static_cast<double>(num_parts) * head_dim * 3;
   cpu::ParallelFor(CeilDiv(rows, kRowsPerItem), work, [&](int64_t item) {
     for (int64_t r = item * kRowsPerItem; r < std::min(rows, (item + 1) * kRowsPerItem); ++r) {
       State state = State::Empty();
       float* o = args.o.as<float>() + r * head_dim;
       for (int64_t p = 0; p < num_parts; ++p) {
-        const State::Factors f = state.Merge(State::FromLse(lse_parts[p * rows + r]));
-        ApplyFactors(o, args.o_parts.as<const float>() + (p * rows + r) * head_dim, head_dim, f);
+        const State::Factors f = state.Merge(State::FromLse(lse_parts[p * lse_stride + r]));
+        ApplyFactors(o, args.o_parts.as<const float>() + p * o_stride + r * head_dim, head_dim,
+                     f);
       }
       if (state.IsEmpty()) std::fill_n(o, head_dim, 0.0f);
       const float out_scale = static_cast<float>(state.OutputScale());

@@ -60,9 +60,12 @@ struct AttentionScratch {
   TensorView o_part;   // [rows, heads * head_dim] F32: one attention call's output
   TensorView lse_part; // [rows, heads] F32
   TensorView ring_k[2], ring_v[2];  // [ring_rows, kv_heads, head_dim] KV dtype (several ranks)
-  // Decode partials of every rank, for up to gather_rows tokens at once:
-  TensorView gathered_o;    // [ranks, gather_rows, heads, head_dim] F32
-  TensorView gathered_lse;  // [ranks, gather_rows, heads] F32
+  // Decode partials of up to gather_rows tokens at once, for n tokens laid out as o
+  // [n, heads, head_dim] then lse [n, heads] F32 (one all-gather moves both): this rank's, and
+  // every rank's one after another (n * heads * (head_dim + 1) apart).
+  TensorView partials;  // [gather_rows * heads * (head_dim + 1)] F32
+  TensorView gathered;  // [ranks, gather_rows * heads * (head_dim + 1)] F32
+  int64_t gather_rows = 0;
   int64_t attention_rows = 0;  // query rows per attention call in prefill
 };
 

@@ -246,22 +246,27 @@ Status Engine::AttendDecode(int64_t layer, std::span<Entry> run, AttentionEnv& e
   if (comm_->size() == 1) {
     MP_RETURN_IF_ERROR(DecodePartials(run, inputs, env, o_out, lse_out));
   } else {
-    MP_ASSIGN_OR_RETURN(TensorView o_part, Reshape(SliceRows(ws.o_part.view(), 0, n), o_shape));
-    TensorView lse_part = SliceRows(ws.lse_part.view(), 0, n);
+    // This rank's partials as o then lse in one buffer, so that one all-gather moves both.
+    const int64_t ranks = comm_->size(), heads = c.num_attention_heads;
+    const int64_t o_size = n * heads * c.head_dim, per_rank = o_size + n * heads;
+    MP_ASSIGN_OR_RETURN(const TensorView send, SubView(env.scratch.partials, 0, Shape{per_rank}));
+    MP_ASSIGN_OR_RETURN(const TensorView o_part, SubView(send, 0, o_shape));
+    MP_ASSIGN_OR_RETURN(const TensorView lse_part, SubView(send, o_size, Shape{n, heads}));
     MP_RETURN_IF_ERROR(DecodePartials(run, inputs, env, o_part, lse_part));
     MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.attention_s));
-    // Only O(tokens x heads x head_dim) values per rank cross the wire, merged by log-sum-exp.
-    const int64_t ranks = comm_->size();
-    MP_ASSIGN_OR_RETURN(TensorView gathered_o,
-                        SubView(env.scratch.gathered_o, 0,
-                                Shape{ranks, n, c.num_attention_heads, c.head_dim}));
-    MP_ASSIGN_OR_RETURN(TensorView gathered_lse,
-                        SubView(env.scratch.gathered_lse, 0, Shape{ranks, n, c.num_attention_heads}));
-    MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(o_part), gathered_o));
-    MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(lse_part), gathered_lse));
-    MP_RETURN_IF_ERROR(backend_->MergeState(
-        {AsConst(gathered_o), AsConst(gathered_lse), o_out, lse_out}));
-    stats_.comm_bytes += static_cast<int64_t>(o_part.NumBytes() + lse_part.NumBytes());
+    // Only O(tokens x heads x head_dim) values per rank cross the wire, merged by log-sum-exp
+    // where they arrive (each rank's o and lse one buffer apart).
+    MP_ASSIGN_OR_RETURN(const TensorView recv,
+                        SubView(env.scratch.gathered, 0, Shape{ranks, per_rank}));
+    MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(send), recv));
+    const float* gathered = recv.as<const float>();
+    MergeStateArgs merge{{gathered, DType::kF32, Shape{ranks, n, heads, c.head_dim}},
+                         {gathered + o_size, DType::kF32, Shape{ranks, n, heads}},
+                         o_out,
+                         lse_out,
+                         per_rank};
+    MP_RETURN_IF_ERROR(backend_->MergeState(merge));
+    stats_.comm_bytes += static_cast<int64_t>(send.NumBytes());
     MP_RETURN_IF_ERROR(env.profiler.Mark(&stats_.comm_wait_s));
   }
   for (size_t i = 0; i < run.size(); ++i)
@@ -283,9 +288,7 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
   // Decode tokens of consecutive entries with batchable strategies (and equal windows) attend in
   // one call; a merge across ranks takes as many as its buffers hold.
   const size_t max_run =
-      comm_->size() == 1 ? entries.size()
-                         : static_cast<size_t>(std::min(env.scratch.o_part.dim(0),
-                                                        env.scratch.gathered_o.dim(1)));
+      comm_->size() == 1 ? entries.size() : static_cast<size_t>(env.scratch.gather_rows);
   auto batchable = [&](const Entry& e) {
     return !e.prefill() && e.seq->attention(layer).decode->batchable();
   };

@@ -87,11 +87,9 @@ Status Workspace::ReserveGather(int ranks, int64_t rows) {
   ranks = std::max(ranks, gather_ranks_);
   rows = std::max(rows, gather_rows_);
   const ModelConfig& c = config_;
-  MP_ASSIGN_OR_RETURN(gathered_o_, backend_.Allocate(DType::kF32, Shape{ranks, rows,
-                                                                        c.num_attention_heads,
-                                                                        c.head_dim}));
-  MP_ASSIGN_OR_RETURN(gathered_lse_,
-                      backend_.Allocate(DType::kF32, Shape{ranks, rows, c.num_attention_heads}));
+  const int64_t per_rank = rows * c.num_attention_heads * (c.head_dim + 1);
+  MP_ASSIGN_OR_RETURN(partials_, backend_.Allocate(DType::kF32, Shape{per_rank}));
+  MP_ASSIGN_OR_RETURN(gathered_, backend_.Allocate(DType::kF32, Shape{ranks, per_rank}));
   gather_ranks_ = ranks;
   gather_rows_ = rows;
   ++epoch_;
@@ -118,7 +116,7 @@ int64_t Workspace::NumBytes() const {
                                  &normed, &k,
                                  &v, &qkv, &o_part, &lse_part, &gate_up, &silu_out, &logits,
                                  &ring_k_[0], &ring_k_[1], &ring_v_[0], &ring_v_[1],
-                                 &gathered_o_, &gathered_lse_})
+                                 &partials_, &gathered_})
     bytes += t->NumBytes();
   return static_cast<int64_t>(bytes);
 }
@@ -131,8 +129,9 @@ AttentionScratch Workspace::Scratch() const {
     s.ring_k[i] = ring_k_[i].view();
     s.ring_v[i] = ring_v_[i].view();
   }
-  s.gathered_o = gathered_o_.view();
-  s.gathered_lse = gathered_lse_.view();
+  s.partials = partials_.view();
+  s.gathered = gathered_.view();
+  s.gather_rows = gather_rows_;
   s.attention_rows = std::max<int64_t>(1, shape_.attention_chunk);
   return s;
 }

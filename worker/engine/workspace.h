@@ -85,8 +85,9 @@ class Workspace {
   int gather_ranks_ = 0;
   int64_t gather_rows_ = 0;
   BackendTensor ring_k_[2], ring_v_[2];
-  // [ranks, gather_rows, heads, head_dim], [ranks, gather_rows, heads]
-  BackendTensor gathered_o_, gathered_lse_;
+  // Decode partials, o then lse: this rank's [gather_rows * heads * (head_dim + 1)] and every
+  // rank's [ranks, the same].
+  BackendTensor partials_, gathered_;
 };
 
 }  // namespace millipede

@@ -73,6 +73,38 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MergeStateCudaTest,
                                            Case{7, 33, 8, 128}, Case{3, 1, 32, 96},
                                            Case{0, 4, 2, 64}));
 
+// Partials as several ranks' all-gathered buffers, o then lse, merged where they lie
+// (part_stride): the kernel reads what the reference reads.
+TEST(MergeStateCudaStrideTest, GatheredBuffersMatchReference) {
+  if (!testing::HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  for (const Case c : {Case{2, 1, 32, 128}, Case{4, 3, 8, 64}, Case{8, 2, 32, 128}}) {
+    const int64_t o_size = c.n * c.num_heads * c.head_dim, rows = c.n * c.num_heads;
+    const int64_t stride = o_size + rows;
+    HostTensor gathered = RandomTensor(DType::kF32, {c.num_parts * stride}, 31, -2.0f, 2.0f);
+    std::mt19937 rng(32);
+    for (int64_t p = 0; p < c.num_parts; ++p)
+      for (int64_t r = 0; r < rows; ++r)
+        gathered.data<float>()[p * stride + o_size + r] =
+            rng() % 5 == 0 ? -kInf : static_cast<float>(rng() % 2000) / 100.0f - 10.0f;
+    OpCheck check("merge_state strided");
+    const int ig = check.Input(gathered);
+    const int io = check.Output("o", PoisonedF32({c.n, c.num_heads, c.head_dim}),
+                                Tolerance::Elementwise(1e-5, 1e-6));
+    const int ilse =
+        check.Output("lse", PoisonedF32({c.n, c.num_heads}), Tolerance::Elementwise(1e-6, 1e-6));
+    ASSERT_TRUE(check.Run(
+        [&](const OpCheck::Tensors& t) {
+          const float* g = t.cview(ig).as<const float>();
+          return MergeStateArgs{{g, DType::kF32, {c.num_parts, c.n, c.num_heads, c.head_dim}},
+                                {g + o_size, DType::kF32, {c.num_parts, c.n, c.num_heads}},
+                                t.view(io),
+                                t.view(ilse),
+                                stride};
+        },
+        MergeStateRef, MergeStateCuda));
+  }
+}
+
 TEST(MergeStateCudaArgsTest, RejectsBadShapes) {
   // Host memory stands in for device memory: validation fails before anything is launched.
   std::vector<float> fake(2 * 3 * 4 * 9);

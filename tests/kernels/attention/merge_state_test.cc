@@ -158,6 +158,30 @@ TEST(MergeStateTest, InPlaceFromEmptyStateAndWithEmptyOther) {
   EXPECT_TRUE(Same({ToFloats(o), ToFloats(lse)}, a, 0.0));
 }
 
+// Parts laid out as several ranks' all-gathered buffers (o then lse, one buffer per part, with
+// room to spare): part_stride merges them where they lie, as the packed parts merge. A stride
+// below a part's output is refused.
+TEST(MergeStateTest, PartStrideMergesGatheredBuffersInPlace) {
+  const std::vector<Part> parts = {RandomPart(21), EmptyPart(), RandomPart(22), RandomPart(23)};
+  const int64_t o_size = kN * kHeads * kDim, stride = o_size + kN * kHeads + 5;
+  const int64_t p = static_cast<int64_t>(parts.size());
+  std::vector<float> gathered(static_cast<size_t>(p * stride), kNaN);
+  for (int64_t i = 0; i < p; ++i) {
+    std::copy(parts[i].o.begin(), parts[i].o.end(), gathered.begin() + i * stride);
+    std::copy(parts[i].lse.begin(), parts[i].lse.end(), gathered.begin() + i * stride + o_size);
+  }
+  HostTensor o = PoisonedF32({kN, kHeads, kDim}), lse = PoisonedF32({kN, kHeads});
+  MergeStateArgs args{{gathered.data(), DType::kF32, {p, kN, kHeads, kDim}},
+                      {gathered.data() + o_size, DType::kF32, {p, kN, kHeads}},
+                      o.view(),
+                      lse.view(),
+                      stride};
+  ASSERT_TRUE(MergeStateRef(args).ok());
+  EXPECT_TRUE(Same({ToFloats(o), ToFloats(lse)}, Merge(parts), 0));
+  args.part_stride = o_size - 1;
+  EXPECT_EQ(MergeStateRef(args).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(MergeStateTest, RejectsNaNAndPlusInfinityLse) {
   for (float bad : {kNaN, kInf}) {
     Part a = RandomPart(16);

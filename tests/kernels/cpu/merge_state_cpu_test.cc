@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "tests/kernels/cpu/cpu_test_util.h"
 
@@ -47,6 +49,34 @@ TEST(MergeStateCpuTest, MatchesReference) {
       EXPECT_TRUE(testing::AllClose(o.Read(), ref_o, 1e-6, 1e-7));
       EXPECT_TRUE(testing::AllClose(lse.Read(), ref_lse, 1e-7, 1e-7));
     }
+}
+
+// Parts as all-gathered buffers, o then lse, part_stride apart: the reference's result.
+TEST(MergeStateCpuTest, PartStrideMatchesReference) {
+  for (const int64_t n : {1, 40}) {
+    const int64_t parts = 4, heads = 3, d = 80, o_size = n * heads * d;
+    const int64_t stride = o_size + n * heads + 3;
+    HostTensor o_parts, lse_parts;
+    MakeParts(parts, n, heads, d, 70 + n, &o_parts, &lse_parts);
+    std::vector<float> gathered(static_cast<size_t>(parts * stride), 0.0f);
+    for (int64_t p = 0; p < parts; ++p) {
+      std::copy_n(o_parts.data<float>() + p * o_size, o_size, gathered.begin() + p * stride);
+      std::copy_n(lse_parts.data<float>() + p * n * heads, n * heads,
+                  gathered.begin() + p * stride + o_size);
+    }
+    HostTensor ref_o = PoisonedF32({n, heads, d}), ref_lse = PoisonedF32({n, heads});
+    ASSERT_TRUE(
+        MergeStateRef({CView(o_parts), CView(lse_parts), ref_o.view(), ref_lse.view()}).ok());
+    GuardedTensor o(PoisonedF32({n, heads, d})), lse(PoisonedF32({n, heads}));
+    ASSERT_TRUE(MergeStateCpu({{gathered.data(), DType::kF32, {parts, n, heads, d}},
+                               {gathered.data() + o_size, DType::kF32, {parts, n, heads}},
+                               o.view(),
+                               lse.view(),
+                               stride})
+                    .ok());
+    EXPECT_TRUE(testing::AllClose(o.Read(), ref_o, 1e-6, 1e-7));
+    EXPECT_TRUE(testing::AllClose(lse.Read(), ref_lse, 1e-7, 1e-7));
+  }
 }
 
 TEST(MergeStateCpuTest, InPlaceMatchesReference) {
