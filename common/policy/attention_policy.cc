@@ -20,8 +20,13 @@ bool IsLayerWide(DecodeRole r) {
   return r == DecodeRole::kFilter || r == DecodeRole::kSelected || r == DecodeRole::kStaticEviction;
 }
 
+// Token counts and sizes beyond any context are refused, so that no sum of them overflows.
+constexpr int64_t kMaxPolicyValue = int64_t{1} << 40;
+
 Status CheckPositive(int64_t value, const std::string& where, const char* name) {
   MP_REQUIRE(value > 0, where, ": ", name, " must be positive, got ", value);
+  MP_REQUIRE(value <= kMaxPolicyValue, where, ": ", name, " is ", value,
+             ", beyond any context (at most 2^40)");
   return OkStatus();
 }
 
@@ -182,6 +187,8 @@ Status ValidateAttentionPolicy(const AttentionPolicy& policy, int64_t num_layers
              policy.layers.size(), " layers for a model of ", num_layers);
   MP_REQUIRE(policy.dense_below_tokens >= 0, what, ": dense_below_tokens must be >= 0, got ",
              policy.dense_below_tokens);
+  MP_REQUIRE(policy.dense_below_tokens <= kMaxPolicyValue, what, ": dense_below_tokens is ",
+             policy.dense_below_tokens, ", beyond any context (at most 2^40)");
   MP_RETURN_IF_ERROR(CheckPositive(policy.filter.top_k, what, "filter.top_k"));
   MP_RETURN_IF_ERROR(
       CheckPositive(policy.streaming_head.sink_tokens, what, "streaming_head.sink_tokens"));

@@ -106,9 +106,14 @@ std::vector<int64_t> Sequence::HostTierCandidates(const AttentionPolicy& policy)
 
 bool Sequence::SplitsKvHeads(const SequenceOptions& options) {
   if (!options.split_kv_heads) return false;
-  const int64_t streaming = StreamingKvStore::CapacityFor(StreamingHeadRetention(options.policy),
-                                                          StepRows(options));
-  if (options.capacity <= 2 * streaming) return false;
+  const KvRetention r = StreamingHeadRetention(options.policy);
+  // Windows, sinks or a dense fallback as long as the sequence: nothing to drop (and no sum that
+  // could overflow below).
+  const int64_t step = StepRows(options);
+  if (r.window_tokens >= options.capacity || r.sink_tokens >= options.capacity ||
+      r.keep_all_below >= options.capacity || step >= options.capacity)
+    return false;
+  if (options.capacity <= 2 * StreamingKvStore::CapacityFor(r, step)) return false;
   for (size_t l = 0; l < options.policy.layers.size(); ++l)
     if (!LayerHeadGroups(options.policy, static_cast<int64_t>(l)).empty()) return true;
   return false;

@@ -196,6 +196,11 @@ TEST(AttentionPolicyTest, EveryMistakeIsNamed) {
   ExpectErrorMentions(R"({"version": 1, "streaming_head": {"sink_tokens": -1}})",
                       "streaming_head.sink_tokens must be positive");
   ExpectErrorMentions(R"({"version": 1, "dense_below_tokens": -5})", "dense_below_tokens");
+  // Counts beyond any context, whose sums would overflow the stores' sizes.
+  ExpectErrorMentions(R"({"version": 1, "streaming_head": {"window_tokens": 9000000000000000000}})",
+                      "streaming_head.window_tokens is 9000000000000000000, beyond any context");
+  ExpectErrorMentions(R"({"version": 1, "dense_below_tokens": 2000000000000})",
+                      "dense_below_tokens is 2000000000000, beyond any context");
   ExpectErrorMentions(R"({"version": 1, "version": 1})", "duplicate field \"version\"");
   ExpectErrorMentions(R"({"version": 1)", "policy.json");
   ExpectErrorMentions(R"([1, 2])", "must be a JSON object");
