@@ -240,5 +240,44 @@ TEST(EnginePolicyTest, StaticEvictionKeepsHeavyHittersAndRecentTokens) {
   EXPECT_NE(evicted->ids, full->ids);
 }
 
+// DuoAttention's mixed layers keep a store per group of KV heads where that saves memory: the
+// memory plan counts exactly the stores the sequence allocates (the full head's every row, the
+// streaming head's sinks, two windows and a step), and the shared staging within its head-group
+// buffers. Short sequences, split_kv_heads off and streaming heads whose a-shape prefill reaches
+// beyond their window keep one store of every row.
+TEST(EnginePolicyTest, PerGroupStoresAreWhatTheMemoryPlanCounts) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const ModelConfig& c = e.config();
+  ASSERT_EQ(c.num_key_value_heads, 2);
+  auto duo = [&](int64_t a_shape_window) {
+    return testing::PolicyFor(e, R"({"version": 1,
+        "default": {"prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]},
+        "a_shape": {"sink_tokens": 2, "window_tokens": )" + std::to_string(a_shape_window) + R"(},
+        "streaming_head": {"sink_tokens": 2, "window_tokens": 8}})");
+  };
+  const int64_t row = 2 * c.head_dim * 4;  // one KV head's K and V rows, F32
+  const int64_t capacity = 1000, step = 50;
+  SequenceOptions o{capacity, step, duo(8)};
+  EXPECT_TRUE(Sequence::SplitsKvHeads(o));
+  auto plan = e.PlanSequence(o, step);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->kv_bytes, c.num_hidden_layers * (capacity + 2 + 2 * 8 + step) * row);
+  ASSERT_TRUE(e.StartSequence(Engine::kDefaultSequence, o).ok());
+  // The stores, and one step's staging rows of both heads.
+  EXPECT_EQ(e.KvBytes(), plan->kv_bytes + step * 2 * row);
+  EXPECT_LE(e.KvBytes(), plan->kv_bytes + plan->head_group_bytes);
+  e.EndSequence();
+  EXPECT_FALSE(Sequence::SplitsKvHeads({100, step, duo(8)}));
+  EXPECT_FALSE(Sequence::SplitsKvHeads({capacity, step, duo(20)}));
+  o.split_kv_heads = false;
+  EXPECT_FALSE(Sequence::SplitsKvHeads(o));
+  auto one = e.PlanSequence(o, step);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->kv_bytes, c.num_hidden_layers * capacity * 2 * row);
+  EXPECT_EQ(one->head_group_bytes, 0);
+}
+
 }  // namespace
 }  // namespace millipede
