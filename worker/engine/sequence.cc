@@ -150,10 +150,13 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   if (std::count(host.begin(), host.end(), true) > 0)
     plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options));
   if (widest_pack > 0) {
+    // The staging rows of every head; the packs of a prefill step's widest group, or of every
+    // query head of a decode token.
     const int64_t group = config.num_attention_heads / kv_heads;
+    const int64_t packed_rows =
+        std::max(StepRows(options) * widest_pack * group, config.num_attention_heads);
     plan->head_group_bytes =
-        row * StepRows(options) +
-        HeadPackScratch::BytesFor(StepRows(options), widest_pack * group, config.head_dim);
+        row * StepRows(options) + HeadPackScratch::BytesFor(1, packed_rows, config.head_dim);
   }
   // Per filter layer: its scores, top-k columns and values, chosen rows, the gather index (one
   // block per host-tier K or V, at least one) and head counts; the rows it chooses gathered on the
