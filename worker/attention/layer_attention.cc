@@ -76,27 +76,6 @@ KvRetention StreamingHeadRetention(const AttentionPolicy& policy) {
           policy.dense_below_tokens};
 }
 
-KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer) {
-  const LayerPolicy& lp = policy.layers[static_cast<size_t>(layer)];
-  if (!lp.MixedDecode()) return {};
-  KvHeadGroups groups;
-  for (size_t h = 0; h < lp.decode.size(); ++h) {
-    const HeadPrefillPolicy& prefill = lp.prefill[h];
-    if (IsDynamicSparse(prefill.pattern)) return {};
-    if (lp.decode[h] != DecodeRole::kStreamingHead) {
-      groups.full.push_back(static_cast<int32_t>(h));
-      continue;
-    }
-    if (prefill.pattern != PrefillPattern::kAShape ||
-        prefill.a_shape.sink_tokens > policy.streaming_head.sink_tokens ||
-        prefill.a_shape.window_tokens > policy.streaming_head.window_tokens)
-      return {};
-    groups.streaming.push_back(static_cast<int32_t>(h));
-  }
-  if (groups.full.empty() || groups.streaming.empty()) return {};
-  return groups;
-}
-
 namespace {
 
 // `selection`: the latest filter layer's token selection (a filter layer starts a new one).

@@ -31,13 +31,9 @@ struct LayerAttention {
 // heads, else every row. (The memory plan asks this without building any strategy.)
 KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer);
 
-// The KV heads of layer `layer` by decode role when the layer may keep a store per group: it
-// mixes full and streaming-head decode, has no vertical-slash or block-sparse prefill head, and
-// each streaming head prefills a-shape within the streaming sinks and window (so later steps
-// need no row its store drops). Empty otherwise.
-KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer);
-// What such a layer's streaming heads keep: the policy's streaming_head sinks and window, and
-// every row while the sequence is shorter than dense_below_tokens (prefill is dense there).
+// What the streaming heads of a layer split into groups (common/policy/head_groups.h,
+// LayerHeadGroups) keep: the policy's streaming_head sinks and window, and every row while the
+// sequence is shorter than dense_below_tokens (prefill is dense there).
 KvRetention StreamingHeadRetention(const AttentionPolicy& policy);
 
 // One LayerAttention per layer of a sequence shared by `ranks` ranks. The policy must fit the

@@ -105,18 +105,8 @@ std::vector<int64_t> Sequence::HostTierCandidates(const AttentionPolicy& policy)
 }
 
 bool Sequence::SplitsKvHeads(const SequenceOptions& options) {
-  if (!options.split_kv_heads) return false;
-  const KvRetention r = StreamingHeadRetention(options.policy);
-  // Windows, sinks or a dense fallback as long as the sequence: nothing to drop (and no sum that
-  // could overflow below).
-  const int64_t step = StepRows(options);
-  if (r.window_tokens >= options.capacity || r.sink_tokens >= options.capacity ||
-      r.keep_all_below >= options.capacity || step >= options.capacity)
-    return false;
-  if (options.capacity <= 2 * StreamingKvStore::CapacityFor(r, step)) return false;
-  for (size_t l = 0; l < options.policy.layers.size(); ++l)
-    if (!LayerHeadGroups(options.policy, static_cast<int64_t>(l)).empty()) return true;
-  return false;
+  return options.split_kv_heads &&
+         millipede::SplitsKvHeads(options.policy, options.capacity, StepRows(options));
 }
 
 Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,

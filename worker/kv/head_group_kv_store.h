@@ -15,17 +15,11 @@
 #include <memory>
 #include <vector>
 
+#include "common/policy/head_groups.h"
 #include "worker/kv/device_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 
 namespace millipede {
-
-// A layer's KV heads by what they keep, each list increasing, together every head once.
-struct KvHeadGroups {
-  std::vector<int32_t> full;       // every row
-  std::vector<int32_t> streaming;  // the streaming retention's rows
-  bool empty() const { return full.empty() && streaming.empty(); }
-};
 
 class HeadGroupKvStore final : public KvStoreBase {
  public:

@@ -167,10 +167,12 @@ std::vector<std::vector<float>> ChunkedLogits(Engine& e, const std::vector<int32
   *kv_bytes = e.KvBytes();
   auto record = [&](const std::optional<ConstTensorView>& logits, int owner) {
     std::vector<float> host(static_cast<size_t>(vocab));
-    if (logits.has_value())
+    if (logits.has_value()) {
       EXPECT_TRUE(e.backend().CopyToHost(*logits, {host.data(), DType::kF32, Shape{vocab}}).ok());
-    if (owner >= 0)
+    }
+    if (owner >= 0) {
       EXPECT_TRUE(e.comm().HostBroadcast(host.data(), host.size() * sizeof(float), owner).ok());
+    }
     out.push_back(host);
   };
   for (int64_t begin = 0; begin < n; begin += chunk) {
