@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/policy/head_groups.h"
 #include "common/tokenizer/utf8.h"
 
 namespace millipede {
@@ -36,6 +37,14 @@ int64_t TokensLeft(int64_t prompt, const AdmissionLimits& limits) {
 int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers) {
   const int64_t n = std::max(1, num_workers);
   return 2 * CeilDiv(prompt_tokens, 2 * n) + CeilDiv(std::max<int64_t>(max_new_tokens - 1, 0), n);
+}
+
+int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t positions,
+                      int64_t max_step_tokens, int64_t num_layers, int64_t num_kv_heads) {
+  if (!policy.has_value() || positions <= 0 || num_layers <= 0 || num_kv_heads <= 0)
+    return positions;
+  const int64_t step = max_step_tokens > 0 ? std::min(max_step_tokens, positions) : positions;
+  return CeilDiv(KvHeadRows(*policy, num_kv_heads, positions, step), num_layers * num_kv_heads);
 }
 
 StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
@@ -104,14 +113,19 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
                            std::to_string(max_new) + ") exceeds the context limit of " +
                            std::to_string(limit) + " tokens");
   const int64_t need = KvPositionsPerRank(prompt, max_new, limits.num_workers);
-  if (need > limits.kv_capacity_per_rank)
-    return OutOfRangeError("prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
-                           std::to_string(max_new) + ") needs " + std::to_string(need) +
-                           " KV positions on a worker rank; the workers' KV budget holds " +
-                           std::to_string(limits.kv_capacity_per_rank) + " per rank (" +
-                           std::to_string(limits.kv_capacity_per_rank * limits.num_workers) +
-                           " in all)");
-  return AdmittedJob{std::move(ids), max_new, std::move(policy)};
+  const int64_t cost = KvCostPerRank(policy, need, limits.max_step_tokens, limits.num_layers,
+                                     limits.num_kv_heads);
+  if (cost > limits.kv_capacity_per_rank)
+    return OutOfRangeError(
+        "prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
+        std::to_string(max_new) + ") needs " + std::to_string(need) +
+        " KV positions on a worker rank" +
+        (cost != need ? " (as much memory as " + std::to_string(cost) + " of dense KV)"
+                      : std::string()) +
+        "; the workers' KV budget holds " + std::to_string(limits.kv_capacity_per_rank) +
+        " per rank (" + std::to_string(limits.kv_capacity_per_rank * limits.num_workers) +
+        " in all)");
+  return AdmittedJob{std::move(ids), max_new, std::move(policy), cost};
 }
 
 }  // namespace millipede

@@ -27,6 +27,9 @@ struct AdmissionLimits {
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;
   PolicyCapabilities capabilities;
+  // The most tokens one step adds to a job (the step scheduler's max_step_tokens): the workers
+  // size a job's streaming stores by it. 0: a job's whole reservation.
+  int64_t max_step_tokens = 0;
 };
 
 // A request admitted: what the workers are sent.
@@ -36,19 +39,29 @@ struct AdmittedJob {
   int64_t max_new_tokens = 0;
   // The request's attention policy, parsed and checked once here; none: the workers' own.
   std::optional<AttentionPolicy> policy;
+  // What its KV takes on the busiest rank, in positions of dense KV (KvCostPerRank): what the
+  // limits hold it to and the step scheduler counts.
+  int64_t kv_cost_per_rank = 0;
 };
 
 // KV positions the busiest rank holds for a job: its zig-zag prompt share (at most two chunks
 // of ceil(prompt / 2N)) plus its round-robin share of the decode positions.
 int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers);
 
+// What `positions` KV positions on a rank take under `policy` (none: dense), in positions of
+// dense KV rounded up: its stores' rows (common/policy/head_groups.h, KvHeadRows; a DuoAttention
+// policy's streaming heads keep only their sinks and window once the job is long enough) over a
+// dense position's rows, for steps of up to `max_step_tokens` (0: the whole job).
+int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t positions,
+                      int64_t max_step_tokens, int64_t num_layers, int64_t num_kv_heads);
+
 // The job's prompt ids and policy, after checking everything the workers would refuse and more:
 // InvalidArgument for malformed input (empty or non-UTF-8 prompt, text over max_prompt_bytes
 // (the message counts bytes and characters), both or neither of text and ids, ids outside the
 // vocabulary, max_new_tokens < 1, bad sampling values or logit bias ids, bad stop lists,
 // a malformed attention policy or one for another model shape), OutOfRange when the prompt and
-// its tokens exceed the context limit or the workers' KV capacity (the message names the
-// numbers), Unimplemented for a policy that uses a pattern or role the workers did not report
+// its tokens exceed the context limit or the workers' KV capacity (the job's KvCostPerRank
+// against kv_capacity_per_rank; the message names the numbers), Unimplemented for a policy that uses a pattern or role the workers did not report
 // (CheckPolicyRunnable against limits.capabilities).
 StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
                                    const AdmissionLimits& limits);

@@ -64,7 +64,8 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
               .max_prompt_bytes = options_.max_prompt_bytes,
               .num_layers = link_->facts().num_layers,
               .num_kv_heads = link_->facts().num_kv_heads,
-              .capabilities = link_->facts().capabilities},
+              .capabilities = link_->facts().capabilities,
+              .max_step_tokens = options_.max_step_tokens},
       batch_(std::move(batch)) {}
 
 Scheduler::~Scheduler() = default;
@@ -113,7 +114,8 @@ StatusOr<JobId> Scheduler::SubmitChecked(JobRequest request,
                                          " jobs are waiting (the limit is " +
                                          std::to_string(options_.max_queue) + ")"));
   // Admission already held the job to one rank's KV capacity: the policy takes it.
-  Status added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens);
+  Status added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens,
+                            admitted->kv_cost_per_rank);
   if (!added.ok()) return reject(added);
   job->id = next_id_++;
   d.job_id = job->id;

@@ -42,7 +42,8 @@ int64_t StepScheduler::ReservationPerRank(int64_t prompt_tokens, int64_t max_new
   return KvPositionsPerRank(prompt_tokens, max_new_tokens, num_ranks);
 }
 
-Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens) {
+Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens,
+                          int64_t kv_cost_per_rank) {
   MP_REQUIRE(jobs_.count(job) == 0, "step scheduler: job ", job, " was added twice");
   MP_REQUIRE(prompt_tokens >= 1 && max_new_tokens >= 1, "step scheduler: job ", job, " has prompt ",
              prompt_tokens, " and max_new_tokens ", max_new_tokens);
@@ -50,9 +51,11 @@ Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_
   j.prompt = prompt_tokens;
   j.max_new = max_new_tokens;
   j.reservation = ReservationPerRank(prompt_tokens, max_new_tokens, options_.num_ranks);
-  if (j.reservation > options_.kv_positions_per_rank)
-    return OutOfRangeError("job " + std::to_string(job) + " needs " +
-                           std::to_string(j.reservation) + " KV positions per rank; " +
+  MP_REQUIRE(kv_cost_per_rank >= 0, "step scheduler: job ", job, " has a negative KV cost");
+  j.cost = kv_cost_per_rank > 0 ? kv_cost_per_rank : j.reservation;
+  if (j.cost > options_.kv_positions_per_rank)
+    return OutOfRangeError("job " + std::to_string(job) + " needs " + std::to_string(j.cost) +
+                           " KV positions per rank; " +
                            std::to_string(options_.kv_positions_per_rank) + " exist");
   j.arrival = arrivals_++;
   jobs_[job] = j;
@@ -64,7 +67,7 @@ void StepScheduler::Remove(StepJobId job, bool freed_by_workers) {
   if (it == jobs_.end()) return;
   if (it->second.started) {
     --running_;
-    reserved_ -= it->second.reservation;
+    reserved_ -= it->second.cost;
     memory_blocked_ = false;
     if (!freed_by_workers) pending_ends_.push_back(job);
   }
@@ -140,7 +143,7 @@ PlannedStep StepScheduler::Next() {
     if (tokens_left <= 0) break;
     Job& j = jobs_[id];
     if (!j.started && (memory_blocked_ || running_ >= options_.max_running ||
-                       reserved_ + j.reservation > options_.kv_positions_per_rank))
+                       reserved_ + j.cost > options_.kv_positions_per_rank))
       continue;
     const int64_t chunk = ChunkFor(j, tokens_left, work_left, first);
     if (chunk <= 0) continue;
@@ -148,7 +151,7 @@ PlannedStep StepScheduler::Next() {
       j.started = true;
       j.refused = false;
       ++running_;
-      reserved_ += j.reservation;
+      reserved_ += j.cost;
       step.starts.push_back({id, j.reservation});
     }
     step.entries.push_back({id, PlannedKind::kPrefill, j.prefilled, chunk});
@@ -182,7 +185,7 @@ Status StepScheduler::StartRefused(StepJobId job) {
   j.prefilled = 0;
   j.refused = true;
   --running_;
-  reserved_ -= j.reservation;
+  reserved_ -= j.cost;
   if (running_ == 0)
     return FailedPreconditionError("the workers cannot hold job " + std::to_string(job) +
                                    "'s KV even with no other job running");

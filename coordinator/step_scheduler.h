@@ -42,7 +42,8 @@ struct StepSchedulerOptions {
   int64_t max_step_tokens = 2048;
   // Jobs holding KV at once (at most max_step_tokens: every decoding job runs each step).
   int64_t max_running = 64;
-  // KV positions the busiest rank may hold for every running job together.
+  // KV positions the busiest rank may hold for every running job together (positions of dense
+  // KV: a job whose policy keeps less counts less, Add's kv_cost_per_rank).
   int64_t kv_positions_per_rank = 0;
   // Attention work of a step's prefill chunks: the sum over chunks of chunk x (chunk + the
   // positions before it), in token pairs; 0: no bound. The first chunk of a step gets at least
@@ -92,7 +93,11 @@ class StepScheduler {
 
   // A job joins the queue. InvalidArgument for a duplicate id or sizes below 1, OutOfRange when
   // its reservation alone exceeds kv_positions_per_rank (it could never start).
-  Status Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens);
+  // `kv_cost_per_rank`: what the job's KV takes on the busiest rank, in positions of dense KV,
+  // counted against kv_positions_per_rank (0: its reservation, as dense KV; an attention policy
+  // whose streaming heads keep only a window costs less, AdmittedJob::kv_cost_per_rank).
+  Status Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens,
+             int64_t kv_cost_per_rank = 0);
   // The job leaves (finished, cancelled, failed). Its reservation is released; if it held KV
   // and the workers did not free it themselves, the next step frees it (PlannedStep::ends).
   // Unknown ids are ignored.
@@ -121,6 +126,7 @@ class StepScheduler {
  private:
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
+    int64_t cost = 0;  // its KV in positions of dense KV: what reserved_ counts
     int64_t prefilled = 0;  // committed prompt tokens
     uint64_t arrival = 0;
     bool started = false;

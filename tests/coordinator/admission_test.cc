@@ -71,6 +71,35 @@ TEST_F(AdmissionTest, KvCapacityPerRank) {
   EXPECT_TRUE(AdmitRequest(Ids(40, 21), *tok_, l).ok());
 }
 
+// A DuoAttention policy's streaming heads keep only their sinks and window once the job is long
+// enough, so its KV costs less than dense: a job too large for dense KV is admitted with it.
+TEST_F(AdmissionTest, KvCostFollowsThePolicy) {
+  AdmissionLimits l = Limits();
+  l.context_limit = 100000;
+  l.kv_capacity_per_rank = 1000;
+  l.num_workers = 1;
+  l.max_step_tokens = 16;
+  l.max_prompt_bytes = 1 << 20;
+  const std::string duo = R"({"version": 1,
+      "default": {"prefill": ["dense", "a-shape"], "decode": ["full", "streaming-head"]},
+      "a_shape": {"sink_tokens": 2, "window_tokens": 8},
+      "streaming_head": {"sink_tokens": 2, "window_tokens": 8}})";
+  ExpectError(AdmitRequest(Ids(1500, 1), *tok_, l), StatusCode::kOutOfRange, "1500 KV positions");
+  JobRequest r = Ids(1500, 1);
+  r.policy_json = duo;
+  auto job = AdmitRequest(r, *tok_, l);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // Per layer: the full head's 1500 rows and the streaming head's 2 + 2 x 8 + 16, over the 2
+  // heads of a dense position, for both layers.
+  EXPECT_EQ(job->kv_cost_per_rank, (2 * (1500 + 34) + 3) / 4);
+  EXPECT_EQ(AdmitRequest(Ids(50, 1), *tok_, l)->kv_cost_per_rank, 50);
+  r = Ids(2100, 1);
+  r.policy_json = duo;
+  ExpectError(AdmitRequest(r, *tok_, l), StatusCode::kOutOfRange,
+              "needs 2100 KV positions on a worker rank (as much memory as 1067 of dense KV)");
+  EXPECT_EQ(KvCostPerRank(std::nullopt, 700, 16, 2, 2), 700);
+}
+
 TEST_F(AdmissionTest, BadInputsAreInvalidArguments) {
   JobRequest empty;
   ExpectError(AdmitRequest(empty, *tok_, Limits()), StatusCode::kInvalidArgument, "empty");

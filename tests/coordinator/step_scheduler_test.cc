@@ -216,6 +216,38 @@ TEST(StepSchedulerTest, JobsWaitForKvAndARefusedStartHoldsTheQueue) {
   EXPECT_EQ(s.StartRefused(2).code(), StatusCode::kFailedPrecondition);
 }
 
+// A job whose KV costs less than dense (a DuoAttention policy's streaming heads keep only their
+// window) counts its cost against the KV, while its start still reserves all its positions.
+TEST(StepSchedulerTest, AJobsKvCostIsWhatItHoldsAgainstTheBudget) {
+  StepScheduler s = Make(Options(1, 1000, 100));
+  ASSERT_TRUE(s.Add(1, 60, 11, 35).ok());  // 70 positions, as much memory as 35 of dense KV
+  ASSERT_TRUE(s.Add(2, 60, 11, 35).ok());
+  ASSERT_TRUE(s.Add(3, 60, 11).ok());      // dense: 70
+  EXPECT_EQ(s.Add(4, 200, 1, 90).code(), StatusCode::kOk);  // 200 positions, cost 90
+  EXPECT_EQ(s.Add(5, 60, 11, 101).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(s.Add(6, 60, 11, -1).code(), StatusCode::kInvalidArgument);
+  PlannedStep step = s.Next();
+  ASSERT_EQ(step.starts.size(), 2u);  // 35 + 35; the dense job's 70 would exceed 100
+  EXPECT_EQ(step.starts[0].capacity_per_rank, 70);
+  EXPECT_EQ(s.reserved_per_rank(), 70);
+  s.Completed(step);
+  s.Remove(1, true);
+  s.Remove(2, true);
+  EXPECT_EQ(s.reserved_per_rank(), 0);
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(s.reserved_per_rank(), 70);
+  // Refused: its cost is released.
+  ASSERT_TRUE(s.Add(7, 10, 1, 20).ok());
+  s.Completed(step);
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].job, 7u);
+  EXPECT_EQ(s.reserved_per_rank(), 90);
+  ASSERT_TRUE(s.StartRefused(7).ok());
+  EXPECT_EQ(s.reserved_per_rank(), 70);
+}
+
 // A random load run to the end: every step within its budget, reservations within the KV,
 // every job's chunks tiling its prompt in order, and nothing held at the end.
 TEST(StepSchedulerTest, RandomLoadKeepsEveryInvariant) {
