@@ -330,6 +330,28 @@ def scenario_limits(bin_dir, model):
     finally:
         svc.stop()
 
+    # A DuoAttention policy whose streaming heads keep only their window (steps of 32 tokens):
+    # a job too large for the budget in dense KV fits it, is admitted and served.
+    policy = os.path.join(os.path.dirname(model), "duo-limits.json")
+    with open(policy, "w") as f:
+        f.write('{"version": 1, "default": {"prefill": ["dense", "a-shape"], '
+                '"decode": ["full", "streaming-head"]}, '
+                '"a_shape": {"sink_tokens": 4, "window_tokens": 16}, '
+                '"streaming_head": {"sink_tokens": 4, "window_tokens": 16}}')
+    svc = Service(bin_dir, model, coordinator_args=["--max-step-tokens", "32",
+                                                    "--max-running", "8"],
+                  worker_args=["--kv-budget-mb", "0.25"])
+    try:
+        # 258 positions on the busiest rank: over the 256 of dense KV, 163 with the policy's.
+        expect_error(svc.submit("-", "--ids", "--max-tokens", "16", stdin=long_ids(500)),
+                     "OUT_OF_RANGE", "258 KV positions")
+        r = svc.submit("-", "--ids", "--max-tokens", "16", "--ignore-eos", "--json",
+                       "--policy", policy, stdin=long_ids(500))
+        check(r.rc == 0, f"a DuoAttention job within its KV cost failed: {r}")
+        check(len(r.json()["ids"]) == 16, f"the DuoAttention job's tokens: {r.json()}")
+    finally:
+        svc.stop()
+
     t0 = time.time()
     try:
         Service(bin_dir, model, worker_args=["--backend", "tpu"])
