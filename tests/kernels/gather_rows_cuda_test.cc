@@ -24,15 +24,8 @@ namespace {
 using testing::DeviceTensor;
 using testing::HaveGpu;
 using testing::OpCheck;
+using testing::RandomBytes;
 using testing::Tolerance;
-
-HostTensor RandomBytes(DType dtype, const Shape& shape, uint64_t seed) {
-  HostTensor t(dtype, shape);
-  std::mt19937_64 rng(seed);
-  auto* bytes = static_cast<unsigned char*>(t.view().data);
-  for (size_t i = 0; i < t.NumBytes(); ++i) bytes[i] = static_cast<unsigned char>(rng());
-  return t;
-}
 
 HostTensor RandomIndex(DType dtype, int64_t m, int64_t n, uint64_t seed) {
   HostTensor t(dtype, {m});

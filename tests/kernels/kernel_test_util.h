@@ -32,6 +32,15 @@ inline HostTensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed, f
 }
 
 // A tensor holding `values` (converted to `dtype`).
+// Random bytes of any dtype (ops that move data as bytes compare bit for bit).
+inline HostTensor RandomBytes(DType dtype, const Shape& shape, uint64_t seed) {
+  HostTensor t(dtype, shape);
+  std::mt19937_64 rng(seed);
+  auto* bytes = static_cast<unsigned char*>(t.view().data);
+  for (size_t i = 0; i < t.NumBytes(); ++i) bytes[i] = static_cast<unsigned char>(rng());
+  return t;
+}
+
 inline HostTensor TensorOf(DType dtype, const Shape& shape, const std::vector<float>& values) {
   HostTensor t(dtype, shape);
   EXPECT_EQ(static_cast<int64_t>(values.size()), t.NumElements());
