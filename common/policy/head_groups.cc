@@ -3,14 +3,6 @@
 #include <algorithm>
 
 namespace millipede {
-namespace {
-
-bool IsDynamicSparse(PrefillPattern p) {
-  return p == PrefillPattern::kVerticalSlash || p == PrefillPattern::kBlockSparse;
-}
-
-}  // namespace
-
 KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer) {
   const LayerPolicy& lp = policy.layers[static_cast<size_t>(layer)];
   if (!lp.MixedDecode()) return {};

@@ -63,14 +63,13 @@ HeadWindows GroupWindows(const HeadWindows& layer, const std::vector<int32_t>& k
   return w;
 }
 
-HeadGroupPrefill::HeadGroupPrefill(KvHeadGroups groups, int64_t group,
+HeadGroupPrefill::HeadGroupPrefill(const KvHeadGroups& groups, int64_t group,
                                    const HeadWindows& windows, const KvRetention& streaming,
                                    int64_t windowed_from, std::shared_ptr<HeadPackScratch> scratch)
-    : groups_(std::move(groups)),
-      streaming_(streaming),
-      packs_{HeadPack(groups_.full, group), HeadPack(groups_.streaming, group)},
-      rings_{RingPrefill(GroupWindows(windows, groups_.full), windowed_from),
-             RingPrefill(GroupWindows(windows, groups_.streaming), windowed_from)},
+    : streaming_(streaming),
+      packs_{HeadPack(groups.full, group), HeadPack(groups.streaming, group)},
+      rings_{RingPrefill(GroupWindows(windows, groups.full), windowed_from),
+             RingPrefill(GroupWindows(windows, groups.streaming), windowed_from)},
       scratch_(std::move(scratch)) {}
 
 Status HeadGroupPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
@@ -120,13 +119,12 @@ std::vector<int32_t> Concat(const std::vector<int32_t>& a, const std::vector<int
 
 }  // namespace
 
-HeadGroupDecode::HeadGroupDecode(KvHeadGroups groups, int64_t group,
+HeadGroupDecode::HeadGroupDecode(const KvHeadGroups& groups, int64_t group,
                                  const KvRetention& streaming,
                                  std::shared_ptr<HeadPackScratch> scratch)
-    : groups_(std::move(groups)),
-      pack_(Concat(groups_.full, groups_.streaming), group),
-      full_heads_(static_cast<int64_t>(groups_.full.size()) * group),
-      streaming_(std::vector<int64_t>(groups_.streaming.size(), streaming.window_tokens),
+    : pack_(Concat(groups.full, groups.streaming), group),
+      full_heads_(static_cast<int64_t>(groups.full.size()) * group),
+      streaming_(std::vector<int64_t>(groups.streaming.size(), streaming.window_tokens),
                  streaming.sink_tokens, /*batchable=*/false),
       keep_all_below_(streaming.keep_all_below),
       scratch_(std::move(scratch)) {}

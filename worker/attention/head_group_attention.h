@@ -57,14 +57,13 @@ class HeadGroupPrefill final : public PrefillStrategy {
  public:
   // `windows`: the layer's a-shape windows per KV head (the streaming heads' within `streaming`);
   // they apply from `windowed_from` positions on, as RingPrefill's.
-  HeadGroupPrefill(KvHeadGroups groups, int64_t group, const HeadWindows& windows,
+  HeadGroupPrefill(const KvHeadGroups& groups, int64_t group, const HeadWindows& windows,
                    const KvRetention& streaming, int64_t windowed_from,
                    std::shared_ptr<HeadPackScratch> scratch);
   const char* name() const override { return "head-groups"; }
   Status Run(AttentionEnv& env, const PrefillInput& in) override;
 
  private:
-  KvHeadGroups groups_;
   KvRetention streaming_;
   HeadPack packs_[2];
   RingPrefill rings_[2];
@@ -75,13 +74,12 @@ class HeadGroupDecode final : public DecodeStrategy {
  public:
   // `streaming`: what the streaming heads keep (StreamingHeadRetention), whose sinks and window
   // they see.
-  HeadGroupDecode(KvHeadGroups groups, int64_t group, const KvRetention& streaming,
+  HeadGroupDecode(const KvHeadGroups& groups, int64_t group, const KvRetention& streaming,
                   std::shared_ptr<HeadPackScratch> scratch);
   const char* name() const override { return "head-groups"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
 
  private:
-  KvHeadGroups groups_;
   HeadPack pack_;          // every query head: the full heads' first, then the streaming heads'
   int64_t full_heads_;     // query heads of the full KV heads
   FullDecode full_;

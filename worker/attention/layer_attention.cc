@@ -11,10 +11,6 @@
 namespace millipede {
 namespace {
 
-bool IsDynamicSparse(PrefillPattern p) {
-  return p == PrefillPattern::kVerticalSlash || p == PrefillPattern::kBlockSparse;
-}
-
 // A layer with vertical-slash or block-sparse heads (one block size; dense and A-shape heads
 // beside them ride a ring of their own).
 StatusOr<std::unique_ptr<PrefillStrategy>> BuildSparsePrefill(const AttentionPolicy& policy,

@@ -177,7 +177,7 @@ namespace {
 bool HasSparseHeads(const AttentionPolicy& policy) {
   for (const LayerPolicy& l : policy.layers)
     for (const HeadPrefillPolicy& h : l.prefill)
-      if (h.pattern == PrefillPattern::kVerticalSlash || h.pattern == PrefillPattern::kBlockSparse)
+      if (IsDynamicSparse(h.pattern))
         return true;
   return false;
 }

@@ -10,8 +10,7 @@
 // chunk, a decode token) sees the sinks and the window only.
 #pragma once
 
-#include <algorithm>
-
+#include "common/policy/head_groups.h"
 #include "worker/kv/kv_buffer.h"
 
 namespace millipede {
@@ -26,8 +25,8 @@ class StreamingKvStore final : public KvStoreBase {
   // Held rows (the sinks and the window, or every row below keep_all_below), a step's rows and a
   // spare window.
   static int64_t CapacityFor(const KvRetention& retention, int64_t step_rows) {
-    return std::max(retention.sink_tokens + retention.window_tokens, retention.keep_all_below) +
-           retention.window_tokens + step_rows;
+    return StreamingStoreRows(retention.sink_tokens, retention.window_tokens,
+                              retention.keep_all_below, step_rows);
   }
   static int64_t BytesFor(const KvLayout& layout, const KvRetention& retention,
                           int64_t step_rows) {

@@ -28,6 +28,16 @@ struct Case {
 
 class MergeStateCudaTest : public testing::GpuOpTest<Case> {};
 
+// The merged o and lse a check compares, NaN-poisoned: their indices in `check`.
+struct MergeOutputs {
+  int o, lse;
+};
+MergeOutputs AddOutputs(OpCheck& check, const Case& c) {
+  return {check.Output("o", PoisonedF32({c.n, c.num_heads, c.head_dim}),
+                       Tolerance::Elementwise(1e-5, 1e-6)),
+          check.Output("lse", PoisonedF32({c.n, c.num_heads}), Tolerance::Elementwise(1e-6, 1e-6))};
+}
+
 TEST_P(MergeStateCudaTest, MatchesReference) {
   const Case c = GetParam();
   const Shape o_parts_shape{c.num_parts, c.n, c.num_heads, c.head_dim};
@@ -52,10 +62,7 @@ TEST_P(MergeStateCudaTest, MatchesReference) {
   OpCheck check("merge_state");
   const int io_parts = check.Input(o_parts);
   const int ilse_parts = check.Input(lse_parts);
-  const int io = check.Output("o", PoisonedF32({c.n, c.num_heads, c.head_dim}),
-                              Tolerance::Elementwise(1e-5, 1e-6));
-  const int ilse =
-      check.Output("lse", PoisonedF32({c.n, c.num_heads}), Tolerance::Elementwise(1e-6, 1e-6));
+  const auto [io, ilse] = AddOutputs(check, c);
   ASSERT_TRUE(check.Run(
       [&](const OpCheck::Tensors& t) {
         return MergeStateArgs{t.cview(io_parts), t.cview(ilse_parts), t.view(io), t.view(ilse)};
@@ -88,10 +95,7 @@ TEST(MergeStateCudaStrideTest, GatheredBuffersMatchReference) {
             rng() % 5 == 0 ? -kInf : static_cast<float>(rng() % 2000) / 100.0f - 10.0f;
     OpCheck check("merge_state strided");
     const int ig = check.Input(gathered);
-    const int io = check.Output("o", PoisonedF32({c.n, c.num_heads, c.head_dim}),
-                                Tolerance::Elementwise(1e-5, 1e-6));
-    const int ilse =
-        check.Output("lse", PoisonedF32({c.n, c.num_heads}), Tolerance::Elementwise(1e-6, 1e-6));
+    const auto [io, ilse] = AddOutputs(check, c);
     ASSERT_TRUE(check.Run(
         [&](const OpCheck::Tensors& t) {
           const float* g = t.cview(ig).as<const float>();
