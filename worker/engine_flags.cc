@@ -23,6 +23,9 @@ const char kEngineFlagsUsage[] =
   --split-kv-heads S     layers mixing full and streaming KV heads (DuoAttention) keep a store
                          per group of heads, the streaming heads only their sinks and window:
                          on (default: where it saves memory) | off (one store of every row)
+  --prefill-exchange M   how ranks share a prefill step's dense heads: auto (default: per step
+                         and layer, whichever moves fewer bytes) | pass-kv (the ring of K/V
+                         blocks) | pass-q (queries out, partials back)
   --backend B            cpu (default) | cuda
   --random-weights       the model's config.json with random weights (bf16, seed 0) instead of
                          its safetensors: benchmarks of the service at a model's shape without
@@ -32,7 +35,7 @@ const char kEngineFlagsUsage[] =
 std::vector<std::string> EngineFlagNames() {
   return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
           "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs",
-          "split-kv-heads"};
+          "split-kv-heads", "prefill-exchange"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
@@ -52,6 +55,8 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
                       ParseDecodeGraphs(flags.Get("decode-graphs").value_or("auto")));
   MP_ASSIGN_OR_RETURN(options.split_kv_heads,
                       ParseSplitKvHeads(flags.Get("split-kv-heads").value_or("on")));
+  MP_ASSIGN_OR_RETURN(options.prefill_exchange,
+                      ParsePrefillExchange(flags.Get("prefill-exchange").value_or("auto")));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;
   if (flags.GetBool("random-weights")) {

@@ -57,6 +57,11 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        on (default) | off
   --decode-graphs M    record decode steps once and replay them: auto (default) | off |
                        unrecorded (the recorded steps' arguments, not recorded)
+  --prefill-step N     prefill each prompt in steps of N tokens (as the service chunks a long
+                       prompt), each step sharded over the ranks; reports every step's time
+                       and no decode
+  --prefill-exchange M how ranks share a prefill step's dense heads: auto (default) | pass-kv |
+                       pass-q (worker/attention/prefill_exchange.h)
 )";
 
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
@@ -146,12 +151,13 @@ EngineStats Minus(const EngineStats& a, const EngineStats& b) {
   d.comm_bytes = a.comm_bytes - b.comm_bytes;
   d.prefill_layers = a.prefill_layers - b.prefill_layers;
   d.decode_layers = a.decode_layers - b.decode_layers;
+  d.pass_q_passes = a.pass_q_passes - b.pass_q_passes;
   return d;
 }
 
 // Every rank's `s`, in rank order, as JSON (a collective: every rank calls it).
 StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
-  constexpr size_t kFields = 14;
+  constexpr size_t kFields = 15;
   const double mine[kFields] = {s.embed_s,
                                 s.qkv_s,
                                 s.attention_s,
@@ -165,7 +171,8 @@ StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
                                 s.sparse_index_s,
                                 s.omnikv_select_s,
                                 s.load_wait_s,
-                                static_cast<double>(s.host_load_bytes)};
+                                static_cast<double>(s.host_load_bytes),
+                                static_cast<double>(s.pass_q_passes)};
   const int n = engine.comm().size();
   std::vector<double> all(kFields * static_cast<size_t>(n));
   if (n > 1) {
@@ -190,9 +197,53 @@ StatusOr<nlohmann::json> GatherStats(Engine& engine, const EngineStats& s) {
                      {"sparse_index_s", m[10]},
                      {"omnikv_select_s", m[11]},
                      {"load_wait_s", m[12]},
-                     {"host_load_bytes", m[13]}});
+                     {"host_load_bytes", m[13]},
+                     {"pass_q_passes", m[14]}});
   }
   return ranks;
+}
+
+// Prefills `ids` in steps of `step` tokens, each sharded over the ranks as ShardedPrefill does
+// (the service's chunked prefill); returns each step's milliseconds (every rank done) and the
+// ranks' statistics.
+StatusOr<nlohmann::json> ChunkedPrefill(Engine& engine, const std::vector<int32_t>& ids,
+                                        int64_t step) {
+  Communicator& comm = engine.comm();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<SequenceStep> shares;
+  int64_t capacity = 0, widest = 0;
+  for (int64_t begin = 0; begin < n; begin += step) {
+    const std::span<const int32_t> chunk(ids.data() + begin, std::min(step, n - begin));
+    MP_ASSIGN_OR_RETURN(SequenceStep share, ShardedPrefill(Engine::kDefaultSequence, begin, chunk,
+                                                           comm.rank(), comm.size()));
+    capacity += static_cast<int64_t>(share.ids.size());
+    widest = std::max(widest, static_cast<int64_t>(share.ids.size()));
+    shares.push_back(std::move(share));
+  }
+  MP_RETURN_IF_ERROR(engine.StartSequence(std::max<int64_t>(capacity, 1),
+                                          std::max<int64_t>(widest, 1)));
+  engine.ResetStats();
+  std::vector<double> step_ms;
+  for (const SequenceStep& share : shares) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MP_RETURN_IF_ERROR(engine.ForwardShard(share.ranges, share.ids).status());
+    MP_RETURN_IF_ERROR(engine.backend().Synchronize());
+    MP_RETURN_IF_ERROR(engine.comm().Barrier());
+    step_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  MP_ASSIGN_OR_RETURN(nlohmann::json stats, GatherStats(engine, engine.stats()));
+  engine.EndSequence();
+  double total_ms = 0;
+  for (double ms : step_ms) total_ms += ms;
+  return nlohmann::json{{"bench", "e2e-chunked-prefill"},
+                        {"seq", n},
+                        {"prefill_step", step},
+                        {"ranks", comm.size()},
+                        {"prefill_s", total_ms / 1000.0},
+                        {"last_step_ms", step_ms.empty() ? 0.0 : step_ms.back()},
+                        {"step_ms", step_ms},
+                        {"prefill_stats", stats}};
 }
 
 // How fast a gather of `row_bytes` rows from pinned host memory runs on the copy queue (GB/s):
@@ -372,7 +423,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_RETURN_IF_ERROR(flags.CheckKnown(
       {"preset", "layers", "seq", "decode-tokens", "warmup-seq", "batch", "backend", "kv-dtype",
        "dtype", "prefill-chunk", "attention-chunk", "seed", "locality", "policy", "selected-kv",
-       "profile", "gemm-reference", "decode-only", "decode-graphs", "split-kv-heads", "help"}));
+       "profile", "gemm-reference", "decode-only", "decode-graphs", "split-kv-heads",
+       "prefill-step", "prefill-exchange", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -409,6 +461,10 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
                       ParseDecodeGraphs(flags.Get("decode-graphs").value_or("auto")));
   MP_ASSIGN_OR_RETURN(options.split_kv_heads,
                       ParseSplitKvHeads(flags.Get("split-kv-heads").value_or("on")));
+  MP_ASSIGN_OR_RETURN(options.prefill_exchange,
+                      ParsePrefillExchange(flags.Get("prefill-exchange").value_or("auto")));
+  MP_ASSIGN_OR_RETURN(int64_t prefill_step, flags.GetInt("prefill-step", 0));
+  MP_REQUIRE(prefill_step >= 0, "--prefill-step must be >= 0, got ", prefill_step);
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));
@@ -464,6 +520,20 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
         out["layers"] = layers;
         if (world.rank == 0) std::cout << out.dump() << std::endl;
       }
+    }
+    return OkStatus();
+  }
+  if (prefill_step > 0) {
+    for (int64_t seq : seqs) {
+      MP_ASSIGN_OR_RETURN(
+          nlohmann::json out,
+          ChunkedPrefill(*engine,
+                         RandomPrompt(seq, config.vocab_size, static_cast<uint64_t>(seed) + seq),
+                         prefill_step));
+      out["preset"] = preset;
+      out["layers"] = layers;
+      out["prefill_exchange"] = PrefillExchangeName(options.prefill_exchange);
+      if (world.rank == 0) std::cout << out.dump() << std::endl;
     }
     return OkStatus();
   }

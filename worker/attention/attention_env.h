@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/checkpoint/model_config.h"
+#include "worker/attention/prefill_exchange.h"
 #include "worker/backend.h"
 #include "worker/dist/communicator.h"
 
@@ -29,6 +30,9 @@ struct EngineStats {
   int64_t comm_bytes = 0;   // bytes this rank sent over the data plane
   int64_t host_load_bytes = 0;  // bytes OmniKV's packed loads read from the host tier
   int64_t prefill_layers = 0;  // layer passes of sharded steps
+  // Ring passes of dense and A-shape heads (one per layer, sequence and group of heads) that
+  // exchanged queries and partials instead of K/V blocks (prefill_exchange.h).
+  int64_t pass_q_passes = 0;
   int64_t decode_layers = 0;   // layer passes of decode steps
   int64_t recorded_steps = 0;  // decode steps recorded (decode graphs)
   int64_t replayed_steps = 0;  // decode steps run by replaying a recording
@@ -59,7 +63,9 @@ class StepProfiler {
 struct AttentionScratch {
   TensorView o_part;   // [rows, heads * head_dim] F32: one attention call's output
   TensorView lse_part; // [rows, heads] F32
-  TensorView ring_k[2], ring_v[2];  // [ring_rows, kv_heads, head_dim] KV dtype (several ranks)
+  // [ring_rows, kv_heads, head_dim] KV dtype (several ranks); a pass-Q exchange uses ring_k[0],
+  // ring_k[1] and ring_v[0] as plain buffers.
+  TensorView ring_k[2], ring_v[2];
   // Decode partials of up to gather_rows tokens at once, for n tokens laid out as o
   // [n, heads, head_dim] then lse [n, heads] F32 (one all-gather moves both): this rank's, and
   // every rank's one after another (n * heads * (head_dim + 1) apart).
@@ -76,6 +82,7 @@ struct AttentionEnv {
   AttentionScratch scratch;
   EngineStats& stats;
   StepProfiler& profiler;
+  PrefillExchange prefill_exchange = PrefillExchange::kAuto;
 };
 
 }  // namespace millipede

@@ -29,6 +29,8 @@ struct PrefillInput {
   std::span<const TokenRange> q_ranges;  // the queries' global positions (n in all)
   // Every rank's rows of this layer this step (held then new), by rank: the ring blocks.
   std::span<const std::vector<TokenRange>> rank_blocks;
+  // Every rank's queries this step (their global positions), by rank: in.q_ranges is this rank's.
+  std::span<const std::vector<TokenRange>> rank_queries;
   int64_t length = 0;            // positions over all ranks after the step
   int64_t step_begin = 0;        // positions over all ranks before the step (its first query)
   TensorView o_acc;              // [n, heads * head_dim] F32 output

@@ -11,8 +11,6 @@ bool HeadWindows::AllWindowed() const {
          std::all_of(window.begin(), window.end(), [](int64_t w) { return w > 0; });
 }
 
-#include "worker/attention/attended_pairs.h"
-
 int64_t HeadWindows::Pairs(std::span<const TokenRange> queries, int64_t heads) const {
   int64_t pairs = 0;
   for (int64_t g = 0; g < heads; ++g) {
@@ -86,14 +84,47 @@ Status RingPrefill::Run(AttentionEnv& env, const PrefillInput& in) {
 }
 
 Status RingPrefill::RunOn(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine) {
-  Backend& b = env.backend;
-  Communicator& comm = env.comm;
-  const int num_ranks = comm.size(), rank = comm.rank();
   static const HeadWindows kDense;
   const HeadWindows& windows = in.length >= windowed_from_ ? windows_ : kDense;
   const int64_t n = in.q.shape.dims[0];
   if (in.pairs != nullptr) in.pairs->host += windows.Pairs(in.q_ranges, mine.k.dim(1));
-  MP_RETURN_IF_ERROR(b.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
+  MP_RETURN_IF_ERROR(
+      env.backend.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
+  const int num_ranks = env.comm.size();
+  if (num_ranks == 1 || in.rank_queries.size() != static_cast<size_t>(num_ranks))
+    return RunPassKv(env, in, mine, windows);
+  std::vector<int64_t> block_rows, query_rows;
+  for (int r = 0; r < num_ranks; ++r) {
+    block_rows.push_back(TotalSize(in.rank_blocks[static_cast<size_t>(r)]));
+    query_rows.push_back(TotalSize(in.rank_queries[static_cast<size_t>(r)]));
+  }
+  const int64_t heads = in.q.dim(1) / env.config.head_dim;
+  ExchangeSizes sizes;
+  sizes.block_rows = block_rows;
+  sizes.query_rows = query_rows;
+  // From the shapes, not the byte counts: a rank may hold no rows or no queries, and every rank
+  // must reach the same choice.
+  sizes.kv_row_bytes = 2 * mine.k.dim(1) * mine.k.dim(2) *
+                       static_cast<int64_t>(DTypeSize(mine.k.dtype));
+  sizes.q_row_bytes = in.q.dim(1) * static_cast<int64_t>(DTypeSize(in.q.dtype));
+  sizes.part_row_bytes = heads * (env.config.head_dim + 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t buffer_bytes = static_cast<int64_t>(std::min(
+      {env.scratch.ring_k[0].NumBytes(), env.scratch.ring_k[1].NumBytes(),
+       env.scratch.ring_v[0].NumBytes()}));
+  // A round is at most one attention call's queries per rank.
+  const int64_t round_rows =
+      std::min(PassQRoundRows(buffer_bytes, num_ranks, sizes.part_row_bytes),
+               std::max<int64_t>(env.scratch.attention_rows, 1));
+  if (ChooseExchange(env.prefill_exchange, sizes, round_rows) == PrefillExchange::kPassQ)
+    return RunPassQ(env, in, mine, windows, round_rows);
+  return RunPassKv(env, in, mine, windows);
+}
+
+Status RingPrefill::RunPassKv(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
+                              const HeadWindows& windows) {
+  Communicator& comm = env.comm;
+  const int num_ranks = comm.size(), rank = comm.rank();
+  const int64_t n = in.q.shape.dims[0];
   const int64_t row_bytes = static_cast<int64_t>(mine.k.NumBytes() + mine.v.NumBytes()) /
                             std::max<int64_t>(mine.k.shape.dims[0], 1);
   // At ring step t this rank holds the block of rank (rank - t) mod N and passes it on while

@@ -3,7 +3,8 @@
 // (double buffering), partial (o, lse) merged by log-sum-exp (AttentionState). Exact dense
 // attention for dense heads; A-shape heads (sink tokens + a local window per KV head, masked by
 // global position so blocks and chunks compose exactly) ride the same pass, and blocks no head
-// can see are skipped.
+// can see are skipped. Deep into a long prompt a short step exchanges queries and partials
+// instead (pass-Q, prefill_exchange.h): the same pairs, on the same ranks, far fewer bytes.
 #pragma once
 
 #include <vector>
@@ -42,6 +43,13 @@ class RingPrefill final : public PrefillStrategy {
   // Attends the queries to one block (rows with positions `ranges`) and merges into the output.
   Status AttendBlock(AttentionEnv& env, const PrefillInput& in, ConstKvRows block,
                      std::span<const TokenRange> ranges, const HeadWindows& windows) const;
+  // Pass-KV: the blocks travel round the ring.
+  Status RunPassKv(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
+                   const HeadWindows& windows);
+  // Pass-Q: every rank's queries come to this rank's block in rounds of `round_rows` rows per
+  // rank, and their partials go back to be merged (pass_q_prefill.cc).
+  Status RunPassQ(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
+                  const HeadWindows& windows, int64_t round_rows);
   HeadWindows windows_;
   int64_t windowed_from_ = 0;
 };

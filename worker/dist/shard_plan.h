@@ -13,6 +13,7 @@
 // Positions are global everywhere: a chunk is a contiguous run [begin, end) of positions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -43,6 +44,25 @@ inline int64_t TotalSize(std::span<const TokenRange> ranges) {
   int64_t n = 0;
   for (const TokenRange& r : ranges) n += r.size();
   return n;
+}
+
+// The positions of rows [offset, offset + count) of `ranges` (row i: the i-th position of
+// `ranges` in order), as ranges.
+inline std::vector<TokenRange> SliceRangeRows(std::span<const TokenRange> ranges, int64_t offset,
+                                              int64_t count) {
+  std::vector<TokenRange> out;
+  for (const TokenRange& r : ranges) {
+    if (count <= 0) break;
+    if (offset >= r.size()) {
+      offset -= r.size();
+      continue;
+    }
+    const int64_t take = std::min(count, r.size() - offset);
+    out.push_back({r.begin + offset, r.begin + offset + take});
+    count -= take;
+    offset = 0;
+  }
+  return out;
 }
 
 // Every position of `ranges`, in order.

@@ -177,12 +177,13 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   else if (sequence(id) != nullptr)
     local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
   if (local.ok()) local = CheckPolicy(options.policy);
-  // Every rank learns every rank's step size (the ring blocks' rows), needs and free memory.
+  // Every rank learns every rank's capacity (the most rows its ring block can reach: the rows it
+  // holds and a step's, as chunked prefill grows them), needs and free memory.
   const int num_ranks = comm_->size();
   constexpr size_t kFields = 5;  // ok, device need, device free, host need, host free
-  int64_t mine[kFields] = {options.step_tokens, 0, 0, 0, 0};
+  int64_t mine[kFields] = {std::max(options.capacity, options.step_tokens), 0, 0, 0, 0};
   std::vector<int64_t> all(kFields * static_cast<size_t>(num_ranks));
-  int64_t ring_rows = options.step_tokens;
+  int64_t ring_rows = mine[0];
   if (num_ranks > 1) {
     MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(int64_t)));
     for (int r = 0; r < num_ranks; ++r) ring_rows = std::max(ring_rows, all[r]);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/checkpoint/model_config.h"
+#include "worker/attention/prefill_exchange.h"
 #include "common/policy/attention_policy.h"
 #include "common/status.h"
 #include "worker/attention/attention_env.h"
@@ -102,6 +103,9 @@ struct EngineOptions {
   // Whether sequences may keep a store per group of KV heads in layers mixing full and
   // streaming-head decode (SequenceOptions::split_kv_heads); false: one store per layer always.
   bool split_kv_heads = true;
+  // How ranks exchange data for a prefill step's dense and A-shape heads
+  // (worker/attention/prefill_exchange.h): auto picks per step and layer.
+  PrefillExchange prefill_exchange = PrefillExchange::kAuto;
 };
 
 class Engine {

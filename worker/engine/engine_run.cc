@@ -32,7 +32,8 @@ StatusOr<KvRows> WholeStore(const KvStore& store) {
 }  // namespace
 
 AttentionEnv Engine::Env(StepProfiler& profiler) {
-  return AttentionEnv{*backend_, *comm_, config(), workspace_->Scratch(), stats_, profiler};
+  return AttentionEnv{*backend_, *comm_,  config(), workspace_->Scratch(),
+                      stats_,    profiler, options_.prefill_exchange};
 }
 
 Status Engine::Embed(const std::vector<Entry>& entries, int64_t rows) {
@@ -315,6 +316,7 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
     in.q = e.q;
     in.q_ranges = e.ranges;
     in.rank_blocks = e.Blocks(la.retention);
+    in.rank_queries = e.rank_step;
     in.length = e.length_after;
     in.step_begin = e.length_before;
     in.o_acc = SliceRows(ws.o_acc.view(), e.row0, e.rows);

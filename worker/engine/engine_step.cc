@@ -172,6 +172,20 @@ Status Engine::ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows) {
         *ring_rows = std::max(*ring_rows, TotalSize(it->second.back()));
       }
     }
+    if (options_.prefill_exchange == PrefillExchange::kPassQ && comm_->size() > 1) {
+      // A forced pass-Q step takes rounds of up to one attention call's queries per rank.
+      int64_t most = 0;
+      for (const auto& r : e.rank_step) most = std::max(most, TotalSize(r));
+      most = std::min(most, workspace_->Scratch().attention_rows);
+      const ModelConfig& c = config();
+      *ring_rows = std::max(
+          *ring_rows,
+          PassQBufferRows(most, comm_->size(),
+                          c.num_attention_heads * (c.head_dim + 1) *
+                              static_cast<int64_t>(sizeof(float)),
+                          c.num_key_value_heads * c.head_dim *
+                              static_cast<int64_t>(DTypeSize(options_.kv_dtype))));
+    }
   }
   return OkStatus();
 }

@@ -245,6 +245,70 @@ TEST(CpGenerateTest, DuoLayersWithAStorePerHeadGroupMatchOneStore) {
   }
 }
 
+// Chunked prefill with queries sent to the keys' ranks and partials sent back (pass-Q), forced
+// and chosen by size (auto), gives what one process gives for every pattern that rides a ring:
+// dense heads, A-shape heads, dense and A-shape heads packed beside vertical-slash heads, and
+// DuoAttention's layers with a store per group of KV heads.
+TEST(CpPrefillExchangeTest, PassQMatchesSingleProcess) {
+  auto make = [](PrefillExchange exchange) {
+    auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
+    EXPECT_TRUE(comm.ok());
+    EngineOptions o = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16);
+    o.prefill_exchange = exchange;
+    auto e = Engine::Create(o, std::move(comm).value());
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(e).value();
+  };
+  auto pass_q = make(PrefillExchange::kPassQ);
+  auto automatic = make(PrefillExchange::kAuto);
+  auto local = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(local.ok());
+  const bool several = pass_q->comm().size() > 1;
+  const std::vector<int32_t> prompt = RandomIds(150, 97, 41);
+  for (const char* fields : {
+           R"("default": {"prefill": "dense"})",
+           R"("default": {"prefill": "a-shape"}, "a_shape": {"sink_tokens": 3, "window_tokens": 20})",
+           R"("default": {"prefill": ["a-shape", "vertical-slash"]},
+              "a_shape": {"sink_tokens": 3, "window_tokens": 40},
+              "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
+           R"("default": {"prefill": ["dense", "a-shape"], "decode": ["full", "streaming-head"]},
+              "a_shape": {"sink_tokens": 3, "window_tokens": 6},
+              "streaming_head": {"sink_tokens": 3, "window_tokens": 7})"}) {
+    SCOPED_TRACE(fields);
+    const AttentionPolicy policy =
+        testing::PolicyFor(**local, std::string(R"({"version": 1, )") + fields + "}");
+    for (Engine* e : {pass_q.get(), automatic.get(), local->get()})
+      ASSERT_TRUE(e->SetPolicy(policy).ok());
+    int64_t bytes = 0;
+    const auto one = ChunkedLogits(**local, prompt, 150, 4, &bytes);
+    ASSERT_EQ(one.size(), 5u);
+    for (int64_t chunk : {8, 37, 150}) {
+      for (Engine* e : {pass_q.get(), automatic.get()}) {
+        SCOPED_TRACE(std::string(PrefillExchangeName(e->options().prefill_exchange)) +
+                     ", chunks of " + std::to_string(chunk));
+        e->ResetStats();
+        const auto got = ChunkedLogits(*e, prompt, chunk, 4, &bytes);
+        ASSERT_EQ(got.size(), one.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_LT(MaxRelError(got[i], one[i]), 1e-5) << "step " << i;
+          EXPECT_EQ(std::max_element(got[i].begin(), got[i].end()) - got[i].begin(),
+                    std::max_element(one[i].begin(), one[i].end()) - one[i].begin());
+        }
+        // Forced, every ring pass exchanges queries; by size, the short chunks deep into the
+        // prompt do and the whole prompt in one step does not.
+        const int64_t passes = e->stats().pass_q_passes;
+        if (!several) {
+          EXPECT_EQ(passes, 0);
+        } else if (e == pass_q.get() || chunk == 8) {
+          EXPECT_GT(passes, 0);
+        } else if (chunk == 150) {
+          EXPECT_EQ(passes, 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
   // The heavy hitters are chosen over every rank's keys: N ranks keep what one process keeps.
   auto engine = MakeDistributed(32);
@@ -343,7 +407,13 @@ TEST(CpGenerateTest, OneRankThatCannotFitFailsEveryRank) {
   ASSERT_TRUE(engine.ok());
   Engine& e = **engine;
   const int last = e.comm().size() - 1;
-  const int64_t capacity = e.comm().rank() == last ? int64_t{1} << 33 : 100;
+  // Every rank's ring blocks hold the widest rank's rows (its capacity), and the last rank also
+  // holds their KV: a capacity between what the ring alone and the ring with the KV need leaves
+  // only the last rank short (this model: 512 bytes of KV and 512 of ring blocks per position).
+  auto memory = e.backend().Memory();
+  ASSERT_TRUE(memory.ok());
+  const int64_t wide = e.comm().size() == 1 ? int64_t{1} << 33 : memory->free_bytes / 700;
+  const int64_t capacity = e.comm().rank() == last ? wide : 100;
   Status s = e.StartSequence(capacity, 50);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("rank " + std::to_string(last) + " needs"), std::string::npos)
