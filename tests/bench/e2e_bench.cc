@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -224,14 +225,43 @@ StatusOr<nlohmann::json> ChunkedPrefill(Engine& engine, const std::vector<int32_
                                           std::max<int64_t>(widest, 1)));
   engine.ResetStats();
   std::vector<double> step_ms;
+  std::optional<ConstTensorView> logits;
   for (const SequenceStep& share : shares) {
     const auto t0 = std::chrono::steady_clock::now();
-    MP_RETURN_IF_ERROR(engine.ForwardShard(share.ranges, share.ids).status());
+    MP_ASSIGN_OR_RETURN(logits, engine.ForwardShard(share.ranges, share.ids));
     MP_RETURN_IF_ERROR(engine.backend().Synchronize());
     MP_RETURN_IF_ERROR(engine.comm().Barrier());
     step_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  // The last position's five largest logits, from the rank that holds them: runs that should
+  // agree (exchanges, rank counts) are compared by these.
+  const int64_t vocab = engine.config().vocab_size;
+  struct Top {
+    int32_t id[5];
+    float value[5];
+    int32_t held;
+  } top{};
+  if (logits.has_value()) {
+    std::vector<float> host(static_cast<size_t>(vocab));
+    MP_RETURN_IF_ERROR(
+        engine.backend().CopyToHost(*logits, {host.data(), DType::kF32, Shape{vocab}}));
+    std::vector<int32_t> order(host.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return host[static_cast<size_t>(a)] > host[static_cast<size_t>(b)];
+                      });
+    for (int i = 0; i < 5; ++i) {
+      top.id[i] = order[i];
+      top.value[i] = host[static_cast<size_t>(order[i])];
+    }
+    top.held = 1;
+  }
+  std::vector<Top> all(static_cast<size_t>(comm.size()));
+  MP_RETURN_IF_ERROR(comm.HostAllGather(&top, all.data(), sizeof(Top)));
+  for (const Top& t : all)
+    if (t.held) top = t;
   MP_ASSIGN_OR_RETURN(nlohmann::json stats, GatherStats(engine, engine.stats()));
   engine.EndSequence();
   double total_ms = 0;
@@ -242,6 +272,8 @@ StatusOr<nlohmann::json> ChunkedPrefill(Engine& engine, const std::vector<int32_
                         {"ranks", comm.size()},
                         {"prefill_s", total_ms / 1000.0},
                         {"last_step_ms", step_ms.empty() ? 0.0 : step_ms.back()},
+                        {"top_ids", std::vector<int32_t>(top.id, top.id + 5)},
+                        {"top_logits", std::vector<float>(top.value, top.value + 5)},
                         {"step_ms", step_ms},
                         {"prefill_stats", stats}};
 }

@@ -47,31 +47,51 @@ Status RingPrefill::AttendBlock(AttentionEnv& env, const PrefillInput& in, Const
       MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(in.o_acc, q_row + s, m),
                                                     Shape{m, heads, c.head_dim}));
       TensorView lse_acc = SliceRows(in.lse_acc, q_row + s, m);
-      int64_t k_row = 0;
+      // One call per key range, except that consecutive ranges every query of the chunk sees
+      // whole (dense heads, keys up to the chunk's first query) go in one unmasked call: a
+      // block of many short ranges (chunked prefill's zig-zag shares) costs a few calls.
+      auto attend = [&](int64_t k_row, int64_t rows, int64_t k_offset,
+                        AttentionMask mask) -> Status {
+        AttentionArgs a;
+        a.q = q;
+        a.k = SliceRows(block.k, k_row, rows);
+        a.v = SliceRows(block.v, k_row, rows);
+        a.q_offset = q_first;
+        a.k_offset = k_offset;
+        a.mask = mask;
+        a.o = o_part;
+        a.lse = lse_part;
+        a.kv_head_window = windows.data();
+        a.sink_tokens = windows.sink;
+        MP_RETURN_IF_ERROR(b.Attention(a));
+        return b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part), AsConst(lse_part));
+      };
+      const bool dense = windows.window.empty();
+      int64_t k_row = 0, run_row = 0, run_rows = 0, run_begin = 0;
       for (const TokenRange& kr : ranges) {
+        if (dense && kr.end - 1 <= q_first) {
+          if (run_rows == 0) {
+            run_row = k_row;
+            run_begin = kr.begin;
+          }
+          run_rows += kr.size();
+          k_row += kr.size();
+          continue;
+        }
+        if (run_rows > 0)
+          MP_RETURN_IF_ERROR(attend(run_row, run_rows, run_begin, AttentionMask::kNone));
+        run_rows = 0;
         // Keys after the chunk's last query are masked for all of it; with every head windowed,
         // so are keys that are neither sinks nor inside any head's window of the first query.
         const bool visible =
             kr.begin <= q_last &&
             (!skip_far || kr.begin < windows.sink || q_first - (kr.end - 1) < windows.MaxWindow());
-        if (visible) {
-          AttentionArgs a;
-          a.q = q;
-          a.k = SliceRows(block.k, k_row, kr.size());
-          a.v = SliceRows(block.v, k_row, kr.size());
-          a.q_offset = q_first;
-          a.k_offset = kr.begin;
-          a.mask = AttentionMask::kCausal;
-          a.o = o_part;
-          a.lse = lse_part;
-          a.kv_head_window = windows.data();
-          a.sink_tokens = windows.sink;
-          MP_RETURN_IF_ERROR(b.Attention(a));
-          MP_RETURN_IF_ERROR(b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part),
-                                                 AsConst(lse_part)));
-        }
+        if (visible)
+          MP_RETURN_IF_ERROR(attend(k_row, kr.size(), kr.begin, AttentionMask::kCausal));
         k_row += kr.size();
       }
+      if (run_rows > 0)
+        MP_RETURN_IF_ERROR(attend(run_row, run_rows, run_begin, AttentionMask::kNone));
     }
     q_row += qr.size();
   }

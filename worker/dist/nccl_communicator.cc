@@ -40,6 +40,7 @@ class NcclCommunicator final : public Communicator {
     MP_CUDA_CHECK(cudaStreamCreateWithFlags(&c->ring_stream_, cudaStreamNonBlocking));
     MP_CUDA_CHECK(cudaEventCreateWithFlags(&c->ready_, cudaEventDisableTiming));
     MP_CUDA_CHECK(cudaEventCreateWithFlags(&c->done_, cudaEventDisableTiming));
+    MP_RETURN_IF_ERROR(c->ConnectPeers());
     return std::unique_ptr<Communicator>(std::move(c));
   }
 
@@ -95,6 +96,27 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator() = default;
+
+  // NCCL connects a pair of ranks on their first transfer, which takes a good part of a second;
+  // a prefill that exchanges queries (pass-Q) talks to every rank, not just its ring neighbours,
+  // so every pair is connected here, before any job waits for it.
+  Status ConnectPeers() {
+    if (size() <= 2) return OkStatus();
+    void* buf = nullptr;
+    MP_CUDA_CHECK(cudaMalloc(&buf, 2 * sizeof(float)));
+    Status s;
+    for (int t = 1; t < size() && s.ok(); ++t) {
+      const int to = (rank() + t) % size(), from = (rank() - t + size()) % size();
+      s = StartSendRecvImpl(ConstTensorView{buf, DType::kF32, Shape{1}}, to,
+                            TensorView{static_cast<float*>(buf) + 1, DType::kF32, Shape{1}}, from);
+      if (s.ok()) s = WaitAll();
+    }
+    const cudaError_t synced = cudaStreamSynchronize(compute_);
+    cudaFree(buf);
+    MP_RETURN_IF_ERROR(s);
+    MP_CUDA_CHECK(synced);
+    return OkStatus();
+  }
 
   Status StartSendRecvImpl(ConstTensorView send, int to, TensorView recv, int from) {
     MP_REQUIRE(to >= -1 && to < size() && from >= -1 && from < size(), "peer ", to, "/", from,
