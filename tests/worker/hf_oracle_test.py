@@ -127,6 +127,18 @@ CASES = [
     Case("llama-bf16", [], prompt_lengths=[7, 300], dtype="bf16"),
 ]
 
+# DuoAttention's heads (case "duo-heads"): KV head 0 full, every other KV head a streaming head
+# (its sink tokens and a recent window, in prefill as A-shape and in decode), written as a policy
+# file. HF computes the same attention with a per-head mask; the engine runs it with its
+# streaming stores, one store per layer and one per group of heads (--split-kv-heads). The
+# prompt is short and the generation long, so the streaming heads' store drops rows in decode
+# and the per-group stores are used (capacity over twice a streaming store's rows).
+DUO_CASE = "duo-heads"
+DUO_SINK, DUO_WINDOW = 4, 24
+DUO_PROMPT, DUO_NEW = 40, 200
+# Log-probabilities (about -6 for this vocabulary) in fp32 on both sides.
+LOGPROB_TOLERANCE = 1e-4
+
 
 class Failure(Exception):
     pass
@@ -319,6 +331,84 @@ class Oracle:
             note += ": a near-tie, accepted"
         self.report(case.name, label, f"{step}/{NEW_TOKENS} equal", "all", near_tie, note)
 
+    # ---- DuoAttention's heads against HF with a per-head mask ------------------------------------
+
+    def check_duo(self):
+        case = Case(DUO_CASE, [])
+        try:
+            model_dir = self.make_model(case)
+        except Failure as e:
+            self.report(case.name, "mkmodel", "-", "-", False, str(e))
+            return
+        with open(os.path.join(model_dir, "config.json")) as f:
+            config = json.load(f)
+        heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+        policy = os.path.join(self.work_dir, "duo_policy.json")
+        with open(policy, "w") as f:
+            json.dump({"version": 1,
+                       "default": {"prefill": ["dense"] + ["a-shape"] * (kv_heads - 1),
+                                   "decode": ["full"] + ["streaming-head"] * (kv_heads - 1)},
+                       "a_shape": {"sink_tokens": DUO_SINK, "window_tokens": DUO_WINDOW},
+                       "streaming_head": {"sink_tokens": DUO_SINK, "window_tokens": DUO_WINDOW}},
+                      f)
+        rng = np.random.default_rng(zlib.crc32(case.name.encode()))
+        prompt = rng.integers(0, config["vocab_size"], DUO_PROMPT).tolist()
+        for split in ("on", "off"):
+            self.guarded(case, f"split-kv-heads {split}",
+                         lambda: self.check_duo_run(case, model_dir, policy, prompt, split,
+                                                    heads, kv_heads))
+
+    def duo_logprobs(self, model_dir, ids, heads, kv_heads, streaming):
+        """HF's log-probabilities of the next token at every position of `ids`, teacher-forced,
+        with the streaming heads' mask (or plain causal attention for the control)."""
+        n = len(ids)
+        p = torch.arange(n)[:, None]
+        k = torch.arange(n)[None, :]
+        causal = k <= p
+        window = causal & ((k < DUO_SINK) | (p - k < DUO_WINDOW))
+        group = heads // kv_heads  # HF's repeat_kv: query head h reads KV head h // group
+        allowed = torch.stack([causal if h // group == 0 or not streaming else window
+                               for h in range(heads)])
+        mask = torch.zeros(1, heads, n, n)
+        mask[0][~allowed] = torch.finfo(torch.float32).min
+        model = self.hf_model(model_dir)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids]), attention_mask=mask).logits[0]
+        return torch.log_softmax(logits.float(), dim=-1).numpy()
+
+    def check_duo_run(self, case, model_dir, policy, prompt, split, heads, kv_heads):
+        stdout = run_tool([self.tool("millipede-run"), "--model", model_dir,
+                           "--prompt-ids", self.write_ids(prompt), "--max-new-tokens",
+                           str(DUO_NEW), "--ignore-eos", "--kv-dtype", "fp32", "--json",
+                           "--logprobs", "5", "--policy", policy, "--split-kv-heads", split])
+        result = json.loads(stdout)
+        ids, logprobs = result["ids"], result["logprobs"]
+        if len(ids) != DUO_NEW or len(logprobs) != DUO_NEW:
+            raise Failure(f"engine gave {len(ids)} ids and {len(logprobs)} logprobs")
+        seq = prompt + ids[:-1]
+        ref = self.duo_logprobs(model_dir, seq, heads, kv_heads, streaming=True)
+        control = self.duo_logprobs(model_dir, seq, heads, kv_heads, streaming=False)
+        worst = moved = 0.0
+        ties = []
+        for i, (token, lp, alternatives) in enumerate(logprobs):
+            step = ref[DUO_PROMPT - 1 + i]
+            for t, v in [(token, lp)] + [tuple(a) for a in alternatives]:
+                worst = max(worst, abs(v - float(step[t])))
+                moved = max(moved, abs(v - float(control[DUO_PROMPT - 1 + i][t])))
+            best = int(step.argmax())
+            if best != token and float(step[best] - step[token]) >= NEAR_TIE * abs(step).max():
+                ties.append(i)
+        label = f"logprobs of {DUO_NEW} tokens, split-kv-heads {split}"
+        self.report(case.name, label + " vs HF fp32 masked", f"{worst:.2e}",
+                    f"{LOGPROB_TOLERANCE:.0e}", worst < LOGPROB_TOLERANCE)
+        self.report(case.name, f"greedy, split-kv-heads {split}",
+                    f"{DUO_NEW - len(ties)}/{DUO_NEW} HF's argmax", "all", not ties,
+                    f"steps {ties[:5]} differ beyond a near-tie" if ties else "")
+        need = CONTROL_MARGIN * LOGPROB_TOLERANCE
+        self.report(case.name, f"control: every head full, split-kv-heads {split}",
+                    f"{moved:.2e}", f">{need:.0e}", moved > need,
+                    "" if moved > need else "the streaming heads barely change this model")
+
     def print_table(self):
         header = ("case", "check", "measured", "limit", "result")
         widths = [max(len(str(r[i])) for r in self.rows + [header]) for i in range(5)]
@@ -360,20 +450,25 @@ def main() -> int:
             print(f"FAIL: {tool} not found in {args.bin_dir}")
             return 1
     cases = CASES
+    run_duo = True
     if args.case:
-        unknown = set(args.case) - {c.name for c in CASES}
+        known = {c.name for c in CASES} | {DUO_CASE}
+        unknown = set(args.case) - known
         if unknown:
-            parser.error(f"unknown case(s) {sorted(unknown)}; known: {[c.name for c in CASES]}")
+            parser.error(f"unknown case(s) {sorted(unknown)}; known: {sorted(known)}")
         cases = [c for c in CASES if c.name in args.case]
+        run_duo = DUO_CASE in args.case
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"numpy {np.__version__}; {len(cases)} cases")
+          f"numpy {np.__version__}; {len(cases) + run_duo} cases")
     start = time.monotonic()
     work_dir = tempfile.mkdtemp(prefix="hf_oracle_")
     try:
         oracle = Oracle(args.bin_dir, work_dir)
         for case in cases:
             oracle.check_case(case)
+        if run_duo:
+            oracle.check_duo()
         oracle.print_table()
     finally:
         if args.keep:
