@@ -23,6 +23,12 @@ struct Params {
   const int64_t* diagonals;  // [num_kv_heads, n_slash]
   int64_t n_slash;
   const int64_t* n_valid;  // [2, num_kv_heads]: selected columns, then selected diagonals
+  // The selected diagonals of each head in groups whose neighbours lie at most a query block's
+  // length apart (their bands merge in every block): [num_kv_heads] counts, and
+  // [num_kv_heads, n_slash] each group's smallest and largest diagonal, ascending.
+  const int64_t* n_groups;
+  const int64_t* group_lo;
+  const int64_t* group_hi;
   int64_t num_kv_heads;
   bool skip_absent;
   int64_t* range_offsets;
@@ -57,44 +63,65 @@ __global__ void CheckSelectionsKernel(Params p, int64_t* n_valid) {
     n_valid[threadIdx.x * p.num_kv_heads + g] = static_cast<int64_t>(count[threadIdx.x]);
 }
 
+// One warp per KV head: the head's selected diagonals (a sorted prefix of n_valid entries) in
+// groups of neighbours at most kSparseTileRows apart, ascending.
+__global__ void GroupDiagonalsKernel(Params p, int64_t* n_groups, int64_t* group_lo,
+                                     int64_t* group_hi) {
+  const int lane = threadIdx.x & 31;
+  const int64_t g = blockIdx.x;
+  const int64_t* diag = p.diagonals + g * p.n_slash;
+  const int64_t n = min(p.n_valid[p.num_kv_heads + g], p.n_slash);
+  int64_t starts = 0, ends = 0;
+  for (int64_t lo = 0; lo < n; lo += 32) {
+    const int64_t idx = lo + lane;
+    const bool valid = idx < n;
+    const int64_t d = valid ? diag[idx] : 0;
+    const bool first = valid && (idx == 0 || d - diag[idx - 1] > kSparseTileRows);
+    const bool last = valid && (idx + 1 == n || diag[idx + 1] - d > kSparseTileRows);
+    const unsigned first_mask = __ballot_sync(kFullMask, first);
+    const unsigned last_mask = __ballot_sync(kFullMask, last);
+    const unsigned below = (1u << lane) - 1;
+    if (first) group_lo[g * p.n_slash + starts + __popc(first_mask & below)] = d;
+    if (last) group_hi[g * p.n_slash + ends + __popc(last_mask & below)] = d;
+    starts += __popc(first_mask);
+    ends += __popc(last_mask);
+  }
+  if (lane == 0) n_groups[g] = starts;
+}
+
 // The merged bands of item (g, t), whose tile ends at position e inside the query block [a, b]:
-// their pieces are counted (and written from the item's range offset in the fill pass). Lane l
-// takes the diagonal hi - l, so lanes run in ascending position; a band begins a range when the
-// next larger diagonal is more than the block's length away (or there is none) and ends one when
-// the next smaller is (bands are [max(0, a - d), min(b - d, e)]: ends capped at e only merge more
-// bands that are closer than the block's length anyway).
+// their pieces are counted (and written from the item's range offset in the fill pass). Bands
+// are [max(0, a - d), min(b - d, e)] for the diagonals d <= b; those of one group of diagonals
+// (GroupDiagonalsKernel: neighbours at most the block's length apart) merge into one range from
+// a - (its largest d <= b) to min(b - its smallest d, e), and ranges of different groups neither
+// touch nor overlap. Lane l takes the l-th group from the top, so lanes run in ascending
+// position; the work is per group, not per diagonal.
 template <bool kFill>
 __device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, int64_t b,
                               int64_t e) {
   const int lane = threadIdx.x & 31;
   const int64_t* diag = p.diagonals + g * p.n_slash;
+  const int64_t* lo_d = p.group_lo + g * p.n_slash;
+  const int64_t* hi_d = p.group_hi + g * p.n_slash;
   const int64_t reach = UpperBound(diag, p.n_valid[p.num_kv_heads + g], b);  // bands with d <= b
-  const int64_t length = b - a + 1;
+  if (reach == 0) return 0;
+  const int64_t top = diag[reach - 1];
+  const int64_t groups = UpperBound(lo_d, p.n_groups[g], b);  // the groups holding them
   const int64_t base = kFill ? p.range_offsets[g * p.n_tiles + t] : 0;
-  int64_t count = 0, carry = 0;  // carry: where the range still open at a chunk's end begins
-  for (int64_t hi = reach - 1; hi >= 0; hi -= 32) {
+  int64_t count = 0;
+  for (int64_t hi = groups - 1; hi >= 0; hi -= 32) {
     const int64_t idx = hi - lane;
     const bool valid = idx >= 0;
-    const int64_t d = valid ? diag[idx] : 0;
-    int64_t up = __shfl_up_sync(kFullMask, d, 1);
-    if (lane == 0 && hi + 1 < reach) up = diag[hi + 1];
-    int64_t down = __shfl_down_sync(kFullMask, d, 1);
-    if (lane == 31 && idx >= 1) down = diag[idx - 1];
-    const bool begins = valid && (idx + 1 >= reach || up - d > length);
-    const bool ends = valid && (idx == 0 || d - down > length);
-    const int64_t start_here = max(int64_t{0}, a - d);
-    const unsigned begin_mask = __ballot_sync(kFullMask, begins);
-    const unsigned begun = begin_mask & (kFullMask >> (31 - lane));
-    const int64_t start_from =
-        __shfl_sync(kFullMask, start_here, begun != 0 ? 31 - __clz(begun) : lane);
-    const int64_t start = begun != 0 ? start_from : carry;
-    const int64_t end = min(b - d, e) + 1;
-    int64_t pieces = 0, absent = 0;
-    if (ends && !PlaceRange(p.runs, p.n_runs, start, end, p.skip_absent, &absent,
-                            [&](int64_t, int64_t, int64_t) { ++pieces; }))
-      Report(p.error, kAbsentPosition, g, t, absent);
+    int64_t start = 0, end = 0, pieces = 0, absent = 0;
+    if (valid) {
+      start = max(int64_t{0}, a - (idx == groups - 1 ? top : hi_d[idx]));
+      end = min(b - lo_d[idx], e) + 1;
+      if (!PlaceRange(p.runs, p.n_runs, start, end, p.skip_absent, &absent,
+                      [&](int64_t, int64_t, int64_t) { ++pieces; }))
+        Report(p.error, kAbsentPosition, g, t, absent);
+    }
     const int64_t inclusive = WarpInclusiveSum(pieces);
-    if (kFill && ends) {
+    if (kFill && valid) {
       int64_t o = base + count + inclusive - pieces;
       PlaceRange(p.runs, p.n_runs, start, end, p.skip_absent, &absent,
                  [&](int64_t row_begin, int64_t row_end, int64_t pos) {
@@ -107,11 +134,6 @@ __device__ int64_t ItemRanges(const Params& p, int64_t g, int64_t t, int64_t a, 
                  });
     }
     count += __shfl_sync(kFullMask, inclusive, 31);
-    const unsigned end_mask = __ballot_sync(kFullMask, ends);
-    const int last_begin = begin_mask != 0 ? 31 - __clz(begin_mask) : -1;
-    const int last_end = end_mask != 0 ? 31 - __clz(end_mask) : -1;
-    const int64_t open_start = __shfl_sync(kFullMask, start_here, max(last_begin, 0));
-    if (last_begin > last_end) carry = open_start;
   }
   return count;
 }
@@ -192,8 +214,11 @@ Status CountItems(const Params& p, int64_t items, SparseIndexCudaWorkspace::Impl
   const int64_t heads = p.num_kv_heads;
   if (heads > 0) {
     MP_REQUIRE(heads <= (int64_t{1} << 31) - 1, "vertical_slash_index: too many KV heads");
-    CheckSelectionsKernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(
-        p, static_cast<int64_t*>(ws.heads.data()));
+    int64_t* per_head = static_cast<int64_t*>(ws.heads.data());
+    CheckSelectionsKernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(p, per_head);
+    MP_CUDA_CHECK_LAUNCH();
+    GroupDiagonalsKernel<<<static_cast<unsigned>(heads), 32, 0, stream>>>(
+        p, per_head + 2 * heads, per_head + 3 * heads, per_head + 3 * heads + heads * p.n_slash);
     MP_CUDA_CHECK_LAUNCH();
   }
   if (items > 0) {
@@ -216,8 +241,12 @@ Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
   // Reuse: the count pass's selection counts (ws.heads) and offsets are still in place.
   const bool reuse = ReusesCountPass(ws, call, args.out, args.inputs_unchanged_since_count);
   MP_RETURN_IF_ERROR(BeginChecks(ws, args.tiles, args.runs, stream));
-  MP_RETURN_IF_ERROR(
-      ws.heads.Reserve(static_cast<size_t>(std::max<int64_t>(2 * heads, 1)) * 8, stream));
+  // ws.heads: [2, heads] selection counts, [heads] group counts, [heads, n_slash] the groups'
+  // smallest and then largest diagonals.
+  const int64_t n_slash = args.diagonals.dim(1);
+  MP_RETURN_IF_ERROR(ws.heads.Reserve(
+      static_cast<size_t>(std::max<int64_t>(3 * heads + 2 * heads * n_slash, 1)) * 8, stream));
+  const int64_t* per_head = static_cast<const int64_t*>(ws.heads.data());
   const bool fill = !args.out.CountPass();
   Params p{args.tiles.as<const int64_t>(),
            n_tiles,
@@ -227,7 +256,10 @@ Status VerticalSlashIndexCuda(const VerticalSlashIndexArgs& args,
            args.columns.dim(1),
            args.diagonals.as<const int64_t>(),
            args.diagonals.dim(1),
-           static_cast<const int64_t*>(ws.heads.data()),
+           per_head,
+           per_head + 2 * heads,
+           per_head + 3 * heads,
+           per_head + 3 * heads + heads * n_slash,
            heads,
            args.skip_absent,
            args.out.range_offsets.as<int64_t>(),
