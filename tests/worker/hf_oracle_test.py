@@ -248,14 +248,21 @@ class Oracle:
 
     # ---- the checks -----------------------------------------------------------------------------
 
-    def check_case(self, case: Case):
+    def made_model(self, case: Case):
+        """The case's model directory and its config, or None (reported) when mkmodel failed."""
         try:
             model_dir = self.make_model(case)
         except Failure as e:
             self.report(case.name, "mkmodel", "-", "-", False, str(e))
-            return
+            return None
         with open(os.path.join(model_dir, "config.json")) as f:
-            vocab = json.load(f)["vocab_size"]
+            return model_dir, json.load(f)
+
+    def check_case(self, case: Case):
+        made = self.made_model(case)
+        if made is None:
+            return
+        model_dir, vocab = made[0], made[1]["vocab_size"]
         # Seeded by the case's name: the same prompts whichever cases run.
         rng = np.random.default_rng(zlib.crc32(case.name.encode()))
         prompts = {n: rng.integers(0, vocab, n).tolist() for n in
@@ -335,13 +342,10 @@ class Oracle:
 
     def check_duo(self):
         case = Case(DUO_CASE, [])
-        try:
-            model_dir = self.make_model(case)
-        except Failure as e:
-            self.report(case.name, "mkmodel", "-", "-", False, str(e))
+        made = self.made_model(case)
+        if made is None:
             return
-        with open(os.path.join(model_dir, "config.json")) as f:
-            config = json.load(f)
+        model_dir, config = made
         heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
         policy = os.path.join(self.work_dir, "duo_policy.json")
         with open(policy, "w") as f:

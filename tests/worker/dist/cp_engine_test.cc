@@ -267,7 +267,8 @@ TEST(CpPrefillExchangeTest, PassQMatchesSingleProcess) {
   const std::vector<int32_t> prompt = RandomIds(150, 97, 41);
   for (const char* fields : {
            R"("default": {"prefill": "dense"})",
-           R"("default": {"prefill": "a-shape"}, "a_shape": {"sink_tokens": 3, "window_tokens": 20})",
+           R"("default": {"prefill": "a-shape"},
+              "a_shape": {"sink_tokens": 3, "window_tokens": 20})",
            R"("default": {"prefill": ["a-shape", "vertical-slash"]},
               "a_shape": {"sink_tokens": 3, "window_tokens": 40},
               "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
