@@ -37,8 +37,9 @@ constexpr char kUsage[] =
   --max-step-tokens N      tokens one engine step adds: decode tokens of every running job plus
                            prefill chunks (default 2048)
   --max-running N          jobs holding KV at once (default 64; at most --max-step-tokens)
-  --max-prefill-work W     bound on a step's prefill attention work, in (query, key) token pairs
-                           (default 0: none); keeps steps short deep into a long prompt
+  --max-prefill-work W     bound on a step's prefill attention work per worker, in (query, key)
+                           token pairs (default 0: none); keeps steps short deep into a long
+                           prompt
   --min-chunk N            smallest prefill chunk but the first of a step (default 256)
   --ring-pairs-per-row X   with several workers: query-key pairs a rank's attention computes
                            while one K/V row of a layer crosses the ring (default 0: not counted);

@@ -31,6 +31,9 @@ StatusOr<StepScheduler> StepScheduler::Create(const StepSchedulerOptions& option
              "step scheduler: kv_positions_per_rank must be at least 1");
   MP_REQUIRE(options.max_prefill_work >= 0 && options.min_chunk >= 1,
              "step scheduler: max_prefill_work must be >= 0 and min_chunk >= 1");
+  MP_REQUIRE(options.max_prefill_work <= (int64_t{1} << 52),
+             "step scheduler: max_prefill_work must be at most 2^52, got ",
+             options.max_prefill_work);
   MP_REQUIRE(options.ring_pairs_per_row >= 0 && options.ring_pairs_per_row <= (int64_t{1} << 32),
              "step scheduler: ring_pairs_per_row must lie in [0, 2^32], got ",
              options.ring_pairs_per_row);
@@ -136,8 +139,10 @@ PlannedStep StepScheduler::Next() {
     if (j.started && j.prefilled == j.prompt)
       step.entries.push_back({id, PlannedKind::kDecode, j.prompt, 1});
   int64_t tokens_left = options_.max_step_tokens - static_cast<int64_t>(step.entries.size());
-  int64_t work_left = options_.max_prefill_work > 0 ? options_.max_prefill_work
-                                                    : std::numeric_limits<int64_t>::max();
+  // The bound is per rank: the step's work over all of them is N times it.
+  int64_t work_left = options_.max_prefill_work > 0
+                          ? options_.max_prefill_work * options_.num_ranks
+                          : std::numeric_limits<int64_t>::max();
   bool first = true;
   for (StepJobId id : PrefillOrder()) {
     if (tokens_left <= 0) break;

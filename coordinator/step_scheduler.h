@@ -45,9 +45,11 @@ struct StepSchedulerOptions {
   // KV positions the busiest rank may hold for every running job together (positions of dense
   // KV: a job whose policy keeps less counts less, Add's kv_cost_per_rank).
   int64_t kv_positions_per_rank = 0;
-  // Attention work of a step's prefill chunks: the sum over chunks of chunk x (chunk + the
-  // positions before it), in token pairs; 0: no bound. The first chunk of a step gets at least
-  // min_chunk tokens whatever this says, so every prompt progresses.
+  // Attention work of a step's prefill chunks per rank: the sum over chunks of chunk x (chunk +
+  // the positions before it), in token pairs, divided by the ranks (each computes about its
+  // share), so one figure gives steps of about the same time on any number of ranks; 0: no
+  // bound. The first chunk of a step gets at least min_chunk tokens whatever this says, so every
+  // prompt progresses.
   int64_t max_prefill_work = 0;
   int64_t min_chunk = 256;
   // With several ranks: the query-key pairs one rank's attention computes in the time it

@@ -128,10 +128,11 @@ TEST(StepSchedulerTest, TheWorkBoundShortensChunksDeepIntoAPrompt) {
 }
 
 // The prompt's chunks with `ranks` ranks and `ring_pairs_per_row`, under the work bound of the
-// test above.
-std::vector<int64_t> LongPromptChunks(int ranks, int64_t ring_pairs_per_row) {
+// test above over all ranks (`per_rank` false) or on each rank.
+std::vector<int64_t> LongPromptChunks(int ranks, int64_t ring_pairs_per_row,
+                                      bool per_rank = false) {
   StepSchedulerOptions o = Options(ranks, 100000, 1000000);
-  o.max_prefill_work = 1000 * 1000;
+  o.max_prefill_work = per_rank ? 1000 * 1000 : 1000 * 1000 / ranks;
   o.min_chunk = 64;
   o.ring_pairs_per_row = ring_pairs_per_row;
   StepScheduler s = Make(o);
@@ -161,11 +162,22 @@ TEST(StepSchedulerTest, OverSeveralRanksNoChunkIsShorterThanItsRingPass) {
   EXPECT_FALSE(StepScheduler::Create(o).ok());
 }
 
+TEST(StepSchedulerTest, TheWorkBoundIsPerRank) {
+  // Each of N ranks computes about 1/N of a step's pairs: the same bound lets N ranks take N
+  // times the pairs, a chunk sqrt(N) times as long at the prompt's start.
+  EXPECT_EQ(LongPromptChunks(1, 0, true).front(), 1000);
+  EXPECT_EQ(LongPromptChunks(4, 0, true).front(), 2000);
+  EXPECT_EQ(LongPromptChunks(4, 0, false).front(), 1000);
+  StepSchedulerOptions o = Options(2, 64, 1000);
+  o.max_prefill_work = (int64_t{1} << 52) + 1;
+  EXPECT_FALSE(StepScheduler::Create(o).ok());
+}
+
 TEST(StepSchedulerTest, ARingPassCountsAgainstTheStepsWork) {
   // Two ranks, R = 200. A job 10000 positions in has a ring pass of (10000 + c) x 200 pairs,
   // more than the bound: it runs alone at R; a short job waiting behind gets the next step.
   StepSchedulerOptions o = Options(2, 100000, 1000000);
-  o.max_prefill_work = 1000 * 1000;
+  o.max_prefill_work = 500 * 1000;  // per rank: 10^6 pairs a step over both
   o.min_chunk = 16;
   o.ring_pairs_per_row = 200;
   StepScheduler s = Make(o);
