@@ -187,6 +187,8 @@ Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   if (num_ranks > 1) {
     MP_RETURN_IF_ERROR(comm_->HostAllGather(mine, all.data(), sizeof(int64_t)));
     for (int r = 0; r < num_ranks; ++r) ring_rows = std::max(ring_rows, all[r]);
+    // Steps forced to pass-Q borrow the ring blocks for their queries and partials.
+    ring_rows = std::max(ring_rows, ForcedPassQRingRows(ring_rows));
   }
   SequenceMemoryPlan plan;
   if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);

@@ -226,6 +226,9 @@ class Engine {
   Status CheckEntry(const SequenceStep& step, Entry* entry) const;
   Status ExchangeEntries(std::vector<Entry>* entries, const Status& local);
   Status ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows);
+  // The ring rows a step forced to pass-Q (EngineOptions::prefill_exchange) reserves for up to
+  // `query_rows` queries per rank: rounds of at most one attention call's rows. 0 otherwise.
+  int64_t ForcedPassQRingRows(int64_t query_rows) const;
   // Uploads ids and positions, embeds the step's tokens.
   Status Embed(const std::vector<Entry>& entries, int64_t rows);
   Status UploadIds(const std::vector<Entry>& entries, int64_t rows);

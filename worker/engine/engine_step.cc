@@ -172,22 +172,21 @@ Status Engine::ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows) {
         *ring_rows = std::max(*ring_rows, TotalSize(it->second.back()));
       }
     }
-    if (options_.prefill_exchange == PrefillExchange::kPassQ && comm_->size() > 1) {
-      // A forced pass-Q step takes rounds of up to one attention call's queries per rank.
-      int64_t most = 0;
-      for (const auto& r : e.rank_step) most = std::max(most, TotalSize(r));
-      most = std::min(most, workspace_->Scratch().attention_rows);
-      const ModelConfig& c = config();
-      *ring_rows = std::max(
-          *ring_rows,
-          PassQBufferRows(most, comm_->size(),
-                          c.num_attention_heads * (c.head_dim + 1) *
-                              static_cast<int64_t>(sizeof(float)),
-                          c.num_key_value_heads * c.head_dim *
-                              static_cast<int64_t>(DTypeSize(options_.kv_dtype))));
-    }
+    int64_t most = 0;
+    for (const auto& r : e.rank_step) most = std::max(most, TotalSize(r));
+    *ring_rows = std::max(*ring_rows, ForcedPassQRingRows(most));
   }
   return OkStatus();
+}
+
+int64_t Engine::ForcedPassQRingRows(int64_t query_rows) const {
+  if (options_.prefill_exchange != PrefillExchange::kPassQ || comm_->size() <= 1) return 0;
+  const ModelConfig& c = config();
+  const int64_t attention_rows = std::max<int64_t>(1, memory_shape().attention_chunk);
+  return PassQBufferRows(
+      std::min(query_rows, attention_rows), comm_->size(),
+      c.num_attention_heads * (c.head_dim + 1) * static_cast<int64_t>(sizeof(float)),
+      c.num_key_value_heads * c.head_dim * static_cast<int64_t>(DTypeSize(options_.kv_dtype)));
 }
 
 StatusOr<std::vector<Engine::Entry>> Engine::PrepareStep(const StepPlan& plan) {
