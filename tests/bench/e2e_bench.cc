@@ -12,8 +12,8 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 

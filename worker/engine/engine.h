@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "common/checkpoint/model_config.h"
-#include "worker/attention/prefill_exchange.h"
 #include "common/policy/attention_policy.h"
 #include "common/status.h"
 #include "worker/attention/attention_env.h"
