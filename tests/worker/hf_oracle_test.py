@@ -340,12 +340,39 @@ class Oracle:
 
     # ---- DuoAttention's heads against HF with a per-head mask ------------------------------------
 
+    def hf_written_model(self, src_dir: str, name: str) -> str:
+        """A random-weight bf16 checkpoint of src_dir's shape written by transformers itself
+        (its own initialisation, q_proj and k_proj sharpened as make_model does)."""
+        out = os.path.join(self.work_dir, name)
+        torch.manual_seed(zlib.crc32(name.encode()))
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src_dir),
+                                                 torch_dtype=torch.float32)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.mul_(ATTENTION_SHARPEN)
+                layer.self_attn.k_proj.weight.mul_(ATTENTION_SHARPEN)
+        model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+        shutil.copy(os.path.join(src_dir, "tokenizer.json"), out)
+        return out
+
     def check_duo(self):
-        case = Case(DUO_CASE, [])
-        made = self.made_model(case)
-        if made is None:
-            return
-        model_dir, config = made
+        """DuoAttention's heads on our fp32 and bf16 checkpoints and on one transformers wrote;
+        HF always computes in fp32 (a bf16 file's weights widened exactly, as the engine does)."""
+        for case in (Case(DUO_CASE, []), Case(DUO_CASE + "-bf16", [], dtype="bf16")):
+            made = self.made_model(case)
+            if made is not None:
+                self.check_duo_model(case, *made)
+        if made is not None:
+            case = Case(DUO_CASE + "-hf-written-bf16", [], dtype="bf16")
+            try:
+                model_dir = self.hf_written_model(made[0], case.name)
+            except Exception as e:  # transformers failing to write is a failed check, not a crash
+                self.report(case.name, "save_pretrained", "-", "-", False, str(e))
+                return
+            with open(os.path.join(model_dir, "config.json")) as f:
+                self.check_duo_model(case, model_dir, json.load(f))
+
+    def check_duo_model(self, case, model_dir, config):
         heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
         policy = os.path.join(self.work_dir, "duo_policy.json")
         with open(policy, "w") as f:
