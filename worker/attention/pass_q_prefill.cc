@@ -9,6 +9,7 @@
 // ring_k[0] (queries received), ring_k[1] (partials sent), ring_v[0] (partials received), each
 // (ranks - 1) x R rows.
 #include <algorithm>
+#include <vector>
 
 #include "worker/attention/ring_prefill.h"
 
@@ -33,15 +34,13 @@ TensorView Message(const PartialView& p) {
 }  // namespace
 
 Status RingPrefill::RunPassQ(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
-                             const HeadWindows& windows, int64_t round_rows) {
+                             const HeadWindows& windows, std::span<const int64_t> queries,
+                             int64_t round_rows) {
   Backend& b = env.backend;
   Communicator& comm = env.comm;
   const int num_ranks = comm.size(), rank = comm.rank();
   const int64_t d = env.config.head_dim, heads = in.q.dim(1) / d, q_width = heads * d;
   const int64_t part_width = heads * (d + 1);
-  std::vector<int64_t> queries(static_cast<size_t>(num_ranks));
-  for (int r = 0; r < num_ranks; ++r)
-    queries[static_cast<size_t>(r)] = TotalSize(in.rank_queries[static_cast<size_t>(r)]);
   const int64_t n = queries[static_cast<size_t>(rank)];
   MP_REQUIRE(n == in.q.dim(0), "pass-Q prefill: ", in.q.dim(0), " query rows for ", n,
              " positions");

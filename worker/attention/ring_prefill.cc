@@ -111,8 +111,11 @@ Status RingPrefill::RunOn(AttentionEnv& env, const PrefillInput& in, ConstKvRows
   MP_RETURN_IF_ERROR(
       env.backend.ClearState(SliceRows(in.o_acc, 0, n), SliceRows(in.lse_acc, 0, n)));
   const int num_ranks = env.comm.size();
-  if (num_ranks == 1 || in.rank_queries.size() != static_cast<size_t>(num_ranks))
-    return RunPassKv(env, in, mine, windows);
+  if (num_ranks == 1) return RunPassKv(env, in, mine, windows);
+  MP_REQUIRE(in.rank_queries.size() == static_cast<size_t>(num_ranks) &&
+                 in.rank_blocks.size() == static_cast<size_t>(num_ranks),
+             "ring prefill: queries of ", in.rank_queries.size(), " and blocks of ",
+             in.rank_blocks.size(), " ranks for ", num_ranks);
   std::vector<int64_t> block_rows, query_rows;
   for (int r = 0; r < num_ranks; ++r) {
     block_rows.push_back(TotalSize(in.rank_blocks[static_cast<size_t>(r)]));
@@ -136,7 +139,7 @@ Status RingPrefill::RunOn(AttentionEnv& env, const PrefillInput& in, ConstKvRows
       std::min(PassQRoundRows(buffer_bytes, num_ranks, sizes.part_row_bytes),
                std::max<int64_t>(env.scratch.attention_rows, 1));
   if (ChooseExchange(env.prefill_exchange, sizes, round_rows) == PrefillExchange::kPassQ)
-    return RunPassQ(env, in, mine, windows, round_rows);
+    return RunPassQ(env, in, mine, windows, query_rows, round_rows);
   return RunPassKv(env, in, mine, windows);
 }
 

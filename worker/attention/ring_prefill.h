@@ -7,6 +7,7 @@
 // instead (pass-Q, prefill_exchange.h): the same pairs, on the same ranks, far fewer bytes.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "worker/attention/attention_strategy.h"
@@ -46,10 +47,12 @@ class RingPrefill final : public PrefillStrategy {
   // Pass-KV: the blocks travel round the ring.
   Status RunPassKv(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
                    const HeadWindows& windows);
-  // Pass-Q: every rank's queries come to this rank's block in rounds of `round_rows` rows per
-  // rank, and their partials go back to be merged (pass_q_prefill.cc).
+  // Pass-Q: every rank's queries (`queries`: how many each rank has) come to this rank's block
+  // in rounds of `round_rows` rows per rank, and their partials go back to be merged
+  // (pass_q_prefill.cc).
   Status RunPassQ(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
-                  const HeadWindows& windows, int64_t round_rows);
+                  const HeadWindows& windows, std::span<const int64_t> queries,
+                  int64_t round_rows);
   HeadWindows windows_;
   int64_t windowed_from_ = 0;
 };

@@ -6,8 +6,6 @@
 
 #include <vector>
 
-#include "worker/dist/shard_plan.h"
-
 namespace millipede {
 namespace {
 
@@ -81,23 +79,6 @@ TEST(PrefillExchangeTest, ParsesItsNamesAndRefusesOthers) {
   auto bad = ParsePrefillExchange("ring");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("pass-kv"), std::string::npos);
-}
-
-TEST(PrefillExchangeTest, SliceRangeRows) {
-  const std::vector<TokenRange> ranges = {{0, 4}, {10, 13}, {20, 25}};
-  auto slice = [&](int64_t offset, int64_t count) {
-    std::vector<std::pair<int64_t, int64_t>> out;
-    for (const TokenRange& r : SliceRangeRows(ranges, offset, count))
-      out.emplace_back(r.begin, r.end);
-    return out;
-  };
-  using V = std::vector<std::pair<int64_t, int64_t>>;
-  EXPECT_EQ(slice(0, 12), (V{{0, 4}, {10, 13}, {20, 25}}));
-  EXPECT_EQ(slice(2, 4), (V{{2, 4}, {10, 12}}));
-  EXPECT_EQ(slice(4, 3), (V{{10, 13}}));
-  EXPECT_EQ(slice(8, 10), (V{{21, 25}}));
-  EXPECT_EQ(slice(12, 5), V{});
-  EXPECT_EQ(slice(3, 0), V{});
 }
 
 }  // namespace

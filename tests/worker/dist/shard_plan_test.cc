@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace millipede {
 namespace {
 
@@ -59,6 +62,23 @@ TEST(ShardPlanTest, RejectsBadArguments) {
   EXPECT_NE(ShardPlan::Create(0, 2).status().message().find("at least one token"),
             std::string::npos);
   EXPECT_FALSE(ShardPlan::Create(5, 0).ok());
+}
+
+TEST(ShardPlanTest, SliceRangeRows) {
+  const std::vector<TokenRange> ranges = {{0, 4}, {10, 13}, {20, 25}};
+  auto slice = [&](int64_t offset, int64_t count) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const TokenRange& r : SliceRangeRows(ranges, offset, count))
+      out.emplace_back(r.begin, r.end);
+    return out;
+  };
+  using V = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(slice(0, 12), (V{{0, 4}, {10, 13}, {20, 25}}));
+  EXPECT_EQ(slice(2, 4), (V{{2, 4}, {10, 12}}));
+  EXPECT_EQ(slice(4, 3), (V{{10, 13}}));
+  EXPECT_EQ(slice(8, 10), (V{{21, 25}}));
+  EXPECT_EQ(slice(12, 5), V{});
+  EXPECT_EQ(slice(3, 0), V{});
 }
 
 }  // namespace
