@@ -34,6 +34,7 @@ using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, LtDeleter>;
 // because an algorithm chosen for aligned buffers may not run on less aligned ones.
 struct PlanKey {
   int64_t m, n, k;
+  int64_t ldb;  // elements between weight rows
   DType dtype;  // of both operands
   uint32_t align_weight, align_activations, align_out;
   auto operator<=>(const PlanKey&) const = default;
@@ -108,18 +109,19 @@ Status LaunchBias(const GemmArgs& args, cudaStream_t stream) {
 // chunks of 8 elements, each chunk dotted with every activation row (which stay in L1/L2), fp32
 // sums reduced across the warp. out[i, j] = (beta ? out[i, j] : 0) + sum. With 4 rows this was
 // slower than cuBLASLt (the activations' reloads; performance.md), so it takes one.
-//   a [m, k], b [n, k] of T (16-byte aligned rows, k % 8 == 0), out [m, n] F32.
+//   a [m, k], b [n, k] of T with rows ldb apart (16-byte aligned rows, k % 8 == 0, ldb % 8 ==
+//   0), out [m, n] F32.
 constexpr int kSkinnyRows = 1;
 constexpr int kSkinnyWarps = kThreads / 32;
 
 template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads)
     SkinnyGemmKernel(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ out,
-                     int64_t n, int64_t k, bool add) {
+                     int64_t n, int64_t k, int64_t ldb, bool add) {
   const int lane = threadIdx.x % 32;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kSkinnyWarps + threadIdx.x / 32;
   if (j >= n) return;  // warp-uniform
-  const uint4* row = reinterpret_cast<const uint4*>(b + j * k);
+  const uint4* row = reinterpret_cast<const uint4*>(b + j * ldb);
   const int64_t chunks = k / 8;
   float acc[kM] = {};
 #pragma unroll 4
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
 bool SkinnyFits(const GemmArgs& args, const void* activations) {
   const int64_t m = args.a.dim(0), k = args.a.dim(1);
   return (args.b.dtype == DType::kBF16 || args.b.dtype == DType::kF16) && m <= kSkinnyRows &&
-         k % 8 == 0 && cuda_util::IsAligned(activations, 16) &&
+         k % 8 == 0 && GemmBRowStride(args) % 8 == 0 && cuda_util::IsAligned(activations, 16) &&
          cuda_util::IsAligned(args.b.data, 16);
 }
 
@@ -161,8 +163,9 @@ template <typename T, int kM>
 Status LaunchSkinnyRows(const void* a, const GemmArgs& args, bool add, cudaStream_t stream) {
   const int64_t n = args.b.dim(0), k = args.b.dim(1);
   const unsigned blocks = static_cast<unsigned>((n + kSkinnyWarps - 1) / kSkinnyWarps);
-  SkinnyGemmKernel<T, kM><<<blocks, kThreads, 0, stream>>>(
-      static_cast<const T*>(a), args.b.as<const T>(), args.out.as<float>(), n, k, add);
+  SkinnyGemmKernel<T, kM><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(a),
+                                                           args.b.as<const T>(), args.out.as<float>(),
+                                                           n, k, GemmBRowStride(args), add);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }
@@ -209,7 +212,8 @@ Status SetPreference(cublasLtMatmulPreference_t preference,
 // transpose with leading dimension c. So the buffers hold, column-major, W = b^T [k, n],
 // X = a^T [k, m] and Y = out^T [n, m], and out = a b^T becomes Y = b a^T = W^T X: cuBLASLt's A is
 // the weight with op T, its B the activations with op N (the "TN" form cuBLASLt serves best),
-// C = D = out, with leading dimensions k, k and n. fp32 accumulation and fp32 alpha/beta for
+// C = D = out, with leading dimensions ldb (k for a contiguous weight), k and n. fp32
+// accumulation and fp32 alpha/beta for
 // every dtype; with F32 operands CUBLAS_COMPUTE_32F is a true FP32 GEMM (TF32 would have to be
 // asked for with CUBLAS_COMPUTE_32F_FAST_TF32).
 StatusOr<std::unique_ptr<Plan>> MakePlan(cublasLtHandle_t handle, const PlanKey& key,
@@ -228,7 +232,7 @@ StatusOr<std::unique_ptr<Plan>> MakePlan(cublasLtHandle_t handle, const PlanKey&
                                                  sizeof(op_activations)),
                   "cublasLtMatmulDescSetAttribute(TRANSB)"));
   const cudaDataType_t type = CudaDataType(key.dtype);
-  MP_RETURN_IF_ERROR(MakeLayout(plan->weight, type, key.k, key.n, key.k));
+  MP_RETURN_IF_ERROR(MakeLayout(plan->weight, type, key.k, key.n, key.ldb));
   MP_RETURN_IF_ERROR(MakeLayout(plan->activations, type, key.k, key.m, key.k));
   MP_RETURN_IF_ERROR(MakeLayout(plan->out, CUDA_R_32F, key.n, key.m, key.n));
 
@@ -328,11 +332,13 @@ Status GemmCuda(const GemmArgs& args, GemmCudaContext& context, cudaStream_t str
                                  : LaunchSkinny<__half>(activations, args, beta != 0.0f, stream);
 
   const uint64_t row_bytes = static_cast<uint64_t>(k) * DTypeSize(dtype);
+  const int64_t ldb = GemmBRowStride(args);
   const PlanKey key{m,
                     n,
                     k,
+                    ldb,
                     dtype,
-                    Alignment(args.b.data, row_bytes),
+                    Alignment(args.b.data, static_cast<uint64_t>(ldb) * DTypeSize(dtype)),
                     Alignment(activations, row_bytes),
                     Alignment(out, static_cast<uint64_t>(n) * sizeof(float))};
   auto it = impl.plans.find(key);

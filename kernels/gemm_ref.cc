@@ -36,6 +36,8 @@ Status GemmCheckArgs(const GemmArgs& args) {
   MP_RETURN_IF_ERROR(CheckTensor(args.a, "gemm a", args.a.dtype, Shape{m, k}));
   MP_REQUIRE(args.b.dim(1) == k, "gemm b: shape ", args.b.shape.ToString(), ", expected [", n, ", ",
              k, "] (inner dimension of a is ", k, ")");
+  MP_REQUIRE(args.b_row_stride == 0 || args.b_row_stride >= k, "gemm b: row stride ",
+             args.b_row_stride, " is shorter than its rows (", k, ")");
   const bool has_bias = args.bias.data != nullptr;
   if (has_bias) {
     MP_RETURN_IF_ERROR(CheckFloatTensor(args.bias, "gemm bias", 1));
@@ -50,6 +52,7 @@ Status GemmRef(const GemmArgs& args) {
   const int64_t m = args.a.dim(0);
   const int64_t k = args.a.dim(1);
   const int64_t n = args.b.dim(0);
+  const int64_t ldb = GemmBRowStride(args);
   const bool has_bias = args.bias.data != nullptr;
 
   std::vector<float> bias(n, 0.0f);
@@ -69,9 +72,9 @@ Status GemmRef(const GemmArgs& args) {
     for (int64_t j = 0; j < n; ++j) {
       const float* b;
       if (args.b.dtype == DType::kF32) {
-        b = args.b.as<const float>() + j * k;
+        b = args.b.as<const float>() + j * ldb;
       } else {
-        LoadFloatRow(args.b.data, args.b.dtype, j * k, k, b_row.data());
+        LoadFloatRow(args.b.data, args.b.dtype, j * ldb, k, b_row.data());
         b = b_row.data();
       }
       for (int64_t i = i0; i < i1; ++i) {

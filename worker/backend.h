@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "kernels/add_parts.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/batch_decode_attention.h"
 #include "kernels/attention/block_sparse_index.h"
@@ -148,6 +149,8 @@ class Backend {
   virtual Status RopeKv(const RopeKvArgs& args) = 0;
   virtual Status Gemm(const GemmArgs& args) = 0;
   virtual Status SiluMul(const SiluMulArgs& args) = 0;
+  // Gathered partial products summed in order into a residual (decode's MLP split over ranks).
+  virtual Status AddParts(const AddPartsArgs& args) = 0;
   virtual Status Attention(const AttentionArgs& args) = 0;
   // One decode token of each of several sequences against its own K/V, in one call (the decode
   // tokens of a continuous-batching step).

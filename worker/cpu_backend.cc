@@ -68,6 +68,8 @@ class CpuBackend final : public Backend {
   Status Rope(const RopeArgs& args) override { return RopeCpu(args); }
   Status RopeKv(const RopeKvArgs& args) override { return RopeKvCpu(args); }
   Status Gemm(const GemmArgs& args) override { return GemmCpu(args); }
+  // A few rows of a few parts: the reference is fast enough.
+  Status AddParts(const AddPartsArgs& args) override { return AddPartsRef(args); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCpu(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
   Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) override {

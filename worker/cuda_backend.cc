@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "kernels/add_parts_cuda.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/batch_decode_attention_cuda.h"
 #include "kernels/attention/block_sparse_index_cuda.h"
@@ -156,6 +157,7 @@ class CudaBackend final : public Backend {
   Status Rope(const RopeArgs& args) override { return RopeCuda(args, stream_); }
   Status RopeKv(const RopeKvArgs& args) override { return RopeKvCuda(args, stream_); }
   Status Gemm(const GemmArgs& args) override { return GemmCuda(args, *gemm_, stream_); }
+  Status AddParts(const AddPartsArgs& args) override { return AddPartsCuda(args, stream_); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCuda(args, stream_); }
   Status Attention(const AttentionArgs& args) override {
     MP_ASSIGN_OR_RETURN(const size_t bytes, AttentionCudaWorkspaceBytes(args, {}));

@@ -26,6 +26,9 @@ const char kEngineFlagsUsage[] =
   --prefill-exchange M   how ranks share a prefill step's dense heads: auto (default: per step
                          and layer, whichever moves fewer bytes) | pass-kv (the ring of K/V
                          blocks) | pass-q (queries out, partials back)
+  --decode-mlp M         with several ranks, a decode token's MLP: split (default: each rank
+                         its share of the intermediate columns, one all-gather per layer) |
+                         whole (every rank all of it)
   --backend B            cpu (default) | cuda
   --random-weights       the model's config.json with random weights (bf16, seed 0) instead of
                          its safetensors: benchmarks of the service at a model's shape without
@@ -35,7 +38,7 @@ const char kEngineFlagsUsage[] =
 std::vector<std::string> EngineFlagNames() {
   return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
           "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs",
-          "split-kv-heads", "prefill-exchange"};
+          "split-kv-heads", "prefill-exchange", "decode-mlp"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
@@ -57,6 +60,8 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
                       ParseSplitKvHeads(flags.Get("split-kv-heads").value_or("on")));
   MP_ASSIGN_OR_RETURN(options.prefill_exchange,
                       ParsePrefillExchange(flags.Get("prefill-exchange").value_or("auto")));
+  MP_ASSIGN_OR_RETURN(options.split_decode_mlp,
+                      ParseDecodeMlp(flags.Get("decode-mlp").value_or("split")));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;
   if (flags.GetBool("random-weights")) {

@@ -26,6 +26,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct GemmPlan {
   const GemmArgs* args;
   int64_t m, n, k;    // out [m, n] = a [m, k] @ b^T
+  int64_t ldb;        // elements between rows of b
   const float* a;     // [m, k] F32 (a itself, or its widened copy)
   const float* bias;  // [n] F32, or null
   float* out;
@@ -54,7 +55,7 @@ void GemmTile(const GemmPlan& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
       for (int64_t i = 0; i < rows; ++i) std::fill_n(c + i * p.n, cols, 0.0f);
   } else if (b.dtype == DType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, k, 1.0f, a, k,
-                b.as<const float>() + j0 * k, k, first_beta, c, p.n);
+                b.as<const float>() + j0 * p.ldb, p.ldb, first_beta, c, p.n);
   } else {
     thread_local std::vector<float> panel;
     const int64_t slice = std::min(k, std::max<int64_t>(64, kPanelFloats / cols));
@@ -62,7 +63,7 @@ void GemmTile(const GemmPlan& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
     for (int64_t p0 = 0; p0 < k; p0 += slice) {
       const int64_t width = std::min(slice, k - p0);
       for (int64_t j = 0; j < cols; ++j)
-        cpu::WidenRow(b.data, b.dtype, (j0 + j) * k + p0, width, panel.data() + j * width);
+        cpu::WidenRow(b.data, b.dtype, (j0 + j) * p.ldb + p0, width, panel.data() + j * width);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, width, 1.0f, a + p0, k,
                   panel.data(), width, p0 == 0 ? first_beta : 1.0f, c, p.n);
     }
@@ -76,9 +77,9 @@ void DotRows(const GemmPlan& p, int64_t j0, int64_t j1) {
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(p.k));
   for (int64_t j = j0; j < j1; ++j) {
-    const float* w = b.as<const float>() + j * p.k;
+    const float* w = b.as<const float>() + j * p.ldb;
     if (b.dtype != DType::kF32) {
-      cpu::WidenRow(b.data, b.dtype, j * p.k, p.k, row.data());
+      cpu::WidenRow(b.data, b.dtype, j * p.ldb, p.k, row.data());
       w = row.data();
     }
     for (int64_t i = 0; i < p.m; ++i) {
@@ -98,6 +99,7 @@ Status GemmCpu(const GemmArgs& args) {
              .m = args.a.dim(0),
              .n = args.b.dim(0),
              .k = args.a.dim(1),
+             .ldb = GemmBRowStride(args),
              .a = args.a.as<const float>(),
              .bias = nullptr,
              .out = args.out.as<float>()};

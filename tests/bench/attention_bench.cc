@@ -36,6 +36,11 @@ constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
                    launcher's choice and unsplit)
   --warmup N       untimed runs first (default 3)
   --iters N        timed runs, averaged (default 10)
+  --window W       A-shape prefill (MInference's A-shape, StreamingLLM's heads): every KV head
+                   sees the --sinks first keys and the last W; reports the attended share of the
+                   causal pairs ("density") and TFLOP/s over the attended pairs (default 0:
+                   causal)
+  --sinks N        sink keys of an A-shape prefill (default 0)
 )";
 
 struct Shapes {
@@ -43,7 +48,24 @@ struct Shapes {
   DType dtype;
   bool allow_wgmma = true;
   std::vector<int64_t> decode_splits = {0, 1};
+  // A-shape prefill (every KV head): the first `sinks` keys and a recent window; 0: causal.
+  int64_t window = 0, sinks = 0;
 };
+
+// Causal query-key pairs of one head that an A-shape head of `window` and `sinks` attends over
+// `seq` tokens (window 0: all of them).
+double AttendedPairs(int64_t seq, int64_t window, int64_t sinks) {
+  double pairs = 0;
+  for (int64_t p = 0; p < seq; ++p) {
+    const int64_t visible = p + 1;
+    if (window <= 0 || visible <= window) {
+      pairs += static_cast<double>(visible);
+    } else {
+      pairs += static_cast<double>(window + std::min(sinks, visible - window));
+    }
+  }
+  return pairs;
+}
 
 StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
   DeviceBuffer q, k, v, o, lse;
@@ -52,15 +74,20 @@ StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
   MP_RETURN_IF_ERROR(FillRandom(&v, s.dtype, {seq, s.kv_heads, s.head_dim}, 3));
   MP_RETURN_IF_ERROR(o.Allocate(seq * s.q_heads * s.head_dim * sizeof(float)));
   MP_RETURN_IF_ERROR(lse.Allocate(seq * s.q_heads * sizeof(float)));
-  const AttentionArgs args{{q.data(), DType::kF32, {seq, s.q_heads, s.head_dim}},
-                           {k.data(), s.dtype, {seq, s.kv_heads, s.head_dim}},
-                           {v.data(), s.dtype, {seq, s.kv_heads, s.head_dim}},
-                           0,
+  AttentionArgs args{{q.data(), DType::kF32, {seq, s.q_heads, s.head_dim}},
+                     {k.data(), s.dtype, {seq, s.kv_heads, s.head_dim}},
+                     {v.data(), s.dtype, {seq, s.kv_heads, s.head_dim}},
+                     0,
                            0,
                            AttentionMask::kCausal,
                            0.0f,
                            {o.data(), DType::kF32, {seq, s.q_heads, s.head_dim}},
                            {lse.data(), DType::kF32, {seq, s.q_heads}}};
+  const std::vector<int64_t> windows(static_cast<size_t>(s.kv_heads), s.window);
+  if (s.window > 0) {
+    args.kv_head_window = windows.data();
+    args.sink_tokens = s.sinks;
+  }
   AttentionCudaOptions options;
   options.allow_wgmma = s.allow_wgmma;
   MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args, options));
@@ -71,10 +98,20 @@ StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
   MP_ASSIGN_OR_RETURN(const double ms, TimeMs([&] { return AttentionCuda(args, options, nullptr); },
                                               s.warmup, s.iters));
   const double flops = 4.0 * static_cast<double>(seq) * seq / 2.0 * s.q_heads * s.head_dim;
-  return nlohmann::json{{"seq", seq},
-                        {"kernel", s.allow_wgmma ? "auto" : "mma-sync"},
-                        {"ms", ms},
-                        {"tflops", flops / (ms * 1e-3) / 1e12}};
+  nlohmann::json out{{"seq", seq},
+                     {"kernel", s.allow_wgmma ? "auto" : "mma-sync"},
+                     {"ms", ms},
+                     {"tflops", flops / (ms * 1e-3) / 1e12}};
+  if (s.window > 0) {
+    // FLOP/s over the pairs the heads attend, and their share of the causal pairs.
+    const double pairs = AttendedPairs(seq, s.window, s.sinks);
+    const double causal = static_cast<double>(seq) * (seq + 1) / 2.0;
+    out["window"] = s.window;
+    out["sinks"] = s.sinks;
+    out["density"] = pairs / causal;
+    out["tflops"] = 4.0 * pairs * s.q_heads * s.head_dim / (ms * 1e-3) / 1e12;
+  }
+  return out;
 }
 
 StatusOr<nlohmann::json> BenchDecode(const Shapes& s, int64_t ctx) {
@@ -125,7 +162,7 @@ Status Run(int argc, char** argv) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
       {"help", "seq", "ctx", "q-heads", "kv-heads", "head-dim", "dtype", "kernel",
-       "decode-splits", "warmup", "iters"}));
+       "decode-splits", "warmup", "iters", "window", "sinks"}));
   Shapes s;
   MP_ASSIGN_OR_RETURN(const int64_t seq, flags.GetInt("seq", 32768));
   MP_ASSIGN_OR_RETURN(const int64_t ctx, flags.GetInt("ctx", 131072));
@@ -134,6 +171,9 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.head_dim, flags.GetInt("head-dim", 128));
   MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 3));
   MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 10));
+  MP_ASSIGN_OR_RETURN(s.window, flags.GetInt("window", 0));
+  MP_ASSIGN_OR_RETURN(s.sinks, flags.GetInt("sinks", 0));
+  MP_REQUIRE(s.window >= 0 && s.sinks >= 0, "--window and --sinks must be >= 0");
   MP_ASSIGN_OR_RETURN(s.dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   MP_REQUIRE(s.dtype == DType::kBF16 || s.dtype == DType::kF16, "--dtype must be bf16 or fp16");
   const std::string kernel = flags.Get("kernel").value_or("auto");

@@ -63,6 +63,8 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        and no decode
   --prefill-exchange M how ranks share a prefill step's dense heads: auto (default) | pass-kv |
                        pass-q (worker/attention/prefill_exchange.h)
+  --decode-mlp M       with several ranks, a decode token's MLP: split (default: each rank its
+                       share of the intermediate columns) | whole (every rank all of it)
 )";
 
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
@@ -422,6 +424,8 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
       {"decode_ms_per_token_median", step_ms[step_ms.size() / 2]},
       {"decode_graphs", DecodeGraphsName(engine.options().decode_graphs)},
       {"split_kv_heads", engine.options().split_kv_heads},
+      {"decode_mlp", engine.options().split_decode_mlp ? "split" : "whole"},
+      {"split_mlp_passes", stats.split_mlp_passes},
       {"recorded_steps", stats.recorded_steps},
       {"replayed_steps", stats.replayed_steps},
       {"setup_s", setup_s},
@@ -456,7 +460,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
       {"preset", "layers", "seq", "decode-tokens", "warmup-seq", "batch", "backend", "kv-dtype",
        "dtype", "prefill-chunk", "attention-chunk", "seed", "locality", "policy", "selected-kv",
        "profile", "gemm-reference", "decode-only", "decode-graphs", "split-kv-heads",
-       "prefill-step", "prefill-exchange", "help"}));
+       "prefill-step", "prefill-exchange", "decode-mlp", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -495,6 +499,8 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
                       ParseSplitKvHeads(flags.Get("split-kv-heads").value_or("on")));
   MP_ASSIGN_OR_RETURN(options.prefill_exchange,
                       ParsePrefillExchange(flags.Get("prefill-exchange").value_or("auto")));
+  MP_ASSIGN_OR_RETURN(options.split_decode_mlp,
+                      ParseDecodeMlp(flags.Get("decode-mlp").value_or("split")));
   MP_ASSIGN_OR_RETURN(int64_t prefill_step, flags.GetInt("prefill-step", 0));
   MP_REQUIRE(prefill_step >= 0, "--prefill-step must be >= 0, got ", prefill_step);
   options.device = world.local_rank;

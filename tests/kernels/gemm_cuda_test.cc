@@ -58,6 +58,8 @@ struct Case {
   int64_t offset_elements = 0;
   // Weights cuBLASLt has no GEMM for: reported as unsupported, checked if that changes.
   Support support = Support::kRequired;
+  // Nonzero: b is columns [col0, col0 + k) of a [n, ldb] weight (GemmArgs::b_row_stride).
+  int64_t ldb = 0, col0 = 0;
 };
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
@@ -66,6 +68,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   if (c.bias) name += std::string("_bias") + DTypeName(c.bias_dtype);
   if (c.accumulate) name += "_accumulate";
   if (c.offset_elements) name += "_unaligned";
+  if (c.ldb) name += detail::StrCat("_columns", c.col0, "of", c.ldb);
   return name;
 }
 
@@ -78,16 +81,23 @@ void CheckCase(const Case& c, GemmCudaContext& context, uint64_t seed) {
   const size_t offset = static_cast<size_t>(c.offset_elements);
   OpCheck check("gemm");
   const int ia = check.Input(a, offset * sizeof(float));
-  const int ib = check.Input(RandomTensor(c.dtype, {c.n, c.k}, seed + 1, -1.0f, 1.0f),
+  const int64_t ldb = c.ldb > 0 ? c.ldb : c.k;
+  const int ib = check.Input(RandomTensor(c.dtype, {c.n, ldb}, seed + 1, -1.0f, 1.0f),
                              offset * DTypeSize(c.dtype));
+  // The [n, k] columns the product reads, with the whole weight's row stride.
+  auto weight = [&](ConstTensorView whole) {
+    return ConstTensorView{static_cast<const char*>(whole.data) + c.col0 * DTypeSize(c.dtype),
+                           c.dtype, Shape{c.n, c.k}};
+  };
   const int ibias =
       c.bias ? check.Input(RandomTensor(c.bias_dtype, {c.n}, seed + 2, -1.0f, 1.0f)) : -1;
   const int iout =
       check.Output("out", out_init, Tolerance::Normalised(MaxErrorVsFp32Activations(c.dtype)),
                    offset * sizeof(float));
   auto make_args = [&](const OpCheck::Tensors& t) {
-    return GemmArgs{t.cview(ia), t.cview(ib), c.bias ? t.cview(ibias) : ConstTensorView{},
-                    t.view(iout), c.accumulate};
+    return GemmArgs{t.cview(ia), weight(t.cview(ib)),
+                    c.bias ? t.cview(ibias) : ConstTensorView{}, t.view(iout), c.accumulate,
+                    c.ldb};
   };
   const bool compared = check.Run(
       make_args, GemmRef,
@@ -98,8 +108,8 @@ void CheckCase(const Case& c, GemmCudaContext& context, uint64_t seed) {
   // The second reference: activations rounded to the weights' dtype first.
   const HostTensor a_rounded = RoundedThrough(a, c.dtype);
   HostTensor out_rounded_ref = CopyF32(out_init);
-  GemmArgs rounded{CView(a_rounded), CView(check.expected(ib)), ConstTensorView{},
-                   out_rounded_ref.view(), c.accumulate};
+  GemmArgs rounded{CView(a_rounded), weight(CView(check.expected(ib))), ConstTensorView{},
+                   out_rounded_ref.view(), c.accumulate, c.ldb};
   if (c.bias) rounded.bias = CView(check.expected(ibias));
   ASSERT_TRUE(GemmRef(rounded).ok());
   EXPECT_TRUE(MatchesReference(check.actual(iout), out_rounded_ref,
@@ -142,7 +152,19 @@ INSTANTIATE_TEST_SUITE_P(
         Case{4, 4096, 14336, DType::kBF16, false, DType::kF32, true},
         Case{1, 28672, 4096, DType::kBF16, true, DType::kF32, true},
         Case{4, 9, 4104, DType::kBF16, false, DType::kF32, false, 8},
-        Case{1, 100, 4100, DType::kBF16}, Case{2, 100, 4104, DType::kF16, false, DType::kF32, false, 1}),
+        Case{1, 100, 4100, DType::kBF16}, Case{2, 100, 4104, DType::kF16, false, DType::kF32, false, 1},
+        // Column blocks of a wider weight (decode's MLP split over ranks: down_proj[:, c0:c1]):
+        // one row on the skinny kernel, several on cuBLASLt, strides and starts off alignment
+        // (to cuBLASLt's unaligned algorithms) and F32.
+        Case{1, 4096, 7168, DType::kBF16, false, DType::kF32, true, 0, Support::kRequired, 14336,
+             7168},
+        Case{1, 300, 3584, DType::kBF16, true, DType::kBF16, false, 0, Support::kRequired, 14336,
+             3584 * 3},
+        Case{4, 4096, 7168, DType::kBF16, false, DType::kF32, true, 0, Support::kRequired, 14336,
+             0},
+        Case{1, 77, 64, DType::kF16, false, DType::kF32, true, 0, Support::kRequired, 131, 3},
+        Case{9, 50, 40, DType::kF16, true, DType::kF32, false, 0, Support::kRequired, 96, 56},
+        Case{3, 70, 33, DType::kF32, true, DType::kF32, true, 0, Support::kRequired, 100, 67}),
     Name);
 
 // Activations given already rounded to the weight's dtype (as RMSNorm and SiLU-mul write them

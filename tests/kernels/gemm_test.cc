@@ -108,6 +108,39 @@ TEST(GemmTest, RoundedActivationsEqualTheirF32Values) {
   }
 }
 
+// A row stride takes columns [c0, c0 + k) of a wider weight: the same result, bit for bit, as
+// those columns copied out.
+TEST(GemmTest, RowStrideReadsAColumnBlockOfAWiderWeight) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t m : {1, 17}) {
+      const int64_t n = 13, ldb = 50, c0 = 9, k = 29;
+      HostTensor a = RandomTensor(DType::kF32, {m, k}, 700 + m);
+      HostTensor whole = RandomTensor(dtype, {n, ldb}, 800 + m);
+      const std::vector<float> wf = ToFloats(whole);
+      std::vector<float> block;
+      for (int64_t j = 0; j < n; ++j)
+        block.insert(block.end(), wf.begin() + j * ldb + c0, wf.begin() + j * ldb + c0 + k);
+      HostTensor copied = TensorOf(dtype, {n, k}, block);
+      HostTensor bias = RandomTensor(DType::kF32, {n}, 900 + m);
+      HostTensor init = RandomTensor(DType::kF32, {m, n}, 950 + m);
+      HostTensor out = CopyF32(init), expected = CopyF32(init);
+      const ConstTensorView columns{static_cast<const char*>(whole.view().data) +
+                                        c0 * DTypeSize(dtype),
+                                    dtype, Shape{n, k}};
+      ASSERT_TRUE(GemmRef({CView(a), columns, CView(bias), out.view(), true, ldb}).ok());
+      ASSERT_TRUE(GemmRef({CView(a), CView(copied), CView(bias), expected.view(), true}).ok());
+      EXPECT_EQ(ToFloats(out), ToFloats(expected)) << DTypeName(dtype) << " m=" << m;
+    }
+  }
+  // A stride shorter than the rows is refused.
+  HostTensor a = RandomTensor(DType::kF32, {2, 8}, 1);
+  HostTensor b = RandomTensor(DType::kF32, {3, 8}, 2);
+  HostTensor out = PoisonedF32({2, 3});
+  const Status status = GemmRef({CView(a), CView(b), {}, out.view(), false, 7});
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("row stride"), std::string::npos) << status.ToString();
+}
+
 TEST(GemmTest, RejectsMismatchedShapes) {
   HostTensor a = RandomTensor(DType::kF32, {2, 3}, 1);
   HostTensor b = RandomTensor(DType::kF32, {4, 5}, 2);

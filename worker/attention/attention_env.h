@@ -33,6 +33,9 @@ struct EngineStats {
   // Ring passes of dense and A-shape heads (one per layer, sequence and group of heads) that
   // exchanged queries and partials instead of K/V blocks (prefill_exchange.h).
   int64_t pass_q_passes = 0;
+  // MLP passes over decode rows split by intermediate columns over the ranks (one per layer and
+  // chunk of decode tokens; EngineOptions::split_decode_mlp).
+  int64_t split_mlp_passes = 0;
   int64_t decode_layers = 0;   // layer passes of decode steps
   int64_t recorded_steps = 0;  // decode steps recorded (decode graphs)
   int64_t replayed_steps = 0;  // decode steps run by replaying a recording
@@ -69,8 +72,9 @@ struct AttentionScratch {
   // Decode partials of up to gather_rows tokens at once, for n tokens laid out as o
   // [n, heads, head_dim] then lse [n, heads] F32 (one all-gather moves both): this rank's, and
   // every rank's one after another (n * heads * (head_dim + 1) apart).
-  TensorView partials;  // [gather_rows * heads * (head_dim + 1)] F32
-  TensorView gathered;  // [ranks, gather_rows * heads * (head_dim + 1)] F32
+  // (The engine's split decode MLP borrows them for [rows, hidden] partials between layers.)
+  TensorView partials;  // [gather_rows * max(heads * (head_dim + 1), hidden)] F32
+  TensorView gathered;  // [ranks, the same] F32
   int64_t gather_rows = 0;
   int64_t attention_rows = 0;  // query rows per attention call in prefill
 };

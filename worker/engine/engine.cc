@@ -166,6 +166,13 @@ StatusOr<bool> ParseSplitKvHeads(std::string_view value) {
                               "\"");
 }
 
+StatusOr<bool> ParseDecodeMlp(std::string_view value) {
+  if (value == "split") return true;
+  if (value == "whole") return false;
+  return InvalidArgumentError("--decode-mlp takes split or whole, got \"" + std::string(value) +
+                              "\"");
+}
+
 Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
   if (options.step_tokens <= 0) options.step_tokens = options.capacity;
   options.split_kv_heads = options.split_kv_heads && options_.split_kv_heads;

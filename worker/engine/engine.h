@@ -64,6 +64,8 @@ const char* DecodeGraphsName(DecodeGraphs mode);  // "auto", "off", "unrecorded"
 StatusOr<DecodeGraphs> ParseDecodeGraphs(std::string_view name);
 // EngineOptions::split_kv_heads from a flag's value: "on" or "off".
 StatusOr<bool> ParseSplitKvHeads(std::string_view value);
+// --decode-mlp: "split" (true) or "whole" (false).
+StatusOr<bool> ParseDecodeMlp(std::string_view value);
 
 struct EngineOptions {
   // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
@@ -105,6 +107,12 @@ struct EngineOptions {
   // How ranks exchange data for a prefill step's dense and A-shape heads
   // (worker/attention/prefill_exchange.h): auto picks per step and layer.
   PrefillExchange prefill_exchange = PrefillExchange::kAuto;
+  // With several ranks, every rank holds a decode token's hidden state and would run its whole
+  // MLP; split, each rank computes the gate/up rows and down columns of its share of the
+  // intermediate columns (Model::OutputAndMlpSlice) and one all-gather per layer and chunk of
+  // decode tokens sums the shares: each rank reads 1/ranks of the MLP weights per token. false:
+  // every rank computes the whole MLP (no exchange).
+  bool split_decode_mlp = true;
 };
 
 class Engine {
@@ -244,6 +252,12 @@ class Engine {
   // The recordable part of a step: embedding, layers, logits (ids and metadata uploaded).
   Status RunDecodeBody(std::vector<Entry>& entries);
   Status RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows, StepProfiler& profiler);
+  // Output projection and MLP of the step's rows: in chunks, decode rows split over the ranks
+  // (EngineOptions::split_decode_mlp) and the rest whole.
+  Status RunMlp(int64_t layer, std::span<const Entry> entries, StepProfiler& profiler);
+  // Decode rows [begin, end), which every rank holds: each rank's MLP slice, one all-gather of
+  // the partials, their sum into the residual stream.
+  Status SplitMlp(int64_t layer, int64_t begin, int64_t end, StepProfiler& profiler);
   Status ProjectLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows);
   // RoPE of the decode tokens `run` (consecutive rows of the chunk starting at step row
   // `chunk_begin`, one RoPE table) and their K/V into each owner's store, as one op.

@@ -327,11 +327,60 @@ Status Engine::RunLayer(int64_t layer, std::vector<Entry>& entries, int64_t rows
   }
   if (options_.attention_observer)
     options_.attention_observer(layer, SliceRows(ws.o_acc.cview(), 0, rows));
-  const int64_t chunk = options_.prefill_chunk;
-  for (int64_t s = 0; s < rows; s += chunk)
-    MP_RETURN_IF_ERROR(
-        model_->OutputAndMlp(ws, layer, s, std::min(rows, s + chunk), ws.o_acc.cview()));
+  MP_RETURN_IF_ERROR(RunMlp(layer, entries, profiler));
   return profiler.Mark(&stats_.mlp_s);
+}
+
+Status Engine::RunMlp(int64_t layer, std::span<const Entry> entries, StepProfiler& profiler) {
+  Workspace& ws = *workspace_;
+  const int64_t chunk = options_.prefill_chunk;
+  const bool split = options_.split_decode_mlp && comm_->size() > 1;
+  // Runs of consecutive entries (their rows follow each other) that are all shared decode tokens
+  // or all not. The runs are the same on every rank: a prefill entry splits them whether or not
+  // it has rows on this rank.
+  auto shared = [&](const Entry& e) { return split && !e.prefill(); };
+  for (size_t i = 0; i < entries.size();) {
+    size_t j = i + 1;
+    while (j < entries.size() && shared(entries[j]) == shared(entries[i])) ++j;
+    const int64_t begin = entries[i].row0, end = entries[j - 1].row0 + entries[j - 1].rows;
+    if (shared(entries[i])) {
+      MP_RETURN_IF_ERROR(SplitMlp(layer, begin, end, profiler));
+    } else {
+      for (int64_t s = begin; s < end; s += chunk)
+        MP_RETURN_IF_ERROR(
+            model_->OutputAndMlp(ws, layer, s, std::min(end, s + chunk), ws.o_acc.cview()));
+    }
+    i = j;
+  }
+  return OkStatus();
+}
+
+Status Engine::SplitMlp(int64_t layer, int64_t begin, int64_t end, StepProfiler& profiler) {
+  Workspace& ws = *workspace_;
+  const AttentionScratch scratch = ws.Scratch();
+  const int64_t hidden = config().hidden_size;
+  const int ranks = comm_->size();
+  const MlpSlice slice = model_->MlpSliceOf(comm_->rank(), ranks);
+  // The gather buffers hold gather_rows rows of partials (Workspace::ReserveGather).
+  const int64_t chunk =
+      std::min({options_.prefill_chunk, ws.scratch_rows(), scratch.gather_rows});
+  MP_REQUIRE(chunk > 0, "split MLP: no gather buffers for ", end - begin, " decode rows");
+  for (int64_t s = begin; s < end; s += chunk) {
+    const int64_t m = std::min(end, s + chunk) - s;
+    MP_ASSIGN_OR_RETURN(TensorView partial, SubView(scratch.partials, 0, Shape{m, hidden}));
+    MP_RETURN_IF_ERROR(
+        model_->OutputAndMlpSlice(ws, layer, s, s + m, ws.o_acc.cview(), slice, partial));
+    MP_RETURN_IF_ERROR(profiler.Mark(&stats_.mlp_s));
+    MP_ASSIGN_OR_RETURN(const TensorView parts,
+                        SubView(scratch.gathered, 0, Shape{ranks, m, hidden}));
+    MP_RETURN_IF_ERROR(comm_->AllGather(AsConst(partial), parts));
+    stats_.comm_bytes += static_cast<int64_t>(partial.NumBytes());
+    MP_RETURN_IF_ERROR(profiler.Mark(&stats_.comm_wait_s));
+    MP_RETURN_IF_ERROR(
+        backend_->AddParts({AsConst(parts), 0, SliceRows(ws.hidden.view(), s, m)}));
+    ++stats_.split_mlp_passes;
+  }
+  return OkStatus();
 }
 
 StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& after_layer) {

@@ -104,9 +104,8 @@ Status Model::ProjectQkvFused(Workspace& ws, int64_t layer) const {
   return b.Gemm({AsConst(normed), w.qkv_proj, w.qkv_bias, SliceRows(ws.qkv.view(), 0, 1)});
 }
 
-Status Model::OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
-                           ConstTensorView attention_out) const {
-  const ModelConfig& c = config_;
+Status Model::OutputAndNorm(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
+                            ConstTensorView attention_out) const {
   const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
   Backend& b = backend_;
   const int64_t m = end - begin;
@@ -114,11 +113,21 @@ Status Model::OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t 
   // hidden += o_proj(attention)
   MP_RETURN_IF_ERROR(b.Gemm({SliceRows(attention_out, begin, m), w.o_proj, w.o_bias, hidden,
                              /*accumulate=*/true}));
+  return b.RmsNorm({AsConst(hidden), w.post_attention_norm, TensorView{},
+                    SliceRows(ws.normed.view(), 0, m), static_cast<float>(config_.rms_norm_eps)});
+}
+
+Status Model::OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
+                           ConstTensorView attention_out) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
+  Backend& b = backend_;
+  const int64_t m = end - begin;
+  TensorView hidden = SliceRows(ws.hidden.view(), begin, m);
+  MP_RETURN_IF_ERROR(OutputAndNorm(ws, layer, begin, end, attention_out));
   // hidden += down(silu(gate(norm(hidden))) * up(norm(hidden)))
   const int64_t inter = c.intermediate_size;
   TensorView normed = SliceRows(ws.normed.view(), 0, m);
-  MP_RETURN_IF_ERROR(b.RmsNorm({AsConst(hidden), w.post_attention_norm, TensorView{}, normed,
-                                static_cast<float>(c.rms_norm_eps)}));
   TensorView gate, up;
   if (m == 1 && UseFused(w.gate_up_proj, w.gate_bias, w.gate_up_bias)) {
     // One GEMM over gate_proj | up_proj: for one token its output row is gate | up.
@@ -138,6 +147,54 @@ Status Model::OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t 
       gemm_input_dtype_ == DType::kF32 ? gate : SliceRows(ws.silu_out.view(), 0, m);
   MP_RETURN_IF_ERROR(b.SiluMul({AsConst(gate), AsConst(up), activated}));
   return b.Gemm({AsConst(activated), w.down_proj, w.down_bias, hidden, /*accumulate=*/true});
+}
+
+MlpSlice Model::MlpSliceOf(int rank, int ranks) const {
+  // Boundaries on multiples of 8 columns keep 16-bit weight rows 16-byte aligned.
+  const int64_t inter = config_.intermediate_size;
+  auto boundary = [&](int r) {
+    const int64_t even = inter * r / ranks;
+    return r == ranks ? inter : std::min(inter, (even + 7) / 8 * 8);
+  };
+  return MlpSlice{boundary(rank), boundary(rank + 1), rank == 0};
+}
+
+Status Model::OutputAndMlpSlice(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
+                                ConstTensorView attention_out, const MlpSlice& slice,
+                                TensorView partial) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_->layers[static_cast<size_t>(layer)];
+  Backend& b = backend_;
+  const int64_t m = end - begin, inter = c.intermediate_size;
+  const int64_t width = slice.end - slice.begin;
+  MP_REQUIRE(0 <= slice.begin && slice.begin <= slice.end && slice.end <= inter,
+             "MLP slice [", slice.begin, ", ", slice.end, ") of ", inter, " columns");
+  MP_RETURN_IF_ERROR(CheckTensor(partial, "MLP partial", DType::kF32, Shape{m, c.hidden_size}));
+  MP_RETURN_IF_ERROR(OutputAndNorm(ws, layer, begin, end, attention_out));
+  const ConstTensorView normed = SliceRows(ws.normed.cview(), 0, m);
+  auto bias = [&](ConstTensorView full) {
+    return full.data == nullptr ? full : SliceRows(full, slice.begin, width);
+  };
+  MP_ASSIGN_OR_RETURN(TensorView gate, SubView(ws.gate_up.view(), 0, Shape{m, width}));
+  MP_ASSIGN_OR_RETURN(TensorView up, SubView(ws.gate_up.view(), ws.scratch_rows() * inter,
+                                             Shape{m, width}));
+  MP_RETURN_IF_ERROR(b.Gemm({normed, SliceRows(w.gate_proj, slice.begin, width),
+                             bias(w.gate_bias), gate}));
+  MP_RETURN_IF_ERROR(
+      b.Gemm({normed, SliceRows(w.up_proj, slice.begin, width), bias(w.up_bias), up}));
+  TensorView activated = gate;
+  if (gemm_input_dtype_ != DType::kF32) {
+    MP_ASSIGN_OR_RETURN(activated, SubView(ws.silu_out.view(), 0, Shape{m, width}));
+  }
+  MP_RETURN_IF_ERROR(b.SiluMul({AsConst(gate), AsConst(up), activated}));
+  // down_proj [hidden, inter] restricted to the slice's columns: rows `inter` elements apart.
+  const ConstTensorView& down = w.down_proj;
+  const ConstTensorView columns{
+      static_cast<const char*>(down.data) + slice.begin * DTypeSize(down.dtype), down.dtype,
+      Shape{c.hidden_size, width}};
+  return b.Gemm({AsConst(activated), columns,
+                 slice.with_down_bias ? w.down_bias : ConstTensorView{}, partial,
+                 /*accumulate=*/false, /*b_row_stride=*/inter});
 }
 
 Status Model::Logits(Workspace& ws, int64_t row, int64_t logit_row, int64_t count) const {

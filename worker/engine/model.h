@@ -15,6 +15,13 @@
 
 namespace millipede {
 
+// The intermediate columns [begin, end) of the MLP one rank computes when ranks split a decode
+// token's MLP (Model::OutputAndMlpSlice); the down projection's bias belongs to one slice.
+struct MlpSlice {
+  int64_t begin = 0, end = 0;
+  bool with_down_bias = false;
+};
+
 struct ModelSource {
   std::string model_dir;        // Hugging Face directory; empty: random weights for `config`
   ModelConfig random_config;
@@ -53,6 +60,19 @@ class Model {
   // MLP, for step rows [begin, end).
   Status OutputAndMlp(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
                       ConstTensorView attention_out) const;
+  // Slice `rank` of `ranks` of the intermediate columns: consecutive, covering them all, the
+  // down bias with slice 0.
+  MlpSlice MlpSliceOf(int rank, int ranks) const;
+  // OutputAndMlp for rows every rank holds (decode tokens under context parallelism), with the
+  // MLP split by intermediate columns: the output projection and norm into hidden rows
+  // [begin, end) as OutputAndMlp, then `partial` [end - begin, hidden] F32 =
+  // down[:, slice](silu(gate[slice](x)) * up[slice](x)) (+ down's bias for the slice that has
+  // it), x the normed rows. hidden += the sum of every slice's partial is OutputAndMlp's MLP
+  // (up to fp32 summation order). The slice's gate and up rows are contiguous in the weights; its
+  // down columns are read with the weight's row stride.
+  Status OutputAndMlpSlice(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
+                           ConstTensorView attention_out, const MlpSlice& slice,
+                           TensorView partial) const;
   // Final norm and LM head of step rows [row, row + count) into ws.logits rows
   // [logit_row, logit_row + count): one GEMM per scratch chunk, so a batch of decode tokens
   // reads the LM head once.
@@ -60,6 +80,10 @@ class Model {
 
  private:
   Model(Backend& backend) : backend_(backend) {}
+  // hidden rows [begin, end) += o_proj(attention_out rows); ws.normed rows [0, end - begin) =
+  // their post-attention norm.
+  Status OutputAndNorm(Workspace& ws, int64_t layer, int64_t begin, int64_t end,
+                       ConstTensorView attention_out) const;
   bool UseFused(ConstTensorView fused, ConstTensorView part_bias,
                 ConstTensorView fused_bias) const;
 

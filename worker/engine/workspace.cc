@@ -87,7 +87,9 @@ Status Workspace::ReserveGather(int ranks, int64_t rows) {
   ranks = std::max(ranks, gather_ranks_);
   rows = std::max(rows, gather_rows_);
   const ModelConfig& c = config_;
-  const int64_t per_rank = rows * c.num_attention_heads * (c.head_dim + 1);
+  // Decode partials (o and lse) or, as large, a split MLP's [rows, hidden] partials.
+  const int64_t per_rank =
+      rows * std::max(c.num_attention_heads * (c.head_dim + 1), c.hidden_size);
   MP_ASSIGN_OR_RETURN(partials_, backend_.Allocate(DType::kF32, Shape{per_rank}));
   MP_ASSIGN_OR_RETURN(gathered_, backend_.Allocate(DType::kF32, Shape{ranks, per_rank}));
   gather_ranks_ = ranks;

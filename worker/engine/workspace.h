@@ -85,8 +85,8 @@ class Workspace {
   int gather_ranks_ = 0;
   int64_t gather_rows_ = 0;
   BackendTensor ring_k_[2], ring_v_[2];
-  // Decode partials, o then lse: this rank's [gather_rows * heads * (head_dim + 1)] and every
-  // rank's [ranks, the same].
+  // Decode partials, o then lse, or a split MLP's partials: this rank's [gather_rows *
+  // max(heads * (head_dim + 1), hidden)] and every rank's [ranks, the same].
   BackendTensor partials_, gathered_;
 };
 

@@ -25,6 +25,8 @@ struct Case {
   int64_t m, n, k;
   DType a_dtype, b_dtype, bias_dtype;
   bool bias, accumulate;
+  // Nonzero: b is columns [col0, col0 + k) of a [n, ldb] weight (GemmArgs::b_row_stride).
+  int64_t ldb = 0, col0 = 0;
 };
 
 // Every element within an fp32 summation bound of GemmRef: a few ulps of sum_p |a_ip b_jp|
@@ -32,18 +34,23 @@ struct Case {
 // on average) — a dropped, doubled or misplaced term fails.
 void ExpectGemmMatches(const Case& c, uint64_t seed) {
   const HostTensor a = RandomTensor(c.a_dtype, {c.m, c.k}, seed);
-  const HostTensor b = RandomTensor(c.b_dtype, {c.n, c.k}, seed + 1);
+  const int64_t ldb = c.ldb > 0 ? c.ldb : c.k;
+  const HostTensor b = RandomTensor(c.b_dtype, {c.n, ldb}, seed + 1);
   const HostTensor bias = RandomTensor(c.bias_dtype, {c.n}, seed + 2);
   const HostTensor init = RandomTensor(DType::kF32, {c.m, c.n}, seed + 3);
+  auto columns = [&](ConstTensorView whole) {
+    return ConstTensorView{static_cast<const char*>(whole.data) + c.col0 * DTypeSize(c.b_dtype),
+                           c.b_dtype, Shape{c.n, c.k}};
+  };
   HostTensor ref_out = c.accumulate ? testing::CopyF32(init) : PoisonedF32({c.m, c.n});
-  GemmArgs ref{CView(a), CView(b), c.bias ? CView(bias) : ConstTensorView{}, ref_out.view(),
-               c.accumulate};
+  GemmArgs ref{CView(a), columns(CView(b)), c.bias ? CView(bias) : ConstTensorView{},
+               ref_out.view(), c.accumulate, c.ldb};
   ASSERT_TRUE(GemmRef(ref).ok());
 
   GuardedTensor ga(a), gb(b), gbias(bias);
   GuardedTensor out(c.accumulate ? testing::CopyF32(init) : PoisonedF32({c.m, c.n}));
-  GemmArgs fast{ga.cview(), gb.cview(), c.bias ? gbias.cview() : ConstTensorView{}, out.view(),
-                c.accumulate};
+  GemmArgs fast{ga.cview(), columns(gb.cview()), c.bias ? gbias.cview() : ConstTensorView{},
+                out.view(), c.accumulate, c.ldb};
   ASSERT_TRUE(GemmCpu(fast).ok());
   EXPECT_TRUE(ga.Unchanged(a));
   EXPECT_TRUE(gb.Unchanged(b));
@@ -54,7 +61,7 @@ void ExpectGemmMatches(const Case& c, uint64_t seed) {
     for (int64_t j = 0; j < c.n; ++j) {
       double magnitude = 0.0;
       for (int64_t p = 0; p < c.k; ++p)
-        magnitude += std::abs(double{av[i * c.k + p]} * bv[j * c.k + p]);
+        magnitude += std::abs(double{av[i * c.k + p]} * bv[j * ldb + c.col0 + p]);
       const double e = want[i * c.n + j];
       const double tol = 8.0 * eps * std::sqrt(static_cast<double>(c.k) + 1.0) * magnitude +
                          4.0 * eps * (std::abs(e) + 2.0);
@@ -96,6 +103,17 @@ TEST(GemmCpuTest, LongInnerDimensionIsWidenedInSlices) {
 TEST(GemmCpuTest, LargeEnoughToRunOnSeveralThreads) {
   ExpectGemmMatches({512, 384, 256, DType::kF32, DType::kBF16, DType::kBF16, true, false}, 13);
   ExpectGemmMatches({1, 4096, 512, DType::kF32, DType::kBF16, DType::kF32, false, true}, 14);
+}
+
+// Columns of a wider weight (decode's MLP split over ranks) on the dot-product path and the
+// sgemm path, F32 read in place and 16-bit widened in slices.
+TEST(GemmCpuTest, RowStrideReadsAColumnBlock) {
+  ExpectGemmMatches({1, 300, 70, DType::kF32, DType::kBF16, DType::kF32, true, true, 150, 80}, 21);
+  ExpectGemmMatches({3, 64, 33, DType::kF32, DType::kF32, DType::kF32, false, false, 70, 37}, 22);
+  ExpectGemmMatches({40, 200, 96, DType::kF32, DType::kF32, DType::kF32, true, true, 200, 100},
+                    23);
+  ExpectGemmMatches({20, 130, 3000, DType::kF32, DType::kF16, DType::kF32, false, true, 6000, 2999},
+                    24);
 }
 
 TEST(GemmCpuTest, EmptyInnerDimensionGivesTheBias) {

@@ -104,6 +104,43 @@ TEST_P(CpEngineTest, MatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Lengths, CpEngineTest, ::testing::Values(1, 5, 64, 1000, 4097));
 
+// Decode tokens' MLP split over the ranks by intermediate columns (the default) and computed
+// whole on every rank: both equal one process, every rank ends each step with the same bits
+// (its logits equal rank 0's exactly), and the split runs once per layer and decode token.
+TEST(CpDecodeMlpTest, SplitAndWholeMatchSingleProcessOnEveryRank) {
+  const std::vector<int32_t> prompt = RandomIds(300, 97, 41);
+  const std::vector<int32_t> decode = RandomIds(6, 97, 42);
+  const std::vector<std::vector<float>> local = LocalLogits(prompt, decode);
+  for (const bool split : {true, false}) {
+    SCOPED_TRACE(split ? "split" : "whole");
+    auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
+    ASSERT_TRUE(comm.ok());
+    EngineOptions options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 32);
+    options.split_decode_mlp = split;
+    auto engine = Engine::Create(options, std::move(comm).value());
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    Engine& e = **engine;
+    const std::vector<std::vector<float>> dist = DistributedLogits(e, prompt, decode);
+    ASSERT_EQ(dist.size(), local.size());
+    for (size_t i = 0; i < dist.size(); ++i)
+      EXPECT_LT(MaxRelError(dist[i], local[i]), 1e-5) << "step " << i;
+    const int ranks = e.comm().size();
+    const int64_t layers = e.config().num_hidden_layers;
+    const int64_t tokens = static_cast<int64_t>(decode.size());
+    EXPECT_EQ(e.stats().split_mlp_passes, split && ranks > 1 ? layers * tokens : 0);
+    // Every rank's decode logits, bit for bit those of rank 0.
+    for (size_t i = 1; i < dist.size(); ++i) {
+      std::vector<float> all(dist[i].size() * static_cast<size_t>(ranks));
+      ASSERT_TRUE(e.comm()
+                      .HostAllGather(dist[i].data(), all.data(), dist[i].size() * sizeof(float))
+                      .ok());
+      for (int r = 1; r < ranks; ++r)
+        EXPECT_TRUE(std::equal(dist[i].begin(), dist[i].end(), all.begin() + r * dist[i].size()))
+            << "rank " << r << " step " << i;
+    }
+  }
+}
+
 TEST(CpGenerateTest, GreedyTokensMatchSingleProcess) {
   auto engine = MakeDistributed(32);
   GenerationRequest r;

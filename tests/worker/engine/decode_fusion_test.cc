@@ -76,6 +76,9 @@ class CountingBackend final : public Backend {
   Status RopeKv(const RopeKvArgs& a) override { return Run("RopeKv", &Backend::RopeKv, a); }
   Status Gemm(const GemmArgs& a) override { return Run("Gemm", &Backend::Gemm, a); }
   Status SiluMul(const SiluMulArgs& a) override { return Run("SiluMul", &Backend::SiluMul, a); }
+  Status AddParts(const AddPartsArgs& a) override {
+    return Run("AddParts", &Backend::AddParts, a);
+  }
   Status Attention(const AttentionArgs& a) override {
     return Run("Attention", &Backend::Attention, a);
   }
