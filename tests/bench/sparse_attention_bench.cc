@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -48,6 +50,9 @@ constexpr char kUsage[] = R"(usage: millipede-bench-sparse-attention [options]
   --warmup N      untimed sparse runs first (default 2)
   --iters N       timed sparse runs, averaged (default 5)
   --dense-iters N timed dense runs after one untimed (default 1)
+  --pattern-out D also write each length's columns and diagonal offsets per KV head to
+                  D/vertical-slash-SEQ.json (tests/bench/sparse_peers.py --patterns D runs
+                  MInference's kernel on the same index)
 )";
 
 constexpr int64_t kTile = kSparseTileRows;
@@ -82,14 +87,13 @@ HeadPattern MakePattern(const Settings& s, int64_t seq, uint64_t seed) {
     else
       p.diagonals.push_back({d0, d1});
   std::reverse(p.diagonals.begin(), p.diagonals.end());
+  // Exactly min(vertical, seq) distinct columns: the first 64, then random ones.
   std::uniform_int_distribution<int64_t> position(0, seq - 1);
-  for (int64_t c = 0; c < std::min<int64_t>({64, s.vertical, seq}); ++c) p.columns.push_back(c);
-  for (int64_t tries = 0; static_cast<int64_t>(p.columns.size()) < std::min(s.vertical, seq) &&
-                          tries < 64 * s.vertical;
-       ++tries)
-    p.columns.push_back(position(rng));
-  std::sort(p.columns.begin(), p.columns.end());
-  p.columns.erase(std::unique(p.columns.begin(), p.columns.end()), p.columns.end());
+  std::set<int64_t> columns;
+  for (int64_t c = 0; c < std::min<int64_t>({64, s.vertical, seq}); ++c) columns.insert(c);
+  while (static_cast<int64_t>(columns.size()) < std::min(s.vertical, seq))
+    columns.insert(position(rng));
+  p.columns.assign(columns.begin(), columns.end());
   return p;
 }
 
@@ -137,9 +141,34 @@ void ParallelChunks(int64_t n, const std::function<void(int64_t, int64_t)>& body
   for (std::thread& t : pool) t.join();
 }
 
-HostIndex BuildIndex(const Settings& s, int64_t seq) {
+std::vector<HeadPattern> MakePatterns(const Settings& s, int64_t seq) {
   std::vector<HeadPattern> heads;
   for (int64_t g = 0; g < s.kv_heads; ++g) heads.push_back(MakePattern(s, seq, 1000 + g));
+  return heads;
+}
+
+// The selection as MInference's vertical-slash kernel takes it, for running a peer on the same
+// index: per KV head the column positions and every selected diagonal offset (0 = the main
+// diagonal; a key at query - offset), written to DIR/vertical-slash-SEQ.json.
+Status WritePatterns(const Settings& s, int64_t seq, const std::string& dir) {
+  nlohmann::json out{{"seq", seq}, {"kv_heads", s.kv_heads}, {"vertical", s.vertical},
+                     {"slash", s.slash}, {"local", s.local}, {"cluster", s.cluster}};
+  for (const HeadPattern& p : MakePatterns(s, seq)) {
+    std::vector<int64_t> offsets;
+    for (const auto& [d0, d1] : p.diagonals)
+      for (int64_t d = d0; d <= d1 && d < seq; ++d) offsets.push_back(d);
+    out["columns"].push_back(p.columns);
+    out["diagonals"].push_back(offsets);
+  }
+  const std::string path = dir + "/vertical-slash-" + std::to_string(seq) + ".json";
+  std::ofstream file(path);
+  file << out.dump() << "\n";
+  MP_REQUIRE(file.good(), "cannot write ", path);
+  return OkStatus();
+}
+
+HostIndex BuildIndex(const Settings& s, int64_t seq) {
+  const std::vector<HeadPattern> heads = MakePatterns(s, seq);
   const int64_t n_tiles = (seq + kTile - 1) / kTile, items = s.kv_heads * n_tiles;
   HostIndex index;
   for (int64_t t = 0; t < n_tiles; ++t)
@@ -277,7 +306,8 @@ Status Run(int argc, char** argv) {
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown({"help", "seqs", "q-heads", "kv-heads", "head-dim", "dtype",
                                        "vertical", "slash", "local", "cluster", "dense-max",
-                                       "kernel", "warmup", "iters", "dense-iters"}));
+                                       "kernel", "warmup", "iters", "dense-iters",
+                                       "pattern-out"}));
   Settings s;
   MP_ASSIGN_OR_RETURN(s.q_heads, flags.GetInt("q-heads", 32));
   MP_ASSIGN_OR_RETURN(s.kv_heads, flags.GetInt("kv-heads", 8));
@@ -312,7 +342,9 @@ Status Run(int argc, char** argv) {
       {"kv_heads", s.kv_heads},      {"head_dim", s.head_dim}, {"dtype", DTypeName(s.dtype)},
       {"vertical", s.vertical},      {"slash", s.slash},       {"local", s.local},
       {"cluster", s.cluster},        {"kernel", kernel},       {"iters", s.iters}};
+  const std::string pattern_out = flags.Get("pattern-out").value_or("");
   for (const int64_t seq : seqs) {
+    if (!pattern_out.empty()) MP_RETURN_IF_ERROR(WritePatterns(s, seq, pattern_out));
     MP_ASSIGN_OR_RETURN(nlohmann::json r, BenchSeq(s, seq));
     out["results"].push_back(std::move(r));
   }

@@ -10,7 +10,12 @@ Times, at each length, on random Q/K/V (the kernels' time depends on the index, 
   minference-bs   MInference's block-sparse path (top 100 64-blocks per query block, its
                   mean-pooled index builder, its Triton kernel);
   flashinfer-bs   FlashInfer's BlockSparseAttentionWrapper on that same block-sparse index, the
-                  heads flattened into the rows so that every head keeps its own blocks.
+                  heads flattened into the rows so that every head keeps its own blocks;
+  minference-vs-same  MInference's vertical-slash attention (index conversion and Triton kernel)
+                  on Millipede's benchmark index: the columns and diagonal offsets per KV head
+                  that `millipede-bench-sparse-attention --pattern-out DIR` wrote for the length
+                  (--patterns DIR), each KV head's for its query heads, so that both kernels run
+                  at equal density (the density columns of both rows show it).
 MInference works on K/V repeated to 32 heads, as its forward does (repeat_kv_ms, not part of ms);
 FlashInfer gets the same repeated K/V. Per case: ms (the layer, median of --iters, CUDA events),
 kernel_ms (attention kernels alone), index_ms (vertical-slash: scoring, top-k and conversion;
@@ -48,7 +53,7 @@ except ImportError:  # main() says so; --help works without it
 
 REPO = Path(__file__).resolve().parents[2]
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 64
-CASES = ("dense", "vs", "bs", "flashinfer")
+CASES = ("dense", "vs", "bs", "flashinfer", "vs-same")
 GIB = 1 << 30
 # What the peers' files must define; the function names are MInference's (commit fb56c91).
 MI_FILES = ("minference/ops/pit_sparse_flash_attention_v2.py",
@@ -73,6 +78,8 @@ def parse_args(argv=None):
     ap.add_argument("--max-gib", type=float, default=70.0, help="skip cases estimated above this")
     ap.add_argument("--flashinfer-backend", default="auto", choices=("auto", "fa2", "fa3"))
     ap.add_argument("--json", type=Path, help="also write all results as one JSON document")
+    ap.add_argument("--patterns", type=Path,
+                    help="vs-same: the folder of millipede-bench-sparse-attention --pattern-out")
     ap.add_argument("--check", action="store_true", help="only load the peers (no GPU needed)")
     args = ap.parse_args(argv)
     try:
@@ -260,7 +267,7 @@ def load_peers(args):
     site = args.peers / "site"
     if site.is_dir():
         add_site(site)
-    if {"vs", "bs", "flashinfer"} & set(args.cases):
+    if {"vs", "bs", "flashinfer", "vs-same"} & set(args.cases):
         try:
             peers["minference"] = (MInference(args.peers / "minference", args.work), "ok")
         except PeerUnavailable as e:
@@ -387,6 +394,60 @@ def case_vs(mi, q, k, v, vertical, slash, args):
     return rates(row, stats.tiles, stats.visible, q.shape[2], q.shape[1])
 
 
+def case_vs_same(mi, q, k, v, args):
+    """MInference's conversion and kernel on the pattern Millipede's benchmark wrote."""
+    seq = q.shape[2]
+    if args.patterns is None:
+        raise PeerUnavailable("vs-same needs --patterns DIR")
+    path = args.patterns / f"vertical-slash-{seq}.json"
+    pattern = json.loads(path.read_text())
+    group = Q_HEADS // pattern["kv_heads"]
+
+    def per_query_head(lists, pad):
+        # One row per query head; rows padded to equal length with `pad` (a repeated diagonal
+        # offset changes nothing; columns come out equal-sized from the benchmark).
+        width = max(len(x) for x in lists)
+        rows = [x + [pad] * (width - len(x)) for x in lists for _ in range(group)]
+        return torch.tensor(rows, dtype=torch.int32, device=q.device)[None]
+    if len({len(c) for c in pattern["columns"]}) != 1:
+        raise ValueError(f"{path}: heads with different column counts")
+    v_idx = per_query_head(pattern["columns"], None)
+    s_idx = per_query_head(pattern["diagonals"], 0)
+    stats = IndexStats(seq)
+    sp = mi.spans
+
+    def call():
+        # One head per call, as their forward loops: with every head at once at 1M their index
+        # conversion's and kernel's 32-bit offsets overflow.
+        for h in range(q.shape[1]):
+            out = mi.pit.vertical_slash_sparse_attention(
+                q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1], v_idx[:, h:h + 1], s_idx[:, h:h + 1])
+        return out
+    sp.capture = stats
+    call()
+    sp.capture = None
+    for _ in range(args.warmup):
+        call()
+    samples = []
+    for _ in range(args.iters):
+        sp.events, sp.active = {}, True
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = call()
+        stop.record()
+        torch.cuda.synchronize()
+        sp.active = False
+        del out
+        samples.append(dict(sp.totals(), ms=start.elapsed_time(stop)))
+    med = {n: statistics.median(s.get(n, 0.0) for s in samples) for n in samples[0]}
+    row = {"impl": "minference-vs-same", "vertical": pattern["vertical"],
+           "slash": pattern["slash"], "pattern": str(path.name), "ms": med["ms"],
+           "ms_all": [s["ms"] for s in samples], "kernel_ms": med["kernel"],
+           "index_ms": med["convert"], "convert_ms": med["convert"],
+           "other_ms": med["ms"] - med["kernel"] - med["convert"]}
+    return rates(row, stats.tiles, stats.visible, seq, q.shape[1])
+
+
 def case_bs(mi, q, k, v, args, stats):
     t = run_minference(mi, q, k, v, ("block_sparse", 0, 0), args, stats)
     row = {"impl": "minference-bs", "top_blocks": 100, "ms": t["ms"], "ms_all": t["ms_all"],
@@ -498,7 +559,8 @@ def estimate_gib(case, seq):
     extra = {"dense": q_gib * 2.1,  # output, lse, K/V expanded if GQA is not native
              "vs": 3 * q_gib + 12 * head,  # repeated K/V, output; pads, scores, index per head
              "bs": 3 * q_gib + 4 * head + 2.5 * rows * rows * 4 / GIB,  # pooled score matrix
-             "flashinfer": 3 * q_gib + 1.0}[case]
+             "flashinfer": 3 * q_gib + 1.0,
+             "vs-same": 3 * q_gib + 2 * head}[case]
     return q_gib * (1 + 2 * KV_HEADS / Q_HEADS) + extra
 
 
@@ -539,6 +601,8 @@ class SeqRun:
             return case_dense(self.q, self.k, self.v, self.args)
         if case == "vs":
             row = case_vs(self.mi, *self.repeated(), *setting, self.args)
+        elif case == "vs-same":
+            row = case_vs_same(self.mi, *self.repeated(), self.args)
         elif case == "bs":
             row = dict(self.block_sparse()[0])
         else:
@@ -553,7 +617,8 @@ def run(args, peers):
     mi, fi = (peers.get(n, (None, ""))[0] for n in ("minference", "flashinfer"))
     if mi is not None:
         mi.prepare()
-    needs = {"vs": ["minference"], "bs": ["minference"], "flashinfer": ["minference", "flashinfer"]}
+    needs = {"vs": ["minference"], "bs": ["minference"], "vs-same": ["minference"],
+             "flashinfer": ["minference", "flashinfer"]}
     for seq in args.seq:
         sr = SeqRun(args, peers, seq)
         for case in args.cases:
