@@ -369,8 +369,9 @@ TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
 }
 
 // Vertical-slash and block-sparse prefill: N ranks select what one process selects (the index
-// is global) and fetch only the keys their queries need, so the logits match one process and far
-// fewer bytes move than in the dense ring.
+// is global: the same count of attended query-key pairs) and fetch only the keys their queries
+// need, so the logits match one process, the greedy tokens are the same and far fewer bytes move
+// than in the dense ring.
 TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
   const std::vector<int32_t> prompt = RandomIds(900, 97, 31);
   const std::vector<int32_t> decode = RandomIds(3, 97, 32);
@@ -397,6 +398,7 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
     engine->ResetStats();
     const auto dist = DistributedLogits(*engine, prompt, decode);
     const int64_t sparse_bytes = engine->stats().comm_bytes;
+    const PrefillDensity dist_pairs = engine->last_prefill_density();
     // Vertical-slash reads bands near the diagonal and a few columns: far fewer keys cross
     // ranks. (Random weights pick blocks all over the prompt, so block-sparse fetches most of it
     // here; the A-shape policy keeps a ring for half the heads.)
@@ -408,6 +410,10 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
     std::vector<std::vector<float>> one(1);
     ASSERT_TRUE((*local)->StartSequence(static_cast<int64_t>(prompt.size() + decode.size())).ok());
     ASSERT_TRUE((*local)->ForwardToHost(prompt, &one[0]).ok());
+    const PrefillDensity one_pairs = (*local)->last_prefill_density();
+    EXPECT_EQ(dist_pairs.attended_pairs, one_pairs.attended_pairs) << fields;
+    EXPECT_EQ(dist_pairs.causal_pairs, one_pairs.causal_pairs) << fields;
+    EXPECT_LT(one_pairs.attended_pairs, one_pairs.causal_pairs) << fields;
     // Decode steps (a one-token prefill step would attend sparsely).
     for (int32_t id : decode) {
       auto d = (*local)->ForwardDecode(id);
@@ -419,8 +425,12 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
     }
     (*local)->EndSequence();
     ASSERT_EQ(dist.size(), one.size());
-    for (size_t i = 0; i < dist.size(); ++i)
+    for (size_t i = 0; i < dist.size(); ++i) {
       EXPECT_LT(MaxRelError(dist[i], one[i]), 1e-5) << fields << " step " << i;
+      EXPECT_EQ(std::max_element(dist[i].begin(), dist[i].end()) - dist[i].begin(),
+                std::max_element(one[i].begin(), one[i].end()) - one[i].begin())
+          << "greedy token, " << fields << " step " << i;
+    }
   }
 }
 
