@@ -3,16 +3,21 @@
 // TopK over [rows, cols] scores, KeyScores of observed queries over a rank's keys, GatherRows
 // of selected K rows from device and from page-locked host memory, and copies host <-> device
 // alone and beside a compute op (the overlap the copy queue is for), and an OmniKV filter layer's
-// token selection (TokenScores, TopK in column order, SelectionIndex) over the keys. Wall-clock milliseconds per
-// call, averaged after warm-up runs.
+// token selection (TokenScores, TopK in column order, SelectionIndex) over the keys, and the two
+// ways to load a group of OmniKV's selected layers from the host tier (a gather kernel reading
+// page-locked host memory, as the engine does, against the rows gathered by host threads into a
+// packed page-locked buffer and copied over in one transfer). Wall-clock milliseconds per call,
+// averaged after warm-up runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/flags.h"
@@ -32,12 +37,16 @@ constexpr char kUsage[] = R"(usage: millipede-bench-selection [options]
   --kv-heads H     key/value heads (default 8)
   --head-dim D     (default 128)
   --copy-mib M     size of the timed copies (default 256)
+  --load-layers L  selected layers of one host-tier load group (default 6); each loads --k rows
+                   per KV head (K and V) of a host tier of --keys rows
+  --load-threads T host threads of the packed-copy load (default: the cores, at most 16)
   --warmup N       untimed runs first (default 2)
   --iters N        timed runs, averaged (default 5)
 )";
 
 struct Sizes {
   int64_t rows, cols, k, keys, queries, q_heads, kv_heads, head_dim, copy_mib, warmup, iters;
+  int64_t load_layers, load_threads;
 };
 
 // Milliseconds per call of `run` (which must include its own wait).
@@ -185,6 +194,102 @@ StatusOr<nlohmann::json> BenchTokenSelection(Backend& b, const Sizes& s, Backend
   return out;
 }
 
+// One OmniKV load group from the host tier: `load_layers` layers, each `k` chosen rows per KV head
+// of K and of V (the layers share one host tier of `keys` rows here: what is timed is reading
+// scattered rows from gigabytes of page-locked memory, not which gigabytes). Two ways:
+//  - gather: the engine's, GatherRows reading page-locked host memory from the GPU, on the copy
+//    queue, with the index on the device (no host round trip);
+//  - packed: the index copied to the host, the rows gathered by host threads into a packed
+//    page-locked buffer, then one host -> device copy of it.
+StatusOr<nlohmann::json> BenchHostLoads(Backend& b, const Sizes& s) {
+  const int64_t k_top = std::min(s.k, s.keys), m = k_top * s.kv_heads, layers = s.load_layers;
+  const Shape tier{s.keys * s.kv_heads, s.head_dim};
+  MP_ASSIGN_OR_RETURN(BackendTensor host_k, b.AllocateHost(DType::kBF16, tier));
+  MP_ASSIGN_OR_RETURN(BackendTensor host_v, b.AllocateHost(DType::kBF16, tier));
+  std::fill_n(static_cast<char*>(host_k.view().data), host_k.NumBytes(), 1);
+  std::fill_n(static_cast<char*>(host_v.view().data), host_v.NumBytes(), 2);
+  // k distinct random positions per KV head, in position order, as flat rows of the tier.
+  HostTensor rows(DType::kI64, {m});
+  std::mt19937_64 rng(11);
+  for (int64_t g = 0; g < s.kv_heads; ++g) {
+    std::vector<int64_t> pos(static_cast<size_t>(s.keys));
+    for (int64_t i = 0; i < s.keys; ++i) pos[static_cast<size_t>(i)] = i;
+    std::shuffle(pos.begin(), pos.end(), rng);
+    std::sort(pos.begin(), pos.begin() + k_top);
+    for (int64_t i = 0; i < k_top; ++i)
+      rows.data<int64_t>()[g * k_top + i] = pos[static_cast<size_t>(i)] * s.kv_heads + g;
+  }
+  MP_ASSIGN_OR_RETURN(BackendTensor index, b.Allocate(DType::kI64, {m}));
+  MP_RETURN_IF_ERROR(b.CopyFromHost(AsConst(rows.view()), index.view()));
+  MP_ASSIGN_OR_RETURN(BackendTensor dst, b.Allocate(DType::kBF16, {2 * layers * m, s.head_dim}));
+  const int64_t row_bytes = s.head_dim * 2;
+  const double bytes = static_cast<double>(2 * layers * m * row_bytes);
+
+  auto gather = [&]() -> Status {
+    CopyEvent last{};
+    for (int64_t l = 0; l < 2 * layers; ++l) {
+      const ConstTensorView src = (l % 2 == 0 ? host_k : host_v).cview();
+      MP_ASSIGN_OR_RETURN(last, b.StartGatherRows({src, index.cview(),
+                                                   SliceRows(dst.view(), l * m, m)},
+                                                  CopyOrder::kAfterCompute));
+    }
+    return b.WaitCopy(last);
+  };
+  MP_ASSIGN_OR_RETURN(const double gather_ms, TimeMs(gather, s));
+
+  MP_ASSIGN_OR_RETURN(BackendTensor packed, b.AllocateHost(DType::kBF16, {2 * layers * m,
+                                                                          s.head_dim}));
+  HostTensor host_index(DType::kI64, {m});
+  const int threads = static_cast<int>(s.load_threads);
+  double index_ms = 0, host_ms = 0, copy_ms = 0;
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto packed_load = [&]() -> Status {
+    const auto t0 = now();
+    MP_RETURN_IF_ERROR(b.CopyToHost(index.cview(), host_index.view()));  // waits for it
+    const auto t1 = now();
+    const int64_t* idx = host_index.data<int64_t>();
+    const char* k_src = static_cast<const char*>(host_k.cview().data);
+    const char* v_src = static_cast<const char*>(host_v.cview().data);
+    char* out = static_cast<char*>(packed.view().data);
+    const int64_t items = 2 * layers * m;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        for (int64_t i = items * t / threads; i < items * (t + 1) / threads; ++i) {
+          const int64_t l = i / m, r = idx[i % m];
+          std::memcpy(out + i * row_bytes, (l % 2 == 0 ? k_src : v_src) + r * row_bytes,
+                      static_cast<size_t>(row_bytes));
+        }
+      });
+    for (std::thread& th : pool) th.join();
+    const auto t2 = now();
+    MP_ASSIGN_OR_RETURN(CopyEvent e,
+                        b.StartCopy(packed.cview(), dst.view(), CopyOrder::kAfterCompute));
+    MP_RETURN_IF_ERROR(b.WaitCopy(e));
+    const auto t3 = now();
+    using Ms = std::chrono::duration<double, std::milli>;
+    index_ms += Ms(t1 - t0).count();
+    host_ms += Ms(t2 - t1).count();
+    copy_ms += Ms(t3 - t2).count();
+    return OkStatus();
+  };
+  MP_ASSIGN_OR_RETURN(const double packed_ms, TimeMs(packed_load, s));
+  const double runs = static_cast<double>(s.warmup + s.iters);
+  return nlohmann::json{
+      {"layers", layers},
+      {"rows_per_layer", m},
+      {"bytes", bytes},
+      {"tier_rows", s.keys},
+      {"gather_from_host_memory", {{"ms", gather_ms}, {"gb_per_s", bytes / (gather_ms * 1e-3) / 1e9}}},
+      {"packed_copy",
+       {{"ms", packed_ms},
+        {"gb_per_s", bytes / (packed_ms * 1e-3) / 1e9},
+        {"threads", threads},
+        {"index_to_host_ms", index_ms / runs},
+        {"host_gather_ms", host_ms / runs},
+        {"copy_ms", copy_ms / runs}}}};
+}
+
 // Copies alone, then a host -> device copy started beside KeyScores: with overlap the pair takes
 // about the longer of the two, without it their sum.
 StatusOr<nlohmann::json> BenchCopies(Backend& b, const Sizes& s, BackendTensor& k) {
@@ -244,7 +349,8 @@ Status Run(int argc, char** argv) {
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown({"help", "rows", "cols", "k", "keys", "queries", "q-heads",
-                                       "kv-heads", "head-dim", "copy-mib", "warmup", "iters"}));
+                                       "kv-heads", "head-dim", "copy-mib", "warmup", "iters",
+                                       "load-layers", "load-threads"}));
   Sizes s{};
   MP_ASSIGN_OR_RETURN(s.rows, flags.GetInt("rows", 8));
   MP_ASSIGN_OR_RETURN(s.cols, flags.GetInt("cols", 1 << 20));
@@ -257,6 +363,10 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.copy_mib, flags.GetInt("copy-mib", 256));
   MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 2));
   MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 5));
+  MP_ASSIGN_OR_RETURN(s.load_layers, flags.GetInt("load-layers", 6));
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  MP_ASSIGN_OR_RETURN(s.load_threads, flags.GetInt("load-threads", std::min<int64_t>(cores, 16)));
+  MP_REQUIRE(s.load_layers > 0 && s.load_threads > 0, "--load-layers and --load-threads must be > 0");
   MP_REQUIRE(s.rows > 0 && s.cols > 0 && s.k > 0 && s.keys > s.queries && s.queries > 0 &&
                  s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
                  s.copy_mib > 0 && s.iters > 0 && s.warmup >= 0,
@@ -271,6 +381,7 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(out["token_selection"], BenchTokenSelection(*b, s, k));
   MP_ASSIGN_OR_RETURN(out["gather_rows"], BenchGather(*b, s, k));
   MP_ASSIGN_OR_RETURN(out["copies"], BenchCopies(*b, s, k));
+  MP_ASSIGN_OR_RETURN(out["host_loads"], BenchHostLoads(*b, s));
   std::cout << out.dump(2) << "\n";
   return OkStatus();
 }
