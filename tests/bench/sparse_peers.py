@@ -361,18 +361,23 @@ class IndexStats:
 
 def run_minference(mi, q, k, v, pattern, args, stats):
     """Their layer: an untimed run that records the index, warm-ups, then timed runs."""
-    sp = mi.spans
+    return timed_spans(mi.spans, lambda: mi.forward(q, k, v, pattern), args, stats)
+
+
+def timed_spans(sp, call, args, stats):
+    """An untimed call whose index `stats` records, warm-ups, then timed calls: the median of
+    the whole call ("ms", every run in "ms_all") and of each named span inside it."""
     sp.capture = stats
-    mi.forward(q, k, v, pattern)
+    call()
     sp.capture = None
     for _ in range(args.warmup):
-        mi.forward(q, k, v, pattern)
+        call()
     samples = []
     for _ in range(args.iters):
         sp.events, sp.active = {}, True
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        out = mi.forward(q, k, v, pattern)
+        out = call()
         stop.record()
         torch.cuda.synchronize()
         sp.active = False
@@ -423,26 +428,10 @@ def case_vs_same(mi, q, k, v, args):
             out = mi.pit.vertical_slash_sparse_attention(
                 q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1], v_idx[:, h:h + 1], s_idx[:, h:h + 1])
         return out
-    sp.capture = stats
-    call()
-    sp.capture = None
-    for _ in range(args.warmup):
-        call()
-    samples = []
-    for _ in range(args.iters):
-        sp.events, sp.active = {}, True
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = call()
-        stop.record()
-        torch.cuda.synchronize()
-        sp.active = False
-        del out
-        samples.append(dict(sp.totals(), ms=start.elapsed_time(stop)))
-    med = {n: statistics.median(s.get(n, 0.0) for s in samples) for n in samples[0]}
+    med = timed_spans(sp, call, args, stats)
     row = {"impl": "minference-vs-same", "vertical": pattern["vertical"],
            "slash": pattern["slash"], "pattern": str(path.name), "ms": med["ms"],
-           "ms_all": [s["ms"] for s in samples], "kernel_ms": med["kernel"],
+           "ms_all": med["ms_all"], "kernel_ms": med["kernel"],
            "index_ms": med["convert"], "convert_ms": med["convert"],
            "other_ms": med["ms"] - med["kernel"] - med["convert"]}
     return rates(row, stats.tiles, stats.visible, seq, q.shape[1])
