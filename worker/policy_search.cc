@@ -1,6 +1,7 @@
 #include "worker/policy_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -118,6 +119,65 @@ class SearchRun {
   Status observed_;
 };
 
+// The candidate's name from its sizes.
+std::string CandidateName(const HeadPrefillPolicy& h) {
+  switch (h.pattern) {
+    case PrefillPattern::kAShape:
+      return "a-shape " + std::to_string(h.a_shape.sink_tokens) + "+" +
+             std::to_string(h.a_shape.window_tokens);
+    case PrefillPattern::kBlockSparse:
+      return "block-sparse top " + std::to_string(h.block_sparse.top_blocks);
+    case PrefillPattern::kVerticalSlash:
+      return "vertical-slash " + std::to_string(h.vertical_slash.vertical) + "/" +
+             std::to_string(h.vertical_slash.slash);
+    case PrefillPattern::kDense:
+      break;
+  }
+  return "dense";
+}
+
+// `x` scaled by f, in [1, hi].
+int64_t Scaled(int64_t x, double f, int64_t hi) {
+  return std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(x) * f + 0.5), 1, hi);
+}
+
+// Tunes a vertical-slash or block-sparse candidate to the budget by the pairs its index really
+// covers on the reference prompt (every layer and head under it; what the sparse kernel
+// computes), where the cost model only bounds them: up to four rounds of scaling its sizes by
+// budget / measured, stopping within 10% of the budget or when the sizes stop changing; the
+// candidate keeps the sizes measured closest to the budget. A-shape's pairs are exact.
+Status CalibrateCandidate(SearchRun& run, std::span<const int32_t> prompt,
+                          const AttentionPolicy& dense, double budget, SearchCandidate& cand) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  HeadPrefillPolicy h = cand.head;
+  for (int round = 0; round < 4; ++round) {
+    AttentionPolicy p = dense;
+    for (LayerPolicy& layer : p.layers) layer.prefill.assign(layer.prefill.size(), h);
+    MP_RETURN_IF_ERROR(run.Run(p, prompt, -1).status());
+    const PrefillDensity d = run.engine().last_prefill_density();
+    const double measured = d.causal_pairs > 0 ? static_cast<double>(d.attended_pairs) /
+                                                     static_cast<double>(d.causal_pairs)
+                                               : 1.0;
+    if (cand.measured_density < 0 ||
+        std::abs(measured - budget) < std::abs(cand.measured_density - budget)) {
+      cand.head = h;
+      cand.measured_density = measured;
+    }
+    if (measured <= 0 || std::abs(measured - budget) <= 0.1 * budget) break;
+    const double f = budget / measured;
+    const HeadPrefillPolicy before = h;
+    if (h.pattern == PrefillPattern::kBlockSparse) {
+      h.block_sparse.top_blocks = Scaled(h.block_sparse.top_blocks, f, (n + kBlock - 1) / kBlock);
+    } else {
+      h.vertical_slash.vertical = Scaled(h.vertical_slash.vertical, f, n);
+      h.vertical_slash.slash = Scaled(h.vertical_slash.slash, f, n);
+    }
+    if (h == before) break;
+  }
+  cand.name = CandidateName(cand.head);
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<std::vector<SearchCandidate>> SearchCandidates(int64_t length,
@@ -133,19 +193,17 @@ StatusOr<std::vector<SearchCandidate>> SearchCandidates(int64_t length,
   const int64_t sink = options.sink_tokens;
   const int64_t window =
       LargestFitting(length, target, [&](int64_t w) { return pairs(AShape(sink, w)); });
-  out.push_back({"a-shape " + std::to_string(sink) + "+" + std::to_string(window),
-                 AShape(sink, window)});
+  out.push_back({CandidateName(AShape(sink, window)), AShape(sink, window)});
   const int64_t top = LargestFitting((length + kBlock - 1) / kBlock, target,
                                      [&](int64_t t) { return pairs(BlockSparse(t)); });
-  out.push_back({"block-sparse top " + std::to_string(top), BlockSparse(top)});
+  out.push_back({CandidateName(BlockSparse(top)), BlockSparse(top)});
   // Keys per query the budget allows (columns and diagonals together).
   const int64_t keys =
       1 + LargestFitting(length, target, [&](int64_t k) { return pairs(VerticalSlash(1, k)); });
   for (const int64_t share : {8, 2}) {
     const int64_t vertical = std::max<int64_t>(1, keys / share);
     const int64_t slash = std::max<int64_t>(1, keys - vertical);
-    out.push_back({"vertical-slash " + std::to_string(vertical) + "/" + std::to_string(slash),
-                   VerticalSlash(vertical, slash)});
+    out.push_back({CandidateName(VerticalSlash(vertical, slash)), VerticalSlash(vertical, slash)});
   }
   return out;
 }
@@ -173,6 +231,9 @@ StatusOr<PolicySearchResult> SearchPolicy(EngineOptions engine_options,
     any = any || cand.runnable;
   }
   MP_REQUIRE(any, "search: this engine runs none of the candidate patterns");
+  for (SearchCandidate& cand : result.candidates)
+    if (cand.runnable && cand.head.pattern != PrefillPattern::kAShape)
+      MP_RETURN_IF_ERROR(CalibrateCandidate(*run, prompt, dense, options.budget, cand));
   MP_ASSIGN_OR_RETURN(const std::vector<std::vector<float>> reference, run->Run(dense, prompt, -1));
 
   result.policy = dense;
@@ -210,7 +271,15 @@ std::string PolicySearchReport(const PolicySearchResult& result) {
   std::ostringstream out;
   out << "candidates:";
   for (const SearchCandidate& cand : result.candidates)
-    out << " [" << cand.name << (cand.runnable ? "" : ", not run: the engine lacks it") << "]";
+    if (!cand.runnable) {
+      out << " [" << cand.name << ", not run: the engine lacks it]";
+    } else if (cand.measured_density >= 0) {
+      char density[32];
+      std::snprintf(density, sizeof(density), "%.3f", cand.measured_density);
+      out << " [" << cand.name << ", measured density " << density << "]";
+    } else {
+      out << " [" << cand.name << "]";
+    }
   out << "\n";
   for (size_t l = 0; l < result.chosen.size(); ++l) {
     out << "layer " << l << ":";

@@ -2,12 +2,16 @@
 // layer and KV head, each candidate pattern tuned to the same cost is run on a reference prompt,
 // and the head keeps the candidate whose attention output is closest to dense attention's.
 //
-// Cost is the pairs the pattern's kernel computes per head, by the model of
-// common/policy/policy_summary.h (ExpectedPrefillPairs, what `millipede-policy show` reports):
-// every candidate gets the largest parameter whose pairs stay within `budget` of the causal
-// pairs at the prompt's length. The candidates: a-shape (sink_tokens sinks and the window that
-// fits), block-sparse (64-token blocks, the top blocks that fit) and vertical-slash with an
-// eighth and with half of its keys per query as columns (the rest diagonals, 64 last queries).
+// Cost is the query-key pairs the pattern's kernel computes. The candidates start from the model
+// of common/policy/policy_summary.h (ExpectedPrefillPairs, what `millipede-policy show`
+// reports): the largest parameter whose pairs stay within `budget` of the causal pairs at the
+// prompt's length. That model is exact for a-shape but only bounds the others, whose kernels run
+// whole bands and blocks of the index they build: so each vertical-slash and block-sparse
+// candidate is then run on the reference prompt (every layer and head) and its sizes scaled
+// until the pairs its index covers — the sparse kernel's work — are within 10% of the budget
+// (SearchCandidate::measured_density). The candidates: a-shape (sink_tokens sinks and the window
+// that fits), block-sparse (64-token blocks) and vertical-slash with an eighth and with half of
+// its keys per query as columns (the rest diagonals, 64 last queries).
 //
 // Each candidate is measured on one layer at a time, every other layer dense, so a layer sees
 // the inputs dense attention would give it: the prompt runs up to that layer with the candidate
@@ -39,6 +43,9 @@ struct SearchCandidate {
   std::string name;  // e.g. "a-shape 64+200", "vertical-slash 16/112"
   HeadPrefillPolicy head;
   bool runnable = true;  // false: the engine refused the pattern; never chosen
+  // The share of the causal pairs its index covered on the reference prompt after tuning (-1:
+  // not measured; a-shape's is exact by the model).
+  double measured_density = -1;
 };
 
 struct PolicySearchResult {
