@@ -5,7 +5,8 @@
 #
 #   OUT/                   (default .gpu/peers under the repository root)
 #     minference/          MInference's sparse attention files, as in its repository:
-#                          minference/ops/{pit_sparse_flash_attention_v2,block_sparse_flash_attention}.py,
+#                          minference/ops/{pit_sparse_flash_attention_v2,block_sparse_flash_attention,
+#                          streaming_kernel}.py,
 #                          minference/modules/minference_forward.py, csrc/{kernels.cpp,
 #                          vertical_slash_index.cu}, LICENSE, and SOURCE (where they came from)
 #     site/                ninja (torch.utils.cpp_extension.load needs it; its binary is site/bin/ninja)
@@ -34,6 +35,7 @@ FLASHINFER_DEPS=(apache-tvm-ffi==0.1.15.post2 packaging requests urllib3 idna ce
                  charset-normalizer nvidia-ml-py tqdm einops tabulate)
 MINFERENCE_FILES=(minference/ops/pit_sparse_flash_attention_v2.py
                   minference/ops/block_sparse_flash_attention.py
+                  minference/ops/streaming_kernel.py
                   minference/modules/minference_forward.py
                   csrc/kernels.cpp csrc/vertical_slash_index.cu LICENSE)
 

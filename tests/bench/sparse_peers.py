@@ -11,6 +11,11 @@ Times, at each length, on random Q/K/V (the kernels' time depends on the index, 
                   mean-pooled index builder, its Triton kernel);
   flashinfer-bs   FlashInfer's BlockSparseAttentionWrapper on that same block-sparse index, the
                   heads flattened into the rows so that every head keeps its own blocks;
+  minference-a-shape  MInference's A-shape (StreamingLLM) Triton kernel, minference/ops/
+                  streaming_kernel.py's streaming_forward: --a-shape sinks and window (default
+                  128 and 4096, the A-shape setting of MInference's own search space), one head a
+                  call (all 32 at once overflow its offsets at 1M); density and TFLOP/s count the
+                  pairs the heads attend;
   minference-vs-same  MInference's vertical-slash attention (index conversion and Triton kernel)
                   on Millipede's benchmark index: the columns and diagonal offsets per KV head
                   that `millipede-bench-sparse-attention --pattern-out DIR` wrote for the length
@@ -53,7 +58,7 @@ except ImportError:  # main() says so; --help works without it
 
 REPO = Path(__file__).resolve().parents[2]
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 64
-CASES = ("dense", "vs", "bs", "flashinfer", "vs-same")
+CASES = ("dense", "vs", "bs", "flashinfer", "vs-same", "a-shape")
 GIB = 1 << 30
 # What the peers' files must define; the function names are MInference's (commit fb56c91).
 MI_FILES = ("minference/ops/pit_sparse_flash_attention_v2.py",
@@ -78,6 +83,7 @@ def parse_args(argv=None):
     ap.add_argument("--max-gib", type=float, default=70.0, help="skip cases estimated above this")
     ap.add_argument("--flashinfer-backend", default="auto", choices=("auto", "fa2", "fa3"))
     ap.add_argument("--json", type=Path, help="also write all results as one JSON document")
+    ap.add_argument("--a-shape", default="128:4096", help="a-shape case: sinks:window")
     ap.add_argument("--patterns", type=Path,
                     help="vs-same: the folder of millipede-bench-sparse-attention --pattern-out")
     ap.add_argument("--check", action="store_true", help="only load the peers (no GPU needed)")
@@ -85,6 +91,7 @@ def parse_args(argv=None):
     try:
         args.seq = [int(s) for s in args.seq.split(",") if s]
         args.vs = [tuple(int(x) for x in p.split(":")) for p in args.vs.split(",") if p]
+        args.a_shape = tuple(int(x) for x in args.a_shape.split(":"))
     except ValueError:
         ap.error("--seq takes integers and --vs vertical:slash pairs of integers")
     args.cases = [c for c in args.cases.split(",") if c]
@@ -96,6 +103,8 @@ def parse_args(argv=None):
             ap.error(f"--seq {s}: lengths must be positive multiples of {BLOCK}")
     if any(len(p) != 2 or min(p) <= 0 for p in args.vs):
         ap.error("--vs takes positive vertical:slash pairs")
+    if len(args.a_shape) != 2 or min(args.a_shape) <= 0:
+        ap.error("--a-shape takes positive sinks:window")
     if args.iters < 1 or args.dense_iters < 1 or args.warmup < 0:
         ap.error("--iters and --dense-iters must be at least 1, --warmup at least 0")
     return args
@@ -267,7 +276,7 @@ def load_peers(args):
     site = args.peers / "site"
     if site.is_dir():
         add_site(site)
-    if {"vs", "bs", "flashinfer", "vs-same"} & set(args.cases):
+    if {"vs", "bs", "flashinfer", "vs-same", "a-shape"} & set(args.cases):
         try:
             peers["minference"] = (MInference(args.peers / "minference", args.work), "ok")
         except PeerUnavailable as e:
@@ -437,6 +446,41 @@ def case_vs_same(mi, q, k, v, args):
     return rates(row, stats.tiles, stats.visible, seq, q.shape[1])
 
 
+def a_shape_pairs(seq, sinks, window):
+    """Pairs one A-shape head attends over seq tokens: the last `window` keys and the first
+    `sinks` before them."""
+    pairs = 0
+    for p in range(seq):
+        visible = p + 1
+        pairs += visible if visible <= window else window + min(sinks, visible - window)
+    return pairs
+
+
+def case_a_shape(mi, q, k, v, args):
+    """MInference's streaming (A-shape) kernel, one head a call, timed whole."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            streaming = importlib.import_module("minference.ops.streaming_kernel")
+    except ImportError as e:
+        raise PeerUnavailable(f"minference/ops/streaming_kernel.py: {e} (re-run "
+                              "cluster/peer-bundle.sh)") from e
+    sinks, window = args.a_shape
+    heads, seq = q.shape[1], q.shape[2]
+
+    def call():
+        for h in range(heads):
+            out = streaming.streaming_forward(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1],
+                                              sinks, window)
+        return out
+    call()
+    ms, all_ms = median_ms(call, args.warmup, args.iters)
+    pairs = heads * a_shape_pairs(seq, sinks, window)
+    return {"impl": "minference-a-shape", "sinks": sinks, "window": window, "ms": ms,
+            "ms_all": all_ms, "kernel_ms": ms, "index_ms": 0.0,
+            "density": pairs / causal_pairs(seq, heads),
+            "tflops_useful": pairs * 4.0 * HEAD_DIM / (ms * 1e9)}
+
+
 def case_bs(mi, q, k, v, args, stats):
     t = run_minference(mi, q, k, v, ("block_sparse", 0, 0), args, stats)
     row = {"impl": "minference-bs", "top_blocks": 100, "ms": t["ms"], "ms_all": t["ms_all"],
@@ -549,7 +593,8 @@ def estimate_gib(case, seq):
              "vs": 3 * q_gib + 12 * head,  # repeated K/V, output; pads, scores, index per head
              "bs": 3 * q_gib + 4 * head + 2.5 * rows * rows * 4 / GIB,  # pooled score matrix
              "flashinfer": 3 * q_gib + 1.0,
-             "vs-same": 3 * q_gib + 2 * head}[case]
+             "vs-same": 3 * q_gib + 2 * head,
+             "a-shape": 3 * q_gib + 4 * head}[case]
     return q_gib * (1 + 2 * KV_HEADS / Q_HEADS) + extra
 
 
@@ -592,6 +637,8 @@ class SeqRun:
             row = case_vs(self.mi, *self.repeated(), *setting, self.args)
         elif case == "vs-same":
             row = case_vs_same(self.mi, *self.repeated(), self.args)
+        elif case == "a-shape":
+            row = case_a_shape(self.mi, *self.repeated(), self.args)
         elif case == "bs":
             row = dict(self.block_sparse()[0])
         else:
@@ -607,6 +654,7 @@ def run(args, peers):
     if mi is not None:
         mi.prepare()
     needs = {"vs": ["minference"], "bs": ["minference"], "vs-same": ["minference"],
+             "a-shape": ["minference"],
              "flashinfer": ["minference", "flashinfer"]}
     for seq in args.seq:
         sr = SeqRun(args, peers, seq)
@@ -676,8 +724,9 @@ def report(args, peers, rows):
             print(f"| {r['seq']} | {impl} | skipped: {r['skipped'][:70]} | | | | | | |")
             continue
         setting = (f"{r['vertical']}/{r['slash']}" if "vertical" in r else
-                   f"top {r['top_blocks']}" if "top_blocks" in r else "dense")
-        tflops = r.get("tflops_executed", r.get("tflops", 0.0))
+                   f"top {r['top_blocks']}" if "top_blocks" in r else
+                   f"{r['sinks']}+{r['window']}" if "sinks" in r else "dense")
+        tflops = r.get("tflops_executed", r.get("tflops", r.get("tflops_useful", 0.0)))
         print(f"| {r['seq']} | {impl} | {setting} | {r['ms']:.2f} | {r['kernel_ms']:.2f} | "
               f"{(r['index_ms'] or 0):.2f} | {r.get('index_share', 0):.3f} | "
               f"{r['density']:.4f} | {tflops:.0f} |")
