@@ -163,9 +163,9 @@ template <typename T, int kM>
 Status LaunchSkinnyRows(const void* a, const GemmArgs& args, bool add, cudaStream_t stream) {
   const int64_t n = args.b.dim(0), k = args.b.dim(1);
   const unsigned blocks = static_cast<unsigned>((n + kSkinnyWarps - 1) / kSkinnyWarps);
-  SkinnyGemmKernel<T, kM><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(a),
-                                                           args.b.as<const T>(), args.out.as<float>(),
-                                                           n, k, GemmBRowStride(args), add);
+  SkinnyGemmKernel<T, kM><<<blocks, kThreads, 0, stream>>>(
+      static_cast<const T*>(a), args.b.as<const T>(), args.out.as<float>(), n, k,
+      GemmBRowStride(args), add);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }
@@ -213,9 +213,8 @@ Status SetPreference(cublasLtMatmulPreference_t preference,
 // X = a^T [k, m] and Y = out^T [n, m], and out = a b^T becomes Y = b a^T = W^T X: cuBLASLt's A is
 // the weight with op T, its B the activations with op N (the "TN" form cuBLASLt serves best),
 // C = D = out, with leading dimensions ldb (k for a contiguous weight), k and n. fp32
-// accumulation and fp32 alpha/beta for
-// every dtype; with F32 operands CUBLAS_COMPUTE_32F is a true FP32 GEMM (TF32 would have to be
-// asked for with CUBLAS_COMPUTE_32F_FAST_TF32).
+// accumulation and fp32 alpha/beta for every dtype; with F32 operands CUBLAS_COMPUTE_32F is a
+// true FP32 GEMM (TF32 would have to be asked for with CUBLAS_COMPUTE_32F_FAST_TF32).
 StatusOr<std::unique_ptr<Plan>> MakePlan(cublasLtHandle_t handle, const PlanKey& key,
                                          size_t workspace_bytes) {
   auto plan = std::make_unique<Plan>();

@@ -280,7 +280,8 @@ StatusOr<nlohmann::json> BenchHostLoads(Backend& b, const Sizes& s) {
       {"rows_per_layer", m},
       {"bytes", bytes},
       {"tier_rows", s.keys},
-      {"gather_from_host_memory", {{"ms", gather_ms}, {"gb_per_s", bytes / (gather_ms * 1e-3) / 1e9}}},
+      {"gather_from_host_memory",
+       {{"ms", gather_ms}, {"gb_per_s", bytes / (gather_ms * 1e-3) / 1e9}}},
       {"packed_copy",
        {{"ms", packed_ms},
         {"gb_per_s", bytes / (packed_ms * 1e-3) / 1e9},
@@ -366,7 +367,8 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.load_layers, flags.GetInt("load-layers", 6));
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   MP_ASSIGN_OR_RETURN(s.load_threads, flags.GetInt("load-threads", std::min<int64_t>(cores, 16)));
-  MP_REQUIRE(s.load_layers > 0 && s.load_threads > 0, "--load-layers and --load-threads must be > 0");
+  MP_REQUIRE(s.load_layers > 0 && s.load_threads > 0,
+             "--load-layers and --load-threads must be > 0");
   MP_REQUIRE(s.rows > 0 && s.cols > 0 && s.k > 0 && s.keys > s.queries && s.queries > 0 &&
                  s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
                  s.copy_mib > 0 && s.iters > 0 && s.warmup >= 0,

@@ -1,6 +1,7 @@
-// AddPartsCuda against AddPartsRef, exactly (a NaN matches a NaN, whatever its payload): part counts 1 to 8 (the ranks of a node), rows
-// of one decode token and of a batch, strides with padding between parts, odd widths and
-// unaligned bases, NaN and infinities; outputs between guard bands. Skips without a GPU.
+// AddPartsCuda against AddPartsRef, exactly (a NaN matches a NaN, whatever its payload): part
+// counts 1 to 8 (the ranks of a node), rows of one decode token and of a batch, strides with
+// padding between parts, odd widths and unaligned bases, NaN and infinities; outputs between
+// guard bands. Skips without a GPU.
 #include "kernels/add_parts_cuda.h"
 
 #include <gtest/gtest.h>
@@ -50,7 +51,8 @@ TEST_P(AddPartsCudaTest, MatchesReferenceExactly) {
   HostTensor out = RandomTensor(DType::kF32, {c.m, c.n}, 32, -5.0f, 5.0f);
   OpCheck check("add_parts");
   const int iparts = check.Input(parts, c.offset_bytes);
-  const int iout = check.Output("out", out, Tolerance::Exact().WithNanMatchingNan(), c.offset_bytes);
+  const int iout =
+      check.Output("out", out, Tolerance::Exact().WithNanMatchingNan(), c.offset_bytes);
   check.Run(
       [&](const OpCheck::Tensors& t) {
         return AddPartsArgs{{t.cview(iparts).data, DType::kF32, Shape{c.parts, c.m, c.n}},
