@@ -23,13 +23,17 @@ int WorldRank() {
   return r;
 }
 
-std::unique_ptr<Engine> MakeDistributed(int64_t chunk) {
+// An engine over every rank of the world.
+std::unique_ptr<Engine> MakeDistributed(const EngineOptions& options) {
   auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
   EXPECT_TRUE(comm.ok());
-  auto e = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, chunk),
-                          std::move(comm).value());
+  auto e = Engine::Create(options, std::move(comm).value());
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
+}
+
+std::unique_ptr<Engine> MakeDistributed(int64_t chunk) {
+  return MakeDistributed(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, chunk));
 }
 
 // The logits of the last prompt position and of each decode step, from rank 0's view.
@@ -113,13 +117,10 @@ TEST(CpDecodeMlpTest, SplitAndWholeMatchSingleProcessOnEveryRank) {
   const std::vector<std::vector<float>> local = LocalLogits(prompt, decode);
   for (const bool split : {true, false}) {
     SCOPED_TRACE(split ? "split" : "whole");
-    auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
-    ASSERT_TRUE(comm.ok());
     EngineOptions options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 32);
     options.split_decode_mlp = split;
-    auto engine = Engine::Create(options, std::move(comm).value());
-    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-    Engine& e = **engine;
+    const std::unique_ptr<Engine> engine = MakeDistributed(options);
+    Engine& e = *engine;
     const std::vector<std::vector<float>> dist = DistributedLogits(e, prompt, decode);
     ASSERT_EQ(dist.size(), local.size());
     for (size_t i = 0; i < dist.size(); ++i)
@@ -268,13 +269,10 @@ TEST(CpGenerateTest, DuoLayersWithAStorePerHeadGroupMatchOneStore) {
     // The same ranks with one store per layer: more memory, the same logits.
     engine->ResetStats();
     EngineOptions options = engine->options();
-    auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
-    ASSERT_TRUE(comm.ok());
     options.split_kv_heads = false;
-    auto unsplit = Engine::Create(options, std::move(comm).value());
-    ASSERT_TRUE(unsplit.ok());
-    ASSERT_TRUE((*unsplit)->SetPolicy(policy).ok());
-    const auto same = ChunkedLogits(**unsplit, prompt, 16, 6, &one_bytes);
+    const std::unique_ptr<Engine> unsplit = MakeDistributed(options);
+    ASSERT_TRUE(unsplit->SetPolicy(policy).ok());
+    const auto same = ChunkedLogits(*unsplit, prompt, 16, 6, &one_bytes);
     ASSERT_EQ(same.size(), split.size());
     for (size_t i = 0; i < split.size(); ++i)
       EXPECT_LT(MaxRelError(split[i], same[i]), 1e-5) << "step " << i;
@@ -288,13 +286,9 @@ TEST(CpGenerateTest, DuoLayersWithAStorePerHeadGroupMatchOneStore) {
 // DuoAttention's layers with a store per group of KV heads.
 TEST(CpPrefillExchangeTest, PassQMatchesSingleProcess) {
   auto make = [](PrefillExchange exchange) {
-    auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
-    EXPECT_TRUE(comm.ok());
     EngineOptions o = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16);
     o.prefill_exchange = exchange;
-    auto e = Engine::Create(o, std::move(comm).value());
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return std::move(e).value();
+    return MakeDistributed(o);
   };
   auto pass_q = make(PrefillExchange::kPassQ);
   auto automatic = make(PrefillExchange::kAuto);
@@ -448,12 +442,9 @@ TEST(CpGenerateTest, BadRequestFailsOnEveryRankWithoutHanging) {
 TEST(CpGenerateTest, OneRankThatCannotFitFailsEveryRank) {
   ModelConfig c = SmallConfig();
   c.max_position_embeddings = int64_t{1} << 34;
-  auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
-  ASSERT_TRUE(comm.ok());
-  auto engine = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32, 32),
-                               std::move(comm).value());
-  ASSERT_TRUE(engine.ok());
-  Engine& e = **engine;
+  const std::unique_ptr<Engine> engine =
+      MakeDistributed(RandomEngineOptions(c, DType::kF32, DType::kF32, 32));
+  Engine& e = *engine;
   const int last = e.comm().size() - 1;
   // Every rank's ring blocks hold the widest rank's rows (its capacity), and the last rank also
   // holds their KV: a capacity between what the ring alone and the ring with the KV need leaves
