@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "common/policy/attention_policy.h"
 #include "common/sampling_params.h"
 #include "common/status.h"
+#include "policy/attention_policy.h"
 
 namespace millipede::control {
 

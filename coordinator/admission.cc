@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/policy/head_groups.h"
-#include "common/tokenizer/utf8.h"
+#include "policy/head_groups.h"
+#include "tokenizer/utf8.h"
 
 namespace millipede {
 namespace {

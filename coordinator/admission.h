@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "api/job_service.h"
-#include "common/policy/attention_policy.h"
 #include "common/status.h"
-#include "common/tokenizer/tokenizer.h"
+#include "policy/attention_policy.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede {
 
@@ -49,7 +49,7 @@ struct AdmittedJob {
 int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers);
 
 // What `positions` KV positions on a rank take under `policy` (none: dense), in positions of
-// dense KV rounded up: its stores' rows (common/policy/head_groups.h, KvHeadRows; a DuoAttention
+// dense KV rounded up: its stores' rows (policy/head_groups.h, KvHeadRows; a DuoAttention
 // policy's streaming heads keep only their sinks and window once the job is long enough) over a
 // dense position's rows, for steps of up to `max_step_tokens` (0: the whole job).
 int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t positions,

@@ -16,7 +16,7 @@
 #include "coordinator/front_ends.h"
 #include "coordinator/scheduler.h"
 #ifdef MILLIPEDE_HAVE_HTTP
-#include "coordinator/http/chat_template.h"
+#include "http/chat_template.h"
 #endif
 
 namespace millipede {

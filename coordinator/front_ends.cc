@@ -9,7 +9,7 @@
 #include "common/logging.h"
 #include "rpc/rpc_server.h"
 #ifdef MILLIPEDE_HAVE_HTTP
-#include "coordinator/http/openai_server.h"
+#include "http/openai_server.h"
 #endif
 
 namespace millipede {

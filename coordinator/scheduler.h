@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "api/job_service.h"
-#include "common/tokenizer/tokenizer.h"
 #include "coordinator/admission.h"
 #include "coordinator/step_scheduler.h"
 #include "coordinator/text_stream.h"
 #include "coordinator/worker_link.h"
 #include "monitoring/service_metrics.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "common/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede {
 

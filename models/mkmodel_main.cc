@@ -7,14 +7,14 @@
 #include <cstring>
 #include <iostream>
 
-#include "common/checkpoint/safetensors_writer.h"
+#include "checkpoint/safetensors_writer.h"
 #include "common/file_util.h"
 #include "common/flags.h"
-#include "common/tokenizer/bpe_trainer.h"
-#include "common/tokenizer/tokenizer.h"
 #include "models/demo_corpus.h"
 #include "models/model_presets.h"
 #include "models/retrieval_model.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/random_weights.h"
 
 namespace millipede {

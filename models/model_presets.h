@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "common/status.h"
 
 namespace millipede {

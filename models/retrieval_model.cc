@@ -7,12 +7,12 @@
 #include <cstring>
 #include <map>
 
-#include "common/checkpoint/model_tensors.h"
-#include "common/checkpoint/safetensors_writer.h"
+#include "checkpoint/model_tensors.h"
+#include "checkpoint/safetensors_writer.h"
 #include "common/file_util.h"
 #include "common/json_util.h"
-#include "common/tokenizer/bpe_trainer.h"
 #include "models/model_presets.h"
+#include "tokenizer/bpe_trainer.h"
 
 namespace millipede {
 namespace {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "common/status.h"
-#include "common/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/random_weights.h"
 
 namespace millipede {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "common/tokenizer/tokenizer.h"
 #include "models/retrieval_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede {
 

@@ -13,16 +13,21 @@ import sys
 # folder -> the folders its code may include. Acyclic: checked below.
 LAYERS = {
     "common": set(),
+    "checkpoint": {"common"},
+    "tokenizer": {"common"},
+    "jinja": {"common", "tokenizer"},
+    "policy": {"common", "checkpoint"},
     "kernels": {"common"},
-    "control": {"common"},
-    "worker": {"common", "kernels", "control"},
-    "models": {"common", "worker"},
+    "control": {"common", "policy"},
+    "worker": {"common", "checkpoint", "tokenizer", "policy", "kernels", "control"},
+    "models": {"common", "checkpoint", "tokenizer", "worker"},
     "monitoring": {"common"},
     "api": {"common", "monitoring"},
     "rpc": {"common", "api"},
-    "coordinator": {"common", "control", "monitoring", "api", "rpc"},
+    "http": {"common", "tokenizer", "jinja", "api"},
+    "coordinator": {"common", "tokenizer", "policy", "control", "monitoring", "api", "rpc", "http"},
     "loadgen": {"common", "rpc"},
-    "quality": {"common", "worker", "models"},
+    "quality": {"common", "tokenizer", "worker", "models"},
 }
 NOT_SOURCE = {"tests", "docs", "cluster", "build", "Testing"}
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh")

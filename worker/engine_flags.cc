@@ -1,6 +1,6 @@
 #include "worker/engine_flags.h"
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "worker/dist/mpi_communicator.h"
 #ifdef MILLIPEDE_HAVE_CUDA
 #include "common/cuda_check.h"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "common/dtype.h"
 
 namespace millipede {

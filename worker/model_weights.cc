@@ -4,7 +4,7 @@
 #include <cstring>
 #include <map>
 
-#include "common/checkpoint/model_tensors.h"
+#include "checkpoint/model_tensors.h"
 
 namespace millipede {
 

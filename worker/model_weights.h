@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint/checkpoint.h"
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/model_config.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/random_weights.h"
 
 namespace millipede {

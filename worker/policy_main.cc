@@ -17,15 +17,15 @@
 #include <optional>
 #include <string>
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "common/file_util.h"
 #include "common/flags.h"
-#include "common/policy/attention_policy.h"
-#include "common/policy/duo_import.h"
-#include "common/policy/minference_import.h"
-#include "common/policy/policy_summary.h"
-#include "common/policy/policy_writer.h"
-#include "common/tokenizer/tokenizer.h"
+#include "policy/attention_policy.h"
+#include "policy/duo_import.h"
+#include "policy/minference_import.h"
+#include "policy/policy_summary.h"
+#include "policy/policy_writer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/engine_flags.h"
 #include "worker/policy_search.h"
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <sstream>
 
-#include "common/policy/policy_summary.h"
+#include "policy/policy_summary.h"
 
 namespace millipede {
 namespace {

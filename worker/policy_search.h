@@ -3,7 +3,7 @@
 // and the head keeps the candidate whose attention output is closest to dense attention's.
 //
 // Cost is the query-key pairs the pattern's kernel computes. The candidates start from the model
-// of common/policy/policy_summary.h (ExpectedPrefillPairs, what `millipede-policy show`
+// of policy/policy_summary.h (ExpectedPrefillPairs, what `millipede-policy show`
 // reports): the largest parameter whose pairs stay within `budget` of the causal pairs at the
 // prompt's length. That model is exact for a-shape but only bounds the others, whose kernels run
 // whole bands and blocks of the index they build: so each vertical-slash and block-sparse
@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "common/policy/attention_policy.h"
 #include "common/status.h"
+#include "policy/attention_policy.h"
 #include "worker/engine/engine.h"
 
 namespace millipede {

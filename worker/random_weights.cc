@@ -6,7 +6,7 @@
 #include <string_view>
 #include <thread>
 
-#include "common/checkpoint/model_tensors.h"
+#include "checkpoint/model_tensors.h"
 #include "kernels/random.h"
 
 namespace millipede {

@@ -5,7 +5,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
-#include "common/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
 #include "worker/generate.h"

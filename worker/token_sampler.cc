@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "kernels/sampling_penalties.h"
+#include "kernels/sampling/sampling_penalties.h"
 
 namespace millipede {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/sampling_params.h"
 #include "common/status.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace millipede {
 

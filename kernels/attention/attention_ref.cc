@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
-#include "kernels/float_rows.h"
+#include "kernels/memory/float_rows.h"
 
 namespace millipede {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/attention/sparse_index.h"
+#include "kernels/sparse_index/sparse_index.h"
 
 namespace millipede {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/attention/sparse_attention.h"
-#include "kernels/float_rows.h"
+#include "kernels/memory/float_rows.h"
 
 namespace millipede {
 namespace {

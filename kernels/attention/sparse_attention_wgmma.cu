@@ -19,7 +19,7 @@
 #include "common/cuda_check.h"
 #include "kernels/attention/sparse_attention_cuda_internal.h"
 #include "kernels/attention/sparse_attention_wgmma.cuh"
-#include "kernels/attention/sparse_index.h"
+#include "kernels/sparse_index/sparse_index.h"
 
 namespace millipede::sparse_attention_internal {
 namespace {

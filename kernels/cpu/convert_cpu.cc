@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/convert.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_math.h"
+#include "kernels/memory/convert.h"
 
 namespace millipede {
 

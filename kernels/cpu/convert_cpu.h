@@ -1,4 +1,4 @@
-// The CPU backend's dtype conversion (kernels/convert.h), vectorised and threaded.
+// The CPU backend's dtype conversion (kernels/memory/convert.h), vectorised and threaded.
 #pragma once
 
 #include "common/status.h"

@@ -1,8 +1,8 @@
-// The CPU backend's embedding lookup (kernels/embedding.h), threaded over rows.
+// The CPU backend's embedding lookup (kernels/layer/embedding.h), threaded over rows.
 #pragma once
 
 #include "common/status.h"
-#include "kernels/embedding.h"
+#include "kernels/layer/embedding.h"
 
 namespace millipede {
 

@@ -1,8 +1,8 @@
-// The CPU backend's GEMM: GemmArgs (kernels/gemm.h) through OpenBLAS's sgemm, threaded.
+// The CPU backend's GEMM: GemmArgs (kernels/layer/gemm.h) through OpenBLAS's sgemm, threaded.
 #pragma once
 
 #include "common/status.h"
-#include "kernels/gemm.h"
+#include "kernels/layer/gemm.h"
 
 namespace millipede {
 

@@ -1,8 +1,8 @@
-// The CPU backend's RMSNorm (kernels/rms_norm.h), vectorised and threaded over rows.
+// The CPU backend's RMSNorm (kernels/layer/rms_norm.h), vectorised and threaded over rows.
 #pragma once
 
 #include "common/status.h"
-#include "kernels/rms_norm.h"
+#include "kernels/layer/rms_norm.h"
 
 namespace millipede {
 

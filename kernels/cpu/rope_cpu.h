@@ -1,8 +1,8 @@
-// The CPU backend's RoPE (kernels/rope.h), threaded over rows.
+// The CPU backend's RoPE (kernels/layer/rope.h), threaded over rows.
 #pragma once
 
 #include "common/status.h"
-#include "kernels/rope.h"
+#include "kernels/layer/rope.h"
 
 namespace millipede {
 

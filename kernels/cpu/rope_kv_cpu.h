@@ -1,8 +1,8 @@
-// The CPU backend's RopeKv (kernels/rope_kv.h), threaded over rows.
+// The CPU backend's RopeKv (kernels/layer/rope_kv.h), threaded over rows.
 #pragma once
 
 #include "common/status.h"
-#include "kernels/rope_kv.h"
+#include "kernels/layer/rope_kv.h"
 
 namespace millipede {
 

@@ -1,8 +1,8 @@
-// The CPU backend's SiLU-mul (kernels/silu_mul.h), vectorised and threaded.
+// The CPU backend's SiLU-mul (kernels/layer/silu_mul.h), vectorised and threaded.
 #pragma once
 
 #include "common/status.h"
-#include "kernels/silu_mul.h"
+#include "kernels/layer/silu_mul.h"
 
 namespace millipede {
 

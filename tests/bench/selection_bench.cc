@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/flags.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace millipede {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/flags.h"
 #include "common/status.h"
-#include "kernels/attention/sparse_index.h"
+#include "kernels/sparse_index/sparse_index.h"
 
 namespace millipede {
 

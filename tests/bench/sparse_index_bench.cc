@@ -24,7 +24,7 @@
 
 #include "common/flags.h"
 #include "tests/bench/sparse_bench_util.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace millipede {
 namespace {

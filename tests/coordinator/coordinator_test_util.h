@@ -3,8 +3,8 @@
 
 #include <memory>
 
-#include "common/tokenizer/tokenizer.h"
-#include "tests/common/tokenizer/tokenizer_test_util.h"
+#include "tests/tokenizer/tokenizer_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede::coordinator_test {
 

@@ -2,7 +2,7 @@
 
 #include "common/json_util.h"
 #include "common/sampling_params.h"
-#include "common/tokenizer/bpe_trainer.h"
+#include "tokenizer/bpe_trainer.h"
 
 namespace millipede::fuzz {
 namespace {

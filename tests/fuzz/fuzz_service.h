@@ -9,11 +9,11 @@
 #include "api/job_service.h"
 #include "common/json_util.h"
 #include "common/status.h"
-#include "common/tokenizer/tokenizer.h"
 #include "coordinator/admission.h"
-#include "coordinator/http/api_error.h"
-#include "coordinator/http/openai_protocol.h"
-#include "coordinator/http/openai_server.h"
+#include "http/api_error.h"
+#include "http/openai_protocol.h"
+#include "http/openai_server.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede::fuzz {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/http/openai_protocol.h"
+#include "http/openai_protocol.h"
 #include "tests/fuzz/fuzz_service.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/fuzz/generators.h"

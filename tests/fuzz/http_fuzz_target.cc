@@ -4,12 +4,12 @@
 #include <string>
 
 #include "common/json_util.h"
-#include "common/tokenizer/tokenizer.h"
-#include "coordinator/http/http_route.h"
-#include "coordinator/http/openai_protocol.h"
-#include "coordinator/http/tokenize.h"
+#include "http/http_route.h"
+#include "http/openai_protocol.h"
+#include "http/tokenize.h"
 #include "tests/fuzz/fuzz_service.h"
 #include "tests/fuzz/fuzz_targets.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede::fuzz {
 namespace {

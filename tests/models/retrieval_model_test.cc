@@ -7,8 +7,8 @@
 #include <set>
 #include <string>
 
-#include "common/tokenizer/tokenizer.h"
 #include "models/model_presets.h"
+#include "tokenizer/tokenizer.h"
 
 namespace millipede {
 namespace {

@@ -18,8 +18,8 @@
 #include "tests/kernels/attention/sparse_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/op_harness.h"
-#include "worker/backend.h"
-#include "worker/cpu_backend.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/cpu_backend.h"
 
 namespace millipede {
 namespace {

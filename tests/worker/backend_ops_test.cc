@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "worker/cpu_backend.h"
+#include "worker/backend/cpu_backend.h"
 
 namespace millipede {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "common/checkpoint/safetensors_writer.h"
+#include "checkpoint/safetensors_writer.h"
 #include "common/file_util.h"
 #include "engine_test_util.h"
 #include "worker/random_weights.h"

@@ -12,7 +12,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/policy/policy_summary.h"
+#include "policy/policy_summary.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace millipede {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "tests/kernels/op_harness.h"
-#include "worker/backend.h"
-#include "worker/cpu_backend.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/cpu_backend.h"
 #include "worker/token_sampler.h"
 
 namespace millipede {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine_test_util.h"
-#include "worker/cpu_backend.h"
+#include "worker/backend/cpu_backend.h"
 #include "worker/generate.h"
 
 namespace millipede {

@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cstdint>
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "worker/attention/prefill_exchange.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/dist/communicator.h"
 
 namespace millipede {

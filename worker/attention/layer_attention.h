@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/checkpoint/model_config.h"
-#include "common/policy/attention_policy.h"
+#include "checkpoint/model_config.h"
+#include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
 #include "worker/attention/token_selection.h"
 #include "worker/kv/head_group_kv_store.h"
@@ -31,7 +31,7 @@ struct LayerAttention {
 // heads, else every row. (The memory plan asks this without building any strategy.)
 KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer);
 
-// What the streaming heads of a layer split into groups (common/policy/head_groups.h,
+// What the streaming heads of a layer split into groups (policy/head_groups.h,
 // LayerHeadGroups) keep: the policy's streaming_head sinks and window, and every row while the
 // sequence is shorter than dense_below_tokens (prefill is dense there).
 KvRetention StreamingHeadRetention(const AttentionPolicy& policy);

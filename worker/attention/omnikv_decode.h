@@ -19,8 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "common/policy/attention_policy.h"
-#include "kernels/top_k_keys.h"
+#include "kernels/selection/top_k_keys.h"
+#include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
 #include "worker/attention/token_selection.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace millipede {
 

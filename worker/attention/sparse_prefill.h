@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/policy/attention_policy.h"
+#include "policy/attention_policy.h"
 #include "worker/attention/kv_fetch.h"
 #include "worker/attention/observed_queries.h"
 #include "worker/attention/ring_prefill.h"

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/policy/attention_policy.h"
+#include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
 #include "worker/attention/observed_queries.h"
 

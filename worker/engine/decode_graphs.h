@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace millipede {
 

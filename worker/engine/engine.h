@@ -25,11 +25,11 @@
 #include <string_view>
 #include <vector>
 
-#include "common/checkpoint/model_config.h"
-#include "common/policy/attention_policy.h"
+#include "checkpoint/model_config.h"
 #include "common/status.h"
+#include "policy/attention_policy.h"
 #include "worker/attention/attention_env.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/shard_plan.h"
 #include "worker/engine/decode_graphs.h"
@@ -84,7 +84,7 @@ struct EngineOptions {
   // Query rows per attention call in a sharded step (0: prefill_chunk). Larger calls keep a GPU
   // busy; the scratch is O(attention_chunk x heads x head_dim).
   int64_t attention_chunk = 0;
-  // Attention policy file (JSON, common/policy/attention_policy.h); empty: dense/full.
+  // Attention policy file (JSON, policy/attention_policy.h); empty: dense/full.
   std::string policy_file;
   // Where OmniKV's selected layers keep their context rows, for sequences whose options leave it
   // to the engine (SequenceOptions::selected_kv kAuto): see SelectedKvTier.

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/file_util.h"
-#include "kernels/rope.h"
+#include "kernels/layer/rope.h"
 
 namespace millipede {
 namespace {

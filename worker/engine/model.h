@@ -7,8 +7,8 @@
 #include <map>
 #include <memory>
 
-#include "common/checkpoint/model_config.h"
-#include "worker/backend.h"
+#include "checkpoint/model_config.h"
+#include "worker/backend/backend.h"
 #include "worker/engine/workspace.h"
 #include "worker/model_weights.h"
 #include "worker/random_weights.h"

@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "common/checkpoint/model_config.h"
-#include "common/policy/attention_policy.h"
+#include "checkpoint/model_config.h"
+#include "policy/attention_policy.h"
 #include "worker/attention/layer_attention.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/kv/kv_buffer.h"
 #include "worker/kv/offloaded_kv_store.h"
 #include "worker/memory_plan.h"

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "common/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "worker/attention/attention_env.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace millipede {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/policy/head_groups.h"
+#include "policy/head_groups.h"
 #include "worker/kv/device_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 

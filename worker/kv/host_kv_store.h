@@ -7,7 +7,7 @@
 // packed loads of OmniKV's selected layers).
 #pragma once
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/kv/kv_buffer.h"
 
 namespace millipede {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/kv/kv_store.h"
 
 namespace millipede {

@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/kv/kv_buffer.h"
 
 namespace millipede {

@@ -10,7 +10,7 @@
 // chunk, a decode token) sees the sinks and the window only.
 #pragma once
 
-#include "common/policy/head_groups.h"
+#include "policy/head_groups.h"
 #include "worker/kv/kv_buffer.h"
 
 namespace millipede {

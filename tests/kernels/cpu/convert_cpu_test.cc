@@ -7,7 +7,7 @@
 
 #include <limits>
 
-#include "kernels/convert.h"
+#include "kernels/memory/convert.h"
 #include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace millipede {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tests/worker/engine_test_util.h"
-#include "worker/cpu_backend.h"
+#include "worker/backend/cpu_backend.h"
 
 namespace millipede {
 namespace {

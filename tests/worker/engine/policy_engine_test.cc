@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "common/policy/head_groups.h"
+#include "policy/head_groups.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/generate.h"
 
@@ -265,7 +265,7 @@ TEST(EnginePolicyTest, PerGroupStoresAreWhatTheMemoryPlanCounts) {
   auto plan = e.PlanSequence(o, step);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->kv_bytes, c.num_hidden_layers * (capacity + 2 + 2 * 8 + step) * row);
-  // What the coordinator's admission counts for such a job (common/policy/head_groups.h).
+  // What the coordinator's admission counts for such a job (policy/head_groups.h).
   EXPECT_EQ(plan->kv_bytes, KvHeadRows(o.policy, 2, capacity, step) * row);
   ASSERT_TRUE(e.StartSequence(Engine::kDefaultSequence, o).ok());
   // The stores, and one step's staging rows of both heads.

@@ -1,0 +1,71 @@
+// HttpSession's probes and model routes: /health, /ready, /v1/models.
+#include <boost/asio/dispatch.hpp>
+
+#include "common/json_util.h"
+#include "http/http_session.h"
+#include "http/readiness.h"
+
+namespace millipede {
+
+namespace net = boost::asio;
+
+namespace {
+
+Json ModelObject(const ServerContext& ctx) {
+  return Json{{"id", ctx.model.name},
+              {"object", "model"},
+              {"created", ctx.created_unix},
+              {"owned_by", "millipede"},
+              {"max_model_len", ctx.context_limit}};
+}
+
+}  // namespace
+
+void HttpSession::HandleHealth() {
+  HealthInfo health = ctx_->service.GetHealth();
+  if (!health.alive) {
+    return SendError(ApiError{503, "service is not alive: " + health.detail,
+                              "service_unavailable_error", "", "not_alive"});
+  }
+  Json body = {{"status", "ok"},
+               {"accepting", health.accepting},
+               {"running", health.running},
+               {"waiting", health.waiting}};
+  SendJson(200, body.dump());
+}
+
+void HttpSession::HandleReady() {
+  phase_ = Phase::kWaitingReady;
+  Watch();
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  std::shared_ptr<ServerContext> ctx = ctx_;
+  ctx_->readiness->Check([weak, ctx](bool ready, const std::string& detail) {
+    ctx->gate.Post([weak, ready, detail] {
+      auto self = weak.lock();
+      if (!self) return;
+      net::dispatch(self->executor(),
+                    [self, ready, detail] { self->OnReadyResult(ready, detail); });
+    });
+  });
+}
+
+void HttpSession::OnReadyResult(bool ready, const std::string& detail) {
+  if (closed_ || phase_ != Phase::kWaitingReady) return;
+  phase_ = Phase::kIdle;
+  if (ready) return SendJson(200, Json{{"status", "ready"}, {"detail", detail}}.dump());
+  SendError(ApiError{503, "not ready: " + detail, "service_unavailable_error", "", "not_ready"});
+}
+
+void HttpSession::HandleModels(const std::string& path) {
+  if (path == "/v1/models") {
+    return SendJson(200, Json{{"object", "list"}, {"data", {ModelObject(*ctx_)}}}.dump());
+  }
+  std::string id = path.substr(std::string("/v1/models/").size());
+  if (id == ctx_->model.name || (!ctx_->model.alt_name.empty() && id == ctx_->model.alt_name)) {
+    return SendJson(200, ModelObject(*ctx_).dump());
+  }
+  Refuse(ApiError{404, "The model `" + id + "` does not exist", "invalid_request_error", "model",
+                  "model_not_found"});
+}
+
+}  // namespace millipede

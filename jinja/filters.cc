@@ -1,0 +1,289 @@
+// Filters. Text filters first turn their subject into a string as Jinja does (undefined gives "",
+// None "None"); tojson is transformers' json.dumps version (no HTML escaping).
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "jinja/builtins.h"
+#include "jinja/py_text.h"
+
+namespace millipede::jinja::internal {
+namespace {
+
+using FilterFn = StatusOr<Value> (*)(Interpreter&, const Value&, CallArgs&);
+
+StatusOr<Value> Text(Interpreter& interp, const Value& v, CallArgs& args, const char* name,
+                     CaseMap map) {
+  MP_RETURN_IF_ERROR(BindArgs(name, args, {}).status());
+  MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
+  MP_ASSIGN_OR_RETURN(text, PyCase(text, map));
+  return interp.MakeString(std::move(text));
+}
+
+StatusOr<Value> Upper(Interpreter& i, const Value& v, CallArgs& a) {
+  return Text(i, v, a, "upper", CaseMap::kUpper);
+}
+StatusOr<Value> Lower(Interpreter& i, const Value& v, CallArgs& a) {
+  return Text(i, v, a, "lower", CaseMap::kLower);
+}
+StatusOr<Value> Title(Interpreter& i, const Value& v, CallArgs& a) {
+  return Text(i, v, a, "title", CaseMap::kJinjaTitle);
+}
+StatusOr<Value> Capitalize(Interpreter& i, const Value& v, CallArgs& a) {
+  return Text(i, v, a, "capitalize", CaseMap::kCapitalize);
+}
+
+StatusOr<Value> Trim(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_ASSIGN_OR_RETURN(auto a, BindArgs("trim", args, {{"chars", Value::None()}}));
+  MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
+  std::optional<std::string> chars;
+  if (!a[0].is_none()) {
+    if (!a[0].is_string()) return InvalidArgumentError("trim(): chars must be a string");
+    chars = a[0].as_string();
+  }
+  MP_RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(text.size() / 64)));
+  return Value::String(PyStrip(text, chars, StripSide::kBoth));
+}
+
+StatusOr<Value> String(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_RETURN_IF_ERROR(BindArgs("string", args, {}).status());
+  MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
+  return interp.MakeString(std::move(text));
+}
+
+StatusOr<Value> Replace(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_ASSIGN_OR_RETURN(
+      auto a, BindArgs("replace", args, {{"old", {}}, {"new", {}}, {"count", Value::None()}}));
+  MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
+  MP_ASSIGN_OR_RETURN(std::string old_text, ToStr(a[0]));
+  MP_ASSIGN_OR_RETURN(std::string new_text, ToStr(a[1]));
+  int64_t count = -1;
+  if (!a[2].is_none()) {
+    if (a[2].kind() != Value::Kind::kInt)
+      return InvalidArgumentError("replace(): count must be an integer");
+    count = a[2].as_int();
+  }
+  return interp.MakeString(PyReplace(text, old_text, new_text, count));
+}
+
+StatusOr<Value> Length(Interpreter&, const Value& v, CallArgs& args) {
+  MP_RETURN_IF_ERROR(BindArgs("length", args, {}).status());
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return Value::Int(0);
+    case Value::Kind::kString:
+      return Value::Int(CodePointCount(v.as_string()));
+    case Value::Kind::kList:
+      return Value::Int(static_cast<int64_t>(v.as_list().items.size()));
+    case Value::Kind::kDict:
+      return Value::Int(static_cast<int64_t>(v.as_dict().items.size()));
+    default:
+      return InvalidArgumentError(std::string("object of type '") + TypeName(v) + "' has no len()");
+  }
+}
+
+StatusOr<Value> Default(Interpreter&, const Value& v, CallArgs& args) {
+  MP_ASSIGN_OR_RETURN(
+      auto a, BindArgs("default", args,
+                       {{"default_value", Value::String("")}, {"boolean", Value::Bool(false)}}));
+  const bool use_default = v.is_undefined() || (Truthy(a[1]) && !Truthy(v));
+  return use_default ? a[0] : v;
+}
+
+StatusOr<Value> List(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_RETURN_IF_ERROR(BindArgs("list", args, {}).status());
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  return interp.MakeList(std::move(items));
+}
+
+StatusOr<Value> FirstOrLast(Interpreter& interp, const Value& v, CallArgs& args, bool first) {
+  MP_RETURN_IF_ERROR(BindArgs(first ? "first" : "last", args, {}).status());
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  if (items.empty()) return Value::Undefined("the sequence has no items");
+  return first ? items.front() : items.back();
+}
+StatusOr<Value> First(Interpreter& i, const Value& v, CallArgs& a) {
+  return FirstOrLast(i, v, a, true);
+}
+StatusOr<Value> Last(Interpreter& i, const Value& v, CallArgs& a) {
+  return FirstOrLast(i, v, a, false);
+}
+
+StatusOr<Value> Reverse(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_RETURN_IF_ERROR(BindArgs("reverse", args, {}).status());
+  if (v.is_string()) {
+    std::u32string cps = DecodeUtf8(v.as_string());
+    std::reverse(cps.begin(), cps.end());
+    return interp.MakeString(EncodeUtf8(cps));
+  }
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  std::reverse(items.begin(), items.end());
+  return interp.MakeList(std::move(items));
+}
+
+StatusOr<Value> Items(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_RETURN_IF_ERROR(BindArgs("items", args, {}).status());
+  if (v.is_undefined()) return Value::List({});
+  if (!v.is_dict()) return InvalidArgumentError("the items filter needs a mapping");
+  std::vector<Value> pairs;
+  for (const auto& [key, value] : v.as_dict().items) {
+    pairs.push_back(Value::List({Value::String(key), value}, /*is_tuple=*/true));
+  }
+  return interp.MakeList(std::move(pairs));
+}
+
+// Jinja's attribute getter for filters: "a.b" looks up a then b, each as an item first.
+StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const Value& attribute) {
+  if (attribute.kind() == Value::Kind::kInt) return interp.GetItem(item, attribute);
+  if (!attribute.is_string()) return InvalidArgumentError("attribute must be a string");
+  Value current = item;
+  const std::string& path = attribute.as_string();
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
+    // A part of digits is an index (Jinja's attribute getter), if it fits.
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool numeric =
+        !part.empty() && ec == std::errc() && end == part.data() + part.size() && part[0] != '-';
+    MP_ASSIGN_OR_RETURN(current,
+                        interp.GetItem(current, numeric ? Value::Int(index) : Value::String(part)));
+    if (dot == std::string::npos) return current;
+    start = dot + 1;
+  }
+}
+
+StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_ASSIGN_OR_RETURN(
+      auto a, BindArgs("join", args, {{"d", Value::String("")}, {"attribute", Value::None()}}));
+  MP_ASSIGN_OR_RETURN(std::string separator, ToStr(a[0]));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Value item = items[i];
+    if (!a[1].is_none()) {
+      MP_ASSIGN_OR_RETURN(item, GetPath(interp, item, a[1]));
+    }
+    MP_ASSIGN_OR_RETURN(std::string text, ToStr(item));
+    if (i > 0) out += separator;
+    out += text;
+    if (static_cast<int64_t>(out.size()) > interp.limits().max_output_bytes) break;
+  }
+  return interp.MakeString(std::move(out));
+}
+
+// select / reject (a test over the items) and selectattr / rejectattr (over an attribute).
+StatusOr<Value> Select(Interpreter& interp, const Value& v, CallArgs& args, bool keep,
+                       bool by_attribute) {
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  std::vector<Value> rest = args.positional;
+  if (!args.keyword.empty())
+    return InvalidArgumentError("select filters take no keyword arguments");
+  Value attribute;
+  if (by_attribute) {
+    if (rest.empty()) return InvalidArgumentError("selectattr / rejectattr need an attribute");
+    attribute = rest.front();
+    rest.erase(rest.begin());
+  }
+  std::optional<std::string> test;
+  if (!rest.empty()) {
+    if (!rest.front().is_string()) return InvalidArgumentError("the test name must be a string");
+    test = rest.front().as_string();
+    rest.erase(rest.begin());
+  }
+  std::vector<Value> out;
+  for (const Value& item : items) {
+    MP_RETURN_IF_ERROR(interp.Charge(1));
+    Value subject = item;
+    if (by_attribute) {
+      MP_ASSIGN_OR_RETURN(subject, GetPath(interp, item, attribute));
+    }
+    bool pass = Truthy(subject);
+    if (test) {
+      CallArgs test_args;
+      test_args.positional = rest;
+      MP_ASSIGN_OR_RETURN(pass, interp.ApplyTest(*test, subject, test_args));
+    }
+    if (pass == keep) out.push_back(item);
+  }
+  return interp.MakeList(std::move(out));
+}
+StatusOr<Value> SelectItems(Interpreter& i, const Value& v, CallArgs& a) {
+  return Select(i, v, a, true, false);
+}
+StatusOr<Value> RejectItems(Interpreter& i, const Value& v, CallArgs& a) {
+  return Select(i, v, a, false, false);
+}
+StatusOr<Value> SelectAttr(Interpreter& i, const Value& v, CallArgs& a) {
+  return Select(i, v, a, true, true);
+}
+StatusOr<Value> RejectAttr(Interpreter& i, const Value& v, CallArgs& a) {
+  return Select(i, v, a, false, true);
+}
+
+// map(attribute="x" [, default=...]) or map("filter", args...).
+StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  std::vector<Value> out;
+  if (args.positional.empty()) {
+    MP_ASSIGN_OR_RETURN(auto a, BindArgs("map", args, {{"attribute", {}}, {"default", Value()}}));
+    for (const Value& item : items) {
+      MP_ASSIGN_OR_RETURN(Value mapped, GetPath(interp, item, a[0]));
+      out.push_back(mapped.is_undefined() && !a[1].is_undefined() ? a[1] : mapped);
+    }
+    return interp.MakeList(std::move(out));
+  }
+  if (!args.positional.front().is_string())
+    return InvalidArgumentError("map(): the filter name must be a string");
+  const std::string filter = args.positional.front().as_string();
+  for (const Value& item : items) {
+    CallArgs filter_args = args;
+    filter_args.positional.erase(filter_args.positional.begin());
+    MP_ASSIGN_OR_RETURN(Value mapped, interp.ApplyFilter(filter, item, filter_args));
+    out.push_back(std::move(mapped));
+  }
+  return interp.MakeList(std::move(out));
+}
+
+}  // namespace
+
+StatusOr<Value> NumberFilter(Interpreter& interp, std::string_view name, const Value& v,
+                             CallArgs& args);
+StatusOr<Value> ToJsonFilter(Interpreter& interp, const Value& v, CallArgs& args);
+
+StatusOr<Value> Interpreter::ApplyFilter(std::string_view name, const Value& v, CallArgs& args) {
+  static const std::pair<std::string_view, FilterFn> kFilters[] = {{"upper", Upper},
+                                                                   {"lower", Lower},
+                                                                   {"title", Title},
+                                                                   {"capitalize", Capitalize},
+                                                                   {"trim", Trim},
+                                                                   {"string", String},
+                                                                   {"replace", Replace},
+                                                                   {"length", Length},
+                                                                   {"count", Length},
+                                                                   {"default", Default},
+                                                                   {"d", Default},
+                                                                   {"list", List},
+                                                                   {"first", First},
+                                                                   {"last", Last},
+                                                                   {"reverse", Reverse},
+                                                                   {"items", Items},
+                                                                   {"join", Join},
+                                                                   {"select", SelectItems},
+                                                                   {"reject", RejectItems},
+                                                                   {"selectattr", SelectAttr},
+                                                                   {"rejectattr", RejectAttr},
+                                                                   {"map", Map},
+                                                                   {"safe", String}};
+  MP_RETURN_IF_ERROR(Charge(1));
+  for (const auto& [filter_name, fn] : kFilters) {
+    if (filter_name == name) return fn(*this, v, args);
+  }
+  if (name == "tojson") return ToJsonFilter(*this, v, args);
+  if (name == "int" || name == "float" || name == "abs") return NumberFilter(*this, name, v, args);
+  return InvalidArgumentError("the filter '" + std::string(name) +
+                              "' is not supported by this template engine");
+}
+
+}  // namespace millipede::jinja::internal

@@ -1,0 +1,69 @@
+#include "policy/head_groups.h"
+
+#include <algorithm>
+
+namespace millipede {
+KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer) {
+  const LayerPolicy& lp = policy.layers[static_cast<size_t>(layer)];
+  if (!lp.MixedDecode()) return {};
+  KvHeadGroups groups;
+  for (size_t h = 0; h < lp.decode.size(); ++h) {
+    const HeadPrefillPolicy& prefill = lp.prefill[h];
+    if (IsDynamicSparse(prefill.pattern)) return {};
+    if (lp.decode[h] != DecodeRole::kStreamingHead) {
+      groups.full.push_back(static_cast<int32_t>(h));
+      continue;
+    }
+    if (prefill.pattern != PrefillPattern::kAShape ||
+        prefill.a_shape.sink_tokens > policy.streaming_head.sink_tokens ||
+        prefill.a_shape.window_tokens > policy.streaming_head.window_tokens)
+      return {};
+    groups.streaming.push_back(static_cast<int32_t>(h));
+  }
+  if (groups.full.empty() || groups.streaming.empty()) return {};
+  return groups;
+}
+
+int64_t StreamingStoreRows(int64_t sink, int64_t window, int64_t keep_all_below, int64_t step) {
+  return std::max(sink + window, keep_all_below) + window + step;
+}
+
+bool SplitsKvHeads(const AttentionPolicy& policy, int64_t capacity, int64_t step) {
+  const AShapeParams& s = policy.streaming_head;
+  // Windows, sinks or a dense fallback as long as the sequence: nothing to drop (and no sum that
+  // could overflow below).
+  if (s.window_tokens >= capacity || s.sink_tokens >= capacity ||
+      policy.dense_below_tokens >= capacity || step >= capacity)
+    return false;
+  if (capacity <= 2 * StreamingStoreRows(s.sink_tokens, s.window_tokens,
+                                         policy.dense_below_tokens, step))
+    return false;
+  for (size_t l = 0; l < policy.layers.size(); ++l)
+    if (!LayerHeadGroups(policy, static_cast<int64_t>(l)).empty()) return true;
+  return false;
+}
+
+int64_t KvHeadRows(const AttentionPolicy& policy, int64_t num_kv_heads, int64_t capacity,
+                   int64_t step, bool split_allowed) {
+  const AShapeParams& s = policy.streaming_head;
+  const bool split = split_allowed && SplitsKvHeads(policy, capacity, step);
+  int64_t rows = 0;
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    const KvHeadGroups groups =
+        split ? LayerHeadGroups(policy, static_cast<int64_t>(l)) : KvHeadGroups{};
+    if (!groups.empty()) {
+      rows += static_cast<int64_t>(groups.full.size()) * capacity +
+              static_cast<int64_t>(groups.streaming.size()) *
+                  StreamingStoreRows(s.sink_tokens, s.window_tokens, policy.dense_below_tokens,
+                                     step);
+    } else if (!layer.MixedDecode() && layer.LayerDecode() == DecodeRole::kStreamingHead) {
+      rows += num_kv_heads * StreamingStoreRows(s.sink_tokens, s.window_tokens, 0, step);
+    } else {
+      rows += num_kv_heads * capacity;
+    }
+  }
+  return rows;
+}
+
+}  // namespace millipede
