@@ -26,18 +26,15 @@ int64_t CountCharacters(const std::string& text) {
 int64_t TokensLeft(int64_t prompt, const AdmissionLimits& limits) {
   const int64_t n = std::max(1, limits.num_workers);
   const int64_t by_context = limits.context_limit - prompt;
-  // KvPositionsPerRank(prompt, m, n) <= capacity  <=>  ceil((m - 1) / n) <= capacity - share.
-  const int64_t room = limits.kv_capacity_per_rank - 2 * CeilDiv(prompt, 2 * n);
+  // KvPositionsPerRank(prompt, m, n) <= capacity  <=>  DecodeRowsPerRank(m, n) <= capacity -
+  // the prompt's rows  <=>  m - 1 <= (capacity - prompt rows) * n.
+  const int64_t room =
+      limits.kv_capacity_per_rank - PromptRowsBoundPerRank(prompt, static_cast<int>(n));
   const int64_t by_kv = room < 0 ? 0 : room * n + 1;
   return std::max<int64_t>(0, std::min(by_context, by_kv));
 }
 
 }  // namespace
-
-int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers) {
-  const int64_t n = std::max(1, num_workers);
-  return 2 * CeilDiv(prompt_tokens, 2 * n) + CeilDiv(std::max<int64_t>(max_new_tokens - 1, 0), n);
-}
 
 int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t positions,
                       int64_t max_step_tokens, int64_t num_layers, int64_t num_kv_heads) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/job_service.h"
+#include "common/shard_plan.h"
 #include "common/status.h"
 #include "policy/attention_policy.h"
 #include "tokenizer/tokenizer.h"
@@ -44,9 +45,7 @@ struct AdmittedJob {
   int64_t kv_cost_per_rank = 0;
 };
 
-// KV positions the busiest rank holds for a job: its zig-zag prompt share (at most two chunks
-// of ceil(prompt / 2N)) plus its round-robin share of the decode positions.
-int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_workers);
+// KV positions the busiest rank holds for a job: KvPositionsPerRank of common/shard_plan.h.
 
 // What `positions` KV positions on a rank take under `policy` (none: dense), in positions of
 // dense KV rounded up: its stores' rows (policy/head_groups.h, KvHeadRows; a DuoAttention

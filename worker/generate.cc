@@ -4,7 +4,7 @@
 #include <chrono>
 #include <optional>
 
-#include "worker/dist/shard_plan.h"
+#include "common/shard_plan.h"
 #include "worker/token_message.h"
 #include "worker/token_sampler.h"
 
@@ -67,15 +67,11 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(prompt, num_ranks));
   MP_ASSIGN_OR_RETURN(SequenceStep share, ShardedPrefill(Engine::kDefaultSequence, 0,
                                                          request.prompt_ids, rank, num_ranks));
-  // The last generated token never needs its K/V; decode positions go round-robin over ranks
-  // (ShardPlan::DecodeOwner), so each rank stores at most ceil((max_new - 1) / N) of them.
-  const int64_t decode_positions = request.max_new_tokens - 1;
-  const int64_t capacity = std::max<int64_t>(
-      1, plan.RankPromptTokens(rank) + (decode_positions + num_ranks - 1) / num_ranks);
+  const int64_t decode_rows = DecodeRowsPerRank(request.max_new_tokens, num_ranks);
+  const int64_t capacity = std::max<int64_t>(1, plan.RankPromptTokens(rank) + decode_rows);
   // The request's policy belongs to this sequence only: the engine's own is never touched.
   MP_RETURN_IF_ERROR(engine.StartSequence(capacity, static_cast<int64_t>(share.ids.size()),
-                                          request.policy,
-                                          (decode_positions + num_ranks - 1) / num_ranks));
+                                          request.policy, decode_rows));
   SequenceGuard guard{engine};
   const std::vector<int32_t>& eos = engine.config().eos_token_ids;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<TokenSampler> sampler,
@@ -95,7 +91,7 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
                       engine.ForwardShard(share.ranges, share.ids, after_layer));
   result.prefill = engine.last_prefill_density();
   // The rank holding the last prompt token samples; the others learn the token from it.
-  const int sampling_rank = plan.RankOfPromptPosition(prompt - 1);
+  const int sampling_rank = ShardPlan::LastTokenRank(prompt, num_ranks);
   TokenMessage message;
   if (rank == sampling_rank) {
     MP_ASSERT(prefill_logits.has_value(), "the sampling rank has the last position's logits");

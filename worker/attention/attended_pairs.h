@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "worker/dist/shard_plan.h"
+#include "common/shard_plan.h"
 
 namespace millipede {
 

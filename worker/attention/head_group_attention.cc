@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "common/shard_plan.h"
 #include "worker/attention/scratch_buffer.h"
-#include "worker/dist/shard_plan.h"
 
 namespace millipede {
 namespace {

@@ -1,7 +1,7 @@
 #include "worker/attention/streaming_heads_decode.h"
 
+#include "common/shard_plan.h"
 #include "worker/attention/scratch_buffer.h"
-#include "worker/dist/shard_plan.h"
 
 namespace millipede {
 

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <span>
 
-#include "worker/dist/shard_plan.h"
+#include "common/shard_plan.h"
 #include "worker/generate.h"
 #include "worker/token_message.h"
 
@@ -55,12 +55,11 @@ Status BatchRunner::Start(const control::StepStart& start) {
                             .ignore_eos = d.ignore_eos,
                             .policy = d.policy};
   MP_RETURN_IF_ERROR(ValidateGenerationRequest(engine_, request));
-  const int64_t n = engine_.comm().size();
   SequenceOptions options;
   options.capacity = start.capacity_per_rank;
   options.step_tokens = std::min(start.step_tokens, start.capacity_per_rank);
   options.policy = d.policy ? *d.policy : engine_.policy();
-  options.decode_rows = (d.max_new_tokens - 1 + n - 1) / n;
+  options.decode_rows = DecodeRowsPerRank(d.max_new_tokens, engine_.comm().size());
   // Every rank calls this with the same job: the memory plans are compared together.
   MP_RETURN_IF_ERROR(engine_.StartSequence(static_cast<SequenceId>(d.job_id), options));
   StatusOr<std::unique_ptr<TokenSampler>> sampler = TokenSampler::Create(
@@ -94,8 +93,7 @@ StatusOr<SequenceStep> BatchRunner::ShareOf(const control::StepEntry& e, const J
 StatusOr<int> BatchRunner::SamplingRank(const control::StepEntry& e, const Job& job) const {
   if (e.kind == StepEntryKind::kDecode) return 0;
   if (e.begin + e.count < static_cast<int64_t>(job.descriptor.prompt_ids.size())) return -1;
-  MP_ASSIGN_OR_RETURN(ShardPlan chunk, ShardPlan::Create(e.count, engine_.comm().size()));
-  return chunk.RankOfPromptPosition(e.count - 1);
+  return ShardPlan::LastTokenRank(e.count, engine_.comm().size());
 }
 
 void BatchRunner::Accept(Job& job, uint64_t job_id, const SampledToken& token,

@@ -9,7 +9,7 @@
 // layer's strategy (worker/attention/).
 //
 // A sequence may be spread over the ranks of a Communicator (context parallelism; see
-// dist/shard_plan.h): a prefill entry is sharded, each rank running its own tokens with ring
+// common/shard_plan.h): a prefill entry is sharded, each rank running its own tokens with ring
 // attention over every rank's K/V; a decode entry is replicated, every rank running the same
 // token, one rank storing its K/V and only (o, lse) partials crossing ranks. With one rank both
 // reduce to ordinary single-process inference. Every rank runs the same plans in the same order.
@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "checkpoint/model_config.h"
+#include "common/shard_plan.h"
 #include "common/status.h"
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_env.h"
 #include "worker/backend/backend.h"
 #include "worker/dist/communicator.h"
-#include "worker/dist/shard_plan.h"
 #include "worker/engine/decode_graphs.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sequence.h"

@@ -44,22 +44,6 @@ Status Engine::ForwardToHost(std::span<const int32_t> ids, std::vector<float>* l
   return backend_->CopyToHost(dev, TensorView{logits->data(), DType::kF32, dev.shape});
 }
 
-namespace {
-
-// Rows [first, first + n) of `ranges` (a rank's positions, in order) as ranges.
-std::vector<TokenRange> RowsOf(std::span<const TokenRange> ranges, int64_t first, int64_t n) {
-  std::vector<TokenRange> out;
-  for (const TokenRange& r : ranges) {
-    const int64_t skip = std::min(first, r.size()), take = std::min(n, r.size() - skip);
-    if (take > 0) out.push_back({r.begin + skip, r.begin + skip + take});
-    first -= skip;
-    n -= take;
-  }
-  return out;
-}
-
-}  // namespace
-
 Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
   EndSequence(kDefaultSequence);
   return StartSyntheticSequence(kDefaultSequence, length, decode_positions);
@@ -70,7 +54,9 @@ Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t dec
   MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
   const int64_t mine = plan.RankPromptTokens(rank);
-  const int64_t decode_rows = (decode_positions + num_ranks - 1) / num_ranks;
+  // decode_positions K/V rows round-robin over the ranks: DecodeRowsPerRank of that many + 1
+  // tokens (the last generated token is never stored).
+  const int64_t decode_rows = DecodeRowsPerRank(decode_positions + 1, num_ranks);
   const int64_t capacity = std::max<int64_t>(1, mine + decode_rows);
   // The cache is written a chunk of rows at a time, each chunk committed like a prefill step
   // (stores that stage or drop rows take it as such).
@@ -95,7 +81,7 @@ Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t dec
       MP_RETURN_IF_ERROR(backend_->Convert(z, dst.v));
       MP_RETURN_IF_ERROR(s.kv(layer).EndWrites(m));
     }
-    MP_RETURN_IF_ERROR(s.Commit(RowsOf(ranges, row, std::max<int64_t>(m, 0)), length));
+    MP_RETURN_IF_ERROR(s.Commit(SliceRangeRows(ranges, row, std::max<int64_t>(m, 0)), length));
   }
   return backend_->Synchronize();
 }

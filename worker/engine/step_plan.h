@@ -13,8 +13,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/shard_plan.h"
 #include "common/tensor.h"
-#include "worker/dist/shard_plan.h"
 #include "worker/engine/sequence.h"
 
 namespace millipede {

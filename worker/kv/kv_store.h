@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "common/shard_plan.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "worker/dist/shard_plan.h"
 
 namespace millipede {
 

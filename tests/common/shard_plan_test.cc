@@ -1,7 +1,8 @@
-#include "worker/dist/shard_plan.h"
+#include "common/shard_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,57 @@ TEST(ShardPlanTest, SliceRangeRows) {
   EXPECT_EQ(slice(8, 10), (V{{21, 25}}));
   EXPECT_EQ(slice(12, 5), V{});
   EXPECT_EQ(slice(3, 0), V{});
+}
+
+// The rank that samples after a chunk is the one its plan puts the chunk's last token on.
+TEST(ShardPlanTest, LastTokenRankIsTheLastPositionsRank) {
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    for (int64_t s = 1; s <= 40; ++s) {
+      auto plan = ShardPlan::Create(s, ranks);
+      ASSERT_TRUE(plan.ok());
+      EXPECT_EQ(ShardPlan::LastTokenRank(s, ranks), plan->RankOfPromptPosition(s - 1))
+          << "S=" << s << " N=" << ranks;
+    }
+  }
+}
+
+// Decode rows: the most decode K/V rows any rank stores, whatever position decode starts at.
+TEST(ShardPlanTest, DecodeRowsPerRankCoversEveryOwner) {
+  EXPECT_EQ(DecodeRowsPerRank(1, 4), 0);
+  EXPECT_EQ(DecodeRowsPerRank(0, 4), 0);
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    for (int64_t max_new = 1; max_new <= 30; ++max_new) {
+      const int64_t rows = DecodeRowsPerRank(max_new, ranks);
+      int64_t most = 0;
+      for (int64_t start = 0; start < ranks; ++start) {
+        std::vector<int64_t> held(static_cast<size_t>(ranks), 0);
+        // The last generated token is never stored.
+        for (int64_t p = start; p < start + max_new - 1; ++p)
+          ++held[static_cast<size_t>(ShardPlan::DecodeOwner(p, ranks))];
+        for (int64_t h : held) most = std::max(most, h);
+      }
+      EXPECT_EQ(rows, most) << "max_new=" << max_new << " N=" << ranks;
+    }
+  }
+}
+
+// The prompt bound holds for every rank and is within two rows of the fullest one.
+TEST(ShardPlanTest, PromptRowsBoundPerRankBoundsEveryRank) {
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    for (int64_t s : {1, 2, 3, 7, 16, 17, 1000, 4097}) {
+      auto plan = ShardPlan::Create(s, ranks);
+      ASSERT_TRUE(plan.ok());
+      int64_t fullest = 0;
+      for (int r = 0; r < ranks; ++r) fullest = std::max(fullest, plan->RankPromptTokens(r));
+      const int64_t bound = PromptRowsBoundPerRank(s, ranks);
+      EXPECT_GE(bound, fullest) << "S=" << s << " N=" << ranks;
+      EXPECT_LE(bound - fullest, 2) << "S=" << s << " N=" << ranks;
+      EXPECT_EQ(KvPositionsPerRank(s, 9, ranks), bound + DecodeRowsPerRank(9, ranks));
+    }
+  }
+  EXPECT_EQ(KvPositionsPerRank(40, 21, 2), 30);
+  EXPECT_EQ(KvPositionsPerRank(41, 1, 2), 22);
+  EXPECT_EQ(KvPositionsPerRank(10, 5, 0), KvPositionsPerRank(10, 5, 1));
 }
 
 }  // namespace

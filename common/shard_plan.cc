@@ -1,6 +1,13 @@
-#include "worker/dist/shard_plan.h"
+#include "common/shard_plan.h"
+
+#include <algorithm>
 
 namespace millipede {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
 
 StatusOr<ShardPlan> ShardPlan::Create(int64_t prompt_tokens, int num_ranks) {
   MP_REQUIRE(prompt_tokens >= 1, "shard plan: the prompt must have at least one token, got ",
@@ -40,6 +47,26 @@ int ShardPlan::RankOfPromptPosition(int64_t position) const {
     }
   }
   return -1;
+}
+
+int ShardPlan::LastTokenRank(int64_t tokens, int num_ranks) {
+  // The last token sits in the last non-empty chunk: chunk 2N-1 (rank 0) once every chunk has a
+  // token, else chunk tokens-1 (the first `tokens` chunks hold one token each).
+  const int64_t chunk = std::min<int64_t>(tokens, 2 * static_cast<int64_t>(num_ranks)) - 1;
+  return static_cast<int>(chunk < num_ranks ? chunk : 2 * num_ranks - 1 - chunk);
+}
+
+int64_t DecodeRowsPerRank(int64_t max_new_tokens, int num_ranks) {
+  return CeilDiv(std::max<int64_t>(max_new_tokens - 1, 0), std::max(1, num_ranks));
+}
+
+int64_t PromptRowsBoundPerRank(int64_t prompt_tokens, int num_ranks) {
+  return 2 * CeilDiv(std::max<int64_t>(prompt_tokens, 0), 2 * std::max(1, num_ranks));
+}
+
+int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks) {
+  return PromptRowsBoundPerRank(prompt_tokens, num_ranks) +
+         DecodeRowsPerRank(max_new_tokens, num_ranks);
 }
 
 }  // namespace millipede

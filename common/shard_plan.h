@@ -11,6 +11,9 @@
 // its owner appends its K/V, so the shards grow evenly as the sequence does.
 //
 // Positions are global everywhere: a chunk is a contiguous run [begin, end) of positions.
+//
+// Pure arithmetic, shared by the coordinator (admission's KV reservation) and the workers (what
+// each rank prefills, stores and samples): the one place the zig-zag rule is written.
 #pragma once
 
 #include <algorithm>
@@ -93,11 +96,27 @@ class ShardPlan {
   static int DecodeOwner(int64_t position, int num_ranks) {
     return static_cast<int>(position % num_ranks);
   }
+  // The rank holding the last token of a run of `tokens` (>= 1) tokens sharded over `num_ranks`
+  // (>= 1) ranks: the rank that samples when a prefill chunk of that size ends its prompt.
+  static int LastTokenRank(int64_t tokens, int num_ranks);
 
  private:
   int num_ranks_ = 1;
   int64_t prompt_tokens_ = 0;
   std::vector<TokenRange> chunks_;
 };
+
+// Decode K/V rows one rank stores for a job that generates up to `max_new_tokens` tokens: the
+// last generated token never needs its K/V and decode positions go round-robin over the ranks
+// (DecodeOwner), so ceil((max_new_tokens - 1) / num_ranks); 0 for max_new_tokens <= 1.
+int64_t DecodeRowsPerRank(int64_t max_new_tokens, int num_ranks);
+
+// Prompt rows any one rank holds, at most, for a prompt of `prompt_tokens` tokens, without a
+// plan: 2 * ceil(prompt_tokens / (2 * num_ranks)) >= ShardPlan::RankPromptTokens(r) for every r.
+int64_t PromptRowsBoundPerRank(int64_t prompt_tokens, int num_ranks);
+
+// KV positions any one rank may hold for a job (prompt rows bound + decode rows): what admission
+// reserves per rank. num_ranks < 1 counts as 1.
+int64_t KvPositionsPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);
 
 }  // namespace millipede
