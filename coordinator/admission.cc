@@ -57,10 +57,9 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
                limits.max_prompt_bytes, " bytes are accepted");
     const size_t bad = tokenizer_internal::FindInvalidUtf8(request.prompt_text);
     MP_REQUIRE(bad == std::string::npos, "the prompt text is not valid UTF-8 (at byte ", bad, ")");
-    if (request.add_bos && tokenizer.bos_id()) ids.push_back(*tokenizer.bos_id());
-    MP_ASSIGN_OR_RETURN(std::vector<int32_t> text_ids, tokenizer.Encode(request.prompt_text));
-    MP_REQUIRE(!text_ids.empty(), "the prompt text encodes to no tokens");
-    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+    MP_ASSIGN_OR_RETURN(ids, EncodePrompt(tokenizer, request.prompt_text, request.add_bos));
+    const size_t bos = request.add_bos && tokenizer.bos_id() ? 1 : 0;
+    MP_REQUIRE(ids.size() > bos, "the prompt text encodes to no tokens");
   } else {
     MP_REQUIRE(static_cast<int64_t>(request.prompt_ids.size()) * 4 <= limits.max_prompt_bytes,
                "the prompt has ", request.prompt_ids.size(), " ids; at most ",

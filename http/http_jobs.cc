@@ -119,16 +119,13 @@ void SubmitJobs(std::shared_ptr<ServerContext> ctx, std::weak_ptr<HttpSession> w
       // The first choice's admission checked the text; the others take its ids (tokenized as
       // admission does), so a long prompt is tokenized twice, not n times.
       const Tokenizer& tokenizer = ctx->service.tokenizer();
-      StatusOr<std::vector<int32_t>> text_ids = tokenizer.Encode(request.job.prompt_text);
-      if (!text_ids.ok()) {
-        failure = text_ids.status();
+      StatusOr<std::vector<int32_t>> prompt_ids =
+          EncodePrompt(tokenizer, request.job.prompt_text, request.job.add_bos);
+      if (!prompt_ids.ok()) {
+        failure = prompt_ids.status();
         break;
       }
-      if (request.job.add_bos && tokenizer.bos_id()) {
-        request.job.prompt_ids.push_back(*tokenizer.bos_id());
-      }
-      request.job.prompt_ids.insert(request.job.prompt_ids.end(), text_ids->begin(),
-                                    text_ids->end());
+      request.job.prompt_ids = std::move(prompt_ids).value();
       request.job.prompt_text.clear();
     }
     JobRequest job = request.job;

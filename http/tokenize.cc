@@ -66,11 +66,9 @@ TokenizeAnswer TokenizeBody(const std::string& text, const ServedModel& model,
   if (auto e = TokenizeInput(text, body, model, &prompt, &add_bos)) return {e, ""};
   if (auto e = GetBool(body, "return_token_strs", &token_strs)) return {e, ""};
   const Tokenizer& tokenizer = *model.tokenizer;
-  StatusOr<std::vector<int32_t>> encoded = tokenizer.Encode(prompt);
+  StatusOr<std::vector<int32_t>> encoded = EncodePrompt(tokenizer, prompt, add_bos);
   if (!encoded.ok()) return {InvalidField("prompt", encoded.status().message()), ""};
-  std::vector<int32_t> ids;
-  if (add_bos && tokenizer.bos_id()) ids.push_back(*tokenizer.bos_id());
-  ids.insert(ids.end(), encoded->begin(), encoded->end());
+  const std::vector<int32_t>& ids = *encoded;
   Json strs = nullptr;
   if (token_strs) {
     strs = Json::array();

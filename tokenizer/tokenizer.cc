@@ -255,4 +255,15 @@ StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text) {
   return ids;
 }
 
+StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer, std::string_view text,
+                                            bool add_bos) {
+  MP_ASSIGN_OR_RETURN(std::vector<int32_t> text_ids, tokenizer.Encode(text));
+  if (!add_bos || !tokenizer.bos_id()) return text_ids;
+  std::vector<int32_t> ids;
+  ids.reserve(text_ids.size() + 1);
+  ids.push_back(*tokenizer.bos_id());
+  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  return ids;
+}
+
 }  // namespace millipede

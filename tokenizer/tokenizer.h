@@ -115,4 +115,10 @@ class StreamingDecoder {
 // `millipede-tokenize --decode` input); the error names the offending word.
 StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text);
 
+// A prompt's ids, like HF encode(text, add_special_tokens=add_bos): the tokenizer's BOS (its
+// post-processor's, when it has one and `add_bos`), then Encode(text). The one place a prompt
+// gets its BOS: the front ends, admission and the offline tools all call it.
+StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer, std::string_view text,
+                                            bool add_bos);
+
 }  // namespace millipede

@@ -197,11 +197,7 @@ StatusOr<std::vector<int32_t>> SearchPrompt(const Flags& flags, const std::strin
   MP_REQUIRE(FileExists(tokenizer_path), model_dir,
              " has no tokenizer.json: give the prompt as ids with --prompt-ids");
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromFile(tokenizer_path));
-  MP_ASSIGN_OR_RETURN(std::vector<int32_t> encoded, tokenizer->Encode(text));
-  std::vector<int32_t> ids;
-  if (tokenizer->bos_id()) ids.push_back(*tokenizer->bos_id());
-  ids.insert(ids.end(), encoded.begin(), encoded.end());
-  return ids;
+  return EncodePrompt(*tokenizer, text, /*add_bos=*/true);
 }
 
 std::optional<Failure> Search(const Flags& flags) {

@@ -111,13 +111,10 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
     } else {
       MP_ASSIGN_OR_RETURN(text, ReadInput(*flags.Get("prompt-file"), rank, comm.get()));
     }
-    MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(text));
     // Like transformers' encode(add_special_tokens=True): the BOS of the tokenizer's template
     // (a tokenizer without a template adds none, there as here).
-    if (!flags.GetBool("no-bos")) {
-      if (tokenizer->bos_id()) request.prompt_ids.push_back(*tokenizer->bos_id());
-    }
-    request.prompt_ids.insert(request.prompt_ids.end(), ids.begin(), ids.end());
+    MP_ASSIGN_OR_RETURN(request.prompt_ids,
+                        EncodePrompt(*tokenizer, text, !flags.GetBool("no-bos")));
   }
 
   MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options, std::move(comm)));

@@ -230,6 +230,11 @@ TEST(TokenizerFeaturesTest, BosFromTemplateProcessing) {
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->bos_id(), 265);
   EXPECT_EQ(Encode(*t, "hello"), (Ids{259}));  // Encode never applies the template
+  // EncodePrompt adds the template's BOS when asked, and only then.
+  EXPECT_EQ(EncodePrompt(*t, "hello", true).value(), (Ids{265, 259}));
+  EXPECT_EQ(EncodePrompt(*t, "hello", false).value(), (Ids{259}));
+  EXPECT_EQ(EncodePrompt(*t, "", true).value(), (Ids{265}));
+  EXPECT_FALSE(EncodePrompt(*t, "\xff", true).ok());  // invalid UTF-8 is refused either way
 
   j["post_processor"] = {{"type", "Sequence"},
                          {"processors", {{{"type", "ByteLevel"}, {"trim_offsets", false}}, templ}}};
@@ -244,6 +249,7 @@ TEST(TokenizerFeaturesTest, BosFromTemplateProcessing) {
   t = Load(j);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->bos_id(), std::nullopt);
+  EXPECT_EQ(EncodePrompt(*t, "hello", true).value(), (Ids{259}));  // no BOS to add
 }
 
 TEST(TokenizerFeaturesTest, EmptyAndWhitespaceInputs) {
