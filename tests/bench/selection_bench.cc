@@ -22,6 +22,7 @@
 
 #include "common/flags.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/backend_factory.h"
 
 namespace millipede {
 namespace {

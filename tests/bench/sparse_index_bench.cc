@@ -25,6 +25,7 @@
 #include "common/flags.h"
 #include "tests/bench/sparse_bench_util.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/backend_factory.h"
 
 namespace millipede {
 namespace {

@@ -19,6 +19,7 @@
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/op_harness.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/backend_factory.h"
 #include "worker/backend/cpu_backend.h"
 
 namespace millipede {

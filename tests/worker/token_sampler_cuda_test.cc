@@ -12,6 +12,7 @@
 
 #include "tests/kernels/op_harness.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/backend_factory.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/token_sampler.h"
 

@@ -1,9 +1,6 @@
 #include "worker/backend/backend.h"
 
-#include "worker/backend/cpu_backend.h"
-#ifdef MILLIPEDE_HAVE_CUDA
-#include "worker/backend/cuda_backend.h"
-#endif
+#include <string>
 
 namespace millipede {
 
@@ -16,17 +13,6 @@ StatusOr<BackendKind> ParseBackendKind(std::string_view name) {
   if (name == "cuda" || name == "gpu") return BackendKind::kCuda;
   return InvalidArgumentError("unknown backend \"" + std::string(name) +
                               "\" (expected cpu or cuda)");
-}
-
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device) {
-  if (kind == BackendKind::kCpu) return CreateCpuBackend();
-#ifdef MILLIPEDE_HAVE_CUDA
-  return CreateCudaBackend(device);
-#else
-  (void)device;
-  return UnimplementedError(
-      "the cuda backend is not part of this build (build the `cuda` preset)");
-#endif
 }
 
 }  // namespace millipede

@@ -263,8 +263,4 @@ class Backend {
 // backend's tensors and every backend's AllocateHost memory (a host KV tier) live.
 StatusOr<BackendMemory> HostMemory();
 
-// Creates a backend (`device`: the GPU index for kCuda). kCuda is refused with a clear error in
-// builds without CUDA.
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0);
-
 }  // namespace millipede

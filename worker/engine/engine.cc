@@ -1,6 +1,7 @@
 // Engine: creation, policies, sequences and the memory plan checked on every rank before a
 // sequence starts.
 #include "worker/engine/engine.h"
+#include "worker/backend/backend_factory.h"
 
 #include <algorithm>
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "worker/backend/backend_factory.h"
 #include "worker/kv/head_group_kv_store.h"
 
 namespace millipede {

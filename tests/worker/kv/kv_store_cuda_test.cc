@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tests/kernels/op_harness.h"
+#include "worker/backend/backend_factory.h"
 #include "worker/kv/host_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "worker/backend/backend_factory.h"
 #include "worker/kv/device_kv_store.h"
 #include "worker/kv/host_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"

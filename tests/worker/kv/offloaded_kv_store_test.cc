@@ -1,6 +1,7 @@
 // The host-tier store of OmniKV's selected layers: context rows staged in two shared slots and
 // copied to host memory as the next store takes a slot (or at commit), generated rows kept on the
 // device after EndContext, capacities and contract errors.
+#include "worker/backend/backend_factory.h"
 #include "worker/kv/offloaded_kv_store.h"
 
 #include <gtest/gtest.h>
