@@ -29,7 +29,7 @@ StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
 }
 
 StatusOr<ConstTensorView> Engine::Forward(std::span<const int32_t> ids) {
-  MP_REQUIRE(comm_->size() == 1, "Forward(ids) is for a single rank; use ForwardShard");
+  MP_REQUIRE(ctx_.comm->size() == 1, "Forward(ids) is for a single rank; use ForwardShard");
   MP_REQUIRE(!ids.empty(), "forward: no tokens");
   const TokenRange range{length(), length() + static_cast<int64_t>(ids.size())};
   MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> logits,
@@ -41,7 +41,7 @@ StatusOr<ConstTensorView> Engine::Forward(std::span<const int32_t> ids) {
 Status Engine::ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits) {
   MP_ASSIGN_OR_RETURN(ConstTensorView dev, Forward(ids));
   logits->resize(static_cast<size_t>(config().vocab_size));
-  return backend_->CopyToHost(dev, TensorView{logits->data(), DType::kF32, dev.shape});
+  return ctx_.backend->CopyToHost(dev, TensorView{logits->data(), DType::kF32, dev.shape});
 }
 
 Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
@@ -50,7 +50,7 @@ Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) 
 }
 
 Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions) {
-  const int num_ranks = comm_->size(), rank = comm_->rank();
+  const int num_ranks = ctx_.comm->size(), rank = ctx_.comm->rank();
   MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
   const int64_t mine = plan.RankPromptTokens(rank);
@@ -66,9 +66,9 @@ Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t dec
   const ModelConfig& c = config();
   const Shape shape{rows, c.num_key_value_heads, c.head_dim};
   std::vector<float> host_zeros(static_cast<size_t>(shape.NumElements()), 0.0f);
-  MP_ASSIGN_OR_RETURN(BackendTensor zeros, backend_->Allocate(DType::kF32, shape));
+  MP_ASSIGN_OR_RETURN(BackendTensor zeros, ctx_.backend->Allocate(DType::kF32, shape));
   MP_RETURN_IF_ERROR(
-      backend_->CopyFromHost(ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
+      ctx_.backend->CopyFromHost(ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
   std::vector<TokenRange> ranges;
   for (const TokenRange& r : plan.RankPromptRanges(rank))
     if (!r.empty()) ranges.push_back(r);
@@ -77,13 +77,13 @@ Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t dec
     for (int64_t layer = 0; layer < c.num_hidden_layers && m > 0; ++layer) {
       MP_ASSIGN_OR_RETURN(KvRows dst, s.kv(layer).StepRows(0, m));
       ConstTensorView z = SliceRows(zeros.cview(), 0, m);
-      MP_RETURN_IF_ERROR(backend_->Convert(z, dst.k));
-      MP_RETURN_IF_ERROR(backend_->Convert(z, dst.v));
+      MP_RETURN_IF_ERROR(ctx_.backend->Convert(z, dst.k));
+      MP_RETURN_IF_ERROR(ctx_.backend->Convert(z, dst.v));
       MP_RETURN_IF_ERROR(s.kv(layer).EndWrites(m));
     }
     MP_RETURN_IF_ERROR(s.Commit(SliceRangeRows(ranges, row, std::max<int64_t>(m, 0)), length));
   }
-  return backend_->Synchronize();
+  return ctx_.backend->Synchronize();
 }
 
 }  // namespace millipede

@@ -1,11 +1,8 @@
-// Engine::PrepareStep: a step plan checked on this rank, every rank's share and outcome
-// exchanged (so that a rank whose share is bad fails the step on every rank before any
-// collective), and the entries resolved: rows in the step's buffers, every rank's ring blocks,
-// logit rows.
+#include "worker/engine/step_preparer.h"
+
 #include <algorithm>
 #include <set>
-
-#include "worker/engine/engine_entry.h"
+#include <string>
 
 namespace millipede {
 namespace {
@@ -49,8 +46,8 @@ StatusOr<std::vector<std::vector<int64_t>>> AllGatherVectors(Communicator& comm,
 
 }  // namespace
 
-Status Engine::CheckEntry(const SequenceStep& step, Entry* entry) const {
-  const ModelConfig& c = config();
+Status StepPreparer::CheckEntry(const SequenceStep& step, RankEntry* entry) const {
+  const ModelConfig& c = ctx_.config();
   const Sequence* s = entry->seq;
   MP_REQUIRE(s != nullptr, "step: no sequence ", step.sequence, " on this rank");
   entry->length_before = s->length();
@@ -60,9 +57,9 @@ Status Engine::CheckEntry(const SequenceStep& step, Entry* entry) const {
   if (step.kind == StepKind::kDecode) {
     MP_REQUIRE(step.ids.size() == 1, "decode: one token per step, got ", step.ids.size());
     const int64_t position = s->length();
-    MP_REQUIRE(position + 1 <= max_context(), "decode: position ", position,
-               " is beyond the context limit of ", max_context());
-    if (ShardPlan::DecodeOwner(position, comm_->size()) == comm_->rank()) {
+    MP_REQUIRE(position + 1 <= ctx_.max_context(), "decode: position ", position,
+               " is beyond the context limit of ", ctx_.max_context());
+    if (ShardPlan::DecodeOwner(position, ctx_.comm->size()) == ctx_.comm->rank()) {
       entry->ranges = {{position, position + 1}};
       entry->fits = s->stored_rows() + 1 <= s->options().capacity;
     }
@@ -85,11 +82,11 @@ Status Engine::CheckEntry(const SequenceStep& step, Entry* entry) const {
   return OkStatus();
 }
 
-Status Engine::ExchangeEntries(std::vector<Entry>* entries, const Status& local) {
+Status StepPreparer::ExchangeEntries(std::vector<RankEntry>* entries, const Status& local) {
   std::vector<int64_t> mine = {local.ok() ? 1 : 0};
   if (local.ok()) {
     mine.push_back(static_cast<int64_t>(entries->size()));
-    for (const Entry& e : *entries) {
+    for (const RankEntry& e : *entries) {
       mine.insert(mine.end(), {e.step->sequence, static_cast<int64_t>(e.step->kind),
                                e.length_before, e.fits ? 1 : 0});
       if (e.prefill()) {
@@ -98,10 +95,10 @@ Status Engine::ExchangeEntries(std::vector<Entry>* entries, const Status& local)
       }
     }
   }
-  MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all, AllGatherVectors(*comm_, mine));
+  MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all, AllGatherVectors(*ctx_.comm, mine));
   MP_RETURN_IF_ERROR(local);
-  const int num_ranks = comm_->size();
-  for (Entry& e : *entries) {
+  const int num_ranks = ctx_.comm->size();
+  for (RankEntry& e : *entries) {
     e.rank_stored.assign(static_cast<size_t>(num_ranks), {});
     e.rank_step.assign(static_cast<size_t>(num_ranks), {});
   }
@@ -111,7 +108,7 @@ Status Engine::ExchangeEntries(std::vector<Entry>* entries, const Status& local)
     MP_REQUIRE(m[1] == static_cast<int64_t>(entries->size()), "step: rank ", r, " runs ", m[1],
                " entries, this rank ", entries->size(), ": the ranks' plans differ");
     size_t at = 2;
-    for (Entry& e : *entries) {
+    for (RankEntry& e : *entries) {
       MP_REQUIRE(m[at] == e.step->sequence && m[at + 1] == static_cast<int64_t>(e.step->kind) &&
                      m[at + 2] == e.length_before,
                  "step: rank ", r, "'s plan differs from this rank's at sequence ",
@@ -127,10 +124,10 @@ Status Engine::ExchangeEntries(std::vector<Entry>* entries, const Status& local)
   return OkStatus();
 }
 
-Status Engine::ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows) {
+Status StepPreparer::ResolveEntries(std::vector<RankEntry>* entries, int64_t* ring_rows) {
   int64_t row = 0, logit_row = 0;
   *ring_rows = 0;
-  for (Entry& e : *entries) {
+  for (RankEntry& e : *entries) {
     e.row0 = row;
     if (!e.prefill()) {
       e.rows = 1;
@@ -140,64 +137,59 @@ Status Engine::ResolveEntries(std::vector<Entry>* entries, int64_t* ring_rows) {
       row += 1;
       continue;
     }
-    // The new positions of all ranks together must be exactly [length, length + total).
-    std::vector<TokenRange> all;
-    for (const auto& r : e.rank_step) all.insert(all.end(), r.begin(), r.end());
-    std::sort(all.begin(), all.end(),
-              [](const TokenRange& a, const TokenRange& b) { return a.begin < b.begin; });
-    int64_t expect = e.length_before;
-    for (const TokenRange& x : all) {
-      MP_REQUIRE(x.begin == expect, "forward: the ranks' new positions do not tile [",
-                 e.length_before, ", ...) (gap or overlap at ", expect, ")");
-      expect = x.end;
-    }
-    MP_REQUIRE(expect > e.length_before, "forward: the ranks' new positions do not tile the step");
-    e.length_after = expect;
-    MP_REQUIRE(e.length_after <= max_context(), "forward: ", e.length_after,
-               " positions exceed the context limit of ", max_context());
+    MP_RETURN_IF_ERROR(ResolvePrefill(&e, ring_rows));
     e.rows = TotalSize(e.ranges);
     if (!e.ranges.empty() && e.ranges.back().end == e.length_after) {
       e.logit_row = logit_row++;
       e.logits_step_row = row + e.rows - 1;
     }
     row += e.rows;
-    // Ring blocks: each rank's rows of a layer as its store keeps them, once per kind of store.
-    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      const KvRetention& ret = e.seq->attention(l).retention;
-      auto [it, added] = e.blocks.try_emplace({ret.sink_tokens, ret.window_tokens});
-      if (!added) continue;
-      for (size_t r = 0; r < e.rank_step.size(); ++r) {
-        it->second.push_back(Sequence::BlockRanges(ret, e.rank_stored[r], e.length_before,
-                                                   e.rank_step[r]));
-        *ring_rows = std::max(*ring_rows, TotalSize(it->second.back()));
-      }
-    }
-    int64_t most = 0;
-    for (const auto& r : e.rank_step) most = std::max(most, TotalSize(r));
-    *ring_rows = std::max(*ring_rows, ForcedPassQRingRows(most));
   }
   return OkStatus();
 }
 
-int64_t Engine::ForcedPassQRingRows(int64_t query_rows) const {
-  if (options_.prefill_exchange != PrefillExchange::kPassQ || comm_->size() <= 1) return 0;
-  const ModelConfig& c = config();
-  const int64_t attention_rows = std::max<int64_t>(1, memory_shape().attention_chunk);
-  return PassQBufferRows(
-      std::min(query_rows, attention_rows), comm_->size(),
-      c.num_attention_heads * (c.head_dim + 1) * static_cast<int64_t>(sizeof(float)),
-      c.num_key_value_heads * c.head_dim * static_cast<int64_t>(DTypeSize(options_.kv_dtype)));
+Status StepPreparer::ResolvePrefill(RankEntry* e, int64_t* ring_rows) {
+  // The new positions of all ranks together must be exactly [length, length + total).
+  std::vector<TokenRange> all;
+  for (const auto& r : e->rank_step) all.insert(all.end(), r.begin(), r.end());
+  std::sort(all.begin(), all.end(),
+            [](const TokenRange& a, const TokenRange& b) { return a.begin < b.begin; });
+  int64_t expect = e->length_before;
+  for (const TokenRange& x : all) {
+    MP_REQUIRE(x.begin == expect, "forward: the ranks' new positions do not tile [",
+               e->length_before, ", ...) (gap or overlap at ", expect, ")");
+    expect = x.end;
+  }
+  MP_REQUIRE(expect > e->length_before, "forward: the ranks' new positions do not tile the step");
+  e->length_after = expect;
+  MP_REQUIRE(e->length_after <= ctx_.max_context(), "forward: ", e->length_after,
+             " positions exceed the context limit of ", ctx_.max_context());
+  // Ring blocks: each rank's rows of a layer as its store keeps them, once per kind of store.
+  for (int64_t l = 0; l < ctx_.config().num_hidden_layers; ++l) {
+    const KvRetention& ret = e->seq->attention(l).retention;
+    auto [it, added] = e->blocks.try_emplace({ret.sink_tokens, ret.window_tokens});
+    if (!added) continue;
+    for (size_t r = 0; r < e->rank_step.size(); ++r) {
+      it->second.push_back(Sequence::BlockRanges(ret, e->rank_stored[r], e->length_before,
+                                                 e->rank_step[r]));
+      *ring_rows = std::max(*ring_rows, TotalSize(it->second.back()));
+    }
+  }
+  int64_t most = 0;
+  for (const auto& r : e->rank_step) most = std::max(most, TotalSize(r));
+  *ring_rows = std::max(*ring_rows, ctx_.ForcedPassQRingRows(most));
+  return OkStatus();
 }
 
-StatusOr<std::vector<Engine::Entry>> Engine::PrepareStep(const StepPlan& plan) {
+StatusOr<std::vector<RankEntry>> StepPreparer::Prepare(const StepPlan& plan) {
   MP_REQUIRE(!plan.steps.empty(), "step: the plan is empty");
-  std::vector<Entry> entries(plan.steps.size());
+  std::vector<RankEntry> entries(plan.steps.size());
   Status local;
   std::set<SequenceId> seen;
   for (size_t i = 0; i < plan.steps.size() && local.ok(); ++i) {
     const SequenceStep& step = plan.steps[i];
     entries[i].step = &step;
-    entries[i].seq = mutable_sequence(step.sequence);
+    entries[i].seq = sequences_.FindMutable(step.sequence);
     if (!seen.insert(step.sequence).second)
       local = InvalidArgumentError("step: sequence " + std::to_string(step.sequence) +
                                    " appears twice in the plan");
@@ -208,24 +200,13 @@ StatusOr<std::vector<Engine::Entry>> Engine::PrepareStep(const StepPlan& plan) {
   int64_t ring_rows = 0;
   MP_RETURN_IF_ERROR(ResolveEntries(&entries, &ring_rows));
   int64_t rows = 0, logit_rows = 0;
-  for (const Entry& e : entries) {
+  for (const RankEntry& e : entries) {
     rows += e.rows;
     if (e.logit_row >= 0) ++logit_rows;
   }
   // Buffers come from StartSequence; they grow here only for steps larger than it planned.
-  MP_RETURN_IF_ERROR(workspace_->Reserve(rows, ring_rows, comm_->size(), logit_rows));
+  MP_RETURN_IF_ERROR(ctx_.workspace->Reserve(rows, ring_rows, ctx_.comm->size(), logit_rows));
   return entries;
-}
-
-Status Engine::AgreeToContinue(bool go_on) {
-  int32_t flag = go_on ? 1 : 0;
-  if (comm_->size() > 1) {
-    std::vector<int32_t> flags(static_cast<size_t>(comm_->size()));
-    MP_RETURN_IF_ERROR(comm_->HostAllGather(&flag, flags.data(), sizeof(flag)));
-    for (int32_t f : flags) flag = std::min(flag, f);
-  }
-  if (flag == 0) return CancelledError("the step was cancelled");
-  return OkStatus();
 }
 
 }  // namespace millipede

@@ -1,0 +1,186 @@
+#include "worker/engine/sequence_table.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace millipede {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr size_t kFields = 5;  // ok, device need, device free, host need, host free
+
+// What pinned memory (a host tier) may take: the host's available memory less a reserve for the
+// system and the process's own allocations, since page-locked memory is never swapped out: the
+// larger of 4 GiB and a tenth of the host's memory.
+int64_t PinnableHostBytes(const BackendMemory& host) {
+  return std::max<int64_t>(0, host.free_bytes - std::max(4 * kGiB, host.total_bytes / 10));
+}
+
+}  // namespace
+
+const Sequence* SequenceTable::Find(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+Sequence* SequenceTable::FindMutable(SequenceId id) {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+int64_t SequenceTable::KvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : sequences_) bytes += s->KvBytes();
+  return bytes;
+}
+
+int64_t SequenceTable::HostKvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : sequences_) bytes += s->HostKvBytes();
+  return bytes;
+}
+
+StatusOr<SequenceMemoryPlan> SequenceTable::Plan(const SequenceOptions& options,
+                                                 int64_t ring_rows) const {
+  const int64_t step = options.step_tokens > 0 ? options.step_tokens : options.capacity;
+  SequenceMemoryPlan plan = PlanSequenceMemory(ctx_.config(), ctx_.memory_shape(),
+                                               std::max<int64_t>(options.capacity, 1), step,
+                                               ring_rows);
+  MP_RETURN_IF_ERROR(
+      Sequence::PlanStores(ctx_.config(), ctx_.options.kv_dtype, options, &plan));
+  plan.workspace_held_bytes = ctx_.workspace->NumBytes();
+  return plan;
+}
+
+StatusOr<int64_t> SequenceTable::MaxPositionsNow() {
+  MP_ASSIGN_OR_RETURN(BackendMemory memory, ctx_.backend->Memory());
+  // What the sequences and the step buffers hold would be freed first.
+  const int64_t held = KvBytes() + ctx_.workspace->NumBytes();
+  return MaxSequencePositions(ctx_.config(), ctx_.memory_shape(), memory.free_bytes + held);
+}
+
+Status SequenceTable::PlanLocal(SequenceOptions* options, int64_t ring_rows,
+                                SequenceMemoryPlan* plan, int64_t need_free[4]) {
+  MP_ASSIGN_OR_RETURN(const BackendMemory device, ctx_.backend->Memory());
+  // On the CPU backend the host tier is the backend's own memory.
+  const bool one_memory = ctx_.backend->kind() == BackendKind::kCpu;
+  BackendMemory host = device;
+  if (!one_memory) {
+    MP_ASSIGN_OR_RETURN(host, HostMemory());
+  }
+  if (options->selected_kv == SelectedKvTier::kAuto)
+    options->selected_kv = ctx_.options.selected_kv;
+  if (options->selected_kv == SelectedKvTier::kAuto) {
+    // The device while it holds everything; else the host tier for the fewest selected layers
+    // that let it hold the rest (every candidate when none does: the refusal shows that plan).
+    options->selected_kv = SelectedKvTier::kDevice;
+    MP_ASSIGN_OR_RETURN(*plan, Plan(*options, ring_rows));
+    const int64_t candidates =
+        static_cast<int64_t>(Sequence::HostTierCandidates(options->policy).size());
+    if (!one_memory && candidates > 0 && plan->total() > device.free_bytes) {
+      options->selected_kv = SelectedKvTier::kHost;
+      for (options->host_tier_layers = 1; options->host_tier_layers < candidates;
+           ++options->host_tier_layers) {
+        MP_ASSIGN_OR_RETURN(*plan, Plan(*options, ring_rows));
+        if (plan->total() <= device.free_bytes) break;
+      }
+    }
+  }
+  MP_ASSIGN_OR_RETURN(*plan, Plan(*options, ring_rows));
+  need_free[0] = plan->total() + (one_memory ? plan->host_kv_bytes : 0);
+  need_free[1] = device.free_bytes;
+  need_free[2] = one_memory ? 0 : plan->host_kv_bytes;
+  need_free[3] = one_memory ? 0 : PinnableHostBytes(host);
+  return OkStatus();
+}
+
+Status SequenceTable::CheckRanks(const std::vector<int64_t>& all, const SequenceOptions& options,
+                                 const SequenceMemoryPlan& plan) const {
+  for (int r = 0; r < ctx_.comm->size(); ++r) {
+    const int64_t* m = &all[kFields * static_cast<size_t>(r)];
+    MP_REQUIRE(m[0] == 1, "rank ", r, " refused the sequence (its log says why)");
+    const std::string plan_text = r == ctx_.comm->rank() ? " = " + plan.ToString() : "";
+    if (m[1] > m[2]) {
+      const std::string where = ctx_.backend->kind() == BackendKind::kCuda ? "GPU" : "host";
+      return ResourceExhaustedError(
+          "the sequence does not fit: rank " + std::to_string(r) + " needs " +
+          FormatBytes(m[1]) + " for " + std::to_string(options.capacity) + " positions" +
+          plan_text + " but its " + where + " has " + FormatBytes(m[2]) +
+          " free (weights already loaded); use more ranks or a shorter prompt");
+    }
+    if (m[3] > m[4])
+      return ResourceExhaustedError(
+          "the sequence does not fit: rank " + std::to_string(r) + " needs " +
+          FormatBytes(m[3]) + " of pinned host memory for the context rows of its host-tier "
+          "layers" + plan_text + " but its host can pin " + FormatBytes(m[4]) +
+          " (its available memory less a reserve of max(4 GiB, 10% of its memory)); use more "
+          "ranks (nodes), a shorter prompt or fewer host-tier layers");
+  }
+  return OkStatus();
+}
+
+Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status& checked) {
+  if (options.step_tokens <= 0) options.step_tokens = options.capacity;
+  options.split_kv_heads = options.split_kv_heads && ctx_.options.split_kv_heads;
+  options.ranks = ctx_.comm->size();
+  Status local;
+  if (options.capacity <= 0 || options.capacity > ctx_.max_context())
+    local = InvalidArgumentError("sequence capacity " + std::to_string(options.capacity) +
+                                 " outside [1, " + std::to_string(ctx_.max_context()) + "]");
+  else if (Find(id) != nullptr)
+    local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
+  if (local.ok()) local = checked;
+  // Every rank learns every rank's capacity (the most rows its ring block can reach: the rows it
+  // holds and a step's, as chunked prefill grows them), needs and free memory.
+  const int num_ranks = ctx_.comm->size();
+  int64_t mine[kFields] = {std::max(options.capacity, options.step_tokens), 0, 0, 0, 0};
+  std::vector<int64_t> all(kFields * static_cast<size_t>(num_ranks));
+  int64_t ring_rows = mine[0];
+  if (num_ranks > 1) {
+    MP_RETURN_IF_ERROR(ctx_.comm->HostAllGather(mine, all.data(), sizeof(int64_t)));
+    for (int r = 0; r < num_ranks; ++r) ring_rows = std::max(ring_rows, all[r]);
+    // Steps forced to pass-Q borrow the ring blocks for their queries and partials.
+    ring_rows = std::max(ring_rows, ctx_.ForcedPassQRingRows(ring_rows));
+  }
+  SequenceMemoryPlan plan;
+  if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);
+  mine[0] = local.ok() ? 1 : 0;
+  if (num_ranks > 1) {
+    MP_RETURN_IF_ERROR(ctx_.comm->HostAllGather(mine, all.data(), sizeof(mine)));
+  } else {
+    std::copy(mine, mine + kFields, all.begin());
+  }
+  MP_RETURN_IF_ERROR(local);
+  MP_RETURN_IF_ERROR(CheckRanks(all, options, plan));
+  return Allocate(id, std::move(options), ring_rows);
+}
+
+Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows) {
+  // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
+  // keep the sequence (the others would wait for it in the next step's collectives).
+  Status made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
+  std::unique_ptr<Sequence> sequence;
+  if (made.ok()) {
+    StatusOr<std::unique_ptr<Sequence>> s = Sequence::Create(
+        id, *ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, std::move(options));
+    if (s.ok()) sequence = std::move(s).value(); else made = s.status();
+  }
+  const Status agreed = ctx_.AgreeToContinue(made.ok());
+  if (!made.ok() || !agreed.ok()) {
+    if (sequences_.empty()) ctx_.workspace->Release();
+    MP_RETURN_IF_ERROR(made);
+    return FailedPreconditionError("another rank could not allocate the sequence (its log says "
+                                   "why)");
+  }
+  sequences_[id] = std::move(sequence);
+  return OkStatus();
+}
+
+bool SequenceTable::End(SequenceId id) {
+  const bool erased = sequences_.erase(id) > 0;
+  if (sequences_.empty()) ctx_.workspace->Release();
+  return erased;
+}
+
+}  // namespace millipede
