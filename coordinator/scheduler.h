@@ -5,6 +5,10 @@
 // Cancelling a job, or a stop string ending it, leaves it out of the next plan, which frees its
 // KV on every rank; a step in flight that prefills a cancelled job is stopped inside.
 //
+// The parts: JobTable (job_table.h) holds the jobs, the queue and the batching policy;
+// StepRunner (step_runner.h) plans and sends the steps and takes the workers' reports to the
+// jobs; the Scheduler admits jobs, answers the queries, drains, and runs the loop over both.
+//
 // Threads: front ends call the JobService methods from their own threads (they take a mutex);
 // Run() is the control loop and makes every MPI call of the coordinator; job events are
 // delivered to observers from it, in order, with no lock held.
@@ -12,9 +16,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,8 +24,9 @@
 
 #include "api/job_service.h"
 #include "coordinator/admission.h"
+#include "coordinator/job_table.h"
+#include "coordinator/step_runner.h"
 #include "coordinator/step_scheduler.h"
-#include "coordinator/text_stream.h"
 #include "coordinator/worker_link.h"
 #include "monitoring/service_metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -83,16 +85,8 @@ class Scheduler final : public JobService {
   std::vector<RankStats> GetWorkerStats() const override;
 
  private:
-  using Clock = std::chrono::steady_clock;
-  using Deliveries = std::vector<std::function<void()>>;
-  struct Job;
-  // The step the workers are running.
-  struct InFlight {
-    uint64_t step_id = 0;
-    PlannedStep planned;
-    std::vector<JobId> cancel_sent;  // jobs whose cancel went to the leader during the step
-    bool stalled = false;
-  };
+  using Clock = JobTable::Clock;
+  using Deliveries = JobTable::Deliveries;
 
   Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
             ServiceMetrics* metrics, SchedulerOptions options, StepScheduler batch);
@@ -101,30 +95,13 @@ class Scheduler final : public JobService {
   StatusOr<JobId> SubmitChecked(JobRequest request, std::shared_ptr<JobObserver> observer);
   // One pass of the loop; sets *busy when it did something. Caller holds no lock.
   Status Step(Deliveries* out, bool* busy);
-  Status HandleMessage(const control::Message& m, Deliveries* out);
-  // The rest of the pass, under the lock: cancels, the drain, the next step.
-  Status PlanLocked(Deliveries* out, bool* busy);
-  // Ends cancelled jobs and jobs a stop string ended (between steps).
-  void EndCancelledLocked(Deliveries* out);
-  // Plans the next step and sends it (nothing when there is nothing to do).
-  Status SendNextStepLocked(bool* busy);
-  // A step in flight that prefills a cancelled job is stopped inside.
-  Status CancelInsideStepLocked(bool* busy);
-  // Fails the jobs of a step without progress for stall_timeout_s (once per step).
-  void DetectStallLocked(Deliveries* out);
-  Status HandleStepDone(const control::StepDone& done, Deliveries* out);
-  void HandleToken(Job& job, const control::StepJobResult& r, Deliveries* out);
-  void HandleJobFailed(Job& job, const control::StepJobResult& r, bool started_here,
-                       Deliveries* out);
-  // prefill_progress_ratio: the longest prompt in prefill.
-  void ReportPrefillProgressLocked();
-  // Ends a job (removing it from the table and the batching policy) with a completion or
-  // error. `freed_by_workers`: the workers freed its sequence themselves (a finished or failed
-  // job); otherwise the next step frees it.
-  void Finish(Job& job, std::optional<Status> error, Deliveries* out, bool freed_by_workers);
-  // Fails every job with `error` (worker failure).
-  void FailAll(const Status& error, Deliveries* out);
-  JobStatusInfo StatusOf(const Job& job) const;
+  // Starts the drain once it was requested: new jobs are refused and the queued ones fail.
+  void StartDrainLocked(Deliveries* out, bool* busy);
+  // While draining: cancels the running jobs once `deadline` passed; returns whether the drain
+  // is done (every job ended and the last step freed their KV).
+  bool ContinueDrainLocked(Clock::time_point now, Clock::time_point deadline);
+  // After the workers failed with `failure`: every job gets the error, nothing new is accepted.
+  void FailService(const Status& failure);
 
   const std::unique_ptr<Tokenizer> tokenizer_;
   const std::unique_ptr<WorkerLink> link_;  // used by Run() only
@@ -134,20 +111,11 @@ class Scheduler final : public JobService {
   std::atomic<bool> drain_requested_{false};
 
   mutable std::mutex mu_;
-  StepScheduler batch_;
-  JobId next_id_ = 1;
-  std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running
-  std::deque<JobId> queue_;                     // the queued ones, oldest first
-  std::optional<InFlight> in_flight_;
-  Clock::time_point last_progress_;  // the step in flight last showed progress
-  uint64_t next_step_id_ = 1;
-  std::map<JobId, JobStatusInfo> ended_;  // the last kEndedKept ended jobs
-  std::deque<JobId> ended_order_;
+  JobTable table_;    // guarded by mu_
+  StepRunner steps_;  // guarded by mu_
   bool draining_ = false;
   bool failed_ = false;
   std::string failure_;
-  std::optional<Clock::time_point> last_token_;
-  std::map<int, RankStats> rank_stats_;
 };
 
 }  // namespace millipede

@@ -43,7 +43,7 @@ std::optional<size_t> Index(int64_t index, size_t size) {
 
 }  // namespace
 
-StatusOr<Value> Interpreter::GetAttribute(const Value& value, std::string_view name) {
+StatusOr<Value> Runtime::GetAttribute(const Value& value, std::string_view name) {
   switch (value.kind()) {
     case Value::Kind::kUndefined:
       return InvalidArgumentError(value.as_string());
@@ -86,7 +86,7 @@ StatusOr<Value> Interpreter::GetAttribute(const Value& value, std::string_view n
   }
 }
 
-StatusOr<Value> Interpreter::GetItem(const Value& value, const Value& key) {
+StatusOr<Value> Runtime::GetItem(const Value& value, const Value& key) {
   if (value.is_undefined()) return InvalidArgumentError(value.as_string());
   const bool int_key = key.kind() == Value::Kind::kInt || key.kind() == Value::Kind::kBool;
   if (value.is_dict() && key.is_string()) {
@@ -116,7 +116,7 @@ StatusOr<Value> Interpreter::GetItem(const Value& value, const Value& key) {
                           (shown.ok() ? *shown : std::string("?")));
 }
 
-StatusOr<std::vector<Value>> Interpreter::Iterate(const Value& value) {
+StatusOr<std::vector<Value>> Runtime::Iterate(const Value& value) {
   std::vector<Value> items;
   switch (value.kind()) {
     case Value::Kind::kUndefined:
@@ -164,7 +164,7 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
   }
 }
 
-StatusOr<Value> Slice(Interpreter& interp, const Value& value, std::optional<int64_t> start,
+StatusOr<Value> Slice(Runtime& runtime, const Value& value, std::optional<int64_t> start,
                       std::optional<int64_t> stop, std::optional<int64_t> step) {
   if (value.is_undefined()) return InvalidArgumentError(value.as_string());
   if (!value.is_string() && !value.is_list()) {
@@ -193,23 +193,23 @@ StatusOr<Value> Slice(Interpreter& interp, const Value& value, std::optional<int
   const int64_t stride = by > 0 ? by : -by;
   const int64_t count = span <= 0 ? 0 : 1 + (span - 1) / stride;
   // Charged (and so bounded) before anything is built; the indexes are from + k * by.
-  MP_RETURN_IF_ERROR(interp.Charge(count / 8));
-  if (value.is_list()) MP_RETURN_IF_ERROR(interp.CheckListSize(count));
+  MP_RETURN_IF_ERROR(runtime.Charge(count / 8));
+  if (value.is_list()) MP_RETURN_IF_ERROR(runtime.CheckListSize(count));
   if (ascii) {
-    if (by == 1) return interp.MakeString(value.as_string().substr(from, count));
+    if (by == 1) return runtime.MakeString(value.as_string().substr(from, count));
     std::string out;
     for (int64_t k = 0; k < count; ++k) out.push_back(value.as_string()[from + k * by]);
-    return interp.MakeString(std::move(out));
+    return runtime.MakeString(std::move(out));
   }
   if (value.is_string()) {
     std::u32string out;
     for (int64_t k = 0; k < count; ++k) out.push_back(cps[from + k * by]);
-    return interp.MakeString(EncodeUtf8(out));
+    return runtime.MakeString(EncodeUtf8(out));
   }
   std::vector<Value> out;
   out.reserve(count);
   for (int64_t k = 0; k < count; ++k) out.push_back(value.as_list().items[from + k * by]);
-  return interp.MakeList(std::move(out), value.as_list().is_tuple);
+  return runtime.MakeList(std::move(out), value.as_list().is_tuple);
 }
 
 }  // namespace millipede::jinja::internal

@@ -3,27 +3,11 @@
 #include <limits>
 
 #include "jinja/builtins.h"
-#include "jinja/interpreter.h"
-#include "jinja/lexer.h"
+#include "jinja/evaluator.h"
 #include "jinja/py_text.h"
 
 namespace millipede::jinja::internal {
 namespace {
-
-bool HasPosition(const std::string& message) {
-  size_t i = 0;
-  auto digits = [&] {
-    const size_t start = i;
-    while (i < message.size() && message[i] >= '0' && message[i] <= '9') ++i;
-    return i > start;
-  };
-  auto literal = [&](std::string_view s) {
-    if (message.compare(i, s.size(), s) != 0) return false;
-    i += s.size();
-    return true;
-  };
-  return literal("line ") && digits() && literal(", column ") && digits() && literal(": ");
-}
 
 Status TypeError(const char* op, const Value& a, const Value& b) {
   return InvalidArgumentError(std::string("unsupported operand types for ") + op + ": '" +
@@ -81,22 +65,13 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
 
 }  // namespace
 
-Status Interpreter::At(size_t offset, const Status& status) const {
-  if (status.ok() || HasPosition(status.message())) return status;
-  return Status(status.code(), DescribePosition(source_, offset) + ": " + status.message());
-}
-
-StatusOr<Value> Interpreter::Lookup(const std::string& name) {
-  for (auto frame = frames_.rbegin(); frame != frames_.rend(); ++frame) {
-    if (const Value* v = frame->Find(name)) return *v;
-  }
-  auto it = variables_.find(name);
-  if (it != variables_.end()) return it->second;
-  if (std::optional<Value> global = GlobalFunction(*this, name)) return *global;
+StatusOr<Value> Evaluator::Lookup(const std::string& name) {
+  if (const Value* v = scopes_.Find(name)) return *v;
+  if (std::optional<Value> global = GlobalFunction(runtime_, name)) return *global;
   return Value::Undefined("'" + name + "' is undefined");
 }
 
-StatusOr<Value> Interpreter::Eval(const Expr& e) {
+StatusOr<Value> Evaluator::Eval(const Expr& e) {
   MP_ASSIGN_OR_RETURN(Value v, EvalNode(e));
   // Bounded nesting keeps every recursive walk over values (printing, comparing, dumping,
   // freeing) shallow.
@@ -107,8 +82,8 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
   return v;
 }
 
-StatusOr<Value> Interpreter::EvalNode(const Expr& e) {
-  if (Status s = Charge(1); !s.ok()) return At(e.offset, s);
+StatusOr<Value> Evaluator::EvalNode(const Expr& e) {
+  if (Status s = runtime_.Charge(1); !s.ok()) return At(e.offset, s);
   switch (e.kind) {
     case Expr::Kind::kLiteral:
       return e.literal;
@@ -118,19 +93,9 @@ StatusOr<Value> Interpreter::EvalNode(const Expr& e) {
     case Expr::Kind::kTuple:
     case Expr::Kind::kDict:
       return EvalContainer(e);
-    case Expr::Kind::kAttr: {
-      MP_ASSIGN_OR_RETURN(Value subject, Eval(*e.args[0]));
-      StatusOr<Value> v = GetAttribute(subject, e.name);
-      if (!v.ok()) return At(e.offset, v.status());
-      return v;
-    }
-    case Expr::Kind::kItem: {
-      MP_ASSIGN_OR_RETURN(Value subject, Eval(*e.args[0]));
-      MP_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
-      StatusOr<Value> v = GetItem(subject, key);
-      if (!v.ok()) return At(e.offset, v.status());
-      return v;
-    }
+    case Expr::Kind::kAttr:
+    case Expr::Kind::kItem:
+      return EvalAccess(e);
     case Expr::Kind::kSlice:
       return EvalSlice(e);
     case Expr::Kind::kCall:
@@ -142,22 +107,8 @@ StatusOr<Value> Interpreter::EvalNode(const Expr& e) {
       return Value::Bool(!Truthy(v));
     }
     case Expr::Kind::kNegate:
-    case Expr::Kind::kPlus: {
-      MP_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
-      if (v.is_undefined()) return At(e.offset, InvalidArgumentError(v.as_string()));
-      if (!v.is_number()) {
-        return At(e.offset, InvalidArgumentError(std::string("bad operand type for unary ") +
-                                                 (e.kind == Expr::Kind::kNegate ? "-" : "+") +
-                                                 ": '" + TypeName(v) + "'"));
-      }
-      if (e.kind == Expr::Kind::kPlus)
-        return v.kind() == Value::Kind::kBool ? Value::Int(v.as_int()) : v;
-      if (v.kind() == Value::Kind::kFloat) return Value::Float(-v.as_float());
-      if (v.as_int() == std::numeric_limits<int64_t>::min()) {
-        return At(e.offset, InvalidArgumentError("integer result of - is too large"));
-      }
-      return Value::Int(-v.as_int());
-    }
+    case Expr::Kind::kPlus:
+      return EvalUnary(e);
     case Expr::Kind::kBinary:
       return EvalBinary(e);
     case Expr::Kind::kCompare:
@@ -178,7 +129,37 @@ StatusOr<Value> Interpreter::EvalNode(const Expr& e) {
   return At(e.offset, InternalError("unknown expression kind"));
 }
 
-StatusOr<Value> Interpreter::EvalContainer(const Expr& e) {
+StatusOr<Value> Evaluator::EvalAccess(const Expr& e) {
+  MP_ASSIGN_OR_RETURN(Value subject, Eval(*e.args[0]));
+  if (e.kind == Expr::Kind::kAttr) {
+    StatusOr<Value> v = runtime_.GetAttribute(subject, e.name);
+    if (!v.ok()) return At(e.offset, v.status());
+    return v;
+  }
+  MP_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
+  StatusOr<Value> v = runtime_.GetItem(subject, key);
+  if (!v.ok()) return At(e.offset, v.status());
+  return v;
+}
+
+StatusOr<Value> Evaluator::EvalUnary(const Expr& e) {
+  MP_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+  if (v.is_undefined()) return At(e.offset, InvalidArgumentError(v.as_string()));
+  if (!v.is_number()) {
+    return At(e.offset, InvalidArgumentError(std::string("bad operand type for unary ") +
+                                             (e.kind == Expr::Kind::kNegate ? "-" : "+") + ": '" +
+                                             TypeName(v) + "'"));
+  }
+  if (e.kind == Expr::Kind::kPlus)
+    return v.kind() == Value::Kind::kBool ? Value::Int(v.as_int()) : v;
+  if (v.kind() == Value::Kind::kFloat) return Value::Float(-v.as_float());
+  if (v.as_int() == std::numeric_limits<int64_t>::min()) {
+    return At(e.offset, InvalidArgumentError("integer result of - is too large"));
+  }
+  return Value::Int(-v.as_int());
+}
+
+StatusOr<Value> Evaluator::EvalContainer(const Expr& e) {
   if (e.kind == Expr::Kind::kDict) {
     DictData dict;
     for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
@@ -201,7 +182,7 @@ StatusOr<Value> Interpreter::EvalContainer(const Expr& e) {
   return Value::List(std::move(items), e.kind == Expr::Kind::kTuple);
 }
 
-StatusOr<Value> Interpreter::EvalCall(const Expr& e) {
+StatusOr<Value> Evaluator::EvalCall(const Expr& e) {
   MP_ASSIGN_OR_RETURN(Value subject, Eval(*e.args[0]));
   CallArgs args;
   for (size_t i = 1; i < e.args.size(); ++i) {
@@ -213,12 +194,12 @@ StatusOr<Value> Interpreter::EvalCall(const Expr& e) {
     args.keyword.emplace_back(key, std::move(v));
   }
   if (e.kind == Expr::Kind::kFilter) {
-    StatusOr<Value> v = ApplyFilter(e.name, subject, args);
+    StatusOr<Value> v = runtime_.ApplyFilter(e.name, subject, args);
     if (!v.ok()) return At(e.offset, v.status());
     return v;
   }
   if (e.kind == Expr::Kind::kTest) {
-    StatusOr<bool> b = ApplyTest(e.name, subject, args);
+    StatusOr<bool> b = runtime_.ApplyTest(e.name, subject, args);
     if (!b.ok()) return At(e.offset, b.status());
     return Value::Bool(*b != e.negated);
   }
@@ -232,7 +213,7 @@ StatusOr<Value> Interpreter::EvalCall(const Expr& e) {
   return v;
 }
 
-StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
+StatusOr<Value> Evaluator::EvalBinary(const Expr& e) {
   MP_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
   MP_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
   const std::string& op = e.name;
@@ -241,7 +222,7 @@ StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
     StatusOr<std::string> x = ToStr(a), y = ToStr(b);
     if (!x.ok()) return fail(x.status());
     if (!y.ok()) return fail(y.status());
-    StatusOr<Value> joined = MakeString(*x + *y);
+    StatusOr<Value> joined = runtime_.MakeString(*x + *y);
     return joined.ok() ? joined : fail(joined.status());
   }
   if (a.is_undefined()) return fail(InvalidArgumentError(a.as_string()));
@@ -251,13 +232,13 @@ StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
     return v.ok() ? v : fail(v.status());
   }
   if (op == "+" && a.is_string() && b.is_string()) {
-    StatusOr<Value> v = MakeString(a.as_string() + b.as_string());
+    StatusOr<Value> v = runtime_.MakeString(a.as_string() + b.as_string());
     return v.ok() ? v : fail(v.status());
   }
   if (op == "+" && a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
     std::vector<Value> items = a.as_list().items;
     items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
-    StatusOr<Value> v = MakeList(std::move(items), a.as_list().is_tuple);
+    StatusOr<Value> v = runtime_.MakeList(std::move(items), a.as_list().is_tuple);
     return v.ok() ? v : fail(v.status());
   }
   if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
@@ -268,23 +249,24 @@ StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
     }
     const int64_t n = std::max<int64_t>(0, count.as_int());
     if (seq.is_string()) {
-      if (n > 0 && static_cast<int64_t>(seq.as_string().size()) > limits_.max_output_bytes / n) {
+      if (n > 0 &&
+          static_cast<int64_t>(seq.as_string().size()) > runtime_.limits().max_output_bytes / n) {
         return fail(ResourceExhaustedError("string repetition exceeds the output limit"));
       }
       std::string text;
       for (int64_t i = 0; i < n; ++i) text += seq.as_string();
-      StatusOr<Value> v = MakeString(std::move(text));
+      StatusOr<Value> v = runtime_.MakeString(std::move(text));
       return v.ok() ? v : fail(v.status());
     }
     const int64_t size = static_cast<int64_t>(seq.as_list().items.size());
-    if (n > 0 && size > limits_.max_list_items / n) {
+    if (n > 0 && size > runtime_.limits().max_list_items / n) {
       return fail(ResourceExhaustedError("list repetition exceeds the list size limit"));
     }
     std::vector<Value> items;
     for (int64_t i = 0; i < n; ++i) {
       items.insert(items.end(), seq.as_list().items.begin(), seq.as_list().items.end());
     }
-    StatusOr<Value> v = MakeList(std::move(items), seq.as_list().is_tuple);
+    StatusOr<Value> v = runtime_.MakeList(std::move(items), seq.as_list().is_tuple);
     return v.ok() ? v : fail(v.status());
   }
   if (op == "%" && a.is_string()) {
@@ -293,7 +275,7 @@ StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
   return fail(TypeError(op.c_str(), a, b));
 }
 
-StatusOr<Value> Interpreter::EvalCompare(const Expr& e) {
+StatusOr<Value> Evaluator::EvalCompare(const Expr& e) {
   MP_ASSIGN_OR_RETURN(Value left, Eval(*e.args[0]));
   for (size_t i = 0; i < e.ops.size(); ++i) {
     MP_ASSIGN_OR_RETURN(Value right, Eval(*e.args[i + 1]));
@@ -324,7 +306,7 @@ StatusOr<Value> Interpreter::EvalCompare(const Expr& e) {
   return Value::Bool(true);
 }
 
-StatusOr<Value> Interpreter::EvalSlice(const Expr& e) {
+StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
   MP_ASSIGN_OR_RETURN(Value subject, Eval(*e.args[0]));
   std::optional<int64_t> bounds[3];
   for (int k = 0; k < 3; ++k) {
@@ -336,7 +318,7 @@ StatusOr<Value> Interpreter::EvalSlice(const Expr& e) {
     }
     bounds[k] = v.as_int();
   }
-  StatusOr<Value> v = Slice(*this, subject, bounds[0], bounds[1], bounds[2]);
+  StatusOr<Value> v = Slice(runtime_, subject, bounds[0], bounds[1], bounds[2]);
   if (!v.ok()) return At(e.offset, v.status());
   return v;
 }

@@ -10,30 +10,30 @@
 namespace millipede::jinja::internal {
 namespace {
 
-using FilterFn = StatusOr<Value> (*)(Interpreter&, const Value&, CallArgs&);
+using FilterFn = StatusOr<Value> (*)(Runtime&, const Value&, CallArgs&);
 
-StatusOr<Value> Text(Interpreter& interp, const Value& v, CallArgs& args, const char* name,
+StatusOr<Value> Text(Runtime& runtime, const Value& v, CallArgs& args, const char* name,
                      CaseMap map) {
   MP_RETURN_IF_ERROR(BindArgs(name, args, {}).status());
   MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
   MP_ASSIGN_OR_RETURN(text, PyCase(text, map));
-  return interp.MakeString(std::move(text));
+  return runtime.MakeString(std::move(text));
 }
 
-StatusOr<Value> Upper(Interpreter& i, const Value& v, CallArgs& a) {
-  return Text(i, v, a, "upper", CaseMap::kUpper);
+StatusOr<Value> Upper(Runtime& r, const Value& v, CallArgs& a) {
+  return Text(r, v, a, "upper", CaseMap::kUpper);
 }
-StatusOr<Value> Lower(Interpreter& i, const Value& v, CallArgs& a) {
-  return Text(i, v, a, "lower", CaseMap::kLower);
+StatusOr<Value> Lower(Runtime& r, const Value& v, CallArgs& a) {
+  return Text(r, v, a, "lower", CaseMap::kLower);
 }
-StatusOr<Value> Title(Interpreter& i, const Value& v, CallArgs& a) {
-  return Text(i, v, a, "title", CaseMap::kJinjaTitle);
+StatusOr<Value> Title(Runtime& r, const Value& v, CallArgs& a) {
+  return Text(r, v, a, "title", CaseMap::kJinjaTitle);
 }
-StatusOr<Value> Capitalize(Interpreter& i, const Value& v, CallArgs& a) {
-  return Text(i, v, a, "capitalize", CaseMap::kCapitalize);
+StatusOr<Value> Capitalize(Runtime& r, const Value& v, CallArgs& a) {
+  return Text(r, v, a, "capitalize", CaseMap::kCapitalize);
 }
 
-StatusOr<Value> Trim(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> Trim(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_ASSIGN_OR_RETURN(auto a, BindArgs("trim", args, {{"chars", Value::None()}}));
   MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
   std::optional<std::string> chars;
@@ -41,17 +41,17 @@ StatusOr<Value> Trim(Interpreter& interp, const Value& v, CallArgs& args) {
     if (!a[0].is_string()) return InvalidArgumentError("trim(): chars must be a string");
     chars = a[0].as_string();
   }
-  MP_RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(text.size() / 64)));
+  MP_RETURN_IF_ERROR(runtime.Charge(static_cast<int64_t>(text.size() / 64)));
   return Value::String(PyStrip(text, chars, StripSide::kBoth));
 }
 
-StatusOr<Value> String(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> String(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_RETURN_IF_ERROR(BindArgs("string", args, {}).status());
   MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
-  return interp.MakeString(std::move(text));
+  return runtime.MakeString(std::move(text));
 }
 
-StatusOr<Value> Replace(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> Replace(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_ASSIGN_OR_RETURN(
       auto a, BindArgs("replace", args, {{"old", {}}, {"new", {}}, {"count", Value::None()}}));
   MP_ASSIGN_OR_RETURN(std::string text, ToStr(v));
@@ -63,10 +63,10 @@ StatusOr<Value> Replace(Interpreter& interp, const Value& v, CallArgs& args) {
       return InvalidArgumentError("replace(): count must be an integer");
     count = a[2].as_int();
   }
-  return interp.MakeString(PyReplace(text, old_text, new_text, count));
+  return runtime.MakeString(PyReplace(text, old_text, new_text, count));
 }
 
-StatusOr<Value> Length(Interpreter&, const Value& v, CallArgs& args) {
+StatusOr<Value> Length(Runtime&, const Value& v, CallArgs& args) {
   MP_RETURN_IF_ERROR(BindArgs("length", args, {}).status());
   switch (v.kind()) {
     case Value::Kind::kUndefined:
@@ -82,7 +82,7 @@ StatusOr<Value> Length(Interpreter&, const Value& v, CallArgs& args) {
   }
 }
 
-StatusOr<Value> Default(Interpreter&, const Value& v, CallArgs& args) {
+StatusOr<Value> Default(Runtime&, const Value& v, CallArgs& args) {
   MP_ASSIGN_OR_RETURN(
       auto a, BindArgs("default", args,
                        {{"default_value", Value::String("")}, {"boolean", Value::Bool(false)}}));
@@ -90,38 +90,38 @@ StatusOr<Value> Default(Interpreter&, const Value& v, CallArgs& args) {
   return use_default ? a[0] : v;
 }
 
-StatusOr<Value> List(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> List(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_RETURN_IF_ERROR(BindArgs("list", args, {}).status());
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
-  return interp.MakeList(std::move(items));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(v));
+  return runtime.MakeList(std::move(items));
 }
 
-StatusOr<Value> FirstOrLast(Interpreter& interp, const Value& v, CallArgs& args, bool first) {
+StatusOr<Value> FirstOrLast(Runtime& runtime, const Value& v, CallArgs& args, bool first) {
   MP_RETURN_IF_ERROR(BindArgs(first ? "first" : "last", args, {}).status());
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(v));
   if (items.empty()) return Value::Undefined("the sequence has no items");
   return first ? items.front() : items.back();
 }
-StatusOr<Value> First(Interpreter& i, const Value& v, CallArgs& a) {
-  return FirstOrLast(i, v, a, true);
+StatusOr<Value> First(Runtime& r, const Value& v, CallArgs& a) {
+  return FirstOrLast(r, v, a, true);
 }
-StatusOr<Value> Last(Interpreter& i, const Value& v, CallArgs& a) {
-  return FirstOrLast(i, v, a, false);
+StatusOr<Value> Last(Runtime& r, const Value& v, CallArgs& a) {
+  return FirstOrLast(r, v, a, false);
 }
 
-StatusOr<Value> Reverse(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> Reverse(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_RETURN_IF_ERROR(BindArgs("reverse", args, {}).status());
   if (v.is_string()) {
     std::u32string cps = DecodeUtf8(v.as_string());
     std::reverse(cps.begin(), cps.end());
-    return interp.MakeString(EncodeUtf8(cps));
+    return runtime.MakeString(EncodeUtf8(cps));
   }
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(v));
   std::reverse(items.begin(), items.end());
-  return interp.MakeList(std::move(items));
+  return runtime.MakeList(std::move(items));
 }
 
-StatusOr<Value> Items(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> Items(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_RETURN_IF_ERROR(BindArgs("items", args, {}).status());
   if (v.is_undefined()) return Value::List({});
   if (!v.is_dict()) return InvalidArgumentError("the items filter needs a mapping");
@@ -129,12 +129,12 @@ StatusOr<Value> Items(Interpreter& interp, const Value& v, CallArgs& args) {
   for (const auto& [key, value] : v.as_dict().items) {
     pairs.push_back(Value::List({Value::String(key), value}, /*is_tuple=*/true));
   }
-  return interp.MakeList(std::move(pairs));
+  return runtime.MakeList(std::move(pairs));
 }
 
 // Jinja's attribute getter for filters: "a.b" looks up a then b, each as an item first.
-StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const Value& attribute) {
-  if (attribute.kind() == Value::Kind::kInt) return interp.GetItem(item, attribute);
+StatusOr<Value> GetPath(Runtime& runtime, const Value& item, const Value& attribute) {
+  if (attribute.kind() == Value::Kind::kInt) return runtime.GetItem(item, attribute);
   if (!attribute.is_string()) return InvalidArgumentError("attribute must be a string");
   Value current = item;
   const std::string& path = attribute.as_string();
@@ -147,36 +147,36 @@ StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const Value& att
     const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
     const bool numeric =
         !part.empty() && ec == std::errc() && end == part.data() + part.size() && part[0] != '-';
-    MP_ASSIGN_OR_RETURN(current,
-                        interp.GetItem(current, numeric ? Value::Int(index) : Value::String(part)));
+    MP_ASSIGN_OR_RETURN(
+        current, runtime.GetItem(current, numeric ? Value::Int(index) : Value::String(part)));
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }
 }
 
-StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> Join(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_ASSIGN_OR_RETURN(
       auto a, BindArgs("join", args, {{"d", Value::String("")}, {"attribute", Value::None()}}));
   MP_ASSIGN_OR_RETURN(std::string separator, ToStr(a[0]));
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(v));
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     Value item = items[i];
     if (!a[1].is_none()) {
-      MP_ASSIGN_OR_RETURN(item, GetPath(interp, item, a[1]));
+      MP_ASSIGN_OR_RETURN(item, GetPath(runtime, item, a[1]));
     }
     MP_ASSIGN_OR_RETURN(std::string text, ToStr(item));
     if (i > 0) out += separator;
     out += text;
-    if (static_cast<int64_t>(out.size()) > interp.limits().max_output_bytes) break;
+    if (static_cast<int64_t>(out.size()) > runtime.limits().max_output_bytes) break;
   }
-  return interp.MakeString(std::move(out));
+  return runtime.MakeString(std::move(out));
 }
 
 // select / reject (a test over the items) and selectattr / rejectattr (over an attribute).
-StatusOr<Value> Select(Interpreter& interp, const Value& v, CallArgs& args, bool keep,
+StatusOr<Value> Select(Runtime& runtime, const Value& v, CallArgs& args, bool keep,
                        bool by_attribute) {
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(v));
   std::vector<Value> rest = args.positional;
   if (!args.keyword.empty())
     return InvalidArgumentError("select filters take no keyword arguments");
@@ -194,45 +194,45 @@ StatusOr<Value> Select(Interpreter& interp, const Value& v, CallArgs& args, bool
   }
   std::vector<Value> out;
   for (const Value& item : items) {
-    MP_RETURN_IF_ERROR(interp.Charge(1));
+    MP_RETURN_IF_ERROR(runtime.Charge(1));
     Value subject = item;
     if (by_attribute) {
-      MP_ASSIGN_OR_RETURN(subject, GetPath(interp, item, attribute));
+      MP_ASSIGN_OR_RETURN(subject, GetPath(runtime, item, attribute));
     }
     bool pass = Truthy(subject);
     if (test) {
       CallArgs test_args;
       test_args.positional = rest;
-      MP_ASSIGN_OR_RETURN(pass, interp.ApplyTest(*test, subject, test_args));
+      MP_ASSIGN_OR_RETURN(pass, runtime.ApplyTest(*test, subject, test_args));
     }
     if (pass == keep) out.push_back(item);
   }
-  return interp.MakeList(std::move(out));
+  return runtime.MakeList(std::move(out));
 }
-StatusOr<Value> SelectItems(Interpreter& i, const Value& v, CallArgs& a) {
-  return Select(i, v, a, true, false);
+StatusOr<Value> SelectItems(Runtime& r, const Value& v, CallArgs& a) {
+  return Select(r, v, a, true, false);
 }
-StatusOr<Value> RejectItems(Interpreter& i, const Value& v, CallArgs& a) {
-  return Select(i, v, a, false, false);
+StatusOr<Value> RejectItems(Runtime& r, const Value& v, CallArgs& a) {
+  return Select(r, v, a, false, false);
 }
-StatusOr<Value> SelectAttr(Interpreter& i, const Value& v, CallArgs& a) {
-  return Select(i, v, a, true, true);
+StatusOr<Value> SelectAttr(Runtime& r, const Value& v, CallArgs& a) {
+  return Select(r, v, a, true, true);
 }
-StatusOr<Value> RejectAttr(Interpreter& i, const Value& v, CallArgs& a) {
-  return Select(i, v, a, false, true);
+StatusOr<Value> RejectAttr(Runtime& r, const Value& v, CallArgs& a) {
+  return Select(r, v, a, false, true);
 }
 
 // map(attribute="x" [, default=...]) or map("filter", args...).
-StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(v));
+StatusOr<Value> Map(Runtime& runtime, const Value& v, CallArgs& args) {
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(v));
   std::vector<Value> out;
   if (args.positional.empty()) {
     MP_ASSIGN_OR_RETURN(auto a, BindArgs("map", args, {{"attribute", {}}, {"default", Value()}}));
     for (const Value& item : items) {
-      MP_ASSIGN_OR_RETURN(Value mapped, GetPath(interp, item, a[0]));
+      MP_ASSIGN_OR_RETURN(Value mapped, GetPath(runtime, item, a[0]));
       out.push_back(mapped.is_undefined() && !a[1].is_undefined() ? a[1] : mapped);
     }
-    return interp.MakeList(std::move(out));
+    return runtime.MakeList(std::move(out));
   }
   if (!args.positional.front().is_string())
     return InvalidArgumentError("map(): the filter name must be a string");
@@ -240,19 +240,19 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
   for (const Value& item : items) {
     CallArgs filter_args = args;
     filter_args.positional.erase(filter_args.positional.begin());
-    MP_ASSIGN_OR_RETURN(Value mapped, interp.ApplyFilter(filter, item, filter_args));
+    MP_ASSIGN_OR_RETURN(Value mapped, runtime.ApplyFilter(filter, item, filter_args));
     out.push_back(std::move(mapped));
   }
-  return interp.MakeList(std::move(out));
+  return runtime.MakeList(std::move(out));
 }
 
 }  // namespace
 
-StatusOr<Value> NumberFilter(Interpreter& interp, std::string_view name, const Value& v,
+StatusOr<Value> NumberFilter(Runtime& runtime, std::string_view name, const Value& v,
                              CallArgs& args);
-StatusOr<Value> ToJsonFilter(Interpreter& interp, const Value& v, CallArgs& args);
+StatusOr<Value> ToJsonFilter(Runtime& runtime, const Value& v, CallArgs& args);
 
-StatusOr<Value> Interpreter::ApplyFilter(std::string_view name, const Value& v, CallArgs& args) {
+StatusOr<Value> Runtime::ApplyFilter(std::string_view name, const Value& v, CallArgs& args) {
   static const std::pair<std::string_view, FilterFn> kFilters[] = {{"upper", Upper},
                                                                    {"lower", Lower},
                                                                    {"title", Title},

@@ -97,7 +97,7 @@ StatusOr<Value> Float(const Value& v, const Value& fallback) {
 
 }  // namespace
 
-StatusOr<Value> NumberFilter(Interpreter&, std::string_view name, const Value& v, CallArgs& args) {
+StatusOr<Value> NumberFilter(Runtime&, std::string_view name, const Value& v, CallArgs& args) {
   if (name == "int") {
     MP_ASSIGN_OR_RETURN(
         auto a, BindArgs("int", args, {{"default", Value::Int(0)}, {"base", Value::Int(10)}}));
@@ -121,7 +121,7 @@ StatusOr<Value> NumberFilter(Interpreter&, std::string_view name, const Value& v
 
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
 // sort_keys=False).
-StatusOr<Value> ToJsonFilter(Interpreter& interp, const Value& v, CallArgs& args) {
+StatusOr<Value> ToJsonFilter(Runtime& runtime, const Value& v, CallArgs& args) {
   MP_ASSIGN_OR_RETURN(auto a, BindArgs("tojson", args,
                                        {{"ensure_ascii", Value::Bool(false)},
                                         {"indent", Value::None()},
@@ -149,9 +149,9 @@ StatusOr<Value> ToJsonFilter(Interpreter& interp, const Value& v, CallArgs& args
     options.item_separator = separators.as_list().items[0].as_string();
     options.key_separator = separators.as_list().items[1].as_string();
   }
-  options.max_bytes = static_cast<size_t>(interp.limits().max_output_bytes);
+  options.max_bytes = static_cast<size_t>(runtime.limits().max_output_bytes);
   MP_ASSIGN_OR_RETURN(std::string text, DumpJson(v, options));
-  return interp.MakeString(std::move(text));
+  return runtime.MakeString(std::move(text));
 }
 
 }  // namespace millipede::jinja::internal

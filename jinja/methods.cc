@@ -23,24 +23,24 @@ StatusOr<int64_t> Integer(const Value& v, std::string_view what) {
   return v.as_int();
 }
 
-StatusOr<Value> Strip(Interpreter& interp, const Value& self, const CallArgs& args,
-                      const char* name, StripSide side) {
+StatusOr<Value> Strip(Runtime& runtime, const Value& self, const CallArgs& args, const char* name,
+                      StripSide side) {
   MP_ASSIGN_OR_RETURN(auto bound, BindArgs(name, args, {{"chars", Value::None()}}));
   MP_ASSIGN_OR_RETURN(auto chars, OptionalString(bound[0], "chars"));
-  MP_RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(self.as_string().size() / 64)));
+  MP_RETURN_IF_ERROR(runtime.Charge(static_cast<int64_t>(self.as_string().size() / 64)));
   return Value::String(PyStrip(self.as_string(), chars, side));
 }
 
-StatusOr<Value> Split(Interpreter& interp, const Value& self, const CallArgs& args) {
+StatusOr<Value> Split(Runtime& runtime, const Value& self, const CallArgs& args) {
   MP_ASSIGN_OR_RETURN(
       auto bound, BindArgs("split", args, {{"sep", Value::None()}, {"maxsplit", Value::Int(-1)}}));
   MP_ASSIGN_OR_RETURN(auto sep, OptionalString(bound[0], "sep"));
   MP_ASSIGN_OR_RETURN(int64_t maxsplit, Integer(bound[1], "maxsplit"));
   MP_ASSIGN_OR_RETURN(std::vector<std::string> parts, PySplit(self.as_string(), sep, maxsplit));
-  MP_RETURN_IF_ERROR(interp.CheckListSize(static_cast<int64_t>(parts.size())));
+  MP_RETURN_IF_ERROR(runtime.CheckListSize(static_cast<int64_t>(parts.size())));
   std::vector<Value> items;
   for (std::string& part : parts) items.push_back(Value::String(std::move(part)));
-  return interp.MakeList(std::move(items));
+  return runtime.MakeList(std::move(items));
 }
 
 // startswith / endswith: a string or a tuple of strings.
@@ -69,27 +69,27 @@ StatusOr<Value> Affix(const Value& self, const CallArgs& args, bool prefix) {
   return Value::Bool(false);
 }
 
-StatusOr<Value> Case(Interpreter& interp, const Value& self, const CallArgs& args, const char* name,
+StatusOr<Value> Case(Runtime& runtime, const Value& self, const CallArgs& args, const char* name,
                      CaseMap map) {
   MP_RETURN_IF_ERROR(BindArgs(name, args, {}).status());
   MP_ASSIGN_OR_RETURN(std::string text, PyCase(self.as_string(), map));
-  return interp.MakeString(std::move(text));
+  return runtime.MakeString(std::move(text));
 }
 
-StatusOr<Value> Replace(Interpreter& interp, const Value& self, const CallArgs& args) {
+StatusOr<Value> Replace(Runtime& runtime, const Value& self, const CallArgs& args) {
   MP_ASSIGN_OR_RETURN(
       auto bound, BindArgs("replace", args, {{"old", {}}, {"new", {}}, {"count", Value::Int(-1)}}));
   if (!bound[0].is_string() || !bound[1].is_string()) {
     return InvalidArgumentError("replace() needs strings");
   }
   MP_ASSIGN_OR_RETURN(int64_t count, Integer(bound[2], "count"));
-  return interp.MakeString(
+  return runtime.MakeString(
       PyReplace(self.as_string(), bound[0].as_string(), bound[1].as_string(), count));
 }
 
-StatusOr<Value> Join(Interpreter& interp, const Value& self, const CallArgs& args) {
+StatusOr<Value> Join(Runtime& runtime, const Value& self, const CallArgs& args) {
   MP_ASSIGN_OR_RETURN(auto bound, BindArgs("join", args, {{"iterable", {}}}));
-  MP_ASSIGN_OR_RETURN(std::vector<Value> items, interp.Iterate(bound[0]));
+  MP_ASSIGN_OR_RETURN(std::vector<Value> items, runtime.Iterate(bound[0]));
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string()) {
@@ -98,13 +98,13 @@ StatusOr<Value> Join(Interpreter& interp, const Value& self, const CallArgs& arg
     }
     if (i > 0) out += self.as_string();
     out += items[i].as_string();
-    if (static_cast<int64_t>(out.size()) > interp.limits().max_output_bytes)
+    if (static_cast<int64_t>(out.size()) > runtime.limits().max_output_bytes)
       break;  // refused below
   }
-  return interp.MakeString(std::move(out));
+  return runtime.MakeString(std::move(out));
 }
 
-StatusOr<Value> DictView(Interpreter& interp, const Value& self, const CallArgs& args,
+StatusOr<Value> DictView(Runtime& runtime, const Value& self, const CallArgs& args,
                          const char* name) {
   MP_RETURN_IF_ERROR(BindArgs(name, args, {}).status());
   std::vector<Value> items;
@@ -117,7 +117,7 @@ StatusOr<Value> DictView(Interpreter& interp, const Value& self, const CallArgs&
       items.push_back(Value::List({Value::String(key), value}, /*is_tuple=*/true));
     }
   }
-  return interp.MakeList(std::move(items));
+  return runtime.MakeList(std::move(items));
 }
 
 StatusOr<Value> Get(const Value& self, const CallArgs& args) {
@@ -128,24 +128,24 @@ StatusOr<Value> Get(const Value& self, const CallArgs& args) {
   return bound[1];
 }
 
-StatusOr<Value> CallMethod(Interpreter& interp, const Value& self, const std::string& name,
+StatusOr<Value> CallMethod(Runtime& runtime, const Value& self, const std::string& name,
                            const CallArgs& args) {
   if (self.is_dict()) {
     if (name == "get") return Get(self, args);
-    return DictView(interp, self, args, name.c_str());
+    return DictView(runtime, self, args, name.c_str());
   }
-  if (name == "strip") return Strip(interp, self, args, "strip", StripSide::kBoth);
-  if (name == "lstrip") return Strip(interp, self, args, "lstrip", StripSide::kLeft);
-  if (name == "rstrip") return Strip(interp, self, args, "rstrip", StripSide::kRight);
-  if (name == "split") return Split(interp, self, args);
+  if (name == "strip") return Strip(runtime, self, args, "strip", StripSide::kBoth);
+  if (name == "lstrip") return Strip(runtime, self, args, "lstrip", StripSide::kLeft);
+  if (name == "rstrip") return Strip(runtime, self, args, "rstrip", StripSide::kRight);
+  if (name == "split") return Split(runtime, self, args);
   if (name == "startswith") return Affix(self, args, true);
   if (name == "endswith") return Affix(self, args, false);
-  if (name == "upper") return Case(interp, self, args, "upper", CaseMap::kUpper);
-  if (name == "lower") return Case(interp, self, args, "lower", CaseMap::kLower);
-  if (name == "title") return Case(interp, self, args, "title", CaseMap::kTitle);
-  if (name == "capitalize") return Case(interp, self, args, "capitalize", CaseMap::kCapitalize);
-  if (name == "replace") return Replace(interp, self, args);
-  return Join(interp, self, args);
+  if (name == "upper") return Case(runtime, self, args, "upper", CaseMap::kUpper);
+  if (name == "lower") return Case(runtime, self, args, "lower", CaseMap::kLower);
+  if (name == "title") return Case(runtime, self, args, "title", CaseMap::kTitle);
+  if (name == "capitalize") return Case(runtime, self, args, "capitalize", CaseMap::kCapitalize);
+  if (name == "replace") return Replace(runtime, self, args);
+  return Join(runtime, self, args);
 }
 
 constexpr std::string_view kStringMethods[] = {"strip",      "lstrip",     "rstrip",  "split",
@@ -155,7 +155,7 @@ constexpr std::string_view kDictMethods[] = {"items", "keys", "values", "get"};
 
 }  // namespace
 
-std::optional<Value> Method(Interpreter& interp, const Value& self, std::string_view name) {
+std::optional<Value> Method(Runtime& runtime, const Value& self, std::string_view name) {
   bool known = false;
   if (self.is_string()) {
     for (std::string_view m : kStringMethods) known |= m == name;
@@ -164,8 +164,8 @@ std::optional<Value> Method(Interpreter& interp, const Value& self, std::string_
   }
   if (!known) return std::nullopt;
   std::string method(name);
-  return Value::Function(method, [&interp, self, method](CallArgs& args) {
-    return CallMethod(interp, self, method, args);
+  return Value::Function(method, [&runtime, self, method](CallArgs& args) {
+    return CallMethod(runtime, self, method, args);
   });
 }
 

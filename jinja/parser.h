@@ -1,5 +1,6 @@
 // The template parser: tokens to statements and expressions (Jinja's grammar, the subset this
-// engine implements).
+// engine implements). Implemented in parser/: a statement parser and an expression parser that
+// share one token cursor.
 #pragma once
 
 #include <string_view>

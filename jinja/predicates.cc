@@ -47,7 +47,7 @@ StatusOr<bool> IntegerTest(std::string_view name, const Value& v, const std::vec
   return v.as_int() % n.as_int() == 0;
 }
 
-StatusOr<Value> Range(Interpreter& interp, const CallArgs& args) {
+StatusOr<Value> Range(Runtime& runtime, const CallArgs& args) {
   if (!args.keyword.empty() || args.positional.empty() || args.positional.size() > 3) {
     return InvalidArgumentError("range() takes 1 to 3 integer arguments");
   }
@@ -67,11 +67,11 @@ StatusOr<Value> Range(Interpreter& interp, const CallArgs& args) {
   const __int128 abs_step = step > 0 ? step : -static_cast<__int128>(step);
   const __int128 count = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
   MP_RETURN_IF_ERROR(
-      interp.CheckListSize(count > INT64_MAX ? INT64_MAX : static_cast<int64_t>(count)));
+      runtime.CheckListSize(count > INT64_MAX ? INT64_MAX : static_cast<int64_t>(count)));
   std::vector<Value> items;
   for (int64_t k = 0; k < static_cast<int64_t>(count); ++k)
     items.push_back(Value::Int(start + k * step));
-  return interp.MakeList(std::move(items));
+  return runtime.MakeList(std::move(items));
 }
 
 // namespace(...) and dict(...): keyword arguments, after an optional dict to start from.
@@ -120,9 +120,9 @@ StatusOr<std::vector<Value>> BindArgs(std::string_view function, const CallArgs&
   return out;
 }
 
-std::optional<Value> GlobalFunction(Interpreter& interp, std::string_view name) {
+std::optional<Value> GlobalFunction(Runtime& runtime, std::string_view name) {
   if (name == "range") {
-    return Value::Function("range", [&interp](CallArgs& args) { return Range(interp, args); });
+    return Value::Function("range", [&runtime](CallArgs& args) { return Range(runtime, args); });
   }
   if (name == "namespace" || name == "dict") {
     const bool is_namespace = name == "namespace";
@@ -135,7 +135,7 @@ std::optional<Value> GlobalFunction(Interpreter& interp, std::string_view name) 
   return std::nullopt;
 }
 
-StatusOr<bool> Interpreter::ApplyTest(std::string_view name, const Value& v, CallArgs& args) {
+StatusOr<bool> Runtime::ApplyTest(std::string_view name, const Value& v, CallArgs& args) {
   if (std::find(std::begin(kTests), std::end(kTests), name) == std::end(kTests)) {
     return InvalidArgumentError("the test '" + std::string(name) +
                                 "' is not supported by this template engine");

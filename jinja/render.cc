@@ -1,7 +1,7 @@
-// Statements: text and output, if, for (with loop variables), set, break / continue; the work
-// budget.
-#include "jinja/interpreter.h"
-#include "jinja/lexer.h"
+// Statements: text and output, if, for (with loop variables), set, break / continue, scopes.
+#include <memory>
+
+#include "jinja/renderer.h"
 
 namespace millipede::jinja::internal {
 namespace {
@@ -35,47 +35,13 @@ bool HoldsObject(const Value& v, int depth) {
 
 }  // namespace
 
-Status Interpreter::Charge(int64_t steps) {
-  steps_ += steps;
-  if (steps_ > limits_.max_steps) {
-    return ResourceExhaustedError("the template exceeded its work limit of " +
-                                  std::to_string(limits_.max_steps) + " steps");
-  }
-  return OkStatus();
-}
-
-StatusOr<Value> Interpreter::MakeString(std::string text) {
-  if (static_cast<int64_t>(text.size()) > limits_.max_output_bytes) {
-    return ResourceExhaustedError("a string of " + std::to_string(text.size()) +
-                                  " bytes exceeds the limit of " +
-                                  std::to_string(limits_.max_output_bytes));
-  }
-  MP_RETURN_IF_ERROR(Charge(static_cast<int64_t>(text.size() / 64)));
-  return Value::String(std::move(text));
-}
-
-Status Interpreter::CheckListSize(int64_t items) const {
-  if (items > limits_.max_list_items) {
-    return ResourceExhaustedError("a list of " + std::to_string(items) +
-                                  " items exceeds the limit of " +
-                                  std::to_string(limits_.max_list_items));
-  }
-  return OkStatus();
-}
-
-StatusOr<Value> Interpreter::MakeList(std::vector<Value> items, bool is_tuple) {
-  MP_RETURN_IF_ERROR(CheckListSize(static_cast<int64_t>(items.size())));
-  MP_RETURN_IF_ERROR(Charge(static_cast<int64_t>(items.size())));
-  return Value::List(std::move(items), is_tuple);
-}
-
-Status Interpreter::Run(const Body& body, std::string* out) {
+Status Renderer::Run(const Body& body, std::string* out) {
   out_ = out;
-  frames_.emplace_back();
+  scopes_.Push();
   return Execute(body);
 }
 
-Status Interpreter::Execute(const Body& body) {
+Status Renderer::Execute(const Body& body) {
   for (const Stmt& s : body) {
     MP_RETURN_IF_ERROR(ExecuteStatement(s));
     if (flow_ != Flow::kNormal) return OkStatus();
@@ -83,35 +49,36 @@ Status Interpreter::Execute(const Body& body) {
   return OkStatus();
 }
 
-Status Interpreter::Output(std::string_view text, size_t offset) {
-  if (static_cast<int64_t>(out_->size() + text.size()) > limits_.max_output_bytes) {
-    return At(offset, ResourceExhaustedError("the output exceeds the limit of " +
-                                             std::to_string(limits_.max_output_bytes) + " bytes"));
-  }
-  out_->append(text);
-  return At(offset, Charge(static_cast<int64_t>(text.size() / 64)));
+Status Renderer::ExecuteScoped(const Body& body) {
+  scopes_.Push();
+  Status status = Execute(body);
+  scopes_.Pop();
+  return status;
 }
 
-Status Interpreter::ExecuteStatement(const Stmt& s) {
-  MP_RETURN_IF_ERROR(At(s.offset, Charge(1)));
+Status Renderer::Output(std::string_view text, size_t offset) {
+  if (static_cast<int64_t>(out_->size() + text.size()) > runtime_.limits().max_output_bytes) {
+    return At(offset, ResourceExhaustedError("the output exceeds the limit of " +
+                                             std::to_string(runtime_.limits().max_output_bytes) +
+                                             " bytes"));
+  }
+  out_->append(text);
+  return At(offset, runtime_.Charge(static_cast<int64_t>(text.size() / 64)));
+}
+
+Status Renderer::ExecuteStatement(const Stmt& s) {
+  MP_RETURN_IF_ERROR(At(s.offset, runtime_.Charge(1)));
   switch (s.kind) {
     case Stmt::Kind::kText:
       return Output(s.text, s.offset);
     case Stmt::Kind::kOutput: {
-      MP_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
+      MP_ASSIGN_OR_RETURN(Value v, evaluator_.Eval(*s.expr));
       StatusOr<std::string> text = ToStr(v);
       if (!text.ok()) return At(s.expr->offset, text.status());
       return Output(*text, s.offset);
     }
     case Stmt::Kind::kIf:
-      for (const auto& [condition, body] : s.branches) {
-        if (condition) {
-          MP_ASSIGN_OR_RETURN(Value test, Eval(*condition));
-          if (!Truthy(test)) continue;
-        }
-        return Execute(body);
-      }
-      return OkStatus();
+      return ExecuteIf(s);
     case Stmt::Kind::kFor:
       return ExecuteFor(s);
     case Stmt::Kind::kSet:
@@ -123,23 +90,29 @@ Status Interpreter::ExecuteStatement(const Stmt& s) {
     case Stmt::Kind::kContinue:
       flow_ = Flow::kContinue;
       return OkStatus();
-    case Stmt::Kind::kScope: {
-      frames_.emplace_back();
-      Status status = Execute(s.body);
-      frames_.pop_back();
-      return status;
-    }
+    case Stmt::Kind::kScope:
+      return ExecuteScoped(s.body);
   }
   return At(s.offset, InternalError("unknown statement kind"));
 }
 
-Status Interpreter::Bind(const std::vector<std::string>& targets, const Value& value,
-                         size_t offset) {
+Status Renderer::ExecuteIf(const Stmt& s) {
+  for (const auto& [condition, body] : s.branches) {
+    if (condition) {
+      MP_ASSIGN_OR_RETURN(Value test, evaluator_.Eval(*condition));
+      if (!Truthy(test)) continue;
+    }
+    return Execute(body);
+  }
+  return OkStatus();
+}
+
+Status Renderer::Bind(const std::vector<std::string>& targets, const Value& value, size_t offset) {
   if (targets.size() == 1) {
-    frames_.back().Set(targets[0], value);
+    scopes_.Set(targets[0], value);
     return OkStatus();
   }
-  StatusOr<std::vector<Value>> items = Iterate(value);
+  StatusOr<std::vector<Value>> items = runtime_.Iterate(value);
   if (!items.ok() || value.is_undefined()) {
     return At(offset, InvalidArgumentError(std::string("cannot unpack a '") + TypeName(value) +
                                            "' into " + std::to_string(targets.size()) + " names"));
@@ -149,73 +122,74 @@ Status Interpreter::Bind(const std::vector<std::string>& targets, const Value& v
               InvalidArgumentError("cannot unpack " + std::to_string(items->size()) +
                                    " values into " + std::to_string(targets.size()) + " names"));
   }
-  for (size_t i = 0; i < targets.size(); ++i) frames_.back().Set(targets[i], (*items)[i]);
+  for (size_t i = 0; i < targets.size(); ++i) scopes_.Set(targets[i], (*items)[i]);
   return OkStatus();
 }
 
-Status Interpreter::ExecuteFor(const Stmt& s) {
-  MP_ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr));
-  StatusOr<std::vector<Value>> all = Iterate(iterable);
-  if (!all.ok()) return At(s.expr->offset, all.status());
+StatusOr<std::vector<Value>> Renderer::FilterLoopItems(const Stmt& s, std::vector<Value> all) {
   std::vector<Value> items;
+  // The filter sees each item under the loop's names, without `loop`.
+  for (Value& item : all) {
+    MP_RETURN_IF_ERROR(At(s.offset, runtime_.Charge(1)));
+    scopes_.Push();
+    Status bound = Bind(s.targets, item, s.offset);
+    StatusOr<Value> keep = bound.ok() ? evaluator_.Eval(*s.condition) : StatusOr<Value>(bound);
+    scopes_.Pop();
+    if (!keep.ok()) return keep.status();
+    if (Truthy(*keep)) items.push_back(std::move(item));
+  }
+  return items;
+}
+
+Status Renderer::ExecuteFor(const Stmt& s) {
+  MP_ASSIGN_OR_RETURN(Value iterable, evaluator_.Eval(*s.expr));
+  StatusOr<std::vector<Value>> all = runtime_.Iterate(iterable);
+  if (!all.ok()) return At(s.expr->offset, all.status());
+  std::vector<Value> items = std::move(*all);
   if (s.condition) {
-    // The filter sees each item under the loop's names, without `loop`.
-    for (Value& item : *all) {
-      MP_RETURN_IF_ERROR(At(s.offset, Charge(1)));
-      frames_.emplace_back();
-      Status bound = Bind(s.targets, item, s.offset);
-      StatusOr<Value> keep = bound.ok() ? Eval(*s.condition) : StatusOr<Value>(bound);
-      frames_.pop_back();
-      if (!keep.ok()) return keep.status();
-      if (Truthy(*keep)) items.push_back(std::move(item));
-    }
-  } else {
-    items = std::move(*all);
+    MP_ASSIGN_OR_RETURN(items, FilterLoopItems(s, std::move(items)));
   }
-  if (items.empty()) {
-    frames_.emplace_back();
-    Status status = Execute(s.else_body);
-    frames_.pop_back();
-    return status;
-  }
+  if (items.empty()) return ExecuteScoped(s.else_body);
   auto shared = std::make_shared<const std::vector<Value>>(std::move(items));
   // Each round has its own scope: a {% set %} inside does not outlive the round, as in Jinja.
-  frames_.emplace_back();
+  scopes_.Push();
   Status status;
   for (size_t i = 0; i < shared->size() && status.ok(); ++i) {
-    status = At(s.offset, Charge(kStepsPerRound));
+    status = At(s.offset, runtime_.Charge(kStepsPerRound));
     if (!status.ok()) break;
-    frames_.back().vars.clear();
-    frames_.back().Set("loop", LoopObject(shared, i));
+    scopes_.ClearInnermost();
+    scopes_.Set("loop", LoopObject(shared, i));
     status = Bind(s.targets, (*shared)[i], s.offset);
     if (status.ok()) status = Execute(s.body);
     const Flow flow = flow_;
     flow_ = Flow::kNormal;
     if (flow == Flow::kBreak) break;
   }
-  frames_.pop_back();
+  scopes_.Pop();
   return status;
 }
 
-Status Interpreter::ExecuteSet(const Stmt& s) {
+Status Renderer::ExecuteSet(const Stmt& s) {
   Value value;
   if (s.kind == Stmt::Kind::kSetBlock) {
     std::string captured;
     std::string* outer = out_;
     out_ = &captured;
-    frames_.emplace_back();
-    Status status = Execute(s.body);
-    frames_.pop_back();
+    Status status = ExecuteScoped(s.body);
     out_ = outer;
     MP_RETURN_IF_ERROR(status);
-    StatusOr<Value> text = MakeString(std::move(captured));
+    StatusOr<Value> text = runtime_.MakeString(std::move(captured));
     if (!text.ok()) return At(s.offset, text.status());
     value = std::move(text).value();
   } else {
-    MP_ASSIGN_OR_RETURN(value, Eval(*s.expr));
+    MP_ASSIGN_OR_RETURN(value, evaluator_.Eval(*s.expr));
   }
   if (s.attribute.empty()) return Bind(s.targets, value, s.offset);
-  MP_ASSIGN_OR_RETURN(Value target, Lookup(s.targets[0]));
+  return SetNamespaceAttribute(s, std::move(value));
+}
+
+Status Renderer::SetNamespaceAttribute(const Stmt& s, Value value) {
+  MP_ASSIGN_OR_RETURN(Value target, evaluator_.Lookup(s.targets[0]));
   if (target.kind() != Value::Kind::kObject || target.as_object().type_name != "Namespace") {
     return At(s.offset, InvalidArgumentError("cannot set attribute '" + s.attribute + "' of '" +
                                              s.targets[0] +

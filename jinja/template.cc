@@ -1,8 +1,9 @@
 #include "jinja/template.h"
 
-#include "jinja/interpreter.h"
 #include "jinja/lexer.h"
 #include "jinja/parser.h"
+#include "jinja/renderer.h"
+#include "jinja/runtime.h"
 
 namespace millipede::jinja {
 
@@ -25,8 +26,9 @@ StatusOr<Template> Template::Parse(std::string_view source, const TemplateOption
 StatusOr<std::string> Template::Render(const Variables& variables,
                                        const RenderLimits& limits) const {
   std::string out;
-  internal::Interpreter interpreter(program_->source, variables, limits);
-  MP_RETURN_IF_ERROR(interpreter.Run(program_->body, &out));
+  internal::Runtime runtime(program_->source, limits);
+  internal::Renderer renderer(&runtime, variables);
+  MP_RETURN_IF_ERROR(renderer.Run(program_->body, &out));
   return out;
 }
 

@@ -115,11 +115,8 @@ OrderedJson ByteLevelJson(bool use_regex) {
                      {"use_regex", use_regex}};
 }
 
-}  // namespace
-
-StatusOr<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, int32_t num_merges,
-                                        const std::vector<std::string>& special_tokens) {
-  MP_REQUIRE(num_merges >= 0, "TrainByteLevelBpe: num_merges must be >= 0, got ", num_merges);
+// The special tokens must be non-empty, valid UTF-8 and distinct.
+Status CheckSpecialTokens(const std::vector<std::string>& special_tokens) {
   for (size_t i = 0; i < special_tokens.size(); ++i) {
     const std::string& s = special_tokens[i];
     MP_REQUIRE(!s.empty(), "TrainByteLevelBpe: special token ", i, " is empty");
@@ -129,28 +126,38 @@ StatusOr<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, 
                    special_tokens.begin() + i,
                "TrainByteLevelBpe: special token \"", s, "\" is listed twice");
   }
-  MP_ASSIGN_OR_RETURN(std::vector<Word> words, CountWords(corpus));
+  return OkStatus();
+}
 
-  std::vector<std::string> tokens;  // byte-level spelling by id
+// What training learned: each token's byte-level spelling by id (the 256 bytes first), the ids
+// by spelling, and the merges in the order they were learned.
+struct LearnedBpe {
+  std::vector<std::string> tokens;
   std::unordered_map<std::string, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> merges;
+};
+
+// Learns up to `num_merges` merges over `words`: each time the most frequent pair (smallest key
+// on ties), while one occurs at least twice.
+LearnedBpe LearnMerges(std::vector<Word> words, int32_t num_merges) {
+  LearnedBpe bpe;
   for (int b = 0; b < 256; ++b) {
-    tokens.emplace_back(ByteLevelChar(static_cast<uint8_t>(b)));
-    ids.emplace(tokens.back(), b);
+    bpe.tokens.emplace_back(ByteLevelChar(static_cast<uint8_t>(b)));
+    bpe.ids.emplace(bpe.tokens.back(), b);
   }
   PairStats stats;
   for (size_t i = 0; i < words.size(); ++i) stats.AddWord(words[i], static_cast<int32_t>(i), 1);
 
-  std::vector<std::pair<int32_t, int32_t>> merges;
-  while (static_cast<int32_t>(merges.size()) < num_merges) {
+  while (static_cast<int32_t>(bpe.merges.size()) < num_merges) {
     auto [key, count] = stats.Best();
     if (count < 2) break;
     int32_t a = PairFirst(key);
     int32_t b = PairSecond(key);
-    std::string merged_text = tokens[a] + tokens[b];
+    std::string merged_text = bpe.tokens[a] + bpe.tokens[b];
     // Two merge paths can spell the same string; the token then keeps its first id.
-    auto [it, inserted] = ids.emplace(merged_text, static_cast<int32_t>(tokens.size()));
-    if (inserted) tokens.push_back(merged_text);
-    merges.emplace_back(a, b);
+    auto [it, inserted] = bpe.ids.emplace(merged_text, static_cast<int32_t>(bpe.tokens.size()));
+    if (inserted) bpe.tokens.push_back(merged_text);
+    bpe.merges.emplace_back(a, b);
     for (int32_t index : stats.TakeWords(key)) {
       Word& word = words[index];
       stats.AddWord(word, index, -1);
@@ -159,16 +166,17 @@ StatusOr<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, 
     }
     stats.Erase(key);
   }
+  return bpe;
+}
 
-  OrderedJson vocab = OrderedJson::object();
-  for (size_t id = 0; id < tokens.size(); ++id) vocab[tokens[id]] = id;
-  OrderedJson merge_list = OrderedJson::array();
-  for (const auto& [a, b] : merges) merge_list.push_back(tokens[a] + " " + tokens[b]);
+// The added_tokens entries: a special token spelled like a learned token keeps that id, the
+// others get ids after the vocabulary's, in order.
+OrderedJson AddedTokensJson(const LearnedBpe& bpe, const std::vector<std::string>& special_tokens) {
   OrderedJson added = OrderedJson::array();
-  int32_t next_id = static_cast<int32_t>(tokens.size());
+  int32_t next_id = static_cast<int32_t>(bpe.tokens.size());
   for (const std::string& s : special_tokens) {
-    auto existing = ids.find(s);
-    int32_t id = existing != ids.end() ? existing->second : next_id++;
+    auto existing = bpe.ids.find(s);
+    int32_t id = existing != bpe.ids.end() ? existing->second : next_id++;
     added.push_back(OrderedJson{{"id", id},
                                 {"content", s},
                                 {"single_word", false},
@@ -177,32 +185,52 @@ StatusOr<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, 
                                 {"normalized", false},
                                 {"special", true}});
   }
+  return added;
+}
+
+// The "model" section: a byte-level BPE with the learned vocabulary and merges.
+OrderedJson ModelJson(const LearnedBpe& bpe) {
+  OrderedJson vocab = OrderedJson::object();
+  for (size_t id = 0; id < bpe.tokens.size(); ++id) vocab[bpe.tokens[id]] = id;
+  OrderedJson merge_list = OrderedJson::array();
+  for (const auto& [a, b] : bpe.merges) merge_list.push_back(bpe.tokens[a] + " " + bpe.tokens[b]);
+  return OrderedJson{{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     {"ignore_merges", false},
+                     {"vocab", std::move(vocab)},
+                     {"merges", std::move(merge_list)}};
+}
+
+}  // namespace
+
+StatusOr<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, int32_t num_merges,
+                                        const std::vector<std::string>& special_tokens) {
+  MP_REQUIRE(num_merges >= 0, "TrainByteLevelBpe: num_merges must be >= 0, got ", num_merges);
+  MP_RETURN_IF_ERROR(CheckSpecialTokens(special_tokens));
+  MP_ASSIGN_OR_RETURN(std::vector<Word> words, CountWords(corpus));
+  const LearnedBpe bpe = LearnMerges(std::move(words), num_merges);
+
   OrderedJson split = {
       {"type", "Split"},
       {"pattern", {{"Regex", std::string(tokenizer_internal::kLlama3SplitPattern)}}},
       {"behavior", "Isolated"},
       {"invert", false}};
-  OrderedJson model = {{"type", "BPE"},
-                       {"dropout", nullptr},
-                       {"unk_token", nullptr},
-                       {"continuing_subword_prefix", nullptr},
-                       {"end_of_word_suffix", nullptr},
-                       {"fuse_unk", false},
-                       {"byte_fallback", false},
-                       {"ignore_merges", false},
-                       {"vocab", std::move(vocab)},
-                       {"merges", std::move(merge_list)}};
   OrderedJson out = {
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
-      {"added_tokens", std::move(added)},
+      {"added_tokens", AddedTokensJson(bpe, special_tokens)},
       {"normalizer", nullptr},
       {"pre_tokenizer",
        {{"type", "Sequence"}, {"pretokenizers", {std::move(split), ByteLevelJson(false)}}}},
       {"post_processor", ByteLevelJson(true)},
       {"decoder", ByteLevelJson(true)},
-      {"model", std::move(model)},
+      {"model", ModelJson(bpe)},
   };
   return out.dump(2) + "\n";
 }

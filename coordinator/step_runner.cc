@@ -1,0 +1,117 @@
+// StepRunner between steps and during one: ending cancelled jobs, planning and sending the next
+// step (StepScheduler), stopping a step that prefills a cancelled job, failing a stalled step.
+#include "coordinator/step_runner.h"
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <string>
+
+namespace millipede {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+control::StepEntryKind KindOf(PlannedKind kind) {
+  return kind == PlannedKind::kPrefill ? control::StepEntryKind::kPrefill
+                                       : control::StepEntryKind::kDecode;
+}
+
+}  // namespace
+
+std::vector<RankStats> StepRunner::rank_stats() const {
+  std::vector<RankStats> out;
+  for (const auto& [rank, stats] : rank_stats_) out.push_back(stats);
+  return out;
+}
+
+Status StepRunner::Advance(Deliveries* out, bool* busy) {
+  if (in_flight_) {
+    DetectStall(out);
+    return CancelInsideStep(busy);
+  }
+  EndCancelled(out);
+  return SendNextStep(busy);
+}
+
+void StepRunner::EndCancelled(Deliveries* out) {
+  std::vector<std::shared_ptr<Job>> ending;
+  for (auto& [id, job] : table_.jobs())
+    if (job->cancel_requested || job->stop_matched) ending.push_back(job);
+  for (auto& job : ending) {
+    if (job->stop_matched) {
+      // A stop string ended the text: the job is complete; its KV goes with the next plan.
+      table_.Finish(*job, std::nullopt, out, /*freed_by_workers=*/false);
+    } else {
+      table_.Finish(*job, CancelledError("job " + std::to_string(job->id) + " was cancelled"), out,
+                    /*freed_by_workers=*/false);
+    }
+  }
+}
+
+Status StepRunner::SendNextStep(bool* busy) {
+  StepScheduler& batch = table_.batch();
+  PlannedStep planned = batch.Next();
+  if (planned.empty()) return OkStatus();
+  *busy = true;
+  control::StepPlan plan;
+  plan.step_id = next_step_id_++;
+  plan.ends = planned.ends;
+  const auto now = Clock::now();
+  for (const PlannedStart& start : planned.starts) {
+    Job& job = *table_.jobs().at(start.job);
+    plan.starts.push_back({job.descriptor, start.capacity_per_rank, options_.max_step_tokens});
+    table_.Start(job, now);
+  }
+  for (const PlannedEntry& e : planned.entries)
+    plan.entries.push_back({e.job, KindOf(e.kind), e.begin, e.count});
+  if (metrics_) {
+    metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
+    metrics_->KvReserved(batch.reserved_per_rank());
+  }
+  in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false};
+  last_progress_ = now;
+  return link_.SendStep(plan);
+}
+
+Status StepRunner::CancelInsideStep(bool* busy) {
+  for (const PlannedEntry& e : in_flight_->planned.entries) {
+    if (e.kind != PlannedKind::kPrefill) continue;
+    std::shared_ptr<Job> job = table_.Find(e.job);
+    if (job == nullptr || !(job->cancel_requested || job->stop_matched)) continue;
+    std::vector<JobId>& sent = in_flight_->cancel_sent;
+    if (std::find(sent.begin(), sent.end(), e.job) != sent.end()) continue;
+    sent.push_back(e.job);
+    *busy = true;
+    MP_RETURN_IF_ERROR(link_.CancelJob(e.job));
+  }
+  return OkStatus();
+}
+
+void StepRunner::DetectStall(Deliveries* out) {
+  const double silent = Seconds(Clock::now() - last_progress_);
+  if (in_flight_->stalled || silent < options_.stall_timeout_s) return;
+  in_flight_->stalled = true;
+  const std::string why = "step " + std::to_string(in_flight_->step_id) + " made no progress for " +
+                          std::to_string(static_cast<int>(silent)) +
+                          " s (--stall-timeout-s): the workers are alive but stalled";
+  std::cerr << "millipede-coordinator: " + why + "; failing its jobs\n";
+  std::vector<std::shared_ptr<Job>> stuck;
+  for (const PlannedEntry& e : in_flight_->planned.entries) {
+    std::shared_ptr<Job> job = table_.Find(e.job);
+    if (job != nullptr && std::find(stuck.begin(), stuck.end(), job) == stuck.end())
+      stuck.push_back(job);
+  }
+  for (auto& job : stuck) {
+    if (metrics_) metrics_->RequestError("worker");
+    // The step still holds the jobs on the workers: a cancel stops it at its next layer, and
+    // the plan after it frees their KV.
+    job->cancel_requested = true;
+    table_.Finish(*job, DeviceError("job " + std::to_string(job->id) + ": " + why), out,
+                  /*freed_by_workers=*/false);
+  }
+}
+
+}  // namespace millipede

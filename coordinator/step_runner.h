@@ -1,0 +1,96 @@
+// The coordinator's side of the engine steps: between steps it ends cancelled jobs and plans the
+// next step from the batching policy and sends it to the workers; during a step it stops a step
+// that prefills a cancelled job and fails a stalled one; and it takes what the workers report
+// (a step's results, prefill progress, stats) to the jobs.
+//
+// Not thread-safe: the Scheduler calls it under its lock, from the control loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "api/job_service.h"
+#include "control/messages.h"
+#include "coordinator/job_table.h"
+#include "coordinator/step_scheduler.h"
+#include "coordinator/worker_link.h"
+#include "monitoring/service_metrics.h"
+
+namespace millipede {
+
+struct StepRunnerOptions {
+  // A step's token budget, sent with each job the step starts.
+  int64_t max_step_tokens = 2048;
+  // A step that shows no progress for this long is stalled (SchedulerOptions::stall_timeout_s).
+  double stall_timeout_s = 600;
+};
+
+class StepRunner {
+ public:
+  using Clock = JobTable::Clock;
+  using Deliveries = JobTable::Deliveries;
+
+  // `link`, `table` and `metrics` (may be null) must outlive the runner.
+  StepRunner(WorkerLink* link, JobTable* table, ServiceMetrics* metrics, StepRunnerOptions options)
+      : link_(*link), table_(*table), metrics_(metrics), options_(options) {}
+
+  // Whether a step is in flight on the workers.
+  bool stepping() const { return in_flight_.has_value(); }
+  // When the last token of any job arrived.
+  std::optional<Clock::time_point> last_token() const { return last_token_; }
+  // The latest stats each worker reported.
+  std::vector<RankStats> rank_stats() const;
+
+  // Between steps, ends the cancelled jobs and plans and sends the next step; during one, fails
+  // it if it stalled and stops it inside if it prefills a cancelled job. Sets *busy when it did
+  // something.
+  Status Advance(Deliveries* out, bool* busy);
+  // A message from a worker: a heartbeat, a step's results, a job's prefill progress, stats.
+  Status HandleMessage(const control::Message& m, Deliveries* out);
+
+ private:
+  using Job = JobTable::Job;
+  // The step the workers are running.
+  struct InFlight {
+    uint64_t step_id = 0;
+    PlannedStep planned;
+    std::vector<JobId> cancel_sent;  // jobs whose cancel went to the leader during the step
+    bool stalled = false;
+  };
+
+  // Between steps (step_runner.cc).
+  // Ends cancelled jobs and jobs a stop string ended.
+  void EndCancelled(Deliveries* out);
+  // Plans the next step and sends it (nothing when there is nothing to do).
+  Status SendNextStep(bool* busy);
+  // During a step: a step in flight that prefills a cancelled job is stopped inside.
+  Status CancelInsideStep(bool* busy);
+  // Fails the jobs of a step without progress for stall_timeout_s (once per step).
+  void DetectStall(Deliveries* out);
+
+  // What the workers report (step_results.cc).
+  void HandleProgress(const control::JobProgress& p, Deliveries* out);
+  void HandleStats(int rank, const control::WorkerStats& w);
+  Status HandleStepDone(const control::StepDone& done, Deliveries* out);
+  // One job's result in a step that ran `planned`.
+  void HandleResult(Job& job, const control::StepJobResult& r, const PlannedStep& planned,
+                    Deliveries* out);
+  void HandleToken(Job& job, const control::StepJobResult& r, Deliveries* out);
+  void HandleJobFailed(Job& job, const control::StepJobResult& r, bool started_here,
+                       Deliveries* out);
+
+  WorkerLink& link_;
+  JobTable& table_;
+  ServiceMetrics* const metrics_;
+  const StepRunnerOptions options_;
+  std::optional<InFlight> in_flight_;
+  Clock::time_point last_progress_;  // the step in flight last showed progress
+  uint64_t next_step_id_ = 1;
+  std::optional<Clock::time_point> last_token_;
+  std::map<int, RankStats> rank_stats_;
+};
+
+}  // namespace millipede
