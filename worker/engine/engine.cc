@@ -252,17 +252,4 @@ void Engine::EndSequence(SequenceId id) {
   if (sequences_.empty()) workspace_->Release();
 }
 
-int64_t Engine::length() const {
-  const Sequence* s = sequence(kDefaultSequence);
-  return s == nullptr ? 0 : s->length();
-}
-
-Status Engine::StartSequence(int64_t capacity, int64_t step_tokens,
-                             std::optional<AttentionPolicy> policy, int64_t decode_rows) {
-  EndSequence(kDefaultSequence);
-  return StartSequence(kDefaultSequence,
-                       SequenceOptions{capacity, step_tokens,
-                                       policy ? std::move(*policy) : policy_, decode_rows});
-}
-
 }  // namespace millipede
