@@ -2,28 +2,72 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
+#include <utility>
 
 #include "common/shard_plan.h"
-#include "worker/token_message.h"
-#include "worker/token_sampler.h"
+#include "control/messages.h"
+#include "worker/batch_runner.h"
 
 namespace millipede {
 namespace {
+
+using control::StepEntryKind;
+using control::StepOutcome;
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool Contains(const std::vector<int32_t>& v, int32_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
+// The lowest job id no sequence of the engine holds: every rank holds the same sequences, so
+// every rank picks the same.
+uint64_t FreeJobId(const Engine& engine) {
+  uint64_t id = 1;
+  while (engine.sequence(static_cast<SequenceId>(id)) != nullptr) ++id;
+  return id;
 }
 
-// Frees the engine's sequence (and with it the request's policy) on every exit path.
-struct SequenceGuard {
-  Engine& engine;
-  ~SequenceGuard() { engine.EndSequence(); }
-};
+// The request as a job starting in a step: KV for the busiest rank's prompt share and decode
+// rows, and steps of up to that share (the whole prompt is one prefill entry).
+StatusOr<control::StepStart> StartOf(Engine& engine, const GenerationRequest& request) {
+  const int num_ranks = engine.comm().size();
+  MP_ASSIGN_OR_RETURN(
+      ShardPlan plan,
+      ShardPlan::Create(static_cast<int64_t>(request.prompt_ids.size()), num_ranks));
+  int64_t widest = 0;
+  for (int r = 0; r < num_ranks; ++r) widest = std::max(widest, plan.RankPromptTokens(r));
+  control::StepStart start;
+  start.job = {.job_id = FreeJobId(engine),
+               .prompt_ids = request.prompt_ids,
+               .max_new_tokens = request.max_new_tokens,
+               .sampling = request.sampling,
+               .stop_ids = request.stop_ids,
+               .ignore_eos = request.ignore_eos,
+               .policy = request.policy};
+  start.capacity_per_rank = widest + DecodeRowsPerRank(request.max_new_tokens, num_ranks);
+  start.step_tokens = widest;
+  return start;
+}
+
+// Runs a step of one job and returns what it did to the job: a token (a one-job plan's prompt is
+// one entry). A step that failed or was cancelled, or a failed job, returns its status.
+StatusOr<control::StepJobResult> RunJobStep(BatchRunner& runner, const control::StepPlan& plan,
+                                            const LayerCallback& after_layer) {
+  MP_ASSIGN_OR_RETURN(control::StepDone done, runner.Run(plan, after_layer));
+  if (done.status_code != 0) return Status(static_cast<StatusCode>(done.status_code), done.message);
+  MP_ASSERT(done.jobs.size() == 1, "a one-job step reports one job, got ", done.jobs.size());
+  control::StepJobResult& r = done.jobs[0];
+  if (r.outcome == StepOutcome::kFailed)
+    return Status(static_cast<StatusCode>(r.status_code), r.message);
+  MP_ASSERT(r.outcome == StepOutcome::kToken, "job ", r.job_id, " sampled no token");
+  return std::move(r);
+}
+
+SampledToken TokenOf(const control::StepJobResult& r) {
+  SampledToken t{r.token, r.logprob, {}};
+  for (size_t i = 0; i < r.top_ids.size() && i < r.top_logprobs.size(); ++i)
+    t.top.push_back({r.top_ids[i], r.top_logprobs[i]});
+  return t;
+}
 
 }  // namespace
 
@@ -61,75 +105,42 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
                                     const ProgressCallback& on_progress) {
   MP_RETURN_IF_ERROR(ValidateGenerationRequest(engine, request));
   const auto t0 = std::chrono::steady_clock::now();
-  Communicator& comm = engine.comm();
-  const int num_ranks = comm.size(), rank = comm.rank();
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
-  MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(prompt, num_ranks));
-  MP_ASSIGN_OR_RETURN(SequenceStep share, ShardedPrefill(Engine::kDefaultSequence, 0,
-                                                         request.prompt_ids, rank, num_ranks));
-  const int64_t decode_rows = DecodeRowsPerRank(request.max_new_tokens, num_ranks);
-  const int64_t capacity = std::max<int64_t>(1, plan.RankPromptTokens(rank) + decode_rows);
-  // The request's policy belongs to this sequence only: the engine's own is never touched.
-  MP_RETURN_IF_ERROR(engine.StartSequence(capacity, static_cast<int64_t>(share.ids.size()),
-                                          request.policy, decode_rows));
-  SequenceGuard guard{engine};
-  const std::vector<int32_t>& eos = engine.config().eos_token_ids;
-  MP_ASSIGN_OR_RETURN(std::unique_ptr<TokenSampler> sampler,
-                      TokenSampler::Create(engine.backend(), request.sampling,
-                                           engine.config().vocab_size, request.prompt_ids));
-
-  GenerationResult result;
-  result.prompt_tokens = prompt;
-  std::chrono::steady_clock::time_point first_token;
+  MP_ASSIGN_OR_RETURN(control::StepStart start, StartOf(engine, request));
+  const uint64_t job = start.job.job_id;
   LayerCallback after_layer;
   if (on_progress) {
     after_layer = [&](int64_t done, int64_t total) {
       return on_progress(done * prompt / total, prompt);
     };
   }
-  MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> prefill_logits,
-                      engine.ForwardShard(share.ranges, share.ids, after_layer));
-  result.prefill = engine.last_prefill_density();
-  // The rank holding the last prompt token samples; the others learn the token from it.
-  const int sampling_rank = ShardPlan::LastTokenRank(prompt, num_ranks);
-  TokenMessage message;
-  if (rank == sampling_rank) {
-    MP_ASSERT(prefill_logits.has_value(), "the sampling rank has the last position's logits");
-    MP_ASSIGN_OR_RETURN(SampledToken first, sampler->Sample(*prefill_logits, 0));
-    message = TokenMessage::From(first);
-  }
-  for (int64_t step = 0;; ++step) {
-    if (num_ranks > 1)
-      MP_RETURN_IF_ERROR(
-          comm.HostBroadcast(&message, sizeof(message), step == 0 ? sampling_rank : 0));
-    const SampledToken sampled = message.ToToken();
-    const int32_t token = sampled.id;
-    MP_RETURN_IF_ERROR(sampler->Accept(token));
-    result.ids.push_back(token);
-    if (step == 0) {
+  // The runner frees the job's sequence (and with it the request's policy) on every exit path.
+  BatchRunner runner(engine);
+  control::StepPlan plan{1, {}, {std::move(start)}, {{job, StepEntryKind::kPrefill, 0, prompt}}};
+  GenerationResult result;
+  result.prompt_tokens = prompt;
+  std::chrono::steady_clock::time_point first_token;
+  for (;;) {
+    MP_ASSIGN_OR_RETURN(control::StepJobResult r, RunJobStep(runner, plan, after_layer));
+    result.ids.push_back(r.token);
+    if (result.ids.size() == 1) {
       first_token = std::chrono::steady_clock::now();
       result.ttft_s = SecondsSince(t0);
+      result.prefill = {r.prefill_attended_pairs, r.prefill_causal_pairs};
     } else {
       result.decode_s = SecondsSince(first_token);
     }
-    if (on_token && !on_token(sampled)) return CancelledError("generation cancelled by the caller");
-    if (Contains(request.stop_ids, token) || (!request.ignore_eos && Contains(eos, token))) {
-      result.finish_reason = FinishReason::kStop;
-      break;
+    if (on_token && !on_token(TokenOf(r)))
+      return CancelledError("generation cancelled by the caller");
+    if (r.finished) {
+      result.finish_reason = r.finished_by_stop ? FinishReason::kStop : FinishReason::kLength;
+      return result;
     }
-    if (static_cast<int64_t>(result.ids.size()) >= request.max_new_tokens) {
-      result.finish_reason = FinishReason::kLength;
-      break;
-    }
-    MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
-    // Every rank holds the same logits; rank 0's draw is broadcast so the ranks cannot diverge.
-    if (rank == 0) {
-      MP_ASSIGN_OR_RETURN(SampledToken next,
-                          sampler->Sample(logits, static_cast<uint64_t>(step + 1)));
-      message = TokenMessage::From(next);
-    }
+    // The next token: a decode entry at the sequence's length (the last token is not stored yet).
+    const int64_t length = prompt + static_cast<int64_t>(result.ids.size()) - 1;
+    plan = {plan.step_id + 1, {}, {}, {{job, StepEntryKind::kDecode, length, 1}}};
+    after_layer = nullptr;
   }
-  return result;
 }
 
 }  // namespace millipede

@@ -1,5 +1,6 @@
 // Offline generation on an Engine: prefill a prompt, then decode token by token until a stop
-// condition (an EOS id, a stop id, or the token budget).
+// condition (an EOS id, a stop id, or the token budget), through the same BatchRunner the
+// service's workers run.
 #pragma once
 
 #include <cstdint>
@@ -59,12 +60,14 @@ using ProgressCallback = std::function<bool(int64_t tokens_done, int64_t tokens_
 Status ValidateGenerationRequest(const Engine& engine, const GenerationRequest& request);
 
 // Runs the whole request on every rank of the engine's communicator at once (each rank calls
-// this with the same request): the prompt is sharded by ShardPlan, prefilled with ring attention,
-// and decoded with K/V spread over the ranks. Every rank returns the same result. With several
-// ranks `on_token` must answer the same on every rank, and it sees the same token and
-// log-probabilities on every rank. The penalties read the prompt and every generated token;
-// draws are keyed by (seed, step), so a request gives the same tokens on any number of ranks.
-// The engine's sequence is freed afterwards whatever happens.
+// this with the same request), as one job of a BatchRunner (batch_runner.h) on the sequence of
+// the lowest free id: a step that starts it and prefills the whole prompt (sharded by ShardPlan,
+// ring attention), then a decode step per token with K/V spread over the ranks; the stop rules
+// and the sampling are the runner's, as the service's workers run them. Every rank returns the
+// same result. With several ranks `on_token` must answer the same on every rank, and it sees
+// the same token and log-probabilities on every rank. The penalties read the prompt and every
+// generated token; draws are keyed by (seed, step), so a request gives the same tokens on any
+// number of ranks. The job's sequence is freed afterwards whatever happens.
 StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& request,
                                     const TokenCallback& on_token = nullptr,
                                     const ProgressCallback& on_progress = nullptr);

@@ -92,17 +92,21 @@ class SearchRun {
     capture_ = layer;
     observed_ = OkStatus();
     const int64_t n = static_cast<int64_t>(prompt.size());
-    MP_RETURN_IF_ERROR(engine_->StartSequence(n, n, policy));
-    const TokenRange all[] = {{0, n}};
+    MP_RETURN_IF_ERROR(engine_->StartSequence(kSequence, SequenceOptions{n, n, policy}));
+    StepPlan plan;
+    plan.steps.push_back({kSequence, StepKind::kPrefill, {{0, n}}, {prompt.begin(), prompt.end()}});
     auto keep_going = [layer](int64_t done, int64_t) { return layer < 0 || done <= layer; };
-    StatusOr<std::optional<ConstTensorView>> out = engine_->ForwardShard(all, prompt, keep_going);
-    engine_->EndSequence();
+    StatusOr<StepOutput> out = engine_->RunStep(plan, keep_going);
+    engine_->EndSequence(kSequence);
     // Stopping after the layer cancels the step: expected unless it was the last layer.
     if (!out.ok() && !(layer >= 0 && out.status().code() == StatusCode::kCancelled))
       return out.status();
+    if (out.ok()) prefill_ = out->prefill[0];
     MP_RETURN_IF_ERROR(observed_);
     return outputs_;
   }
+  // The prefill attention pairs of the latest Run that went through every layer.
+  const PrefillDensity& prefill_density() const { return prefill_; }
 
  private:
   SearchRun() = default;
@@ -113,8 +117,12 @@ class SearchRun {
     observed_ = engine_->backend().CopyToHost(o, {host.data(), DType::kF32, o.shape});
   }
 
+  // The one sequence a run prefills.
+  static constexpr SequenceId kSequence = 1;
+
   std::unique_ptr<Engine> engine_;
   std::vector<std::vector<float>> outputs_;  // [layer] [rows * heads * head_dim]
+  PrefillDensity prefill_;
   int64_t capture_ = -1;
   Status observed_;
 };
@@ -154,7 +162,7 @@ Status CalibrateCandidate(SearchRun& run, std::span<const int32_t> prompt,
     AttentionPolicy p = dense;
     for (LayerPolicy& layer : p.layers) layer.prefill.assign(layer.prefill.size(), h);
     MP_RETURN_IF_ERROR(run.Run(p, prompt, -1).status());
-    const PrefillDensity d = run.engine().last_prefill_density();
+    const PrefillDensity d = run.prefill_density();
     const double measured = d.causal_pairs > 0 ? static_cast<double>(d.attended_pairs) /
                                                      static_cast<double>(d.causal_pairs)
                                                : 1.0;

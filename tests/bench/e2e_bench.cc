@@ -67,6 +67,9 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        share of the intermediate columns) | whole (every rank all of it)
 )";
 
+// The sequence the chunked prefill and the single-sequence decode run on.
+constexpr SequenceId kBenchSequence = 1;
+
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
   std::vector<int64_t> out;
   size_t begin = 0;
@@ -217,20 +220,22 @@ StatusOr<nlohmann::json> ChunkedPrefill(Engine& engine, const std::vector<int32_
   int64_t capacity = 0, widest = 0;
   for (int64_t begin = 0; begin < n; begin += step) {
     const std::span<const int32_t> chunk(ids.data() + begin, std::min(step, n - begin));
-    MP_ASSIGN_OR_RETURN(SequenceStep share, ShardedPrefill(Engine::kDefaultSequence, begin, chunk,
-                                                           comm.rank(), comm.size()));
+    MP_ASSIGN_OR_RETURN(SequenceStep share,
+                        ShardedPrefill(kBenchSequence, begin, chunk, comm.rank(), comm.size()));
     capacity += static_cast<int64_t>(share.ids.size());
     widest = std::max(widest, static_cast<int64_t>(share.ids.size()));
     shares.push_back(std::move(share));
   }
-  MP_RETURN_IF_ERROR(engine.StartSequence(std::max<int64_t>(capacity, 1),
-                                          std::max<int64_t>(widest, 1)));
+  const SequenceOptions options{std::max<int64_t>(capacity, 1), std::max<int64_t>(widest, 1),
+                                engine.policy()};
+  MP_RETURN_IF_ERROR(engine.StartSequence(kBenchSequence, options));
   engine.ResetStats();
   std::vector<double> step_ms;
   std::optional<ConstTensorView> logits;
   for (const SequenceStep& share : shares) {
     const auto t0 = std::chrono::steady_clock::now();
-    MP_ASSIGN_OR_RETURN(logits, engine.ForwardShard(share.ranges, share.ids));
+    MP_ASSIGN_OR_RETURN(StepOutput out, engine.RunStep(StepPlan{{share}}));
+    logits = out.logits[0];
     MP_RETURN_IF_ERROR(engine.backend().Synchronize());
     MP_RETURN_IF_ERROR(engine.comm().Barrier());
     step_ms.push_back(
@@ -265,7 +270,7 @@ StatusOr<nlohmann::json> ChunkedPrefill(Engine& engine, const std::vector<int32_
   for (const Top& t : all)
     if (t.held) top = t;
   MP_ASSIGN_OR_RETURN(nlohmann::json stats, GatherStats(engine, engine.stats()));
-  engine.EndSequence();
+  engine.EndSequence(kBenchSequence);
   double total_ms = 0;
   for (double ms : step_ms) total_ms += ms;
   return nlohmann::json{{"bench", "e2e-chunked-prefill"},
@@ -383,7 +388,7 @@ StatusOr<nlohmann::json> BatchDecode(Engine& engine, int64_t batch, int64_t leng
 // the next `tokens` are timed. Greedy; rank 0 samples and broadcasts, as Generate does.
 StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t tokens) {
   const auto setup0 = std::chrono::steady_clock::now();
-  MP_RETURN_IF_ERROR(engine.StartSyntheticSequence(length, tokens + 1));
+  MP_RETURN_IF_ERROR(engine.StartSyntheticSequence(kBenchSequence, length, tokens + 1));
   const double setup_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - setup0).count();
   Communicator& comm = engine.comm();
@@ -396,9 +401,10 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
       t0 = last = std::chrono::steady_clock::now();
       engine.ResetStats();
     }
-    MP_ASSIGN_OR_RETURN(ConstTensorView logits, engine.ForwardDecode(token));
+    MP_ASSIGN_OR_RETURN(StepOutput out,
+                        engine.RunStep(StepPlan{{DecodeStep(kBenchSequence, token)}}));
     if (comm.rank() == 0) {
-      MP_ASSIGN_OR_RETURN(token, engine.backend().Sample(logits, SamplingParams{}, 0));
+      MP_ASSIGN_OR_RETURN(token, engine.backend().Sample(*out.logits[0], SamplingParams{}, 0));
     }
     if (comm.size() > 1) MP_RETURN_IF_ERROR(comm.HostBroadcast(&token, sizeof(token), 0));
     ids.push_back(token);
@@ -412,7 +418,7 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
   const int64_t host_kv = engine.HostKvBytes(), device_kv = engine.KvBytes() - host_kv;
   const EngineStats stats = engine.stats();
   const double loaded = static_cast<double>(stats.host_load_bytes) / tokens;
-  engine.EndSequence();
+  engine.EndSequence(kBenchSequence);
   nlohmann::json out{
       {"bench", "e2e-decode"},
       {"backend", BackendKindName(engine.backend().kind())},

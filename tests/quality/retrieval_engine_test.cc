@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "quality_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/engine/engine.h"
 
 namespace millipede {
@@ -140,9 +141,9 @@ TEST(RetrievalEngineMarginTest, LogitGap) {
       spec.context_tokens = length;
       const QualityTask task = MustMakeTask(spec);
       std::vector<float> logits;
-      ASSERT_TRUE(engine->StartSequence(length).ok());
-      ASSERT_TRUE(engine->ForwardToHost(task.prompt, &logits).ok());
-      engine->EndSequence();
+      ASSERT_TRUE(testing::StartSequence(*engine, length).ok());
+      ASSERT_TRUE(testing::ForwardToHost(*engine, task.prompt, &logits).ok());
+      testing::EndSequence(*engine);
       const int32_t want = task.expected[0];
       float best_other = -1e30f;
       for (size_t i = 0; i < logits.size(); ++i)

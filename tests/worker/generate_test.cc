@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 
 namespace millipede {
 namespace {
@@ -34,14 +35,14 @@ TEST(GenerateTest, GreedyMatchesArgmaxOfRecomputedLogits) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_EQ(result->ids.size(), 6u);
   EXPECT_EQ(result->finish_reason, FinishReason::kLength);
-  EXPECT_FALSE(engine->has_sequence());  // the sequence is freed
+  EXPECT_EQ(engine->num_sequences(), 0);  // the sequence is freed
   // Each greedy token is the argmax of the logits of everything before it.
   std::vector<int32_t> seq = r.prompt_ids;
   for (int32_t id : result->ids) {
-    ASSERT_TRUE(engine->StartSequence(static_cast<int64_t>(seq.size())).ok());
+    ASSERT_TRUE(testing::StartSequence(*engine, static_cast<int64_t>(seq.size())).ok());
     std::vector<float> logits;
-    ASSERT_TRUE(engine->ForwardToHost(seq, &logits).ok());
-    engine->EndSequence();
+    ASSERT_TRUE(testing::ForwardToHost(*engine, seq, &logits).ok());
+    testing::EndSequence(*engine);
     int32_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i)
       if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
@@ -98,7 +99,7 @@ TEST(GenerateTest, StopConditions) {
       Generate(*engine, Request(10), [&](const SampledToken&) { return ++calls < 3; });
   EXPECT_EQ(cancelled.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 3);
-  EXPECT_FALSE(engine->has_sequence());
+  EXPECT_EQ(engine->num_sequences(), 0);
   // So can the prefill progress callback, which counts prompt tokens layer by layer.
   std::vector<int64_t> progress;
   auto stopped_in_prefill =
@@ -109,7 +110,7 @@ TEST(GenerateTest, StopConditions) {
       });
   EXPECT_EQ(stopped_in_prefill.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(progress.size(), 2u);
-  EXPECT_FALSE(engine->has_sequence());
+  EXPECT_EQ(engine->num_sequences(), 0);
 }
 
 TEST(GenerateTest, ValidationErrorsNameTheProblem) {
@@ -135,7 +136,7 @@ TEST(GenerateTest, ValidationErrorsNameTheProblem) {
   EXPECT_NE(m.find("500"), std::string::npos) << m;
   r = Request(4, -1.0f);
   EXPECT_NE(message(r).find("temperature"), std::string::npos);
-  EXPECT_FALSE(engine->has_sequence());
+  EXPECT_EQ(engine->num_sequences(), 0);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 
 # Writes the engine's last-position logits for a prompt; the oracle script compares them with HF.
 add_executable(millipede-test-logits ${CMAKE_CURRENT_LIST_DIR}/logits_main.cc)
-target_link_libraries(millipede-test-logits PRIVATE millipede_engine)
+target_link_libraries(millipede-test-logits PRIVATE millipede_single_sequence)
 set_target_properties(millipede-test-logits PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
 # Needs torch and transformers (cluster/install-deps.sh --test puts them in build/pyenv); without

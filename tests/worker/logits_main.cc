@@ -10,6 +10,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/engine/engine.h"
 
 namespace millipede {
@@ -76,10 +77,10 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(ids_text, ids_path));
 
   MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options));
-  MP_RETURN_IF_ERROR(engine->StartSequence(static_cast<int64_t>(ids.size())));
+  MP_RETURN_IF_ERROR(testing::StartSequence(*engine, static_cast<int64_t>(ids.size())));
   std::vector<float> logits;
-  MP_RETURN_IF_ERROR(engine->ForwardToHost(ids, &logits));
-  engine->EndSequence();
+  MP_RETURN_IF_ERROR(testing::ForwardToHost(*engine, ids, &logits));
+  testing::EndSequence(*engine);
   MP_ASSERT(static_cast<int64_t>(logits.size()) == engine->config().vocab_size);
   return WriteStringToFile(out_path, LittleEndianFloats(logits));
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/memory_plan.h"
 
 namespace millipede {
@@ -44,18 +45,18 @@ TEST(MemoryPlanTest, EngineRefusesASequenceThatCannotFit) {
   auto engine = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32));
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   const int64_t too_many = int64_t{1} << 33;  // petabytes of KV
-  Status s = (*engine)->StartSequence(too_many, 16);
+  Status s = testing::StartSequence(**engine, too_many, 16);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("does not fit"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("free"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find(std::to_string(too_many)), std::string::npos) << s.ToString();
-  EXPECT_FALSE((*engine)->has_sequence());
+  EXPECT_FALSE(testing::HasSequence(**engine));
   // The estimate of what fits is below the refused size and can be started.
   auto fits = (*engine)->MaxSequencePositionsNow();
   ASSERT_TRUE(fits.ok());
   EXPECT_LT(*fits, too_many);
   EXPECT_GT(*fits, 1000);
-  EXPECT_TRUE((*engine)->StartSequence(1000).ok());
+  EXPECT_TRUE(testing::StartSequence(**engine, 1000).ok());
 }
 
 TEST(EngineStatsTest, ProfilingAccountsForTheSteps) {
@@ -64,10 +65,10 @@ TEST(EngineStatsTest, ProfilingAccountsForTheSteps) {
   auto engine = Engine::Create(o);
   ASSERT_TRUE(engine.ok());
   Engine& e = **engine;
-  ASSERT_TRUE(e.StartSequence(80).ok());
+  ASSERT_TRUE(testing::StartSequence(e, 80).ok());
   std::vector<float> logits;
-  ASSERT_TRUE(e.ForwardToHost(testing::RandomIds(64, 97, 3), &logits).ok());
-  ASSERT_TRUE(e.ForwardDecode(7).ok());
+  ASSERT_TRUE(testing::ForwardToHost(e, testing::RandomIds(64, 97, 3), &logits).ok());
+  ASSERT_TRUE(testing::ForwardDecode(e, 7).ok());
   const EngineStats& s = e.stats();
   EXPECT_EQ(s.prefill_layers, SmallConfig().num_hidden_layers);
   EXPECT_EQ(s.decode_layers, SmallConfig().num_hidden_layers);

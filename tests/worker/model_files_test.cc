@@ -8,6 +8,7 @@
 #include "checkpoint/safetensors_writer.h"
 #include "common/file_util.h"
 #include "engine_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/random_weights.h"
 
 namespace millipede {
@@ -61,9 +62,10 @@ TEST_F(ModelFilesTest, LoadedEqualsGenerated) {
     ASSERT_TRUE(generated.ok());
     std::vector<int32_t> ids = RandomIds(9, 97, 10);
     std::vector<float> a, b;
-    ASSERT_TRUE((*loaded)->StartSequence(9).ok() && (*generated)->StartSequence(9).ok());
-    ASSERT_TRUE((*loaded)->ForwardToHost(ids, &a).ok());
-    ASSERT_TRUE((*generated)->ForwardToHost(ids, &b).ok());
+    ASSERT_TRUE(testing::StartSequence(**loaded, 9).ok() &&
+                testing::StartSequence(**generated, 9).ok());
+    ASSERT_TRUE(testing::ForwardToHost(**loaded, ids, &a).ok());
+    ASSERT_TRUE(testing::ForwardToHost(**generated, ids, &b).ok());
     EXPECT_EQ(MaxRelError(a, b), 0.0) << "shard bytes " << shard;
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);

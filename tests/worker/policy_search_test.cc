@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "policy/policy_summary.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace millipede {
@@ -47,8 +48,8 @@ std::vector<float> LayerOutput(const AttentionPolicy& policy, const std::vector<
   if (!created.ok()) return captured;
   engine = created->get();
   const int64_t n = static_cast<int64_t>(prompt.size());
-  EXPECT_TRUE(engine->StartSequence(n, n, policy).ok());
-  EXPECT_TRUE(engine->Forward(prompt).ok());
+  EXPECT_TRUE(testing::StartSequence(*engine, n, n, policy).ok());
+  EXPECT_TRUE(testing::Forward(*engine, prompt).ok());
   return captured;
 }
 
@@ -164,9 +165,9 @@ TEST(PolicySearchTest, CandidatesAreTunedToTheCoveredPairs) {
     auto engine = Engine::Create(Options(), nullptr);
     EXPECT_TRUE(engine.ok());
     const int64_t n = static_cast<int64_t>(prompt.size());
-    EXPECT_TRUE((*engine)->StartSequence(n, n, every).ok());
-    EXPECT_TRUE((*engine)->Forward(prompt).ok());
-    const PrefillDensity d = (*engine)->last_prefill_density();
+    EXPECT_TRUE(testing::StartSequence(**engine, n, n, every).ok());
+    PrefillDensity d;
+    EXPECT_TRUE(testing::Forward(**engine, prompt, &d).ok());
     return static_cast<double>(d.attended_pairs) / static_cast<double>(d.causal_pairs);
   };
   int vertical_slash = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/generate.h"
 
@@ -148,10 +149,10 @@ TEST(TokenSamplerTest, GenerateAppliesThePenaltiesToEveryToken) {
   std::vector<int32_t> seq = r.prompt_ids, output;
   int differs_from_plain_greedy = 0;
   for (const SampledToken& t : seen) {
-    ASSERT_TRUE(engine->StartSequence(static_cast<int64_t>(seq.size())).ok());
+    ASSERT_TRUE(testing::StartSequence(*engine, static_cast<int64_t>(seq.size())).ok());
     std::vector<float> logits;
-    ASSERT_TRUE(engine->ForwardToHost(seq, &logits).ok());
-    engine->EndSequence();
+    ASSERT_TRUE(testing::ForwardToHost(*engine, seq, &logits).ok());
+    testing::EndSequence(*engine);
     const std::vector<double> penalised = Penalised(logits, r.sampling, r.prompt_ids, output);
     EXPECT_EQ(t.id, Argmax(penalised));
     std::vector<double> raw(logits.begin(), logits.end());

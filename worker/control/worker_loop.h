@@ -15,7 +15,7 @@
 
 #include "control/messages.h"
 #include "control/mpi_channel.h"
-#include "worker/control/batch_runner.h"
+#include "worker/batch_runner.h"
 #include "worker/control/counting_communicator.h"
 #include "worker/engine/engine.h"
 

@@ -110,17 +110,4 @@ StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& 
   return loop_.FinishStep(entries, prefill);
 }
 
-int64_t Engine::length() const {
-  const Sequence* s = sequence(kDefaultSequence);
-  return s == nullptr ? 0 : s->length();
-}
-
-Status Engine::StartSequence(int64_t capacity, int64_t step_tokens,
-                             std::optional<AttentionPolicy> policy, int64_t decode_rows) {
-  EndSequence(kDefaultSequence);
-  return StartSequence(kDefaultSequence,
-                       SequenceOptions{capacity, step_tokens,
-                                       policy ? std::move(*policy) : policy_, decode_rows});
-}
-
 }  // namespace millipede

@@ -50,9 +50,6 @@ namespace millipede {
 
 class Engine {
  public:
-  // The sequence the single-sequence calls below use.
-  static constexpr SequenceId kDefaultSequence = 0;
-
   // `comm` connects the ranks sharing each sequence; null means a single rank. `backend`, when
   // set, runs the engine's ops instead of CreateBackend(options.backend, options.device) (tests
   // wrap a backend to watch its ops); its kind must be options.backend.
@@ -118,37 +115,12 @@ class Engine {
   // and positions (rows the step wrote past them are overwritten by the next step).
   StatusOr<StepOutput> RunStep(const StepPlan& plan, const LayerCallback& after_layer = {});
 
-  // ---- One sequence at a time (kDefaultSequence), as offline runs and benchmarks use it ----
-  // Starts the default sequence (freeing the previous default one) with `policy`, else the
-  // engine's; `decode_rows` as SequenceOptions::decode_rows.
-  Status StartSequence(int64_t capacity, int64_t step_tokens = 0,
-                       std::optional<AttentionPolicy> policy = std::nullopt,
-                       int64_t decode_rows = -1);
-  // For decode benchmarks: starts the default sequence (every rank at once) whose first `length`
-  // positions are already in the cache — placed over the ranks as ShardPlan places a prompt, K and
-  // V set to zero (what a decode step costs does not depend on the values) — with room for
-  // `decode_positions` more. Skips the prefill that would make a real cache of that length.
-  Status StartSyntheticSequence(int64_t length, int64_t decode_positions);
-  // The same for sequence `id` (which must not exist), for benchmarks of batched decode.
+  // For decode benchmarks: starts sequence `id` (not running yet; every rank at once) whose first
+  // `length` positions are already in the cache — placed over the ranks as ShardPlan places a
+  // prompt, K and V set to zero (what a decode step costs does not depend on the values) — with
+  // room for `decode_positions` more. Skips the prefill that would make a real cache of that
+  // length.
   Status StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions);
-  void EndSequence() { EndSequence(kDefaultSequence); }
-  bool has_sequence() const { return sequence(kDefaultSequence) != nullptr; }
-  // Positions of the default sequence over all ranks (0 without one).
-  int64_t length() const;
-  // A prefill entry of the default sequence: this rank runs `ids` at the global positions
-  // `ranges` (in increasing order; over all ranks the ranges tile [length(), length() + n)).
-  // Returns the logits of the step's last position on the rank that holds it.
-  StatusOr<std::optional<ConstTensorView>> ForwardShard(std::span<const TokenRange> ranges,
-                                                        std::span<const int32_t> ids,
-                                                        const LayerCallback& after_layer = {});
-  // The default sequence's prefill attention pairs after its latest ForwardShard (every rank).
-  const PrefillDensity& last_prefill_density() const { return last_prefill_; }
-  // A decode entry of the default sequence: the same token on every rank, logits on every rank.
-  StatusOr<ConstTensorView> ForwardDecode(int32_t id);
-  // Single-rank convenience: a prefill entry over [length(), length() + n).
-  StatusOr<ConstTensorView> Forward(std::span<const int32_t> ids);
-  // Forward, then the logits copied to the host.
-  Status ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits);
 
  private:
   Engine() = default;
@@ -160,7 +132,6 @@ class Engine {
   StepPreparer preparer_{ctx_, sequences_};
   DecodeGraphRunner graphs_{ctx_, loop_};
   AttentionPolicy policy_;
-  PrefillDensity last_prefill_;
 };
 
 }  // namespace millipede

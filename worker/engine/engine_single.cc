@@ -1,53 +1,9 @@
-// The engine's single-sequence calls: one-entry step plans over the default sequence, as offline
-// runs, tests and benchmarks use them, and synthetic sequences for decode benchmarks.
+// Synthetic sequences for decode benchmarks: a cache of zeros made without a prefill.
 #include <algorithm>
 
 #include "worker/engine/engine.h"
 
 namespace millipede {
-
-StatusOr<std::optional<ConstTensorView>> Engine::ForwardShard(std::span<const TokenRange> ranges,
-                                                              std::span<const int32_t> ids,
-                                                              const LayerCallback& after_layer) {
-  StepPlan plan;
-  SequenceStep& step = plan.steps.emplace_back();
-  step.sequence = kDefaultSequence;
-  step.kind = StepKind::kPrefill;
-  step.ranges.assign(ranges.begin(), ranges.end());
-  step.ids.assign(ids.begin(), ids.end());
-  MP_ASSIGN_OR_RETURN(StepOutput out, RunStep(plan, after_layer));
-  last_prefill_ = out.prefill[0];
-  return out.logits[0];
-}
-
-StatusOr<ConstTensorView> Engine::ForwardDecode(int32_t id) {
-  StepPlan plan;
-  plan.steps.push_back(DecodeStep(kDefaultSequence, id));
-  MP_ASSIGN_OR_RETURN(StepOutput out, RunStep(plan));
-  MP_ASSERT(out.logits[0].has_value(), "every rank has a decode token's logits");
-  return *out.logits[0];
-}
-
-StatusOr<ConstTensorView> Engine::Forward(std::span<const int32_t> ids) {
-  MP_REQUIRE(ctx_.comm->size() == 1, "Forward(ids) is for a single rank; use ForwardShard");
-  MP_REQUIRE(!ids.empty(), "forward: no tokens");
-  const TokenRange range{length(), length() + static_cast<int64_t>(ids.size())};
-  MP_ASSIGN_OR_RETURN(std::optional<ConstTensorView> logits,
-                      ForwardShard(std::span<const TokenRange>(&range, 1), ids));
-  MP_ASSERT(logits.has_value(), "a single rank holds the last position");
-  return *logits;
-}
-
-Status Engine::ForwardToHost(std::span<const int32_t> ids, std::vector<float>* logits) {
-  MP_ASSIGN_OR_RETURN(ConstTensorView dev, Forward(ids));
-  logits->resize(static_cast<size_t>(config().vocab_size));
-  return ctx_.backend->CopyToHost(dev, TensorView{logits->data(), DType::kF32, dev.shape});
-}
-
-Status Engine::StartSyntheticSequence(int64_t length, int64_t decode_positions) {
-  EndSequence(kDefaultSequence);
-  return StartSyntheticSequence(kDefaultSequence, length, decode_positions);
-}
 
 Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions) {
   const int num_ranks = ctx_.comm->size(), rank = ctx_.comm->rank();
@@ -67,8 +23,8 @@ Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t dec
   const Shape shape{rows, c.num_key_value_heads, c.head_dim};
   std::vector<float> host_zeros(static_cast<size_t>(shape.NumElements()), 0.0f);
   MP_ASSIGN_OR_RETURN(BackendTensor zeros, ctx_.backend->Allocate(DType::kF32, shape));
-  MP_RETURN_IF_ERROR(
-      ctx_.backend->CopyFromHost(ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
+  MP_RETURN_IF_ERROR(ctx_.backend->CopyFromHost(
+      ConstTensorView{host_zeros.data(), DType::kF32, shape}, zeros.view()));
   std::vector<TokenRange> ranges;
   for (const TokenRange& r : plan.RankPromptRanges(rank))
     if (!r.empty()) ranges.push_back(r);

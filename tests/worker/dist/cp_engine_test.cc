@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../engine_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/dist/mpi_communicator.h"
 #include "worker/generate.h"
 
@@ -36,9 +37,11 @@ std::unique_ptr<Engine> MakeDistributed(int64_t chunk) {
   return MakeDistributed(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, chunk));
 }
 
-// The logits of the last prompt position and of each decode step, from rank 0's view.
+// The logits of the last prompt position and of each decode step, from rank 0's view; `prefill`,
+// when set, gets the prompt's attention pairs.
 std::vector<std::vector<float>> DistributedLogits(Engine& e, const std::vector<int32_t>& prompt,
-                                                  const std::vector<int32_t>& decode) {
+                                                  const std::vector<int32_t>& decode,
+                                                  PrefillDensity* prefill = nullptr) {
   Communicator& comm = e.comm();
   auto plan = ShardPlan::Create(static_cast<int64_t>(prompt.size()), comm.size());
   EXPECT_TRUE(plan.ok());
@@ -49,13 +52,13 @@ std::vector<std::vector<float>> DistributedLogits(Engine& e, const std::vector<i
     ranges.push_back(r);
     ids.insert(ids.end(), prompt.begin() + r.begin, prompt.begin() + r.end);
   }
-  EXPECT_TRUE(e.StartSequence(plan->RankPromptTokens(comm.rank()) + 1 +
-                              static_cast<int64_t>(decode.size()))
+  EXPECT_TRUE(testing::StartSequence(
+                  e, plan->RankPromptTokens(comm.rank()) + 1 + static_cast<int64_t>(decode.size()))
                   .ok());
   const int64_t vocab = e.config().vocab_size;
   std::vector<std::vector<float>> out;
   std::vector<float> logits(static_cast<size_t>(vocab));
-  auto step = e.ForwardShard(ranges, ids);
+  auto step = testing::ForwardShard(e, ranges, ids, {}, prefill);
   EXPECT_TRUE(step.ok()) << step.status().ToString();
   const int owner = plan->RankOfPromptPosition(static_cast<int64_t>(prompt.size()) - 1);
   if (step.ok() && step->has_value()) {
@@ -65,13 +68,13 @@ std::vector<std::vector<float>> DistributedLogits(Engine& e, const std::vector<i
   EXPECT_TRUE(comm.HostBroadcast(logits.data(), logits.size() * sizeof(float), owner).ok());
   out.push_back(logits);
   for (int32_t id : decode) {
-    auto d = e.ForwardDecode(id);
+    auto d = testing::ForwardDecode(e, id);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (!d.ok()) break;
     EXPECT_TRUE(e.backend().CopyToHost(*d, {logits.data(), DType::kF32, Shape{vocab}}).ok());
     out.push_back(logits);
   }
-  e.EndSequence();
+  testing::EndSequence(e);
   return out;
 }
 
@@ -80,12 +83,13 @@ std::vector<std::vector<float>> LocalLogits(const std::vector<int32_t>& prompt,
   auto e = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
   EXPECT_TRUE(e.ok());
   std::vector<std::vector<float>> out(1);
-  EXPECT_TRUE((*e)->StartSequence(static_cast<int64_t>(prompt.size() + decode.size())).ok());
-  EXPECT_TRUE((*e)->ForwardToHost(prompt, &out[0]).ok());
+  EXPECT_TRUE(
+      testing::StartSequence(**e, static_cast<int64_t>(prompt.size() + decode.size())).ok());
+  EXPECT_TRUE(testing::ForwardToHost(**e, prompt, &out[0]).ok());
   for (int32_t id : decode) {
     out.emplace_back();
     const int32_t one[1] = {id};
-    EXPECT_TRUE((*e)->ForwardToHost(one, &out.back()).ok());
+    EXPECT_TRUE(testing::ForwardToHost(**e, one, &out.back()).ok());
   }
   return out;
 }
@@ -150,7 +154,7 @@ TEST(CpGenerateTest, GreedyTokensMatchSingleProcess) {
   r.ignore_eos = true;
   auto dist = Generate(*engine, r);
   ASSERT_TRUE(dist.ok()) << dist.status().ToString();
-  EXPECT_FALSE(engine->has_sequence());
+  EXPECT_EQ(engine->num_sequences(), 0);
   auto local_engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
   ASSERT_TRUE(local_engine.ok());
   auto local = Generate(**local_engine, r);
@@ -390,9 +394,9 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
     ASSERT_TRUE(engine->SetPolicy(policy).ok());
     ASSERT_TRUE((*local)->SetPolicy(policy).ok());
     engine->ResetStats();
-    const auto dist = DistributedLogits(*engine, prompt, decode);
+    PrefillDensity dist_pairs;
+    const auto dist = DistributedLogits(*engine, prompt, decode, &dist_pairs);
     const int64_t sparse_bytes = engine->stats().comm_bytes;
-    const PrefillDensity dist_pairs = engine->last_prefill_density();
     // Vertical-slash reads bands near the diagonal and a few columns: far fewer keys cross
     // ranks. (Random weights pick blocks all over the prompt, so block-sparse fetches most of it
     // here; the A-shape policy keeps a ring for half the heads.)
@@ -402,22 +406,23 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
       EXPECT_LT(sparse_bytes * 2, dense_bytes) << fields;
     }
     std::vector<std::vector<float>> one(1);
-    ASSERT_TRUE((*local)->StartSequence(static_cast<int64_t>(prompt.size() + decode.size())).ok());
-    ASSERT_TRUE((*local)->ForwardToHost(prompt, &one[0]).ok());
-    const PrefillDensity one_pairs = (*local)->last_prefill_density();
+    ASSERT_TRUE(
+        testing::StartSequence(**local, static_cast<int64_t>(prompt.size() + decode.size())).ok());
+    PrefillDensity one_pairs;
+    ASSERT_TRUE(testing::ForwardToHost(**local, prompt, &one[0], &one_pairs).ok());
     EXPECT_EQ(dist_pairs.attended_pairs, one_pairs.attended_pairs) << fields;
     EXPECT_EQ(dist_pairs.causal_pairs, one_pairs.causal_pairs) << fields;
     EXPECT_LT(one_pairs.attended_pairs, one_pairs.causal_pairs) << fields;
     // Decode steps (a one-token prefill step would attend sparsely).
     for (int32_t id : decode) {
-      auto d = (*local)->ForwardDecode(id);
+      auto d = testing::ForwardDecode(**local, id);
       ASSERT_TRUE(d.ok()) << d.status().ToString();
       one.emplace_back(one[0].size());
       ASSERT_TRUE((*local)->backend().CopyToHost(*d, {one.back().data(), DType::kF32,
                                                      Shape{static_cast<int64_t>(one[0].size())}})
                       .ok());
     }
-    (*local)->EndSequence();
+    testing::EndSequence(**local);
     ASSERT_EQ(dist.size(), one.size());
     for (size_t i = 0; i < dist.size(); ++i) {
       EXPECT_LT(MaxRelError(dist[i], one[i]), 1e-5) << fields << " step " << i;
@@ -453,14 +458,14 @@ TEST(CpGenerateTest, OneRankThatCannotFitFailsEveryRank) {
   ASSERT_TRUE(memory.ok());
   const int64_t wide = e.comm().size() == 1 ? int64_t{1} << 33 : memory->free_bytes / 700;
   const int64_t capacity = e.comm().rank() == last ? wide : 100;
-  Status s = e.StartSequence(capacity, 50);
+  Status s = testing::StartSequence(e, capacity, 50);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("rank " + std::to_string(last) + " needs"), std::string::npos)
       << s.ToString();
-  EXPECT_FALSE(e.has_sequence());
+  EXPECT_FALSE(testing::HasSequence(e));
   // Afterwards the ranks still work together, and they count what the ring sent.
-  EXPECT_TRUE(e.StartSequence(100, 50).ok());
-  e.EndSequence();
+  EXPECT_TRUE(testing::StartSequence(e, 100, 50).ok());
+  testing::EndSequence(e);
   GenerationRequest r;
   r.prompt_ids = RandomIds(64, 97, 4);
   r.max_new_tokens = 2;
@@ -486,7 +491,7 @@ TEST(CpGenerateTest, OneRankCancellingPrefillStopsEveryRank) {
   });
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled);
   EXPECT_EQ(seen.size(), 1u);
-  EXPECT_FALSE(engine->has_sequence());
+  EXPECT_EQ(engine->num_sequences(), 0);
   // Progress runs to the whole prompt when nobody cancels.
   seen.clear();
   auto full = Generate(*engine, r, nullptr, [&](int64_t done, int64_t) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../engine_test_util.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "worker/dist/mpi_communicator.h"
 #include "worker/generate.h"
 
@@ -51,23 +52,23 @@ std::vector<std::vector<float>> DecodeLogits(Engine& e, const AttentionPolicy& p
                                              const std::vector<int32_t>& prompt,
                                              const std::vector<int32_t>& decode) {
   Communicator& comm = e.comm();
-  auto step = ShardedPrefill(Engine::kDefaultSequence, 0, prompt, comm.rank(), comm.size());
+  auto step = ShardedPrefill(testing::kSingleSequence, 0, prompt, comm.rank(), comm.size());
   EXPECT_TRUE(step.ok());
   const int64_t decode_rows = (static_cast<int64_t>(decode.size()) + comm.size() - 1) / comm.size();
-  Status started =
-      e.StartSequence(static_cast<int64_t>(step->ids.size()) + decode_rows, 0, policy, decode_rows);
+  Status started = testing::StartSequence(e, static_cast<int64_t>(step->ids.size()) + decode_rows,
+                                          0, policy, decode_rows);
   EXPECT_TRUE(started.ok()) << started.ToString();
-  EXPECT_TRUE(e.ForwardShard(step->ranges, step->ids).ok());
+  EXPECT_TRUE(testing::ForwardShard(e, step->ranges, step->ids).ok());
   std::vector<std::vector<float>> out;
   const int64_t vocab = e.config().vocab_size;
   for (int32_t id : decode) {
-    auto d = e.ForwardDecode(id);
+    auto d = testing::ForwardDecode(e, id);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (!d.ok()) break;
     out.emplace_back(static_cast<size_t>(vocab));
     EXPECT_TRUE(e.backend().CopyToHost(*d, {out.back().data(), DType::kF32, Shape{vocab}}).ok());
   }
-  e.EndSequence();
+  testing::EndSequence(e);
   return out;
 }
 

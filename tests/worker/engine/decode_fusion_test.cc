@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/backend/cpu_backend.h"
 
@@ -185,12 +186,12 @@ DecodeRun RunDecode(EngineOptions options, CountingBackend::Options backend_opti
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   if (!engine.ok()) return run;
   Engine& e = **engine;
-  EXPECT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size())).ok());
+  EXPECT_TRUE(testing::StartSequence(e, static_cast<int64_t>(ids.size())).ok());
   std::vector<float> logits;
-  EXPECT_TRUE(e.ForwardToHost(std::span(ids).first(prompt), &logits).ok());
+  EXPECT_TRUE(testing::ForwardToHost(e, std::span(ids).first(prompt), &logits).ok());
   counts.clear();
   for (size_t i = prompt; i < ids.size(); ++i) {
-    StatusOr<ConstTensorView> step = e.ForwardDecode(ids[i]);
+    StatusOr<ConstTensorView> step = testing::ForwardDecode(e, ids[i]);
     EXPECT_TRUE(step.ok()) << step.status().ToString();
     if (!step.ok()) return run;
     logits.assign(static_cast<size_t>(step->NumElements()), 0.0f);
@@ -335,9 +336,9 @@ TEST(DecodeFusionTest, FusedDecodeMatchesRecompute) {
     for (size_t s = 0; s < fused.logits.size(); ++s) {
       const std::vector<int32_t> prefix(ids.begin(),
                                         ids.begin() + static_cast<int64_t>(prompt + s + 1));
-      ASSERT_TRUE((*engine)->StartSequence(static_cast<int64_t>(prefix.size())).ok());
+      ASSERT_TRUE(testing::StartSequence(**engine, static_cast<int64_t>(prefix.size())).ok());
       std::vector<float> full;
-      ASSERT_TRUE((*engine)->ForwardToHost(prefix, &full).ok());
+      ASSERT_TRUE(testing::ForwardToHost(**engine, prefix, &full).ok());
       EXPECT_LT(MaxRelError(fused.logits[s], full), 1e-5) << s;
     }
   }

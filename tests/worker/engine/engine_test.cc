@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace millipede {
@@ -14,10 +15,10 @@ using testing::SmallConfig;
 
 std::vector<float> FullLogits(Engine& engine, const std::vector<int32_t>& ids) {
   std::vector<float> logits;
-  EXPECT_TRUE(engine.StartSequence(static_cast<int64_t>(ids.size())).ok());
-  Status s = engine.ForwardToHost(ids, &logits);
+  EXPECT_TRUE(testing::StartSequence(engine, static_cast<int64_t>(ids.size())).ok());
+  Status s = testing::ForwardToHost(engine, ids, &logits);
   EXPECT_TRUE(s.ok()) << s.ToString();
-  engine.EndSequence();
+  testing::EndSequence(engine);
   return logits;
 }
 
@@ -29,16 +30,16 @@ TEST(EngineTest, DecodeWithCacheMatchesRecompute) {
   Engine& e = **engine;
   std::vector<int32_t> ids = RandomIds(37, 97, 3);
   const size_t prompt = 30;
-  ASSERT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size())).ok());
+  ASSERT_TRUE(testing::StartSequence(e, static_cast<int64_t>(ids.size())).ok());
   std::vector<float> logits;
-  ASSERT_TRUE(e.ForwardToHost(std::span(ids).first(prompt), &logits).ok());
+  ASSERT_TRUE(testing::ForwardToHost(e, std::span(ids).first(prompt), &logits).ok());
   std::vector<std::vector<float>> incremental = {logits};
   for (size_t i = prompt; i < ids.size(); ++i) {
-    ASSERT_TRUE(e.ForwardToHost(std::span(ids).subspan(i, 1), &logits).ok());
+    ASSERT_TRUE(testing::ForwardToHost(e, std::span(ids).subspan(i, 1), &logits).ok());
     incremental.push_back(logits);
   }
-  EXPECT_EQ(e.length(), static_cast<int64_t>(ids.size()));
-  e.EndSequence();
+  EXPECT_EQ(testing::SequenceLength(e), static_cast<int64_t>(ids.size()));
+  testing::EndSequence(e);
   for (size_t i = prompt; i <= ids.size(); ++i) {
     std::vector<int32_t> prefix(ids.begin(), ids.begin() + static_cast<int64_t>(i));
     std::vector<float> full = FullLogits(e, prefix);
@@ -106,11 +107,11 @@ TEST(EngineTest, VariantsKeepCacheExactness) {
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     std::vector<int32_t> ids = RandomIds(21, 97, 6);
     Engine& e = **engine;
-    ASSERT_TRUE(e.StartSequence(21).ok());
+    ASSERT_TRUE(testing::StartSequence(e, 21).ok());
     std::vector<float> step;
-    ASSERT_TRUE(e.ForwardToHost(std::span(ids).first(20), &step).ok());
-    ASSERT_TRUE(e.ForwardToHost(std::span(ids).subspan(20, 1), &step).ok());
-    e.EndSequence();
+    ASSERT_TRUE(testing::ForwardToHost(e, std::span(ids).first(20), &step).ok());
+    ASSERT_TRUE(testing::ForwardToHost(e, std::span(ids).subspan(20, 1), &step).ok());
+    testing::EndSequence(e);
     EXPECT_LT(MaxRelError(step, FullLogits(e, ids)), 1e-5) << c.model_type;
   }
 }
@@ -121,17 +122,18 @@ TEST(EngineTest, RejectsBadInput) {
   Engine& e = **engine;
   std::vector<int32_t> ids = {1, 2, 3};
   std::vector<float> logits;
-  EXPECT_FALSE(e.ForwardToHost(ids, &logits).ok());  // no sequence
-  ASSERT_TRUE(e.StartSequence(4).ok());
+  EXPECT_FALSE(testing::ForwardToHost(e, ids, &logits).ok());  // no sequence
+  ASSERT_TRUE(testing::StartSequence(e, 4).ok());
   std::vector<int32_t> bad = {1, 97};
-  Status s = e.ForwardToHost(bad, &logits);
+  Status s = testing::ForwardToHost(e, bad, &logits);
   EXPECT_NE(s.message().find("97"), std::string::npos) << s.ToString();
-  EXPECT_EQ(e.length(), 0);  // nothing was appended
+  EXPECT_EQ(testing::SequenceLength(e), 0);  // nothing was appended
   std::vector<int32_t> too_many = {1, 2, 3, 4, 5};
-  EXPECT_NE(e.ForwardToHost(too_many, &logits).message().find("capacity"), std::string::npos);
-  EXPECT_TRUE(e.ForwardToHost(ids, &logits).ok());
-  EXPECT_FALSE(e.StartSequence(0).ok());
-  EXPECT_FALSE(e.StartSequence(8193).ok());
+  EXPECT_NE(testing::ForwardToHost(e, too_many, &logits).message().find("capacity"),
+            std::string::npos);
+  EXPECT_TRUE(testing::ForwardToHost(e, ids, &logits).ok());
+  EXPECT_FALSE(testing::StartSequence(e, 0).ok());
+  EXPECT_FALSE(testing::StartSequence(e, 8193).ok());
 
   EngineOptions bad_options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32);
   bad_options.random_config.num_key_value_heads = 3;  // 4 heads are not divisible by 3
@@ -139,7 +141,7 @@ TEST(EngineTest, RejectsBadInput) {
   bad_options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kI32);
   auto bad_kv = Engine::Create(bad_options);
   ASSERT_TRUE(bad_kv.ok());
-  EXPECT_FALSE((*bad_kv)->StartSequence(4).ok());
+  EXPECT_FALSE(testing::StartSequence(**bad_kv, 4).ok());
 }
 
 }  // namespace

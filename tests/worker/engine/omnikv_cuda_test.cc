@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tests/have_gpu.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace millipede {
@@ -39,21 +40,21 @@ std::vector<std::vector<float>> DecodeLogits(Engine& e, const AttentionPolicy& p
                                              const std::vector<int32_t>& prompt,
                                              const std::vector<int32_t>& decode) {
   const int64_t n = static_cast<int64_t>(prompt.size()), m = static_cast<int64_t>(decode.size());
-  Status started = e.StartSequence(n + m, 0, policy, m);
+  Status started = testing::StartSequence(e, n + m, 0, policy, m);
   EXPECT_TRUE(started.ok()) << started.ToString();
   std::vector<float> prompt_logits;
-  EXPECT_TRUE(e.ForwardToHost(prompt, &prompt_logits).ok());
+  EXPECT_TRUE(testing::ForwardToHost(e, prompt, &prompt_logits).ok());
   std::vector<std::vector<float>> out;
   const int64_t vocab = e.config().vocab_size;
   for (int32_t id : decode) {
-    auto d = e.ForwardDecode(id);
+    auto d = testing::ForwardDecode(e, id);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (!d.ok()) break;
     out.emplace_back(static_cast<size_t>(vocab));
     EXPECT_TRUE(e.backend().CopyToHost(*d, {out.back().data(), DType::kF32, Shape{vocab}}).ok());
   }
   EXPECT_TRUE(e.backend().Synchronize().ok());
-  e.EndSequence();
+  testing::EndSequence(e);
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/generate.h"
 
@@ -44,12 +45,12 @@ std::vector<std::vector<float>> Logits(Engine& e, const std::optional<AttentionP
                                        const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& decode) {
   const int64_t n = static_cast<int64_t>(prompt.size()), m = static_cast<int64_t>(decode.size());
-  Status started = e.StartSequence(n + m, 0, policy, m);
+  Status started = testing::StartSequence(e, n + m, 0, policy, m);
   EXPECT_TRUE(started.ok()) << started.ToString();
   std::vector<std::vector<float>> out(1);
-  EXPECT_TRUE(e.ForwardToHost(prompt, &out[0]).ok());
+  EXPECT_TRUE(testing::ForwardToHost(e, prompt, &out[0]).ok());
   for (int32_t id : decode) {
-    auto d = e.ForwardDecode(id);
+    auto d = testing::ForwardDecode(e, id);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (!d.ok()) break;
     out.emplace_back(static_cast<size_t>(e.config().vocab_size));
@@ -57,7 +58,7 @@ std::vector<std::vector<float>> Logits(Engine& e, const std::optional<AttentionP
                     .CopyToHost(*d, {out.back().data(), DType::kF32, Shape{e.config().vocab_size}})
                     .ok());
   }
-  e.EndSequence();
+  testing::EndSequence(e);
   return out;
 }
 
@@ -117,7 +118,7 @@ TEST(OmniKvEngineTest, HostTierHoldsTheContextRowsOfItsLayers) {
   auto engine = MakeEngine(SelectedKvTier::kHost);
   Engine& e = *engine;
   const int64_t capacity = 100, decode_rows = 10;
-  ASSERT_TRUE(e.StartSequence(capacity, 0, OmniPolicy(e, 8), decode_rows).ok());
+  ASSERT_TRUE(testing::StartSequence(e, capacity, 0, OmniPolicy(e, 8), decode_rows).ok());
   // Layers 3, 4 and 7 (selected, not right after a filter layer): 90 context rows each of
   // 2 x 2 KV heads x 16 x 4 bytes.
   const int64_t row = 2 * 2 * 16 * 4;
@@ -125,7 +126,7 @@ TEST(OmniKvEngineTest, HostTierHoldsTheContextRowsOfItsLayers) {
   // Every other layer keeps all rows on the device; the three keep their 10 generated rows there,
   // and share two staging slots of one step (capacity rows).
   EXPECT_EQ(e.KvBytes() - e.HostKvBytes(), (5 * capacity + 3 * decode_rows + 2 * capacity) * row);
-  e.EndSequence();
+  testing::EndSequence(e);
   EXPECT_EQ(e.HostKvBytes(), 0);
 
   SequenceOptions o{capacity, capacity, OmniPolicy(e, 8), decode_rows, SelectedKvTier::kHost};
@@ -164,17 +165,17 @@ TEST(OmniKvEngineTest, PartialHostTierTakesTheLayersFarthestFromTheirFilterFirst
   for (int64_t layers : {1, 2}) {
     const int64_t n = static_cast<int64_t>(prompt.size()), m = static_cast<int64_t>(decode.size());
     SequenceOptions partial{n + m, 0, OmniPolicy(e, 5), m, SelectedKvTier::kHost, layers};
-    ASSERT_TRUE(e.StartSequence(Engine::kDefaultSequence, partial).ok());
+    ASSERT_TRUE(e.StartSequence(testing::kSingleSequence, partial).ok());
     EXPECT_EQ(e.HostKvBytes(), layers * (n + m - m) * row);
     std::vector<std::vector<float>> got(1);
-    ASSERT_TRUE(e.ForwardToHost(prompt, &got[0]).ok());
+    ASSERT_TRUE(testing::ForwardToHost(e, prompt, &got[0]).ok());
     for (int32_t id : decode) {
-      auto d = e.ForwardDecode(id);
+      auto d = testing::ForwardDecode(e, id);
       ASSERT_TRUE(d.ok()) << d.status().ToString();
       got.emplace_back(97);
       ASSERT_TRUE(e.backend().CopyToHost(*d, {got.back().data(), DType::kF32, Shape{97}}).ok());
     }
-    e.EndSequence();
+    testing::EndSequence(e);
     EXPECT_EQ(got, want) << layers << " host-tier layers";
   }
 }
@@ -187,12 +188,12 @@ TEST(OmniKvEngineTest, SyntheticSequencesFillBothTiers) {
     auto engine = MakeEngine(tier);
     Engine& e = *engine;
     ASSERT_TRUE(e.SetPolicy(OmniPolicy(e, 16)).ok());
-    Status started = e.StartSyntheticSequence(6000, 3);
+    Status started = testing::StartSyntheticSequence(e, 6000, 3);
     ASSERT_TRUE(started.ok()) << started.ToString();
-    EXPECT_EQ(e.length(), 6000);
+    EXPECT_EQ(testing::SequenceLength(e), 6000);
     EXPECT_EQ(e.HostKvBytes() > 0, tier == SelectedKvTier::kHost);
     for (int32_t id : {3, 4, 5}) {
-      auto d = e.ForwardDecode(id);
+      auto d = testing::ForwardDecode(e, id);
       ASSERT_TRUE(d.ok()) << d.status().ToString();
       logits.emplace_back(97);
       ASSERT_TRUE(e.backend().CopyToHost(*d, {logits.back().data(), DType::kF32, Shape{97}}).ok());
@@ -218,7 +219,7 @@ TEST(OmniKvEngineTest, BadPoliciesAreRefusedBeforeAnyWork) {
   EXPECT_NE(refused.status().message().find("layer 2 is \"selected\" but no \"filter\" layer"),
             std::string::npos)
       << refused.status().ToString();
-  EXPECT_FALSE(e.has_sequence());
+  EXPECT_EQ(e.num_sequences(), 0);
   p.filter.top_k = 0;
   p.layers[2].decode.assign(2, DecodeRole::kFull);
   r.policy = p;
@@ -233,7 +234,7 @@ TEST(OmniKvEngineTest, BadPoliciesAreRefusedBeforeAnyWork) {
   o.selected_kv = SelectedKvTier::kHost;
   auto big = Engine::Create(o);
   ASSERT_TRUE(big.ok());
-  Status s = (*big)->StartSequence(int64_t{1} << 33, 16, OmniPolicy(**big, 8), 16);
+  Status s = testing::StartSequence(**big, int64_t{1} << 33, 16, OmniPolicy(**big, 8), 16);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("host tier"), std::string::npos) << s.ToString();
 }

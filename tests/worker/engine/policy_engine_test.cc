@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "policy/head_groups.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/generate.h"
 
@@ -48,7 +49,7 @@ TEST(EnginePolicyTest, DensePolicyRunsAndOthersAreRefusedClearly) {
   // A policy for another model is refused before any work.
   r.policy = DensePolicy(9, 2);  // the model has 2 layers
   EXPECT_EQ(Generate(e, r).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(e.has_sequence());
+  EXPECT_EQ(e.num_sequences(), 0);
   // The engine's own policy is untouched by the refused requests.
   EXPECT_TRUE(e.policy().IsDense());
   r.policy.reset();
@@ -93,8 +94,8 @@ using testing::SmallConfig;
 
 std::vector<float> PromptLogits(Engine& e, const std::vector<int32_t>& ids) {
   std::vector<float> logits;
-  EXPECT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size()) + 4).ok());
-  Status s = e.ForwardToHost(ids, &logits);
+  EXPECT_TRUE(testing::StartSequence(e, static_cast<int64_t>(ids.size()) + 4).ok());
+  Status s = testing::ForwardToHost(e, ids, &logits);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return logits;
 }
@@ -140,7 +141,7 @@ TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
   const std::vector<int32_t> ids = RandomIds(60, 97, 6);
   const std::vector<float> prompt_logits = PromptLogits(e, ids);
   std::vector<float> full_step(97), narrow_step(97);
-  auto step = e.ForwardDecode(11);
+  auto step = testing::ForwardDecode(e, 11);
   ASSERT_TRUE(step.ok());
   ASSERT_TRUE(e.backend().CopyToHost(*step, {full_step.data(), DType::kF32, Shape{97}}).ok());
   ASSERT_TRUE(e.SetPolicy(testing::PolicyFor(e, R"({"version": 1,
@@ -148,7 +149,7 @@ TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
       "streaming_head": {"sink_tokens": 2, "window_tokens": 3}})"))
                   .ok());
   PromptLogits(e, ids);  // prefill is unaffected by the decode role
-  step = e.ForwardDecode(11);
+  step = testing::ForwardDecode(e, 11);
   ASSERT_TRUE(step.ok());
   ASSERT_TRUE(e.backend().CopyToHost(*step, {narrow_step.data(), DType::kF32, Shape{97}}).ok());
   EXPECT_GT(MaxRelError(narrow_step, full_step), 1e-3);
@@ -179,8 +180,8 @@ TEST(EnginePolicyTest, MixedDecodeLayerHeadsEqualTheirSingleRoleLayers) {
                     .ok());
     observed.clear();
     PromptLogits(e, prompt);
-    for (int32_t id : {4, 40, 77}) EXPECT_TRUE(e.ForwardDecode(id).ok());
-    e.EndSequence();
+    for (int32_t id : {4, 40, 77}) EXPECT_TRUE(testing::ForwardDecode(e, id).ok());
+    testing::EndSequence(e);
     return observed;
   };
   const auto full = run(R"("full")");
@@ -267,11 +268,11 @@ TEST(EnginePolicyTest, PerGroupStoresAreWhatTheMemoryPlanCounts) {
   EXPECT_EQ(plan->kv_bytes, c.num_hidden_layers * (capacity + 2 + 2 * 8 + step) * row);
   // What the coordinator's admission counts for such a job (policy/head_groups.h).
   EXPECT_EQ(plan->kv_bytes, KvHeadRows(o.policy, 2, capacity, step) * row);
-  ASSERT_TRUE(e.StartSequence(Engine::kDefaultSequence, o).ok());
+  ASSERT_TRUE(e.StartSequence(testing::kSingleSequence, o).ok());
   // The stores, and one step's staging rows of both heads.
   EXPECT_EQ(e.KvBytes(), plan->kv_bytes + step * 2 * row);
   EXPECT_LE(e.KvBytes(), plan->kv_bytes + plan->head_group_bytes);
-  e.EndSequence();
+  testing::EndSequence(e);
   EXPECT_FALSE(Sequence::SplitsKvHeads({100, step, duo(8)}));
   EXPECT_FALSE(Sequence::SplitsKvHeads({capacity, step, duo(20)}));
   o.split_kv_heads = false;

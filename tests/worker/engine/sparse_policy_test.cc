@@ -4,6 +4,7 @@
 // query tiles cannot serve are refused clearly.
 #include <gtest/gtest.h>
 
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/generate.h"
 
@@ -17,10 +18,10 @@ using testing::SmallConfig;
 
 std::vector<float> PromptLogits(Engine& e, const std::vector<int32_t>& ids) {
   std::vector<float> logits;
-  EXPECT_TRUE(e.StartSequence(static_cast<int64_t>(ids.size()) + 4).ok());
-  Status s = e.ForwardToHost(ids, &logits);
+  EXPECT_TRUE(testing::StartSequence(e, static_cast<int64_t>(ids.size()) + 4).ok());
+  Status s = testing::ForwardToHost(e, ids, &logits);
   EXPECT_TRUE(s.ok()) << s.ToString();
-  e.EndSequence();
+  testing::EndSequence(e);
   return logits;
 }
 
@@ -117,7 +118,7 @@ TEST_F(SparsePolicyTest, BlockSizesTheTilesCannotServeAreRefused) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("block 48 (layer 0, KV head 0)"), std::string::npos)
       << refused.status().ToString();
-  EXPECT_FALSE(engine_->has_sequence());
+  EXPECT_EQ(engine_->num_sequences(), 0);
   r.policy.reset();
   EXPECT_TRUE(Generate(*engine_, r).ok());
 }

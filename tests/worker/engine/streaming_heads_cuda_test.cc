@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/have_gpu.h"
+#include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/engine/step_plan.h"
 
@@ -26,18 +27,18 @@ std::vector<std::vector<float>> Logits(Engine& e, const std::vector<int32_t>& pr
                                        const std::vector<int32_t>& decode) {
   const int64_t vocab = e.config().vocab_size;
   std::vector<std::vector<float>> out(1);
-  EXPECT_TRUE(e.StartSequence(static_cast<int64_t>(prompt.size() + decode.size())).ok());
-  Status s = e.ForwardToHost(prompt, &out[0]);
+  EXPECT_TRUE(testing::StartSequence(e, static_cast<int64_t>(prompt.size() + decode.size())).ok());
+  Status s = testing::ForwardToHost(e, prompt, &out[0]);
   EXPECT_TRUE(s.ok()) << s.ToString();
   for (int32_t id : decode) {
-    auto step = e.ForwardDecode(id);
+    auto step = testing::ForwardDecode(e, id);
     EXPECT_TRUE(step.ok()) << step.status().ToString();
     if (!step.ok()) break;
     out.emplace_back(static_cast<size_t>(vocab));
     EXPECT_TRUE(
         e.backend().CopyToHost(*step, {out.back().data(), DType::kF32, Shape{vocab}}).ok());
   }
-  e.EndSequence();
+  testing::EndSequence(e);
   return out;
 }
 

@@ -1,10 +1,13 @@
-// Many jobs on one engine, step by step: the workers' side of continuous batching. Each job is a
-// sequence of the engine with its own sampler (penalty history, seed) and stop rules; a step
-// plan (control/messages.h) frees finished or cancelled jobs, starts new ones (the ranks'
-// memory plans checked together), and runs the prefill chunks and decode tokens of many jobs in
-// one Engine::RunStep; then each job whose prompt is complete, or that decoded, samples its next
-// token on one rank (a decode token's on rank 0, a prompt's first on the rank holding its last
-// position) and every rank learns it, so the ranks keep the same jobs in the same state.
+// Many jobs on one engine, step by step: the engine's one driver, run by the service's workers
+// (continuous batching, worker/control/worker_loop.h) and, with one job, by Generate (offline
+// runs, generate.h), so the stop rules, the sampling rank and the draws' broadcast are written
+// once, here. Each job is a sequence of the engine with its own sampler (penalty history, seed)
+// and stop rules; a step plan (control/messages.h) frees finished or cancelled jobs, starts new
+// ones (the ranks' memory plans checked together), and runs the prefill chunks and decode tokens
+// of many jobs in one Engine::RunStep; then each job whose prompt is complete, or that decoded,
+// samples its next token on one rank (a decode token's on rank 0, a prompt's first on the rank
+// holding its last position) and every rank learns it, so the ranks keep the same jobs in the
+// same state.
 //
 // Every rank of the engine's communicator calls Run with the same plans in the same order. A
 // job's failure (its start refused, its entry malformed, its draw failed) fails that job on

@@ -3,13 +3,13 @@
 // jobs' decode tokens and their own sampling settings, give exactly the tokens (and
 // log-probabilities) Generate gives each alone; a job ended mid-batch frees exactly its KV; a
 // start the engine refuses and malformed entries fail only their job.
-#include "worker/control/batch_runner.h"
+#include "worker/batch_runner.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "../engine_test_util.h"
+#include "engine_test_util.h"
 #include "worker/dist/mpi_communicator.h"
 #include "worker/generate.h"
 

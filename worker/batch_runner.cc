@@ -1,4 +1,4 @@
-#include "worker/control/batch_runner.h"
+#include "worker/batch_runner.h"
 
 #include <algorithm>
 #include <chrono>
