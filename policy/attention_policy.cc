@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "policy/pattern_table.h"
+
 namespace millipede {
 namespace {
 
@@ -17,13 +19,14 @@ constexpr const char* kLayerWideRule =
     "streaming-head may mix)";
 
 bool IsLayerWide(DecodeRole r) {
-  return r == DecodeRole::kFilter || r == DecodeRole::kSelected || r == DecodeRole::kStaticEviction;
+  const DecodeRoleFacts* facts = FindRoleFacts(r);
+  return facts != nullptr && facts->layer_wide;
 }
 
 // Token counts and sizes beyond any context are refused, so that no sum of them overflows.
 constexpr int64_t kMaxPolicyValue = int64_t{1} << 40;
 
-Status CheckPositive(int64_t value, const std::string& where, const char* name) {
+Status CheckPositive(int64_t value, const std::string& where, const std::string& name) {
   MP_REQUIRE(value > 0, where, ": ", name, " must be positive, got ", value);
   MP_REQUIRE(value <= kMaxPolicyValue, where, ": ", name, " is ", value,
              ", beyond any context (at most 2^40)");
@@ -32,24 +35,14 @@ Status CheckPositive(int64_t value, const std::string& where, const char* name) 
 
 // The parameters a head's pattern uses are positive.
 Status CheckHeadParams(const HeadPrefillPolicy& head, const std::string& where) {
-  switch (head.pattern) {
-    case PrefillPattern::kDense:
-      return OkStatus();
-    case PrefillPattern::kAShape:
-      MP_RETURN_IF_ERROR(CheckPositive(head.a_shape.sink_tokens, where, "a_shape.sink_tokens"));
-      return CheckPositive(head.a_shape.window_tokens, where, "a_shape.window_tokens");
-    case PrefillPattern::kVerticalSlash:
-      MP_RETURN_IF_ERROR(
-          CheckPositive(head.vertical_slash.last_queries, where, "vertical_slash.last_queries"));
-      MP_RETURN_IF_ERROR(
-          CheckPositive(head.vertical_slash.vertical, where, "vertical_slash.vertical"));
-      return CheckPositive(head.vertical_slash.slash, where, "vertical_slash.slash");
-    case PrefillPattern::kBlockSparse:
-      MP_RETURN_IF_ERROR(CheckPositive(head.block_sparse.block, where, "block_sparse.block"));
-      return CheckPositive(head.block_sparse.top_blocks, where, "block_sparse.top_blocks");
-  }
-  return InvalidArgumentError(where + ": unknown prefill pattern " +
-                              std::to_string(static_cast<int>(head.pattern)));
+  const PrefillPatternFacts* facts = FindPatternFacts(head.pattern);
+  if (facts == nullptr)
+    return InvalidArgumentError(where + ": unknown prefill pattern " +
+                                std::to_string(static_cast<int>(head.pattern)));
+  for (const PolicyParam<HeadPrefillPolicy>& p : facts->params)
+    MP_RETURN_IF_ERROR(
+        CheckPositive(p.read(head), where, std::string(facts->params_key) + "." + p.name));
+  return OkStatus();
 }
 
 Status ValidateLayer(const LayerPolicy& layer, size_t l, int64_t num_kv_heads,
@@ -97,43 +90,48 @@ std::string JoinNames(const std::vector<const char*>& names) {
 }  // namespace
 
 const char* PrefillPatternName(PrefillPattern p) {
-  switch (p) {
-    case PrefillPattern::kDense: return "dense";
-    case PrefillPattern::kAShape: return "a-shape";
-    case PrefillPattern::kVerticalSlash: return "vertical-slash";
-    case PrefillPattern::kBlockSparse: return "block-sparse";
-  }
-  return "?";
+  const PrefillPatternFacts* facts = FindPatternFacts(p);
+  return facts == nullptr ? "?" : facts->name;
+}
+
+bool IsDynamicSparse(PrefillPattern p) {
+  const PrefillPatternFacts* facts = FindPatternFacts(p);
+  return facts != nullptr && facts->dynamic_sparse;
 }
 
 const char* DecodeRoleName(DecodeRole r) {
-  switch (r) {
-    case DecodeRole::kFull: return "full";
-    case DecodeRole::kFilter: return "filter";
-    case DecodeRole::kSelected: return "selected";
-    case DecodeRole::kStreamingHead: return "streaming-head";
-    case DecodeRole::kStaticEviction: return "static-eviction";
-  }
-  return "?";
+  const DecodeRoleFacts* facts = FindRoleFacts(r);
+  return facts == nullptr ? "?" : facts->name;
 }
 
+namespace {
+
+// The entry of `table` named `name` (or its alias); an error listing every accepted name.
+template <typename Facts>
+StatusOr<const Facts*> FindByName(std::span<const Facts> table, std::string_view name,
+                                  const char* noun) {
+  std::string names;
+  for (const Facts& f : table) {
+    if (name == f.name || (f.alias != nullptr && name == f.alias)) return &f;
+    names += (names.empty() ? "" : ", ") + std::string(f.name);
+    if (f.alias != nullptr) names += ", " + std::string(f.alias);
+  }
+  return InvalidArgumentError("unknown " + std::string(noun) + " \"" + std::string(name) + "\" (" +
+                              names + ")");
+}
+
+}  // namespace
+
 StatusOr<PrefillPattern> ParsePrefillPattern(std::string_view name) {
-  if (name == "dense") return PrefillPattern::kDense;
-  if (name == "a-shape" || name == "streaming") return PrefillPattern::kAShape;
-  if (name == "vertical-slash") return PrefillPattern::kVerticalSlash;
-  if (name == "block-sparse") return PrefillPattern::kBlockSparse;
-  return InvalidArgumentError("unknown prefill pattern \"" + std::string(name) +
-                              "\" (dense, a-shape, streaming, vertical-slash, block-sparse)");
+  MP_ASSIGN_OR_RETURN(const PrefillPatternFacts* facts,
+                      FindByName(PrefillPatternTable(), name, "prefill pattern"));
+  return facts->pattern;
 }
 
 StatusOr<DecodeRole> ParseDecodeRole(std::string_view name) {
-  if (name == "full") return DecodeRole::kFull;
-  if (name == "filter") return DecodeRole::kFilter;
-  if (name == "selected") return DecodeRole::kSelected;
-  if (name == "streaming-head") return DecodeRole::kStreamingHead;
-  if (name == "static-eviction" || name == "h2o") return DecodeRole::kStaticEviction;
-  return InvalidArgumentError("unknown decode role \"" + std::string(name) +
-                              "\" (full, filter, selected, streaming-head, static-eviction)");
+  MP_ASSIGN_OR_RETURN(const DecodeRoleFacts* facts,
+                      FindByName(DecodeRoleTable(), name, "decode role"));
+  return facts->role;
 }
 
 bool LayerPolicy::MixedDecode() const {
@@ -189,15 +187,11 @@ Status ValidateAttentionPolicy(const AttentionPolicy& policy, int64_t num_layers
              policy.dense_below_tokens);
   MP_REQUIRE(policy.dense_below_tokens <= kMaxPolicyValue, what, ": dense_below_tokens is ",
              policy.dense_below_tokens, ", beyond any context (at most 2^40)");
-  MP_RETURN_IF_ERROR(CheckPositive(policy.filter.top_k, what, "filter.top_k"));
-  MP_RETURN_IF_ERROR(
-      CheckPositive(policy.streaming_head.sink_tokens, what, "streaming_head.sink_tokens"));
-  MP_RETURN_IF_ERROR(
-      CheckPositive(policy.streaming_head.window_tokens, what, "streaming_head.window_tokens"));
-  const StaticEvictionParams& se = policy.static_eviction;
-  MP_RETURN_IF_ERROR(CheckPositive(se.keep_tokens, what, "static_eviction.keep_tokens"));
-  MP_RETURN_IF_ERROR(CheckPositive(se.recent_tokens, what, "static_eviction.recent_tokens"));
-  MP_RETURN_IF_ERROR(CheckPositive(se.observed_queries, what, "static_eviction.observed_queries"));
+  // Every role's model-wide parameters, used by a layer or not.
+  for (const DecodeRoleFacts& role : DecodeRoleTable())
+    for (const PolicyParam<AttentionPolicy>& p : role.params)
+      MP_RETURN_IF_ERROR(
+          CheckPositive(p.read(policy), what, std::string(role.params_key) + "." + p.name));
   bool filter_seen = false;
   for (size_t l = 0; l < policy.layers.size(); ++l) {
     const LayerPolicy& layer = policy.layers[l];

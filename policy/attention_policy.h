@@ -63,10 +63,9 @@ inline constexpr int kNumPrefillPatterns = 4;
 inline constexpr int kNumDecodeRoles = 5;
 
 const char* PrefillPatternName(PrefillPattern p);  // "dense", "a-shape", ...
-// Vertical-slash and block-sparse: patterns whose index is built from the prompt at run time.
-inline bool IsDynamicSparse(PrefillPattern p) {
-  return p == PrefillPattern::kVerticalSlash || p == PrefillPattern::kBlockSparse;
-}
+// Vertical-slash and block-sparse: patterns whose index is built from the prompt at run time
+// (policy/pattern_table.h says which).
+bool IsDynamicSparse(PrefillPattern p);
 const char* DecodeRoleName(DecodeRole r);          // "full", "filter", ...
 StatusOr<PrefillPattern> ParsePrefillPattern(std::string_view name);
 StatusOr<DecodeRole> ParseDecodeRole(std::string_view name);

@@ -6,6 +6,7 @@
 #include "common/file_util.h"
 #include "common/json_util.h"
 #include "policy/attention_policy.h"
+#include "policy/pattern_table.h"
 
 namespace millipede {
 namespace {
@@ -30,42 +31,36 @@ Status ReadPositive(const Json& obj, const char* key, const std::string& where, 
   return OkStatus();
 }
 
-// Each parameter set's fields by name.
-template <typename P>
-using ParamFields = std::vector<std::pair<const char*, int64_t P::*>>;
-
-const ParamFields<AShapeParams> kAShapeFields = {{"sink_tokens", &AShapeParams::sink_tokens},
-                                                 {"window_tokens", &AShapeParams::window_tokens}};
-const ParamFields<VerticalSlashParams> kVerticalSlashFields = {
-    {"last_queries", &VerticalSlashParams::last_queries},
-    {"vertical", &VerticalSlashParams::vertical},
-    {"slash", &VerticalSlashParams::slash}};
-const ParamFields<BlockSparseParams> kBlockSparseFields = {
-    {"block", &BlockSparseParams::block}, {"top_blocks", &BlockSparseParams::top_blocks}};
-const ParamFields<FilterParams> kFilterFields = {{"top_k", &FilterParams::top_k}};
-const ParamFields<StaticEvictionParams> kStaticEvictionFields = {
-    {"keep_tokens", &StaticEvictionParams::keep_tokens},
-    {"recent_tokens", &StaticEvictionParams::recent_tokens},
-    {"observed_queries", &StaticEvictionParams::observed_queries}};
-
-// The fields `obj` names, into `*params` (the others unchanged).
-template <typename P>
-Status ReadParamObject(const Json& obj, const ParamFields<P>& fields, const std::string& where,
-                       P* params) {
+// The fields `obj` names among `params`, into `*owner` (the others unchanged).
+template <typename Owner>
+Status ReadParamObject(const Json& obj, const std::vector<PolicyParam<Owner>>& params,
+                       const std::string& where, Owner* owner) {
   std::set<std::string> allowed;
-  for (const auto& [name, member] : fields) allowed.insert(name);
+  for (const PolicyParam<Owner>& p : params) allowed.insert(p.name);
   MP_RETURN_IF_ERROR(CheckKeys(obj, allowed, where));
-  for (const auto& [name, member] : fields)
-    MP_RETURN_IF_ERROR(ReadPositive(obj, name, where, &(params->*member)));
+  for (const PolicyParam<Owner>& p : params)
+    MP_RETURN_IF_ERROR(ReadPositive(obj, p.name, where, &p.ref(*owner)));
   return OkStatus();
 }
 
 // A top-level parameter object, when present.
-template <typename P>
-Status ReadTopLevelParams(const Json& root, const char* key, const ParamFields<P>& fields,
-                          const std::string& what, P* params) {
-  if (!root.contains(key)) return OkStatus();
-  return ReadParamObject(root.at(key), fields, what + ": " + key, params);
+template <typename Owner>
+Status ReadTopLevelParams(const Json& root, const char* key,
+                          const std::vector<PolicyParam<Owner>>& params, const std::string& what,
+                          Owner* owner) {
+  if (key == nullptr || !root.contains(key)) return OkStatus();
+  return ReadParamObject(root.at(key), params, what + ": " + key, owner);
+}
+
+// `fixed` and every prefill pattern's parameter object (and, with `roles`, every decode role's):
+// the fields a policy object may have.
+std::set<std::string> KnownKeys(std::set<std::string> fixed, bool roles) {
+  for (const PrefillPatternFacts& f : PrefillPatternTable())
+    if (f.params_key != nullptr) fixed.insert(f.params_key);
+  if (roles)
+    for (const DecodeRoleFacts& f : DecodeRoleTable())
+      if (f.params_key != nullptr) fixed.insert(f.params_key);
+  return fixed;
 }
 
 // A name for every head or a list with one name per KV head, each parsed by `parse`.
@@ -93,17 +88,16 @@ StatusOr<std::vector<T>> ReadPerHeadNames(const Json& v, size_t num_kv_heads, co
 }
 
 // A layer entry's parameters of one pattern: one object for every head, or a list with one per
-// KV head (null: unchanged) whose objects may only be given for heads of `pattern`.
-template <typename P>
-Status ReadHeadParams(const Json& entry, const char* key, const ParamFields<P>& fields,
-                      P HeadPrefillPolicy::*member, PrefillPattern pattern,
-                      const std::string& where, std::vector<HeadPrefillPolicy>* heads) {
-  if (!entry.contains(key)) return OkStatus();
+// KV head (null: unchanged) whose objects may only be given for heads of the pattern.
+Status ReadHeadParams(const Json& entry, const PrefillPatternFacts& facts, const std::string& where,
+                      std::vector<HeadPrefillPolicy>* heads) {
+  const char* key = facts.params_key;
+  if (key == nullptr || !entry.contains(key)) return OkStatus();
   const Json& v = entry.at(key);
   const std::string at = where + "." + key;
   if (v.is_object()) {
     for (HeadPrefillPolicy& head : *heads)
-      MP_RETURN_IF_ERROR(ReadParamObject(v, fields, at, &(head.*member)));
+      MP_RETURN_IF_ERROR(ReadParamObject(v, facts.params, at, &head));
     return OkStatus();
   }
   MP_REQUIRE(v.is_array(), at,
@@ -115,9 +109,9 @@ Status ReadHeadParams(const Json& entry, const char* key, const ParamFields<P>& 
     if (v[h].is_null()) continue;
     HeadPrefillPolicy& head = (*heads)[h];
     const std::string head_at = at + "[" + std::to_string(h) + "]";
-    MP_REQUIRE(head.pattern == pattern, head_at, " is given, but KV head ", h, " is ",
-               PrefillPatternName(head.pattern), ", not ", PrefillPatternName(pattern));
-    MP_RETURN_IF_ERROR(ReadParamObject(v[h], fields, head_at, &(head.*member)));
+    MP_REQUIRE(head.pattern == facts.pattern, head_at, " is given, but KV head ", h, " is ",
+               PrefillPatternName(head.pattern), ", not ", facts.name);
+    MP_RETURN_IF_ERROR(ReadParamObject(v[h], facts.params, head_at, &head));
   }
   return OkStatus();
 }
@@ -132,15 +126,8 @@ Status ReadLayerEntry(const Json& entry, const std::string& where, LayerPolicy* 
                                          where, ParsePrefillPattern));
     for (size_t h = 0; h < num_kv_heads; ++h) layer->prefill[h].pattern = patterns[h];
   }
-  std::vector<HeadPrefillPolicy>* heads = &layer->prefill;
-  MP_RETURN_IF_ERROR(ReadHeadParams(entry, "a_shape", kAShapeFields, &HeadPrefillPolicy::a_shape,
-                                    PrefillPattern::kAShape, where, heads));
-  MP_RETURN_IF_ERROR(ReadHeadParams(entry, "vertical_slash", kVerticalSlashFields,
-                                    &HeadPrefillPolicy::vertical_slash,
-                                    PrefillPattern::kVerticalSlash, where, heads));
-  MP_RETURN_IF_ERROR(ReadHeadParams(entry, "block_sparse", kBlockSparseFields,
-                                    &HeadPrefillPolicy::block_sparse, PrefillPattern::kBlockSparse,
-                                    where, heads));
+  for (const PrefillPatternFacts& facts : PrefillPatternTable())
+    MP_RETURN_IF_ERROR(ReadHeadParams(entry, facts, where, &layer->prefill));
   if (entry.contains("decode")) {
     MP_ASSIGN_OR_RETURN(layer->decode,
                         ReadPerHeadNames<DecodeRole>(entry.at("decode"), num_kv_heads, "decode",
@@ -157,8 +144,7 @@ Status ReadLayers(const Json& layers, const std::string& what, AttentionPolicy* 
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string where = what + ": layers[" + std::to_string(i) + "]";
     const Json& l = layers[i];
-    MP_RETURN_IF_ERROR(CheckKeys(
-        l, {"layer", "prefill", "decode", "a_shape", "vertical_slash", "block_sparse"}, where));
+    MP_RETURN_IF_ERROR(CheckKeys(l, KnownKeys({"layer", "prefill", "decode"}, false), where));
     MP_ASSIGN_OR_RETURN(int64_t index, JsonGetInt(l, "layer", where));
     MP_REQUIRE(index >= 0 && index < num_layers, where, ": layer ", index,
                " outside the model's [0, ", num_layers, ")");
@@ -174,11 +160,8 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
                                                int64_t num_kv_heads, const std::string& what) {
   MP_REQUIRE(num_layers > 0 && num_kv_heads > 0, what, ": the model has no layers or KV heads");
   MP_ASSIGN_OR_RETURN(Json root, ParseJsonRejectingDuplicateKeys(text, what, "field"));
-  MP_RETURN_IF_ERROR(
-      CheckKeys(root,
-                {"version", "default", "dense_below_tokens", "a_shape", "vertical_slash",
-                 "block_sparse", "filter", "streaming_head", "static_eviction", "layers"},
-                what));
+  MP_RETURN_IF_ERROR(CheckKeys(
+      root, KnownKeys({"version", "default", "dense_below_tokens", "layers"}, true), what));
   MP_ASSIGN_OR_RETURN(int64_t version, JsonGetInt(root, "version", what));
   MP_REQUIRE(version == 1, what, ": version ", version, " is not supported (expected 1)");
   AttentionPolicy policy = DensePolicy(num_layers, num_kv_heads);
@@ -187,23 +170,16 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
              policy.dense_below_tokens);
   // Every head's starting parameters.
   HeadPrefillPolicy head;
-  MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "a_shape", kAShapeFields, what, &head.a_shape));
-  MP_RETURN_IF_ERROR(
-      ReadTopLevelParams(root, "vertical_slash", kVerticalSlashFields, what, &head.vertical_slash));
-  MP_RETURN_IF_ERROR(
-      ReadTopLevelParams(root, "block_sparse", kBlockSparseFields, what, &head.block_sparse));
-  MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "filter", kFilterFields, what, &policy.filter));
-  MP_RETURN_IF_ERROR(
-      ReadTopLevelParams(root, "streaming_head", kAShapeFields, what, &policy.streaming_head));
-  MP_RETURN_IF_ERROR(ReadTopLevelParams(root, "static_eviction", kStaticEvictionFields, what,
-                                        &policy.static_eviction));
+  for (const PrefillPatternFacts& facts : PrefillPatternTable())
+    MP_RETURN_IF_ERROR(ReadTopLevelParams(root, facts.params_key, facts.params, what, &head));
+  for (const DecodeRoleFacts& facts : DecodeRoleTable())
+    MP_RETURN_IF_ERROR(ReadTopLevelParams(root, facts.params_key, facts.params, what, &policy));
   LayerPolicy fallback = policy.layers[0];
   fallback.prefill.assign(static_cast<size_t>(num_kv_heads), head);
   if (root.contains("default")) {
     const Json& d = root.at("default");
     const std::string where = what + ": default";
-    MP_RETURN_IF_ERROR(
-        CheckKeys(d, {"prefill", "decode", "a_shape", "vertical_slash", "block_sparse"}, where));
+    MP_RETURN_IF_ERROR(CheckKeys(d, KnownKeys({"prefill", "decode"}, false), where));
     MP_RETURN_IF_ERROR(ReadLayerEntry(d, where, &fallback));
   }
   policy.layers.assign(static_cast<size_t>(num_layers), fallback);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "policy/pattern_table.h"
+
 namespace millipede {
 namespace {
 
@@ -21,17 +23,27 @@ std::string Percent(double share) {
   return buffer;
 }
 
+// A pattern's or role's parameters as " name value" pairs (" top_k 4096").
+template <typename Owner>
+std::string DescribeParams(const std::vector<PolicyParam<Owner>>& params, const Owner& owner) {
+  std::string s;
+  for (const PolicyParam<Owner>& p : params) {
+    s.append(" ").append(p.name).append(" ").append(std::to_string(p.read(owner)));
+  }
+  return s;
+}
+
 // Prefill codes: "D" for dense, a letter and a number per distinct parameter set of the other
 // patterns ("V1", "V2", "A1", "B1"), numbered in order of first appearance.
 class PrefillCodes {
  public:
   std::string Code(const HeadPrefillPolicy& head) {
-    if (head.pattern == PrefillPattern::kDense) return "D";
-    const std::string params = Params(head);
-    const std::string key = std::string(PrefillPatternName(head.pattern)) + " " + params;
+    const PrefillPatternFacts& facts = *FindPatternFacts(head.pattern);
+    if (facts.params.empty()) return std::string(1, facts.code);
+    const std::string key = facts.name + DescribeParams(facts.params, head);
     auto it = codes_.find(key);
     if (it != codes_.end()) return it->second;
-    const std::string code = Letter(head.pattern) + std::to_string(++counts_[head.pattern]);
+    const std::string code = facts.code + std::to_string(++counts_[head.pattern]);
     codes_[key] = code;
     legend_.push_back(code + " " + key);
     return code;
@@ -39,76 +51,15 @@ class PrefillCodes {
   const std::vector<std::string>& legend() const { return legend_; }
 
  private:
-  static std::string Letter(PrefillPattern p) {
-    switch (p) {
-      case PrefillPattern::kAShape:
-        return "A";
-      case PrefillPattern::kVerticalSlash:
-        return "V";
-      case PrefillPattern::kBlockSparse:
-        return "B";
-      case PrefillPattern::kDense:
-        break;
-    }
-    return "D";
-  }
-  static std::string Params(const HeadPrefillPolicy& h) {
-    switch (h.pattern) {
-      case PrefillPattern::kAShape:
-        return "sink_tokens " + std::to_string(h.a_shape.sink_tokens) + " window_tokens " +
-               std::to_string(h.a_shape.window_tokens);
-      case PrefillPattern::kVerticalSlash:
-        return "last_queries " + std::to_string(h.vertical_slash.last_queries) + " vertical " +
-               std::to_string(h.vertical_slash.vertical) + " slash " +
-               std::to_string(h.vertical_slash.slash);
-      case PrefillPattern::kBlockSparse:
-        return "block " + std::to_string(h.block_sparse.block) + " top_blocks " +
-               std::to_string(h.block_sparse.top_blocks);
-      case PrefillPattern::kDense:
-        break;
-    }
-    return "";
-  }
-
   std::map<std::string, std::string> codes_;
   std::map<PrefillPattern, int> counts_;
   std::vector<std::string> legend_;
 };
 
-const char* DecodeCode(DecodeRole r) {
-  switch (r) {
-    case DecodeRole::kFull:
-      return "F";
-    case DecodeRole::kFilter:
-      return "L";
-    case DecodeRole::kSelected:
-      return "O";
-    case DecodeRole::kStreamingHead:
-      return "S";
-    case DecodeRole::kStaticEviction:
-      return "E";
-  }
-  return "?";
-}
-
 // A decode role with the model-wide parameters it runs with.
 std::string DecodeLegend(DecodeRole r, const AttentionPolicy& p) {
-  std::string s = std::string(DecodeCode(r)) + " " + DecodeRoleName(r);
-  switch (r) {
-    case DecodeRole::kFilter:
-      return s + " top_k " + std::to_string(p.filter.top_k);
-    case DecodeRole::kStreamingHead:
-      return s + " sink_tokens " + std::to_string(p.streaming_head.sink_tokens) +
-             " window_tokens " + std::to_string(p.streaming_head.window_tokens);
-    case DecodeRole::kStaticEviction:
-      return s + " keep_tokens " + std::to_string(p.static_eviction.keep_tokens) +
-             " recent_tokens " + std::to_string(p.static_eviction.recent_tokens) +
-             " observed_queries " + std::to_string(p.static_eviction.observed_queries);
-    case DecodeRole::kFull:
-    case DecodeRole::kSelected:
-      break;
-  }
-  return s;
+  const DecodeRoleFacts& facts = *FindRoleFacts(r);
+  return std::string(1, facts.code) + " " + facts.name + DescribeParams(facts.params, p);
 }
 
 std::string PadLeft(const std::string& s, size_t width) {
@@ -128,17 +79,9 @@ double CausalPairs(int64_t length) {
 
 double ExpectedPrefillPairs(const HeadPrefillPolicy& head, int64_t length) {
   if (length <= 0) return 0;
-  switch (head.pattern) {
-    case PrefillPattern::kDense:
-      return CausalPairs(length);
-    case PrefillPattern::kAShape:
-      return BudgetPairs(head.a_shape.sink_tokens + head.a_shape.window_tokens, length);
-    case PrefillPattern::kVerticalSlash:
-      return BudgetPairs(head.vertical_slash.vertical + head.vertical_slash.slash, length);
-    case PrefillPattern::kBlockSparse:
-      return BudgetPairs(head.block_sparse.top_blocks * head.block_sparse.block, length);
-  }
-  return CausalPairs(length);
+  const PrefillPatternFacts* facts = FindPatternFacts(head.pattern);
+  if (facts == nullptr || facts->key_budget == nullptr) return CausalPairs(length);
+  return BudgetPairs(facts->key_budget(head), length);
 }
 
 PolicyDensity ExpectedDensity(const AttentionPolicy& policy, int64_t length) {
@@ -189,7 +132,7 @@ std::string PolicySummaryTable(const AttentionPolicy& policy, int64_t num_query_
     std::string prefill, decode;
     for (const std::string& c : codes[l]) prefill += PadLeft(c, width) + " ";
     for (DecodeRole r : policy.layers[l].decode) {
-      decode += std::string(DecodeCode(r)) + " ";
+      decode += std::string(1, FindRoleFacts(r)->code) + " ";
       roles[r] = true;
     }
     decode.pop_back();

@@ -4,6 +4,7 @@
 
 #include "common/file_util.h"
 #include "common/json_util.h"
+#include "policy/pattern_table.h"
 
 namespace millipede {
 namespace {
@@ -11,20 +12,20 @@ namespace {
 // Insertion-ordered, so an entry reads "layer", "prefill", parameters, "decode".
 using OrderedJson = nlohmann::ordered_json;
 
-OrderedJson ToJson(const AShapeParams& p) {
-  return {{"sink_tokens", p.sink_tokens}, {"window_tokens", p.window_tokens}};
+// A pattern's or role's parameter object, fields in the table's order.
+template <typename Owner>
+OrderedJson ToJson(const std::vector<PolicyParam<Owner>>& params, const Owner& owner) {
+  OrderedJson object = OrderedJson::object();
+  for (const PolicyParam<Owner>& p : params) object[p.name] = p.read(owner);
+  return object;
 }
-OrderedJson ToJson(const VerticalSlashParams& p) {
-  return {{"last_queries", p.last_queries}, {"vertical", p.vertical}, {"slash", p.slash}};
-}
-OrderedJson ToJson(const BlockSparseParams& p) {
-  return {{"block", p.block}, {"top_blocks", p.top_blocks}};
-}
-OrderedJson ToJson(const FilterParams& p) { return {{"top_k", p.top_k}}; }
-OrderedJson ToJson(const StaticEvictionParams& p) {
-  return {{"keep_tokens", p.keep_tokens},
-          {"recent_tokens", p.recent_tokens},
-          {"observed_queries", p.observed_queries}};
+
+// Whether two heads read the same values for a pattern's parameters.
+bool SameParams(const PrefillPatternFacts& facts, const HeadPrefillPolicy& a,
+                const HeadPrefillPolicy& b) {
+  return std::all_of(
+      facts.params.begin(), facts.params.end(),
+      [&](const PolicyParam<HeadPrefillPolicy>& p) { return p.read(a) == p.read(b); });
 }
 
 // One name when every head has the same, else a list with one per head.
@@ -38,21 +39,20 @@ OrderedJson PerHeadNames(const std::vector<T>& values, NameOf name_of) {
   return list;
 }
 
-// The parameters of the heads whose pattern is `pattern`: one object when every head of the layer
+// The parameters of the heads of pattern `facts`: one object when every head of the layer
 // has the pattern with the same parameters, else a list with null for the other heads; nothing
 // (null) when no head has the pattern.
-template <typename P>
-OrderedJson HeadParams(const LayerPolicy& layer, PrefillPattern pattern,
-                       P HeadPrefillPolicy::*member) {
+OrderedJson HeadParams(const LayerPolicy& layer, const PrefillPatternFacts& facts) {
   const std::vector<HeadPrefillPolicy>& heads = layer.prefill;
-  const auto has = [&](const HeadPrefillPolicy& h) { return h.pattern == pattern; };
+  const auto has = [&](const HeadPrefillPolicy& h) { return h.pattern == facts.pattern; };
   if (std::none_of(heads.begin(), heads.end(), has)) return nullptr;
   const bool uniform = std::all_of(heads.begin(), heads.end(), [&](const HeadPrefillPolicy& h) {
-    return has(h) && h.*member == heads.front().*member;
+    return has(h) && SameParams(facts, h, heads.front());
   });
-  if (uniform) return ToJson(heads.front().*member);
+  if (uniform) return ToJson(facts.params, heads.front());
   OrderedJson list = OrderedJson::array();
-  for (const HeadPrefillPolicy& h : heads) list.push_back(has(h) ? ToJson(h.*member) : nullptr);
+  for (const HeadPrefillPolicy& h : heads)
+    list.push_back(has(h) ? ToJson(facts.params, h) : OrderedJson(nullptr));
   return list;
 }
 
@@ -62,13 +62,11 @@ OrderedJson LayerEntry(const LayerPolicy& layer, size_t index) {
   std::vector<PrefillPattern> patterns;
   for (const HeadPrefillPolicy& h : layer.prefill) patterns.push_back(h.pattern);
   entry["prefill"] = PerHeadNames(patterns, PrefillPatternName);
-  OrderedJson v =
-      HeadParams(layer, PrefillPattern::kVerticalSlash, &HeadPrefillPolicy::vertical_slash);
-  if (!v.is_null()) entry["vertical_slash"] = std::move(v);
-  OrderedJson b = HeadParams(layer, PrefillPattern::kBlockSparse, &HeadPrefillPolicy::block_sparse);
-  if (!b.is_null()) entry["block_sparse"] = std::move(b);
-  OrderedJson a = HeadParams(layer, PrefillPattern::kAShape, &HeadPrefillPolicy::a_shape);
-  if (!a.is_null()) entry["a_shape"] = std::move(a);
+  for (const PrefillPatternFacts& facts : PrefillPatternTable()) {
+    if (facts.params.empty()) continue;
+    OrderedJson params = HeadParams(layer, facts);
+    if (!params.is_null()) entry[facts.params_key] = std::move(params);
+  }
   entry["decode"] = PerHeadNames(layer.decode, DecodeRoleName);
   return entry;
 }
@@ -80,9 +78,11 @@ std::string AttentionPolicyToJson(const AttentionPolicy& policy) {
   // file a person can read and diff.
   std::string out = "{\n  \"version\": 1,\n";
   out += "  \"dense_below_tokens\": " + std::to_string(policy.dense_below_tokens) + ",\n";
-  out += "  \"filter\": " + ToJson(policy.filter).dump() + ",\n";
-  out += "  \"streaming_head\": " + ToJson(policy.streaming_head).dump() + ",\n";
-  out += "  \"static_eviction\": " + ToJson(policy.static_eviction).dump() + ",\n";
+  for (const DecodeRoleFacts& facts : DecodeRoleTable()) {
+    if (facts.params.empty()) continue;
+    out += "  \"" + std::string(facts.params_key) + "\": " + ToJson(facts.params, policy).dump() +
+           ",\n";
+  }
   out += "  \"layers\": [";
   for (size_t l = 0; l < policy.layers.size(); ++l) {
     out += (l == 0 ? "\n    " : ",\n    ") + LayerEntry(policy.layers[l], l).dump();

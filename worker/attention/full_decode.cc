@@ -18,4 +18,16 @@ Status FullDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView 
   return env.backend.Attention(a);
 }
 
+StatusOr<DecodeRoleStrategy> BuildFullDecode(const DecodeRoleContext& context) {
+  return DecodeRoleStrategy{std::make_unique<FullDecode>(), nullptr};
+}
+
+StatusOr<DecodeRoleStrategy> BuildStreamingHeadDecode(const DecodeRoleContext& context) {
+  return DecodeRoleStrategy{std::make_unique<FullDecode>("streaming-head"), nullptr};
+}
+
+KvRetention StreamingHeadLayerRetention(const AttentionPolicy& policy) {
+  return {policy.streaming_head.sink_tokens, policy.streaming_head.window_tokens};
+}
+
 }  // namespace millipede

@@ -4,7 +4,9 @@
 // seen, the strategy attends to all of it.
 #pragma once
 
+#include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
+#include "worker/attention/decode_role.h"
 
 namespace millipede {
 
@@ -22,5 +24,13 @@ class FullDecode final : public DecodeStrategy {
  private:
   const char* name_;
 };
+
+// The full role's builder: FullDecode.
+StatusOr<DecodeRoleStrategy> BuildFullDecode(const DecodeRoleContext& context);
+// The streaming-head role's builder (a layer whose every KV head is a streaming head): its store
+// keeps the sinks and the window (StreamingHeadRetention), decode attends to all it keeps.
+StatusOr<DecodeRoleStrategy> BuildStreamingHeadDecode(const DecodeRoleContext& context);
+// What the store of a streaming-head layer keeps: the policy's streaming_head sinks and window.
+KvRetention StreamingHeadLayerRetention(const AttentionPolicy& policy);
 
 }  // namespace millipede

@@ -1,59 +1,80 @@
 #include "worker/attention/layer_attention.h"
 
-#include "worker/attention/full_decode.h"
+#include <algorithm>
+
+#include "worker/attention/attention_registry.h"
 #include "worker/attention/head_group_attention.h"
-#include "worker/attention/omnikv_decode.h"
 #include "worker/attention/ring_prefill.h"
 #include "worker/attention/sparse_prefill.h"
-#include "worker/attention/static_eviction.h"
 #include "worker/attention/streaming_heads_decode.h"
 
 namespace millipede {
 namespace {
 
-// A layer with vertical-slash or block-sparse heads (one block size; dense and A-shape heads
-// beside them ride a ring of their own).
-StatusOr<std::unique_ptr<PrefillStrategy>> BuildSparsePrefill(const AttentionPolicy& policy,
-                                                              const LayerPolicy& layer,
-                                                              int64_t index) {
-  int64_t block = 0;
+// The registered variant of every KV head of layer `index`, by head.
+StatusOr<std::vector<const PrefillPatternVariant*>> HeadVariants(const LayerPolicy& layer,
+                                                                 int64_t index) {
+  std::vector<const PrefillPatternVariant*> variants;
   for (size_t h = 0; h < layer.prefill.size(); ++h) {
-    const HeadPrefillPolicy& head = layer.prefill[h];
-    const std::string where =
-        " (layer " + std::to_string(index) + ", KV head " + std::to_string(h) + ")";
-    if (head.pattern != PrefillPattern::kBlockSparse) continue;
-    const int64_t b = head.block_sparse.block;
-    if (block != 0 && b != block)
-      return UnimplementedError("block-sparse heads of one layer with different block sizes" +
-                                where + " are not available in this engine yet");
-    if (b % kSparseTileRows != 0 && kSparseTileRows % b != 0)
-      return InvalidArgumentError("block-sparse block " + std::to_string(b) + where +
-                                  " must divide or be a multiple of " +
-                                  std::to_string(kSparseTileRows));
-    block = b;
+    const PrefillPatternVariant* v = FindPrefillPattern(layer.prefill[h].pattern);
+    if (v == nullptr)
+      return UnimplementedError(std::string("prefill pattern ") +
+                                PrefillPatternName(layer.prefill[h].pattern) + " (layer " +
+                                std::to_string(index) + ", KV head " + std::to_string(h) +
+                                ") is not available in this engine yet");
+    variants.push_back(v);
   }
-  return std::unique_ptr<PrefillStrategy>(
-      new SparsePrefill(layer.prefill, policy.dense_below_tokens));
+  return variants;
 }
 
-// The layer's a-shape windows per KV head (none when no head is a-shape).
+// The layer's ring windows per KV head (none when every head is dense): the masks of its ring
+// heads (validation gives the windowed heads of a layer one sink count).
 HeadWindows LayerWindows(const LayerPolicy& layer) {
   HeadWindows windows;
   for (size_t h = 0; h < layer.prefill.size(); ++h) {
-    const HeadPrefillPolicy& head = layer.prefill[h];
-    if (head.pattern != PrefillPattern::kAShape) continue;
+    const PrefillPatternVariant* v = FindPrefillPattern(layer.prefill[h].pattern);
+    const RingHeadMask mask = v == nullptr ? RingHeadMask{} : v->RingMask(layer.prefill[h]);
+    if (mask.window == 0) continue;
     if (windows.window.empty()) windows.window.assign(layer.prefill.size(), 0);
-    windows.window[h] = head.a_shape.window_tokens;
-    // Validation gives the a-shape heads of a layer one sink count.
-    windows.sink = head.a_shape.sink_tokens;
+    windows.window[h] = mask.window;
+    windows.sink = mask.sink;
   }
   return windows;
 }
 
+// A layer with heads of sparse patterns: each such pattern's index (in registry order), and the
+// ring heads beside them on a ring of their own.
+StatusOr<std::unique_ptr<PrefillStrategy>> BuildSparsePrefill(
+    const AttentionPolicy& policy, const LayerPolicy& layer, int64_t index,
+    const std::vector<const PrefillPatternVariant*>& variants) {
+  std::vector<std::unique_ptr<SparsePatternIndex>> patterns;
+  for (const PrefillPatternVariant* v : RegisteredPrefillPatterns()) {
+    if (v->kernel() != PrefillKernel::kSparse ||
+        std::find(variants.begin(), variants.end(), v) == variants.end())
+      continue;
+    MP_RETURN_IF_ERROR(v->CheckLayer(layer.prefill, index));
+    patterns.push_back(v->MakeIndex(layer.prefill));
+  }
+  std::vector<int64_t> ring_heads;
+  HeadWindows windows;  // one per ring head
+  for (size_t h = 0; h < variants.size(); ++h) {
+    if (variants[h]->kernel() != PrefillKernel::kRing) continue;
+    const RingHeadMask mask = variants[h]->RingMask(layer.prefill[h]);
+    ring_heads.push_back(static_cast<int64_t>(h));
+    windows.window.push_back(mask.window);
+    if (mask.window > 0) windows.sink = mask.sink;
+  }
+  return std::unique_ptr<PrefillStrategy>(new SparsePrefill(
+      std::move(ring_heads), std::move(windows), std::move(patterns), policy.dense_below_tokens));
+}
+
 StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& policy,
                                                         const LayerPolicy& layer, int64_t index) {
-  for (const HeadPrefillPolicy& head : layer.prefill)
-    if (IsDynamicSparse(head.pattern)) return BuildSparsePrefill(policy, layer, index);
+  MP_ASSIGN_OR_RETURN(const std::vector<const PrefillPatternVariant*> variants,
+                      HeadVariants(layer, index));
+  for (const PrefillPatternVariant* v : variants)
+    if (v->kernel() == PrefillKernel::kSparse)
+      return BuildSparsePrefill(policy, layer, index, variants);
   return std::unique_ptr<PrefillStrategy>(
       new RingPrefill(LayerWindows(layer), policy.dense_below_tokens));
 }
@@ -62,9 +83,9 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& p
 
 KvRetention LayerKvRetention(const AttentionPolicy& policy, int64_t layer) {
   const LayerPolicy& lp = policy.layers[static_cast<size_t>(layer)];
-  if (!lp.MixedDecode() && lp.LayerDecode() == DecodeRole::kStreamingHead)
-    return {policy.streaming_head.sink_tokens, policy.streaming_head.window_tokens};
-  return {};
+  if (lp.MixedDecode()) return {};
+  const DecodeRoleRegistration* role = FindDecodeRole(lp.LayerDecode());
+  return role != nullptr && role->retention != nullptr ? role->retention(policy) : KvRetention{};
 }
 
 KvRetention StreamingHeadRetention(const AttentionPolicy& policy) {
@@ -103,34 +124,14 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, const ModelCo
         std::move(windows), policy.streaming_head.sink_tokens, /*batchable=*/ranks == 1);
     return la;
   }
-  switch (layer.LayerDecode()) {
-    case DecodeRole::kFull:
-      la.decode = std::make_unique<FullDecode>();
-      break;
-    case DecodeRole::kStreamingHead:
-      // The store keeps the sinks and the window; decode attends to all it keeps.
-      la.decode = std::make_unique<FullDecode>("streaming-head");
-      break;
-    case DecodeRole::kStaticEviction:
-      la.decode = std::make_unique<StaticEvictionDecode>(policy.static_eviction);
-      break;
-    case DecodeRole::kFilter:
-      selection = std::make_shared<TokenSelection>(index);
-      la.selection = selection;
-      la.decode = std::make_unique<FilterDecode>(policy.filter, selection);
-      break;
-    case DecodeRole::kSelected:
-      MP_REQUIRE(selection != nullptr, "attention policy: layer ", index,
-                 " is \"selected\" but no \"filter\" layer comes before it");
-      la.selection = selection;
-      la.decode = std::make_unique<SelectedDecode>(selection);
-      break;
-    default:
-      return UnimplementedError(std::string("decode role ") +
-                                DecodeRoleName(layer.LayerDecode()) +
-                                " (layer " + std::to_string(index) +
-                                ") is not available in this engine yet");
-  }
+  const DecodeRoleRegistration* role = FindDecodeRole(layer.LayerDecode());
+  if (role == nullptr)
+    return UnimplementedError(std::string("decode role ") + DecodeRoleName(layer.LayerDecode()) +
+                              " (layer " + std::to_string(index) +
+                              ") is not available in this engine yet");
+  MP_ASSIGN_OR_RETURN(DecodeRoleStrategy built, role->build({policy, index, &selection}));
+  la.decode = std::move(built.decode);
+  la.selection = std::move(built.selection);
   return la;
 }
 

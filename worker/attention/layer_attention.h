@@ -1,5 +1,6 @@
 // Builds, from a sequence's attention policy, each layer's strategies and what its KV store must
-// keep: the only place that maps policy names to code.
+// keep, by the variants and builders registered for its patterns and roles
+// (attention_registry.h).
 #pragma once
 
 #include <memory>

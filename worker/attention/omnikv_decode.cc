@@ -180,4 +180,18 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
   return env.backend.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
 }
 
+StatusOr<DecodeRoleStrategy> BuildFilterDecode(const DecodeRoleContext& context) {
+  *context.selection = std::make_shared<TokenSelection>(context.layer);
+  return DecodeRoleStrategy{
+      std::make_unique<FilterDecode>(context.policy.filter, *context.selection),
+      *context.selection};
+}
+
+StatusOr<DecodeRoleStrategy> BuildSelectedDecode(const DecodeRoleContext& context) {
+  const std::shared_ptr<TokenSelection>& selection = *context.selection;
+  MP_REQUIRE(selection != nullptr, "attention policy: layer ", context.layer,
+             " is \"selected\" but no \"filter\" layer comes before it");
+  return DecodeRoleStrategy{std::make_unique<SelectedDecode>(selection), selection};
+}
+
 }  // namespace millipede

@@ -22,6 +22,7 @@
 #include "kernels/selection/top_k_keys.h"
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
+#include "worker/attention/decode_role.h"
 #include "worker/attention/token_selection.h"
 
 namespace millipede {
@@ -65,5 +66,11 @@ class SelectedDecode final : public DecodeStrategy {
   std::shared_ptr<TokenSelection> selection_;
   BackendTensor tmp_o_, tmp_lse_;  // the generated rows' partial
 };
+
+// The filter role's builder: a FilterDecode that starts a new token selection (the context's).
+StatusOr<DecodeRoleStrategy> BuildFilterDecode(const DecodeRoleContext& context);
+// The selected role's builder: a SelectedDecode over the latest filter layer's selection
+// (InvalidArgument when no filter layer comes before).
+StatusOr<DecodeRoleStrategy> BuildSelectedDecode(const DecodeRoleContext& context);
 
 }  // namespace millipede

@@ -1,84 +1,21 @@
 #include "worker/attention/sparse_prefill.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "worker/attention/scratch_buffer.h"
 
 namespace millipede {
-namespace {
 
-// Host copy of a device I64 scalar at `index` of `t`.
-StatusOr<int64_t> ReadI64(Backend& b, ConstTensorView t, int64_t index) {
-  int64_t value = 0;
-  MP_RETURN_IF_ERROR(b.CopyToHost(SliceRows(t, index, 1), {&value, DType::kI64, Shape{1}}));
-  return value;
-}
-
-}  // namespace
-
-std::vector<int64_t> SparseKeyRuns(std::span<const TokenRange> ranges) {
-  std::vector<int64_t> runs;
-  int64_t row = 0;
-  for (const TokenRange& r : ranges) {
-    runs.insert(runs.end(), {r.begin, r.end, row});
-    row += r.size();
-  }
-  return runs;
-}
-
-std::vector<int64_t> SparseQueryTiles(std::span<const TokenRange> ranges, int64_t grid) {
-  std::vector<int64_t> tiles;
-  int64_t row = 0;
-  for (const TokenRange& r : ranges) {
-    for (int64_t p = r.begin; p < r.end;) {
-      const int64_t next = std::min(r.end, (p / grid + 1) * grid);
-      tiles.insert(tiles.end(), {row + p - r.begin, row + next - r.begin, p});
-      p = next;
-    }
-    row += r.size();
-  }
-  return tiles;
-}
-
-std::vector<TokenRange> VerticalSlashNeeds(std::span<const TokenRange> q_ranges,
-                                           std::span<const int64_t> columns,
-                                           std::span<const int64_t> diagonals) {
-  std::vector<TokenRange> out;
-  if (q_ranges.empty()) return out;
-  const int64_t last = q_ranges.back().end - 1;
-  for (int64_t c : columns)
-    if (c >= 0 && c <= last) out.push_back({c, c + 1});
-  // A run's tiles see the bands of their whole query blocks (vertical_slash_index.h): from the
-  // first block's start to the run's last query.
-  for (const TokenRange& q : q_ranges) {
-    const int64_t a = q.begin / kSparseTileRows * kSparseTileRows;
-    const int64_t b = (q.end - 1) / kSparseTileRows * kSparseTileRows + kSparseTileRows - 1;
-    for (int64_t d : diagonals)
-      if (d >= 0 && b - d >= 0)
-        out.push_back({std::max<int64_t>(0, a - d), std::min(b - d, q.end - 1) + 1});
-  }
-  return NormalizeRanges(std::move(out));
-}
-
-SparsePrefill::SparsePrefill(std::vector<HeadPrefillPolicy> heads, int64_t dense_below)
-    : heads_(std::move(heads)), dense_below_(dense_below), dense_(HeadWindows{}, 0) {
-  top_blocks_.assign(heads_.size(), 0);
-  HeadWindows windows;
-  for (size_t g = 0; g < heads_.size(); ++g) {
-    const PrefillPattern p = heads_[g].pattern;
-    if (p == PrefillPattern::kDense || p == PrefillPattern::kAShape) {
-      ring_heads_.push_back(static_cast<int64_t>(g));
-      windows.window.push_back(p == PrefillPattern::kAShape ? heads_[g].a_shape.window_tokens : 0);
-      if (p == PrefillPattern::kAShape) windows.sink = heads_[g].a_shape.sink_tokens;
-    }
-    if (p == PrefillPattern::kVerticalSlash) has_vs_ = true;
-    if (heads_[g].pattern != PrefillPattern::kBlockSparse) continue;
-    has_bs_ = true;
-    block_ = heads_[g].block_sparse.block;  // one block size per layer (checked when built)
-    top_blocks_[g] = heads_[g].block_sparse.top_blocks;
-  }
-  if (has_bs_) grid_ = std::gcd(block_, kSparseTileRows);
-  if (!ring_heads_.empty()) ring_ = std::make_unique<RingPrefill>(std::move(windows), 0);
+SparsePrefill::SparsePrefill(std::vector<int64_t> ring_heads, HeadWindows ring_windows,
+                             std::vector<std::unique_ptr<SparsePatternIndex>> patterns,
+                             int64_t dense_below)
+    : dense_below_(dense_below),
+      dense_(HeadWindows{}, 0),
+      ring_heads_(std::move(ring_heads)),
+      patterns_(std::move(patterns)) {
+  for (const auto& p : patterns_) grid_ = std::gcd(grid_, p->grid());
+  if (!ring_heads_.empty()) ring_ = std::make_unique<RingPrefill>(std::move(ring_windows), 0);
 }
 
 Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine) {
@@ -150,85 +87,16 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
   return OkStatus();
 }
 
-StatusOr<SparseIndexView> SparsePrefill::BuildIndex(AttentionEnv& env, bool vertical_slash,
-                                                    ConstTensorView tiles, ConstTensorView runs) {
-  Backend& b = env.backend;
-  const ModelConfig& c = env.config;
-  const int64_t kv_heads = c.num_key_value_heads, items = kv_heads * tiles.dim(0);
-  MP_ASSIGN_OR_RETURN(TensorView range_offsets,
-                      ScratchBuffer(b, &range_offsets_, DType::kI64, Shape{items + 1}));
-  MP_ASSIGN_OR_RETURN(TensorView column_offsets,
-                      ScratchBuffer(b, &column_offsets_, DType::kI64, Shape{items + 1}));
-  SparseIndexOut out{range_offsets, {}, column_offsets, {}};
-  // The fill pass repeats the count pass's arguments, and nothing writes their data in between:
-  // the CUDA builders may reuse the count pass's selection.
-  auto build = [&](bool fill) -> Status {
-    if (vertical_slash) {
-      VerticalSlashIndexArgs a;
-      a.tiles = tiles;
-      a.runs = runs;
-      a.columns = {dev_columns_.view().data, DType::kI64, Shape{kv_heads, columns_width_}};
-      a.diagonals = {dev_diagonals_.view().data, DType::kI64, Shape{kv_heads, diagonals_width_}};
-      a.skip_absent = true;
-      a.out = out;
-      a.inputs_unchanged_since_count = fill;
-      return b.VerticalSlashIndex(a);
-    }
-    BlockSparseIndexArgs a;
-    a.tiles = tiles;
-    a.runs = runs;
-    a.q_sums = pooled_.q_sums;
-    a.q_counts = pooled_.q_counts;
-    a.k_sums = pooled_.k_sums;
-    a.k_counts = pooled_.k_counts;
-    a.block = block_;
-    a.group = c.num_attention_heads / kv_heads;
-    a.top_blocks = top_blocks_.data();
-    a.skip_absent = true;
-    a.out = out;
-    a.inputs_unchanged_since_count = fill;
-    return b.BlockSparseIndex(a);
-  };
-  MP_RETURN_IF_ERROR(build(false));  // the count pass
-  MP_ASSIGN_OR_RETURN(const int64_t n_ranges, ReadI64(b, AsConst(range_offsets), items));
-  MP_ASSIGN_OR_RETURN(const int64_t n_columns, ReadI64(b, AsConst(column_offsets), items));
-  MP_ASSIGN_OR_RETURN(out.ranges, ScratchBuffer(b, &ranges_, DType::kI64, Shape{n_ranges, 3}));
-  MP_ASSIGN_OR_RETURN(out.columns,
-                      ScratchBuffer(b, &columns_out_, DType::kI64, Shape{n_columns, 2}));
-  MP_RETURN_IF_ERROR(build(true));
-  return SparseIndexView{AsConst(range_offsets), AsConst(out.ranges), AsConst(column_offsets),
-                         AsConst(out.columns)};
-}
-
-StatusOr<std::vector<TokenRange>> SparsePrefill::Needs(AttentionEnv& env, const PrefillInput& in,
-                                                       const std::vector<int64_t>& tiles) {
+Status SparsePrefill::FetchNeeded(AttentionEnv& env, const PrefillInput& in,
+                                  const std::vector<int64_t>& tiles, ConstKvRows mine,
+                                  std::span<const TokenRange> mine_ranges) {
   std::vector<TokenRange> needs;
-  for (size_t g = 0; g < heads_.size(); ++g) {
-    if (heads_[g].pattern != PrefillPattern::kVerticalSlash) continue;
-    const auto row = [&](const std::vector<int64_t>& v, int64_t width) {
-      std::span<const int64_t> s(v.data() + static_cast<int64_t>(g) * width,
-                                 static_cast<size_t>(width));
-      return s.first(static_cast<size_t>(std::find(s.begin(), s.end(), -1) - s.begin()));
-    };
-    for (const TokenRange& r : VerticalSlashNeeds(in.q_ranges, row(columns_, columns_width_),
-                                                  row(diagonals_, diagonals_width_)))
-      needs.push_back(r);
+  for (const auto& p : patterns_) {
+    MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> more, p->Needs(env, in, tiles, builder_));
+    needs.insert(needs.end(), more.begin(), more.end());
   }
-  if (has_bs_ && !tiles.empty()) {
-    // The block selection, in positions: built over a layout where rows are positions.
-    Backend& b = env.backend;
-    MP_ASSIGN_OR_RETURN(TensorView dev_tiles, UploadI64(b, &dev_tiles_, tiles, 3));
-    MP_ASSIGN_OR_RETURN(TensorView runs, UploadI64(b, &dev_runs_, {0, in.length, 0}, 3));
-    MP_ASSIGN_OR_RETURN(SparseIndexView index,
-                        BuildIndex(env, false, AsConst(dev_tiles), AsConst(runs)));
-    std::vector<int64_t> host(static_cast<size_t>(index.ranges.NumElements()));
-    if (!host.empty())
-      MP_RETURN_IF_ERROR(
-          b.CopyToHost(index.ranges, {host.data(), DType::kI64, index.ranges.shape}));
-    for (size_t i = 0; i < host.size(); i += 3)
-      needs.push_back({host[i + 2], host[i + 2] + host[i + 1] - host[i]});
-  }
-  return NormalizeRanges(std::move(needs));
+  return fetch_.Run(env, SubtractRanges(NormalizeRanges(std::move(needs)), mine_ranges),
+                    in.rank_blocks, mine);
 }
 
 Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int64_t q_row0,
@@ -237,8 +105,8 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
   Backend& b = env.backend;
   const ModelConfig& c = env.config;
   const int64_t heads = c.num_attention_heads, d = c.head_dim;
-  MP_ASSIGN_OR_RETURN(TensorView dev_tiles, UploadI64(b, &dev_tiles_, tiles, 3));
-  MP_ASSIGN_OR_RETURN(TensorView runs, UploadI64(b, &dev_runs_, buffer.runs, 3));
+  MP_ASSIGN_OR_RETURN(ConstTensorView dev_tiles, builder_.UploadTiles(b, tiles));
+  MP_ASSIGN_OR_RETURN(ConstTensorView runs, builder_.UploadRuns(b, buffer.runs));
   MP_ASSIGN_OR_RETURN(ConstTensorView q,
                       Reshape(SliceRows(in.q, q_row0, rows), Shape{rows, heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView o_part,
@@ -248,19 +116,17 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
   MP_ASSIGN_OR_RETURN(TensorView o_acc,
                       Reshape(SliceRows(in.o_acc, q_row0, rows), Shape{rows, heads, d}));
   TensorView lse_acc = SliceRows(in.lse_acc, q_row0, rows);
-  for (bool vertical_slash : {true, false}) {
-    if (vertical_slash ? !has_vs_ : !has_bs_) continue;
-    MP_ASSIGN_OR_RETURN(SparseIndexView index,
-                        BuildIndex(env, vertical_slash, AsConst(dev_tiles), AsConst(runs)));
+  for (const auto& pattern : patterns_) {
+    MP_ASSIGN_OR_RETURN(SparseIndexView index, builder_.Build(env, *pattern, dev_tiles, runs));
     if (in.pairs != nullptr && in.pairs->device.data != nullptr)
-      MP_RETURN_IF_ERROR(b.SparseIndexPairs(
-          {AsConst(dev_tiles), index, c.num_key_value_heads, in.pairs->device}));
+      MP_RETURN_IF_ERROR(
+          b.SparseIndexPairs({dev_tiles, index, c.num_key_value_heads, in.pairs->device}));
     MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.sparse_index_s));
     SparseAttentionArgs a;
     a.q = q;
     a.k = buffer.rows.k;
     a.v = buffer.rows.v;
-    a.tiles = AsConst(dev_tiles);
+    a.tiles = dev_tiles;
     a.index = index;
     a.o = o_part;
     a.lse = lse_part;
@@ -279,19 +145,13 @@ Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   MP_ASSIGN_OR_RETURN(const ConstKvRows mine, in.store->Rows(in.step_rows));
   const std::span<const TokenRange> mine_ranges =
       in.rank_blocks[static_cast<size_t>(env.comm.rank())];
-  if (has_vs_) {
-    MP_RETURN_IF_ERROR(SelectVerticalSlash(env, in, mine, mine_ranges));
-    MP_RETURN_IF_ERROR(UploadI64(b, &dev_columns_, columns_).status());
-    MP_RETURN_IF_ERROR(UploadI64(b, &dev_diagonals_, diagonals_).status());
-  }
-  if (has_bs_) MP_RETURN_IF_ERROR(PoolBlocks(env, in, mine, mine_ranges));
+  for (const auto& p : patterns_) MP_RETURN_IF_ERROR(p->Plan(env, in, mine, mine_ranges));
   MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.sparse_select_s));
   const std::vector<int64_t> tiles = SparseQueryTiles(in.q_ranges, grid_);
   std::vector<Buffer> buffers;
   buffers.push_back({mine, SparseKeyRuns(mine_ranges)});
   if (env.comm.size() > 1) {
-    MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needs, Needs(env, in, tiles));
-    MP_RETURN_IF_ERROR(fetch_.Run(env, SubtractRanges(needs, mine_ranges), in.rank_blocks, mine));
+    MP_RETURN_IF_ERROR(FetchNeeded(env, in, tiles, mine, mine_ranges));
     if (fetch_.fetched_rows() > 0) buffers.push_back({fetch_.rows(), fetch_.runs()});
   }
   MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.comm_wait_s));

@@ -142,4 +142,9 @@ Status StaticEvictionDecode::Partial(AttentionEnv& env, const DecodeInput& in, T
   return b.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
 }
 
+StatusOr<DecodeRoleStrategy> BuildStaticEvictionDecode(const DecodeRoleContext& context) {
+  return DecodeRoleStrategy{std::make_unique<StaticEvictionDecode>(context.policy.static_eviction),
+                            nullptr};
+}
+
 }  // namespace millipede

@@ -17,6 +17,7 @@
 
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
+#include "worker/attention/decode_role.h"
 #include "worker/attention/observed_queries.h"
 
 namespace millipede {
@@ -44,5 +45,8 @@ class StaticEvictionDecode final : public DecodeStrategy {
   std::vector<int64_t> head_offset_;                   // [kv_heads + 1] rows into heavy_k_
   std::vector<std::vector<int64_t>> heavy_positions_;  // [kv_heads] kept positions, increasing
 };
+
+// The static-eviction role's builder: a StaticEvictionDecode with the policy's parameters.
+StatusOr<DecodeRoleStrategy> BuildStaticEvictionDecode(const DecodeRoleContext& context);
 
 }  // namespace millipede

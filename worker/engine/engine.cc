@@ -5,6 +5,8 @@
 
 #include "worker/backend/backend_factory.h"
 
+#include "worker/attention/attention_registry.h"
+
 namespace millipede {
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
@@ -43,15 +45,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   return e;
 }
 
-PolicyCapabilities Engine::capabilities() const {
-  const std::vector<DecodeRole> decode = {DecodeRole::kFull, DecodeRole::kFilter,
-                                          DecodeRole::kSelected, DecodeRole::kStreamingHead,
-                                          DecodeRole::kStaticEviction};
-  return {{PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
-           PrefillPattern::kBlockSparse},
-          decode,
-          /*mixed_decode_layers=*/true};
-}
+PolicyCapabilities Engine::capabilities() const { return RegisteredCapabilities(); }
 
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
   const ModelConfig& c = config();

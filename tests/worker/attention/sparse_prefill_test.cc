@@ -7,6 +7,7 @@
 #include <set>
 
 #include "worker/attention/attended_pairs.h"
+#include "worker/attention/patterns/vertical_slash_pattern.h"
 
 namespace millipede {
 namespace {

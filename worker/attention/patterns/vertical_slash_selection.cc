@@ -1,13 +1,12 @@
-// SparsePrefill's selection: the vertical-slash heads' columns and diagonals (scores of each
-// rank's keys, one global top-k for the columns, diagonal scores summed over ranks) and the
-// block-sparse heads' pooled queries and keys (block sums added over ranks). The rest of the
-// strategy (index, fetch, attention) is in sparse_prefill.cc.
+// The vertical-slash heads' selection (vertical_slash_pattern.h): the step's last queries'
+// scores of each rank's keys by column and by diagonal, one global top-k per column budget,
+// diagonal scores summed over ranks.
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
+#include "worker/attention/patterns/vertical_slash_pattern.h"
 #include "worker/attention/scratch_buffer.h"
-#include "worker/attention/sparse_prefill.h"
 #include "worker/dist/global_top_k.h"
 
 namespace millipede {
@@ -27,7 +26,7 @@ std::vector<int64_t> Pack(const std::vector<std::vector<int64_t>>& rows, int64_t
 
 }  // namespace
 
-StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
+StatusOr<std::vector<std::vector<int64_t>>> VerticalSlashHeads::SelectColumns(
     AttentionEnv& env, ConstTensorView scores, std::span<const TokenRange> ranges) {
   Backend& b = env.backend;
   const int64_t kv_heads = static_cast<int64_t>(heads_.size()), n_k = scores.dim(1);
@@ -69,8 +68,8 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectColumns(
   return selected;
 }
 
-StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(AttentionEnv& env,
-                                                                           ConstTensorView diag) {
+StatusOr<std::vector<std::vector<int64_t>>> VerticalSlashHeads::SelectDiagonals(
+    AttentionEnv& env, ConstTensorView diag) {
   Backend& b = env.backend;
   const int64_t kv_heads = diag.dim(0), length = diag.dim(1);
   int64_t k = 0;
@@ -98,9 +97,8 @@ StatusOr<std::vector<std::vector<int64_t>>> SparsePrefill::SelectDiagonals(Atten
   return selected;
 }
 
-Status SparsePrefill::SelectVerticalSlash(AttentionEnv& env, const PrefillInput& in,
-                                          ConstKvRows mine,
-                                          std::span<const TokenRange> mine_ranges) {
+Status VerticalSlashHeads::Plan(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
+                                std::span<const TokenRange> mine_ranges) {
   Backend& b = env.backend;
   const int64_t kv_heads = static_cast<int64_t>(heads_.size());
   // The layer's vertical-slash heads observe the same last queries: the most any of them asks
@@ -133,38 +131,8 @@ Status SparsePrefill::SelectVerticalSlash(AttentionEnv& env, const PrefillInput&
   MP_ASSIGN_OR_RETURN(auto diagonals, SelectDiagonals(env, AsConst(diag)));
   columns_ = Pack(columns, &columns_width_);
   diagonals_ = Pack(diagonals, &diagonals_width_);
-  return OkStatus();
-}
-
-Status SparsePrefill::PoolBlocks(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine,
-                                 std::span<const TokenRange> mine_ranges) {
-  Backend& b = env.backend;
-  const ModelConfig& c = env.config;
-  const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
-  const int64_t blocks = (in.length + block_ - 1) / block_;
-  MP_ASSIGN_OR_RETURN(TensorView q_sums,
-                      ScratchBuffer(b, &q_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView k_sums,
-                      ScratchBuffer(b, &k_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView q_counts,
-                      ScratchBuffer(b, &q_counts_, DType::kF32, Shape{blocks}));
-  MP_ASSIGN_OR_RETURN(TensorView k_counts,
-                      ScratchBuffer(b, &k_counts_, DType::kF32, Shape{blocks}));
-  const int64_t n = in.q.dim(0);
-  MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{n, c.num_attention_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView q_runs, UploadI64(b, &dev_runs_, SparseKeyRuns(in.q_ranges), 3));
-  MP_RETURN_IF_ERROR(b.BlockSums(
-      {q, AsConst(q_runs), block_, c.num_attention_heads / kv_heads, q_sums, q_counts}));
-  MP_ASSIGN_OR_RETURN(TensorView k_runs, UploadI64(b, &dev_runs_, SparseKeyRuns(mine_ranges), 3));
-  MP_RETURN_IF_ERROR(b.BlockSums({mine.k, AsConst(k_runs), block_, 1, k_sums, k_counts}));
-  if (env.comm.size() > 1) {
-    for (TensorView t : {q_sums, k_sums, q_counts, k_counts}) {
-      MP_RETURN_IF_ERROR(env.comm.AllReduce(t, ReduceOp::kSum));
-      env.stats.comm_bytes += static_cast<int64_t>(t.NumBytes());
-    }
-  }
-  pooled_ = {AsConst(q_sums), AsConst(q_counts), AsConst(k_sums), AsConst(k_counts)};
-  return OkStatus();
+  MP_RETURN_IF_ERROR(UploadI64(b, &dev_columns_, columns_).status());
+  return UploadI64(b, &dev_diagonals_, diagonals_).status();
 }
 
 }  // namespace millipede
