@@ -1,12 +1,12 @@
 #include "worker/attention/attention_registry.h"
 
-#include "worker/attention/full_decode.h"
-#include "worker/attention/omnikv_decode.h"
+#include "worker/attention/decode/full_decode.h"
+#include "worker/attention/decode/omnikv_decode.h"
+#include "worker/attention/decode/static_eviction.h"
 #include "worker/attention/patterns/a_shape_pattern.h"
 #include "worker/attention/patterns/block_sparse_pattern.h"
 #include "worker/attention/patterns/dense_pattern.h"
 #include "worker/attention/patterns/vertical_slash_pattern.h"
-#include "worker/attention/static_eviction.h"
 
 namespace millipede {
 

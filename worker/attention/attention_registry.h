@@ -8,7 +8,7 @@
 #include <span>
 
 #include "policy/attention_policy.h"
-#include "worker/attention/decode_role.h"
+#include "worker/attention/decode/decode_role.h"
 #include "worker/attention/prefill_pattern_variant.h"
 #include "worker/kv/kv_store.h"
 

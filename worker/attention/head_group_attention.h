@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "worker/attention/attention_strategy.h"
-#include "worker/attention/full_decode.h"
+#include "worker/attention/decode/full_decode.h"
+#include "worker/attention/decode/streaming_heads_decode.h"
 #include "worker/attention/ring_prefill.h"
-#include "worker/attention/streaming_heads_decode.h"
 #include "worker/kv/head_group_kv_store.h"
 
 namespace millipede {

@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "worker/attention/attention_registry.h"
+#include "worker/attention/decode/streaming_heads_decode.h"
 #include "worker/attention/head_group_attention.h"
 #include "worker/attention/ring_prefill.h"
 #include "worker/attention/sparse_prefill.h"
-#include "worker/attention/streaming_heads_decode.h"
 
 namespace millipede {
 namespace {

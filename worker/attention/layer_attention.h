@@ -9,7 +9,7 @@
 #include "checkpoint/model_config.h"
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
-#include "worker/attention/token_selection.h"
+#include "worker/attention/decode/token_selection.h"
 #include "worker/kv/head_group_kv_store.h"
 
 namespace millipede {

@@ -1,4 +1,4 @@
-#include "worker/attention/omnikv_decode.h"
+#include "worker/attention/decode/omnikv_decode.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "worker/attention/token_selection.h"
+#include "worker/attention/decode/token_selection.h"
 
 #include <algorithm>
 

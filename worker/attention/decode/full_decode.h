@@ -6,7 +6,7 @@
 
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
-#include "worker/attention/decode_role.h"
+#include "worker/attention/decode/decode_role.h"
 
 namespace millipede {
 

@@ -22,8 +22,8 @@
 #include "kernels/selection/top_k_keys.h"
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
-#include "worker/attention/decode_role.h"
-#include "worker/attention/token_selection.h"
+#include "worker/attention/decode/decode_role.h"
+#include "worker/attention/decode/token_selection.h"
 
 namespace millipede {
 

@@ -1,4 +1,4 @@
-#include "worker/attention/streaming_heads_decode.h"
+#include "worker/attention/decode/streaming_heads_decode.h"
 
 #include "common/shard_plan.h"
 #include "worker/attention/scratch_buffer.h"

@@ -1,4 +1,4 @@
-#include "worker/attention/full_decode.h"
+#include "worker/attention/decode/full_decode.h"
 
 namespace millipede {
 

@@ -1,4 +1,4 @@
-#include "worker/attention/static_eviction.h"
+#include "worker/attention/decode/static_eviction.h"
 
 #include <algorithm>
 
