@@ -8,6 +8,7 @@
 
 #include "worker/attention/attention_registry.h"
 #include "worker/attention/layer_attention.h"
+#include "worker/backend/backend_factory.h"
 
 namespace millipede::testing {
 namespace {
