@@ -3,9 +3,8 @@
 
 #include <utility>
 
-#include "worker/backend/backend_factory.h"
-
 #include "worker/attention/attention_registry.h"
+#include "worker/backend/backend_factory.h"
 
 namespace millipede {
 
