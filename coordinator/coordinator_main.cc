@@ -1,5 +1,5 @@
 // millipede-coordinator: world rank 0 of the service's MPMD launch,
-//   mpirun -np 1 millipede-coordinator --model DIR ... : -np N millipede-worker --model DIR ...
+//   mpirun -np 1 millipede-coordinator --model MODEL ... : -np N millipede-worker --model MODEL ...
 // Tokenizes, validates and queues jobs from the Cap'n Proto and OpenAI HTTP front ends, runs them
 // on the workers over the MPI control plane and serves the metrics. No CUDA.
 #include <signal.h>
@@ -9,12 +9,15 @@
 #include <iostream>
 #include <thread>
 
+#include "checkpoint/gguf.h"
+#include "checkpoint/gguf_model.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/mpi_check.h"
 #include "control/mpi_channel.h"
 #include "coordinator/front_ends.h"
 #include "coordinator/scheduler.h"
+#include "model_files/model_files.h"
 #ifdef MILLIPEDE_HAVE_HTTP
 #include "http/chat_template.h"
 #endif
@@ -23,12 +26,14 @@ namespace millipede {
 namespace {
 
 constexpr char kUsage[] =
-    R"(usage: mpirun -np 1 millipede-coordinator --model DIR [options] : -np N millipede-worker --model DIR ...
+    R"(usage: mpirun -np 1 millipede-coordinator --model MODEL [options] : -np N millipede-worker --model MODEL ...
 
-  --model DIR              the model directory the workers load (tokenizer.json is read here)
+  --model PATH             the model the workers load: a Hugging Face directory (its
+                           tokenizer.json is read here) or a GGUF file (its vocabulary)
   --served-model-name NAME the model's name for clients (default: the directory's name)
   --chat-template FILE     the HTTP API's chat template (Jinja, as a model's chat_template);
-                           default: the model's own (chat_template.jinja or tokenizer_config.json)
+                           default: the model's own (chat_template.jinja or tokenizer_config.json,
+                           or a GGUF file's tokenizer.chat_template)
   --chat-format F          llama3 | chatml: a built-in format instead of the model's template
                            (default, for models without a template: detected from the tokenizer)
   --rpc HOST:PORT          Cap'n Proto API (default 127.0.0.1:7700)
@@ -90,6 +95,26 @@ std::string BaseName(std::string path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The served model's name: a directory's base name, or a GGUF file's without ".gguf".
+std::string ServedName(const std::string& model_path, bool gguf) {
+  std::string name = BaseName(model_path);
+  const std::string suffix = ".gguf";
+  if (gguf && name.size() > suffix.size() &&
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    name.resize(name.size() - suffix.size());
+  return name;
+}
+
+// A GGUF model's own chat template and special tokens, for the HTTP API.
+Status ReadEmbeddedTemplate(const std::string& model_path, FrontEndOptions* front) {
+  MP_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(model_path));
+  MP_ASSIGN_OR_RETURN(GgufChatTemplate chat, ReadGgufChatTemplate(file));
+  front->embedded_template = true;
+  front->embedded_template_text = chat.text.value_or("");
+  front->embedded_special_tokens = std::move(chat.special_tokens);
+  return OkStatus();
+}
+
 Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
   if (flags.GetBool("help")) {
@@ -102,9 +127,10 @@ Status Serve(int argc, char** argv, int world_size) {
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
-  MP_ASSIGN_OR_RETURN(std::string model_dir, flags.GetRequired("model"));
+  MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
+  const bool gguf = IsGgufFile(model_path);
   SchedulerOptions options;
-  options.model_id = flags.Get("served-model-name").value_or(BaseName(model_dir));
+  options.model_id = flags.Get("served-model-name").value_or(ServedName(model_path, gguf));
   options.chat_format = flags.Get("chat-format").value_or("");
   MP_REQUIRE(options.chat_format.empty() || options.chat_format == "llama3" ||
                  options.chat_format == "chatml",
@@ -137,15 +163,21 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
              "--chat-template is for the HTTP API, which is off");
 #ifdef MILLIPEDE_HAVE_HTTP
+#endif
+  FrontEndOptions front_options;
+  // An explicit --chat-format replaces the model's own template.
+  if (gguf && options.chat_format.empty())
+    MP_RETURN_IF_ERROR(ReadEmbeddedTemplate(model_path, &front_options));
+
+#ifdef MILLIPEDE_HAVE_HTTP
   // A bad --chat-template stops the start before the workers load the model.
   if (!chat_template_file.empty()) {
-    MP_RETURN_IF_ERROR(SetUpChatTemplate(model_dir, chat_template_file).status());
+    MP_RETURN_IF_ERROR((gguf ? SetUpEmbeddedChatTemplate({}, chat_template_file)
+                             : SetUpChatTemplate(model_path, chat_template_file))
+                           .status());
   }
 #endif
-
-  const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
-  MP_REQUIRE(FileExists(tokenizer_path), model_dir, " has no tokenizer.json");
-  MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromFile(tokenizer_path));
+  MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadModelTokenizer(model_path));
   MP_ASSIGN_OR_RETURN(std::unique_ptr<ServiceMetrics> metrics,
                       ServiceMetrics::Create(metrics_bind));
 
@@ -161,13 +193,12 @@ Status Serve(int argc, char** argv, int world_size) {
   g_scheduler.store(&scheduler);
   if (g_drain_early.load()) scheduler.RequestDrain();
 
-  FrontEndOptions front_options;
   front_options.rpc_bind = rpc_bind;
   front_options.http_bind = http_bind;
   front_options.api_key = flags.Get("api-key").value_or("");
   front_options.served_model_name = options.model_id;
   // An explicit --chat-format replaces the model's own template.
-  if (options.chat_format.empty()) front_options.model_dir = model_dir;
+  if (options.chat_format.empty() && !gguf) front_options.model_dir = model_path;
   front_options.chat_template_file = chat_template_file;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<FrontEnds> front_ends,
                       FrontEnds::Start(scheduler, front_options));

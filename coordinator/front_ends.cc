@@ -13,6 +13,22 @@
 #endif
 
 namespace millipede {
+
+#ifdef MILLIPEDE_HAVE_HTTP
+namespace {
+
+StatusOr<ServerChatTemplate> SetUpFrontEndTemplate(const FrontEndOptions& options) {
+  if (!options.embedded_template)
+    return SetUpChatTemplate(options.model_dir, options.chat_template_file);
+  ChatTemplateSource source;
+  source.text = options.embedded_template_text;
+  source.origin = "GGUF tokenizer.chat_template";
+  source.special_tokens = options.embedded_special_tokens;
+  return SetUpEmbeddedChatTemplate(std::move(source), options.chat_template_file);
+}
+
+}  // namespace
+#endif
 namespace {
 
 std::string Host(const std::string& bind) { return bind.substr(0, bind.rfind(':')); }
@@ -42,8 +58,7 @@ class FrontEnds::Impl {
       http_options.bind_address = options_.http_bind;
       http_options.api_key = options_.api_key;
       http_options.served_model_name = options_.served_model_name;
-      StatusOr<ServerChatTemplate> chat =
-          SetUpChatTemplate(options_.model_dir, options_.chat_template_file);
+      StatusOr<ServerChatTemplate> chat = SetUpFrontEndTemplate(options_);
       if (!chat.ok()) {
         started_.set_value(chat.status());
         return;

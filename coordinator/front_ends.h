@@ -3,6 +3,7 @@
 // thread can make every MPI call (the scheduler's control loop).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,11 @@ struct FrontEndOptions {
   // the model's own from model_dir (empty: the built-in formats only).
   std::string model_dir;
   std::string chat_template_file;
+  // A GGUF model's own template (empty text: none) and special tokens, read by the caller; used
+  // instead of model_dir when `embedded_template` is set.
+  bool embedded_template = false;
+  std::string embedded_template_text;
+  std::map<std::string, std::string> embedded_special_tokens;
 };
 
 class FrontEnds {

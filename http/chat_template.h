@@ -86,6 +86,11 @@ struct ServerChatTemplate {
 };
 StatusOr<ServerChatTemplate> SetUpChatTemplate(const std::string& model_dir,
                                                const std::string& override_path);
+// The same for a model whose template and special tokens were read already (a GGUF file's):
+// `model` holds them, its text empty when the model has no template. The override, when given,
+// replaces the text and keeps the special tokens.
+StatusOr<ServerChatTemplate> SetUpEmbeddedChatTemplate(ChatTemplateSource model,
+                                                       const std::string& override_path);
 
 // The built-in formats, for models without a template of their own.
 enum class ChatFormat { kLlama3, kChatMl };

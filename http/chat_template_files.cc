@@ -123,20 +123,11 @@ StatusOr<ChatTemplateSource> LoadChatTemplateFile(const std::string& path,
   return source;
 }
 
-StatusOr<ServerChatTemplate> SetUpChatTemplate(const std::string& model_dir,
-                                               const std::string& override_path) {
+namespace {
+
+// The server's template from the model's own (read or failed), when there is no override.
+ServerChatTemplate FromModelTemplate(StatusOr<std::optional<ChatTemplateSource>> source) {
   ServerChatTemplate setup;
-  if (!override_path.empty()) {
-    MP_ASSIGN_OR_RETURN(ChatTemplateSource source, LoadChatTemplateFile(override_path, model_dir));
-    MP_ASSIGN_OR_RETURN(setup.chat_template, ChatTemplate::Create(std::move(source)));
-    setup.note = "chat template: " + override_path + " (--chat-template)";
-    return setup;
-  }
-  if (model_dir.empty()) {
-    setup.note = "chat template: the built-in format (--chat-format)";
-    return setup;
-  }
-  StatusOr<std::optional<ChatTemplateSource>> source = LoadModelChatTemplate(model_dir);
   if (source.ok() && !source->has_value()) {
     setup.note =
         "the model has no chat template; chats use the built-in Llama-3 / ChatML "
@@ -156,6 +147,41 @@ StatusOr<ServerChatTemplate> SetUpChatTemplate(const std::string& model_dir,
   setup.chat_template = std::move(compiled).value();
   setup.note = "chat template: the model's " + setup.chat_template->origin();
   return setup;
+}
+
+StatusOr<ServerChatTemplate> FromOverride(ChatTemplateSource source,
+                                          const std::string& override_path) {
+  ServerChatTemplate setup;
+  MP_ASSIGN_OR_RETURN(setup.chat_template, ChatTemplate::Create(std::move(source)));
+  setup.note = "chat template: " + override_path + " (--chat-template)";
+  return setup;
+}
+
+}  // namespace
+
+StatusOr<ServerChatTemplate> SetUpChatTemplate(const std::string& model_dir,
+                                               const std::string& override_path) {
+  if (!override_path.empty()) {
+    MP_ASSIGN_OR_RETURN(ChatTemplateSource source, LoadChatTemplateFile(override_path, model_dir));
+    return FromOverride(std::move(source), override_path);
+  }
+  if (model_dir.empty()) {
+    ServerChatTemplate setup;
+    setup.note = "chat template: the built-in format (--chat-format)";
+    return setup;
+  }
+  return FromModelTemplate(LoadModelChatTemplate(model_dir));
+}
+
+StatusOr<ServerChatTemplate> SetUpEmbeddedChatTemplate(ChatTemplateSource model,
+                                                       const std::string& override_path) {
+  if (!override_path.empty()) {
+    MP_ASSIGN_OR_RETURN(model.text, ReadFileToString(override_path));
+    model.origin = override_path;
+    return FromOverride(std::move(model), override_path);
+  }
+  if (model.text.empty()) return FromModelTemplate(std::optional<ChatTemplateSource>());
+  return FromModelTemplate(std::optional<ChatTemplateSource>(std::move(model)));
 }
 
 }  // namespace millipede

@@ -10,6 +10,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "model_files/model_files.h"
 #include "quality/report.h"
 #include "quality/runner.h"
 #include "worker/dist/mpi_main.h"
@@ -18,13 +19,13 @@
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-quality --model DIR [options]
+constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-quality --model MODEL [options]
 
 Runs retrieval tasks on a model written by `millipede-mkmodel --preset retrieval` and prints
 accuracy per (task, context length, depth). Under mpirun the N ranks share every prompt (context
 parallelism) and rank 0 reports.
 
-  --model DIR            the retrieval model (config.json, safetensors, tokenizer.json)
+  --model MODEL          the retrieval model (a Hugging Face directory or a GGUF file)
   --tasks LIST           comma-separated: needle, kv, chain (default needle)
   --lengths LIST         context lengths in tokens, K = 1024, M = 2^20 (default 1K,2K,4K,8K)
   --depths LIST          needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)
@@ -97,7 +98,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
 
   EngineOptions options;
-  MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
+  MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   const std::string kv_name = flags.Get("kv-dtype").value_or("bf16");
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(kv_name));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
@@ -128,8 +129,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(double min_accuracy, flags.GetDouble("min-accuracy", 0.0));
   MP_REQUIRE(min_accuracy >= 0 && min_accuracy <= 1, "--min-accuracy must lie in [0, 1]");
 
-  MP_ASSIGN_OR_RETURN(auto tokenizer,
-                      Tokenizer::FromFile(JoinPath(options.model_dir, "tokenizer.json")));
+  MP_ASSIGN_OR_RETURN(auto tokenizer, LoadModelTokenizer(options.model_path));
   MP_ASSIGN_OR_RETURN(RetrievalVocab vocab, RetrievalVocab::FromTokenizer(*tokenizer));
   MP_ASSIGN_OR_RETURN(Haystack haystack, Haystack::Create(*tokenizer, vocab));
   // Every task is built before any work, so that a bad grid fails on every rank up front.
@@ -142,7 +142,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));
   MP_ASSIGN_OR_RETURN(auto engine, Engine::Create(options, std::move(comm)));
-  MP_REQUIRE(engine->config().vocab_size >= vocab.vocab_size, options.model_dir,
+  MP_REQUIRE(engine->config().vocab_size >= vocab.vocab_size, options.model_path,
              ": the model's vocabulary is smaller than its tokenizer's");
   RunLabels labels;
   labels.backend = BackendKindName(options.backend);

@@ -16,18 +16,20 @@ LAYERS = {
     "checkpoint": {"common"},
     "tokenizer": {"common"},
     "jinja": {"common", "tokenizer"},
+    "model_files": {"common", "checkpoint", "tokenizer"},
     "policy": {"common", "checkpoint"},
     "kernels": {"common"},
     "control": {"common", "policy"},
-    "worker": {"common", "checkpoint", "tokenizer", "policy", "kernels", "control"},
+    "worker": {"common", "checkpoint", "tokenizer", "model_files", "policy", "kernels", "control"},
     "models": {"common", "checkpoint", "tokenizer", "worker"},
     "monitoring": {"common"},
     "api": {"common", "monitoring"},
     "rpc": {"common", "api"},
     "http": {"common", "tokenizer", "jinja", "api"},
-    "coordinator": {"common", "tokenizer", "policy", "control", "monitoring", "api", "rpc", "http"},
+    "coordinator": {"common", "checkpoint", "tokenizer", "model_files", "policy", "control",
+                    "monitoring", "api", "rpc", "http"},
     "loadgen": {"common", "rpc"},
-    "quality": {"common", "tokenizer", "worker", "models"},
+    "quality": {"common", "tokenizer", "model_files", "worker", "models"},
 }
 NOT_SOURCE = {"tests", "docs", "cluster", "build", "Testing"}
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh")

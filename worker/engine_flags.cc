@@ -1,5 +1,6 @@
 #include "worker/engine_flags.h"
 
+#include "checkpoint/gguf_model.h"
 #include "checkpoint/model_config.h"
 #include "worker/dist/mpi_communicator.h"
 #ifdef MILLIPEDE_HAVE_CUDA
@@ -10,7 +11,11 @@
 namespace millipede {
 
 const char kEngineFlagsUsage[] =
-    R"(  --model DIR            Hugging Face model directory (config.json, safetensors, tokenizer.json)
+    R"(  --model PATH           a Hugging Face model directory (config.json, safetensors,
+                         tokenizer.json) or a GGUF file (llama.cpp's format: weights, tokenizer
+                         and chat template in one file)
+  --weight-dtype D       a GGUF file's weights, dequantised at load into: auto (default: fp32
+                         on the CPU backend, bf16 on a GPU) | fp32 | bf16 | fp16
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --attention-chunk N    query rows per attention call (default: the prefill chunk)
@@ -38,12 +43,12 @@ const char kEngineFlagsUsage[] =
 std::vector<std::string> EngineFlagNames() {
   return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
           "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs",
-          "split-kv-heads", "prefill-exchange", "decode-mlp"};
+          "split-kv-heads", "prefill-exchange", "decode-mlp", "weight-dtype"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   EngineOptions options;
-  MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
+  MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   MP_ASSIGN_OR_RETURN(options.kv_dtype,
                       ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
@@ -64,9 +69,15 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
                       ParseDecodeMlp(flags.Get("decode-mlp").value_or("split")));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = local_rank;
+  const std::string weight_dtype = flags.Get("weight-dtype").value_or("auto");
+  if (weight_dtype != "auto") {
+    MP_ASSIGN_OR_RETURN(DType dtype, ParseFloatDTypeName(weight_dtype));
+    MP_REQUIRE(dtype != DType::kF64, "--weight-dtype: fp32, bf16 or fp16, not ", weight_dtype);
+    options.gguf_weight_dtype = dtype;
+  }
   if (flags.GetBool("random-weights")) {
-    MP_ASSIGN_OR_RETURN(options.random_config, LoadModelConfig(options.model_dir + "/config.json"));
-    options.model_dir.clear();
+    MP_ASSIGN_OR_RETURN(options.random_config, LoadModelConfigAt(options.model_path));
+    options.model_path.clear();
   }
   return options;
 }

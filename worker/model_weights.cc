@@ -114,8 +114,15 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& mo
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const ModelConfig& config,
                                                              const RandomWeightsOptions& options,
                                                              Backend& backend) {
+  MP_ASSIGN_OR_RETURN(std::vector<NamedHostTensor> tensors, GenerateRandomWeights(config, options));
+  return FromHost(config, std::move(tensors), backend);
+}
+
+StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::FromHost(const ModelConfig& config,
+                                                               std::vector<NamedHostTensor> tensors,
+                                                               Backend& backend) {
   auto w = std::unique_ptr<ModelWeights>(new ModelWeights());
-  MP_ASSIGN_OR_RETURN(w->generated_, GenerateRandomWeights(config, options));
+  w->generated_ = std::move(tensors);
   std::map<std::string, ConstTensorView> by_name;
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < w->generated_.size(); ++i) {
@@ -125,9 +132,11 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const ModelConfig& 
   if (backend.kind() == BackendKind::kCpu) {
     // The CPU backend uses host memory in place: each fused group is moved into one tensor, its
     // members back to back, as a device backend places them when it copies them, so that the
-    // fused projections run here too. (The bits are those generated; only the place changes.)
+    // fused projections run here too. (The bits are those given; only the place changes.)
     for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
       for (const std::vector<std::string>& group : FusedWeightGroups(config, layer)) {
+        for (const std::string& name : group)
+          MP_REQUIRE(index.count(name) != 0, "the model's weights lack ", name);
         const HostTensor& first = w->generated_[index.at(group[0])].tensor;
         Shape shape = first.shape();
         shape.dims[0] = 0;
@@ -138,6 +147,8 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const ModelConfig& 
         char* next = packed.tensor.data<char>();
         for (const std::string& name : group) {
           HostTensor& member = w->generated_[index.at(name)].tensor;
+          MP_REQUIRE(member.dtype() == first.dtype(), name, " is ", DTypeName(member.dtype()),
+                     ", ", group[0], " ", DTypeName(first.dtype()));
           std::memcpy(next, member.data<char>(), member.NumBytes());
           by_name[name] = ConstTensorView{next, member.dtype(), member.shape()};
           next += member.NumBytes();
@@ -151,7 +162,7 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const ModelConfig& 
                                [&](const std::string& name) -> StatusOr<ConstTensorView> {
                                  auto it = by_name.find(name);
                                  if (it == by_name.end())
-                                   return InternalError("random weights lack " + name);
+                                   return InvalidArgumentError("the model's weights lack " + name);
                                  return it->second;
                                }));
   // A device backend holds its own copies; the host tensors are then no longer needed.

@@ -53,6 +53,12 @@ class ModelWeights {
   static StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
                                                       const ModelConfig& config,
                                                       Backend& backend);
+  // Adopts `tensors` (every weight of ExpectedModelTensors(config), by Hugging Face name, e.g.
+  // dequantised from a GGUF file) into `backend`; the CPU backend keeps them, packing each fused
+  // group back to back.
+  static StatusOr<std::unique_ptr<ModelWeights>> FromHost(const ModelConfig& config,
+                                                          std::vector<NamedHostTensor> tensors,
+                                                          Backend& backend);
   // Generates random weights for `config` (see random_weights.h) and adopts them into `backend`.
   static StatusOr<std::unique_ptr<ModelWeights>> Random(const ModelConfig& config,
                                                         const RandomWeightsOptions& options,
@@ -69,7 +75,7 @@ class ModelWeights {
   Status Assign(const ModelConfig& config, Backend& backend, GetFn get);
 
   Checkpoint checkpoint_;
-  std::vector<NamedHostTensor> generated_;  // random weights, or aligned copies of misaligned ones
+  std::vector<NamedHostTensor> generated_;  // host weights, or aligned copies of misaligned ones
 };
 
 }  // namespace millipede

@@ -2,24 +2,26 @@
 // search for one on a reference prompt (MInference's Algorithm 1, worker/policy_search.h), and a
 // summary of any policy.
 //
-//   millipede-policy import-minference CONFIG.json --model DIR --out POLICY.json
+//   millipede-policy import-minference CONFIG.json --model MODEL --out POLICY.json
 //       [--dense-below N] [--starting-layer L]
-//   millipede-policy import-duo GATES.tsv --model DIR (--threshold T | --sparsity Q)
+//   millipede-policy import-duo GATES.tsv --model MODEL (--threshold T | --sparsity Q)
 //       [--sink N --recent N] [--dense-below N] --out POLICY.json
-//   millipede-policy search --model DIR (--prompt-file F | --prompt-ids F) --out POLICY.json
+//   millipede-policy search --model MODEL (--prompt-file F | --prompt-ids F) --out POLICY.json
 //       [--budget D] [--sink N] [--dense-below N] [--backend B] [--kv-dtype D]
-//   millipede-policy show POLICY.json --model DIR [--length N]
+//   millipede-policy show POLICY.json --model MODEL [--length N]
 //
-// DIR is a Hugging Face model folder (its config.json gives the layers and heads the files must
+// MODEL is a Hugging Face model folder or a GGUF file (its config gives the layers and heads the files must
 // match). Exit status: 0 on success, 1 on a bad file or value, 2 on bad usage.
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
 
+#include "checkpoint/gguf_model.h"
 #include "checkpoint/model_config.h"
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "model_files/model_files.h"
 #include "policy/attention_policy.h"
 #include "policy/duo_import.h"
 #include "policy/minference_import.h"
@@ -34,25 +36,26 @@ namespace {
 
 constexpr char kUsage[] =
     "usage:\n"
-    "  millipede-policy import-minference CONFIG.json --model DIR --out POLICY.json\n"
+    "  millipede-policy import-minference CONFIG.json --model MODEL --out POLICY.json\n"
     "      [--dense-below N] [--starting-layer L]\n"
     "    MInference's per-model config (a list of layers, query head -> [pattern, vertical,\n"
     "    slash, score]) -> a policy per KV head; layers below L stay dense\n"
-    "  millipede-policy import-duo GATES.tsv --model DIR (--threshold T | --sparsity Q)\n"
+    "  millipede-policy import-duo GATES.tsv --model MODEL (--threshold T | --sparsity Q)\n"
     "      [--sink N --recent N] [--dense-below N] --out POLICY.json\n"
     "    DuoAttention's full_attention_heads.tsv -> retrieval heads (dense, full) and streaming\n"
     "    heads (a-shape, streaming-head); sink and recent default to the config.json beside it\n"
-    "  millipede-policy search --model DIR (--prompt-file F | --prompt-ids F) --out POLICY.json\n"
+    "  millipede-policy search --model MODEL (--prompt-file F | --prompt-ids F) --out POLICY.json\n"
     "      [--budget D] [--sink N] [--dense-below N] [--backend cpu|cuda] [--kv-dtype D]\n"
     "      [--prefill-chunk N] [--attention-chunk N]\n"
     "    MInference's pattern search: per layer and KV head, a-shape, block-sparse and two\n"
     "    vertical-slash mixes, each at D (default 0.1) of the causal pairs of the prompt, run on\n"
-    "    the prompt (text through the model's tokenizer.json, or token ids); each head keeps the\n"
+    "    the prompt (text through the model's tokenizer, or token ids); each head keeps the\n"
     "    one whose attention output is closest to dense attention's\n"
-    "  millipede-policy show POLICY.json --model DIR [--length N]\n"
+    "  millipede-policy show POLICY.json --model MODEL [--length N]\n"
     "    per layer: each KV head's pattern and decode role, the expected prefill density at N\n"
     "    tokens (default: the model's max_position_embeddings)\n"
-    "DIR: a Hugging Face model folder (config.json). docs/policies.md has the mappings.\n";
+    "MODEL: a Hugging Face model folder (config.json) or a GGUF file. docs/policies.md has the\n"
+    "mappings.\n";
 
 constexpr int kBadInput = 1;
 constexpr int kBadUsage = 2;
@@ -83,8 +86,8 @@ StatusOr<std::string> CheckCommandLine(const Flags& flags, const std::vector<std
 }
 
 StatusOr<ModelConfig> LoadModel(const Flags& flags) {
-  MP_ASSIGN_OR_RETURN(std::string dir, flags.GetRequired("model"));
-  return LoadModelConfig(JoinPath(dir, "config.json"));
+  MP_ASSIGN_OR_RETURN(std::string path, flags.GetRequired("model"));
+  return LoadModelConfigAt(path);
 }
 
 // Writes the policy, reads it back as the engine will and checks it is the same policy.
@@ -187,17 +190,18 @@ std::optional<Failure> ImportDuo(const Flags& flags) {
 
 // The reference prompt: text through the model's tokenizer (its BOS first, as the engine's
 // tools add it), or whitespace-separated ids.
-StatusOr<std::vector<int32_t>> SearchPrompt(const Flags& flags, const std::string& model_dir) {
+StatusOr<std::vector<int32_t>> SearchPrompt(const Flags& flags, const std::string& model_path) {
   if (auto ids = flags.Get("prompt-ids")) {
     MP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(*ids));
     return ParseTokenIds(text);
   }
   MP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(*flags.Get("prompt-file")));
-  const std::string tokenizer_path = JoinPath(model_dir, "tokenizer.json");
-  MP_REQUIRE(FileExists(tokenizer_path), model_dir,
-             " has no tokenizer.json: give the prompt as ids with --prompt-ids");
-  MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromFile(tokenizer_path));
-  return EncodePrompt(*tokenizer, text, /*add_bos=*/true);
+  StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadModelTokenizer(model_path);
+  MP_REQUIRE(tokenizer.ok(), tokenizer.status().message(),
+             tokenizer.status().code() == StatusCode::kNotFound
+                 ? ": give the prompt as ids with --prompt-ids"
+                 : "");
+  return EncodePrompt(**tokenizer, text, /*add_bos=*/true);
 }
 
 std::optional<Failure> Search(const Flags& flags) {

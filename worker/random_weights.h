@@ -28,11 +28,6 @@ struct RandomWeightsOptions {
   int64_t head_dim = 0;  // the model's head_dim: needed when locality > 0
 };
 
-struct NamedHostTensor {
-  std::string name;
-  HostTensor tensor;
-};
-
 // Every weight of ExpectedModelTensors(config), in that order. Element i of tensor `name` is a
 // pure function of (seed, name, i), so tensors can be generated in any order or in parallel.
 StatusOr<std::vector<NamedHostTensor>> GenerateRandomWeights(const ModelConfig& config,

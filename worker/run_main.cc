@@ -5,6 +5,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "model_files/model_files.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/dist/mpi_main.h"
 #include "worker/engine_flags.h"
@@ -13,13 +14,13 @@
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-run --model DIR
+constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-run --model MODEL
            (--prompt TEXT | --prompt-file F | --prompt-ids F) --max-new-tokens N [options]
 
 Under mpirun the N ranks share the job: the prompt is sharded over them (context parallelism)
 and rank 0 prints the result.
 
-  --prompt TEXT          prompt text (tokenized with DIR/tokenizer.json)
+  --prompt TEXT          prompt text (tokenized with the model's tokenizer)
   --prompt-file F        prompt text from a file ("-" for stdin)
   --prompt-ids F         whitespace-separated token ids from a file ("-" for stdin)
   --max-new-tokens N     tokens to generate at most (default 16)
@@ -95,16 +96,18 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   request.ignore_eos = flags.GetBool("ignore-eos");
 
   std::unique_ptr<Tokenizer> tokenizer;
-  const std::string tokenizer_path = JoinPath(options.model_dir, "tokenizer.json");
-  if (FileExists(tokenizer_path)) {
-    MP_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tokenizer_path));
+  StatusOr<std::unique_ptr<Tokenizer>> loaded = LoadModelTokenizer(options.model_path);
+  if (loaded.ok()) {
+    tokenizer = std::move(loaded).value();
+  } else if (loaded.status().code() != StatusCode::kNotFound) {
+    return loaded.status();
   }
   if (auto ids_path = flags.Get("prompt-ids")) {
     MP_ASSIGN_OR_RETURN(std::string text, ReadInput(*ids_path, rank, comm.get()));
     MP_ASSIGN_OR_RETURN(request.prompt_ids, ParseTokenIds(text));
   } else {
-    MP_REQUIRE(tokenizer != nullptr, options.model_dir,
-               " has no tokenizer.json: give the prompt as ids with --prompt-ids");
+    MP_REQUIRE(tokenizer != nullptr, loaded.status().message(),
+               ": give the prompt as ids with --prompt-ids");
     std::string text;
     if (auto p = flags.Get("prompt")) {
       text = *p;

@@ -1,5 +1,5 @@
 // millipede-worker: one engine rank of the service, launched by mpirun beside the coordinator:
-//   mpirun -np 1 millipede-coordinator ... : -np N millipede-worker --model DIR ...
+//   mpirun -np 1 millipede-coordinator ... : -np N millipede-worker --model MODEL ...
 // World rank 0 is the coordinator; the workers (world ranks 1..N) share a communicator of their
 // own for the data plane and take jobs from the coordinator over the MPI control plane.
 #include <unistd.h>
@@ -20,7 +20,7 @@ namespace millipede {
 namespace {
 
 constexpr char kUsage[] =
-    R"(usage: mpirun -np 1 millipede-coordinator ... : -np N millipede-worker --model DIR [options]
+    R"(usage: mpirun -np 1 millipede-coordinator ... : -np N millipede-worker --model MODEL [options]
 
 Engine flags as for millipede-run:
 )";

@@ -286,7 +286,7 @@ TEST_F(PolicyCliTest, BadUsageExitsTwo) {
   }
   const RunResult help = Run("--help");
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_HAS(help.output, "import-minference CONFIG.json --model DIR --out POLICY.json");
+  EXPECT_HAS(help.output, "import-minference CONFIG.json --model MODEL --out POLICY.json");
 }
 
 }  // namespace

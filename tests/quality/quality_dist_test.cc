@@ -16,7 +16,7 @@ using testing::RetrievalModelDir;
 // Every rank writes the model to its own folder: ranks share no state but MPI.
 std::unique_ptr<Engine> MakeEngine(bool distributed) {
   EngineOptions o;
-  o.model_dir = RetrievalModelDir(DType::kBF16);
+  o.model_path = RetrievalModelDir(DType::kBF16);
   o.kv_dtype = DType::kBF16;
   o.prefill_chunk = 128;  // several chunks per rank
   std::unique_ptr<Communicator> comm;

@@ -19,7 +19,7 @@ using testing::RetrievalModelDir;
 // Weights stored as `weights`, KV cache as `kv`.
 std::unique_ptr<Engine> MakeEngine(DType weights, DType kv) {
   EngineOptions o;
-  o.model_dir = RetrievalModelDir(weights);
+  o.model_path = RetrievalModelDir(weights);
   o.kv_dtype = kv;
   auto e = Engine::Create(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();

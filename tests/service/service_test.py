@@ -17,6 +17,7 @@ import time
 from service_harness import Failure, Service, check, make_model, offline, read_until
 from service_loadgen import scenario_loadgen
 from service_openai import scenario_openai, scenario_sampling
+from service_trained import scenario_trained
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
@@ -549,14 +550,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("scenario", choices=sorted(SCENARIOS))
+    ap.add_argument("--model", help="serve this model instead of a generated one (the trained "
+                    "scenario: a GGUF file)")
+    ap.add_argument("scenario", choices=sorted(SCENARIOS) + ["trained"])
     args = ap.parse_args()
     work = os.path.join(args.work, args.scenario)
     os.makedirs(work, exist_ok=True)
-    model = make_model(args.bin, os.path.join(work, "model"))
     t0 = time.time()
     try:
-        SCENARIOS[args.scenario](args.bin, model)
+        if args.scenario == "trained":
+            check(args.model is not None and os.path.isfile(args.model),
+                  f"the trained scenario needs the model file (--model {args.model}); "
+                  "cluster/fetch-smollm2.sh fetches it")
+            scenario_trained(args.bin, args.model)
+        else:
+            SCENARIOS[args.scenario](args.bin, make_model(args.bin, os.path.join(work, "model")))
     except Failure as e:
         print(f"FAIL {args.scenario}: {e}", file=sys.stderr)
         return 1

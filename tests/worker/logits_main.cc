@@ -16,12 +16,12 @@
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: millipede-test-logits --model DIR --prompt-ids FILE --out FILE [options]
+constexpr char kUsage[] = R"(usage: millipede-test-logits --model MODEL --prompt-ids FILE --out FILE [options]
 
 Runs the prompt through the engine in one prefill and writes the last position's logits to FILE
 as vocab_size raw little-endian float32 values.
 
-  --model DIR            Hugging Face model directory (config.json, safetensors)
+  --model MODEL          a Hugging Face model directory or a GGUF file
   --prompt-ids FILE      whitespace-separated token ids
   --out FILE             where to write the logits
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
@@ -66,7 +66,7 @@ Status Run(int argc, char** argv) {
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
 
   EngineOptions options;
-  MP_ASSIGN_OR_RETURN(options.model_dir, flags.GetRequired("model"));
+  MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   MP_ASSIGN_OR_RETURN(std::string ids_path, flags.GetRequired("prompt-ids"));
   MP_ASSIGN_OR_RETURN(std::string out_path, flags.GetRequired("out"));
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));

@@ -54,7 +54,7 @@ TEST_F(ModelFilesTest, LoadedEqualsGenerated) {
   for (uint64_t shard : {uint64_t{0}, uint64_t{20000}}) {
     WriteModel(SmallConfig(), shard);
     EngineOptions from_dir;
-    from_dir.model_dir = dir_.string();
+    from_dir.model_path = dir_.string();
     from_dir.kv_dtype = DType::kF32;
     auto loaded = Engine::Create(from_dir);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
@@ -75,7 +75,7 @@ TEST_F(ModelFilesTest, LoadedEqualsGenerated) {
 TEST_F(ModelFilesTest, MissingTensorIsNamed) {
   WriteModel(SmallConfig(), 0, "model.layers.1.mlp.up_proj.weight");
   EngineOptions o;
-  o.model_dir = dir_.string();
+  o.model_path = dir_.string();
   auto e = Engine::Create(o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos)
@@ -84,7 +84,7 @@ TEST_F(ModelFilesTest, MissingTensorIsNamed) {
 
 TEST_F(ModelFilesTest, MissingDirectoryAndConfig) {
   EngineOptions o;
-  o.model_dir = (dir_ / "nope").string();
+  o.model_path = (dir_ / "nope").string();
   auto e = Engine::Create(o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("config.json"), std::string::npos) << e.status().ToString();

@@ -23,10 +23,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   } else {
     MP_ASSIGN_OR_RETURN(e->ctx_.backend, CreateBackend(options.backend, options.device));
   }
+  ModelSource source;
+  source.model_path = options.model_path;
+  source.gguf_weight_dtype = options.gguf_weight_dtype.value_or(
+      options.backend == BackendKind::kCpu ? DType::kF32 : DType::kBF16);
+  source.random_config = options.random_config;
+  source.random_weights = options.random_weights;
   MP_ASSIGN_OR_RETURN(e->ctx_.model,
-                      Model::Load({options.model_dir, options.random_config,
-                                   options.random_weights},
-                                  *e->ctx_.backend, options.fuse_projections));
+                      Model::Load(source, *e->ctx_.backend, options.fuse_projections));
   const ModelConfig& c = e->ctx_.model->config();
   WorkspaceShape shape;
   shape.prefill_chunk = options.prefill_chunk;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -45,9 +46,13 @@ StatusOr<bool> ParseSplitKvHeads(std::string_view value);
 StatusOr<bool> ParseDecodeMlp(std::string_view value);
 
 struct EngineOptions {
-  // Hugging Face model directory (config.json + safetensors). Empty: use `random_config`.
-  std::string model_dir;
-  // Random weights for this config when model_dir is empty (benchmarks, tests).
+  // Hugging Face model directory (config.json + safetensors) or GGUF file. Empty: use
+  // `random_config`.
+  std::string model_path;
+  // The dtype a GGUF file's weights are dequantised into; unset: F32 on the CPU backend (its
+  // GEMMs read F32 weights in place), BF16 on a GPU.
+  std::optional<DType> gguf_weight_dtype;
+  // Random weights for this config when model_path is empty (benchmarks, tests).
   ModelConfig random_config;
   RandomWeightsOptions random_weights;
   BackendKind backend = BackendKind::kCpu;

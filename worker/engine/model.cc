@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "checkpoint/gguf_model.h"
 #include "common/file_util.h"
 #include "kernels/layer/rope.h"
 
@@ -24,9 +25,16 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const ModelSource& source, Backend&
                                              bool fuse_projections) {
   auto m = std::unique_ptr<Model>(new Model(backend));
   m->fuse_projections_ = fuse_projections;
-  if (!source.model_dir.empty()) {
-    MP_ASSIGN_OR_RETURN(m->config_, LoadModelConfig(JoinPath(source.model_dir, "config.json")));
-    MP_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Load(source.model_dir, m->config_, backend));
+  if (IsGgufFile(source.model_path)) {
+    MP_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(source.model_path));
+    MP_ASSIGN_OR_RETURN(m->config_, ModelConfigFromGguf(file));
+    MP_ASSIGN_OR_RETURN(std::vector<NamedHostTensor> tensors,
+                        LoadGgufWeights(file, m->config_, source.gguf_weight_dtype));
+    MP_ASSIGN_OR_RETURN(m->weights_,
+                        ModelWeights::FromHost(m->config_, std::move(tensors), backend));
+  } else if (!source.model_path.empty()) {
+    MP_ASSIGN_OR_RETURN(m->config_, LoadModelConfig(JoinPath(source.model_path, "config.json")));
+    MP_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Load(source.model_path, m->config_, backend));
   } else {
     m->config_ = source.random_config;
     MP_RETURN_IF_ERROR(ValidateModelConfig(m->config_));

@@ -23,7 +23,10 @@ struct MlpSlice {
 };
 
 struct ModelSource {
-  std::string model_dir;        // Hugging Face directory; empty: random weights for `config`
+  // A Hugging Face directory or a GGUF file; empty: random weights for `random_config`.
+  std::string model_path;
+  // The dtype a GGUF file's weights are dequantised into (a directory's keep their own).
+  DType gguf_weight_dtype = DType::kBF16;
   ModelConfig random_config;
   RandomWeightsOptions random_weights;
 };
