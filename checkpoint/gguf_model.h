@@ -20,6 +20,7 @@
 
 #include "checkpoint/gguf.h"
 #include "checkpoint/model_config.h"
+#include "checkpoint/model_tensors.h"
 #include "common/status.h"
 #include "common/tensor.h"
 

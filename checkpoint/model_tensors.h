@@ -16,6 +16,13 @@ struct ExpectedTensor {
   Shape shape;
 };
 
+// A weight held in host memory under its Hugging Face name (generated, or dequantised from a
+// GGUF file).
+struct NamedHostTensor {
+  std::string name;
+  HostTensor tensor;
+};
+
 // The Hugging Face names and shapes of every weight of a model with config `c`, in order:
 //   model.embed_tokens.weight                          [vocab, hidden]
 //   per layer i, prefix model.layers.{i}.:

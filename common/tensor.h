@@ -131,10 +131,4 @@ class HostTensor {
   Shape shape_;
 };
 
-// A host tensor with its checkpoint name (generated or dequantised weights).
-struct NamedHostTensor {
-  std::string name;
-  HostTensor tensor;
-};
-
 }  // namespace millipede

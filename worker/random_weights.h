@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/model_config.h"
+#include "checkpoint/model_tensors.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
