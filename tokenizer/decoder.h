@@ -7,6 +7,10 @@
 // text by construction. Steps hold text back only where HF's result depends on what follows:
 // a run of <0xXX> tokens (ByteFallback), the tail of a token that may still match a Replace
 // pattern or be stripped (Strip), a token a step needs whole (ByteLevel after a Fuse).
+//
+// One deliberate difference: HF 0.21's Strip panics where its trailing cut runs past the start
+// of a token (an empty token, as a Fuse makes of an empty list, or a token made only of the
+// stripped character and shorter than start + stop); here the cuts simply do not overlap.
 #pragma once
 
 #include <memory>

@@ -55,6 +55,16 @@ constexpr PreTokenizerName kPreTokenizers[] = {
     {"minerva-7b", RegexFamily::kDigitsThenGpt2, false, false},
 };
 
+// llama.cpp's regexes for the Llama 3 and Qwen2 families. They spell the contractions with
+// character classes where the tokenizer.json originals say (?i:'s|...), so that no Unicode case
+// folding (the long s U+017F matches "s" caselessly) joins an apostrophe to a letter.
+const char kLlama3Regex[] =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char kQwen2Regex[] =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
+    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // What an absent tokenizer.ggml.pre means here (see gguf_vocab.h).
 constexpr PreTokenizerName kNoPreTokenizerName = {"", RegexFamily::kGpt2, false, false};
 
@@ -91,11 +101,11 @@ Json PreTokenizerJson(RegexFamily family) {
     case RegexFamily::kLlama3:
       return Json{{"type", "Sequence"},
                   {"pretokenizers",
-                   {SplitIsolated(tokenizer_internal::kLlama3SplitPattern), ByteLevelJson(false)}}};
+                   {SplitIsolated(kLlama3Regex), ByteLevelJson(false)}}};
     case RegexFamily::kQwen2:
       return Json{{"type", "Sequence"},
                   {"pretokenizers",
-                   {SplitIsolated(tokenizer_internal::kQwen2SplitPattern), ByteLevelJson(false)}}};
+                   {SplitIsolated(kQwen2Regex), ByteLevelJson(false)}}};
     case RegexFamily::kDigitsThenGpt2:
       return Json{{"type", "Sequence"},
                   {"pretokenizers", {SplitIsolated(R"(\p{N})"), ByteLevelJson(true)}}};

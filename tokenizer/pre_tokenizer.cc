@@ -13,9 +13,6 @@ const char kGpt2SplitPattern[] =
 const char kLlama3SplitPattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
     R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
-const char kQwen2SplitPattern[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
-    R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct PreTokenizer::Step {
   enum class Kind { kSplit, kByteLevel, kMetaspace };

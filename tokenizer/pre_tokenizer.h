@@ -16,10 +16,9 @@ namespace millipede::tokenizer_internal {
 // What Split does with the stretches its pattern matches (the "behavior" field).
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
-// The regex behind ByteLevel's use_regex (GPT-2's), and the Llama 3 and Qwen2 split regexes.
+// The regex behind ByteLevel's use_regex (GPT-2's), and the Llama 3 split regex.
 extern const char kGpt2SplitPattern[];
 extern const char kLlama3SplitPattern[];
-extern const char kQwen2SplitPattern[];
 
 // Metaspace's prepend_scheme: where the replacement character is put in front of a piece.
 enum class PrependScheme { kAlways, kFirst, kNever };
