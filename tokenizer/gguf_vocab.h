@@ -8,8 +8,10 @@
 //
 // model "gpt2" (byte-level BPE): tokens are byte-level spelled ("Ġthe"), merges "a b" in rank
 //   order. The pre-tokenizer is the splitting llama.cpp applies for tokenizer.ggml.pre: its
-//   regexes, each splitting the pieces of the one before (HF Split, behavior Isolated), then the
-//   byte-level mapping; decoder ByteLevel. Supported names, by family:
+//   regexes as llama.cpp spells them (contractions as '[sS] rather than a caseless (?i:'s),
+//   which also takes the long s "ſ"), each splitting the pieces of the one before (HF Split,
+//   behavior Isolated), then the byte-level mapping; decoder ByteLevel. Supported names, by
+//   family:
 //     GPT-2's regex: "gpt-2", "phi-2", "mpt", "olmo"; and an absent `pre`, which is what files
 //       written before the key existed mean (llama.cpp itself falls back to a different,
 //       "default" regex list there and warns that quality will suffer);

@@ -24,7 +24,8 @@ differently from llama.cpp (and so from the tool):
   - it ignores tokenizer.ggml.pre: a gpt2 vocabulary in a llama-architecture file always gets
     GPT-2's regex (so "smollm" loses its digit splitting and "llama-bpe" the Llama 3 regex),
     one in a qwen2-architecture file always gets Qwen2's regex and an NFC normalizer that
-    llama.cpp does not apply;
+    llama.cpp does not apply (and the tokenizer.json spelling of that regex, whose caseless
+    (?i:'s|...) also joins an apostrophe to a long s "ſ", where llama.cpp's '[sS] does not);
   - it ignores the ignore_merges that llama.cpp sets for "llama-bpe";
   - it treats user-defined tokens (type 4) as plain vocabulary, never matching them in text.
 A string is compared with transformers only where none of this can show: transformers'
@@ -59,14 +60,18 @@ LLAMA3_RE = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\
              r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_RE = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
             r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-# pre name -> (regexes, ignore_merges, add_bos default); None stands for an absent key.
-PRE = {
-    None: ([GPT2_RE], False, False),
-    "gpt-2": ([GPT2_RE], False, False),
-    "llama-bpe": ([LLAMA3_RE], True, True),
-    "qwen2": ([QWEN2_RE], False, False),
-    "smollm": ([r"\p{N}", GPT2_RE], False, False),
-}
+# pre name -> (regexes, ignore_merges, add_bos default), as llama.cpp maps the names this
+# layer supports; None stands for an absent key (GPT-2's regex here, see gguf_vocab.h).
+PRE = {None: ([GPT2_RE], False, False)}
+PRE.update({name: ([GPT2_RE], False, False) for name in ("gpt-2", "phi-2", "mpt", "olmo")})
+PRE.update({name: ([LLAMA3_RE], True, True)
+            for name in ("llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral")})
+PRE.update({name: ([LLAMA3_RE], False, False) for name in ("dbrx", "smaug-bpe")})
+PRE.update({name: ([QWEN2_RE], False, False)
+            for name in ("qwen2", "deepseek-r1-qwen", "stablelm2")})
+PRE.update({name: ([r"\p{N}", GPT2_RE], False, False)
+            for name in ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
+                         "minerva-7b")})
 
 CONTROL, UNKNOWN, USER_DEFINED, NORMAL, BYTE = 3, 2, 4, 1, 6
 
@@ -82,7 +87,7 @@ OTHER = ["café", "naïve", "Zürich", "straße", "Übermäßig", "déjà", "東
          "мир", "Москва", "مرحبا", "بالعالم", "שלום", "नमस्ते", "दुनिया", "हिंदी", "ภาษาไทย",
          "Ελληνικά", "αβγ"]
 CONTRACTIONS = ["don't", "it's", "we'll", "I'm", "they've", "you'd", "DON'T", "IT'S", "We'Re",
-                "O'Neil", "rock'n'roll"]
+                "O'Neil", "rock'n'roll", "it'ſelf"]
 CODE = ["def f(x):\n    return x * 2\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}\n",
         "#include <stdio.h>\n", "x = {'a': 1, \"b\": [2, 3]}", "if a != b && c >= d || !e:",
         "std::vector<int> v;", "// comment", "/* block */", "print(f\"{x:.3f}\")", "a->b", "=>",
@@ -131,7 +136,7 @@ def test_strings(rng, count):
     texts = [
         "", " ", "  ", "\t", "\n", "\n\n", " \n ", "\r\n", "hello world", "Hello, world!",
         "  leading spaces", "trailing spaces   ", "a    b", "a \t b\n\nc", "\t\tindent\n    code",
-        "don't stop, it's fine. We'll see; I'm here, you'd've", "'s 's 'S 'LL 'ſ 'K",
+        "don't stop, it's fine. We'll see; I'm here, you'd've", "'s 's 'S 'LL 'ſ 'K", "it'ſelf ſ'ſt",
         "0", "12", "123", "1234", "12345678901234567890", "3.14159 and 1,000,000", "x2 2x 22y",
         "١٢٣ ٤٥ १२३ ½ ² Ⅻ", "😀🎉👍🏽 👨‍👩‍👧‍👦 🇯🇵", "日本語のテキスト 中文文本",
         "مرحبا بالعالم", "नमस्ते दुनिया", "e\u0301 a\u0308 o\u0302\u0323 \u1100\u1161",
@@ -474,6 +479,32 @@ def compare_vocab(name, v, gguf_path, args, tk, transformers, rng, texts, tmp):
     return report.done(), oracle
 
 
+def compare_aliases(name, v, args, tk, texts, tmp):
+    """The other names of `v`'s pre family: same regexes, their own ignore_merges and BOS."""
+    failures = 0
+    for alias, (regexes, _, _) in PRE.items():
+        if alias in (None, v.get("pre")) or regexes != PRE[v.get("pre")][0]:
+            continue
+        report = Report("%s-as-%s" % (name, alias))
+        va = dict(v, pre=alias)
+        path = os.path.join(tmp, "%s-as-%s.vocab.json" % (name, alias))
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(va, f, ensure_ascii=False)
+        tool = [args.tool, "--vocab", path]
+        info = json.loads(subprocess.run(tool + ["--info"], stdout=subprocess.PIPE,
+                                         check=True).stdout)
+        report.check("bos", info["bos_id"] == expected_bos(va),
+                     "bos_id %s, expected %s" % (info["bos_id"], expected_bos(va)))
+        ours = run_tool(tool, [json.dumps(t) for t in texts])
+        oracle = build_oracle(tk, va)
+        want = [e.ids for e in oracle.encode_batch(texts, add_special_tokens=False)]
+        for text, got, expected in zip(texts, ours, want):
+            report.check("encode/oracle", got == expected,
+                         "%r\n  oracle: %s\n  ours:   %s" % (text[:120], expected[:30], got[:30]))
+        failures += report.done()
+    return failures
+
+
 def json_variants(base):
     """(name, tokenizer.json) variants of a SentencePiece-style tokenizer.json."""
     variants = [("legacy", base)]
@@ -589,17 +620,20 @@ def main():
         f, _ = compare_vocab("smollm2-real", v, args.model, args, tk, transformers, rng, texts, tmp)
         failures += f
 
-        configs = [("gpt2-" + (pre or "no-pre"), "qwen2" if pre == "qwen2" else "llama",
-                    train_gpt2_vocab(tk, lines, pre), None)
-                   for pre in ("gpt-2", None, "llama-bpe", "qwen2", "smollm")]
-        configs[2][2]["add_bos"] = None  # llama-bpe: BOS by llama.cpp's default
-        configs[3][2]["add_bos"] = True
-        configs += [("llama-spm", "llama", train_llama_vocab(tk, lines, None), None),
-                    ("llama-spm-no-prefix", "llama", train_llama_vocab(tk, lines, False), None)]
-        configs[-1][2]["add_bos"] = False
+        configs = []
+        for pre in ("gpt-2", None, "llama-bpe", "qwen2", "smollm"):
+            v = train_gpt2_vocab(tk, lines, pre)
+            if pre == "llama-bpe":
+                v.pop("add_bos", None)  # BOS by llama.cpp's default for the name
+            elif pre == "qwen2":
+                v["add_bos"] = True
+            configs.append(("gpt2-" + (pre or "no-pre"), "qwen2" if pre == "qwen2" else "llama", v))
+        configs.append(("llama-spm", "llama", train_llama_vocab(tk, lines, None)))
+        v = train_llama_vocab(tk, lines, False)
+        v["add_bos"] = False
+        configs.append(("llama-spm-no-prefix", "llama", v))
         llama_oracle, llama_vocab = None, None
-        for name, arch, written, _ in configs:
-            written = {k: val for k, val in written.items() if val is not None}
+        for name, arch, written in configs:
             path = os.path.join(tmp, name + ".gguf")
             write_gguf(gguf, path, arch, written)
             v = read_gguf(gguf, path)
@@ -608,6 +642,8 @@ def main():
                 failures += 1
             f, oracle = compare_vocab(name, v, path, args, tk, transformers, rng, texts, tmp)
             failures += f
+            if v["model"] == "gpt2":
+                failures += compare_aliases(name, v, args, tk, texts, tmp)
             if name == "llama-spm":
                 llama_oracle, llama_vocab = oracle, v
         failures += compare_json_variants(json.loads(llama_oracle.to_str()), args, tk, rng,
