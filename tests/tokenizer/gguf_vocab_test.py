@@ -40,10 +40,11 @@ variants of oracle 2's tokenizer.json, loaded by the tool with --tokenizer-json 
 with `tokenizers` directly. Every decode also checks that streaming gives the same text.
 
 Exit status: 0 all equal; 1 a difference or failure (a missing model file is a failure); 77
-(skipped) when `gguf`, `tokenizers` or `transformers` cannot be imported.
+(skipped) when `gguf`, `tokenizers`, `torch` or `transformers` cannot be imported.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -603,8 +604,10 @@ def main():
         import gguf
         import tokenizers as tk
         import transformers
+        if importlib.util.find_spec("torch") is None:  # transformers reads GGUF only with it
+            raise ImportError("No module named 'torch'")
     except ImportError as e:
-        print("SKIP: %s (the oracles need gguf, tokenizers and transformers)" % e)
+        print("SKIP: %s (the oracles need gguf, tokenizers, torch and transformers)" % e)
         return SKIP
     transformers.logging.set_verbosity_error()
     if not os.path.isfile(args.model):
