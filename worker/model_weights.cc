@@ -137,18 +137,20 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::FromHost(const ModelConfig
       for (const std::vector<std::string>& group : FusedWeightGroups(config, layer)) {
         for (const std::string& name : group)
           MP_REQUIRE(index.count(name) != 0, "the model's weights lack ", name);
+        // The group's dtype by value: the first member is emptied once it has been packed.
         const HostTensor& first = w->generated_[index.at(group[0])].tensor;
+        const DType dtype = first.dtype();
         Shape shape = first.shape();
         shape.dims[0] = 0;
         for (const std::string& name : group)
           shape.dims[0] += w->generated_[index.at(name)].tensor.shape().dims[0];
         NamedHostTensor packed{group[0] + " (with the rest of its group)",
-                               HostTensor(first.dtype(), shape)};
+                               HostTensor(dtype, shape)};
         char* next = packed.tensor.data<char>();
         for (const std::string& name : group) {
           HostTensor& member = w->generated_[index.at(name)].tensor;
-          MP_REQUIRE(member.dtype() == first.dtype(), name, " is ", DTypeName(member.dtype()),
-                     ", ", group[0], " ", DTypeName(first.dtype()));
+          MP_REQUIRE(member.dtype() == dtype, name, " is ", DTypeName(member.dtype()), ", ",
+                     group[0], " ", DTypeName(dtype));
           std::memcpy(next, member.data<char>(), member.NumBytes());
           by_name[name] = ConstTensorView{next, member.dtype(), member.shape()};
           next += member.NumBytes();
