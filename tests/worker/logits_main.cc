@@ -25,6 +25,8 @@ as vocab_size raw little-endian float32 values.
   --prompt-ids FILE      whitespace-separated token ids
   --out FILE             where to write the logits
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
+  --weight-dtype D       a GGUF file's weights, dequantised at load into: auto (default: fp32
+                         on the CPU backend, bf16 on a GPU) | fp32 | bf16 | fp16
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --backend B            cpu (default) | cuda
 )";
@@ -62,7 +64,7 @@ Status Run(int argc, char** argv) {
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"model", "prompt-ids", "out", "kv-dtype", "prefill-chunk", "backend", "help"}));
+      {"model", "prompt-ids", "out", "kv-dtype", "weight-dtype", "prefill-chunk", "backend", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
 
   EngineOptions options;
@@ -72,6 +74,12 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
+  const std::string weight_dtype = flags.Get("weight-dtype").value_or("auto");
+  if (weight_dtype != "auto") {
+    MP_ASSIGN_OR_RETURN(DType dtype, ParseFloatDTypeName(weight_dtype));
+    MP_REQUIRE(dtype != DType::kF64, "--weight-dtype: fp32, bf16 or fp16, not ", weight_dtype);
+    options.gguf_weight_dtype = dtype;
+  }
 
   MP_ASSIGN_OR_RETURN(std::string ids_text, ReadFileToString(ids_path));
   MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(ids_text, ids_path));
