@@ -5,6 +5,7 @@
 // then padding to `general.alignment` (default 32) and the data section.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -35,7 +36,8 @@ enum class GgmlType : uint32_t {
 
 // "F32", "Q4_K", ... as ggml spells them.
 const char* GgmlTypeName(GgmlType type);
-// Elements per block and bytes per block of `type` (1 and the element size for F32/F16/BF16).
+// Elements per block and bytes per block of `type` (1 and the element size for F32/F16/BF16;
+// 0 for a type not listed above). GgmlTypeName gives "unknown" for those.
 int64_t GgmlBlockElements(GgmlType type);
 int64_t GgmlBlockBytes(GgmlType type);
 
@@ -82,8 +84,11 @@ class GgufFile {
   // two tensors overlapping. Errors are InvalidArgument naming the file and the offending key,
   // tensor or byte offset (NotFound if the file does not exist).
   static StatusOr<GgufFile> Open(const std::string& path);
+  // The same checks over a GGUF image already in memory (`what` names it in errors and is what
+  // path() returns); the tensors' data pointers point into `data`, which must outlive the result.
+  static StatusOr<GgufFile> Parse(const unsigned char* data, size_t size, const std::string& what);
 
-  const std::string& path() const { return file_.path(); }
+  const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
@@ -106,7 +111,8 @@ class GgufFile {
   const GgufTensorInfo* FindTensor(std::string_view name) const;
 
  private:
-  MappedFile file_;
+  MappedFile file_;  // empty when made by Parse
+  std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<std::string> keys_;

@@ -150,9 +150,9 @@ StatusOr<std::unique_ptr<AddedVocabulary>> AddedVocabulary::FromJson(const Json&
                         JsonGetBoolOr(item, "normalized", !parsed.special, where));
     // HF skips empty contents; they could never match anything.
     if (parsed.content.empty()) continue;
-    parsed.decoded = parsed.content;
+    parsed.match_form = parsed.content;
     if (parsed.normalized && normalizer != nullptr) {
-      parsed.decoded = normalizer->Normalize(parsed.content);
+      MP_ASSIGN_OR_RETURN(parsed.match_form, normalizer->Normalize(parsed.content));
     }
     if (int32_t existing = vocab->by_content_.Find(parsed.content); existing >= 0) {
       // A repeated content keeps its id and takes the flags of the later entry, except that
@@ -177,7 +177,7 @@ StatusOr<std::unique_ptr<AddedVocabulary>> AddedVocabulary::FromJson(const Json&
   }
   for (const auto& token : vocab->tokens_) {
     if (token->normalized) {
-      vocab->normalized_matcher_.Add(token->decoded, token.get());
+      vocab->normalized_matcher_.Add(token->match_form, token.get());
     } else {
       vocab->raw_matcher_.Add(token->content, token.get());
     }

@@ -20,9 +20,9 @@ namespace millipede::tokenizer_internal {
 
 struct AddedToken {
   int32_t id = -1;
-  std::string content;
-  // What the token decodes to: its content, normalized when `normalized` (as HF does).
-  std::string decoded;
+  std::string content;  // also what the token decodes to, as in HF
+  // What is looked for in normalized text (`normalized` tokens): the content, normalized.
+  std::string match_form;
   bool single_word = false;  // only matches where neither neighbour is a word character
   bool lstrip = false;       // swallows the whitespace before it
   bool rstrip = false;       // swallows the whitespace after it

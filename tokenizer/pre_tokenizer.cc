@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
 
 namespace millipede::tokenizer_internal {
 
@@ -14,13 +15,14 @@ const char kLlama3SplitPattern[] =
     R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct PreTokenizer::Step {
-  enum class Kind { kSplit, kByteLevel };
+  enum class Kind { kSplit, kByteLevel, kMetaspace };
   Kind kind = Kind::kSplit;
   std::unique_ptr<Regex> regex;  // Split's Regex pattern, or ByteLevel's use_regex
   std::string literal;           // Split's String pattern (when regex is null)
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
   bool add_prefix_space = false;
+  MetaspaceOptions metaspace;
 };
 
 namespace {
@@ -49,10 +51,46 @@ void FindLiteral(std::string_view text, std::string_view literal,
   }
 }
 
+bool IsOneCharacter(std::string_view text) {
+  if (text.empty() || FindInvalidUtf8(text) != std::string_view::npos) return false;
+  return Utf8SequenceLength(static_cast<unsigned char>(text[0])) == text.size();
+}
+
 }  // namespace
+
+StatusOr<MetaspaceOptions> ParseMetaspace(const Json& json, const std::string& what) {
+  MetaspaceOptions options;
+  MP_ASSIGN_OR_RETURN(options.replacement, JsonGetString(json, "replacement", what));
+  MP_REQUIRE(IsOneCharacter(options.replacement), what,
+             ": Metaspace replacement must be one character, got \"", options.replacement, "\"");
+  MP_ASSIGN_OR_RETURN(std::string scheme, JsonGetStringOr(json, "prepend_scheme", "always", what));
+  if (scheme == "always") {
+    options.prepend_scheme = PrependScheme::kAlways;
+  } else if (scheme == "first") {
+    options.prepend_scheme = PrependScheme::kFirst;
+  } else if (scheme == "never") {
+    options.prepend_scheme = PrependScheme::kNever;
+  } else {
+    return InvalidArgumentError(what + ": unknown Metaspace prepend_scheme \"" + scheme +
+                                "\" (expected always, first or never)");
+  }
+  if (json.contains("add_prefix_space") && !json["add_prefix_space"].is_null()) {
+    MP_ASSIGN_OR_RETURN(bool add_prefix_space, JsonGetBool(json, "add_prefix_space", what));
+    MP_REQUIRE(add_prefix_space || options.prepend_scheme == PrependScheme::kNever, what,
+               ": add_prefix_space false does not match prepend_scheme \"", scheme, "\"");
+  }
+  MP_ASSIGN_OR_RETURN(options.split, JsonGetBoolOr(json, "split", true, what));
+  return options;
+}
 
 void SplitAtMatches(std::string_view text, const std::vector<std::pair<size_t, size_t>>& matches,
                     SplitBehavior behavior, bool invert, std::vector<std::string>* pieces) {
+  SplitAtMatches(text, matches, behavior, invert, pieces, nullptr);
+}
+
+void SplitAtMatches(std::string_view text, const std::vector<std::pair<size_t, size_t>>& matches,
+                    SplitBehavior behavior, bool invert, std::vector<std::string>* pieces,
+                    std::vector<size_t>* begins) {
   std::vector<Part> parts;
   parts.reserve(matches.size() * 2 + 1);
   size_t prev = 0;
@@ -109,7 +147,9 @@ void SplitAtMatches(std::string_view text, const std::vector<std::pair<size_t, s
       break;
   }
   for (const Part& p : kept) {
-    if (p.end > p.begin) pieces->emplace_back(text.substr(p.begin, p.end - p.begin));
+    if (p.end <= p.begin) continue;
+    pieces->emplace_back(text.substr(p.begin, p.end - p.begin));
+    if (begins != nullptr) begins->push_back(p.begin);
   }
 }
 
@@ -165,8 +205,22 @@ Status PreTokenizer::CollectSteps(const Json& json, const std::string& what, int
     steps->push_back(std::move(step));
     return OkStatus();
   }
+  if (type == "Metaspace") {
+    step.kind = Step::Kind::kMetaspace;
+    MP_ASSIGN_OR_RETURN(step.metaspace, ParseMetaspace(json, what));
+    steps->push_back(std::move(step));
+    return OkStatus();
+  }
+  if (type == "Digits") {
+    // HF splits at characters with Rust's char::is_numeric: general category N, like \p{N}.
+    MP_ASSIGN_OR_RETURN(bool individual, JsonGetBool(json, "individual_digits", what));
+    MP_ASSIGN_OR_RETURN(step.regex, Regex::Compile(R"(\p{N})", what));
+    step.behavior = individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous;
+    steps->push_back(std::move(step));
+    return OkStatus();
+  }
   return UnimplementedError(what + ": unsupported pre_tokenizer type \"" + type +
-                            "\" (supported: ByteLevel, Split, Sequence)");
+                            "\" (supported: ByteLevel, Split, Metaspace, Digits, Sequence)");
 }
 
 StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const Json& json,
@@ -177,16 +231,26 @@ StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const Json& json,
   return pre;
 }
 
-Status PreTokenizer::Split(std::string_view text, std::vector<std::string>* pieces) const {
+Status PreTokenizer::Split(std::string_view text, std::vector<std::string>* pieces,
+                          bool at_start) const {
   if (text.empty()) return OkStatus();
+  // Each piece with whether it starts where the input starts (HF: original offset 0).
   std::vector<std::string> current;
+  std::vector<bool> current_first;
   current.emplace_back(text);
+  current_first.push_back(at_start);
   std::vector<std::string> next;
+  std::vector<bool> next_first;
   std::vector<std::string> split;
+  std::vector<size_t> begins;
   std::vector<std::pair<size_t, size_t>> matches;
   for (const Step& step : steps_) {
     next.clear();
-    for (std::string& piece : current) {
+    next_first.clear();
+    for (size_t i = 0; i < current.size(); ++i) {
+      std::string& piece = current[i];
+      const bool first = current_first[i];
+      begins.clear();
       if (step.kind == Step::Kind::kSplit) {
         matches.clear();
         if (step.regex != nullptr) {
@@ -194,7 +258,33 @@ Status PreTokenizer::Split(std::string_view text, std::vector<std::string>* piec
         } else {
           FindLiteral(piece, step.literal, &matches);
         }
-        SplitAtMatches(piece, matches, step.behavior, step.invert, &next);
+        SplitAtMatches(piece, matches, step.behavior, step.invert, &next, &begins);
+        for (size_t begin : begins) next_first.push_back(first && begin == 0);
+        continue;
+      }
+      if (step.kind == Step::Kind::kMetaspace) {
+        const std::string& rep = step.metaspace.replacement;
+        std::string replaced;
+        replaced.reserve(piece.size() + rep.size());
+        for (char c : piece) {
+          if (c == ' ') {
+            replaced += rep;
+          } else {
+            replaced.push_back(c);
+          }
+        }
+        const PrependScheme scheme = step.metaspace.prepend_scheme;
+        bool prepend = scheme == PrependScheme::kAlways || (scheme == PrependScheme::kFirst && first);
+        if (prepend && replaced.compare(0, rep.size(), rep) != 0) replaced.insert(0, rep);
+        if (!step.metaspace.split) {
+          next.push_back(std::move(replaced));
+          next_first.push_back(first);
+          continue;
+        }
+        matches.clear();
+        FindLiteral(replaced, rep, &matches);
+        SplitAtMatches(replaced, matches, SplitBehavior::kMergedWithNext, false, &next, &begins);
+        for (size_t begin : begins) next_first.push_back(first && begin == 0);
         continue;
       }
       // ByteLevel prepends its space to every piece it sees, not only the first of the text.
@@ -203,18 +293,21 @@ Status PreTokenizer::Split(std::string_view text, std::vector<std::string>* piec
       if (step.regex != nullptr) {
         matches.clear();
         MP_RETURN_IF_ERROR(step.regex->FindAll(piece, &matches));
-        SplitAtMatches(piece, matches, SplitBehavior::kIsolated, false, &split);
+        SplitAtMatches(piece, matches, SplitBehavior::kIsolated, false, &split, &begins);
       } else {
         split.push_back(std::move(piece));
+        begins.push_back(0);
       }
-      for (const std::string& s : split) {
+      for (size_t j = 0; j < split.size(); ++j) {
         std::string mapped;
-        mapped.reserve(s.size() * 2);
-        AppendByteLevel(s, &mapped);
+        mapped.reserve(split[j].size() * 2);
+        AppendByteLevel(split[j], &mapped);
         next.push_back(std::move(mapped));
+        next_first.push_back(first && begins[j] == 0);
       }
     }
     current.swap(next);
+    current_first.swap(next_first);
   }
   for (std::string& piece : current) pieces->push_back(std::move(piece));
   return OkStatus();

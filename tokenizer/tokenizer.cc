@@ -11,7 +11,7 @@
 #include "common/json_util.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
-#include "tokenizer/byte_level.h"
+#include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
@@ -22,6 +22,7 @@ namespace millipede {
 using tokenizer_internal::AddedToken;
 using tokenizer_internal::AddedVocabulary;
 using tokenizer_internal::BpeModel;
+using tokenizer_internal::Decoder;
 using tokenizer_internal::Normalizer;
 using tokenizer_internal::PreTokenizer;
 using tokenizer_internal::Segment;
@@ -85,6 +86,11 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_t
                                                          const std::string& what) {
   MP_ASSIGN_OR_RETURN(tokenizer_internal::ParsedTokenizerJson parsed,
                       tokenizer_internal::ParseTokenizerJson(json_text, what));
+  return FromParsedJson(std::move(parsed), what);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromParsedJson(
+    tokenizer_internal::ParsedTokenizerJson parsed, const std::string& what) {
   const Json& json = parsed.json;
   MP_REQUIRE(json.is_object(), what, ": a tokenizer.json must be a JSON object");
   std::unique_ptr<Tokenizer> t(new Tokenizer());
@@ -100,15 +106,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_t
     MP_ASSIGN_OR_RETURN(t->added_,
                         AddedVocabulary::FromJson(FieldOrNull(json, "added_tokens"), *t->model_,
                                                   t->normalizer_.get(), what + ": added_tokens"));
-    const Json& decoder = FieldOrNull(json, "decoder");
-    if (!decoder.is_null()) {
-      MP_ASSIGN_OR_RETURN(std::string type, JsonGetString(decoder, "type", what + ": decoder"));
-      if (type != "ByteLevel") {
-        return UnimplementedError(what + ": decoder: unsupported type \"" + type +
-                                  "\" (supported: ByteLevel, null)");
-      }
-      t->decoder_ = DecoderKind::kByteLevel;
-    }
+    MP_ASSIGN_OR_RETURN(t->decoder_,
+                        Decoder::FromJson(FieldOrNull(json, "decoder"), what + ": decoder"));
     MP_ASSIGN_OR_RETURN(t->bos_id_, FindBosId(FieldOrNull(json, "post_processor"), *t,
                                               what + ": post_processor", 0));
   } catch (const std::exception& e) {
@@ -138,17 +137,18 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
       continue;
     }
     std::string_view part = text.substr(raw.begin, raw.end - raw.begin);
+    const bool at_start = raw.begin == 0;
     if (normalizer_ == nullptr) {
-      MP_RETURN_IF_ERROR(EncodeNormalized(part, &cache, &ids));
+      MP_RETURN_IF_ERROR(EncodeNormalized(part, at_start, &cache, &ids));
       continue;
     }
-    std::string normalized = normalizer_->Normalize(part);
-    MP_RETURN_IF_ERROR(EncodeNormalized(normalized, &cache, &ids));
+    MP_ASSIGN_OR_RETURN(std::string normalized, normalizer_->Normalize(part));
+    MP_RETURN_IF_ERROR(EncodeNormalized(normalized, at_start, &cache, &ids));
   }
   return ids;
 }
 
-Status Tokenizer::EncodeNormalized(std::string_view text, PieceCache* cache,
+Status Tokenizer::EncodeNormalized(std::string_view text, bool at_start, PieceCache* cache,
                                    std::vector<int32_t>* ids) const {
   std::vector<Segment> segments;
   added_->normalized_matcher().Split(text, &segments);
@@ -161,7 +161,7 @@ Status Tokenizer::EncodeNormalized(std::string_view text, PieceCache* cache,
     std::string_view part = text.substr(segment.begin, segment.end - segment.begin);
     pieces.clear();
     if (pre_tokenizer_ != nullptr) {
-      MP_RETURN_IF_ERROR(pre_tokenizer_->Split(part, &pieces));
+      MP_RETURN_IF_ERROR(pre_tokenizer_->Split(part, &pieces, at_start && segment.begin == 0));
     } else {
       pieces.emplace_back(part);
     }
@@ -178,39 +178,29 @@ Status Tokenizer::EncodeNormalized(std::string_view text, PieceCache* cache,
   return OkStatus();
 }
 
-StatusOr<bool> Tokenizer::AppendTokenBytes(int32_t id, bool skip_special_tokens, bool first,
-                                           std::string* out) const {
-  std::string_view token;
+StatusOr<std::optional<std::string_view>> Tokenizer::DecodedToken(
+    int32_t id, bool skip_special_tokens) const {
   if (const AddedToken* added = added_->FindById(id)) {
-    if (skip_special_tokens && added->special) return false;
-    token = added->decoded;
-  } else if (std::optional<std::string_view> from_vocab = model_->IdToToken(id)) {
-    token = *from_vocab;
-  } else if (id < 0) {
-    return InvalidArgumentError("invalid token id " + std::to_string(id));
-  } else {
-    // Models often have more embedding rows than the tokenizer has tokens (padded vocabularies);
-    // like Hugging Face, ids the tokenizer does not know decode to nothing.
-    return false;
+    if (skip_special_tokens && added->special) return std::optional<std::string_view>();
+    return std::optional<std::string_view>(added->content);
   }
-  if (decoder_ == DecoderKind::kByteLevel) {
-    // HF passes tokens that are not byte-level spelled (e.g. an added "é") through as UTF-8.
-    if (!tokenizer_internal::AppendBytesFromByteLevel(token, out)) out->append(token);
-  } else {
-    if (!first) out->push_back(' ');
-    out->append(token);
-  }
-  return true;
+  if (std::optional<std::string_view> from_vocab = model_->IdToToken(id)) return from_vocab;
+  if (id < 0) return InvalidArgumentError("invalid token id " + std::to_string(id));
+  // Models often have more embedding rows than the tokenizer has tokens (padded vocabularies);
+  // like Hugging Face, ids the tokenizer does not know decode to nothing.
+  return std::optional<std::string_view>();
 }
 
 StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids,
                                         bool skip_special_tokens) const {
   std::string bytes;
-  bool first = true;
+  tokenizer_internal::DecodeState state = decoder_->NewState();
   for (int32_t id : ids) {
-    MP_ASSIGN_OR_RETURN(bool emitted, AppendTokenBytes(id, skip_special_tokens, first, &bytes));
-    first = first && !emitted;
+    MP_ASSIGN_OR_RETURN(std::optional<std::string_view> token,
+                        DecodedToken(id, skip_special_tokens));
+    if (token) decoder_->Push(*token, &state, &bytes);
   }
+  decoder_->Finish(&state, &bytes);
   std::string text;
   text.reserve(bytes.size());
   tokenizer_internal::AppendUtf8Lossy(bytes, /*final=*/true, &text);
@@ -225,7 +215,7 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
 }
 
 StatusOr<std::string> Tokenizer::IdToToken(int32_t id) const {
-  if (const AddedToken* added = added_->FindById(id)) return added->decoded;
+  if (const AddedToken* added = added_->FindById(id)) return added->content;
   if (std::optional<std::string_view> token = model_->IdToToken(id)) return std::string(*token);
   return NotFoundError("unknown token id " + std::to_string(id));
 }

@@ -1,13 +1,16 @@
-// A Hugging Face tokenizer.json (byte-level BPE) implemented natively: no Rust, Python or ICU.
+// A Hugging Face tokenizer.json (BPE: byte-level like GPT-2 / Llama 3, or SentencePiece-style
+// like Llama 2 / Mistral) implemented natively: no Rust, Python or ICU.
 //
-// Supported: normalizer null / NFC / Sequence; pre_tokenizer ByteLevel / Split / Sequence; the
-// BPE model (string or pair merges, ignore_merges, continuing_subword_prefix,
-// end_of_word_suffix, unk_token, fuse_unk, byte_fallback); added tokens with their lstrip,
-// rstrip, single_word and normalized flags; decoder ByteLevel or null. Other normalizer,
+// Supported: normalizer null / NFC / Prepend / Replace / Sequence; pre_tokenizer ByteLevel /
+// Split / Metaspace / Digits / Sequence; the BPE model (string or pair merges, ignore_merges,
+// continuing_subword_prefix, end_of_word_suffix, unk_token, fuse_unk, byte_fallback); added
+// tokens with their lstrip, rstrip, single_word and normalized flags; decoder null / ByteLevel /
+// ByteFallback / Fuse / Replace / Strip / Metaspace / Sequence. Other normalizer,
 // pre-tokenizer, model and decoder types are refused at load time with an Unimplemented error
 // naming them, so a tokenizer that loads encodes exactly like HF's
 // `encode(text, add_special_tokens=False)`. The post_processor is only read for bos_id();
-// "truncation" and "padding" are ignored.
+// "truncation" and "padding" are ignored. A GGUF file's vocabulary becomes a Tokenizer through
+// gguf_vocab.h.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +22,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tokenizer/decode_state.h"
 
 namespace millipede {
 
 namespace tokenizer_internal {
 class AddedVocabulary;
 class BpeModel;
+class Decoder;
 class Normalizer;
 class PreTokenizer;
+struct ParsedTokenizerJson;
 }  // namespace tokenizer_internal
 
 class Tokenizer {
@@ -40,6 +46,10 @@ class Tokenizer {
   // Loads tokenizer.json text; `what` names its source in error messages.
   static StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view json_text,
                                                        const std::string& what);
+  // Builds from a tokenizer.json already parsed, its BPE vocabulary and merges given apart from
+  // the document (tokenizer_json.h): for code that synthesizes one, like gguf_vocab.h.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromParsedJson(
+      tokenizer_internal::ParsedTokenizerJson parsed, const std::string& what);
 
   // Text -> ids, like HF encode(text, add_special_tokens=False): added tokens in the text are
   // recognised, post-processor templates are not applied. Invalid UTF-8 is an InvalidArgument
@@ -67,33 +77,34 @@ class Tokenizer {
 
  private:
   friend class StreamingDecoder;
-  enum class DecoderKind { kNone, kByteLevel };
 
   // Ids of pre-tokenized pieces already run through BPE during one Encode call.
   using PieceCache = std::unordered_map<std::string, std::vector<int32_t>>;
 
   Tokenizer();
   // Encodes normalized text: cuts out normalized added tokens, pre-tokenizes, runs BPE.
-  Status EncodeNormalized(std::string_view text, PieceCache* cache,
+  // `at_start`: the text begins the input (no added token before it).
+  Status EncodeNormalized(std::string_view text, bool at_start, PieceCache* cache,
                           std::vector<int32_t>* ids) const;
-  // Appends what `id` contributes to the decoded output before UTF-8 repair: raw bytes for the
-  // ByteLevel decoder, the token text (space-joined) without a decoder. `first` says whether
-  // anything was emitted before. Skipped special tokens append nothing and return false.
-  StatusOr<bool> AppendTokenBytes(int32_t id, bool skip_special_tokens, bool first,
-                                  std::string* out) const;
+  // The token `id` stands for in decoding: nullopt for skipped special tokens and ids the
+  // tokenizer does not know; an error for negative ids.
+  StatusOr<std::optional<std::string_view>> DecodedToken(int32_t id,
+                                                         bool skip_special_tokens) const;
 
   std::unique_ptr<tokenizer_internal::Normalizer> normalizer_;
   std::unique_ptr<tokenizer_internal::PreTokenizer> pre_tokenizer_;
   std::unique_ptr<tokenizer_internal::BpeModel> model_;
   std::unique_ptr<tokenizer_internal::AddedVocabulary> added_;
-  DecoderKind decoder_ = DecoderKind::kNone;
+  std::unique_ptr<tokenizer_internal::Decoder> decoder_;
   std::optional<int32_t> bos_id_;
 };
 
 // Incremental detokenizer for streaming generation. Push returns the text that is complete so
 // far: bytes of a UTF-8 character that is still incomplete are held back until it completes,
-// or come out as U+FFFD once it cannot. The concatenation of all Push results and Finish equals
-// Tokenizer::Decode of the same ids. Not thread-safe; the tokenizer must outlive it.
+// or come out as U+FFFD once it cannot, and so is text the decoder may still change (a run of
+// <0xXX> byte tokens, a space a Strip step may remove). The concatenation of all Push results
+// and Finish equals Tokenizer::Decode of the same ids. Copyable; not thread-safe; the
+// tokenizer must outlive it.
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
@@ -107,8 +118,8 @@ class StreamingDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
-  bool first_ = true;
-  std::string pending_;
+  tokenizer_internal::DecodeState state_;
+  std::string pending_;  // decoded bytes not yet a complete character
 };
 
 // Parses whitespace-separated non-negative decimal token ids (a --prompt-ids file, a
