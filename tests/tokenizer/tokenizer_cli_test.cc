@@ -77,6 +77,23 @@ TEST_F(TokenizerCliTest, JsonLines) {
   EXPECT_EQ(decoded.output, "\"a\\nb\"\n\"hi\"\n");
 }
 
+// A model directory stands for its tokenizer.json (a GGUF file's vocabulary is tested with the
+// real model by cluster/real-attention.py's smoke test).
+TEST_F(TokenizerCliTest, ModelDirectory) {
+  const std::string model = JoinPath(dir_, "model");
+  ASSERT_EQ(::mkdir(model.c_str(), 0700), 0);
+  ASSERT_TRUE(
+      WriteStringToFile(JoinPath(model, "tokenizer.json"), tokenizer_test::TrainedTokenizerJson())
+          .ok());
+  RunResult by_json = Run(json_, "the cat sat");
+  RunResult by_dir = Run(model, "the cat sat");
+  ASSERT_EQ(by_dir.exit_code, 0) << by_dir.output;
+  EXPECT_EQ(by_dir.output, by_json.output);
+  RunResult empty = Run(dir_, "x");  // a directory without tokenizer.json
+  EXPECT_EQ(empty.exit_code, 1) << empty.output;
+  EXPECT_NE(empty.output.find("has no tokenizer.json"), std::string::npos) << empty.output;
+}
+
 TEST_F(TokenizerCliTest, BadInputFailsWithAMessage) {
   struct Case {
     std::string args;

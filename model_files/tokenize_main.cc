@@ -1,27 +1,35 @@
-// millipede-tokenize: encode stdin text to ids, or decode ids to text, with a tokenizer.json.
+// millipede-tokenize: encode stdin text to ids, or decode ids to text, with a tokenizer.json
+// or the tokenizer of a model path (a Hugging Face directory's tokenizer.json, or a GGUF file's
+// vocabulary: LoadModelTokenizer).
 //
-//   millipede-tokenize TOKENIZER_JSON             stdin text -> space-separated ids (one line)
-//   millipede-tokenize TOKENIZER_JSON --decode    stdin whitespace-separated ids -> text
+//   millipede-tokenize TOKENIZER                  stdin text -> space-separated ids (one line)
+//   millipede-tokenize TOKENIZER --decode         stdin whitespace-separated ids -> text
 //   ... --jsonl                                   one JSON string per line -> one JSON array of
 //                                                 ids per line (with --decode: the reverse)
 //
+// Encoding adds no BOS (Tokenizer::Encode, as `tokenizers`' encode without special tokens);
+// added tokens written in the text (such as a chat template's markers) become their ids.
 // Blank input lines in --jsonl mode are skipped. Exit status: 0 on success, 1 on bad input or a
 // bad tokenizer file, 2 on bad usage.
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "checkpoint/gguf_model.h"
 #include "common/json_util.h"
+#include "model_files/model_files.h"
 #include "tokenizer/tokenizer.h"
 
 namespace millipede {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: millipede-tokenize TOKENIZER_JSON [--decode] [--jsonl]\n"
+    "usage: millipede-tokenize TOKENIZER [--decode] [--jsonl]\n"
+    "  TOKENIZER: a tokenizer.json, a model directory (its tokenizer.json) or a GGUF file\n"
     "  encode: stdin text -> space-separated ids on one line\n"
     "  --decode: stdin whitespace-separated ids -> text\n"
     "  --jsonl: each input line is a JSON string (with --decode: a JSON array of ids); each\n"
@@ -101,7 +109,12 @@ int Run(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  auto tokenizer = Tokenizer::FromFile(path);
+  // A model path (a directory or a GGUF file) goes through model_files/; anything else is a
+  // tokenizer.json.
+  std::error_code error;
+  auto tokenizer = std::filesystem::is_directory(path, error) || IsGgufFile(path)
+                       ? LoadModelTokenizer(path)
+                       : Tokenizer::FromFile(path);
   if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
 
   if (jsonl) {
