@@ -132,7 +132,13 @@ bool IsGgufFile(const std::string& path) {
 }
 
 StatusOr<ModelConfig> LoadModelConfigAt(const std::string& path) {
-  if (!IsGgufFile(path)) return LoadModelConfig(JoinPath(path, "config.json"));
+  if (!IsGgufFile(path)) {
+    std::error_code ec;
+    MP_REQUIRE(!std::filesystem::is_regular_file(path, ec), path,
+               " is a file but not a GGUF file (it does not start with \"GGUF\"); a model is a "
+               "GGUF file or a Hugging Face directory");
+    return LoadModelConfig(JoinPath(path, "config.json"));
+  }
   MP_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
   return ModelConfigFromGguf(file);
 }

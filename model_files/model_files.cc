@@ -1,6 +1,7 @@
 #include "model_files/model_files.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -70,6 +71,12 @@ StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& file) {
 
 StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& path) {
   if (!IsGgufFile(path)) {
+    std::error_code ec;
+    MP_REQUIRE(std::filesystem::is_directory(path, ec), path,
+               std::filesystem::exists(path, ec)
+                   ? " is a file but not a GGUF file (it does not start with \"GGUF\"); a model is "
+                     "a GGUF file or a Hugging Face directory"
+                   : ": no such file or directory");
     const std::string json = JoinPath(path, "tokenizer.json");
     if (!FileExists(json)) return NotFoundError(path + " has no tokenizer.json");
     return Tokenizer::FromFile(json);
