@@ -16,28 +16,30 @@
 namespace millipede {
 namespace {
 
-// Reads {arch}.* keys with the file named in errors.
+// The reader's errors already name the file and the key. A key the model needs that is absent
+// (NotFound from the reader) or of the wrong type makes the file malformed: InvalidArgument.
+template <typename T>
+StatusOr<T> Malformed(StatusOr<T> v) {
+  if (v.ok()) return v;
+  return InvalidArgumentError(v.status().message());
+}
+
+// Reads {arch}.* keys.
 class ArchKeys {
  public:
   ArchKeys(const GgufFile& file, std::string arch) : file_(file), arch_(std::move(arch)) {}
 
   std::string Key(const char* suffix) const { return arch_ + "." + suffix; }
   bool Has(const char* suffix) const { return file_.Find(Key(suffix)) != nullptr; }
-  StatusOr<int64_t> Int(const char* suffix) const { return Named(file_.GetInt(Key(suffix))); }
+  StatusOr<int64_t> Int(const char* suffix) const { return Malformed(file_.GetInt(Key(suffix))); }
   StatusOr<int64_t> IntOr(const char* suffix, int64_t fallback) const {
     return Has(suffix) ? Int(suffix) : StatusOr<int64_t>(fallback);
   }
   StatusOr<double> FloatOr(const char* suffix, double fallback) const {
-    return Has(suffix) ? Named(file_.GetFloat(Key(suffix))) : StatusOr<double>(fallback);
+    return Has(suffix) ? Malformed(file_.GetFloat(Key(suffix))) : StatusOr<double>(fallback);
   }
   StatusOr<std::string> StringOr(const char* suffix, const std::string& fallback) const {
-    return Has(suffix) ? Named(file_.GetString(Key(suffix))) : StatusOr<std::string>(fallback);
-  }
-
-  template <typename T>
-  StatusOr<T> Named(StatusOr<T> v) const {
-    if (v.ok()) return v;
-    return Status(v.status().code(), file_.path() + ": " + v.status().message());
+    return Has(suffix) ? Malformed(file_.GetString(Key(suffix))) : StatusOr<std::string>(fallback);
   }
 
  private:
@@ -85,11 +87,9 @@ Status ReadRopeScaling(const GgufFile& file, const ArchKeys& k, ModelConfig* c) 
 Status ReadTokenIds(const GgufFile& file, ModelConfig* c) {
   auto id = [&](const char* key) -> StatusOr<std::optional<int32_t>> {
     if (file.Find(key) == nullptr) return std::optional<int32_t>();
-    StatusOr<int64_t> v = file.GetInt(key);
-    MP_REQUIRE(v.ok(), file.path(), ": ", v.status().message());
-    MP_REQUIRE(*v >= 0 && *v <= INT32_MAX, file.path(), ": ", key, " ", *v,
-               " is not a token id");
-    return std::optional<int32_t>(static_cast<int32_t>(*v));
+    MP_ASSIGN_OR_RETURN(int64_t v, Malformed(file.GetInt(key)));
+    MP_REQUIRE(v >= 0 && v <= INT32_MAX, file.path(), ": ", key, " ", v, " is not a token id");
+    return std::optional<int32_t>(static_cast<int32_t>(v));
   };
   MP_ASSIGN_OR_RETURN(c->bos_token_id, id("tokenizer.ggml.bos_token_id"));
   MP_ASSIGN_OR_RETURN(std::optional<int32_t> eos, id("tokenizer.ggml.eos_token_id"));
@@ -132,7 +132,13 @@ bool IsGgufFile(const std::string& path) {
 }
 
 StatusOr<ModelConfig> LoadModelConfigAt(const std::string& path) {
-  if (!IsGgufFile(path)) return LoadModelConfig(JoinPath(path, "config.json"));
+  if (!IsGgufFile(path)) {
+    std::error_code ec;
+    MP_REQUIRE(!std::filesystem::is_regular_file(path, ec), path,
+               " is a file but not a GGUF file (it does not start with \"GGUF\"); a model is a "
+               "GGUF file or a Hugging Face directory");
+    return LoadModelConfig(JoinPath(path, "config.json"));
+  }
   MP_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
   return ModelConfigFromGguf(file);
 }
@@ -163,10 +169,11 @@ std::string GgufTensorName(const std::string& hf_name) {
 }
 
 StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& file) {
-  StatusOr<std::string> arch = file.GetString("general.architecture");
-  MP_REQUIRE(arch.ok(), file.path(), ": ", arch.status().message());
+  StatusOr<std::string> arch = Malformed(file.GetString("general.architecture"));
+  MP_RETURN_IF_ERROR(arch.status());
   MP_REQUIRE(*arch == "llama" || *arch == "mistral" || *arch == "qwen2", file.path(),
-             ": architecture \"", *arch, "\" is not supported (supported: llama, mistral, qwen2)");
+             ": general.architecture \"", *arch,
+             "\" is not supported (supported: llama, mistral, qwen2)");
   ModelConfig c;
   c.model_type = *arch;
   c.torch_dtype = "gguf";

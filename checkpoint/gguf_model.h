@@ -42,7 +42,7 @@ StatusOr<std::vector<NamedHostTensor>> LoadGgufWeights(const GgufFile& file,
 bool IsGgufFile(const std::string& path);
 
 // The config of the model at `path`: ModelConfigFromGguf for a GGUF file, else
-// LoadModelConfig(path/config.json).
+// LoadModelConfig(path/config.json); InvalidArgument for a regular file that is not GGUF.
 StatusOr<ModelConfig> LoadModelConfigAt(const std::string& path);
 
 // The GGUF name of a Hugging Face weight name ("model.layers.3.mlp.up_proj.weight" ->

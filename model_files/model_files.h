@@ -21,7 +21,8 @@ namespace millipede {
 StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& file);
 
 // The tokenizer of the model at `path`: the directory's tokenizer.json, or the GGUF file's
-// vocabulary (TokenizerFromGgufVocab). NotFound naming what is missing when the model has none.
+// vocabulary (TokenizerFromGgufVocab). NotFound naming what is missing when the model has none;
+// InvalidArgument when `path` does not exist or is a file other than GGUF.
 StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& path);
 
 // A GGUF file's chat template and the special tokens templates are given (bos_token, eos_token,

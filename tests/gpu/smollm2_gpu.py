@@ -20,7 +20,6 @@ the gguf package.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,23 +39,8 @@ FP32_TOLERANCE = 2e-3
 BF16_MARGIN = 2.0
 NEAR_TIE = 1e-3
 NEW_TOKENS = 32
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def prose():
-    """The repository's documentation as plain paragraphs (code blocks and tables dropped)."""
-    names = ["README.md"] + sorted(
-        os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
-    paragraphs = []
-    for name in names:
-        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
-            text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
-        for para in text.split("\n\n"):
-            lines = [l for l in para.splitlines() if not l.lstrip().startswith(("|", "#", "!["))]
-            para = " ".join(l.strip() for l in lines).strip()
-            if len(para) > 80:
-                paragraphs.append(para)
-    return "\n\n".join(paragraphs)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from docs_prose import prose  # noqa: E402
 
 
 def run(cmd):

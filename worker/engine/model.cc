@@ -33,7 +33,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const ModelSource& source, Backend&
     MP_ASSIGN_OR_RETURN(m->weights_,
                         ModelWeights::FromHost(m->config_, std::move(tensors), backend));
   } else if (!source.model_path.empty()) {
-    MP_ASSIGN_OR_RETURN(m->config_, LoadModelConfig(JoinPath(source.model_path, "config.json")));
+    MP_ASSIGN_OR_RETURN(m->config_, LoadModelConfigAt(source.model_path));
     MP_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Load(source.model_path, m->config_, backend));
   } else {
     m->config_ = source.random_config;
