@@ -30,7 +30,8 @@ constexpr char kUsage[] =
 
   --model PATH             the model the workers load: a Hugging Face directory (its
                            tokenizer.json is read here) or a GGUF file (its vocabulary)
-  --served-model-name NAME the model's name for clients (default: the directory's name)
+  --served-model-name NAME the model's name for clients (default: the directory's name, or the
+                           GGUF file's without .gguf)
   --chat-template FILE     the HTTP API's chat template (Jinja, as a model's chat_template);
                            default: the model's own (chat_template.jinja or tokenizer_config.json,
                            or a GGUF file's tokenizer.chat_template)
@@ -162,8 +163,6 @@ Status Serve(int argc, char** argv, int world_size) {
   const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
   MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
              "--chat-template is for the HTTP API, which is off");
-#ifdef MILLIPEDE_HAVE_HTTP
-#endif
   FrontEndOptions front_options;
   // An explicit --chat-format replaces the model's own template.
   if (gguf && options.chat_format.empty())
