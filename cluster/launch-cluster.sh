@@ -111,7 +111,7 @@ worker_hosts=""
 for h in "${hosts[@]}"; do worker_hosts+="${worker_hosts:+,}$h:$gpn"; done
 # shellcheck disable=SC2206
 extra=($mpirun_args)
-cmd=(mpirun --bind-to none --oversubscribe "${extra[@]}"
+cmd=(mpirun --enable-recovery --bind-to none --oversubscribe "${extra[@]}"
      -np 1 --host "${hosts[0]}:1" "$coordinator" "${coordinator_args[@]}"
      : -np "$workers" --host "$worker_hosts" --map-by "ppr:$gpn:node" "$worker" "${worker_args[@]}")
 

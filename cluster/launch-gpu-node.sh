@@ -93,7 +93,7 @@ worker_args+=("${worker_extra[@]}")
 # One slot per process on this node; --bind-to none lets each worker's threads use its cores.
 # shellcheck disable=SC2206
 extra=($mpirun_args)
-cmd=(mpirun --bind-to none --oversubscribe "${extra[@]}"
+cmd=(mpirun --enable-recovery --bind-to none --oversubscribe "${extra[@]}"
      -np 1 "$coordinator" "${coordinator_args[@]}"
      : -np "$gpus" "$worker" "${worker_args[@]}")
 

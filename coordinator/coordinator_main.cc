@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "common/flags.h"
 #include "common/mpi_check.h"
 #include "control/mpi_channel.h"
+#include "control/process_exit.h"
 #include "coordinator/front_ends.h"
 #include "coordinator/scheduler.h"
 #include "model_files/model_files.h"
@@ -57,6 +59,13 @@ constexpr char kUsage[] =
                            workers stay up
   --startup-timeout-s S    time the workers have to load the model (default 600)
   --drain-timeout-s S      on SIGTERM, time running jobs have to finish (default 30)
+  --worker-suspect-s S     a worker silent this long makes the service not ready: health and
+                           readiness fail and new jobs get 503 / FAILED_PRECONDITION until it
+                           beats again (default 1.5; at most --worker-timeout-s)
+
+Exit status: 0 after a drain, 1 when the service could not start, 2 for a bad launch, 3 when it
+failed while serving (a worker lost, a stalled step that did not stop); under
+mpirun --enable-recovery the coordinator also signals mpirun so that it exits non-zero.
 )";
 
 #ifdef MILLIPEDE_HAVE_HTTP
@@ -116,7 +125,9 @@ Status ReadEmbeddedTemplate(const std::string& model_path, FrontEndOptions* fron
   return OkStatus();
 }
 
-Status Serve(int argc, char** argv, int world_size) {
+// Runs the service; sets *serving once the workers are up and the front ends listen (a failure
+// after that is one while serving).
+Status Serve(int argc, char** argv, int world_size, bool* serving) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
   if (flags.GetBool("help")) {
     std::cout << kUsage << kHttpUsage;
@@ -126,7 +137,8 @@ Status Serve(int argc, char** argv, int world_size) {
       flags.CheckKnown({"model", "served-model-name", "chat-format", "chat-template", "rpc", "http",
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
-                        "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "help"}));
+                        "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "worker-suspect-s",
+                        "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);
@@ -148,12 +160,16 @@ Status Serve(int argc, char** argv, int world_size) {
   MP_ASSIGN_OR_RETURN(options.min_chunk, flags.GetInt("min-chunk", 256));
   MP_ASSIGN_OR_RETURN(options.ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
   MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
+  MP_ASSIGN_OR_RETURN(options.worker_suspect_s,
+                      flags.GetDouble("worker-suspect-s", std::min(1.5, options.worker_timeout_s)));
   MP_ASSIGN_OR_RETURN(options.stall_timeout_s, flags.GetDouble("stall-timeout-s", 600));
   MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
   MP_REQUIRE(options.worker_timeout_s > 0 && options.stall_timeout_s > 0 &&
                  options.drain_timeout_s >= 0 && startup_timeout_s > 0,
              "timeouts must be positive");
+  MP_REQUIRE(options.worker_suspect_s > 0 && options.worker_suspect_s <= options.worker_timeout_s,
+             "--worker-suspect-s must lie in (0, --worker-timeout-s]");
   const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
 #ifdef MILLIPEDE_HAVE_HTTP
   const std::string http_bind = flags.Get("http").value_or("127.0.0.1:8000");
@@ -213,6 +229,7 @@ Status Serve(int argc, char** argv, int world_size) {
             << std::flush;
 
   // The control loop: this (the main) thread makes every MPI call of the process.
+  *serving = true;
   const Status loop_status = scheduler.Run();
   front_ends->Stop();
   front_ends.reset();
@@ -246,21 +263,24 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     std::cerr << "millipede-coordinator: must be world rank 0 (one coordinator first in the "
                  "mpirun command line)\n";
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    millipede::control::AbortJob(millipede::control::kExitBadLaunch);
   }
   // The workers split off their data-plane communicator; the coordinator takes no part in it.
   MPI_Comm none;
   MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none);
-  const millipede::Status s = millipede::Serve(argc, argv, size);
+  bool serving = false;
+  const millipede::Status s = millipede::Serve(argc, argv, size, &serving);
   if (!s.ok()) {
+    const int code = serving ? millipede::control::kExitFailedWhileServing
+                             : millipede::control::kExitStartFailed;
     std::cerr << "millipede-coordinator: " + s.ToString() + "\n";
     // The workers may be stuck or gone: end the whole job.
-    std::cerr << "millipede-coordinator: ending the job with MPI_Abort, exit code 1\n";
+    std::cerr << "millipede-coordinator: ending the job with MPI_Abort, exit code " +
+                     std::to_string(code) + "\n";
     millipede::AbortWorkers(size);
     // mpirun forwards output asynchronously and an abort may cut it: let the reason get out.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    millipede::control::AbortJob(code);
   }
   MPI_Finalize();
   return 0;

@@ -1,6 +1,7 @@
 // Scheduler: creating it, admitting and cancelling jobs, and the control loop with the drain.
 #include "coordinator/scheduler.h"
 
+#include <cstdio>
 #include <iostream>
 #include <thread>
 
@@ -108,6 +109,10 @@ StatusOr<JobId> Scheduler::SubmitChecked(JobRequest request,
 
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) return reject(FailedPreconditionError("the service has failed: " + failure_));
+  if (!suspect_.empty()) {
+    if (metrics_) metrics_->RequestError("unavailable");
+    return FailedPreconditionError("the service is unavailable: " + suspect_ + "; retry later");
+  }
   if (draining_ || drain_requested_.load())
     return reject(FailedPreconditionError("the service is shutting down"));
   if (table_.num_queued() >= options_.max_queue)
@@ -140,8 +145,28 @@ Status Scheduler::Step(Deliveries* out, bool* busy) {
   MP_RETURN_IF_ERROR(link_->CheckAlive(options_.worker_timeout_s));
 
   std::lock_guard<std::mutex> lock(mu_);
+  UpdateSuspectLocked();
   StartDrainLocked(out, busy);
   return steps_.Advance(out, busy);
+}
+
+void Scheduler::UpdateSuspectLocked() {
+  const WorkerLink::Silence silence = link_->LongestSilence();
+  if (silence.seconds < options_.worker_suspect_s) {
+    if (!suspect_.empty())
+      std::cerr << "millipede-coordinator: worker rank " + std::to_string(silence.rank) +
+                       " answers again: accepting jobs\n";
+    suspect_.clear();
+    return;
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f", silence.seconds);
+  const std::string why = "worker rank " + std::to_string(silence.rank) + " has been silent for " +
+                          seconds + " s";
+  if (suspect_.empty())
+    std::cerr << "millipede-coordinator: " + why +
+                     " (--worker-suspect-s): not ready, refusing new jobs until it answers\n";
+  suspect_ = why;
 }
 
 void Scheduler::StartDrainLocked(Deliveries* out, bool* busy) {
@@ -170,7 +195,11 @@ void Scheduler::FailService(const Status& failure) {
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = true;
     failure_ = failure.ToString();
-    table_.FailAll(DeviceError("the workers failed: " + failure.message()), &out);
+    // Retryable: the job did not finish, and a supervisor brings the service back.
+    table_.FailAll(FailedPreconditionError("the job did not finish: the workers failed (" +
+                                               failure.message() +
+                                               "); the service is stopping, retry later"),
+                   &out);
   }
   for (auto& deliver : out) deliver();
 }

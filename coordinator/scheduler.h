@@ -49,6 +49,9 @@ struct SchedulerOptions {
   // A worker silent this long counts as dead (each beats every half second from a thread of its
   // own, whatever it computes).
   double worker_timeout_s = 20;
+  // A worker silent this long (but not yet dead) makes the service unavailable: health and
+  // readiness fail and new jobs are refused with FailedPrecondition until it beats again.
+  double worker_suspect_s = 1.5;
   // A step that shows no progress (no prefill layer done, no result) for this long is stalled:
   // its jobs fail with DEVICE_ERROR saying so and are cancelled on the workers, who stay up.
   double stall_timeout_s = 600;
@@ -102,6 +105,9 @@ class Scheduler final : public JobService {
   bool ContinueDrainLocked(Clock::time_point now, Clock::time_point deadline);
   // After the workers failed with `failure`: every job gets the error, nothing new is accepted.
   void FailService(const Status& failure);
+  // Notes whether a worker has been silent past worker_suspect_s (logged when it starts and
+  // ends). Caller holds mu_.
+  void UpdateSuspectLocked();
 
   const std::unique_ptr<Tokenizer> tokenizer_;
   const std::unique_ptr<WorkerLink> link_;  // used by Run() only
@@ -116,6 +122,8 @@ class Scheduler final : public JobService {
   bool draining_ = false;
   bool failed_ = false;
   std::string failure_;
+  // Why the service is unavailable while a worker is silent (empty: every worker beats).
+  std::string suspect_;
 };
 
 }  // namespace millipede

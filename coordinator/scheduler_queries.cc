@@ -24,14 +24,17 @@ ModelInfo Scheduler::GetModelInfo() const {
 HealthInfo Scheduler::GetHealth() const {
   std::lock_guard<std::mutex> lock(mu_);
   HealthInfo h;
-  h.alive = !failed_;
-  h.accepting = !failed_ && !draining_ && !drain_requested_.load();
+  // A silent worker is not known to be up: not alive until it beats again (or is declared dead).
+  h.alive = !failed_ && suspect_.empty();
+  h.accepting = h.alive && !draining_ && !drain_requested_.load();
   h.running = table_.batch().running();
   h.waiting = static_cast<int64_t>(table_.num_queued());
   if (std::optional<Clock::time_point> last_token = steps_.last_token())
     h.seconds_since_last_token = std::chrono::duration<double>(Clock::now() - *last_token).count();
   if (failed_) {
     h.detail = failure_;
+  } else if (!suspect_.empty()) {
+    h.detail = suspect_;
   } else if (!h.accepting) {
     h.detail = "shutting down";
   }

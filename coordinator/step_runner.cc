@@ -29,7 +29,7 @@ std::vector<RankStats> StepRunner::rank_stats() const {
 
 Status StepRunner::Advance(Deliveries* out, bool* busy) {
   if (in_flight_) {
-    DetectStall(out);
+    MP_RETURN_IF_ERROR(DetectStall(out));
     return CancelInsideStep(busy);
   }
   EndCancelled(out);
@@ -90,10 +90,19 @@ Status StepRunner::CancelInsideStep(bool* busy) {
   return OkStatus();
 }
 
-void StepRunner::DetectStall(Deliveries* out) {
-  const double silent = Seconds(Clock::now() - last_progress_);
-  if (in_flight_->stalled || silent < options_.stall_timeout_s) return;
+Status StepRunner::DetectStall(Deliveries* out) {
+  const auto now = Clock::now();
+  if (in_flight_->stalled) {
+    if (Seconds(now - in_flight_->stalled_at) < options_.stall_timeout_s) return OkStatus();
+    return DeviceError("step " + std::to_string(in_flight_->step_id) +
+                       " stalled and did not stop within " +
+                       std::to_string(static_cast<int>(options_.stall_timeout_s)) +
+                       " s of its cancel (--stall-timeout-s)");
+  }
+  const double silent = Seconds(now - last_progress_);
+  if (silent < options_.stall_timeout_s) return OkStatus();
   in_flight_->stalled = true;
+  in_flight_->stalled_at = now;
   const std::string why = "step " + std::to_string(in_flight_->step_id) + " made no progress for " +
                           std::to_string(static_cast<int>(silent)) +
                           " s (--stall-timeout-s): the workers are alive but stalled";
@@ -112,6 +121,7 @@ void StepRunner::DetectStall(Deliveries* out) {
     table_.Finish(*job, DeviceError("job " + std::to_string(job->id) + ": " + why), out,
                   /*freed_by_workers=*/false);
   }
+  return OkStatus();
 }
 
 }  // namespace millipede

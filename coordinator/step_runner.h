@@ -46,7 +46,7 @@ class StepRunner {
 
   // Between steps, ends the cancelled jobs and plans and sends the next step; during one, fails
   // it if it stalled and stops it inside if it prefills a cancelled job. Sets *busy when it did
-  // something.
+  // something. DeviceError when a stalled step did not return after its cancel.
   Status Advance(Deliveries* out, bool* busy);
   // A message from a worker: a heartbeat, a step's results, a job's prefill progress, stats.
   Status HandleMessage(const control::Message& m, Deliveries* out);
@@ -59,6 +59,7 @@ class StepRunner {
     PlannedStep planned;
     std::vector<JobId> cancel_sent;  // jobs whose cancel went to the leader during the step
     bool stalled = false;
+    Clock::time_point stalled_at;  // when its jobs were failed as stalled
   };
 
   // Between steps (step_runner.cc).
@@ -68,8 +69,9 @@ class StepRunner {
   Status SendNextStep(bool* busy);
   // During a step: a step in flight that prefills a cancelled job is stopped inside.
   Status CancelInsideStep(bool* busy);
-  // Fails the jobs of a step without progress for stall_timeout_s (once per step).
-  void DetectStall(Deliveries* out);
+  // Fails the jobs of a step without progress for stall_timeout_s (once per step). A stalled
+  // step that has not returned stall_timeout_s later is an error: the service cannot go on.
+  Status DetectStall(Deliveries* out);
 
   // What the workers report (step_results.cc).
   void HandleProgress(const control::JobProgress& p, Deliveries* out);

@@ -117,4 +117,15 @@ Status WorkerLink::CheckAlive(double timeout_s) {
   return OkStatus();
 }
 
+WorkerLink::Silence WorkerLink::LongestSilence() const {
+  const auto now = Clock::now();
+  Silence longest;
+  for (int r = 1; r < world_size_; ++r) {
+    const double silent =
+        std::chrono::duration<double>(now - last_heard_[static_cast<size_t>(r)]).count();
+    if (longest.rank == 0 || silent > longest.seconds) longest = {r, silent};
+  }
+  return longest;
+}
+
 }  // namespace millipede

@@ -57,6 +57,13 @@ class WorkerLink {
   // not taken for that long.
   Status CheckAlive(double timeout_s);
 
+  // The worker silent the longest (world rank) and for how many seconds.
+  struct Silence {
+    int rank = 0;
+    double seconds = 0;
+  };
+  Silence LongestSilence() const;
+
  private:
   explicit WorkerLink(int world_size);
   Status SendToAll(int tag, const std::vector<char>& bytes);

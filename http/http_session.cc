@@ -3,6 +3,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -19,6 +20,9 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
+
+// Seconds a client should wait before it retries a 429 or 503 (the Retry-After header).
+constexpr int kRetryAfterS = 1;
 
 // Bytes of a pipelined next request held while a job runs; past this the connection stops
 // reading until the answer is out.
@@ -207,7 +211,14 @@ void HttpSession::SendJson(unsigned status, const std::string& body,
 }
 
 void HttpSession::SendError(const ApiError& error,
-                            const std::vector<std::pair<std::string, std::string>>& headers) {
+                            std::vector<std::pair<std::string, std::string>> headers) {
+  // A full queue, a drain, a silent or failed worker: the client should come back (to this
+  // service once a supervisor restarted it, or to another replica).
+  if (error.http_status == 429 || error.http_status == 503) {
+    const bool given = std::any_of(headers.begin(), headers.end(),
+                                   [](const auto& h) { return h.first == "Retry-After"; });
+    if (!given) headers.emplace_back("Retry-After", std::to_string(kRetryAfterS));
+  }
   SendJson(static_cast<unsigned>(error.http_status), ApiErrorBody(error), headers);
 }
 

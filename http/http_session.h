@@ -83,8 +83,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // Output (http_session.cc).
   void SendJson(unsigned status, const std::string& body,
                 const std::vector<std::pair<std::string, std::string>>& headers = {});
+  // 429 and 503 carry Retry-After (kRetryAfterS unless `headers` give one).
   void SendError(const ApiError& error,
-                 const std::vector<std::pair<std::string, std::string>>& headers = {});
+                 std::vector<std::pair<std::string, std::string>> headers = {});
   // SendError for a request this front end refuses, counted in the service's request errors
   // (ServiceMetrics::RequestError) by a reason derived from the error.
   void Refuse(const ApiError& error,

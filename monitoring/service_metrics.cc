@@ -38,6 +38,7 @@ const char* const kErrorReasons[] = {"invalid",
                                      "unsupported_media_type",
                                      "queue_full",
                                      "draining",
+                                     "unavailable",
                                      "worker",
                                      "internal"};
 // Ranks beyond this are refused (a bound on the number of label values).
@@ -114,8 +115,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     auto& errors = counter("millipede_request_errors_total",
                            "Refused requests, on every front end (invalid, too_long, too_large, "
                            "unsupported, unauthorized, not_found, method_not_allowed, "
-                           "unsupported_media_type, queue_full, draining), and failed jobs "
-                           "(worker, internal).");
+                           "unsupported_media_type, queue_full, draining, unavailable), and "
+                           "failed jobs (worker, internal).");
     for (const char* reason : kErrorReasons) errors_[reason] = &errors.Add({{"reason", reason}});
     other_finished_ = &finished.Add({{"reason", "other"}});
     other_error_ = &errors.Add({{"reason", "other"}});

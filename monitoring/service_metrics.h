@@ -66,7 +66,8 @@ class ServiceMetrics {
   // too_long (the prompt and its tokens exceed the context or the KV budget) | too_large (the
   // body exceeds the front end's limit) | unsupported (a parameter or feature the service does
   // not implement) | unauthorized | not_found (route or model) | method_not_allowed |
-  // unsupported_media_type | queue_full | draining), or a failed job (reason: worker | internal).
+  // unsupported_media_type | queue_full | draining | unavailable (a worker is silent)), or a
+  // failed job (reason: worker | internal).
   // Another reason is counted as "other".
   virtual void RequestError(std::string_view reason) = 0;
   // kv_cache_bytes{tier,rank}, attention/communication seconds and bytes per rank.

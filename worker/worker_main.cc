@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/flags.h"
+#include "control/process_exit.h"
 #include "worker/control/counting_communicator.h"
 #include "worker/control/heartbeat.h"
 #include "worker/control/worker_loop.h"
@@ -86,7 +87,7 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
           std::cerr << "millipede-worker rank " + std::to_string(world_rank) +
                            ": the coordinator is stopping after a "
                            "failure: exiting\n";
-          std::_Exit(1);
+          control::ExitNow(control::kExitFailedWhileServing);
         });
   } else {
     std::cerr << "millipede-worker rank " + std::to_string(world_rank) +
@@ -138,7 +139,7 @@ int main(int argc, char** argv) {
   if (world_rank == 0) {
     std::cerr << "millipede-worker: world rank 0 must be millipede-coordinator (launch with "
                  "mpirun -np 1 millipede-coordinator ... : -np N millipede-worker ...)\n";
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    millipede::control::AbortJob(millipede::control::kExitBadLaunch);
   }
   // The coordinator takes part in this split with MPI_UNDEFINED.
   MPI_Comm workers;
@@ -151,8 +152,8 @@ int main(int argc, char** argv) {
     std::cerr << "millipede-worker rank " + std::to_string(world_rank) + ": " + s.ToString() + "\n";
     if (!hello_sent) millipede::ReportStartFailure(world_rank, s);
     // The coordinator and the other workers may be waiting on this rank: take the job down.
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    millipede::control::AbortJob(hello_sent ? millipede::control::kExitFailedWhileServing
+                                            : millipede::control::kExitStartFailed);
   }
   MPI_Comm_free(&workers);
   MPI_Finalize();
