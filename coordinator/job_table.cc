@@ -62,8 +62,9 @@ StatusOr<JobStatusInfo> JobTable::GetStatus(JobId id) const {
   auto ended = ended_.find(id);
   if (ended != ended_.end()) return ended->second;
   if (WasIssued(id))
-    return NotFoundError("job " + std::to_string(id) + " ended; the final status of only the last " +
-                         std::to_string(kEndedKept) + " ended jobs is kept");
+    return NotFoundError("job " + std::to_string(id) +
+                         " ended; the final status of only the last " + std::to_string(kEndedKept) +
+                         " ended jobs is kept");
   return NotFoundError("no job " + std::to_string(id));
 }
 

@@ -133,12 +133,12 @@ class StepScheduler {
  private:
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
-    int64_t cost = 0;  // its KV in positions of dense KV: what reserved_ counts
+    int64_t cost = 0;       // its KV in positions of dense KV: what reserved_ counts
     int64_t prefilled = 0;  // committed prompt tokens
     uint64_t arrival = 0;
     bool started = false;
-    bool starved = false;  // partly prefilled and left out of the last step
-    bool refused = false;  // the workers refused its start for memory
+    bool starved = false;        // partly prefilled and left out of the last step
+    bool refused = false;        // the workers refused its start for memory
     bool waited_for_kv = false;  // counted in jobs_waited_for_kv_
   };
   explicit StepScheduler(const StepSchedulerOptions& options) : options_(options) {}

@@ -78,7 +78,7 @@ const char* StateName(rpc::JobState s) {
 template <typename Response>
 std::string CancelOutcome(uint64_t id, const Response& response) {
   const std::string job = "job " + std::to_string(id);
-  if (!response.hasStatus()) return job + " had already ended";
+  if (!response.hasStatus()) return job + " had already ended (its final status is no longer kept)";
   const rpc::JobState state = response.getStatus().getState();
   if (state == rpc::JobState::FINISHED || state == rpc::JobState::CANCELLED ||
       state == rpc::JobState::FAILED)
