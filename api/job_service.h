@@ -107,6 +107,9 @@ struct ModelInfo {
   std::string id;              // the served model's name (directory name unless configured)
   int64_t context_limit = 0;   // prompt + generated tokens
   int64_t kv_capacity_tokens = 0;  // what the workers' memory holds for one job
+  // The largest prompt + generated tokens one job is admitted with: context_limit, or less when
+  // the workers' KV budget (their memory plan, as reported) holds less for one job.
+  int64_t max_model_len = 0;
   int64_t vocab_size = 0;
   int num_workers = 0;
   std::string chat_format;     // "llama3", "chatml" or "" (no chat template known)
@@ -135,8 +138,9 @@ class JobService {
   // unauthorised, ...) under `reason`, one of ServiceMetrics::RequestError's reasons. Submit
   // counts its own refusals.
   virtual void CountRefusal(std::string_view reason) { (void)reason; }
-  // Cancels a queued or running job (its KV is freed on every rank); NotFound for unknown or
-  // already finished ids.
+  // Cancels a queued or running job (its KV is freed on every rank). Idempotent: for a job that
+  // has already ended (finished, failed, cancelled) it does nothing and returns Ok, so a client
+  // racing its own job's end does not fail; NotFound only for an id the service never issued.
   virtual Status Cancel(JobId id) = 0;
   virtual StatusOr<JobStatusInfo> GetStatus(JobId id) const = 0;
   virtual ModelInfo GetModelInfo() const = 0;

@@ -5,7 +5,7 @@
 #
 # Workers pick their GPU from their node-local rank. Everything binds to 127.0.0.1 unless
 # told otherwise (--http 0.0.0.0:8000 serves other hosts). Ctrl-C / SIGTERM stops the service
-# (the coordinator drains the running job first).
+# (the coordinator lets the running jobs finish first, up to its --drain-timeout-s).
 set -euo pipefail
 
 usage() {

@@ -36,6 +36,17 @@ int64_t TokensLeft(int64_t prompt, const AdmissionLimits& limits) {
 
 }  // namespace
 
+int64_t MaxModelLen(const AdmissionLimits& limits) {
+  const int64_t n = std::max(1, limits.num_workers);
+  const int64_t capacity = limits.kv_capacity_per_rank;
+  if (capacity < 2) return 0;  // a prompt's first token takes 2 rows on some rank
+  // A prompt of p = 2n(k - 1) + j tokens (1 <= j <= 2n) holds at most 2k rows on a rank and
+  // leaves (capacity - 2k) rows, so n x (capacity - 2k) + 1 output tokens; the total
+  // p + that = n x (capacity - 2) + j + 1 is least at j = 1 (TokensLeft).
+  const int64_t by_kv = n * (capacity - 2) + 2;
+  return std::max<int64_t>(0, std::min(limits.context_limit, by_kv));
+}
+
 int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t positions,
                       int64_t max_step_tokens, int64_t num_layers, int64_t num_kv_heads) {
   if (!policy.has_value() || positions <= 0 || num_layers <= 0 || num_kv_heads <= 0)

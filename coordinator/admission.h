@@ -54,6 +54,12 @@ struct AdmittedJob {
 int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t positions,
                       int64_t max_step_tokens, int64_t num_layers, int64_t num_kv_heads);
 
+// The largest prompt + max_new_tokens that admission accepts for a job with dense KV however
+// the total is split between prompt and output: the context limit, or less when the workers' KV
+// budget holds less (the worst split leaves num_workers x (kv_capacity_per_rank - 2) + 2); 0 when
+// no job fits. What the front ends report as the model's max_model_len.
+int64_t MaxModelLen(const AdmissionLimits& limits);
+
 // The job's prompt ids and policy, after checking everything the workers would refuse and more:
 // InvalidArgument for malformed input (empty or non-UTF-8 prompt, text over max_prompt_bytes
 // (the message counts bytes and characters), both or neither of text and ids, ids outside the

@@ -4,8 +4,6 @@
 namespace millipede {
 namespace {
 
-constexpr size_t kEndedKept = 1024;
-
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -32,12 +30,14 @@ std::shared_ptr<JobTable::Job> JobTable::Find(JobId id) const {
 
 Status JobTable::RequestCancel(JobId id) {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) {
-    if (ended_.count(id)) return NotFoundError("job " + std::to_string(id) + " already ended");
-    return NotFoundError("no job " + std::to_string(id));
+  if (it != jobs_.end()) {
+    it->second->cancel_requested = true;
+    return OkStatus();
   }
-  it->second->cancel_requested = true;
-  return OkStatus();
+  // Ids are issued in order from 1 and a job leaves jobs_ only when it ends: an issued id that is
+  // not there has ended, and cancelling it is a no-op (a client may race its own job's end).
+  if (WasIssued(id)) return OkStatus();
+  return NotFoundError("no job " + std::to_string(id));
 }
 
 JobStatusInfo JobTable::StatusOf(const Job& job) const {
@@ -61,6 +61,10 @@ StatusOr<JobStatusInfo> JobTable::GetStatus(JobId id) const {
   if (it != jobs_.end()) return StatusOf(*it->second);
   auto ended = ended_.find(id);
   if (ended != ended_.end()) return ended->second;
+  if (WasIssued(id))
+    return NotFoundError("job " + std::to_string(id) +
+                         " ended; the final status of only the last " + std::to_string(kEndedKept) +
+                         " ended jobs is kept");
   return NotFoundError("no job " + std::to_string(id));
 }
 

@@ -66,10 +66,17 @@ class JobTable {
   std::shared_ptr<Job> Find(JobId id) const;
   size_t num_queued() const { return queue_.size(); }
 
-  // Marks job `id` for cancelling (the step runner ends it); NotFound for an ended or unknown job.
+  // Marks job `id` for cancelling (the step runner ends it). A job that has already ended
+  // (finished, failed or cancelled) is left as it is: Ok, a no-op. NotFound only for an id never
+  // issued.
   Status RequestCancel(JobId id);
-  // A queued or running job's status, or an ended one's final status.
+  // A queued or running job's status, or an ended one's final status (kept for the last
+  // kEndedKept ended jobs; NotFound, saying so, for an older one).
   StatusOr<JobStatusInfo> GetStatus(JobId id) const;
+  // Whether `id` was given to a job (ids are issued in order from 1).
+  bool WasIssued(JobId id) const { return id >= 1 && id < next_id_; }
+  // How many ended jobs' final status is kept.
+  static constexpr size_t kEndedKept = 1024;
 
   // A job the plan starts: out of the queue, into prefill, at `now`.
   void Start(Job& job, Clock::time_point now);

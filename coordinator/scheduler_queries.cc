@@ -15,6 +15,7 @@ ModelInfo Scheduler::GetModelInfo() const {
   info.context_limit = limits_.context_limit;
   info.kv_capacity_tokens =
       std::min(limits_.context_limit, limits_.kv_capacity_per_rank * limits_.num_workers);
+  info.max_model_len = MaxModelLen(limits_);
   info.vocab_size = limits_.vocab_size;
   info.num_workers = limits_.num_workers;
   info.chat_format = options_.chat_format;

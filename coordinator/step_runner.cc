@@ -54,6 +54,10 @@ void StepRunner::EndCancelled(Deliveries* out) {
 Status StepRunner::SendNextStep(bool* busy) {
   StepScheduler& batch = table_.batch();
   PlannedStep planned = batch.Next();
+  if (metrics_) {
+    metrics_->KvAdmissionWaits(batch.jobs_waited_for_kv() - kv_waits_reported_);
+    kv_waits_reported_ = batch.jobs_waited_for_kv();
+  }
   if (planned.empty()) return OkStatus();
   *busy = true;
   control::StepPlan plan;

@@ -91,6 +91,7 @@ class StepRunner {
   std::optional<InFlight> in_flight_;
   Clock::time_point last_progress_;  // the step in flight last showed progress
   uint64_t next_step_id_ = 1;
+  int64_t kv_waits_reported_ = 0;  // StepScheduler::jobs_waited_for_kv as sent to the metrics
   std::optional<Clock::time_point> last_token_;
   std::map<int, RankStats> rank_stats_;
 };

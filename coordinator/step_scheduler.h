@@ -121,6 +121,11 @@ class StepScheduler {
   int64_t running() const { return running_; }
   int64_t waiting() const { return static_cast<int64_t>(jobs_.size()) - running_; }
   int64_t reserved_per_rank() const { return reserved_; }
+  // Jobs that have had to wait for KV to be freed, each counted once, since the start: a
+  // waiting job that a plan (Next) could not start because the running jobs' reservations left
+  // no room for its own, or because the workers refused a start for memory (StartRefused) and
+  // no job has ended since. Monotonic: the metric kv_admission_waits_total follows it.
+  int64_t jobs_waited_for_kv() const { return jobs_waited_for_kv_; }
   bool holds_kv(StepJobId job) const;
   // KV positions one job reserves on the busiest rank.
   static int64_t ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);
@@ -128,18 +133,21 @@ class StepScheduler {
  private:
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
-    int64_t cost = 0;  // its KV in positions of dense KV: what reserved_ counts
+    int64_t cost = 0;       // its KV in positions of dense KV: what reserved_ counts
     int64_t prefilled = 0;  // committed prompt tokens
     uint64_t arrival = 0;
     bool started = false;
-    bool starved = false;  // partly prefilled and left out of the last step
-    bool refused = false;  // the workers refused its start for memory
+    bool starved = false;        // partly prefilled and left out of the last step
+    bool refused = false;        // the workers refused its start for memory
+    bool waited_for_kv = false;  // counted in jobs_waited_for_kv_
   };
   explicit StepScheduler(const StepSchedulerOptions& options) : options_(options) {}
   // Prefill candidates in the order the budget goes to them.
   std::vector<StepJobId> PrefillOrder() const;
   // The chunk `job` gets with `tokens_left` and `work_left` (0: none fits).
   int64_t ChunkFor(const Job& job, int64_t tokens_left, int64_t work_left, bool first) const;
+  // Counts the waiting jobs that the KV left now cannot start (once per job).
+  void NoteKvWaits();
   // R: the chunk whose attention hides its ring pass (0 on one rank or when not counted).
   int64_t RingChunk() const;
   // The work of a chunk of `chunk` positions after `before`: (before + chunk) x max(chunk, R).
@@ -152,6 +160,7 @@ class StepScheduler {
   int64_t reserved_ = 0;
   uint64_t arrivals_ = 0;
   bool memory_blocked_ = false;
+  int64_t jobs_waited_for_kv_ = 0;
 };
 
 }  // namespace millipede

@@ -11,12 +11,16 @@ namespace net = boost::asio;
 
 namespace {
 
+// vLLM's model object plus the vocabulary's size (token prompts must lie in [0, vocab_size)).
+// max_model_len is the largest prompt + max_tokens admitted: the context limit, or less when the
+// workers' KV budget holds less for one job.
 Json ModelObject(const ServerContext& ctx) {
   return Json{{"id", ctx.model.name},
               {"object", "model"},
               {"created", ctx.created_unix},
               {"owned_by", "millipede"},
-              {"max_model_len", ctx.context_limit}};
+              {"max_model_len", ctx.max_model_len},
+              {"vocab_size", ctx.model.vocab_size}};
 }
 
 }  // namespace

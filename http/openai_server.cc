@@ -89,6 +89,7 @@ class OpenAiServer::Impl {
     ctx_->model.tokenizer = &service.tokenizer();
     ctx_->context_limit = info.context_limit;
     ctx_->kv_capacity_tokens = info.kv_capacity_tokens;
+    ctx_->max_model_len = info.max_model_len;
     ctx_->created_unix = static_cast<int64_t>(std::time(nullptr));
     ctx_->readiness = std::make_shared<Readiness>(
         service, ioc_.get_executor(), ctx_->options.ready_recent_s, ctx_->options.canary_timeout_s);

@@ -121,7 +121,7 @@ void HttpSession::StartTokenize(bool detokenize) {
   net::post(ctx_->submit_pool, [ctx = ctx_, weak = weak_from_this(),
                                 body = std::move(parser_->get().body()), detokenize] {
     TokenizeAnswer answer = detokenize ? DetokenizeBody(body, ctx->model)
-                                       : TokenizeBody(body, ctx->model, ctx->context_limit);
+                                       : TokenizeBody(body, ctx->model, ctx->max_model_len);
     ctx->gate.Post([weak, answer = std::move(answer)] {
       auto self = weak.lock();
       if (!self) return;

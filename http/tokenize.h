@@ -22,7 +22,8 @@ struct TokenizeAnswer {
   std::string body;
 };
 
-// `context_limit` is shown as max_model_len.
+// `context_limit` is shown as max_model_len (the server passes ModelInfo::max_model_len, as
+// /v1/models shows).
 TokenizeAnswer TokenizeBody(const std::string& text, const ServedModel& model,
                             int64_t context_limit);
 TokenizeAnswer DetokenizeBody(const std::string& text, const ServedModel& model);

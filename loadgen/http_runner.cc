@@ -204,4 +204,26 @@ StatusOr<std::vector<RequestRecord>> RunHttp(const HttpTarget& target,
   return records;
 }
 
+StatusOr<ListedModel> ModelFromList(const std::string& body, const std::string& wanted) {
+  MP_ASSIGN_OR_RETURN(Json list, ParseJson(body, "GET /v1/models"));
+  MP_REQUIRE(list.is_object(), "GET /v1/models answered no JSON object");
+  const Json data = list.value("data", Json());
+  MP_REQUIRE(data.is_array() && !data.empty(), "GET /v1/models lists no model");
+  for (const Json& entry : data) {
+    if (!entry.is_object() || !entry.value("id", Json()).is_string()) continue;
+    ListedModel model{entry["id"].get<std::string>(), 0};
+    if (!wanted.empty() && model.id != wanted) continue;
+    const Json vocab = entry.value("vocab_size", Json());
+    if (!vocab.is_null()) {
+      MP_REQUIRE(vocab.is_number_integer() && vocab.get<int64_t>() > 0,
+                 "GET /v1/models gives model ", model.id, " the vocab_size ", vocab.dump(),
+                 "; give --vocab-size");
+      model.vocab_size = vocab.get<int64_t>();
+    }
+    return model;
+  }
+  MP_REQUIRE(!wanted.empty(), "GET /v1/models lists no model with an id; give --model");
+  return InvalidArgumentError("GET /v1/models does not list the model \"" + wanted + "\"");
+}
+
 }  // namespace millipede::loadgen

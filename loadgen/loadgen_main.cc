@@ -37,8 +37,8 @@ Cancels:
                          random point: during prefill or after some output (default 0)
   --request-timeout-s S  fail and cancel a request not done S seconds after it was sent
 Service:
-  --vocab-size N         prompt ids lie in [0, N) (default over RPC: the model's vocabulary;
-                         required over HTTP)
+  --vocab-size N         prompt ids lie in [0, N) (default: the model's vocabulary as the
+                         server reports it, over HTTP in GET /v1/models' vocab_size)
   --model NAME           HTTP: the model field (default: the first of GET /v1/models)
   --api-key KEY          HTTP: sent as "Authorization: Bearer KEY"
   --metrics-url URL      scrape the coordinator's /metrics at the end (KV and job gauges)
@@ -154,17 +154,17 @@ StatusOr<std::vector<RequestRecord>> RunOverHttp(const std::string& address,
                                                  const std::vector<PlannedRequest>& plan,
                                                  RunOptions& o) {
   MP_ASSIGN_OR_RETURN(HttpTarget target, ParseHttpTarget(address));
-  MP_REQUIRE(o.vocab_size > 0, "--vocab-size is required over HTTP (its API does not say)");
-  if (o.model.empty()) {
+  // The model and the vocabulary the flags leave open come from the server's model list.
+  if (o.model.empty() || o.vocab_size == 0) {
     MP_ASSIGN_OR_RETURN(HttpResult models,
                         HttpFetch(target, "GET", "/v1/models", "", o.api_key, 30));
     MP_REQUIRE(models.head.status == 200, "GET /v1/models answered ", models.head.status, ": ",
                models.body.substr(0, 200));
-    MP_ASSIGN_OR_RETURN(Json list, ParseJson(models.body, "/v1/models"));
-    const Json& data = list.value("data", Json::array());
-    MP_REQUIRE(data.is_array() && !data.empty() && data[0].value("id", Json()).is_string(),
-               "GET /v1/models lists no model; give --model");
-    o.model = data[0]["id"].get<std::string>();
+    MP_ASSIGN_OR_RETURN(ListedModel listed, ModelFromList(models.body, o.model));
+    o.model = listed.id;
+    if (o.vocab_size == 0) o.vocab_size = listed.vocab_size;
+    MP_REQUIRE(o.vocab_size > 0, "GET /v1/models does not give model ", o.model,
+               "'s vocab_size; give --vocab-size");
   }
   return RunHttp(target, plan, o);
 }

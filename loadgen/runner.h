@@ -52,6 +52,19 @@ StatusOr<std::vector<RequestRecord>> RunHttp(const HttpTarget& target,
                                              const std::vector<PlannedRequest>& plan,
                                              const RunOptions& options);
 
+// The model a load over HTTP names and the vocabulary its prompt ids come from, as a server's
+// GET /v1/models body lists them.
+struct ListedModel {
+  std::string id;
+  int64_t vocab_size = 0;  // 0: the server does not report one (not every server does)
+};
+
+// The entry of a GET /v1/models body (OpenAI's {"object": "list", "data": [...]}) whose id is
+// `wanted`, or the first entry when `wanted` is empty; InvalidArgument for a body that is not
+// such a list, an empty list, a model not listed, or a vocab_size that is not a positive
+// integer.
+StatusOr<ListedModel> ModelFromList(const std::string& body, const std::string& wanted);
+
 // A new record for `plan` (outcome unset).
 RequestRecord RecordFor(const PlannedRequest& plan);
 

@@ -127,8 +127,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     comm_bytes_ = &counter("millipede_communication_bytes_total",
                            "Bytes each worker rank sent over the data plane.");
     kv_waits_ = &counter("millipede_kv_admission_waits_total",
-                         "Jobs sent back to the queue because the workers' memory plan could not "
-                         "hold their KV beside the running jobs'.")
+                         "Jobs that had to wait for running jobs to free KV before they could "
+                         "start (the running jobs' reservations left no room, or the workers' "
+                         "memory plan refused the start); each job counted once.")
                      .Add({});
 
     auto gauge = [&](const char* name, const char* help) -> Family<Gauge>& {
@@ -177,7 +178,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   void JobRequeued() override {
     running_->Decrement();
     waiting_->Increment();
-    kv_waits_->Increment();
+  }
+
+  void KvAdmissionWaits(int64_t jobs) override {
+    if (jobs > 0) kv_waits_->Increment(static_cast<double>(jobs));
   }
 
   void FirstToken(double ttft_s, double prefill_tokens_per_s) override {

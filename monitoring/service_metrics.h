@@ -47,8 +47,11 @@ class ServiceMetrics {
   // kv_reserved_positions: what the running jobs reserve on the busiest rank.
   virtual void KvReserved(int64_t positions) = 0;
   // A started job goes back to the queue because the workers' memory plan refused it:
-  // requests_running -1, requests_waiting +1, kv_admission_waits_total +1.
+  // requests_running -1, requests_waiting +1.
   virtual void JobRequeued() = 0;
+  // kv_admission_waits_total += jobs: jobs that began waiting for KV to be freed (each job is
+  // counted once, StepScheduler::jobs_waited_for_kv).
+  virtual void KvAdmissionWaits(int64_t jobs) = 0;
   // time_to_first_token_seconds, prefill throughput (prompt tokens / prefill seconds).
   virtual void FirstToken(double ttft_s, double prefill_tokens_per_s) = 0;
   // prefill_attention_density: the share of the causal query-key pairs a job's prefill attention

@@ -21,7 +21,8 @@ constexpr char kUsage[] = R"(usage: millipede [--server HOST:PORT] COMMAND [opti
 Commands:
   submit (--prompt TEXT | --prompt-file F | -)   run a job; the answer streams to stdout
   status JOB                                     a job's state
-  cancel JOB                                     cancel a queued or running job
+  cancel JOB                                     cancel a queued or running job (a job that
+                                                 already ended is left as it is, exit 0)
   models                                         the served model
   health                                         whether the service is up and accepting
   workers                                        the worker ranks' KV memory and data-plane totals
@@ -72,6 +73,19 @@ const char* StateName(rpc::JobState s) {
   return "unknown";
 }
 
+// What `cancel` did: a queued or running job is cancelled (it ends with CANCELLED); one that had
+// already ended is left as it was (not an error: a client may race its own job's end).
+template <typename Response>
+std::string CancelOutcome(uint64_t id, const Response& response) {
+  const std::string job = "job " + std::to_string(id);
+  if (!response.hasStatus()) return job + " had already ended (its final status is no longer kept)";
+  const rpc::JobState state = response.getStatus().getState();
+  if (state == rpc::JobState::FINISHED || state == rpc::JobState::CANCELLED ||
+      state == rpc::JobState::FAILED)
+    return job + " had already ended (" + StateName(state) + ")";
+  return "cancelled " + job;
+}
+
 StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
                          const std::vector<std::string>& args, ClientConnection& c) {
   auto& ws = c.io.waitScope;
@@ -95,8 +109,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
     MP_ASSIGN_OR_RETURN(uint64_t id, JobIdArg(args));
     auto req = c.service.cancelRequest();
     req.setId(id);
-    req.send().wait(ws);
-    std::cout << "cancelled job " << id << "\n";
+    auto response = req.send().wait(ws);
+    std::cout << CancelOutcome(id, response) << "\n";
     return 0;
   }
   MP_REQUIRE(args.empty(), "unexpected argument \"", args.empty() ? "" : args[0], "\"");
@@ -107,7 +121,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
                                 {"kv_capacity_tokens", m.getKvCapacityTokens()},
                                 {"vocab_size", m.getVocabSize()},
                                 {"num_workers", m.getNumWorkers()},
-                                {"chat_format", m.getChatFormat().cStr()}}
+                                {"chat_format", m.getChatFormat().cStr()},
+                                {"max_model_len", m.getMaxModelLen()}}
                      .dump()
               << "\n";
     return 0;

@@ -95,7 +95,10 @@ struct JobStatus {
 
 interface Job {
   status @0 () -> (status :JobStatus);
-  cancel @1 ();
+  # Idempotent: cancelling a job that has already ended does nothing and succeeds. `status` is
+  # the job's status as the cancel found it: queued, prefill or decode (it then ends with
+  # CANCELLED), or its final state when it had already ended.
+  cancel @1 () -> (status :JobStatus);
 }
 
 struct ModelInfo {
@@ -105,6 +108,10 @@ struct ModelInfo {
   vocabSize @3 :Int64;
   numWorkers @4 :Int32;
   chatFormat @5 :Text;
+  # The largest prompt + generated tokens one job is admitted with: the context limit, or less
+  # when the workers' KV budget (their memory plan) holds less for one job. A job this long may
+  # still wait for running jobs to free KV.
+  maxModelLen @6 :Int64;
 }
 
 struct Health {
@@ -130,7 +137,10 @@ interface Millipede {
   submit @0 (spec :JobSpec, callback :JobCallback) -> (job :Job, id :UInt64, promptTokens :Int64);
   # By id, for clients that did not submit the job (a dropped id handle does not cancel).
   status @1 (id :UInt64) -> (status :JobStatus);
-  cancel @2 (id :UInt64);
+  # Idempotent as Job.cancel: an ended job's cancel succeeds and does nothing; NOT_FOUND only
+  # for an id never issued. `status` is unset when the job ended so long ago that its final
+  # status is no longer kept.
+  cancel @2 (id :UInt64) -> (status :JobStatus);
   modelInfo @3 () -> (info :ModelInfo);
   health @4 () -> (health :Health);
   workers @5 () -> (ranks :List(RankStats));

@@ -35,6 +35,16 @@ void OkOrThrow(const Status& s) {
   if (!s.ok()) ThrowStatus(s);
 }
 
+// Cancels job `id` (a no-op for a job that already ended) and answers with the job's status as
+// the cancel found it, when the service still knows it (an ended job's final status is kept for
+// a while); a refused cancel (an id never issued) is thrown.
+template <typename Results>
+void CancelAndReport(JobService& service, JobId id, Results results) {
+  StatusOr<JobStatusInfo> before = service.GetStatus(id);
+  OkOrThrow(service.Cancel(id));
+  if (before.ok()) FillStatus(before.value(), results.initStatus());
+}
+
 // Sends one job's events to the client's JobCallback, on the loop thread, in order. A failed
 // callback call means the client is gone: the job is cancelled. The service may drop its last
 // reference on its own thread, so the capability (which belongs to the loop thread) is only
@@ -128,7 +138,7 @@ class CallbackObserver final : public JobObserver,
 class JobImpl final : public Job::Server {
  public:
   JobImpl(JobService& service, JobId id) : service_(service), id_(id) {}
-  // NotFound when the job already ended: nothing to cancel.
+  // A no-op when the job already ended.
   ~JobImpl() { service_.Cancel(id_).IgnoreError(); }
 
  protected:
@@ -137,7 +147,7 @@ class JobImpl final : public Job::Server {
     return kj::READY_NOW;
   }
   kj::Promise<void> cancel(CancelContext context) override {
-    OkOrThrow(service_.Cancel(id_));
+    CancelAndReport(service_, id_, context.getResults());
     return kj::READY_NOW;
   }
 
@@ -256,7 +266,7 @@ class MillipedeImpl final : public Millipede::Server {
     return kj::READY_NOW;
   }
   kj::Promise<void> cancel(CancelContext context) override {
-    OkOrThrow(service_.Cancel(context.getParams().getId()));
+    CancelAndReport(service_, context.getParams().getId(), context.getResults());
     return kj::READY_NOW;
   }
   kj::Promise<void> modelInfo(ModelInfoContext context) override {
@@ -268,6 +278,7 @@ class MillipedeImpl final : public Millipede::Server {
     b.setVocabSize(m.vocab_size);
     b.setNumWorkers(m.num_workers);
     b.setChatFormat(m.chat_format);
+    b.setMaxModelLen(m.max_model_len);
     return kj::READY_NOW;
   }
   kj::Promise<void> health(HealthContext context) override {

@@ -27,9 +27,10 @@ Engine flags as for millipede-run:
 )";
 
 constexpr char kWorkerUsage[] = R"(Service:
-  --kv-budget-mb M          KV cache memory (MiB, may be fractional) one job may take on this
-                            rank (default: as much as the context limit needs); the coordinator
-                            refuses jobs that do not fit
+  --kv-budget-mb M          KV cache memory (MiB, may be fractional) that all the jobs on this
+                            rank may take together (default: what the free memory holds); the
+                            coordinator refuses a job that would not fit alone and holds jobs
+                            back while the running ones' reservations fill it
   --coordinator-timeout-s S exit when the coordinator is silent this long (default 60)
 )";
 

@@ -71,6 +71,42 @@ TEST_F(AdmissionTest, KvCapacityPerRank) {
   EXPECT_TRUE(AdmitRequest(Ids(40, 21), *tok_, l).ok());
 }
 
+// MaxModelLen (the max_model_len the front ends report): every split of it into prompt and
+// max_new_tokens is admitted, and one token more is refused for some split — checked by
+// admitting every split, over ranks, KV budgets and context limits.
+TEST_F(AdmissionTest, MaxModelLenIsTheLargestTotalEverySplitOfWhichIsAdmitted) {
+  AdmissionLimits l = Limits();
+  l.context_limit = 400;
+  l.vocab_size = 256;
+  l.max_prompt_bytes = 1 << 20;
+  for (int workers : {1, 2, 3, 4}) {
+    for (int64_t capacity : {1, 2, 3, 7, 20, 57, 100, 500}) {
+      l.num_workers = workers;
+      l.kv_capacity_per_rank = capacity;
+      const int64_t max_len = MaxModelLen(l);
+      SCOPED_TRACE(::testing::Message() << workers << " workers, " << capacity << " per rank: "
+                                        << max_len);
+      ASSERT_LE(max_len, l.context_limit);
+      for (int64_t prompt = 1; prompt < max_len; ++prompt)
+        ASSERT_TRUE(AdmitRequest(Ids(static_cast<int>(prompt), max_len - prompt), *tok_, l).ok())
+            << "prompt " << prompt;
+      bool some_refused = false;
+      for (int64_t prompt = 1; prompt <= max_len && !some_refused; ++prompt)
+        some_refused =
+            !AdmitRequest(Ids(static_cast<int>(prompt), max_len + 1 - prompt), *tok_, l).ok();
+      EXPECT_TRUE(some_refused || max_len + 1 < 2);
+    }
+  }
+  // The KV budget binds below the context limit; a large one leaves the context limit.
+  l.num_workers = 2;
+  l.kv_capacity_per_rank = 100;
+  EXPECT_EQ(MaxModelLen(l), 2 * (100 - 2) + 2);
+  l.kv_capacity_per_rank = 1000;
+  EXPECT_EQ(MaxModelLen(l), 400);
+  l.kv_capacity_per_rank = 1;  // not even a one-token prompt fits
+  EXPECT_EQ(MaxModelLen(l), 0);
+}
+
 // A DuoAttention policy's streaming heads keep only their sinks and window once the job is long
 // enough, so its KV costs less than dense: a job too large for dense KV is admitted with it.
 TEST_F(AdmissionTest, KvCostFollowsThePolicy) {

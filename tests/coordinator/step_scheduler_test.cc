@@ -228,6 +228,53 @@ TEST(StepSchedulerTest, JobsWaitForKvAndARefusedStartHoldsTheQueue) {
   EXPECT_EQ(s.StartRefused(2).code(), StatusCode::kFailedPrecondition);
 }
 
+// jobs_waited_for_kv (the metric kv_admission_waits_total): every job that could not start for
+// want of KV, each once however many plans it waits through; not the jobs held back only by the
+// step's token budget or max_running; a refused start counts its job.
+TEST(StepSchedulerTest, CountsEachJobThatWaitsForKvOnce) {
+  StepSchedulerOptions o = Options(1, 1000, 100);
+  o.max_running = 2;
+  StepScheduler s = Make(o);
+  ASSERT_TRUE(s.Add(1, 40, 11).ok());  // 50 positions each
+  ASSERT_TRUE(s.Add(2, 40, 11).ok());
+  PlannedStep step = s.Next();
+  EXPECT_EQ(step.starts.size(), 2u);
+  s.Completed(step);
+  EXPECT_EQ(s.jobs_waited_for_kv(), 0);
+  ASSERT_TRUE(s.Add(3, 20, 1).ok());  // 20 positions
+  // Job 3 is held back by max_running, and would not fit the 100 positions either: KV.
+  s.Completed(s.Next());
+  EXPECT_EQ(s.jobs_waited_for_kv(), 1);
+  for (int i = 0; i < 3; ++i) s.Completed(s.Next());  // it waits on: still once
+  EXPECT_EQ(s.jobs_waited_for_kv(), 1);
+  s.Remove(1, true);
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].job, 3u);
+  s.Completed(step);
+  // 70 reserved; a job of 20 waits only for max_running (KV has room): not counted.
+  ASSERT_TRUE(s.Add(4, 20, 1).ok());
+  s.Completed(s.Next());
+  EXPECT_EQ(s.jobs_waited_for_kv(), 1);
+  s.Remove(3, true);
+  step = s.Next();  // job 4 starts beside job 2
+  ASSERT_EQ(step.starts.size(), 1u);
+  s.Completed(step);
+  // The workers refuse job 4's start for memory: it waits for KV (counted at once), and a job
+  // that arrives meanwhile waits behind the refusal.
+  ASSERT_TRUE(s.StartRefused(4).ok());
+  EXPECT_EQ(s.jobs_waited_for_kv(), 2);
+  ASSERT_TRUE(s.Add(5, 4, 1).ok());
+  s.Completed(s.Next());
+  EXPECT_EQ(s.jobs_waited_for_kv(), 3);
+  // Jobs held back only by the step's token budget are not waiting for KV.
+  StepScheduler t = Make(Options(1, 16, 1000));
+  for (StepJobId id : {1, 2, 3}) ASSERT_TRUE(t.Add(id, 40, 4).ok());
+  t.Completed(t.Next());
+  EXPECT_EQ(t.waiting(), 2);
+  EXPECT_EQ(t.jobs_waited_for_kv(), 0);
+}
+
 // A job whose KV costs less than dense (a DuoAttention policy's streaming heads keep only their
 // window) counts its cost against the KV, while its start still reserves all its positions.
 TEST(StepSchedulerTest, AJobsKvCostIsWhatItHoldsAgainstTheBudget) {

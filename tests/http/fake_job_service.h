@@ -51,6 +51,7 @@ class FakeJobService final : public JobService {
     info_.id = "fake-model";
     info_.context_limit = 4096;
     info_.kv_capacity_tokens = 8192;
+    info_.max_model_len = 3000;  // below the context limit: a KV budget that holds less
     info_.vocab_size = tokenizer_ ? tokenizer_->vocab_size() : 0;
     info_.num_workers = 2;
   }

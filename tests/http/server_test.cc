@@ -23,9 +23,16 @@ TEST_F(HttpServerTest, HealthAndModels) {
   ASSERT_EQ(list["data"].size(), 1u);
   EXPECT_EQ(list["data"][0]["id"], "fake-model");
   EXPECT_EQ(list["data"][0]["object"], "model");
-  EXPECT_EQ(list["data"][0]["max_model_len"], 4096);
+  // What the service reports one job may hold (ModelInfo::max_model_len, here below the
+  // context limit), and the vocabulary's size.
+  EXPECT_EQ(list["data"][0]["max_model_len"], 3000);
+  EXPECT_EQ(list["data"][0]["vocab_size"], fake_.tokenizer().vocab_size());
+  EXPECT_GT(list["data"][0]["vocab_size"].get<int64_t>(), 0);
 
-  EXPECT_EQ(Get("/v1/models/fake-model").json()["id"], "fake-model");
+  Json one = Get("/v1/models/fake-model").json();
+  EXPECT_EQ(one["id"], "fake-model");
+  EXPECT_EQ(one["max_model_len"], 3000);
+  EXPECT_EQ(one["vocab_size"], fake_.tokenizer().vocab_size());
   Json error = ExpectError(Get("/v1/models/gpt-4"), 404, "invalid_request_error");
   EXPECT_EQ(error["code"], "model_not_found");
 }

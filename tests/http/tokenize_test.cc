@@ -20,7 +20,7 @@ TEST_F(HttpServerTest, TokenizeTextAndMessages) {
   Json json = reply.json();
   EXPECT_EQ(json["tokens"].get<std::vector<int32_t>>(), *ids);
   EXPECT_EQ(json["count"], ids->size());
-  EXPECT_EQ(json["max_model_len"], 4096);
+  EXPECT_EQ(json["max_model_len"], 3000);  // ModelInfo::max_model_len, as /v1/models
   EXPECT_TRUE(json["token_strs"].is_null());
   // The token strings, on request.
   reply = Post("/tokenize", Json{{"model", "fake-model"},

@@ -209,5 +209,36 @@ TEST(HttpRunnerTest, CancelPoints) {
   EXPECT_TRUE(CancelDue(p, true, 3));
 }
 
+// The model and vocabulary a run without --model / --vocab-size takes from GET /v1/models.
+TEST(HttpRunnerTest, ModelFromTheModelList) {
+  const std::string body =
+      R"({"object": "list", "data": [{"id": "a", "object": "model", "vocab_size": 32000},
+                                      {"id": "b", "object": "model", "max_model_len": 8}]})";
+  StatusOr<ListedModel> first = ModelFromList(body, "");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->id, "a");
+  EXPECT_EQ(first->vocab_size, 32000);
+  // A server that does not report the vocabulary (another OpenAI-compatible server): 0, and
+  // the caller asks for --vocab-size.
+  StatusOr<ListedModel> b = ModelFromList(body, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->id, "b");
+  EXPECT_EQ(b->vocab_size, 0);
+
+  auto refused = [](const std::string& text, const std::string& wanted, const std::string& says) {
+    StatusOr<ListedModel> m = ModelFromList(text, wanted);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().ToString();
+  };
+  refused(body, "c", "does not list the model \"c\"");
+  refused(R"({"data": []})", "", "lists no model");
+  refused(R"([1])", "", "no JSON object");
+  refused(R"({"data": [{"object": "model"}]})", "", "no model with an id");
+  refused(R"({"data": [{"id": "a", "vocab_size": -3}]})", "", "vocab_size -3");
+  refused(R"({"data": [{"id": "a", "vocab_size": "many"}]})", "", "--vocab-size");
+  refused("not json", "", "GET /v1/models");
+}
+
 }  // namespace
 }  // namespace millipede::loadgen

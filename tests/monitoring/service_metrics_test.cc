@@ -137,6 +137,8 @@ TEST_F(ServiceMetricsTest, StepsAndKvWaits) {
   metrics_->StepRun(24, 0);
   metrics_->KvReserved(900);
   metrics_->JobRequeued();
+  metrics_->KvAdmissionWaits(0);
+  metrics_->KvAdmissionWaits(2);
   auto s = Scrape();
   EXPECT_EQ(s["millipede_batch_size_count"], 1);  // steps without decode tokens are not counted
   EXPECT_EQ(s["millipede_batch_size_sum"], 24);
@@ -145,7 +147,9 @@ TEST_F(ServiceMetricsTest, StepsAndKvWaits) {
   EXPECT_EQ(s["millipede_prefill_chunk_tokens_count"], 2);
   EXPECT_EQ(s["millipede_prefill_chunk_tokens_sum"], 300);
   EXPECT_EQ(s["millipede_kv_reserved_positions"], 900);
-  EXPECT_EQ(s["millipede_kv_admission_waits_total"], 1);
+  // Counted by KvAdmissionWaits, not by the requeue itself (the step scheduler counts a
+  // requeued job as one that waits for KV).
+  EXPECT_EQ(s["millipede_kv_admission_waits_total"], 2);
   EXPECT_EQ(s["millipede_requests_running"], 0);
   EXPECT_EQ(s["millipede_requests_waiting"], 1);
 }

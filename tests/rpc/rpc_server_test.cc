@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "rpc/millipede.capnp.h"
@@ -25,15 +27,20 @@ class RecordingService final : public JobService {
     observers.push_back(observer);
     return static_cast<JobId>(requests.size());
   }
+  // As the scheduler's: idempotent (an ended job's cancel is Ok), NotFound for ids never issued.
   Status Cancel(JobId id) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (id == 0 || id > requests.size()) return NotFoundError("no job " + std::to_string(id));
     cancelled.push_back(id);
     return OkStatus();
   }
+  // Decoding unless `ended` says otherwise; an id in `forgotten` ended too long ago.
   StatusOr<JobStatusInfo> GetStatus(JobId id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (forgotten.count(id)) return NotFoundError("job " + std::to_string(id) + " ended");
     JobStatusInfo info;
     info.id = id;
-    info.state = JobState::kDecode;
+    info.state = ended.count(id) ? ended.at(id) : JobState::kDecode;
     info.prompt_tokens = 3;
     return info;
   }
@@ -41,6 +48,8 @@ class RecordingService final : public JobService {
     ModelInfo m;
     m.id = "recorded";
     m.context_limit = 4096;
+    m.max_model_len = 1000;
+    m.vocab_size = 256;
     return m;
   }
   HealthInfo GetHealth() const override { return {}; }
@@ -52,6 +61,8 @@ class RecordingService final : public JobService {
   }
 
   Status refuse;
+  std::map<JobId, JobState> ended;
+  std::set<JobId> forgotten;
   std::vector<JobRequest> requests;
   std::vector<std::shared_ptr<JobObserver>> observers;
   std::vector<JobId> cancelled;
@@ -249,6 +260,52 @@ TEST_F(RpcServerTest, DroppingTheJobCancelsIt) {
   }  // the response, and with it the Job capability, is dropped here
   RunUntil([&] { return !loop_->service.Cancelled().empty(); });
   EXPECT_EQ(loop_->service.Cancelled(), std::vector<JobId>{1});
+}
+
+// cancel answers the status it found; a job that already ended is no error; only an id never
+// issued is NOT_FOUND.
+TEST_F(RpcServerTest, CancelIsIdempotentAndAnswersTheStatusItFound) {
+  std::string log;
+  auto submit = loop_->millipede.submitRequest();
+  submit.getSpec().getPrompt().setText("x");
+  submit.setCallback(kj::heap<Collector>(&log));
+  auto response = submit.send().wait(ws());
+  const JobId id = response.getId();
+  auto by_id = [&] {
+    auto req = loop_->millipede.cancelRequest();
+    req.setId(id);
+    return req.send().wait(ws());
+  };
+  auto running = by_id();
+  ASSERT_TRUE(running.hasStatus());
+  EXPECT_EQ(running.getStatus().getState(), rpc::JobState::DECODE);
+  // It ended (the client's cancel raced its end): both cancels succeed, with the final state.
+  loop_->service.ended[id] = JobState::kFinished;
+  auto finished = by_id();
+  ASSERT_TRUE(finished.hasStatus());
+  EXPECT_EQ(finished.getStatus().getState(), rpc::JobState::FINISHED);
+  auto through_job = response.getJob().cancelRequest().send().wait(ws());
+  ASSERT_TRUE(through_job.hasStatus());
+  EXPECT_EQ(through_job.getStatus().getState(), rpc::JobState::FINISHED);
+  // Its final status no longer kept: still no error, and no status.
+  loop_->service.forgotten.insert(id);
+  EXPECT_FALSE(by_id().hasStatus());
+  EXPECT_EQ(loop_->service.Cancelled(), (std::vector<JobId>{id, id, id, id}));
+  // Never issued.
+  auto unknown = loop_->millipede.cancelRequest();
+  unknown.setId(id + 1);
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { unknown.send().wait(ws()); })) {
+    EXPECT_EQ(rpc::StatusFromException(*e).code(), StatusCode::kNotFound);
+  } else {
+    ADD_FAILURE() << "cancelling an id never issued succeeded";
+  }
+}
+
+TEST_F(RpcServerTest, ModelInfoCarriesMaxModelLenAndTheVocabulary) {
+  auto info = loop_->millipede.modelInfoRequest().send().wait(ws()).getInfo();
+  EXPECT_EQ(info.getContextLimit(), 4096);
+  EXPECT_EQ(info.getMaxModelLen(), 1000);
+  EXPECT_EQ(info.getVocabSize(), 256);
 }
 
 TEST_F(RpcServerTest, RefusedSubmissionCarriesTheStatusCode) {

@@ -108,9 +108,11 @@ def scenario_loadgen(bin_dir, model):
               f"rpc: the service counted {delta}, loadgen {report['summary']}")
 
         # HTTP: a disconnect may reach the service after its job ended, so only totals agree.
+        # No --vocab-size: the vocabulary comes from GET /v1/models.
         before = finished(svc)
-        report = run_loadgen(svc, "http", svc.http, os.path.join(work, "loadgen-http.json"),
-                             ["--vocab-size", vocab])
+        report = run_loadgen(svc, "http", svc.http, os.path.join(work, "loadgen-http.json"), [])
+        check(str(report["config"]["vocab_size"]) == vocab,
+              f"http: the vocabulary {report['config']['vocab_size']}, the model's {vocab}")
         check_requests(report, "http", REQUESTS)
         wait_idle(svc, "http")
         after = finished(svc)

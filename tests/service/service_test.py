@@ -36,7 +36,8 @@ def expect_error(result, code, *fragments):
 
 def scenario_stream(bin_dir, model):
     """Streaming and --json answers equal millipede-run's; ids prompts; sampling; models/health;
-    concurrent clients each get their own answer; FIFO order; metrics served."""
+    concurrent clients each get their own answer; short jobs served beside a running one (batched,
+    not one at a time); metrics served."""
     svc = Service(bin_dir, model, http=True)
     try:
         # Greedy text prompt: the service's answer is the offline engine's on as many ranks as
@@ -310,7 +311,11 @@ def scenario_errors(bin_dir, model):
         a.wait(30)
         served()
         expect_error(svc.client("status", "999999"), "NOT_FOUND", "no job 999999")
-        expect_error(svc.client("cancel", str(ids[0])), "NOT_FOUND", "already ended")
+        expect_error(svc.client("cancel", "999999"), "NOT_FOUND", "no job 999999")
+        # Cancelling a job that already ended is a no-op, not an error.
+        r = svc.client("cancel", str(ids[0]))
+        check(r.rc == 0 and "had already ended (finished)" in r.out, f"cancel after the end: {r}")
+        check(svc.status(ids[0])["state"] == "finished", "a late cancel changed the job")
     finally:
         svc.stop()
 
@@ -319,10 +324,41 @@ def scenario_limits(bin_dir, model):
     """The workers' KV budget bounds admission; a worker that cannot start stops the service
     with its reason."""
     # 8 layers x 2 KV heads x 16 dims x (K, V) x bf16 = 1 KiB per position: 256 per rank.
-    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "0.25"])
+    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "0.25"], http=True)
     try:
         m = svc.client("models").json()
         check(m["kv_capacity_tokens"] == 512, f"KV capacity {m}")
+        # The longest job every split of which fits: 2 x (256 - 2) + 2, below the context's 2048;
+        # the same over HTTP, with the vocabulary.
+        check(m["max_model_len"] == 510 and m["context_limit"] == 2048, f"max_model_len {m}")
+        with urllib.request.urlopen(f"http://{svc.http}/v1/models", timeout=30) as reply:
+            listed = json.loads(reply.read())["data"][0]
+        check(listed["max_model_len"] == 510 and listed["vocab_size"] == m["vocab_size"],
+              f"/v1/models {listed} vs {m}")
+        # The worst split (a prompt of 1 mod 2 x workers tokens) fits exactly; one more does not.
+        r = svc.submit("-", "--ids", "--max-tokens", "13", "--json", stdin=long_ids(497))
+        check(r.rc == 0, f"a job of max_model_len tokens failed: {r}")
+        expect_error(svc.submit("-", "--ids", "--max-tokens", "14", stdin=long_ids(497)),
+                     "OUT_OF_RANGE", "KV")
+        # A job that must wait for a running one's KV is counted in
+        # millipede_kv_admission_waits_total: A holds 230 of the 256 positions per rank, B needs
+        # 108 and waits until A ends.
+        waits = svc.metric("millipede_kv_admission_waits_total")
+        ids_a = os.path.join(os.path.dirname(model), "limits-a.txt")
+        with open(ids_a, "w") as f:
+            f.write(long_ids(60))
+        a = svc.client_bg("submit", "--prompt-file", ids_a, "--ids", "--max-tokens", "400",
+                          "--ignore-eos", "--no-progress", "--json")
+        job_a = int(read_until(a.stderr, r"job (\d+) queued", 20).group(1))
+        deadline = time.time() + 20
+        while svc.status(job_a)["state"] != "decode" and time.time() < deadline:
+            time.sleep(0.02)
+        check(svc.status(job_a)["generated_tokens"] < 300, "job A ended too soon for the test")
+        r = svc.submit("-", "--ids", "--max-tokens", "16", "--json", stdin=long_ids(200))
+        check(r.rc == 0, f"the job waiting for KV failed: {r}")
+        check(a.wait(60) == 0, "job A failed")
+        check(svc.metric("millipede_kv_admission_waits_total") == waits + 1,
+              f"KV waits {svc.metric('millipede_kv_admission_waits_total')}, before {waits}")
         r = svc.submit("-", "--ids", "--max-tokens", "16", "--json", stdin=long_ids(300))
         check(r.rc == 0, f"a job within the KV budget failed: {r}")
         expect_error(svc.submit("-", "--ids", "--max-tokens", "16", stdin=long_ids(500)),
@@ -421,6 +457,9 @@ def scenario_cancel(bin_dir, model):
             time.sleep(0.05)
         check(svc.status(job)["state"] == "cancelled", f"disconnect: {svc.status(job)}")
         svc.wait_kv(lambda kv: kv == [0, 0], "freed after the client disconnected")
+        # Cancelling it again (a client racing its job's end) succeeds and says so.
+        r = svc.client("cancel", str(job))
+        check(r.rc == 0 and "had already ended (cancelled)" in r.out, f"second cancel: {r}")
         r = svc.submit("--prompt", PROMPT, "--max-tokens", "3", "--json")
         check(r.rc == 0, f"the service did not serve after the cancels: {r}")
     finally:
