@@ -1,0 +1,198 @@
+"""The service as a Slurm batch job: starts a one-node Slurm cluster on this machine
+(slurm_cluster.py), submits cluster/slurm/millipede.sbatch with the CPU backend (a coordinator
+and two workers on the node's two fake GPUs), serves requests over HTTP and RPC and stops it the
+two documented ways:
+  - srun --mpi=pmix, plain `scancel`: a request in flight finishes, new ones are refused while
+    the service drains, every rank exits 0 (the job is CANCELLED with exit code 0:0);
+  - mpirun inside the allocation with the model staged to a node-local folder,
+    `scancel --batch --signal=TERM`: the service drains and the job is COMPLETED.
+
+usage: slurm_test.py --bin DIR --work DIR --script FILE
+Exits 77 (a skip for ctest) when the Slurm or MUNGE programs are not installed.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from service_harness import Failure, check, make_model
+from slurm_cluster import GPUS, SlurmCluster, missing_tools
+
+SKIP = 77
+PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+class ServiceJob:
+    """One submission of the job script; reads the coordinator's addresses from its output."""
+
+    def __init__(self, cluster, script, bin_dir, model, launcher, extra_env=None):
+        self.cluster = cluster
+        self.bin_dir = bin_dir
+        self.output = cluster.path(f"service-{launcher}.log")
+        env = {"MILLIPEDE_MODEL": model, "MILLIPEDE_BIN": bin_dir, "MILLIPEDE_BACKEND": "cpu",
+               "MILLIPEDE_LAUNCHER": launcher, "MILLIPEDE_RPC": "127.0.0.1:0",
+               "MILLIPEDE_HTTP": "127.0.0.1:0", "MILLIPEDE_METRICS": "127.0.0.1:0",
+               **(extra_env or {})}
+        # The script's own #SBATCH lines ask for 8-GPU nodes; this node has GPUS.
+        self.job = cluster.sbatch(script, [f"--gpus-per-node={GPUS}",
+                                           f"--ntasks-per-node={GPUS + 1}",
+                                           f"--output={self.output}"], env)
+
+    def log(self):
+        if not os.path.exists(self.output):
+            return ""
+        with open(self.output, errors="replace") as f:
+            return f.read()
+
+    def wait_ready(self, timeout=90):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(r"coordinator: rpc ([^\s,]+), http ([^\s,]+)", self.log())
+            if m:
+                self.rpc, self.http = m.group(1), m.group(2)
+                return
+            state = self.cluster.job_fields(self.job)["JobState"]
+            check(state in ("PENDING", "CONFIGURING", "RUNNING"),
+                  f"job {self.job} is {state} before the service was ready:\n{self.log()}")
+            time.sleep(0.2)
+        raise Failure(f"the service in job {self.job} was not ready within {timeout} s:\n"
+                      + self.log() + "\n" + self.cluster.logs())
+
+    def client(self, *args, timeout=60):
+        cmd = [os.path.join(self.bin_dir, "millipede"), args[0], "--server", self.rpc, *args[1:]]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+    def complete_http(self, max_tokens):
+        body = json.dumps({"model": "model", "prompt": PROMPT, "max_tokens": max_tokens,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        req = urllib.request.Request(f"http://{self.http}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as reply:
+            return json.loads(reply.read())
+
+    def wait_end(self, timeout=60):
+        fields = self.cluster.wait_job_end(self.job, timeout)
+        # The job's output file is complete once the batch step has ended.
+        return fields, self.log()
+
+
+def wait_decoding(svc, job_id, tokens, timeout=30):
+    """Polls `millipede status` until the job has generated `tokens` tokens."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = svc.client("status", str(job_id))
+        if r.returncode == 0 and json.loads(r.stdout).get("generated_tokens", 0) >= tokens:
+            return
+        time.sleep(0.05)
+    raise Failure(f"job {job_id} did not reach {tokens} tokens:\n{svc.log()}")
+
+
+def wait_not_accepting(svc, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if svc.client("health").returncode != 0:
+            return
+        time.sleep(0.05)
+    raise Failure(f"the service still accepted jobs {timeout} s after scancel:\n{svc.log()}")
+
+
+def scenario_srun_scancel(cluster, script, bin_dir, model):
+    """srun --mpi=pmix; a plain scancel drains: the request in flight finishes whole."""
+    svc = ServiceJob(cluster, script, bin_dir, model, "srun")
+    svc.wait_ready()
+    check(re.search(r"ready: .* on 2 cpu worker\(s\)", svc.log()), "not 2 workers:\n" + svc.log())
+    answer = svc.complete_http(8)
+    check(answer["usage"]["completion_tokens"] == 8 and answer["choices"][0]["text"],
+          f"HTTP completion: {answer}")
+
+    total = 1500
+    long_job = subprocess.Popen(
+        [os.path.join(bin_dir, "millipede"), "submit", "--server", svc.rpc, "--prompt", PROMPT,
+         "--max-tokens", str(total), "--ignore-eos", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The HTTP request was job 1.
+    wait_decoding(svc, 2, 10)
+    cluster.run(["scancel", svc.job])
+    wait_not_accepting(svc)
+    refused = svc.client("submit", "--prompt", PROMPT, "--max-tokens", "4")
+    check(refused.returncode != 0 and "FAILED_PRECONDITION" in refused.stderr,
+          f"a job submitted while draining: rc {refused.returncode} {refused.stderr}")
+    out, err = long_job.communicate(timeout=60)
+    check(long_job.returncode == 0, f"the job in flight at scancel failed: {err}")
+    got = json.loads(out)
+    check(got["finish_reason"] == "length" and len(got["ids"]) == total,
+          f"the job in flight at scancel: {got['finish_reason']}, {len(got['ids'])} tokens")
+
+    fields, log = svc.wait_end()
+    for line in ("millipede.sbatch: SIGTERM: draining the service",
+                 "millipede-coordinator: drained, workers stopped",
+                 "millipede.sbatch: the service exited with status 0"):
+        check(line in log, f"no {line!r} in the job's output:\n{log}")
+    check(fields["JobState"] == "CANCELLED" and fields["ExitCode"] == "0:0",
+          f"job {svc.job}: {fields['JobState']} exit code {fields['ExitCode']}:\n{log}")
+    print(f"srun job {svc.job}: served, drained on scancel, CANCELLED 0:0")
+
+
+def scenario_mpirun_signal(cluster, script, bin_dir, model):
+    """mpirun in the allocation, the model staged node-locally; scancel --batch --signal=TERM
+    drains and the job completes."""
+    stage = cluster.path("stage")
+    svc = ServiceJob(cluster, script, bin_dir, model, "mpirun", {"MILLIPEDE_STAGE_DIR": stage})
+    svc.wait_ready()
+    staged = os.path.join(stage, os.path.basename(model))
+    check(os.path.exists(os.path.join(staged, "config.json")), f"no staged model at {staged}")
+    check(f"--model {staged}" in subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True,
+                                                text=True).stdout,
+          "no process runs the staged model")
+    r = svc.client("submit", "--prompt", PROMPT, "--max-tokens", "16", "--ignore-eos", "--json")
+    check(r.returncode == 0 and len(json.loads(r.stdout)["ids"]) == 16, f"RPC submit: {r.stderr}")
+
+    cluster.run(["scancel", "--batch", "--signal=TERM", svc.job])
+    fields, log = svc.wait_end()
+    for line in ("millipede-coordinator: drained, workers stopped",
+                 "millipede.sbatch: the service exited with status 0"):
+        check(line in log, f"no {line!r} in the job's output:\n{log}")
+    check(fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0",
+          f"job {svc.job}: {fields['JobState']} exit code {fields['ExitCode']}:\n{log}")
+    print(f"mpirun job {svc.job}: served from the staged model, drained, COMPLETED 0:0")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--script", required=True)
+    args = parser.parse_args()
+    missing = missing_tools()
+    if missing:
+        print(f"slurm_test: skipped: {' '.join(missing)} not installed "
+              "(Debian: slurmctld slurmd slurm-client munge)")
+        return SKIP
+    os.makedirs(args.work, exist_ok=True)
+    model = make_model(args.bin, os.path.join(args.work, "model"))
+    # Short paths: the MUNGE socket's must fit a socket address.
+    root = tempfile.mkdtemp(prefix="millipede-slurm-")
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+        scenario_srun_scancel(cluster, args.script, args.bin, model)
+        scenario_mpirun_signal(cluster, args.script, args.bin, model)
+    except (Failure, subprocess.TimeoutExpired) as e:
+        print(f"FAILED: {e}\n{cluster.logs()}")
+        return 1
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print("slurm_test: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
