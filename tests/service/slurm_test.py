@@ -1,11 +1,13 @@
 """The service as a Slurm batch job: starts a one-node Slurm cluster on this machine
 (slurm_cluster.py), submits cluster/slurm/millipede.sbatch with the CPU backend (a coordinator
 and two workers on the node's two fake GPUs), serves requests over HTTP and RPC and stops it the
-two documented ways:
+documented ways:
   - srun --mpi=pmix, plain `scancel`: a request in flight finishes, new ones are refused while
     the service drains, every rank exits 0 (the job is CANCELLED with exit code 0:0);
+  - srun, `scancel --signal=TERM` (the tasks) and `scancel --batch --signal=TERM` (the script,
+    which passes it on): the service drains and the job is COMPLETED;
   - mpirun inside the allocation with the model staged to a node-local folder,
-    `scancel --batch --signal=TERM`: the service drains and the job is COMPLETED.
+    `scancel --batch --signal=TERM`: likewise.
 
 usage: slurm_test.py --bin DIR --work DIR --script FILE
 Exits 77 (a skip for ctest) when the Slurm or MUNGE programs are not installed.
@@ -35,7 +37,7 @@ class ServiceJob:
     def __init__(self, cluster, script, bin_dir, model, launcher, extra_env=None):
         self.cluster = cluster
         self.bin_dir = bin_dir
-        self.output = cluster.path(f"service-{launcher}.log")
+        self.output = cluster.path(f"service-{len(cluster.jobs)}-{launcher}.log")
         env = {"MILLIPEDE_MODEL": model, "MILLIPEDE_BIN": bin_dir, "MILLIPEDE_BACKEND": "cpu",
                "MILLIPEDE_LAUNCHER": launcher, "MILLIPEDE_RPC": "127.0.0.1:0",
                "MILLIPEDE_HTTP": "127.0.0.1:0", "MILLIPEDE_METRICS": "127.0.0.1:0",
@@ -140,28 +142,32 @@ def scenario_srun_scancel(cluster, script, bin_dir, model):
     print(f"srun job {svc.job}: served, drained on scancel, CANCELLED 0:0")
 
 
-def scenario_mpirun_signal(cluster, script, bin_dir, model):
-    """mpirun in the allocation, the model staged node-locally; scancel --batch --signal=TERM
-    drains and the job completes."""
-    stage = cluster.path("stage")
-    svc = ServiceJob(cluster, script, bin_dir, model, "mpirun", {"MILLIPEDE_STAGE_DIR": stage})
+def scenario_signal(cluster, script, bin_dir, model, launcher, scancel_args, stage=False):
+    """scancel SCANCEL_ARGS JOB (a SIGTERM that no SIGKILL follows) drains and the job is
+    COMPLETED; with `stage`, the ranks read a node-local copy of the model."""
+    extra = {"MILLIPEDE_STAGE_DIR": cluster.path("stage")} if stage else {}
+    svc = ServiceJob(cluster, script, bin_dir, model, launcher, extra)
     svc.wait_ready()
-    staged = os.path.join(stage, os.path.basename(model))
-    check(os.path.exists(os.path.join(staged, "config.json")), f"no staged model at {staged}")
-    check(f"--model {staged}" in subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True,
-                                                text=True).stdout,
-          "no process runs the staged model")
+    if stage:
+        staged = os.path.join(cluster.path("stage"), os.path.basename(model))
+        check(os.path.exists(os.path.join(staged, "config.json")), f"no staged model at {staged}")
+        ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+        check(f"--model {staged} " in ps, "no process runs the staged model")
     r = svc.client("submit", "--prompt", PROMPT, "--max-tokens", "16", "--ignore-eos", "--json")
     check(r.returncode == 0 and len(json.loads(r.stdout)["ids"]) == 16, f"RPC submit: {r.stderr}")
 
-    cluster.run(["scancel", "--batch", "--signal=TERM", svc.job])
+    cluster.run(["scancel", *scancel_args, svc.job])
     fields, log = svc.wait_end()
-    for line in ("millipede-coordinator: drained, workers stopped",
-                 "millipede.sbatch: the service exited with status 0"):
+    lines = ["millipede-coordinator: drained, workers stopped",
+             "millipede.sbatch: the service exited with status 0"]
+    if "--batch" in scancel_args:  # the script itself got the signal and passed it on
+        lines.append("millipede.sbatch: SIGTERM: draining the service")
+    for line in lines:
         check(line in log, f"no {line!r} in the job's output:\n{log}")
     check(fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0",
           f"job {svc.job}: {fields['JobState']} exit code {fields['ExitCode']}:\n{log}")
-    print(f"mpirun job {svc.job}: served from the staged model, drained, COMPLETED 0:0")
+    print(f"{launcher} job {svc.job}: served{' from the staged model' if stage else ''}, "
+          f"drained on scancel {' '.join(scancel_args)}, COMPLETED 0:0")
 
 
 def main():
@@ -183,7 +189,10 @@ def main():
     try:
         cluster.start()
         scenario_srun_scancel(cluster, args.script, args.bin, model)
-        scenario_mpirun_signal(cluster, args.script, args.bin, model)
+        scenario_signal(cluster, args.script, args.bin, model, "srun", ["--signal=TERM"])
+        scenario_signal(cluster, args.script, args.bin, model, "srun", ["--batch", "--signal=TERM"])
+        scenario_signal(cluster, args.script, args.bin, model, "mpirun",
+                        ["--batch", "--signal=TERM"], stage=True)
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAILED: {e}\n{cluster.logs()}")
         return 1
