@@ -12,7 +12,7 @@ import time
 
 from service_harness import Failure, check
 
-DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scancel", "scontrol", "srun")
+TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scancel", "scontrol", "srun")
 # Two fake GPUs: gres/gpu needs device files, and the CPU service does not open them. Slurm logs
 # that they are not devices and counts them all the same, so the job script's GPU request
 # (--gpus-per-node) is scheduled as on a GPU node.
@@ -25,7 +25,7 @@ CPUS = 4
 def missing_tools():
     """The Slurm and MUNGE programs not on PATH (or in /usr/sbin)."""
     path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
-    return [t for t in DAEMONS if shutil.which(t, path=path) is None]
+    return [t for t in TOOLS if shutil.which(t, path=path) is None]
 
 
 def free_port():

@@ -85,6 +85,18 @@ class ServiceJob:
         return fields, self.log()
 
 
+def command_lines():
+    """Every process's arguments, from /proc."""
+    lines = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                lines.append([a.decode(errors="replace") for a in f.read().split(b"\0")])
+        except OSError:
+            pass
+    return lines
+
+
 def wait_decoding(svc, job_id, tokens, timeout=30):
     """Polls `millipede status` until the job has generated `tokens` tokens."""
     deadline = time.time() + timeout
@@ -151,8 +163,8 @@ def scenario_signal(cluster, script, bin_dir, model, launcher, scancel_args, sta
     if stage:
         staged = os.path.join(cluster.path("stage"), os.path.basename(model))
         check(os.path.exists(os.path.join(staged, "config.json")), f"no staged model at {staged}")
-        ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
-        check(f"--model {staged} " in ps, "no process runs the staged model")
+        check(any(["--model", staged] == args[i:i + 2] for args in command_lines()
+                  for i in range(len(args))), "no process runs the staged model")
     r = svc.client("submit", "--prompt", PROMPT, "--max-tokens", "16", "--ignore-eos", "--json")
     check(r.returncode == 0 and len(json.loads(r.stdout)["ids"]) == 16, f"RPC submit: {r.stderr}")
 
