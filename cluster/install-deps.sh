@@ -30,7 +30,10 @@ if [ "$want_test" = 1 ]; then
   # python3-jinja2: the template engine transformers renders chat templates with (the chat
   # template oracle) and the reference of the template engine's differential test.
   # prometheus and curl: the service tests scrape /metrics with them.
-  packages+=(python3 python3-venv python3-pip python3-torch python3-jinja2 prometheus curl)
+  # slurmctld, slurmd, slurm-client and munge: the Slurm test runs its own one-node cluster
+  # (their init scripts start nothing without /etc/slurm/slurm.conf).
+  packages+=(python3 python3-venv python3-pip python3-torch python3-jinja2 prometheus curl
+             slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -17,7 +17,8 @@
 # SLURM_GPUS_ON_NODE / SLURM_NTASKS_PER_NODE; OpenMPI's mpirun starts the ranks through Slurm.
 # (srun works too when MPI has PMIx support:
 #  srun --mpi=pmix --multi-prog conf, with conf lines "0 millipede-coordinator ..." and
-#  "1-N millipede-worker ..."; --print-multi-prog writes that file.)
+#  "1-N millipede-worker ..."; --print-multi-prog writes that file. cluster/slurm/millipede.sbatch
+#  is the whole batch job, with either launcher and a drain on scancel.)
 set -euo pipefail
 
 usage() {
