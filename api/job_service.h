@@ -35,8 +35,9 @@ struct JobRequest {
   bool add_bos = false;
   // At least 1; prompt + max_new_tokens must fit the context limit and the workers' KV capacity.
   int64_t max_new_tokens = 16;
-  // Instead of max_new_tokens: as many tokens as the context limit and the workers' KV capacity
-  // leave after the prompt (at least 1), as OpenAI's and vLLM's chat endpoints default to.
+  // As many tokens as the context limit and the workers' KV capacity leave after the prompt (at
+  // least 1), and at most max_new_tokens when that is >= 1 (a default cap rather than a demand);
+  // max_new_tokens 0: the rest of the context, as OpenAI's and vLLM's chat endpoints default to.
   bool max_new_tokens_to_limit = false;
   // Logit bias ids are checked against the vocabulary; logprobs >= 0 makes every OnToken carry
   // the token's log-probabilities.

@@ -112,9 +112,13 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
                            " tokens; the context limit is " + std::to_string(limit) +
                            " tokens and at least one generated token must fit");
   // A prompt that leaves no room keeps 1, so that the checks below name the numbers.
-  const int64_t max_new = request.max_new_tokens_to_limit
-                              ? std::max<int64_t>(1, TokensLeft(prompt, limits))
-                              : request.max_new_tokens;
+  int64_t max_new = request.max_new_tokens;
+  if (request.max_new_tokens_to_limit) {
+    const int64_t left = TokensLeft(prompt, limits);
+    max_new = std::max<int64_t>(1, request.max_new_tokens >= 1
+                                       ? std::min(left, request.max_new_tokens)
+                                       : left);
+  }
   if (max_new > limit - prompt)
     return OutOfRangeError("prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +
                            std::to_string(max_new) + ") exceeds the context limit of " +

@@ -36,7 +36,7 @@ struct AdmissionLimits {
 // A request admitted: what the workers are sent.
 struct AdmittedJob {
   std::vector<int32_t> prompt_ids;
-  // The request's, or what the limits leave (JobRequest::max_new_tokens_to_limit).
+  // The request's, or what the limits leave within its cap (JobRequest::max_new_tokens_to_limit).
   int64_t max_new_tokens = 0;
   // The request's attention policy, parsed and checked once here; none: the workers' own.
   std::optional<AttentionPolicy> policy;

@@ -72,6 +72,9 @@ mpirun --enable-recovery the coordinator also signals mpirun so that it exits no
 constexpr char kHttpUsage[] =
     R"(  --http HOST:PORT         OpenAI-compatible HTTP API (default 127.0.0.1:8000; "off" disables)
   --api-key KEY            require "Authorization: Bearer KEY" on the HTTP API
+  --default-max-tokens N   the most tokens a chat without max_tokens / max_completion_tokens
+                           generates (default 4096; never more than the context leaves; 0: the
+                           rest of the context)
 )";
 #else
 constexpr char kHttpUsage[] =
@@ -138,6 +141,7 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "worker-suspect-s",
+                        "default-max-tokens",
                         "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
@@ -180,6 +184,10 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
   MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
              "--chat-template is for the HTTP API, which is off");
   FrontEndOptions front_options;
+  MP_ASSIGN_OR_RETURN(front_options.chat_default_max_tokens,
+                      flags.GetInt("default-max-tokens", front_options.chat_default_max_tokens));
+  MP_REQUIRE(front_options.chat_default_max_tokens >= 0,
+             "--default-max-tokens must be >= 0 (0: the rest of the context)");
   // An explicit --chat-format replaces the model's own template.
   if (gguf && options.chat_format.empty())
     MP_RETURN_IF_ERROR(ReadEmbeddedTemplate(model_path, &front_options));

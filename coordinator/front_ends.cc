@@ -15,6 +15,8 @@
 namespace millipede {
 
 #ifdef MILLIPEDE_HAVE_HTTP
+static_assert(kDefaultChatMaxTokens == 4096, "FrontEndOptions::chat_default_max_tokens's default");
+
 namespace {
 
 StatusOr<ServerChatTemplate> SetUpFrontEndTemplate(const FrontEndOptions& options) {
@@ -58,11 +60,13 @@ class FrontEnds::Impl {
       http_options.bind_address = options_.http_bind;
       http_options.api_key = options_.api_key;
       http_options.served_model_name = options_.served_model_name;
+      http_options.chat_default_max_tokens = options_.chat_default_max_tokens;
       StatusOr<ServerChatTemplate> chat = SetUpFrontEndTemplate(options_);
       if (!chat.ok()) {
         started_.set_value(chat.status());
         return;
       }
+      ChooseBuiltInChatFormat(service_.GetModelInfo().chat_format, service_.tokenizer(), &*chat);
       if (chat->chat_template_error.empty()) {
         MP_LOG(INFO) << chat->note;
       } else {

@@ -3,6 +3,7 @@
 // thread can make every MPI call (the scheduler's control loop).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +27,9 @@ struct FrontEndOptions {
   bool embedded_template = false;
   std::string embedded_template_text;
   std::map<std::string, std::string> embedded_special_tokens;
+  // The cap of a chat that names no max_tokens (--default-max-tokens; 0: the rest of the
+  // context). Kept equal to the HTTP server's kDefaultChatMaxTokens.
+  int64_t chat_default_max_tokens = 4096;
 };
 
 class FrontEnds {

@@ -114,9 +114,10 @@ StatusOr<ChatFormat> ResolveChatFormat(std::string_view configured, const Tokeni
   }
   if (HasTokens(tokenizer, {"<|im_start|>", "<|im_end|>"})) return ChatFormat::kChatMl;
   return InvalidArgumentError(
-      "this model has no chat template (no chat_template in its tokenizer_config.json, and not a "
-      "Llama-3 or ChatML/Qwen2 tokenizer); use /v1/completions with a formatted prompt or start "
-      "the server with --chat-template FILE");
+      "this model has no chat template (no chat_template.jinja, and no chat_template in its "
+      "tokenizer_config.json or GGUF file) and its tokenizer is not a Llama-3 or ChatML one, so "
+      "chats cannot be formatted: restart the server with --chat-template FILE (a Jinja chat "
+      "template) or --chat-format llama3|chatml, or send a formatted prompt to /v1/completions");
 }
 
 StatusOr<std::string> FormatChat(ChatFormat format, const std::vector<ChatMessage>& messages) {

@@ -86,6 +86,14 @@ struct ServerChatTemplate {
 };
 StatusOr<ServerChatTemplate> SetUpChatTemplate(const std::string& model_dir,
                                                const std::string& override_path);
+// For a server left without a template (and without a reason the model's own failed): the
+// built-in format chats will use, named in `setup->note` (the format `configured` by
+// --chat-format, else the one the tokenizer's special tokens show); when there is none, chats
+// cannot be formatted: `setup->chat_template_error` says so and names the flags that fix it, and
+// the note is a warning that chat requests will be refused.
+void ChooseBuiltInChatFormat(std::string_view configured, const Tokenizer& tokenizer,
+                             ServerChatTemplate* setup);
+
 // The same for a model whose template and special tokens were read already (a GGUF file's):
 // `model` holds them, its text empty when the model has no template. The override, when given,
 // replaces the text and keeps the special tokens.

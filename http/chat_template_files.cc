@@ -128,12 +128,8 @@ namespace {
 // The server's template from the model's own (read or failed), when there is no override.
 ServerChatTemplate FromModelTemplate(StatusOr<std::optional<ChatTemplateSource>> source) {
   ServerChatTemplate setup;
-  if (source.ok() && !source->has_value()) {
-    setup.note =
-        "the model has no chat template; chats use the built-in Llama-3 / ChatML "
-        "formats when the tokenizer is one of those";
-    return setup;
-  }
+  // ChooseBuiltInChatFormat writes the note of a model without a template.
+  if (source.ok() && !source->has_value()) return setup;
   StatusOr<std::shared_ptr<const ChatTemplate>> compiled =
       source.ok() ? ChatTemplate::Create(std::move(**source))
                   : StatusOr<std::shared_ptr<const ChatTemplate>>(source.status());
@@ -165,11 +161,8 @@ StatusOr<ServerChatTemplate> SetUpChatTemplate(const std::string& model_dir,
     MP_ASSIGN_OR_RETURN(ChatTemplateSource source, LoadChatTemplateFile(override_path, model_dir));
     return FromOverride(std::move(source), override_path);
   }
-  if (model_dir.empty()) {
-    ServerChatTemplate setup;
-    setup.note = "chat template: the built-in format (--chat-format)";
-    return setup;
-  }
+  // --chat-format: ChooseBuiltInChatFormat names the format.
+  if (model_dir.empty()) return ServerChatTemplate{};
   return FromModelTemplate(LoadModelChatTemplate(model_dir));
 }
 
@@ -182,6 +175,24 @@ StatusOr<ServerChatTemplate> SetUpEmbeddedChatTemplate(ChatTemplateSource model,
   }
   if (model.text.empty()) return FromModelTemplate(std::optional<ChatTemplateSource>());
   return FromModelTemplate(std::optional<ChatTemplateSource>(std::move(model)));
+}
+
+void ChooseBuiltInChatFormat(std::string_view configured, const Tokenizer& tokenizer,
+                             ServerChatTemplate* setup) {
+  if (setup->chat_template || !setup->chat_template_error.empty()) return;
+  StatusOr<ChatFormat> format = ResolveChatFormat(configured, tokenizer);
+  if (!format.ok()) {
+    setup->chat_template_error = format.status().message();
+    setup->note = "the model has no chat template and its tokenizer has neither the Llama-3 nor "
+                  "the ChatML special tokens: chat requests will be refused (give --chat-template "
+                  "FILE or --chat-format llama3|chatml); completions are served";
+    return;
+  }
+  setup->note = std::string("chat template: the built-in ") + ChatFormatName(*format) +
+                " format (" +
+                (configured.empty() ? "the model has none; its tokenizer has that format's "
+                                      "special tokens)"
+                                    : "--chat-format)");
 }
 
 }  // namespace millipede

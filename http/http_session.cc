@@ -11,6 +11,7 @@
 
 #include "common/json_util.h"
 #include "http/http_route.h"
+#include "http/request_framing.h"
 
 namespace millipede {
 
@@ -87,6 +88,12 @@ void HttpSession::OnHeader(beast::error_code ec) {
   if (!ec) {
     auto& req = parser_->get();
     version_ = req.version();
+    // A body that cannot be framed safely is not read: the answer ends the connection.
+    if (std::optional<ApiError> refusal = CheckRequestFraming(req)) {
+      stream_.expires_never();
+      keep_alive_ = false;
+      return Refuse(*refusal);
+    }
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
                        [self = shared_from_this()](beast::error_code write_ec, size_t) {
@@ -122,8 +129,12 @@ void HttpSession::OnBody(beast::error_code ec) {
   }
   if (ec) {
     keep_alive_ = false;
-    return Refuse(ApiError{400, "malformed HTTP request: " + ec.message(), "invalid_request_error",
-                           "", "malformed_request"});
+    // Beast's own words for this one are only "bad transfer encoding".
+    const std::string what = ec == http::error::bad_transfer_encoding
+                                 ? "Transfer-Encoding repeats chunked or comes with Content-Length"
+                                 : ec.message();
+    return Refuse(ApiError{400, "malformed HTTP request: " + what, "invalid_request_error", "",
+                           "malformed_request"});
   }
   Route();
 }

@@ -13,53 +13,81 @@ constexpr size_t kMaxStopTokenIds = 256;
 
 enum class Where { kBoth, kCompletions, kChat };
 
-// An option this server does not implement and the value that means "not used".
+// An option this server does not implement and the values besides null that mean "not used"
+// (null is OpenAI's and vLLM's "the default" for every one of them).
 struct Refused {
   const char* key;
-  Json default_value;  // null: absent, null or empty is fine
   Where where;
+  std::vector<Json> defaults;
 };
+
+// For options whose default is null: vLLM treats an empty list or object as unset too.
+const std::vector<Json> kEmpty = {Json::array(), Json::object()};
+const std::vector<Json> kNullOnly = {};
 
 const std::vector<Refused>& RefusedOptions() {
   static const std::vector<Refused> options = {
-      {"suffix", "", Where::kCompletions},
-      {"top_logprobs", nullptr, Where::kCompletions},  // completions take logprobs: N
-      {"use_beam_search", false, Where::kBoth},
-      {"length_penalty", 1.0, Where::kBoth},
-      {"min_tokens", 0, Where::kBoth},
-      {"include_stop_str_in_output", false, Where::kBoth},
-      {"skip_special_tokens", true, Where::kBoth},
-      {"spaces_between_special_tokens", true, Where::kBoth},
-      {"truncate_prompt_tokens", nullptr, Where::kBoth},
-      {"prompt_logprobs", nullptr, Where::kBoth},
-      {"allowed_token_ids", nullptr, Where::kBoth},
-      {"bad_words", nullptr, Where::kBoth},
-      {"guided_json", nullptr, Where::kBoth},
-      {"guided_regex", nullptr, Where::kBoth},
-      {"guided_choice", nullptr, Where::kBoth},
-      {"guided_grammar", nullptr, Where::kBoth},
-      {"guided_decoding_backend", nullptr, Where::kBoth},
-      {"guided_whitespace_pattern", nullptr, Where::kBoth},
-      {"structured_outputs", nullptr, Where::kBoth},
-      {"logits_processors", nullptr, Where::kBoth},
-      {"tools", nullptr, Where::kBoth},
-      {"functions", nullptr, Where::kBoth},
-      {"audio", nullptr, Where::kChat},
-      {"prediction", nullptr, Where::kChat},
-      {"echo", false, Where::kChat},
-      {"continue_final_message", false, Where::kChat},
-      {"add_generation_prompt", true, Where::kChat},
-      {"add_special_tokens", false, Where::kChat},
-      {"chat_template", nullptr, Where::kChat},
-      {"chat_template_kwargs", nullptr, Where::kChat},
+      {"suffix", Where::kCompletions, {""}},
+      {"top_logprobs", Where::kCompletions, kNullOnly},  // completions take logprobs: N
+      {"prompt_embeds", Where::kCompletions, kNullOnly},
+      {"use_beam_search", Where::kBoth, {false}},
+      {"length_penalty", Where::kBoth, {1.0}},
+      {"min_tokens", Where::kBoth, {0}},
+      {"include_stop_str_in_output", Where::kBoth, {false}},
+      {"skip_special_tokens", Where::kBoth, {true}},
+      {"spaces_between_special_tokens", Where::kBoth, {true}},
+      {"truncate_prompt_tokens", Where::kBoth, kEmpty},
+      {"prompt_logprobs", Where::kBoth, kEmpty},
+      {"allowed_token_ids", Where::kBoth, kEmpty},
+      {"bad_words", Where::kBoth, kEmpty},
+      {"guided_json", Where::kBoth, kEmpty},
+      {"guided_regex", Where::kBoth, kEmpty},
+      {"guided_choice", Where::kBoth, kEmpty},
+      {"guided_grammar", Where::kBoth, kEmpty},
+      {"guided_decoding_backend", Where::kBoth, kEmpty},
+      {"guided_whitespace_pattern", Where::kBoth, kEmpty},
+      {"structured_outputs", Where::kBoth, kEmpty},
+      {"logits_processors", Where::kBoth, kEmpty},
+      {"tools", Where::kBoth, kEmpty},
+      {"functions", Where::kBoth, kEmpty},
+      {"priority", Where::kBoth, {0}},
+      {"request_id", Where::kBoth, kNullOnly},
+      {"return_tokens_as_token_ids", Where::kBoth, {false}},
+      {"return_token_ids", Where::kBoth, {false}},
+      {"cache_salt", Where::kBoth, kNullOnly},
+      {"kv_transfer_params", Where::kBoth, kEmpty},
+      {"vllm_xargs", Where::kBoth, kEmpty},
+      {"audio", Where::kChat, kNullOnly},
+      {"prediction", Where::kChat, kNullOnly},
+      {"echo", Where::kChat, {false}},
+      {"continue_final_message", Where::kChat, {false}},
+      {"add_generation_prompt", Where::kChat, {true}},
+      {"add_special_tokens", Where::kChat, {false}},
+      {"chat_template", Where::kChat, kNullOnly},
+      {"chat_template_kwargs", Where::kChat, kEmpty},
+      {"documents", Where::kChat, kEmpty},
+      {"mm_processor_kwargs", Where::kChat, kEmpty},
+      // Without tools (refused above) parallel tool calls mean nothing; OpenAI's default is true.
+      {"parallel_tool_calls", Where::kChat, {true}},
+      {"reasoning_effort", Where::kChat, kNullOnly},
+      {"include_reasoning", Where::kChat, {true}},
+      {"verbosity", Where::kChat, {"medium"}},
+      {"metadata", Where::kChat, {Json::object()}},
+      {"store", Where::kChat, {false}},
+      // One tier here: "auto" and "default" both mean the standard one.
+      {"service_tier", Where::kChat, {"auto", "default"}},
+      // {} turns web search on.
+      {"web_search_options", Where::kChat, kNullOnly},
   };
   return options;
 }
 
-bool IsDefault(const Json& value, const Json& default_value) {
-  if (default_value.is_null())
-    return value.is_null() || ((value.is_array() || value.is_object()) && value.empty());
-  return value == default_value;
+bool IsDefault(const Json& value, const std::vector<Json>& defaults) {
+  if (value.is_null()) return true;
+  for (const Json& d : defaults) {
+    if (value == d) return true;  // numbers compare by value: 1 == 1.0
+  }
+  return false;
 }
 
 std::string Range(double min, double max) {
@@ -115,12 +143,13 @@ std::optional<ApiError> ParseStopTokenIds(const Json& body, const ServedModel& m
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& id = ids[i];
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size) {
+    const std::optional<int64_t> value = IntegerValue(id);
+    if (!value || *value < 0 || *value >= model.vocab_size) {
       return InvalidField("stop_token_ids",
                           "stop_token_ids[" + std::to_string(i) + "] must be a token id in [0, " +
                               std::to_string(model.vocab_size) + "), got " + DescribeJson(id));
     }
-    out->push_back(static_cast<int32_t>(id.get<int64_t>()));
+    out->push_back(static_cast<int32_t>(*value));
   }
   return std::nullopt;
 }
@@ -132,24 +161,38 @@ bool Present(const Json& body, const char* key) {
   return it != body.end() && !it->is_null();
 }
 
+std::optional<int64_t> IntegerValue(const Json& value) {
+  if (value.is_number_unsigned()) {
+    if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return std::nullopt;
+    return static_cast<int64_t>(value.get<uint64_t>());
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (!value.is_number_float()) return std::nullopt;
+  const double d = value.get<double>();
+  // [-2^63, 2^63): the doubles that convert to int64 exactly; NaN fails every comparison.
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (!(d >= -kTwo63 && d < kTwo63) || std::trunc(d) != d) return std::nullopt;
+  return static_cast<int64_t>(d);
+}
+
 std::optional<ApiError> GetInt(const Json& body, const char* key, int64_t min, int64_t max,
                                int64_t* out) {
   if (!Present(body, key)) return std::nullopt;
   const Json& v = body.at(key);
-  if (!v.is_number_integer()) {
+  const bool integral = v.is_number_integer() ||
+                        (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                         std::trunc(v.get<double>()) == v.get<double>());
+  if (!integral) {
     return InvalidField(key, std::string(key) + " must be an integer, got " + DescribeJson(v));
   }
-  // Unsigned values above int64 max are out of range as well.
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max)) {
-    return InvalidField(key, std::string(key) + " must be at most " + std::to_string(max) +
-                                 ", got " + DescribeJson(v));
-  }
-  int64_t value = v.get<int64_t>();
-  if (value < min || value > max) {
+  // Values beyond int64 (unsigned or float) are out of range as well.
+  std::optional<int64_t> value = IntegerValue(v);
+  if (!value || *value < min || *value > max) {
     return InvalidField(key, std::string(key) + " must be in [" + std::to_string(min) + ", " +
-                                 std::to_string(max) + "], got " + std::to_string(value));
+                                 std::to_string(max) + "], got " + DescribeJson(v));
   }
-  *out = value;
+  *out = *value;
   return std::nullopt;
 }
 
@@ -194,7 +237,7 @@ std::optional<ApiError> RefuseUnsupported(const Json& body, Endpoint endpoint) {
   for (const Refused& r : RefusedOptions()) {
     if (r.where == (chat ? Where::kCompletions : Where::kChat)) continue;
     auto it = body.find(r.key);
-    if (it == body.end() || IsDefault(*it, r.default_value)) continue;
+    if (it == body.end() || IsDefault(*it, r.defaults)) continue;
     return Unsupported(r.key, std::string(r.key) + " is not supported by this server (got " +
                                   DescribeJson(*it) + ")");
   }
@@ -248,7 +291,7 @@ std::optional<ApiError> ParseChoiceOptions(const Json& body, OpenAiRequest* out)
   if (auto e = GetInt(body, "n", 1, kMaxChoices, &out->n)) return e;
   if (Present(body, "best_of")) {
     const Json& best_of = body.at("best_of");
-    if (!best_of.is_number_integer() || best_of.get<int64_t>() != out->n) {
+    if (IntegerValue(best_of) != out->n) {
       return Unsupported("best_of", "best_of other than n is not supported by this server (got " +
                                         DescribeJson(best_of) + ")");
     }

@@ -17,8 +17,12 @@ namespace millipede {
 // Whether `key` is present and not null.
 bool Present(const Json& body, const char* key);
 
+// `value` as an integer: a JSON integer, or a number with no fractional part (2.0, as vLLM's
+// request models accept), within int64. nullopt for anything else (2.5, strings, 1e300).
+std::optional<int64_t> IntegerValue(const Json& value);
+
 // Optional fields: absent or null leaves *out as it is; a wrong type or range is an error
-// naming the field.
+// naming the field. GetInt takes integral numbers (IntegerValue); 2.5 is an error.
 std::optional<ApiError> GetInt(const Json& body, const char* key, int64_t min, int64_t max,
                                int64_t* out);
 std::optional<ApiError> GetNumber(const Json& body, const char* key, double* out);

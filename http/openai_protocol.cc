@@ -79,7 +79,8 @@ std::optional<ApiError> ParseCommon(const Json& body, const ServedModel& model,
   if (Present(body, "stream_options")) {
     const Json& options = body.at("stream_options");
     if (!options.is_object()) return InvalidField("stream_options", "must be an object");
-    if (!out->stream) {
+    // An empty object asks for nothing (vLLM accepts it without stream as well).
+    if (!out->stream && !options.empty()) {
       return InvalidField("stream_options", "stream_options is only allowed with stream: true");
     }
     if (auto e = GetBool(options, "include_usage", &out->include_usage)) {
@@ -114,14 +115,13 @@ std::optional<ApiError> ParsePrompt(const Json& body, OpenAiRequest* out) {
     if (id.is_string() || id.is_array()) {
       return InvalidField("prompt", "batched prompts are not supported: send one prompt");
     }
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
-        (id.is_number_unsigned() && id.get<uint64_t>() > std::numeric_limits<int32_t>::max())) {
+    const std::optional<int64_t> value = IntegerValue(id);
+    if (!value || *value < 0 || *value > std::numeric_limits<int32_t>::max()) {
       return InvalidField("prompt", "prompt[" + std::to_string(i) +
                                         "] must be a non-negative token id, got " +
                                         DescribeJson(id));
     }
-    out->job.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    out->job.prompt_ids.push_back(static_cast<int32_t>(*value));
   }
   return std::nullopt;
 }
@@ -230,8 +230,9 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string&
     std::vector<ChatMessage> messages;
     if (auto e = ParseMessages(body, &messages)) return e;
     if (auto e = FormatChatPrompt(model, messages, out)) return e;
-    // Without max_tokens a chat answer may use the rest of the context (as OpenAI's and vLLM's
-    // servers do).
+    // Without max_tokens a chat answer gets the server's default cap, and never more than the
+    // rest of the context (0: the rest of the context, as OpenAI's and vLLM's servers do).
+    out->job.max_new_tokens = model.chat_default_max_tokens;
     out->job.max_new_tokens_to_limit = true;
   }
   return ParseCommon(body, model, out);

@@ -19,6 +19,10 @@ enum class Endpoint { kCompletions, kChatCompletions };
 // Most choices one request may ask for (`n`); each is a job of its own.
 inline constexpr int64_t kMaxChoices = 16;
 
+// The cap of a chat that names no max_tokens, unless the server is told otherwise
+// (--default-max-tokens).
+inline constexpr int64_t kDefaultChatMaxTokens = 4096;
+
 // A validated request, before tokenization.
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -26,7 +30,8 @@ struct OpenAiRequest {
   // (completions with a text prompt get the tokenizer's BOS, as HF's
   // encode(add_special_tokens=True) does; chat templates write their own), sampling (with
   // sampling.logprobs), stop strings and ids, ignore_eos. max_new_tokens is set when the request
-  // names it; a chat request that does not takes what the context leaves.
+  // names it; a chat request that does not takes ServedModel::chat_default_max_tokens, bounded
+  // by what the context leaves (max_new_tokens_to_limit).
   JobRequest job;
   // `n` choices: n jobs of the same request, choice i with seed + i.
   int64_t n = 1;
@@ -45,6 +50,9 @@ struct ServedModel {
   std::shared_ptr<const ChatTemplate> chat_template;
   std::string chat_template_error;
   int64_t vocab_size = 0;  // ModelInfo::vocab_size: token ids must lie below it
+  // The most tokens a chat without max_tokens / max_completion_tokens generates (at most what the
+  // context leaves); 0: the rest of the context.
+  int64_t chat_default_max_tokens = kDefaultChatMaxTokens;
   const Tokenizer* tokenizer = nullptr;
 };
 
@@ -52,10 +60,11 @@ struct ServedModel {
 // values out of range (temperature in [0, 2], top_p in (0, 1], top_k >= -1, min_p in [0, 1],
 // repetition_penalty > 0, presence and frequency penalties in [-2, 2], logit_bias values in
 // [-100, 100] for ids in the vocabulary, logprobs / top_logprobs up to 20, max_tokens >= 1,
-// n in [1, kMaxChoices]), options this server does not implement with non-default values
+// n in [1, kMaxChoices]; integer fields take integral numbers such as 2.0), options this server does not implement with non-default values
 // (code "unsupported_parameter"), an unknown model (404), and for chats a model without a chat
 // template ("chat_template_unavailable") or a conversation its template refuses or cannot render
-// ("chat_template_error", with the template's message and position). Fields neither OpenAI nor
+// ("chat_template_error", with the template's message and position). null is every optional
+// field's default. `user`, `safety_identifier`, `prompt_cache_key` and fields neither OpenAI nor
 // vLLM define are ignored.
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string& body,
                                            const ServedModel& model, OpenAiRequest* out);

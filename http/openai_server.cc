@@ -86,6 +86,7 @@ class OpenAiServer::Impl {
     ctx_->model.chat_template = ctx_->options.chat_template;
     ctx_->model.chat_template_error = ctx_->options.chat_template_error;
     ctx_->model.vocab_size = info.vocab_size;
+    ctx_->model.chat_default_max_tokens = ctx_->options.chat_default_max_tokens;
     ctx_->model.tokenizer = &service.tokenizer();
     ctx_->context_limit = info.context_limit;
     ctx_->kv_capacity_tokens = info.kv_capacity_tokens;

@@ -24,6 +24,7 @@
 #include "api/job_service.h"
 #include "common/status.h"
 #include "http/chat_template.h"
+#include "http/openai_protocol.h"
 
 namespace millipede {
 
@@ -49,6 +50,9 @@ struct OpenAiServerOptions {
   // (chats are then refused with that reason).
   std::shared_ptr<const ChatTemplate> chat_template;
   std::string chat_template_error;
+  // The most tokens a chat without max_tokens / max_completion_tokens generates, bounded by
+  // what the context leaves (--default-max-tokens); 0: the rest of the context.
+  int64_t chat_default_max_tokens = kDefaultChatMaxTokens;
 };
 
 class OpenAiServer {

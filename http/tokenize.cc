@@ -32,7 +32,7 @@ std::optional<ApiError> CheckModel(const Json& body, const ServedModel& model) {
 std::optional<ApiError> TokenizeInput(const std::string& text, const Json& body,
                                       const ServedModel& model, std::string* prompt,
                                       bool* add_bos) {
-  if (body.contains("messages")) {
+  if (Present(body, "messages")) {
     // The chat path of /v1/chat/completions formats the messages (and checks them).
     OpenAiRequest chat;
     if (auto e = ParseOpenAiRequest(Endpoint::kChatCompletions, text, model, &chat)) return e;
@@ -101,13 +101,14 @@ TokenizeAnswer DetokenizeBody(const std::string& text, const ServedModel& model)
   const Json& tokens = body.at("tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     const Json& id = tokens[i];
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size) {
+    const std::optional<int64_t> value = IntegerValue(id);
+    if (!value || *value < 0 || *value >= model.vocab_size) {
       return {InvalidField("tokens",
                            "tokens[" + std::to_string(i) + "] must be a token id in [0, " +
                                std::to_string(model.vocab_size) + "), got " + DescribeJson(id)),
               ""};
     }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    ids.push_back(static_cast<int32_t>(*value));
   }
   StatusOr<std::string> decoded = model.tokenizer->Decode(ids);
   if (!decoded.ok()) return {InvalidField("tokens", decoded.status().message()), ""};

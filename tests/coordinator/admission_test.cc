@@ -220,6 +220,12 @@ TEST_F(AdmissionTest, BosAndTheRestOfTheContext) {
   r.max_new_tokens = 0;
   r.max_new_tokens_to_limit = true;
   EXPECT_EQ(AdmitRequest(r, **bos_tokenizer, l)->max_new_tokens, 97);
+  // max_new_tokens >= 1 caps it (a chat's default cap); past the rest it gives way.
+  r.max_new_tokens = 40;
+  EXPECT_EQ(AdmitRequest(r, **bos_tokenizer, l)->max_new_tokens, 40);
+  r.max_new_tokens = 500;
+  EXPECT_EQ(AdmitRequest(r, **bos_tokenizer, l)->max_new_tokens, 97);
+  r.max_new_tokens = 0;
   // A smaller KV budget decides: 10 per rank leave 2 x (10 - 2) + 1 = 17 new tokens.
   l.kv_capacity_per_rank = 10;
   job = AdmitRequest(r, **bos_tokenizer, l);

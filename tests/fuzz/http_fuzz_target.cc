@@ -6,6 +6,7 @@
 #include "common/json_util.h"
 #include "http/http_route.h"
 #include "http/openai_protocol.h"
+#include "http/request_framing.h"
 #include "http/tokenize.h"
 #include "tests/fuzz/fuzz_service.h"
 #include "tests/fuzz/fuzz_targets.h"
@@ -173,6 +174,11 @@ StatusOr<FuzzStage> FuzzHttpRequest(std::string_view input) {
     beast::error_code ec = feed.Read(parser);
     // The session answers a parse error with 400 (413 over the body limit) and closes.
     if (ec) return std::max(deepest, parser.got_some() ? FuzzStage::kRefusedWire : deepest);
+    // Refused after the header (the session reads no body then) and closed.
+    if (std::optional<ApiError> refusal = CheckRequestFraming(parser.get())) {
+      MP_RETURN_IF_ERROR(CheckApiError(*refusal));
+      return std::max(deepest, FuzzStage::kRefusedWire);
+    }
     MP_ASSIGN_OR_RETURN(FuzzStage stage, CheckRequest(parser.get()));
     deepest = std::max(deepest, stage);
     if (!parser.get().keep_alive()) break;

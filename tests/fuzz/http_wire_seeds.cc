@@ -76,6 +76,25 @@ std::vector<std::string> ChunkedSeeds() {
       Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: identity\r\n", body),
       Raw("POST /v1/completions HTTP/1.0", Auth() + "Transfer-Encoding: chunked\r\n",
           InChunks(body, 9)),
+      // RFC 9112: unknown codings (501), chunked not last or twice, codings over several lines,
+      // and Transfer-Encoding with Content-Length in either order (400, closed).
+      Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: xyz, chunked\r\n",
+          InChunks(body, 9)),
+      Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: gzip\r\n", body),
+      Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: chunked, chunked\r\n",
+          InChunks(body, 9)),
+      Raw("POST /v1/completions HTTP/1.1",
+          Auth() + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", InChunks(body, 9)),
+      Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: Chunked ; q=1 ,\r\n",
+          InChunks(body, 9)),
+      Raw("POST /v1/completions HTTP/1.1",
+          Auth() + "Transfer-Encoding: gzip\r\nContent-Length: " + std::to_string(body.size()) +
+              "\r\n",
+          body),
+      Raw("POST /v1/completions HTTP/1.1",
+          Auth() + "Content-Length: " + std::to_string(body.size()) +
+              "\r\nTransfer-Encoding: chunked\r\n",
+          InChunks(body, 9)),
   };
   return seeds;
 }

@@ -160,8 +160,11 @@ TEST_F(HttpServerTest, ChatCompletionUsesTheLlama3Template) {
   ASSERT_TRUE(eot.has_value());
   EXPECT_EQ(job.stop_ids, std::vector<int32_t>{*eot});
   EXPECT_EQ(job.stop_strings, std::vector<std::string>{"<|eot_id|>"});
-  // Without max_tokens a chat answer may fill the context.
+  // Without max_tokens a chat answer gets the default cap, bounded by the rest of the context.
   EXPECT_TRUE(job.max_new_tokens_to_limit);
+  EXPECT_EQ(job.max_new_tokens, std::min<int64_t>(kDefaultChatMaxTokens,
+                                                  fake_.GetModelInfo().context_limit -
+                                                      static_cast<int64_t>(ids->size())));
   EXPECT_EQ(json["usage"]["prompt_tokens"], static_cast<int64_t>(ids->size()));
 }
 
@@ -189,6 +192,37 @@ TEST_F(HttpServerTest, ChatStreamStartsWithTheRole) {
   EXPECT_EQ(data[4], "[DONE]");
 }
 
+// --default-max-tokens: the cap of a chat without max_tokens, never past the context; 0 lifts it.
+TEST(HttpChatFormatTest, ChatsWithoutMaxTokensGetTheDefaultCap) {
+  for (int64_t cap : {int64_t{5}, int64_t{100000}, int64_t{0}}) {
+    SCOPED_TRACE(cap);
+    FakeJobService fake;
+    OpenAiServerOptions options;
+    options.bind_address = "127.0.0.1:0";
+    options.chat_default_max_tokens = cap;
+    auto server = OpenAiServer::Start(fake, options);
+    ASSERT_TRUE(server.ok());
+    const Json messages = {{{"role", "user"}, {"content", "Hi"}}};
+    HttpReply reply = Fetch((*server)->port(), "POST", "/v1/chat/completions",
+                            Json{{"messages", messages}}.dump());
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    // max_tokens wins over the cap; completions keep OpenAI's 16.
+    reply = Fetch((*server)->port(), "POST", "/v1/chat/completions",
+                  Json{{"messages", messages}, {"max_tokens", 7}}.dump());
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    reply = Fetch((*server)->port(), "POST", "/v1/completions", Json{{"prompt", "Hi"}}.dump());
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const std::vector<JobRequest> requests = fake.requests();
+    ASSERT_EQ(requests.size(), 3u);
+    auto ids = fake.tokenizer().Encode(requests[0].prompt_text);
+    ASSERT_TRUE(ids.ok());
+    const int64_t left = fake.GetModelInfo().context_limit - static_cast<int64_t>(ids->size());
+    EXPECT_EQ(requests[0].max_new_tokens, cap == 5 ? 5 : left);
+    EXPECT_EQ(requests[1].max_new_tokens, 7);
+    EXPECT_EQ(requests[2].max_new_tokens, 16);
+  }
+}
+
 TEST(HttpChatFormatTest, ModelWithoutTemplateIsAClear400) {
   FakeJobService fake({"<|bos|>", "<|eos|>"});
   OpenAiServerOptions options;
@@ -200,7 +234,11 @@ TEST(HttpChatFormatTest, ModelWithoutTemplateIsAClear400) {
   EXPECT_EQ(reply.status, 400);
   Json error = reply.json()["error"];
   EXPECT_EQ(error["code"], "chat_template_unavailable");
-  EXPECT_NE(error["message"].get<std::string>().find("/v1/completions"), std::string::npos);
+  const std::string message = error["message"].get<std::string>();
+  for (const char* hint : {"no chat template", "--chat-template FILE", "--chat-format",
+                           "/v1/completions"}) {
+    EXPECT_NE(message.find(hint), std::string::npos) << hint << " in " << message;
+  }
   EXPECT_TRUE(fake.requests().empty());
 }
 
@@ -327,26 +365,6 @@ TEST_F(HttpServerTest, ConcurrentRequestsGetTheirOwnAnswers) {
 
 namespace millipede::http_test {
 namespace {
-
-// Connects, sends `request`, then reads until the server closes the connection.
-std::string RawExchange(int port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
-  ::send(fd, request.data(), request.size(), 0);
-  std::string received;
-  char buffer[4096];
-  for (;;) {
-    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    received.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return received;
-}
 
 std::string Request(const std::string& version, const std::string& body,
                     const std::string& extra_headers = "") {

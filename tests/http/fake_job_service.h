@@ -108,7 +108,9 @@ class FakeJobService final : public JobService {
                (request.add_bos && tokenizer_->bos_id().has_value() ? 1 : 0);
     }
     if (request.max_new_tokens_to_limit) {
-      request.max_new_tokens = std::max<int64_t>(1, info_.context_limit - prompt);
+      const int64_t left = std::max<int64_t>(1, info_.context_limit - prompt);
+      request.max_new_tokens =
+          request.max_new_tokens >= 1 ? std::min(left, request.max_new_tokens) : left;
     }
     if (prompt + request.max_new_tokens > info_.context_limit) {
       return OutOfRangeError("prompt of " + std::to_string(prompt) + " tokens plus " +

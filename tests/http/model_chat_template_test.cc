@@ -162,6 +162,42 @@ TEST(ModelChatTemplateTest, ChoiceAtStart) {
   EXPECT_TRUE(setup->chat_template_error.empty());
 }
 
+// A server left without a template says at start which built-in format chats use, or warns that
+// chats will be refused and which flags fix that.
+TEST(ModelChatTemplateTest, BuiltInFormatOrAWarningAtStart) {
+  auto llama = http_test::MakeTestTokenizer(
+      {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"});
+  auto plain = http_test::MakeTestTokenizer({"<|bos|>", "<|eos|>"});
+  ASSERT_TRUE(llama && plain);
+  auto setup = SetUpChatTemplate(ModelDir({}), "");
+  ASSERT_TRUE(setup.ok());
+  ServerChatTemplate detected = *setup;
+  ChooseBuiltInChatFormat("", *llama, &detected);
+  EXPECT_TRUE(detected.chat_template_error.empty());
+  EXPECT_NE(detected.note.find("built-in llama3 format"), std::string::npos) << detected.note;
+  ServerChatTemplate configured = *setup;
+  ChooseBuiltInChatFormat("chatml", *plain, &configured);
+  EXPECT_TRUE(configured.chat_template_error.empty());
+  EXPECT_NE(configured.note.find("chatml format (--chat-format)"), std::string::npos);
+
+  ServerChatTemplate none = *setup;
+  ChooseBuiltInChatFormat("", *plain, &none);
+  for (const char* words : {"chat requests will be refused", "--chat-template FILE",
+                            "--chat-format llama3|chatml"}) {
+    EXPECT_NE(none.note.find(words), std::string::npos) << none.note;
+  }
+  EXPECT_NE(none.chat_template_error.find("--chat-template FILE"), std::string::npos);
+  EXPECT_NE(none.chat_template_error.find("no chat template"), std::string::npos);
+
+  // A template, or the reason the model's own failed, is left as it is.
+  ServerChatTemplate failed;
+  failed.chat_template_error = "the model's chat template cannot be used: ...";
+  failed.note = "kept";
+  ChooseBuiltInChatFormat("", *plain, &failed);
+  EXPECT_EQ(failed.note, "kept");
+  EXPECT_EQ(failed.chat_template_error, "the model's chat template cannot be used: ...");
+}
+
 class HttpModelTemplateTest : public ::testing::Test {
  protected:
   void Start(const std::string& template_text, std::string error = "") {

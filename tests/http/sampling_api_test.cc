@@ -90,6 +90,16 @@ TEST_F(HttpServerTest, UnsupportedOptionsAreRefusedByName) {
       {"/v1/chat/completions", {{"continue_final_message", true}}, "continue_final_message"},
       {"/v1/chat/completions", {{"chat_template", "{{ messages }}"}}, "chat_template"},
       {"/v1/chat/completions", {{"modalities", {"text", "audio"}}}, "modalities"},
+      {"/v1/chat/completions", {{"parallel_tool_calls", false}}, "parallel_tool_calls"},
+      {"/v1/chat/completions", {{"reasoning_effort", "low"}}, "reasoning_effort"},
+      {"/v1/chat/completions", {{"metadata", {{"k", "v"}}}}, "metadata"},
+      {"/v1/chat/completions", {{"store", true}}, "store"},
+      {"/v1/chat/completions", {{"service_tier", "flex"}}, "service_tier"},
+      {"/v1/chat/completions", {{"web_search_options", Json::object()}}, "web_search_options"},
+      {"/v1/chat/completions", {{"verbosity", "low"}}, "verbosity"},
+      {"/v1/completions", {{"priority", 1}}, "priority"},
+      {"/v1/completions", {{"request_id", "r1"}}, "request_id"},
+      {"/v1/completions", {{"prompt_embeds", "AAAA"}}, "prompt_embeds"},
   };
   for (const Case& c : cases) {
     Json body = c.extra;
@@ -117,7 +127,15 @@ TEST_F(HttpServerTest, UnsupportedOptionsAreRefusedByName) {
                {"add_generation_prompt", true},
                {"echo", false},
                {"modalities", {"text"}},
-               {"tools", Json::array()}};
+               {"tools", Json::array()},
+               {"parallel_tool_calls", true},
+               {"metadata", Json::object()},
+               {"store", false},
+               {"service_tier", "auto"},
+               {"verbosity", "medium"},
+               {"priority", 0},
+               {"safety_identifier", "someone"},
+               {"prompt_cache_key", "k"}};
   EXPECT_EQ(Post("/v1/chat/completions", chat).status, 200);
   // top_logprobs needs logprobs: true.
   Json lonely = {{"messages", messages}, {"top_logprobs", 3}};
@@ -186,6 +204,101 @@ TEST_F(HttpRefusalLimitsTest, OversizedAndUnauthorisedRequestsAreCounted) {
             (std::vector<std::string>{"unauthorized", "unauthorized", "too_large"}));
   // The probes stay open.
   EXPECT_EQ(Get("/health").status, 200);
+}
+
+// Clients that send every field send null for those they leave at the default.
+TEST_F(HttpServerTest, NullIsTheDefaultOfEveryOptionalField) {
+  const char* const both[] = {
+      "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+      "seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop",
+      "stop_token_ids", "ignore_eos", "logprobs", "n", "best_of", "stream", "stream_options",
+      "user", "use_beam_search", "length_penalty", "min_tokens", "include_stop_str_in_output",
+      "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
+      "prompt_logprobs", "allowed_token_ids", "bad_words", "guided_json", "guided_regex",
+      "guided_choice", "guided_grammar", "guided_decoding_backend", "guided_whitespace_pattern",
+      "structured_outputs", "logits_processors", "tools", "functions", "tool_choice",
+      "function_call", "response_format", "priority", "request_id", "return_tokens_as_token_ids",
+      "return_token_ids", "cache_salt", "kv_transfer_params", "vllm_xargs"};
+  const char* const completions_only[] = {"suffix", "echo", "top_logprobs", "add_special_tokens",
+                                          "prompt_embeds"};
+  const char* const chat_only[] = {
+      "top_logprobs", "echo", "audio", "prediction", "modalities", "continue_final_message",
+      "add_generation_prompt", "add_special_tokens", "chat_template", "chat_template_kwargs",
+      "documents", "mm_processor_kwargs", "parallel_tool_calls", "reasoning_effort",
+      "include_reasoning", "verbosity", "metadata", "store", "service_tier",
+      "web_search_options"};
+  Json completion = {{"prompt", kPrompt}};
+  Json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  for (const char* key : both) completion[key] = chat[key] = nullptr;
+  for (const char* key : completions_only) completion[key] = nullptr;
+  for (const char* key : chat_only) chat[key] = nullptr;
+  HttpReply reply = Post("/v1/completions", completion);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  reply = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const std::vector<JobRequest> requests = fake_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].max_new_tokens, 16);
+  EXPECT_TRUE(requests[0].add_bos);
+  EXPECT_EQ(requests[0].sampling.temperature, 1.0f);
+  EXPECT_EQ(requests[0].sampling.logprobs, -1);
+  EXPECT_TRUE(requests[1].max_new_tokens_to_limit);
+  EXPECT_EQ(requests[1].sampling.logprobs, -1);
+  // An empty stream_options asks for nothing, with or without stream.
+  EXPECT_EQ(Post("/v1/completions", Json{{"prompt", kPrompt}, {"stream_options", Json::object()}})
+                .status,
+            200);
+}
+
+// vLLM takes 2.0 where an integer is expected; 2.5 is an error naming the field.
+TEST_F(HttpServerTest, IntegralNumbersAreIntegers) {
+  Json body = {{"prompt", {1.0, 2.0, 3.0}}, {"max_tokens", 2.0}, {"n", 2.0},
+               {"best_of", 2.0},            {"top_k", 5.0},      {"seed", 7.0},
+               {"logprobs", 1.0},           {"stop_token_ids", {3.0}}};
+  HttpReply reply = Post("/v1/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  Json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+               {"max_completion_tokens", 3.0},
+               {"logprobs", true},
+               {"top_logprobs", 2.0}};
+  reply = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(Post("/detokenize", Json{{"tokens", {1.0, 2.0}}}).status, 200);
+  const std::vector<JobRequest> requests = fake_.requests();
+  ASSERT_EQ(requests.size(), 3u);  // n = 2, then the chat
+  EXPECT_EQ(requests[0].prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(requests[0].max_new_tokens, 2);
+  EXPECT_EQ(requests[0].sampling.top_k, 5);
+  EXPECT_EQ(requests[0].sampling.seed, 7u);
+  EXPECT_EQ(requests[0].sampling.logprobs, 1);
+  EXPECT_EQ(requests[0].stop_ids, (std::vector<int32_t>{3}));
+  EXPECT_EQ(requests[2].max_new_tokens, 3);
+  EXPECT_FALSE(requests[2].max_new_tokens_to_limit);
+  EXPECT_EQ(requests[2].sampling.logprobs, 2);
+
+  struct Case {
+    const char* endpoint;
+    const char* field;
+    Json value;
+  };
+  const Case cases[] = {
+      {"/v1/completions", "max_tokens", 2.5},   {"/v1/completions", "n", 1.5},
+      {"/v1/completions", "top_k", 0.5},        {"/v1/completions", "seed", 1e300},
+      {"/v1/completions", "logprobs", 1.25},    {"/v1/completions", "stop_token_ids", {2.5}},
+      {"/v1/completions", "prompt", {1.0, 2.5}}, {"/v1/completions", "min_tokens", 2.5},
+      {"/v1/chat/completions", "max_completion_tokens", 2.5},
+      {"/v1/chat/completions", "top_logprobs", 2.5}};
+  for (const Case& c : cases) {
+    Json request = std::string(c.endpoint) == "/v1/completions"
+                       ? Json{{"prompt", kPrompt}}
+                       : Json{{"messages", chat["messages"]}, {"logprobs", true}};
+    request[c.field] = c.value;
+    SCOPED_TRACE(request.dump());
+    Json error = ExpectError(Post(c.endpoint, request), 400, "invalid_request_error");
+    EXPECT_EQ(error["param"], c.field);
+    EXPECT_NE(error["message"].get<std::string>().find(c.field), std::string::npos);
+  }
+  EXPECT_EQ(fake_.requests().size(), 3u);
 }
 
 }  // namespace

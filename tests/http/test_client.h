@@ -1,6 +1,11 @@
 // A blocking HTTP/1.1 client for the front-end tests (Boost.Beast), and an SSE body splitter.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -66,6 +71,30 @@ class HttpClient {
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
 };
+
+// Connects a plain socket, sends `request` as it is, then reads until the server closes the
+// connection ("" when it cannot connect).
+inline std::string RawExchange(int port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  ::send(fd, request.data(), request.size(), 0);
+  std::string received;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    received.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return received;
+}
 
 // One request on a fresh connection.
 inline HttpReply Fetch(int port, const std::string& method, const std::string& target,

@@ -5,8 +5,10 @@ service (imported by service_test.py):
             are counted by reason;
   openai    the same over HTTP, plus n > 1, echo, /tokenize and /detokenize, chats with the
             model's chat template (service_chat.py), Content-Type,
-            unsupported parameters, a too-large text prompt reported in bytes, and every
-            refusal counted in millipede_request_errors_total.
+            unsupported parameters, a too-large text prompt reported in bytes, every
+            refusal counted in millipede_request_errors_total, null and 2.0 accepted as
+            defaults and integers, and a chat without max_tokens capped by
+            --default-max-tokens.
 """
 
 import json
@@ -119,7 +121,7 @@ def post(svc, path, body, content_type="application/json"):
 
 def scenario_openai(bin_dir, model):
     write_chat_template(model)
-    svc = Service(bin_dir, model, http=True)
+    svc = Service(bin_dir, model, http=True, coordinator_args=("--default-max-tokens", "5"))
     try:
         check_chat_template(svc, post)
         offline_base = ["--prompt", PROMPT, "--no-bos", "--max-new-tokens", "12", "--ignore-eos"]
@@ -174,5 +176,25 @@ def scenario_openai(bin_dir, model):
         # And the service goes on.
         status, answer = post(svc, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
         check(status == 200, f"no answer after the refusals: {answer}")
+
+        # Clients that send every field: null where they keep the default, 2.0 for an integer.
+        nulls = {k: None for k in ("suffix", "min_tokens", "use_beam_search", "length_penalty",
+                                   "include_stop_str_in_output", "skip_special_tokens", "n",
+                                   "stop", "logprobs", "stream_options", "metadata")}
+        status, answer = post(svc, "/v1/completions",
+                              dict(nulls, prompt=PROMPT, max_tokens=2.0, ignore_eos=True))
+        check(status == 200 and answer["usage"]["completion_tokens"] == 2,
+              f"nulls and max_tokens 2.0: {status} {answer}")
+        status, error = post(svc, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2.5})
+        check(status == 400 and error["error"]["param"] == "max_tokens", f"2.5: {error}")
+        # A chat without max_tokens stops at --default-max-tokens.
+        status, answer = post(svc, "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": PROMPT}],
+                               "ignore_eos": True, "store": False, "parallel_tool_calls": None})
+        # (The template's end-of-turn token may still end it sooner.)
+        check(status == 200 and (answer["usage"]["completion_tokens"] == 5) ==
+              (answer["choices"][0]["finish_reason"] == "length") and
+              1 <= answer["usage"]["completion_tokens"] <= 5,
+              f"a chat without max_tokens: {status} {answer}")
     finally:
         svc.stop()
