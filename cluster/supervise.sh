@@ -23,12 +23,15 @@ usage: supervise.sh [options] -- COMMAND [ARGS...]
   --max-restarts N    give up (exit with the last status) after N restarts within
                       --window-s (default 10; 0 = never give up)
   --window-s S        the window of --max-restarts (default 900)
+  --max-start-failures N  give up after N runs in a row that ended before the service was ready
+                      (a bad flag, model or port does not mend itself; default 3)
   --stop-timeout-s S  on SIGTERM: how long the drain may take before the launch command's
                       processes get SIGTERM, and SIGKILL 10 s later (default 120)
 EOF
 }
 
 log_file="" backoff=2 max_backoff=60 stable=300 max_restarts=10 window=900 stop_timeout=120
+max_start_failures=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --log) log_file="$2"; shift 2 ;;
@@ -37,6 +40,7 @@ while [[ $# -gt 0 ]]; do
     --stable-s) stable="$2"; shift 2 ;;
     --max-restarts) max_restarts="$2"; shift 2 ;;
     --window-s) window="$2"; shift 2 ;;
+    --max-start-failures) max_start_failures="$2"; shift 2 ;;
     --stop-timeout-s) stop_timeout="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage; exit 0 ;;
@@ -47,7 +51,8 @@ if [[ $# -eq 0 ]]; then
   echo "supervise.sh: no launch command (give it after --)" >&2
   exit 2
 fi
-for n in "$backoff" "$max_backoff" "$stable" "$max_restarts" "$window" "$stop_timeout"; do
+for n in "$backoff" "$max_backoff" "$stable" "$max_restarts" "$window" "$stop_timeout" \
+         "$max_start_failures"; do
   if ! [[ "$n" =~ ^[0-9]+$ ]]; then
     echo "supervise.sh: durations and counts are whole numbers, not \"$n\"" >&2
     exit 2
@@ -129,6 +134,7 @@ wait_child() {
 
 restarts=()  # start times of the restarts within the window
 delay=$backoff
+start_failures=0  # runs in a row that ended before the ready line
 while true; do
   rm -f "$pid_file"
   started=$(date +%s)
@@ -147,6 +153,11 @@ while true; do
   if [[ $status -eq 0 ]]; then
     say "the service stopped on request (status 0) after ${ran} s: not restarting"
     exit 0
+  fi
+  if [[ -s "$pid_file" ]]; then start_failures=0; else start_failures=$((start_failures + 1)); fi
+  if [[ $max_start_failures -gt 0 && $start_failures -ge $max_start_failures ]]; then
+    say "the service failed with status $status before it was ready, $start_failures times in a row: giving up"
+    exit "$status"
   fi
   now=$(date +%s)
   kept=()

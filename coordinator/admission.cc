@@ -55,8 +55,12 @@ int64_t KvCostPerRank(const std::optional<AttentionPolicy>& policy, int64_t posi
   return CeilDiv(KvHeadRows(*policy, num_kv_heads, positions, step), num_layers * num_kv_heads);
 }
 
-StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
-                                   const AdmissionLimits& limits) {
+namespace {
+
+// The prompt's token ids: the text encoded (valid UTF-8, within the byte limit) or the ids given
+// (within the vocabulary).
+StatusOr<std::vector<int32_t>> PromptIds(const JobRequest& request, const Tokenizer& tokenizer,
+                                         const AdmissionLimits& limits) {
   const bool has_text = !request.prompt_text.empty(), has_ids = !request.prompt_ids.empty();
   MP_REQUIRE(has_text || has_ids, "the prompt is empty");
   MP_REQUIRE(!(has_text && has_ids), "give the prompt as text or as token ids, not both");
@@ -80,6 +84,14 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
       MP_REQUIRE(ids[i] >= 0 && ids[i] < limits.vocab_size, "prompt token ", i, " has id ", ids[i],
                  ", outside the vocabulary [0, ", limits.vocab_size, ")");
   }
+  return ids;
+}
+
+}  // namespace
+
+StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
+                                   const AdmissionLimits& limits) {
+  MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptIds(request, tokenizer, limits));
   MP_REQUIRE(request.max_new_tokens_to_limit || request.max_new_tokens >= 1,
              "max_new_tokens must be at least 1, got ", request.max_new_tokens);
   MP_RETURN_IF_ERROR(CheckSamplingParams(request.sampling, limits.vocab_size));

@@ -128,6 +128,31 @@ Status ReadEmbeddedTemplate(const std::string& model_path, FrontEndOptions* fron
   return OkStatus();
 }
 
+// The queue, batching and timeout flags.
+Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
+  MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
+  MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
+  options->max_queue = static_cast<size_t>(max_queue);
+  MP_ASSIGN_OR_RETURN(options->max_step_tokens, flags.GetInt("max-step-tokens", 2048));
+  MP_ASSIGN_OR_RETURN(options->max_running, flags.GetInt("max-running", 64));
+  MP_ASSIGN_OR_RETURN(options->max_prefill_work, flags.GetInt("max-prefill-work", 0));
+  MP_ASSIGN_OR_RETURN(options->min_chunk, flags.GetInt("min-chunk", 256));
+  MP_ASSIGN_OR_RETURN(options->ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
+  MP_ASSIGN_OR_RETURN(options->worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
+  MP_ASSIGN_OR_RETURN(
+      options->worker_suspect_s,
+      flags.GetDouble("worker-suspect-s", std::min(1.5, options->worker_timeout_s)));
+  MP_ASSIGN_OR_RETURN(options->stall_timeout_s, flags.GetDouble("stall-timeout-s", 600));
+  MP_ASSIGN_OR_RETURN(options->drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
+  MP_REQUIRE(options->worker_timeout_s > 0 && options->stall_timeout_s > 0 &&
+                 options->drain_timeout_s >= 0,
+             "timeouts must be positive");
+  MP_REQUIRE(
+      options->worker_suspect_s > 0 && options->worker_suspect_s <= options->worker_timeout_s,
+      "--worker-suspect-s must lie in (0, --worker-timeout-s]");
+  return OkStatus();
+}
+
 // Runs the service; sets *serving once the workers are up and the front ends listen (a failure
 // after that is one while serving).
 Status Serve(int argc, char** argv, int world_size, bool* serving) {
@@ -141,8 +166,7 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "worker-suspect-s",
-                        "default-max-tokens",
-                        "help"}));
+                        "default-max-tokens", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);
@@ -155,25 +179,9 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
   const std::string chat_template_file = flags.Get("chat-template").value_or("");
   MP_REQUIRE(chat_template_file.empty() || options.chat_format.empty(),
              "give --chat-template or --chat-format, not both");
-  MP_ASSIGN_OR_RETURN(int64_t max_queue, flags.GetInt("max-queue", 64));
-  MP_REQUIRE(max_queue >= 1 && max_queue <= 1000000, "--max-queue must lie in [1, 10^6]");
-  options.max_queue = static_cast<size_t>(max_queue);
-  MP_ASSIGN_OR_RETURN(options.max_step_tokens, flags.GetInt("max-step-tokens", 2048));
-  MP_ASSIGN_OR_RETURN(options.max_running, flags.GetInt("max-running", 64));
-  MP_ASSIGN_OR_RETURN(options.max_prefill_work, flags.GetInt("max-prefill-work", 0));
-  MP_ASSIGN_OR_RETURN(options.min_chunk, flags.GetInt("min-chunk", 256));
-  MP_ASSIGN_OR_RETURN(options.ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
-  MP_ASSIGN_OR_RETURN(options.worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
-  MP_ASSIGN_OR_RETURN(options.worker_suspect_s,
-                      flags.GetDouble("worker-suspect-s", std::min(1.5, options.worker_timeout_s)));
-  MP_ASSIGN_OR_RETURN(options.stall_timeout_s, flags.GetDouble("stall-timeout-s", 600));
-  MP_ASSIGN_OR_RETURN(options.drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
+  MP_RETURN_IF_ERROR(ParseLoopOptions(flags, &options));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
-  MP_REQUIRE(options.worker_timeout_s > 0 && options.stall_timeout_s > 0 &&
-                 options.drain_timeout_s >= 0 && startup_timeout_s > 0,
-             "timeouts must be positive");
-  MP_REQUIRE(options.worker_suspect_s > 0 && options.worker_suspect_s <= options.worker_timeout_s,
-             "--worker-suspect-s must lie in (0, --worker-timeout-s]");
+  MP_REQUIRE(startup_timeout_s > 0, "timeouts must be positive");
   const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
 #ifdef MILLIPEDE_HAVE_HTTP
   const std::string http_bind = flags.Get("http").value_or("127.0.0.1:8000");

@@ -24,9 +24,17 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
   int missing = facts.num_workers;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s));
+  auto last_ping = Clock::now();
   while (missing > 0) {
     MP_ASSIGN_OR_RETURN(std::optional<control::Message> m,
                         link->channel_.Poll(MPI_ANY_SOURCE, control::kTagHello));
+    // The workers that reported wait for the others: keep them from timing out.
+    if (Clock::now() - last_ping > std::chrono::seconds(1)) {
+      for (int r = 1; r < world_size; ++r)
+        if (seen[static_cast<size_t>(r)])
+          MP_RETURN_IF_ERROR(link->channel_.Send(r, control::kTagPing, {}));
+      last_ping = Clock::now();
+    }
     if (!m) {
       if (interrupted != nullptr && interrupted->load())
         return CancelledError("stopped by a signal while waiting for the workers");

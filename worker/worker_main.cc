@@ -31,7 +31,7 @@ constexpr char kWorkerUsage[] = R"(Service:
                             rank may take together (default: what the free memory holds); the
                             coordinator refuses a job that would not fit alone and holds jobs
                             back while the running ones' reservations fill it
-  --coordinator-timeout-s S exit when the coordinator is silent this long (default 60)
+  --coordinator-timeout-s S exit (status 3) when the coordinator is silent this long (default 15)
 )";
 
 // Runs the worker; sets *hello_sent once the coordinator was told this rank is up (before that,
@@ -46,7 +46,7 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
   MP_ASSIGN_OR_RETURN(EngineOptions options, ParseEngineFlags(flags, local_rank));
   WorkerLoopOptions loop_options;
   MP_ASSIGN_OR_RETURN(loop_options.coordinator_timeout_s,
-                      flags.GetDouble("coordinator-timeout-s", 60));
+                      flags.GetDouble("coordinator-timeout-s", 15));
   MP_REQUIRE(loop_options.coordinator_timeout_s > 0, "--coordinator-timeout-s must be positive");
   MP_ASSIGN_OR_RETURN(double budget_mb, flags.GetDouble("kv-budget-mb", 0));
   MP_REQUIRE(budget_mb >= 0 && budget_mb < 1e12, "--kv-budget-mb out of range");

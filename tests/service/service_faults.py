@@ -120,7 +120,8 @@ class StreamClient(threading.Thread):
                   f"a client was told its job finished ({self.finish_reason}) after "
                   f"{self.tokens} of {self.max_tokens} tokens (usage {self.usage_tokens})")
             return "finished"
-        check(not self.done, "a stream ended with [DONE] but no finish")
+        check(not self.done or self.error is not None,
+              f"a stream ended with [DONE] but neither a finish nor an error ({self.tokens} tokens)")
         return "failed"
 
 
@@ -372,7 +373,8 @@ def scenario_faults(bin_dir, model):
     """Fault injection under the supervisor: each rank (the coordinator, the first and the last
     worker) killed during a prefill and during a decode, each followed by the restart; each rank
     killed during a drain, which ends the supervisor with the failure; a slow stream reader."""
-    sup = Supervised(bin_dir, model, coordinator_args=["--max-step-tokens", "32"])
+    sup = Supervised(bin_dir, model,
+                     coordinator_args=["--max-step-tokens", "32", "--max-running", "8"])
     starts = 1
     try:
         prefills = 0

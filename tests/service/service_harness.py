@@ -88,8 +88,8 @@ class Service:
                 self.worker_pids = getattr(self, "worker_pids", {})
                 self.worker_pids[int(m.group(1))] = int(m.group(2))
 
-    def log(self):
-        return "".join(self.lines[-60:])
+    def log(self, n=60):
+        return "".join(self.lines[-n:])
 
     def client(self, *args, stdin=None, timeout=60):
         cmd = [os.path.join(self.bin_dir, "millipede"), args[0], "--server", self.server,

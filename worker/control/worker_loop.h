@@ -24,7 +24,7 @@ namespace millipede {
 struct WorkerLoopOptions {
   // With no message from the coordinator for this long the worker gives up (the coordinator
   // pings about once a second).
-  double coordinator_timeout_s = 30;
+  double coordinator_timeout_s = 15;
   // Positions of KV this rank's jobs may take together (reported to the coordinator, which
   // admits only jobs that fit alone and starts them while their reservations fit together).
   int64_t kv_capacity_tokens = 0;
