@@ -132,6 +132,21 @@ wait_child() {
   return 0
 }
 
+# Ends whatever the launch command left behind in its session (a rank that outlived mpirun would
+# hold its GPU and ports): SIGTERM, then SIGKILL after 10 s.
+reap_session() {
+  kill -0 -- "-$child" 2>/dev/null || return 0
+  say "processes of the launch command outlived it: SIGTERM to them"
+  kill -TERM -- "-$child" 2>/dev/null
+  for _ in $(seq 1 100); do
+    kill -0 -- "-$child" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  say "SIGKILL to what is left of the launch command"
+  kill -KILL -- "-$child" 2>/dev/null
+  return 0
+}
+
 restarts=()  # start times of the restarts within the window
 delay=$backoff
 start_failures=0  # runs in a row that ended before the ready line
@@ -145,6 +160,7 @@ while true; do
   say "started the service (launch command pid $child): $*"
   status=0
   wait_child
+  reap_session
   ran=$(( $(date +%s) - started ))
   if [[ $stopping -eq 1 ]]; then
     say "the service stopped with status $status after ${ran} s"

@@ -57,6 +57,8 @@ constexpr char kUsage[] =
                            beats every half second from a thread of its own)
   --stall-timeout-s S      a step with no progress this long fails its jobs (default 600); the
                            workers stay up
+  --stall-abort-s S        a stalled step that has not returned this long after its cancel ends
+                           the service, exit status 3 (default: --stall-timeout-s)
   --startup-timeout-s S    time the workers have to load the model (default 600)
   --drain-timeout-s S      on SIGTERM, time running jobs have to finish (default 30)
   --worker-suspect-s S     a worker silent this long makes the service not ready: health and
@@ -143,9 +145,11 @@ Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
       options->worker_suspect_s,
       flags.GetDouble("worker-suspect-s", std::min(1.5, options->worker_timeout_s)));
   MP_ASSIGN_OR_RETURN(options->stall_timeout_s, flags.GetDouble("stall-timeout-s", 600));
+  MP_ASSIGN_OR_RETURN(options->stall_abort_s,
+                      flags.GetDouble("stall-abort-s", options->stall_timeout_s));
   MP_ASSIGN_OR_RETURN(options->drain_timeout_s, flags.GetDouble("drain-timeout-s", 30));
   MP_REQUIRE(options->worker_timeout_s > 0 && options->stall_timeout_s > 0 &&
-                 options->drain_timeout_s >= 0,
+                 options->stall_abort_s > 0 && options->drain_timeout_s >= 0,
              "timeouts must be positive");
   MP_REQUIRE(
       options->worker_suspect_s > 0 && options->worker_suspect_s <= options->worker_timeout_s,
@@ -165,7 +169,8 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
       flags.CheckKnown({"model", "served-model-name", "chat-format", "chat-template", "rpc", "http",
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
-                        "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "worker-suspect-s",
+                        "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "stall-abort-s",
+                        "worker-suspect-s",
                         "default-max-tokens", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));

@@ -68,7 +68,8 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
       table_(std::move(batch), metrics),
       steps_(link_.get(), &table_, metrics,
              {.max_step_tokens = options_.max_step_tokens,
-              .stall_timeout_s = options_.stall_timeout_s}) {}
+              .stall_timeout_s = options_.stall_timeout_s,
+              .stall_abort_s = options_.stall_abort_s}) {}
 
 Scheduler::~Scheduler() = default;
 

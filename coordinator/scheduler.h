@@ -55,6 +55,9 @@ struct SchedulerOptions {
   // A step that shows no progress (no prefill layer done, no result) for this long is stalled:
   // its jobs fail with DEVICE_ERROR saying so and are cancelled on the workers, who stay up.
   double stall_timeout_s = 600;
+  // A stalled step that has not returned this long after its cancel ends the service (Run()
+  // fails), so that a supervisor restarts it.
+  double stall_abort_s = 600;
   // After a drain starts, running jobs may go on this long before they are cancelled.
   double drain_timeout_s = 30;
   int64_t max_prompt_bytes = 32 << 20;

@@ -3,6 +3,7 @@
 #include "coordinator/step_runner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -97,11 +98,12 @@ Status StepRunner::CancelInsideStep(bool* busy) {
 Status StepRunner::DetectStall(Deliveries* out) {
   const auto now = Clock::now();
   if (in_flight_->stalled) {
-    if (Seconds(now - in_flight_->stalled_at) < options_.stall_timeout_s) return OkStatus();
+    if (Seconds(now - in_flight_->stalled_at) < options_.stall_abort_s) return OkStatus();
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%g", options_.stall_abort_s);
     return DeviceError("step " + std::to_string(in_flight_->step_id) +
-                       " stalled and did not stop within " +
-                       std::to_string(static_cast<int>(options_.stall_timeout_s)) +
-                       " s of its cancel (--stall-timeout-s)");
+                       " stalled and did not stop within " + limit +
+                       " s of its cancel (--stall-abort-s)");
   }
   const double silent = Seconds(now - last_progress_);
   if (silent < options_.stall_timeout_s) return OkStatus();

@@ -26,6 +26,8 @@ struct StepRunnerOptions {
   int64_t max_step_tokens = 2048;
   // A step that shows no progress for this long is stalled (SchedulerOptions::stall_timeout_s).
   double stall_timeout_s = 600;
+  // A stalled step that has not returned this long after its cancel ends the service.
+  double stall_abort_s = 600;
 };
 
 class StepRunner {
@@ -70,7 +72,7 @@ class StepRunner {
   // During a step: a step in flight that prefills a cancelled job is stopped inside.
   Status CancelInsideStep(bool* busy);
   // Fails the jobs of a step without progress for stall_timeout_s (once per step). A stalled
-  // step that has not returned stall_timeout_s later is an error: the service cannot go on.
+  // step that has not returned stall_abort_s later is an error: the service cannot go on.
   Status DetectStall(Deliveries* out);
 
   // What the workers report (step_results.cc).

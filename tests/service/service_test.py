@@ -548,7 +548,7 @@ def scenario_liveness(bin_dir, model):
         check(r.returncode == 0, f"mkmodel failed: {r.stderr}")
     svc = Service(bin_dir, slow, workers=1,
                   coordinator_args=["--worker-timeout-s", "1.5", "--stall-timeout-s", "2",
-                                    "--max-step-tokens", "8192"])
+                                    "--stall-abort-s", "120", "--max-step-tokens", "8192"])
     try:
         p = svc.client_bg("submit", "--prompt", long_ids(4000), "--ids", "--max-tokens", "4",
                           "--no-progress")
@@ -565,6 +565,21 @@ def scenario_liveness(bin_dir, model):
         check(h.rc == 0 and h.json()["alive"], f"health after the stall: {h}")
     finally:
         svc.stop()
+    # A stalled step that does not return within --stall-abort-s of its cancel (here: a layer
+    # longer than both limits) ends the service with exit code 3, for a supervisor to restart.
+    svc = Service(bin_dir, slow, workers=1,
+                  coordinator_args=["--stall-timeout-s", "1", "--stall-abort-s", "0.5",
+                                    "--max-step-tokens", "8192"])
+    try:
+        p = svc.client_bg("submit", "--prompt", long_ids(4000), "--ids", "--max-tokens", "4",
+                          "--no-progress")
+        p.communicate(timeout=60)
+        rc = svc.wait(60)
+        log = svc.log()
+        check(rc != 0 and "did not stop within 0.5 s of its cancel" in log and
+              "exit code 3" in log, f"a step that does not stop: rc {rc}\n{log}")
+    finally:
+        svc.kill()
 
 
 SCENARIOS = {
