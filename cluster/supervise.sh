@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Keeps the service running: starts its launch command, and when the service fails (exits with a
 # non-zero status or is killed) starts it again after a back-off. SIGTERM or SIGINT to this
-# script drains the service (SIGTERM to the coordinator) and ends the script with its status.
+# script drains the service (SIGTERM to the coordinator) and ends the script with its status
+# (0 when it comes while the service is down, waiting for a restart).
 #
 #   cluster/supervise.sh [options] -- cluster/launch-gpu-node.sh --model /models/m --gpus 8
 #   cluster/supervise.sh [options] -- mpirun --enable-recovery -np 1 millipede-coordinator ... : ...
@@ -88,16 +89,28 @@ relay() {
   done
 }
 
+# Whether pid $1 is a process of the launch command's session (a pid from the ready line may be
+# on another host, or gone and reused).
+in_session() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }"  # the fields after "pid (comm) "
+  local fields
+  read -r -a fields <<<"$stat"
+  [[ "${fields[3]:-}" == "$child" ]]  # field 6: the session id
+}
+
 on_stop() {
   [[ $stopping -eq 1 ]] && return
   stopping=1
   local coordinator=""
   [[ -s "$pid_file" ]] && coordinator="$(cat "$pid_file")"
-  if [[ -n "$coordinator" ]] && kill -0 "$coordinator" 2>/dev/null; then
+  if [[ -n "$coordinator" && $child -ne 0 ]] && in_session "$coordinator"; then
     say "stopping: draining the service (SIGTERM to the coordinator, pid $coordinator)"
     kill -TERM "$coordinator" 2>/dev/null
-  elif [[ $child -ne 0 ]]; then
-    say "stopping: the service is not ready yet; SIGTERM to the launch command"
+  elif [[ $child -ne 0 ]] && kill -0 -- "-$child" 2>/dev/null; then
+    say "stopping: no coordinator of this launch on this host (not ready yet, or elsewhere);" \
+        "SIGTERM to the launch command"
     kill -TERM -- "-$child" 2>/dev/null
   fi
 }
@@ -189,7 +202,7 @@ while true; do
   while [[ $slept -lt $delay && $stopping -eq 0 ]]; do sleep 1; slept=$((slept + 1)); done
   if [[ $stopping -eq 1 ]]; then
     say "stopped while waiting to restart"
-    exit "$status"
+    exit 0
   fi
   restarts+=("$(date +%s)")
   delay=$(( delay * 2 > max_backoff ? max_backoff : delay * 2 ))

@@ -11,6 +11,9 @@
 
 namespace millipede::control {
 
+// AbortJob and ExitNow end the process: only a tool's main() (and a thread it starts for that
+// purpose, such as the worker's heartbeat) may call them; library code returns a Status.
+
 // Exit statuses of millipede-coordinator and millipede-worker (docs/operations.md, "Exit codes").
 enum ExitCode : int {
   kExitOk = 0,                 // stopped on request (drained) or --help

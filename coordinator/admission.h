@@ -66,8 +66,9 @@ int64_t MaxModelLen(const AdmissionLimits& limits);
 // vocabulary, max_new_tokens < 1, bad sampling values or logit bias ids, bad stop lists,
 // a malformed attention policy or one for another model shape), OutOfRange when the prompt and
 // its tokens exceed the context limit or the workers' KV capacity (the job's KvCostPerRank
-// against kv_capacity_per_rank; the message names the numbers), Unimplemented for a policy that uses a pattern or role the workers did not report
-// (CheckPolicyRunnable against limits.capabilities).
+// against kv_capacity_per_rank; the message names the numbers), Unimplemented for a policy
+// that uses a pattern or role the workers did not report (CheckPolicyRunnable against
+// limits.capabilities).
 StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
                                    const AdmissionLimits& limits);
 

@@ -155,7 +155,7 @@ void Scheduler::UpdateSuspectLocked() {
   const WorkerLink::Silence silence = link_->LongestSilence();
   if (silence.seconds < options_.worker_suspect_s) {
     if (!suspect_.empty())
-      std::cerr << "millipede-coordinator: worker rank " + std::to_string(silence.rank) +
+      std::cerr << "millipede-coordinator: worker rank " + std::to_string(suspect_rank_) +
                        " answers again: accepting jobs\n";
     suspect_.clear();
     return;
@@ -168,6 +168,7 @@ void Scheduler::UpdateSuspectLocked() {
     std::cerr << "millipede-coordinator: " + why +
                      " (--worker-suspect-s): not ready, refusing new jobs until it answers\n";
   suspect_ = why;
+  suspect_rank_ = silence.rank;
 }
 
 void Scheduler::StartDrainLocked(Deliveries* out, bool* busy) {

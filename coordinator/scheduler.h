@@ -125,8 +125,10 @@ class Scheduler final : public JobService {
   bool draining_ = false;
   bool failed_ = false;
   std::string failure_;
-  // Why the service is unavailable while a worker is silent (empty: every worker beats).
+  // Why the service is unavailable while a worker is silent (empty: every worker beats), and
+  // which worker (world rank) that is.
   std::string suspect_;
+  int suspect_rank_ = 0;
 };
 
 }  // namespace millipede

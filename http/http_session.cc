@@ -89,7 +89,15 @@ void HttpSession::OnHeader(beast::error_code ec) {
     auto& req = parser_->get();
     version_ = req.version();
     // A body that cannot be framed safely is not read: the answer ends the connection.
-    if (std::optional<ApiError> refusal = CheckRequestFraming(req)) {
+    std::optional<ApiError> refusal = CheckRequestFraming(req);
+    // What was accepted as chunked must be what the parser reads as chunked.
+    if (!refusal && req.find(http::field::transfer_encoding) != req.end() &&
+        !parser_->chunked()) {
+      refusal = ApiError{400,
+                         "malformed HTTP request: Transfer-Encoding is not readable as chunked",
+                         "invalid_request_error", "", "malformed_request"};
+    }
+    if (refusal) {
       stream_.expires_never();
       keep_alive_ = false;
       return Refuse(*refusal);

@@ -60,10 +60,11 @@ struct ServedModel {
 // values out of range (temperature in [0, 2], top_p in (0, 1], top_k >= -1, min_p in [0, 1],
 // repetition_penalty > 0, presence and frequency penalties in [-2, 2], logit_bias values in
 // [-100, 100] for ids in the vocabulary, logprobs / top_logprobs up to 20, max_tokens >= 1,
-// n in [1, kMaxChoices]; integer fields take integral numbers such as 2.0), options this server does not implement with non-default values
-// (code "unsupported_parameter"), an unknown model (404), and for chats a model without a chat
-// template ("chat_template_unavailable") or a conversation its template refuses or cannot render
-// ("chat_template_error", with the template's message and position). null is every optional
+// n in [1, kMaxChoices]; integer fields take integral numbers such as 2.0), options this server
+// does not implement with non-default values (code "unsupported_parameter"), an unknown model
+// (404), and for chats a model without a chat template ("chat_template_unavailable") or a
+// conversation its template refuses or cannot render ("chat_template_error", with the
+// template's message and position). null is every optional
 // field's default. `user`, `safety_identifier`, `prompt_cache_key` and fields neither OpenAI nor
 // vLLM define are ignored.
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string& body,

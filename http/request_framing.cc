@@ -23,18 +23,34 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
+// RFC 9110's token: what a transfer coding's name must be.
+bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!alnum && std::string_view("!#$%&'*+-.^_`|~").find(c) == std::string_view::npos)
+      return false;
+  }
+  return true;
+}
+
 // The coding names of every Transfer-Encoding line in order, lower-cased, parameters dropped;
-// empty list elements (", ,") are skipped as RFC 9110's list syntax allows.
-std::vector<std::string> TransferCodings(const http::request_header<>& header) {
+// empty list elements (", ,") are skipped as RFC 9110's list syntax allows. Nullopt when an
+// element's name is not a token (";x", "a b"): a parser that reads the list differently would
+// frame the body differently, so such a request is refused.
+std::optional<std::vector<std::string>> TransferCodings(const http::request_header<>& header) {
   std::vector<std::string> codings;
   auto [first, last] = header.equal_range(http::field::transfer_encoding);
   for (auto field = first; field != last; ++field) {
     std::string_view rest(field->value().data(), field->value().size());
     while (true) {
       const size_t comma = rest.find(',');
-      std::string_view element = rest.substr(0, comma);
-      element = TrimWhitespace(element.substr(0, element.find(';')));
-      if (!element.empty()) codings.push_back(Lower(element));
+      const std::string_view element = TrimWhitespace(rest.substr(0, comma));
+      if (!element.empty()) {
+        const std::string_view name = TrimWhitespace(element.substr(0, element.find(';')));
+        if (!IsToken(name)) return std::nullopt;
+        codings.push_back(Lower(name));
+      }
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
@@ -59,7 +75,9 @@ std::optional<ApiError> CheckRequestFraming(const http::request_header<>& header
   if (header.find(http::field::content_length) != header.end()) {
     return BadFraming("a request must not carry both Transfer-Encoding and Content-Length");
   }
-  const std::vector<std::string> codings = TransferCodings(header);
+  const std::optional<std::vector<std::string>> listed = TransferCodings(header);
+  if (!listed) return BadFraming("Transfer-Encoding holds an element that is not a coding name");
+  const std::vector<std::string>& codings = *listed;
   if (codings.empty()) return BadFraming("Transfer-Encoding names no transfer coding");
   if (codings.back() != "chunked") {
     return BadFraming("the final transfer coding must be chunked, got " +

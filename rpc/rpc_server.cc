@@ -40,9 +40,11 @@ void OkOrThrow(const Status& s) {
 // a while); a refused cancel (an id never issued) is thrown.
 template <typename Results>
 void CancelAndReport(JobService& service, JobId id, Results results) {
-  StatusOr<JobStatusInfo> before = service.GetStatus(id);
   OkOrThrow(service.Cancel(id));
-  if (before.ok()) FillStatus(before.value(), results.initStatus());
+  // Read after the cancel: a job still queued or running now has its cancel requested; one that
+  // ended first (even between a read and the cancel) shows how it ended.
+  StatusOr<JobStatusInfo> after = service.GetStatus(id);
+  if (after.ok()) FillStatus(after.value(), results.initStatus());
 }
 
 // Sends one job's events to the client's JobCallback, on the loop thread, in order. A failed

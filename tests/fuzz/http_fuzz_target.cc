@@ -179,6 +179,10 @@ StatusOr<FuzzStage> FuzzHttpRequest(std::string_view input) {
       MP_RETURN_IF_ERROR(CheckApiError(*refusal));
       return std::max(deepest, FuzzStage::kRefusedWire);
     }
+    // As the session: a Transfer-Encoding the parser does not read as chunked is refused.
+    if (parser.get().find(http::field::transfer_encoding) != parser.get().end() &&
+        !parser.chunked())
+      return std::max(deepest, FuzzStage::kRefusedWire);
     MP_ASSIGN_OR_RETURN(FuzzStage stage, CheckRequest(parser.get()));
     deepest = std::max(deepest, stage);
     if (!parser.get().keep_alive()) break;

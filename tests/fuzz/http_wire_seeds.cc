@@ -87,6 +87,9 @@ std::vector<std::string> ChunkedSeeds() {
           Auth() + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", InChunks(body, 9)),
       Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: Chunked ; q=1 ,\r\n",
           InChunks(body, 9)),
+      // An element with no coding name before its parameters (400, closed).
+      Raw("POST /v1/completions HTTP/1.1", Auth() + "Transfer-Encoding: ;x, chunked\r\n",
+          InChunks(body, 9)),
       Raw("POST /v1/completions HTTP/1.1",
           Auth() + "Transfer-Encoding: gzip\r\nContent-Length: " + std::to_string(body.size()) +
               "\r\n",

@@ -96,6 +96,11 @@ TEST_F(HttpServerTest, UnframeableBodiesAre400AndClose) {
       {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", Chunked(kBody),
        "Transfer-Encoding"},
       {"Transfer-Encoding: ,\r\n", kBody, "no transfer coding"},
+      // An element without a coding name: a parser that stops at the ";" reads no body, and
+      // the chunked bytes would become the connection's next request.
+      {"Transfer-Encoding: ;x, chunked\r\n", Chunked(kBody), "not a coding name"},
+      {"Transfer-Encoding: \t;x,chunked\r\n", Chunked(kBody), "not a coding name"},
+      {"Transfer-Encoding: a b, chunked\r\n", Chunked(kBody), "not a coding name"},
       // Both lengths: a smuggling pattern, refused in either order.
       {"Transfer-Encoding: chunked\r\n" + length, Chunked(kBody), "Content-Length"},
       {length + "Transfer-Encoding: chunked\r\n", Chunked(kBody), "Content-Length"},

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <boost/asio/connect.hpp>
@@ -84,6 +85,10 @@ inline std::string RawExchange(int port, const std::string& request) {
     ::close(fd);
     return "";
   }
+  // A server that never closes fails the test instead of hanging it.
+  timeval timeout{};
+  timeout.tv_sec = 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   ::send(fd, request.data(), request.size(), 0);
   std::string received;
   char buffer[4096];

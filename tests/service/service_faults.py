@@ -148,6 +148,7 @@ class Supervised:
                os.path.join(bin_dir, "millipede-coordinator"), "--model", model,
                "--rpc", f"127.0.0.1:{self.rpc}", "--http", self.http,
                "--metrics", f"127.0.0.1:{self.metrics}", "--worker-timeout-s", "3",
+               "--worker-suspect-s", "3",
                *coordinator_args, ":", "-np", str(workers),
                os.path.join(bin_dir, "millipede-worker"), "--model", model,
                "--coordinator-timeout-s", "3", *worker_args]
@@ -399,7 +400,8 @@ def scenario_faults(bin_dir, model):
             client.start()
             check(client.started.wait(30), "the job produced no token")
             sup.proc.send_signal(signal.SIGTERM)
-            poll_until(lambda: "stopping: draining" in sup.log(), 10)
+            check(poll_until(lambda: "stopping: draining" in sup.log(), 10) is not None,
+                  f"the supervisor did not drain through the coordinator:\n{sup.log()}")
             time.sleep(0.3)
             sup.kill_rank(rank)
             rc = sup.stop(expect=None)

@@ -15,10 +15,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUPERVISE = os.path.join(HERE, "..", "..", "cluster", "supervise.sh")
 
 # A stand-in service: counts its runs in $RUNS; fails (status 3) after its ready line while the
-# count is below $FAIL_RUNS; then serves until SIGTERM, and drains with status 0 (or ignores
-# SIGTERM when $STUBBORN is set).
+# count is below $FAIL_RUNS; then serves until SIGTERM, and drains with status 0 (or, with
+# $STUBBORN set, ignores SIGTERM, it and its coordinator).
 FAKE = r"""
 n=$(( $(cat "$RUNS" 2>/dev/null || echo 0) + 1 )); echo $n > "$RUNS"
+if [ -n "$STUBBORN" ]; then trap '' TERM; fi
 if [ "${NEVER_READY:-0}" = 1 ]; then echo "no ready line"; exit 1; fi
 if [ "${EXIT_ZERO:-0}" = 1 ]; then echo "millipede-coordinator: ready: model m pid $$"; exit 0; fi
 if [ $n -le "${FAIL_RUNS:-0}" ]; then
@@ -108,15 +109,28 @@ def test_restart_limit(tmp):
           f"rc {rc}, runs {runs(tmp)}:\n{out}")
 
 
+def test_stop_while_waiting_to_restart(tmp):
+    """A stop between a failure and the restart: nothing runs, the stop succeeds (status 0)."""
+    p = start(tmp, {"FAIL_RUNS": "100"}, "--backoff-s", "3")
+    wait_for(tmp, 1)
+    # The failure comes 0.3 s after the start; the restart 3 s after it.
+    time.sleep(1.5)
+    p.send_signal(signal.SIGTERM)
+    rc, out = finish(p)
+    check(rc == 0 and runs(tmp) == 1 and "stopped while waiting to restart" in out,
+          f"rc {rc}, runs {runs(tmp)}:\n{out}")
+
+
 def test_stop_timeout(tmp):
-    """A coordinator that ignores SIGTERM: past --stop-timeout-s the launch command's whole
-    session gets SIGTERM, then SIGKILL."""
+    """A launch command that ignores SIGTERM: past --stop-timeout-s its whole session gets
+    SIGTERM, then SIGKILL 10 s later."""
     p = start(tmp, {"STUBBORN": "1"}, "--stop-timeout-s", "1")
     wait_for(tmp, 1)
     time.sleep(0.5)
     p.send_signal(signal.SIGTERM)
     rc, out = finish(p, timeout=40)
-    check(rc != 0 and "the drain took over 1 s" in out, f"rc {rc}:\n{out}")
+    check(rc == 128 + signal.SIGKILL and "the drain took over 1 s" in out and
+          "SIGKILL to the launch command" in out, f"rc {rc}:\n{out}")
 
 
 def test_bad_arguments(tmp):
@@ -142,7 +156,8 @@ def test_systemd_unit(tmp):
 
 def main():
     tests = [test_restart_then_drain, test_stop_on_request_is_not_restarted,
-             test_start_failures_give_up, test_restart_limit, test_stop_timeout,
+             test_start_failures_give_up, test_restart_limit, test_stop_while_waiting_to_restart,
+             test_stop_timeout,
              test_bad_arguments, test_systemd_unit]
     failed = 0
     for t in tests:
