@@ -209,10 +209,13 @@ StatusOr<ListedModel> ModelFromList(const std::string& body, const std::string& 
   MP_REQUIRE(list.is_object(), "GET /v1/models answered no JSON object");
   const Json data = list.value("data", Json());
   MP_REQUIRE(data.is_array() && !data.empty(), "GET /v1/models lists no model");
+  // A server that lists one model answers to its other names too (the model's own id beside
+  // the served name): `wanted` need not be the listed id then.
+  const bool only_one = data.size() == 1;
   for (const Json& entry : data) {
     if (!entry.is_object() || !entry.value("id", Json()).is_string()) continue;
     ListedModel model{entry["id"].get<std::string>(), 0};
-    if (!wanted.empty() && model.id != wanted) continue;
+    if (!wanted.empty() && model.id != wanted && !only_one) continue;
     const Json vocab = entry.value("vocab_size", Json());
     if (!vocab.is_null()) {
       MP_REQUIRE(vocab.is_number_integer() && vocab.get<int64_t>() > 0,

@@ -60,9 +60,9 @@ struct ListedModel {
 };
 
 // The entry of a GET /v1/models body (OpenAI's {"object": "list", "data": [...]}) whose id is
-// `wanted`, or the first entry when `wanted` is empty; InvalidArgument for a body that is not
-// such a list, an empty list, a model not listed, or a vocab_size that is not a positive
-// integer.
+// `wanted`, or the first entry when `wanted` is empty, or the only entry of a one-model list (a
+// server answers to other names of its model too); InvalidArgument for a body that is not such a
+// list, an empty list, a model not listed, or a vocab_size that is not a positive integer.
 StatusOr<ListedModel> ModelFromList(const std::string& body, const std::string& wanted);
 
 // A new record for `plan` (outcome unset).

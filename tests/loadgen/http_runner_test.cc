@@ -232,6 +232,11 @@ TEST(HttpRunnerTest, ModelFromTheModelList) {
     EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().ToString();
   };
   refused(body, "c", "does not list the model \"c\"");
+  // One listed model: another name the server answers to (its own id) takes its vocabulary.
+  StatusOr<ListedModel> alias =
+      ModelFromList(R"({"data": [{"id": "served", "vocab_size": 49152}]})", "own-id");
+  ASSERT_TRUE(alias.ok()) << alias.status().ToString();
+  EXPECT_EQ(alias->vocab_size, 49152);
   refused(R"({"data": []})", "", "lists no model");
   refused(R"([1])", "", "no JSON object");
   refused(R"({"data": [{"object": "model"}]})", "", "no model with an id");
