@@ -64,10 +64,6 @@ constexpr char kUsage[] =
   --worker-suspect-s S     a worker silent this long makes the service not ready: health and
                            readiness fail and new jobs get 503 / FAILED_PRECONDITION until it
                            beats again (default 1.5; at most --worker-timeout-s)
-
-Exit status: 0 after a drain, 1 when the service could not start, 2 for a bad launch, 3 when it
-failed while serving (a worker lost, a stalled step that did not stop); under
-mpirun --enable-recovery the coordinator also signals mpirun so that it exits non-zero.
 )";
 
 #ifdef MILLIPEDE_HAVE_HTTP
@@ -83,6 +79,13 @@ constexpr char kHttpUsage[] =
     R"(  (this build has no HTTP front end: build with -DMILLIPEDE_HTTP=ON)
 )";
 #endif
+
+constexpr char kExitUsage[] =
+    R"(
+Exit status: 0 after a drain, 1 when the service could not start, 2 for a bad launch, 3 when it
+failed while serving (a worker lost, a stalled step that did not stop); under
+mpirun --enable-recovery the coordinator also signals mpirun so that it exits non-zero.
+)";
 
 std::atomic<Scheduler*> g_scheduler{nullptr};
 std::atomic<bool> g_drain_early{false};
@@ -157,12 +160,52 @@ Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
   return OkStatus();
 }
 
+// The front ends' flags, and the chat template they use (a bad --chat-template stops the start
+// before the workers load the model).
+StatusOr<FrontEndOptions> ParseFrontEndOptions(const Flags& flags, const std::string& model_path,
+                                               bool gguf, const SchedulerOptions& options) {
+  FrontEndOptions front;
+  front.chat_template_file = flags.Get("chat-template").value_or("");
+  MP_REQUIRE(front.chat_template_file.empty() || options.chat_format.empty(),
+             "give --chat-template or --chat-format, not both");
+  front.rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
+#ifdef MILLIPEDE_HAVE_HTTP
+  front.http_bind = flags.Get("http").value_or("127.0.0.1:8000");
+#else
+  front.http_bind = flags.Get("http").value_or("off");
+#endif
+  MP_REQUIRE(front.chat_template_file.empty() || front.http_bind != "off",
+             "--chat-template is for the HTTP API, which is off");
+  front.api_key = flags.Get("api-key").value_or("");
+  front.served_model_name = options.model_id;
+  MP_ASSIGN_OR_RETURN(front.chat_default_max_tokens,
+                      flags.GetInt("default-max-tokens", front.chat_default_max_tokens));
+  MP_REQUIRE(front.chat_default_max_tokens >= 0,
+             "--default-max-tokens must be >= 0 (0: the rest of the context)");
+  // An explicit --chat-format replaces the model's own template.
+  if (options.chat_format.empty()) {
+    if (gguf) {
+      MP_RETURN_IF_ERROR(ReadEmbeddedTemplate(model_path, &front));
+    } else {
+      front.model_dir = model_path;
+    }
+  }
+#ifdef MILLIPEDE_HAVE_HTTP
+  if (!front.chat_template_file.empty()) {
+    MP_RETURN_IF_ERROR((gguf ? SetUpEmbeddedChatTemplate({}, front.chat_template_file)
+                             : SetUpChatTemplate(model_path, front.chat_template_file))
+                           .status());
+  }
+#endif
+  return front;
+}
+
 // Runs the service; sets *serving once the workers are up and the front ends listen (a failure
 // after that is one while serving).
 Status Serve(int argc, char** argv, int world_size, bool* serving) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"help"}));
   if (flags.GetBool("help")) {
-    std::cout << kUsage << kHttpUsage;
+    std::cout << kUsage << kHttpUsage << kExitUsage;
     return OkStatus();
   }
   MP_RETURN_IF_ERROR(
@@ -170,8 +213,7 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "stall-abort-s",
-                        "worker-suspect-s",
-                        "default-max-tokens", "help"}));
+                        "worker-suspect-s", "default-max-tokens", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);
@@ -181,38 +223,12 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
   MP_REQUIRE(options.chat_format.empty() || options.chat_format == "llama3" ||
                  options.chat_format == "chatml",
              "--chat-format must be llama3 or chatml");
-  const std::string chat_template_file = flags.Get("chat-template").value_or("");
-  MP_REQUIRE(chat_template_file.empty() || options.chat_format.empty(),
-             "give --chat-template or --chat-format, not both");
   MP_RETURN_IF_ERROR(ParseLoopOptions(flags, &options));
   MP_ASSIGN_OR_RETURN(double startup_timeout_s, flags.GetDouble("startup-timeout-s", 600));
   MP_REQUIRE(startup_timeout_s > 0, "timeouts must be positive");
-  const std::string rpc_bind = flags.Get("rpc").value_or("127.0.0.1:7700");
-#ifdef MILLIPEDE_HAVE_HTTP
-  const std::string http_bind = flags.Get("http").value_or("127.0.0.1:8000");
-#else
-  const std::string http_bind = flags.Get("http").value_or("off");
-#endif
+  MP_ASSIGN_OR_RETURN(FrontEndOptions front_options,
+                      ParseFrontEndOptions(flags, model_path, gguf, options));
   const std::string metrics_bind = flags.Get("metrics").value_or("127.0.0.1:9400");
-  MP_REQUIRE(chat_template_file.empty() || http_bind != "off",
-             "--chat-template is for the HTTP API, which is off");
-  FrontEndOptions front_options;
-  MP_ASSIGN_OR_RETURN(front_options.chat_default_max_tokens,
-                      flags.GetInt("default-max-tokens", front_options.chat_default_max_tokens));
-  MP_REQUIRE(front_options.chat_default_max_tokens >= 0,
-             "--default-max-tokens must be >= 0 (0: the rest of the context)");
-  // An explicit --chat-format replaces the model's own template.
-  if (gguf && options.chat_format.empty())
-    MP_RETURN_IF_ERROR(ReadEmbeddedTemplate(model_path, &front_options));
-
-#ifdef MILLIPEDE_HAVE_HTTP
-  // A bad --chat-template stops the start before the workers load the model.
-  if (!chat_template_file.empty()) {
-    MP_RETURN_IF_ERROR((gguf ? SetUpEmbeddedChatTemplate({}, chat_template_file)
-                             : SetUpChatTemplate(model_path, chat_template_file))
-                           .status());
-  }
-#endif
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadModelTokenizer(model_path));
   MP_ASSIGN_OR_RETURN(std::unique_ptr<ServiceMetrics> metrics,
                       ServiceMetrics::Create(metrics_bind));
@@ -229,13 +245,6 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
   g_scheduler.store(&scheduler);
   if (g_drain_early.load()) scheduler.RequestDrain();
 
-  front_options.rpc_bind = rpc_bind;
-  front_options.http_bind = http_bind;
-  front_options.api_key = flags.Get("api-key").value_or("");
-  front_options.served_model_name = options.model_id;
-  // An explicit --chat-format replaces the model's own template.
-  if (options.chat_format.empty() && !gguf) front_options.model_dir = model_path;
-  front_options.chat_template_file = chat_template_file;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<FrontEnds> front_ends,
                       FrontEnds::Start(scheduler, front_options));
   const ModelInfo model = scheduler.GetModelInfo();
