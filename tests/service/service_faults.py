@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from service_harness import MPI_ENV, Failure, Service, check
+from service_harness import EXTRA_WORKER_ARGS, MPI_ENV, Failure, Service, check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPERVISE = os.path.join(HERE, "..", "..", "cluster", "supervise.sh")
@@ -151,7 +151,7 @@ class Supervised:
                "--worker-suspect-s", "3",
                *coordinator_args, ":", "-np", str(workers),
                os.path.join(bin_dir, "millipede-worker"), "--model", model,
-               "--coordinator-timeout-s", "3", *worker_args]
+               "--coordinator-timeout-s", "3", *EXTRA_WORKER_ARGS, *worker_args]
         self.proc = subprocess.Popen(cmd, env=dict(os.environ, **MPI_ENV),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)

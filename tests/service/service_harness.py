@@ -10,6 +10,9 @@ import threading
 import time
 import urllib.request
 
+# Extra worker flags for every scenario, e.g. "--backend cuda" to run them on a GPU machine.
+EXTRA_WORKER_ARGS = os.environ.get("MILLIPEDE_TEST_WORKER_ARGS", "").split()
+
 MPI_ENV = {
     # OpenMPI refuses root and more ranks than cores unless told; CI machines are small.
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -59,7 +62,8 @@ class Service:
                "--rpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
                "--http", "127.0.0.1:0" if http else "off",
                *coordinator_args, ":", "-np", str(workers),
-               os.path.join(bin_dir, "millipede-worker"), "--model", model, *worker_args]
+               os.path.join(bin_dir, "millipede-worker"), "--model", model,
+               *EXTRA_WORKER_ARGS, *worker_args]
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
