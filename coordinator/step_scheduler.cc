@@ -178,12 +178,15 @@ void StepScheduler::NoteKvWaits() {
   // After the plan's starts: a job left waiting because this plan's starts took the room waits
   // for KV too. A job held back only by the step's token budget or max_running is not counted.
   for (auto& [id, j] : jobs_) {
-    if (j.started || j.waited_for_kv) continue;
-    if (memory_blocked_ || reserved_ + j.cost > options_.kv_positions_per_rank) {
-      j.waited_for_kv = true;
-      ++jobs_waited_for_kv_;
-    }
+    if (!j.started && (memory_blocked_ || reserved_ + j.cost > options_.kv_positions_per_rank))
+      CountKvWait(j);
   }
+}
+
+void StepScheduler::CountKvWait(Job& job) {
+  if (job.waited_for_kv) return;
+  job.waited_for_kv = true;
+  ++jobs_waited_for_kv_;
 }
 
 void StepScheduler::Completed(const PlannedStep& step) {
@@ -208,10 +211,7 @@ Status StepScheduler::StartRefused(StepJobId job) {
     return FailedPreconditionError("the workers cannot hold job " + std::to_string(job) +
                                    "'s KV even with no other job running");
   memory_blocked_ = true;
-  if (!j.waited_for_kv) {
-    j.waited_for_kv = true;
-    ++jobs_waited_for_kv_;
-  }
+  CountKvWait(j);
   return OkStatus();
 }
 

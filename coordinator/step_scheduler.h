@@ -148,6 +148,8 @@ class StepScheduler {
   int64_t ChunkFor(const Job& job, int64_t tokens_left, int64_t work_left, bool first) const;
   // Counts the waiting jobs that the KV left now cannot start (once per job).
   void NoteKvWaits();
+  // Counts `job` in jobs_waited_for_kv_ unless it was counted before.
+  void CountKvWait(Job& job);
   // R: the chunk whose attention hides its ring pass (0 on one rank or when not counted).
   int64_t RingChunk() const;
   // The work of a chunk of `chunk` positions after `before`: (before + chunk) x max(chunk, R).

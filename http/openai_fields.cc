@@ -154,6 +154,14 @@ std::optional<ApiError> ParseStopTokenIds(const Json& body, const ServedModel& m
   return std::nullopt;
 }
 
+// A JSON integer, or a finite number with no fractional part (2.0).
+bool IsWholeNumber(const Json& value) {
+  if (value.is_number_integer()) return true;
+  if (!value.is_number_float()) return false;
+  const double d = value.get<double>();
+  return std::isfinite(d) && std::trunc(d) == d;
+}
+
 }  // namespace
 
 bool Present(const Json& body, const char* key) {
@@ -162,17 +170,17 @@ bool Present(const Json& body, const char* key) {
 }
 
 std::optional<int64_t> IntegerValue(const Json& value) {
+  if (!IsWholeNumber(value)) return std::nullopt;
   if (value.is_number_unsigned()) {
     if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       return std::nullopt;
     return static_cast<int64_t>(value.get<uint64_t>());
   }
   if (value.is_number_integer()) return value.get<int64_t>();
-  if (!value.is_number_float()) return std::nullopt;
+  // [-2^63, 2^63): the whole doubles that convert to int64 exactly.
   const double d = value.get<double>();
-  // [-2^63, 2^63): the doubles that convert to int64 exactly; NaN fails every comparison.
   constexpr double kTwo63 = 9223372036854775808.0;
-  if (!(d >= -kTwo63 && d < kTwo63) || std::trunc(d) != d) return std::nullopt;
+  if (!(d >= -kTwo63 && d < kTwo63)) return std::nullopt;
   return static_cast<int64_t>(d);
 }
 
@@ -180,10 +188,7 @@ std::optional<ApiError> GetInt(const Json& body, const char* key, int64_t min, i
                                int64_t* out) {
   if (!Present(body, key)) return std::nullopt;
   const Json& v = body.at(key);
-  const bool integral = v.is_number_integer() ||
-                        (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                         std::trunc(v.get<double>()) == v.get<double>());
-  if (!integral) {
+  if (!IsWholeNumber(v)) {
     return InvalidField(key, std::string(key) + " must be an integer, got " + DescribeJson(v));
   }
   // Values beyond int64 (unsigned or float) are out of range as well.

@@ -64,9 +64,8 @@ struct ServedModel {
 // does not implement with non-default values (code "unsupported_parameter"), an unknown model
 // (404), and for chats a model without a chat template ("chat_template_unavailable") or a
 // conversation its template refuses or cannot render ("chat_template_error", with the
-// template's message and position). null is every optional
-// field's default. `user`, `safety_identifier`, `prompt_cache_key` and fields neither OpenAI nor
-// vLLM define are ignored.
+// template's message and position). null is every optional field's default. `user`,
+// `safety_identifier`, `prompt_cache_key` and fields neither OpenAI nor vLLM define are ignored.
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, const std::string& body,
                                            const ServedModel& model, OpenAiRequest* out);
 

@@ -88,8 +88,6 @@ class OpenAiServer::Impl {
     ctx_->model.vocab_size = info.vocab_size;
     ctx_->model.chat_default_max_tokens = ctx_->options.chat_default_max_tokens;
     ctx_->model.tokenizer = &service.tokenizer();
-    ctx_->context_limit = info.context_limit;
-    ctx_->kv_capacity_tokens = info.kv_capacity_tokens;
     ctx_->max_model_len = info.max_model_len;
     ctx_->created_unix = static_cast<int64_t>(std::time(nullptr));
     ctx_->readiness = std::make_shared<Readiness>(

@@ -79,8 +79,6 @@ struct ServerContext {
   JobService& service;
   const OpenAiServerOptions options;
   ServedModel model;
-  int64_t context_limit = 0;       // ModelInfo::context_limit
-  int64_t kv_capacity_tokens = 0;  // ModelInfo::kv_capacity_tokens
   int64_t max_model_len = 0;       // ModelInfo::max_model_len (/v1/models, /tokenize)
   int64_t created_unix = 0;        // server start, shown as the model's "created"
   EventGate gate;

@@ -51,7 +51,7 @@ std::optional<ApiError> TokenizeInput(const std::string& text, const Json& body,
 }  // namespace
 
 TokenizeAnswer TokenizeBody(const std::string& text, const ServedModel& model,
-                            int64_t context_limit) {
+                            int64_t max_model_len) {
   auto parsed = ParseJson(text, "request body");
   if (!parsed.ok() || !parsed->is_object()) {
     return {ApiError{400,
@@ -78,7 +78,7 @@ TokenizeAnswer TokenizeBody(const std::string& text, const ServedModel& model,
     }
   }
   Json answer = {{"count", ids.size()},
-                 {"max_model_len", context_limit},
+                 {"max_model_len", max_model_len},
                  {"tokens", ids},
                  {"token_strs", strs}};
   return {std::nullopt, answer.dump(-1, ' ', false, Json::error_handler_t::replace)};

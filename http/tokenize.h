@@ -22,10 +22,9 @@ struct TokenizeAnswer {
   std::string body;
 };
 
-// `context_limit` is shown as max_model_len (the server passes ModelInfo::max_model_len, as
-// /v1/models shows).
+// The answer shows `max_model_len` (ModelInfo::max_model_len, as /v1/models does).
 TokenizeAnswer TokenizeBody(const std::string& text, const ServedModel& model,
-                            int64_t context_limit);
+                            int64_t max_model_len);
 TokenizeAnswer DetokenizeBody(const std::string& text, const ServedModel& model);
 
 }  // namespace millipede
