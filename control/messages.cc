@@ -130,6 +130,9 @@ void Fields(Io& io, M& m) {
   Fields(io, m.job);
   io.Field(m.capacity_per_rank);
   io.Field(m.step_tokens);
+  io.Field(m.prefix_from);
+  io.Field(m.prefix_tokens);
+  io.Field(m.keep);
 }
 
 template <class Io, MessageOf<StepEntry> M>
@@ -143,7 +146,9 @@ void Fields(Io& io, M& m) {
 template <class Io, MessageOf<StepPlan> M>
 void Fields(Io& io, M& m) {
   io.Field(m.step_id);
+  io.Field(m.drops);
   io.Field(m.ends);
+  io.Field(m.keeps);
   io.List(m.starts, [&](auto& start) { Fields(io, start); });
   io.List(m.entries, [&](auto& entry) { Fields(io, entry); });
 }

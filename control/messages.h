@@ -91,6 +91,14 @@ struct StepStart {
   int64_t capacity_per_rank = 0;
   // The most tokens one step may add on a rank (the coordinator's step budget).
   int64_t step_tokens = 0;
+  // The prefix cache: when prefix_from is non-zero the job starts holding the KV of positions
+  // [0, prefix_tokens) of its prompt, restored on every rank from the cache entry prefix_from
+  // (each rank its own share), and its prefill continues at prefix_tokens.
+  uint64_t prefix_from = 0;
+  int64_t prefix_tokens = 0;
+  // When the workers end the job themselves (a stop id, EOS or its token budget), they keep
+  // its KV as cache entry `job.job_id` rather than freeing it.
+  bool keep = false;
 };
 
 enum class StepEntryKind : uint8_t { kPrefill = 1, kDecode = 2 };
@@ -104,10 +112,14 @@ struct StepEntry {
   int64_t count = 1;
 };
 
-// One engine step for every worker: free `ends`, start `starts` in order, run `entries`.
+// One engine step for every worker: free the cache entries `drops` and the jobs `ends`, keep
+// the jobs `keeps` as cache entries (each under its job id: the job ends, its KV stays), start
+// `starts` in order, run `entries`.
 struct StepPlan {
   uint64_t step_id = 0;
+  std::vector<uint64_t> drops;
   std::vector<uint64_t> ends;
+  std::vector<uint64_t> keeps;
   std::vector<StepStart> starts;
   std::vector<StepEntry> entries;
 };

@@ -44,6 +44,15 @@ void BatchRunner::End(uint64_t job_id) {
   if (jobs_.erase(job_id) > 0) engine_.EndSequence(static_cast<SequenceId>(job_id));
 }
 
+void BatchRunner::Keep(uint64_t job_id) {
+  if (jobs_.erase(job_id) == 0) return;
+  Status kept = engine_.KeepSequence(static_cast<SequenceId>(job_id));
+  if (kept.ok()) return;
+  // Only a broken plan gets here (the id cached twice); the KV is freed, never served.
+  std::cerr << "job " << job_id << ": not kept in the prefix cache: " << kept.ToString() << "\n";
+  engine_.EndSequence(static_cast<SequenceId>(job_id));
+}
+
 Status BatchRunner::Start(const control::StepStart& start) {
   const control::JobDescriptor& d = start.job;
   MP_REQUIRE(d.job_id != 0 && jobs_.count(d.job_id) == 0, "job ", d.job_id,
@@ -60,8 +69,16 @@ Status BatchRunner::Start(const control::StepStart& start) {
   options.step_tokens = std::min(start.step_tokens, start.capacity_per_rank);
   options.policy = d.policy ? *d.policy : engine_.policy();
   options.decode_rows = DecodeRowsPerRank(d.max_new_tokens, engine_.comm().size());
+  std::optional<CachedPrefix> prefix;
+  if (start.prefix_from != 0) {
+    MP_REQUIRE(start.prefix_tokens >= 1 &&
+                   start.prefix_tokens < static_cast<int64_t>(d.prompt_ids.size()),
+               "job ", d.job_id, ": a cached prefix of ", start.prefix_tokens,
+               " tokens for a prompt of ", d.prompt_ids.size());
+    prefix = CachedPrefix{static_cast<SequenceId>(start.prefix_from), start.prefix_tokens};
+  }
   // Every rank calls this with the same job: the memory plans are compared together.
-  MP_RETURN_IF_ERROR(engine_.StartSequence(static_cast<SequenceId>(d.job_id), options));
+  MP_RETURN_IF_ERROR(engine_.StartSequence(static_cast<SequenceId>(d.job_id), options, prefix));
   StatusOr<std::unique_ptr<TokenSampler>> sampler = TokenSampler::Create(
       engine_.backend(), d.sampling, engine_.config().vocab_size, d.prompt_ids);
   if (!sampler.ok()) {
@@ -70,6 +87,7 @@ Status BatchRunner::Start(const control::StepStart& start) {
   }
   Job& job = jobs_[d.job_id];
   job.descriptor = d;
+  job.keep = start.keep;
   job.sampler = std::move(sampler).value();
   return OkStatus();
 }
@@ -120,7 +138,12 @@ void BatchRunner::Accept(Job& job, uint64_t job_id, const SampledToken& token,
                        (!d.ignore_eos && Contains(engine_.config().eos_token_ids, token.id));
   r.finished = r.finished_by_stop || job.generated >= d.max_new_tokens;
   done->jobs.push_back(std::move(r));
-  if (done->jobs.back().finished) End(job_id);
+  if (!done->jobs.back().finished) return;
+  if (job.keep) {
+    Keep(job_id);
+  } else {
+    End(job_id);
+  }
 }
 
 Status BatchRunner::SampleAll(const std::vector<Planned>& planned, const StepOutput& output,
@@ -187,7 +210,9 @@ StatusOr<control::StepDone> BatchRunner::Run(const control::StepPlan& plan,
   const auto t0 = std::chrono::steady_clock::now();
   control::StepDone done;
   done.step_id = plan.step_id;
+  for (uint64_t id : plan.drops) engine_.DropCached(static_cast<SequenceId>(id));
   for (uint64_t id : plan.ends) End(id);
+  for (uint64_t id : plan.keeps) Keep(id);
   std::vector<uint64_t> failed;
   for (const control::StepStart& start : plan.starts) {
     Status s = Start(start);

@@ -3,7 +3,8 @@
 // runs, generate.h), so the stop rules, the sampling rank and the draws' broadcast are written
 // once, here. Each job is a sequence of the engine with its own sampler (penalty history, seed)
 // and stop rules; a step plan (control/messages.h) frees finished or cancelled jobs, starts new
-// ones (the ranks' memory plans checked together), and runs the prefill chunks and decode tokens
+// ones (the ranks' memory plans checked together; a job may start from a prefix-cache entry,
+// and a job that ends may leave its KV as one), and runs the prefill chunks and decode tokens
 // of many jobs in one Engine::RunStep; then each job whose prompt is complete, or that decoded,
 // samples its next token on one rank (a decode token's on rank 0, a prompt's first on the rank
 // holding its last position) and every rank learns it, so the ranks keep the same jobs in the
@@ -51,6 +52,7 @@ class BatchRunner {
     std::unique_ptr<TokenSampler> sampler;
     int64_t generated = 0;
     int32_t last_token = 0;
+    bool keep = false;  // its KV becomes a prefix-cache entry when it ends (StepStart::keep)
   };
   // An entry that made it into the engine's plan.
   struct Planned {
@@ -60,6 +62,8 @@ class BatchRunner {
 
   Status Start(const control::StepStart& start);
   void End(uint64_t job_id);
+  // Ends the job, its KV kept as prefix-cache entry `job_id` (Engine::KeepSequence).
+  void Keep(uint64_t job_id);
   // This rank's share of an entry, or why the job cannot run it.
   StatusOr<SequenceStep> ShareOf(const control::StepEntry& entry, const Job& job) const;
   // The rank that samples after `entry`, or -1 when it samples nothing (a prompt not finished).

@@ -65,14 +65,25 @@ Status Engine::SetPolicy(AttentionPolicy policy) {
 
 const Sequence* Engine::sequence(SequenceId id) const { return sequences_.Find(id); }
 
-Status Engine::StartSequence(SequenceId id, SequenceOptions options) {
+Status Engine::StartSequence(SequenceId id, SequenceOptions options,
+                             const std::optional<CachedPrefix>& prefix) {
   const Status checked = CheckPolicy(options.policy);
-  return sequences_.Start(id, std::move(options), checked);
+  return sequences_.Start(id, std::move(options), checked, prefix);
 }
 
 void Engine::EndSequence(SequenceId id) {
   // Recordings point into the sequences' stores (a later sequence may get the same addresses).
   if (sequences_.End(id)) graphs_.Clear();
+}
+
+Status Engine::KeepSequence(SequenceId id) {
+  MP_RETURN_IF_ERROR(sequences_.Keep(id));
+  graphs_.Clear();
+  return OkStatus();
+}
+
+void Engine::DropCached(SequenceId id) {
+  if (sequences_.DropCached(id)) graphs_.Clear();
 }
 
 StatusOr<StepOutput> Engine::RunStep(const StepPlan& plan, const LayerCallback& after_layer) {

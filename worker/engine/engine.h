@@ -86,11 +86,24 @@ class Engine {
   // host's) free memory, and a host tier's against the host's, before anything is allocated;
   // if any rank cannot fit, every rank fails with its numbers. Selected layers whose tier is
   // kAuto (and the engine's too) go to the host tier when the device cannot hold them (GPU
-  // backends). The step buffers for options.step_tokens are allocated here.
-  Status StartSequence(SequenceId id, SequenceOptions options);
+  // backends). The step buffers for options.step_tokens are allocated here. With `prefix`, the
+  // sequence starts holding the KV of the first prefix->length positions of the cached sequence
+  // prefix->from (the prefix cache: SequenceTable::Start), so its first step continues there.
+  Status StartSequence(SequenceId id, SequenceOptions options,
+                       const std::optional<CachedPrefix>& prefix = std::nullopt);
   // Frees the sequence's KV stores (nothing if it does not exist). When no sequence is left the
   // step buffers are freed too.
   void EndSequence(SequenceId id);
+  // The prefix cache's entries on this rank (every rank keeps its share of the same ones):
+  // KeepSequence ends running sequence `id` but keeps its KV under the same id, for later
+  // sequences to start from; DropCached frees one (nothing if it does not exist).
+  Status KeepSequence(SequenceId id);
+  void DropCached(SequenceId id);
+  const Sequence* cached_sequence(SequenceId id) const { return sequences_.FindCached(id); }
+  int64_t num_cached() const { return sequences_.num_cached(); }
+  // Bytes the cached sequences hold on this rank (both tiers), and in the host tier.
+  int64_t CachedKvBytes() const { return sequences_.CachedKvBytes(); }
+  int64_t CachedHostKvBytes() const { return sequences_.CachedHostKvBytes(); }
   // The sequence, or null.
   const Sequence* sequence(SequenceId id) const;
   int64_t num_sequences() const { return sequences_.size(); }

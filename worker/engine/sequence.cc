@@ -299,6 +299,25 @@ Status Sequence::Commit(std::span<const TokenRange> step, int64_t length) {
   return OkStatus();
 }
 
+Status Sequence::RestorePrefix(Backend& backend, const Sequence& src, int64_t length) {
+  MP_REQUIRE(length_ == 0 && stored_rows_ == 0 && !decoding_,
+             "sequence ", id_, ": a prefix is restored before its first step only");
+  MP_REQUIRE(length >= 1 && length <= src.length_, "sequence ", id_, ": a prefix of ", length,
+             " positions from a cached sequence of ", src.length_);
+  MP_REQUIRE(src.stores_.size() == stores_.size(), "sequence ", id_,
+             ": the cached sequence has another number of layers");
+  const std::vector<TokenRange> stored = RangesBefore(src.stored_, length);
+  for (size_t l = 0; l < stores_.size(); ++l) {
+    Status s = stores_[l]->RestoreFrom(backend, *src.stores_[l], stored, length);
+    if (!s.ok())
+      return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
+  }
+  stored_ = stored;
+  stored_rows_ = TotalSize(stored);
+  length_ = length;
+  return OkStatus();
+}
+
 void Sequence::BeginDecode() {
   if (decoding_) return;
   decoding_ = true;

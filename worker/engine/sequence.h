@@ -104,6 +104,12 @@ class Sequence {
 
   // Ends a step: this rank's new positions `step` in every store and the new length.
   Status Commit(std::span<const TokenRange> step, int64_t length);
+  // The prefix cache: makes this new sequence (nothing stored yet; the stores laid out as
+  // `src`'s: the same policy and choices of tier and head groups) hold src's KV of the
+  // positions before `length` on this rank, as if it had prefilled them; length in
+  // [1, src.length()]. FailedPrecondition when src's stores cannot give them (a store that
+  // keeps a window only, cached at another length; stores of another kind).
+  Status RestorePrefix(Backend& backend, const Sequence& src, int64_t length);
   // Called before the first decode step runs (then nothing): positions before length() are the
   // context, later ones generated (OmniKV's selections and host-tier stores split at it).
   void BeginDecode();

@@ -120,7 +120,24 @@ Status SequenceTable::CheckRanks(const std::vector<int64_t>& all, const Sequence
   return OkStatus();
 }
 
-Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status& checked) {
+StatusOr<const Sequence*> SequenceTable::PrefixSource(const CachedPrefix& prefix,
+                                                       SequenceOptions* options) const {
+  const Sequence* src = FindCached(prefix.from);
+  if (src == nullptr)
+    return NotFoundError("cached sequence " + std::to_string(prefix.from) + " is not held");
+  if (prefix.length < 1 || prefix.length > src->length())
+    return InvalidArgumentError("a cached prefix of " + std::to_string(prefix.length) +
+                                " positions from a sequence of " +
+                                std::to_string(src->length()));
+  // The same stores as the source's: its tier for selected layers, its head groups.
+  options->selected_kv = src->options().selected_kv;
+  options->host_tier_layers = src->options().host_tier_layers;
+  options->split_kv_heads = options->split_kv_heads && Sequence::SplitsKvHeads(src->options());
+  return src;
+}
+
+Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status& checked,
+                            const std::optional<CachedPrefix>& prefix) {
   if (options.step_tokens <= 0) options.step_tokens = options.capacity;
   options.split_kv_heads = options.split_kv_heads && ctx_.options.split_kv_heads;
   options.ranks = ctx_.comm->size();
@@ -128,9 +145,10 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   if (options.capacity <= 0 || options.capacity > ctx_.max_context())
     local = InvalidArgumentError("sequence capacity " + std::to_string(options.capacity) +
                                  " outside [1, " + std::to_string(ctx_.max_context()) + "]");
-  else if (Find(id) != nullptr)
+  else if (Find(id) != nullptr || FindCached(id) != nullptr)
     local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
   if (local.ok()) local = checked;
+  if (local.ok() && prefix) local = PrefixSource(*prefix, &options).status();
   // Every rank learns every rank's capacity (the most rows its ring block can reach: the rows it
   // holds and a step's, as chunked prefill grows them), needs and free memory.
   const int num_ranks = ctx_.comm->size();
@@ -153,10 +171,11 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   }
   MP_RETURN_IF_ERROR(local);
   MP_RETURN_IF_ERROR(CheckRanks(all, options, plan));
-  return Allocate(id, std::move(options), ring_rows);
+  return Allocate(id, std::move(options), ring_rows, prefix);
 }
 
-Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows) {
+Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows,
+                               const std::optional<CachedPrefix>& prefix) {
   // The plan fitted everywhere; an allocation can still fail on one rank, and then no rank may
   // keep the sequence (the others would wait for it in the next step's collectives).
   Status made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
@@ -166,6 +185,8 @@ Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t r
         id, *ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, std::move(options));
     if (s.ok()) sequence = std::move(s).value(); else made = s.status();
   }
+  if (made.ok() && prefix)
+    made = sequence->RestorePrefix(*ctx_.backend, *FindCached(prefix->from), prefix->length);
   const Status agreed = ctx_.AgreeToContinue(made.ok());
   if (!made.ok() || !agreed.ok()) {
     if (sequences_.empty()) ctx_.workspace->Release();
@@ -175,6 +196,37 @@ Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t r
   }
   sequences_[id] = std::move(sequence);
   return OkStatus();
+}
+
+Status SequenceTable::Keep(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not running");
+  if (cached_.count(id) > 0)
+    return FailedPreconditionError("the prefix cache already holds sequence " + std::to_string(id));
+  cached_[id] = std::move(it->second);
+  sequences_.erase(it);
+  if (sequences_.empty()) ctx_.workspace->Release();
+  return OkStatus();
+}
+
+bool SequenceTable::DropCached(SequenceId id) { return cached_.erase(id) > 0; }
+
+const Sequence* SequenceTable::FindCached(SequenceId id) const {
+  auto it = cached_.find(id);
+  return it == cached_.end() ? nullptr : it->second.get();
+}
+
+int64_t SequenceTable::CachedKvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : cached_) bytes += s->KvBytes();
+  return bytes;
+}
+
+int64_t SequenceTable::CachedHostKvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : cached_) bytes += s->HostKvBytes();
+  return bytes;
 }
 
 bool SequenceTable::End(SequenceId id) {

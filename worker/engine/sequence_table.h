@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "common/status.h"
 #include "worker/engine/engine_context.h"
@@ -12,6 +13,13 @@
 
 namespace millipede {
 
+// A start from the prefix cache: the new sequence holds the KV of positions [0, length) of
+// the cached sequence `from` (SequenceTable::Keep) before its first step.
+struct CachedPrefix {
+  SequenceId from = 0;
+  int64_t length = 0;
+};
+
 class SequenceTable {
  public:
   explicit SequenceTable(EngineContext& ctx) : ctx_(ctx) {}
@@ -19,10 +27,26 @@ class SequenceTable {
   // Starts sequence `id` (not running yet) with room for options.capacity positions on this rank
   // (Engine::StartSequence has the contract). `checked` is the caller's verdict on the options'
   // policy: a failure there refuses the sequence on this rank, and so on every rank.
-  Status Start(SequenceId id, SequenceOptions options, const Status& checked);
+  // With `prefix`, the sequence starts holding a cached sequence's KV (Sequence::RestorePrefix),
+  // its stores laid out as that one's (tier of selected layers, head groups); a restore that
+  // fails on any rank fails the start on every rank.
+  Status Start(SequenceId id, SequenceOptions options, const Status& checked,
+               const std::optional<CachedPrefix>& prefix = std::nullopt);
   // Frees the sequence's KV stores; false when it did not exist. When no sequence is left the
   // step buffers are freed too.
   bool End(SequenceId id);
+
+  // ---- The prefix cache's entries on this rank: sequences kept after their job ----
+  // Moves running sequence `id` into the cache, its stores and length as they are; it runs no
+  // more steps. NotFound when it is not running; FailedPrecondition when the cache has the id.
+  Status Keep(SequenceId id);
+  // Frees a cached sequence; false when there was none.
+  bool DropCached(SequenceId id);
+  const Sequence* FindCached(SequenceId id) const;
+  int64_t num_cached() const { return static_cast<int64_t>(cached_.size()); }
+  // Bytes the cached sequences' stores hold (both tiers), and in the host tier.
+  int64_t CachedKvBytes() const;
+  int64_t CachedHostKvBytes() const;
 
   const Sequence* Find(SequenceId id) const;
   Sequence* FindMutable(SequenceId id);
@@ -46,10 +70,15 @@ class SequenceTable {
   Status CheckRanks(const std::vector<int64_t>& all, const SequenceOptions& options,
                     const SequenceMemoryPlan& plan) const;
   // Allocates the step buffers and the sequence; every rank keeps it or none does.
-  Status Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows);
+  Status Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows,
+                  const std::optional<CachedPrefix>& prefix);
+  // A start from `prefix`: its source, with `options` laid out as the source's stores.
+  StatusOr<const Sequence*> PrefixSource(const CachedPrefix& prefix,
+                                         SequenceOptions* options) const;
 
   EngineContext& ctx_;
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
+  std::map<SequenceId, std::unique_ptr<Sequence>> cached_;
 };
 
 }  // namespace millipede

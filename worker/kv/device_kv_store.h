@@ -21,6 +21,10 @@ class DeviceKvStore final : public KvStoreBase {
   StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
   int64_t NumBytes() const override { return buffer_.NumBytes(); }
+  Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
+                     int64_t length) override {
+    return RestoreContiguous(backend, src, stored, length);
+  }
   int64_t capacity() const { return buffer_.capacity(); }
   int64_t fixed_capacity() const override { return buffer_.capacity(); }
   StatusOr<KvRows> FixedRows(int64_t n) const override { return buffer_.Slice(0, n); }

@@ -77,4 +77,19 @@ Status HeadGroupKvStore::Commit(std::span<const TokenRange> step_ranges, int64_t
   return OkStatus();
 }
 
+Status HeadGroupKvStore::RestoreFrom(Backend& backend, const KvStore& src,
+                                     std::span<const TokenRange> stored, int64_t length) {
+  const auto* from = dynamic_cast<const HeadGroupKvStore*>(&src);
+  if (from == nullptr || from->groups_.full != groups_.full ||
+      from->groups_.streaming != groups_.streaming)
+    return FailedPreconditionError(
+        "the cached KV was kept in another kind of store (its KV heads grouped otherwise)");
+  MP_REQUIRE(held_rows_ == 0, "head-group KV store: a prefix is restored into an empty store only");
+  MP_RETURN_IF_ERROR(full_->RestoreFrom(backend, *from->full_, stored, length));
+  MP_RETURN_IF_ERROR(streaming_->RestoreFrom(backend, *from->streaming_, stored, length));
+  held_ranges_ = full_->held_ranges();
+  held_rows_ = full_->held_rows();
+  return OkStatus();
+}
+
 }  // namespace millipede

@@ -47,6 +47,9 @@ class HeadGroupKvStore final : public KvStoreBase {
   // Commits both groups; the step's rows must have been moved by EndWrites.
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
   int64_t NumBytes() const override { return full_->NumBytes() + streaming_->NumBytes(); }
+  // Each group from src's group (the same heads in each).
+  Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
+                     int64_t length) override;
 
   const KvHeadGroups& groups() const { return groups_; }
   // One group's store: its held rows (positions in held_ranges()) and the step's rows once

@@ -31,6 +31,11 @@ class HostKvStore final : public KvStoreBase {
   // (device); FailedPrecondition for a view across both.
   StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
+  // Unimplemented: sequences keep no store of this kind (the prefix cache never holds one).
+  Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
+                     int64_t length) override {
+    return UnimplementedError("a host KV store is not restored from the prefix cache");
+  }
   int64_t NumBytes() const override {
     return static_cast<int64_t>(host_k_.NumBytes() + host_v_.NumBytes()) + staging_.NumBytes();
   }

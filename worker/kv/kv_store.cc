@@ -1,6 +1,10 @@
 #include "worker/kv/kv_store.h"
 
 #include <algorithm>
+#include <typeinfo>
+#include <string>
+
+#include "worker/backend/backend.h"
 
 namespace millipede {
 
@@ -39,6 +43,71 @@ StatusOr<int64_t> KvStoreBase::CheckStep(std::span<const TokenRange> step_ranges
 void KvStoreBase::HoldAll(std::span<const TokenRange> step_ranges, int64_t rows) {
   for (const TokenRange& r : step_ranges) AppendRange(&held_ranges_, r);
   held_rows_ += rows;
+}
+
+std::vector<TokenRange> RangesBefore(std::span<const TokenRange> ranges, int64_t length) {
+  std::vector<TokenRange> out;
+  for (const TokenRange& r : ranges) {
+    if (r.begin >= length) break;
+    out.push_back({r.begin, std::min(r.end, length)});
+  }
+  return out;
+}
+
+Status CopyKvRows(Backend& backend, ConstKvRows src, KvRows dst) {
+  MP_RETURN_IF_ERROR(backend.StartCopy(src.k, dst.k, CopyOrder::kAfterCompute).status());
+  MP_ASSIGN_OR_RETURN(const CopyEvent v, backend.StartCopy(src.v, dst.v, CopyOrder::kAfterCompute));
+  // The copy queue runs in order: V's copy complete means K's is too.
+  return backend.WaitCopy(v);
+}
+
+namespace {
+
+std::string RangesText(std::span<const TokenRange> ranges) {
+  std::string text;
+  for (const TokenRange& r : ranges) {
+    if (!text.empty()) text.append(" ");
+    text.append("[").append(std::to_string(r.begin)).append(", ");
+    text.append(std::to_string(r.end)).append(")");
+  }
+  return text.empty() ? std::string("none") : text;
+}
+
+}  // namespace
+
+StatusOr<std::vector<TokenRange>> KvStoreBase::CheckRestore(const KvStore& src,
+                                                            std::span<const TokenRange> stored,
+                                                            int64_t length) const {
+  if (typeid(src) != typeid(*this))
+    return FailedPreconditionError("the cached KV was kept in another kind of store");
+  MP_REQUIRE(held_rows_ == 0, "KV store: a prefix is restored into an empty store only");
+  std::vector<TokenRange> needed = retention_.Kept(stored, length);
+  const std::vector<TokenRange> have = RangesBefore(src.held_ranges(), length);
+  const bool same = have.size() == needed.size() &&
+                    std::equal(have.begin(), have.end(), needed.begin(),
+                               [](const TokenRange& a, const TokenRange& b) {
+                                 return a.begin == b.begin && a.end == b.end;
+                               });
+  if (!same)
+    return FailedPreconditionError("the cached KV holds positions " + RangesText(have) +
+                                   " before " + std::to_string(length) + " but a sequence of " +
+                                   "that length keeps " + RangesText(needed));
+  return needed;
+}
+
+Status KvStoreBase::RestoreContiguous(Backend& backend, const KvStore& src,
+                                      std::span<const TokenRange> stored, int64_t length) {
+  MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needed, CheckRestore(src, stored, length));
+  const int64_t n = TotalSize(needed);
+  if (n == 0) return OkStatus();
+  MP_ASSIGN_OR_RETURN(const ConstKvRows from, src.Rows(0));
+  MP_ASSIGN_OR_RETURN(const KvRows to, StepRows(0, n));
+  MP_REQUIRE(from.k.dim(0) >= n, "KV store: the cached store holds ", from.k.dim(0), " rows, not ",
+             n);
+  const ConstKvRows first{SliceRows(from.k, 0, n), SliceRows(from.v, 0, n)};
+  MP_RETURN_IF_ERROR(CopyKvRows(backend, first, to));
+  MP_RETURN_IF_ERROR(EndWrites(n));
+  return Commit(needed, length);
 }
 
 const char* KvTierName(KvTier tier) { return tier == KvTier::kDevice ? "device" : "host"; }

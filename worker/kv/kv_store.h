@@ -25,6 +25,8 @@
 
 namespace millipede {
 
+class Backend;
+
 // Which positions a store keeps once a step is committed.
 struct KvRetention {
   int64_t sink_tokens = 0;    // positions [0, sink_tokens) always stay
@@ -89,7 +91,22 @@ class KvStore {
   virtual StatusOr<KvRows> FixedRows(int64_t n) const {
     return UnimplementedError("this KV store moves its rows");
   }
+  // The prefix cache: makes this store, empty and of the same kind and layout as `src`, hold
+  // src's rows of the positions before `length`, as it would hold them had its own sequence
+  // been `length` long with this rank's positions `stored` (increasing, all < length): what src
+  // holds below `length` must be exactly what this store's retention keeps of `stored` there
+  // (a store that keeps a window only is reused at the length it was cached at).
+  // FailedPrecondition when it is not, or when the kinds differ. Copies on the backend's copy
+  // queue and waits for them (src may be freed afterwards).
+  virtual Status RestoreFrom(Backend& backend, const KvStore& src,
+                             std::span<const TokenRange> stored, int64_t length) = 0;
 };
+
+// Positions of `ranges` (increasing) before `length`.
+std::vector<TokenRange> RangesBefore(std::span<const TokenRange> ranges, int64_t length);
+// dst = src for K and V (same shapes and dtype; backend or AllocateHost memory), on the copy
+// queue after the compute queued so far; returns once both copies are complete.
+Status CopyKvRows(Backend& backend, ConstKvRows src, KvRows dst);
 
 // The held-row bookkeeping every store shares.
 class KvStoreBase : public KvStore {
@@ -105,6 +122,15 @@ class KvStoreBase : public KvStore {
   StatusOr<int64_t> CheckStep(std::span<const TokenRange> step_ranges, int64_t capacity) const;
   // The step's positions become held rows (a store that keeps them all).
   void HoldAll(std::span<const TokenRange> step_ranges, int64_t rows);
+  // RestoreFrom's checks: this store is empty and `src` holds below `length` exactly what this
+  // store's retention keeps of `stored`, which it returns.
+  StatusOr<std::vector<TokenRange>> CheckRestore(const KvStore& src,
+                                                 std::span<const TokenRange> stored,
+                                                 int64_t length) const;
+  // RestoreFrom for a store whose held rows are one contiguous block from row 0 (Rows(0)) and
+  // whose steps write through StepRows and Commit: src's first rows are copied as one step.
+  Status RestoreContiguous(Backend& backend, const KvStore& src,
+                           std::span<const TokenRange> stored, int64_t length);
 
   KvRetention retention_;
   int64_t held_rows_ = 0;

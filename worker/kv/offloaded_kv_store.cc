@@ -140,6 +140,30 @@ StatusOr<ConstKvRows> OffloadedKvStore::GeneratedRows(int64_t step_rows) const {
   return generated_.Prefix(generated_rows_ + step_rows);
 }
 
-Status OffloadedKvStore::WaitForWrites() { return backend_.WaitCopy(last_copy_); }
+Status OffloadedKvStore::WaitForWrites() const { return backend_.WaitCopy(last_copy_); }
+
+Status OffloadedKvStore::RestoreFrom(Backend& backend, const KvStore& src,
+                                     std::span<const TokenRange> stored, int64_t length) {
+  MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needed, CheckRestore(src, stored, length));
+  MP_REQUIRE(!context_ended_, "offloaded KV store: a prefix is restored before decoding only");
+  const auto& from = static_cast<const OffloadedKvStore&>(src);
+  const int64_t n = TotalSize(needed);
+  MP_REQUIRE(n <= host_.k.dim(0), "offloaded KV store: ", n,
+             " cached rows exceed its host capacity of ", host_.k.dim(0));
+  const int64_t context = std::min(n, from.context_rows());
+  MP_RETURN_IF_ERROR(from.WaitForWrites());
+  auto copy = [&](ConstKvRows rows, int64_t begin, int64_t count) -> Status {
+    if (count == 0) return OkStatus();
+    return CopyKvRows(backend, rows,
+                      KvRows{SliceRows(host_.k, begin, count), SliceRows(host_.v, begin, count)});
+  };
+  MP_RETURN_IF_ERROR(copy(ConstKvRows{SliceRows(AsConst(from.host_.k), 0, context),
+                                      SliceRows(AsConst(from.host_.v), 0, context)},
+                          0, context));
+  const ConstKvRows generated = from.generated_.Prefix(n - context);
+  MP_RETURN_IF_ERROR(copy(generated, context, n - context));
+  HoldAll(needed, n);
+  return OkStatus();
+}
 
 }  // namespace millipede

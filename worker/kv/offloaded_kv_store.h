@@ -80,6 +80,10 @@ class OffloadedKvStore final : public KvStoreBase {
   int64_t HostBytes() const {
     return static_cast<int64_t>(host_.k.NumBytes() + host_.v.NumBytes());
   }
+  // src's context rows (host memory) and generated rows (device) before `length` become this
+  // store's context rows, in host memory.
+  Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
+                     int64_t length) override;
 
   // From now on the steps' rows are generated rows, kept on the device. Idempotent.
   void EndContext();
@@ -89,7 +93,7 @@ class OffloadedKvStore final : public KvStoreBase {
   // The held generated rows followed by the step's first `step_rows` (device memory).
   StatusOr<ConstKvRows> GeneratedRows(int64_t step_rows) const;
   // Blocks until every context row committed so far is in host memory (for the host to read).
-  Status WaitForWrites();
+  Status WaitForWrites() const;
 
  private:
   friend class KvStagingPool;

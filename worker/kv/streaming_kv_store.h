@@ -38,6 +38,10 @@ class StreamingKvStore final : public KvStoreBase {
   StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
   int64_t NumBytes() const override { return buffer_.NumBytes(); }
+  Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
+                     int64_t length) override {
+    return RestoreContiguous(backend, src, stored, length);
+  }
 
  private:
   StreamingKvStore(Backend& backend, KvBuffer buffer, const KvRetention& retention)
