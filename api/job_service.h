@@ -51,6 +51,22 @@ struct JobRequest {
   bool ignore_eos = false;
   // Attention policy overrides in the policy-file JSON format; empty = the service's default.
   std::string policy_json;
+  // The prefix cache (when the service runs one): false neither reuses a cached prefix nor
+  // leaves this job's KV in the cache; pin keeps the KV this job leaves until it is unpinned or
+  // dropped (JobService::PinCacheEntry, DropCacheEntry).
+  bool cache = true;
+  bool pin = false;
+};
+
+// One prefix-cache entry: an ended job's KV, kept on the workers for later prompts that start
+// with its tokens.
+struct CacheEntryInfo {
+  uint64_t id = 0;           // the job whose KV it is
+  int64_t tokens = 0;        // of its tokens, those a later prompt may reuse
+  int64_t kv_positions = 0;  // KV positions it holds on the busiest worker rank
+  bool pinned = false;
+  int64_t hits = 0;     // jobs that started from it
+  int64_t holders = 0;  // queued jobs about to start from it
 };
 
 enum class JobState { kQueued, kPrefill, kDecode, kFinished, kCancelled, kFailed };
@@ -72,6 +88,10 @@ struct JobCompletion {
   // (1 for dense attention; sparse and A-shape heads compute fewer).
   int64_t prefill_attended_pairs = 0;
   int64_t prefill_causal_pairs = 0;
+  // Prompt tokens whose KV came from the prefix cache (not prefilled), and the entry this job's
+  // KV became (0: none; its id is the job's).
+  int64_t cached_tokens = 0;
+  uint64_t cache_entry = 0;
   double PrefillDensity() const {
     return prefill_causal_pairs > 0
                ? static_cast<double>(prefill_attended_pairs) / prefill_causal_pairs
@@ -152,6 +172,21 @@ class JobService {
   // cancelled job's KV freed on every rank without scraping metrics. Services without worker
   // ranks (fakes in tests) have none.
   virtual std::vector<RankStats> GetWorkerStats() const { return {}; }
+
+  // The prefix cache (docs/operations.md, "The prefix cache"): its entries, most recently used
+  // first; pinning one (kept until unpinned or dropped) or unpinning it; dropping one (its KV is
+  // freed on every worker with the next step). Unimplemented where the service keeps no cache;
+  // NotFound for an id that is not an entry; a drop is FailedPrecondition while a queued job is
+  // about to start from the entry.
+  virtual StatusOr<std::vector<CacheEntryInfo>> ListCache() const {
+    return UnimplementedError("this service keeps no prefix cache");
+  }
+  virtual Status PinCacheEntry(uint64_t id, bool pinned) {
+    return UnimplementedError("this service keeps no prefix cache");
+  }
+  virtual Status DropCacheEntry(uint64_t id) {
+    return UnimplementedError("this service keeps no prefix cache");
+  }
 };
 
 }  // namespace millipede

@@ -122,6 +122,9 @@ void Fields(Io& io, M& m) {
   io.Field(m.backend);
   io.Field(m.num_layers);
   io.Field(m.num_kv_heads);
+  Fields(io, m.default_policy);
+  io.Field(m.kv_dtype);
+  io.Field(m.selected_kv_host);
   Fields(io, m.capabilities);
 }
 
@@ -133,6 +136,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.prefix_from);
   io.Field(m.prefix_tokens);
   io.Field(m.keep);
+  io.Field(m.prefix_take);
 }
 
 template <class Io, MessageOf<StepEntry> M>
@@ -195,6 +199,8 @@ void Fields(Io& io, M& m) {
   io.Field(m.comm_bytes);
   io.Field(m.steps_run);
   io.Field(m.running_jobs);
+  io.Field(m.cache_bytes_gpu);
+  io.Field(m.cache_bytes_host);
 }
 
 template <class M>

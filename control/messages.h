@@ -82,6 +82,13 @@ struct WorkerHello {
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;
   PolicyCapabilities capabilities;
+  // The policy of jobs that bring none (the workers' --policy file, or dense), and the KV dtype
+  // ("f32", "bf16", ...): what the prefix cache keys a job's KV by.
+  AttentionPolicy default_policy;
+  std::string kv_dtype;
+  // Whether OmniKV's selected layers may go to the host tier on this rank (--selected-kv host,
+  // or auto on a GPU).
+  bool selected_kv_host = false;
 };
 
 // A job starting in a step: what it runs and the KV it reserves.
@@ -96,6 +103,9 @@ struct StepStart {
   // (each rank its own share), and its prefill continues at prefix_tokens.
   uint64_t prefix_from = 0;
   int64_t prefix_tokens = 0;
+  // The job takes the entry's KV over (the entry is gone, its memory the job's, no copy)
+  // rather than copying it; if that fails the workers free the entry.
+  bool prefix_take = false;
   // When the workers end the job themselves (a stop id, EOS or its token budget), they keep
   // its KV as cache entry `job.job_id` rather than freeing it.
   bool keep = false;
@@ -117,11 +127,11 @@ struct StepEntry {
 // `starts` in order, run `entries`.
 struct StepPlan {
   uint64_t step_id = 0;
-  std::vector<uint64_t> drops;
   std::vector<uint64_t> ends;
-  std::vector<uint64_t> keeps;
   std::vector<StepStart> starts;
   std::vector<StepEntry> entries;
+  std::vector<uint64_t> drops;
+  std::vector<uint64_t> keeps;
 };
 
 // Prefill progress of a job in the step in flight, from the worker leader after each layer.
@@ -181,6 +191,9 @@ struct WorkerStats {
   int64_t comm_bytes = 0;
   uint64_t steps_run = 0;
   int64_t running_jobs = 0;  // sequences holding KV
+  // KV bytes the prefix cache's entries hold (not in kv_bytes_*), by tier.
+  int64_t cache_bytes_gpu = 0;
+  int64_t cache_bytes_host = 0;
 };
 
 // A descriptor alone, as it travels inside a StepStart.

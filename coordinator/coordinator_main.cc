@@ -49,6 +49,9 @@ constexpr char kUsage[] =
                            token pairs (default 0: none); keeps steps short deep into a long
                            prompt
   --min-chunk N            smallest prefill chunk but the first of a step (default 256)
+  --prefix-block-tokens N  the prefix cache's block (default 16): a job whose prompt starts with
+                           a cached prefix of whole blocks prefills only the rest; 0 turns the
+                           cache off
   --ring-pairs-per-row X   with several workers: query-key pairs a rank's attention computes
                            while one K/V row of a layer crosses the ring (default 0: not counted);
                            chunks then cost their ring pass and are never shorter than
@@ -142,6 +145,9 @@ Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
   MP_ASSIGN_OR_RETURN(options->max_running, flags.GetInt("max-running", 64));
   MP_ASSIGN_OR_RETURN(options->max_prefill_work, flags.GetInt("max-prefill-work", 0));
   MP_ASSIGN_OR_RETURN(options->min_chunk, flags.GetInt("min-chunk", 256));
+  MP_ASSIGN_OR_RETURN(options->prefix_block_tokens, flags.GetInt("prefix-block-tokens", 16));
+  MP_REQUIRE(options->prefix_block_tokens >= 0 && options->prefix_block_tokens <= (1 << 20),
+             "--prefix-block-tokens must lie in [0, 2^20]");
   MP_ASSIGN_OR_RETURN(options->ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
   MP_ASSIGN_OR_RETURN(options->worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
   MP_ASSIGN_OR_RETURN(
@@ -213,7 +219,8 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "stall-abort-s",
-                        "worker-suspect-s", "default-max-tokens", "help"}));
+                        "worker-suspect-s", "default-max-tokens", "prefix-block-tokens",
+                        "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);

@@ -1,6 +1,8 @@
 // The job table: adding, starting, requeueing and ending jobs, and their status.
 #include "coordinator/job_table.h"
 
+#include <algorithm>
+
 namespace millipede {
 namespace {
 
@@ -10,11 +12,82 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
+void JobTable::EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy,
+                                 bool selected_kv_host) {
+  cache_.emplace(std::move(cache));
+  default_policy_ = std::move(default_policy);
+  selected_kv_host_ = selected_kv_host;
+}
+
+namespace {
+
+bool HasLayersOf(const AttentionPolicy& policy, DecodeRole role) {
+  for (const LayerPolicy& layer : policy.layers)
+    if (!layer.MixedDecode() && layer.LayerDecode() == role) return true;
+  return false;
+}
+
+bool HasSelectedLayers(const AttentionPolicy& policy) {
+  return HasLayersOf(policy, DecodeRole::kSelected);
+}
+
+// OmniKV's filter layers keep a selection in the sequence: restored by copy, never taken over.
+bool HasFilterLayers(const AttentionPolicy& policy) {
+  return HasLayersOf(policy, DecodeRole::kFilter);
+}
+
+}  // namespace
+
+std::optional<CachedStart> JobTable::LookUp(Job& job) {
+  job.keep = cache_.has_value() && job.use_cache;
+  job.positions = RankPositions(batch_.num_ranks());
+  if (!job.keep) return std::nullopt;
+  const control::JobDescriptor& d = job.descriptor;
+  const AttentionPolicy& policy = d.policy ? *d.policy : default_policy_;
+  if (selected_kv_host_ && HasSelectedLayers(policy)) {
+    job.keep = false;
+    return std::nullopt;
+  }
+  job.cache_key = cache_->KeyOf(policy);
+  job.reuse = ReuseOf(policy);
+  std::optional<PrefixStart> hit = cache_->Lookup(job.cache_key, d.prompt_ids);
+  if (!hit) return std::nullopt;
+  const int num_ranks = batch_.num_ranks();
+  const auto prompt = static_cast<int64_t>(d.prompt_ids.size());
+  const int64_t need = hit->positions.MaxRows() +
+                       PromptRowsBoundPerRank(prompt - hit->tokens, num_ranks) +
+                       DecodeRowsPerRank(d.max_new_tokens, num_ranks);
+  // Taken over when nothing else wants it and it has room: no copy, no second reservation.
+  job.cache_take = hit->exclusive && need <= hit->capacity && cache_->Take(hit->entry).ok();
+  job.cache_held = !job.cache_take && cache_->Hold(hit->entry).ok();
+  if (!job.cache_take && !job.cache_held) return std::nullopt;
+  job.cached_from = hit->entry;
+  job.cached_tokens = hit->tokens;
+  job.positions = hit->positions;
+  return CachedStart{hit->entry, hit->tokens, hit->positions.MaxRows(), job.cache_take,
+                     hit->capacity};
+}
+
 StatusOr<JobId> JobTable::Add(std::shared_ptr<Job> job, int64_t kv_cost_per_rank) {
   control::JobDescriptor& d = job->descriptor;
+  const std::optional<CachedStart> cached = LookUp(*job);
   // Admission already held the job to one rank's KV capacity: the policy takes it.
-  MP_RETURN_IF_ERROR(batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()),
-                                d.max_new_tokens, kv_cost_per_rank));
+  Status added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens,
+                            kv_cost_per_rank, cached, job->keep);
+  if (!added.ok() && job->cache_held) {
+    // A copied prefix may lie less evenly over the ranks than the job's own prompt would: when
+    // that is what makes it too large for the KV budget, the job runs uncached.
+    cache_->Release(job->cached_from);
+    job->cache_held = false;
+    job->cached_from = 0;
+    job->cached_tokens = 0;
+    job->positions = RankPositions(batch_.num_ranks());
+    added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens,
+                       kv_cost_per_rank, std::nullopt, job->keep);
+  }
+  // A refused take-over: its entry left the cache; the workers free it with the next step.
+  if (!added.ok() && job->cache_take) batch_.DropCached(job->cached_from);
+  MP_RETURN_IF_ERROR(added);
   job->id = next_id_++;
   d.job_id = job->id;
   jobs_[job->id] = job;
@@ -78,13 +151,76 @@ void JobTable::RemoveFromQueue(JobId id) {
 }
 
 void JobTable::Start(Job& job, Clock::time_point now) {
+  // The plan restores the prefix before anything later may drop the entry.
+  if (job.cache_held) cache_->Release(job.cached_from);
+  job.cache_held = false;
   job.state = JobState::kPrefill;
   job.started = now;
   RemoveFromQueue(job.id);
   if (metrics_) metrics_->JobStarted(Seconds(now - job.submitted));
 }
 
+void JobTable::Evict(int64_t need) {
+  for (uint64_t id : cache_->Evict(need)) batch_.DropCached(id);
+}
+
+void JobTable::EvictForWaitingJobs(Deliveries* out) {
+  if (!cache_ || batch_.KvShortfall() == 0) return;
+  Evict(batch_.KvShortfall());
+  if (batch_.running() > 0 || batch_.KvShortfall() <= 0) return;
+  // Nothing runs to free room: the entries still in the way are pinned or held by waiting jobs.
+  const std::optional<StepJobId> next = batch_.NextWaiting();
+  std::shared_ptr<Job> job = next ? Find(*next) : nullptr;
+  if (job == nullptr) return;
+  if (job->cache_held || job->cache_take) {
+    if (job->cache_held) cache_->Release(job->cached_from);
+    job->cache_held = job->cache_take = false;
+    job->cached_from = 0;
+    job->cached_tokens = 0;
+    job->positions = RankPositions(batch_.num_ranks());
+    batch_.ForgetCachedStart(job->id);
+    Evict(batch_.KvShortfall());
+  }
+  if (batch_.KvShortfall() <= 0) return;
+  if (metrics_) metrics_->RequestError("too_long");
+  Finish(*job,
+         ResourceExhaustedError(
+             "job " + std::to_string(job->id) + " needs " + std::to_string(batch_.kv_cost(job->id)) +
+             " KV positions per rank but prefix-cache entries that are pinned or about to be used hold " +
+             std::to_string(batch_.cached_per_rank()) +
+             " of the workers' budget; unpin or drop some (millipede cache list)"),
+         out, /*freed_by_workers=*/true);
+}
+
+void JobTable::RecordCommitted(const PlannedStep& planned, const std::vector<JobId>& failed) {
+  for (const PlannedEntry& e : planned.entries) {
+    if (std::find(failed.begin(), failed.end(), e.job) != failed.end()) continue;
+    std::shared_ptr<Job> job = Find(e.job);
+    if (job == nullptr) continue;
+    if (e.kind == PlannedKind::kPrefill) {
+      job->positions.AddChunk(e.begin, e.count);
+      job->chunk_ends.push_back(e.begin + e.count);
+    } else if (!job->ids.empty()) {
+      // The token run is the last one sampled.
+      job->positions.AddDecode(static_cast<int64_t>(job->descriptor.prompt_ids.size() +
+                                                    job->ids.size()) - 1);
+    }
+  }
+}
+
 bool JobTable::Requeue(Job& job) {
+  // A take-over allocates no KV; its failure freed the entry on the workers.
+  if (job.cache_take) return false;
+  // The workers need the memory more than the cache does.
+  bool freed = false;
+  if (cache_) {
+    for (uint64_t id : cache_->Evict(-1)) {
+      batch_.DropCached(id);
+      freed = true;
+    }
+  }
+  // Nothing else holds KV and nothing more can be freed: waiting would not help.
+  if (!freed && batch_.running() <= 1) return false;
   if (!batch_.StartRefused(job.id).ok()) return false;
   job.state = JobState::kQueued;
   queue_.push_front(job.id);
@@ -111,7 +247,7 @@ const char* JobTable::DeliverError(Job& job, const Status& error, JobStatusInfo*
   return reason;
 }
 
-const char* JobTable::DeliverCompletion(Job& job, double e2e_s, double decode_tps,
+const char* JobTable::DeliverCompletion(Job& job, double e2e_s, double decode_tps, bool kept,
                                         Deliveries* out) const {
   std::shared_ptr<JobObserver> observer = job.observer;
   JobCompletion c;
@@ -133,6 +269,8 @@ const char* JobTable::DeliverCompletion(Job& job, double e2e_s, double decode_tp
   c.decode_tokens_per_s = decode_tps;
   c.prefill_attended_pairs = job.prefill_attended_pairs;
   c.prefill_causal_pairs = job.prefill_causal_pairs;
+  c.cached_tokens = job.cached_tokens;
+  c.cache_entry = kept ? job.id : 0;
   const char* reason = c.finish_reason == "stop" ? "stop" : "length";
   out->push_back([observer, c] { observer->OnComplete(c); });
   return reason;
@@ -158,22 +296,84 @@ void JobTable::Finish(Job& job, std::optional<Status> error, Deliveries* out,
   if (job.ids.size() > 1 && job.last_token > job.first_token)
     decode_tps =
         static_cast<double>(job.ids.size() - 1) / Seconds(job.last_token - job.first_token);
+  const JobId id = job.id;
+  const bool kept = LeaveKv(job, error, started, freed_by_workers);
   const char* reason;
   if (error) {
     reason = DeliverError(job, *error, &info, out);
   } else {
     info.state = JobState::kFinished;
-    reason = DeliverCompletion(job, e2e, decode_tps, out);
+    reason = DeliverCompletion(job, e2e, decode_tps, kept, out);
   }
   job.held_token.reset();
   if (metrics_) metrics_->JobFinished(reason, started, e2e, decode_tps);
   RememberEnded(info);
-  const JobId id = job.id;
-  batch_.Remove(id, freed_by_workers);
-  if (metrics_) metrics_->KvReserved(batch_.reserved_per_rank());
+  if (metrics_) metrics_->KvReserved(batch_.reserved_per_rank() - batch_.cached_per_rank());
   RemoveFromQueue(id);
   jobs_.erase(id);                       // `job` may be gone from here on
   if (started) ReportPrefillProgress();  // 0 once no prompt is in prefill
+}
+
+bool JobTable::LeaveKv(Job& job, const std::optional<Status>& error, bool started,
+                       bool freed_by_workers) {
+  if (job.cache_held) cache_->Release(job.cached_from);
+  job.cache_held = false;
+  const bool ended_well = !error || error->code() == StatusCode::kCancelled;
+  // The workers keep a job they end themselves when it started with keep, unless it failed.
+  const bool workers_kept = job.keep && freed_by_workers && ended_well && started;
+  bool kept = false;
+  if (job.keep && started && ended_well && batch_.holds_kv(job.id)) {
+    const auto prompt = static_cast<int64_t>(job.descriptor.prompt_ids.size());
+    const int64_t stored = job.positions.total();
+    const int64_t run = std::max<int64_t>(0, stored - prompt);
+    const AttentionPolicy& policy = job.descriptor.policy ? *job.descriptor.policy
+                                                          : default_policy_;
+    EndedKv ended{.job = job.id,
+                  .key = job.cache_key,
+                  .reuse = job.reuse,
+                  .prompt = job.descriptor.prompt_ids,
+                  .generated = std::span<const int32_t>(job.ids).first(
+                      static_cast<size_t>(std::min<int64_t>(run, job.ids.size()))),
+                  .chunk_ends = job.chunk_ends,
+                  .positions = job.positions,
+                  .cost_per_rank = batch_.kv_cost(job.id),
+                  .capacity_per_rank = batch_.reservation(job.id),
+                  .takeable = !HasSelectedLayers(policy) && !HasFilterLayers(policy)};
+    kept = stored > 0 && cache_->Insert(ended);
+    if (kept && job.pin) (void)cache_->Pin(job.id, true);
+  }
+  if (kept || workers_kept) {
+    batch_.Remove(job.id, freed_by_workers, /*keep=*/true);
+    if (!kept) batch_.DropCached(job.id);
+  } else {
+    batch_.Remove(job.id, freed_by_workers);
+  }
+  return kept;
+}
+
+StatusOr<std::vector<CacheEntryInfo>> JobTable::ListCache() const {
+  if (!cache_) return UnimplementedError("the prefix cache is off (--prefix-block-tokens 0)");
+  std::vector<CacheEntryInfo> out;
+  for (const PrefixEntryInfo& e : cache_->index().List())
+    out.push_back({.id = e.id,
+                   .tokens = e.tokens,
+                   .kv_positions = e.cost_per_rank,
+                   .pinned = e.pinned,
+                   .hits = e.hits,
+                   .holders = e.holders});
+  return out;
+}
+
+Status JobTable::PinCacheEntry(uint64_t id, bool pinned) {
+  if (!cache_) return UnimplementedError("the prefix cache is off (--prefix-block-tokens 0)");
+  return cache_->Pin(id, pinned);
+}
+
+Status JobTable::DropCacheEntry(uint64_t id) {
+  if (!cache_) return UnimplementedError("the prefix cache is off (--prefix-block-tokens 0)");
+  MP_RETURN_IF_ERROR(cache_->Remove(id));
+  batch_.DropCached(id);
+  return OkStatus();
 }
 
 void JobTable::FailAll(const Status& error, Deliveries* out) {

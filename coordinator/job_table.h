@@ -17,6 +17,7 @@
 
 #include "api/job_service.h"
 #include "control/messages.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/step_scheduler.h"
 #include "coordinator/text_stream.h"
 #include "monitoring/service_metrics.h"
@@ -47,11 +48,46 @@ class JobTable {
     bool cancel_requested = false;  // by the client or the drain deadline
     bool stop_matched = false;      // a stop string ended the text; the next plan frees it
     bool stopped_by_id = false;     // the workers ended it at a stop or EOS id
+    // The prefix cache: whether the job takes part (looked up, its KV kept when it ends), its
+    // key and reuse rule, the entry it starts from (held until it starts) and how many prompt
+    // tokens that gives, and which positions each rank has stored (the steps committed).
+    bool use_cache = true;
+    bool pin = false;  // its entry is pinned when it is kept
+    bool keep = false;
+    uint64_t cache_key = 0;
+    PrefixReuse reuse = PrefixReuse::kAnyLength;
+    uint64_t cached_from = 0;
+    int64_t cached_tokens = 0;
+    bool cache_held = false;  // copies the entry: holds it until it starts
+    bool cache_take = false;  // takes the entry over (it left the cache at lookup)
+    RankPositions positions;
+    std::vector<int64_t> chunk_ends;
   };
 
   // `metrics` may be null; it must outlive the table.
   JobTable(StepScheduler batch, ServiceMetrics* metrics)
       : batch_(std::move(batch)), metrics_(metrics) {}
+
+  // Turns the prefix cache on: jobs that do not opt out are looked up in `cache` when added and
+  // leave their KV in it when they end; `default_policy` is the workers' own (for jobs that
+  // bring none).
+  // `selected_kv_host`: the workers may keep OmniKV's selected layers in their host tier, whose
+  // held rows a later prefill chunk cannot read yet: jobs with selected layers then take no part.
+  void EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy,
+                         bool selected_kv_host);
+  const PrefixCache* prefix_cache() const { return cache_ ? &*cache_ : nullptr; }
+  // The prefix cache's API (JobService::ListCache, PinCacheEntry, DropCacheEntry).
+  StatusOr<std::vector<CacheEntryInfo>> ListCache() const;
+  Status PinCacheEntry(uint64_t id, bool pinned);
+  Status DropCacheEntry(uint64_t id);
+  // Before each plan: frees least recently used cache entries for the first job waiting for KV.
+  // When nothing runs and that job still does not fit, it gives up its own cached start (so
+  // that its entry may go too); if pinned entries still leave no room it fails (into `out`)
+  // rather than wait for ever.
+  void EvictForWaitingJobs(Deliveries* out);
+  // A step committed: the prefill chunks and decode tokens of `planned` (but those of the jobs
+  // in `failed`) are stored on the workers.
+  void RecordCommitted(const PlannedStep& planned, const std::vector<JobId>& failed);
 
   // The batching policy: the step runner plans from it.
   StepScheduler& batch() { return batch_; }
@@ -99,13 +135,24 @@ class JobTable {
   // The observer's last events for an ended job; returns the finish reason for the metrics.
   const char* DeliverError(Job& job, const Status& error, JobStatusInfo* info,
                            Deliveries* out) const;
-  const char* DeliverCompletion(Job& job, double e2e_s, double decode_tps, Deliveries* out) const;
+  const char* DeliverCompletion(Job& job, double e2e_s, double decode_tps, bool kept,
+                                Deliveries* out) const;
   // Keeps the final status of the last kEndedKept ended jobs.
   void RememberEnded(const JobStatusInfo& info);
   void RemoveFromQueue(JobId id);
+  // The prefix cache's part of Add: the job's key, reuse rule and hit (held).
+  std::optional<CachedStart> LookUp(Job& job);
+  // Drops least recently used evictable entries worth `need` KV positions (all for need < 0).
+  void Evict(int64_t need);
+  // The prefix cache's part of Finish: whether the job's KV stays as an entry (true), and the
+  // batching policy told so.
+  bool LeaveKv(Job& job, const std::optional<Status>& error, bool started, bool freed_by_workers);
 
   StepScheduler batch_;
   ServiceMetrics* const metrics_;
+  std::optional<PrefixCache> cache_;
+  AttentionPolicy default_policy_;
+  bool selected_kv_host_ = false;
   JobId next_id_ = 1;
   std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running
   std::deque<JobId> queue_;                     // the queued ones, oldest first

@@ -257,6 +257,14 @@ std::vector<PrefixEntryInfo> PrefixIndex::List() const {
   return infos;
 }
 
+std::optional<PrefixEntryInfo> PrefixIndex::Info(uint64_t id) const {
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return std::nullopt;
+  const Slot& s = it->second;
+  return PrefixEntryInfo{s.entry.id, static_cast<int64_t>(s.entry.tokens.size()),
+                         s.entry.cost_per_rank, s.pinned, s.holders, s.last_use, s.hits};
+}
+
 int64_t PrefixIndex::size() const { return static_cast<int64_t>(slots_.size()); }
 
 int64_t PrefixIndex::cost_per_rank() const {

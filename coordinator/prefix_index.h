@@ -102,6 +102,8 @@ class PrefixIndex {
   std::vector<uint64_t> EvictionOrder() const;
   // Every entry, most recently used first.
   std::vector<PrefixEntryInfo> List() const;
+  // One entry's, or none for an unknown id.
+  std::optional<PrefixEntryInfo> Info(uint64_t id) const;
   int64_t size() const;
   // Sum of cost_per_rank over the entries, and over the evictable ones.
   int64_t cost_per_rank() const;

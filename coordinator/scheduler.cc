@@ -46,8 +46,21 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
                                              .max_prefill_work = options.max_prefill_work,
                                              .min_chunk = options.min_chunk,
                                              .ring_pairs_per_row = options.ring_pairs_per_row}));
-  return std::unique_ptr<Scheduler>(new Scheduler(std::move(tokenizer), std::move(link), metrics,
-                                                  std::move(options), std::move(batch)));
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(std::move(tokenizer), std::move(link),
+                                                     metrics, std::move(options),
+                                                     std::move(batch)));
+  if (scheduler->options_.prefix_block_tokens > 0) {
+    // Within one run the model is fixed; the key tells its shape and KV format apart anyway.
+    const std::string model_key = "model " + scheduler->options_.model_id + " vocab " +
+                                  std::to_string(facts.vocab_size) + " layers " +
+                                  std::to_string(facts.num_layers) + " kv " + facts.kv_dtype;
+    MP_ASSIGN_OR_RETURN(PrefixCache cache,
+                        PrefixCache::Create(scheduler->options_.prefix_block_tokens,
+                                            facts.num_workers, model_key));
+    scheduler->table_.EnablePrefixCache(std::move(cache), facts.default_policy,
+                                        facts.selected_kv_host);
+  }
+  return scheduler;
 }
 
 Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<WorkerLink> link,
@@ -107,6 +120,8 @@ StatusOr<JobId> Scheduler::SubmitChecked(JobRequest request,
   d.stop_ids = request.stop_ids;
   d.ignore_eos = request.ignore_eos;
   d.policy = std::move(admitted->policy);
+  job->use_cache = request.cache;
+  job->pin = request.pin;
 
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) return reject(FailedPreconditionError("the service has failed: " + failure_));

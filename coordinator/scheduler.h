@@ -61,6 +61,9 @@ struct SchedulerOptions {
   // After a drain starts, running jobs may go on this long before they are cancelled.
   double drain_timeout_s = 30;
   int64_t max_prompt_bytes = 32 << 20;
+  // The prefix cache's block in tokens (its hash chain's unit and the shortest prefix reused);
+  // 0 turns the cache off.
+  int64_t prefix_block_tokens = 16;
 };
 
 class Scheduler final : public JobService {
@@ -89,6 +92,9 @@ class Scheduler final : public JobService {
   HealthInfo GetHealth() const override;
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   std::vector<RankStats> GetWorkerStats() const override;
+  StatusOr<std::vector<CacheEntryInfo>> ListCache() const override;
+  Status PinCacheEntry(uint64_t id, bool pinned) override;
+  Status DropCacheEntry(uint64_t id) override;
 
  private:
   using Clock = JobTable::Clock;

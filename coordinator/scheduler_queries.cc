@@ -47,4 +47,19 @@ std::vector<RankStats> Scheduler::GetWorkerStats() const {
   return steps_.rank_stats();
 }
 
+StatusOr<std::vector<CacheEntryInfo>> Scheduler::ListCache() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.ListCache();
+}
+
+Status Scheduler::PinCacheEntry(uint64_t id, bool pinned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.PinCacheEntry(id, pinned);
+}
+
+Status Scheduler::DropCacheEntry(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.DropCacheEntry(id);
+}
+
 }  // namespace millipede

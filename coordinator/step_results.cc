@@ -55,7 +55,9 @@ void StepRunner::HandleStats(int rank, const control::WorkerStats& w) {
               .kv_bytes_host = w.kv_bytes_host,
               .attention_s = w.attention_s,
               .comm_s = w.comm_s,
-              .comm_bytes = w.comm_bytes};
+              .comm_bytes = w.comm_bytes,
+              .cache_bytes_gpu = w.cache_bytes_gpu,
+              .cache_bytes_host = w.cache_bytes_host};
   rank_stats_[rank] = r;
   if (metrics_) metrics_->UpdateRank(r);
 }
@@ -66,7 +68,13 @@ Status StepRunner::HandleStepDone(const control::StepDone& done, Deliveries* out
   const PlannedStep planned = std::move(in_flight_->planned);
   in_flight_.reset();
   // A cancelled step committed nothing: its work is planned again.
-  if (done.status_code == 0) table_.batch().Completed(planned);
+  if (done.status_code == 0) {
+    table_.batch().Completed(planned);
+    std::vector<JobId> failed;
+    for (const control::StepJobResult& r : done.jobs)
+      if (r.outcome == control::StepOutcome::kFailed) failed.push_back(r.job_id);
+    table_.RecordCommitted(planned, failed);
+  }
   for (const control::StepJobResult& r : done.jobs) {
     std::shared_ptr<Job> job = table_.Find(r.job_id);  // Finish may drop the table's reference
     if (job != nullptr) HandleResult(*job, r, planned, out);

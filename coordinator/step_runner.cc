@@ -34,6 +34,7 @@ Status StepRunner::Advance(Deliveries* out, bool* busy) {
     return CancelInsideStep(busy);
   }
   EndCancelled(out);
+  table_.EvictForWaitingJobs(out);
   return SendNextStep(busy);
 }
 
@@ -64,17 +65,33 @@ Status StepRunner::SendNextStep(bool* busy) {
   control::StepPlan plan;
   plan.step_id = next_step_id_++;
   plan.ends = planned.ends;
+  plan.drops = planned.drops;
+  plan.keeps = planned.keeps;
   const auto now = Clock::now();
   for (const PlannedStart& start : planned.starts) {
     Job& job = *table_.jobs().at(start.job);
-    plan.starts.push_back({job.descriptor, start.capacity_per_rank, options_.max_step_tokens});
+    plan.starts.push_back({.job = job.descriptor,
+                           .capacity_per_rank = start.capacity_per_rank,
+                           .step_tokens = options_.max_step_tokens,
+                           .prefix_from = start.prefix_from,
+                           .prefix_tokens = start.prefix_tokens,
+                           .prefix_take = start.prefix_take,
+                           .keep = start.keep});
     table_.Start(job, now);
   }
   for (const PlannedEntry& e : planned.entries)
     plan.entries.push_back({e.job, KindOf(e.kind), e.begin, e.count});
   if (metrics_) {
     metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
-    metrics_->KvReserved(batch.reserved_per_rank());
+    metrics_->KvReserved(batch.reserved_per_rank() - batch.cached_per_rank());
+    if (const PrefixCache* cache = table_.prefix_cache()) {
+      const PrefixCacheStats c = cache->stats();
+      metrics_->PrefixCache({.hit_tokens = c.hit_tokens,
+                             .miss_tokens = c.miss_tokens,
+                             .entries = c.entries,
+                             .reserved_positions = batch.cached_per_rank(),
+                             .evictions = c.evictions});
+    }
   }
   in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false};
   last_progress_ = now;

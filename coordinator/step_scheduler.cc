@@ -46,16 +46,44 @@ int64_t StepScheduler::ReservationPerRank(int64_t prompt_tokens, int64_t max_new
 }
 
 Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens,
-                          int64_t kv_cost_per_rank) {
-  MP_REQUIRE(jobs_.count(job) == 0, "step scheduler: job ", job, " was added twice");
+                          int64_t kv_cost_per_rank, const std::optional<CachedStart>& cached,
+                          bool keep) {
+  MP_REQUIRE(jobs_.count(job) == 0 && cached_.count(job) == 0, "step scheduler: job ", job,
+             " was added twice");
   MP_REQUIRE(prompt_tokens >= 1 && max_new_tokens >= 1, "step scheduler: job ", job, " has prompt ",
              prompt_tokens, " and max_new_tokens ", max_new_tokens);
   Job j;
   j.prompt = prompt_tokens;
   j.max_new = max_new_tokens;
+  j.keep = keep;
   j.reservation = ReservationPerRank(prompt_tokens, max_new_tokens, options_.num_ranks);
   MP_REQUIRE(kv_cost_per_rank >= 0, "step scheduler: job ", job, " has a negative KV cost");
   j.cost = kv_cost_per_rank > 0 ? kv_cost_per_rank : j.reservation;
+  if (cached) {
+    MP_REQUIRE(cached->entry != 0 && cached->tokens >= 1 && cached->tokens < prompt_tokens &&
+                   cached->prefix_rows >= 0,
+               "step scheduler: job ", job, " starts from a cached prefix of ", cached->tokens,
+               " tokens of ", prompt_tokens);
+    // The prefix as the entry's ranks hold it, then the rest sharded as any prompt.
+    const int64_t reservation =
+        cached->prefix_rows + PromptRowsBoundPerRank(prompt_tokens - cached->tokens,
+                                                     options_.num_ranks) +
+        DecodeRowsPerRank(max_new_tokens, options_.num_ranks);
+    j.cost += std::max<int64_t>(0, reservation - j.reservation);
+    j.reservation = reservation;
+    j.cached = j.prefilled = cached->tokens;
+    j.cached_from = cached->entry;
+    if (cached->take) {
+      auto entry = cached_.find(cached->entry);
+      MP_REQUIRE(entry != cached_.end() && cached->capacity >= reservation, "step scheduler: job ",
+                 job, " takes over entry ", cached->entry, " which is not cached or too small");
+      j.cost = entry->second;
+      j.reservation = cached->capacity;
+      j.taken = true;
+      cached_cost_ -= entry->second;
+      cached_.erase(entry);
+    }
+  }
   if (j.cost > options_.kv_positions_per_rank)
     return OutOfRangeError("job " + std::to_string(job) + " needs " + std::to_string(j.cost) +
                            " KV positions per rank; " +
@@ -65,21 +93,85 @@ Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_
   return OkStatus();
 }
 
-void StepScheduler::Remove(StepJobId job, bool freed_by_workers) {
+void StepScheduler::Remove(StepJobId job, bool freed_by_workers, bool keep) {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
+  if (it->second.taken && !it->second.started) {
+    // Its entry's KV is still the workers' under the entry's id.
+    reserved_ -= it->second.cost;
+    pending_drops_.push_back(it->second.cached_from);
+  }
   if (it->second.started) {
     --running_;
-    reserved_ -= it->second.cost;
     memory_blocked_ = false;
-    if (!freed_by_workers) pending_ends_.push_back(job);
+    if (keep) {
+      // The reservation stays with the entry.
+      cached_[job] = it->second.cost;
+      cached_cost_ += it->second.cost;
+      if (!freed_by_workers) pending_keeps_.push_back(job);
+    } else {
+      reserved_ -= it->second.cost;
+      if (!freed_by_workers) pending_ends_.push_back(job);
+    }
   }
   jobs_.erase(it);
+}
+
+void StepScheduler::DropCached(uint64_t entry) {
+  auto it = cached_.find(entry);
+  if (it == cached_.end()) return;
+  reserved_ -= it->second;
+  cached_cost_ -= it->second;
+  memory_blocked_ = false;
+  pending_drops_.push_back(entry);
+  cached_.erase(it);
+}
+
+std::optional<StepJobId> StepScheduler::NextWaiting() const {
+  for (StepJobId id : PrefillOrder())
+    if (!jobs_.at(id).started) return id;
+  return std::nullopt;
+}
+
+int64_t StepScheduler::KvShortfall() const {
+  if (memory_blocked_) return -1;
+  if (running_ >= options_.max_running) return 0;
+  const std::optional<StepJobId> next = NextWaiting();
+  if (!next) return 0;
+  const Job& j = jobs_.at(*next);
+  const int64_t lack = reserved_ + (j.taken ? 0 : j.cost) - options_.kv_positions_per_rank;
+  return std::max<int64_t>(lack, 0);
+}
+
+void StepScheduler::ForgetCachedStart(StepJobId job) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.started || it->second.cached_from == 0) return;
+  Job& j = it->second;
+  if (j.taken) {
+    reserved_ -= j.cost;
+    pending_drops_.push_back(j.cached_from);
+    j.taken = false;
+  }
+  const int64_t uncached = ReservationPerRank(j.prompt, j.max_new, options_.num_ranks);
+  j.cost -= std::max<int64_t>(0, j.reservation - uncached);
+  j.reservation = uncached;
+  j.cached = j.prefilled = 0;
+  j.cached_from = 0;
 }
 
 bool StepScheduler::holds_kv(StepJobId job) const {
   auto it = jobs_.find(job);
   return it != jobs_.end() && it->second.started;
+}
+
+int64_t StepScheduler::kv_cost(StepJobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.cost;
+}
+
+int64_t StepScheduler::reservation(StepJobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.reservation;
 }
 
 std::vector<StepJobId> StepScheduler::PrefillOrder() const {
@@ -134,7 +226,9 @@ int64_t StepScheduler::ChunkFor(const Job& j, int64_t tokens_left, int64_t work_
 
 PlannedStep StepScheduler::Next() {
   PlannedStep step;
+  step.drops.swap(pending_drops_);
   step.ends.swap(pending_ends_);
+  step.keeps.swap(pending_keeps_);
   for (const auto& [id, j] : jobs_)
     if (j.started && j.prefilled == j.prompt)
       step.entries.push_back({id, PlannedKind::kDecode, j.prompt, 1});
@@ -148,7 +242,7 @@ PlannedStep StepScheduler::Next() {
     if (tokens_left <= 0) break;
     Job& j = jobs_[id];
     if (!j.started && (memory_blocked_ || running_ >= options_.max_running ||
-                       reserved_ + j.cost > options_.kv_positions_per_rank))
+                       (!j.taken && reserved_ + j.cost > options_.kv_positions_per_rank)))
       continue;
     const int64_t chunk = ChunkFor(j, tokens_left, work_left, first);
     if (chunk <= 0) continue;
@@ -156,8 +250,13 @@ PlannedStep StepScheduler::Next() {
       j.started = true;
       j.refused = false;
       ++running_;
-      reserved_ += j.cost;
-      step.starts.push_back({id, j.reservation});
+      if (!j.taken) reserved_ += j.cost;
+      step.starts.push_back({.job = id,
+                             .capacity_per_rank = j.reservation,
+                             .prefix_from = j.cached_from,
+                             .prefix_tokens = j.cached,
+                             .keep = j.keep,
+                             .prefix_take = j.taken});
     }
     step.entries.push_back({id, PlannedKind::kPrefill, j.prefilled, chunk});
     tokens_left -= chunk;
@@ -178,7 +277,8 @@ void StepScheduler::NoteKvWaits() {
   // After the plan's starts: a job left waiting because this plan's starts took the room waits
   // for KV too. A job held back only by the step's token budget or max_running is not counted.
   for (auto& [id, j] : jobs_) {
-    if (!j.started && (memory_blocked_ || reserved_ + j.cost > options_.kv_positions_per_rank))
+    if (!j.started &&
+        (memory_blocked_ || (!j.taken && reserved_ + j.cost > options_.kv_positions_per_rank)))
       CountKvWait(j);
   }
 }
@@ -201,13 +301,17 @@ Status StepScheduler::StartRefused(StepJobId job) {
   auto it = jobs_.find(job);
   MP_REQUIRE(it != jobs_.end() && it->second.started, "step scheduler: job ", job,
              " was not started");
+  // A take-over allocates no KV, and its entry is gone on the workers when it fails.
+  if (it->second.taken)
+    return FailedPreconditionError("job " + std::to_string(job) +
+                                   " could not take its prefix-cache entry over");
   Job& j = it->second;
   j.started = false;
-  j.prefilled = 0;
+  j.prefilled = j.cached;
   j.refused = true;
   --running_;
   reserved_ -= j.cost;
-  if (running_ == 0)
+  if (running_ == 0 && cached_.empty())
     return FailedPreconditionError("the workers cannot hold job " + std::to_string(job) +
                                    "'s KV even with no other job running");
   memory_blocked_ = true;

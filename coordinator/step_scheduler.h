@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "common/status.h"
@@ -75,14 +76,36 @@ struct PlannedStart {
   StepJobId job = 0;
   // KV positions to reserve on each rank (the busiest rank's share of prompt + generated).
   int64_t capacity_per_rank = 0;
+  // From the prefix cache: positions [0, prefix_tokens) restored from entry prefix_from (0:
+  // none); keep: the workers keep the job's KV as an entry when they end it.
+  uint64_t prefix_from = 0;
+  int64_t prefix_tokens = 0;
+  bool keep = false;
+  bool prefix_take = false;  // the entry itself becomes the job's (CachedStart::take)
 };
 
-// One step for the workers: free `ends`, start `starts` (in order), then run `entries`.
+// A job's start from the prefix cache (StepScheduler::Add).
+struct CachedStart {
+  uint64_t entry = 0;
+  int64_t tokens = 0;       // positions restored
+  int64_t prefix_rows = 0;  // of them, on the rank holding the most
+  // The job takes the entry over: the entry's reservation (its KV cost and `capacity` positions
+  // per rank) becomes the job's from now on, and nothing more is reserved.
+  bool take = false;
+  int64_t capacity = 0;
+};
+
+// One step for the workers: free the cache entries `drops` and the jobs `ends`, keep the jobs
+// `keeps` as cache entries, start `starts` (in order), then run `entries`.
 struct PlannedStep {
   std::vector<StepJobId> ends;
   std::vector<PlannedStart> starts;
   std::vector<PlannedEntry> entries;
-  bool empty() const { return ends.empty() && starts.empty() && entries.empty(); }
+  std::vector<uint64_t> drops;
+  std::vector<StepJobId> keeps;
+  bool empty() const {
+    return drops.empty() && ends.empty() && keeps.empty() && starts.empty() && entries.empty();
+  }
   int64_t decode_tokens() const;
   int64_t prefill_tokens() const;
 };
@@ -98,12 +121,32 @@ class StepScheduler {
   // `kv_cost_per_rank`: what the job's KV takes on the busiest rank, in positions of dense KV,
   // counted against kv_positions_per_rank (0: its reservation, as dense KV; an attention policy
   // whose streaming heads keep only a window costs less, AdmittedJob::kv_cost_per_rank).
+  // `cached`: the job starts from a prefix-cache entry and prefills from cached->tokens; its
+  // reservation is the prefix's rows plus the rest's. `keep`: the workers keep its KV when they
+  // end it (PlannedStart::keep).
   Status Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens,
-             int64_t kv_cost_per_rank = 0);
+             int64_t kv_cost_per_rank = 0, const std::optional<CachedStart>& cached = std::nullopt,
+             bool keep = false);
   // The job leaves (finished, cancelled, failed). Its reservation is released; if it held KV
   // and the workers did not free it themselves, the next step frees it (PlannedStep::ends).
+  // With `keep` (a job that held KV) its reservation stays, as prefix-cache entry `job`, and if
+  // the workers did not keep it themselves the next step does (PlannedStep::keeps).
   // Unknown ids are ignored.
-  void Remove(StepJobId job, bool freed_by_workers);
+  void Remove(StepJobId job, bool freed_by_workers, bool keep = false);
+  // Frees prefix-cache entry `entry` (a job kept with Remove): its reservation is released and
+  // the next step drops it on the workers (PlannedStep::drops). Unknown ids are ignored.
+  void DropCached(uint64_t entry);
+  // KV positions per rank the prefix-cache entries reserve.
+  int64_t cached_per_rank() const { return cached_cost_; }
+  // What the first job waiting for KV lacks, in KV positions per rank, beyond what is not
+  // reserved (every reservation counted, cache entries too); 0 when no job waits for KV. After a
+  // start the workers refused for memory: -1 (free what can be freed).
+  int64_t KvShortfall() const;
+  // The job KvShortfall speaks of (the first waiting job in prefill order), if any.
+  std::optional<StepJobId> NextWaiting() const;
+  // A waiting job gives up its start from the prefix cache: it prefills its whole prompt and
+  // reserves as an uncached job.
+  void ForgetCachedStart(StepJobId job);
 
   // The next step (empty when there is nothing to do). Jobs it starts hold their reservation
   // from here on. After a step that ran, call Completed before the next Next().
@@ -115,10 +158,11 @@ class StepScheduler {
   // Next() plans the same work again (the jobs it started stay started).
   // The workers refused to start `job` for memory: it goes back to the head of the queue and no
   // job starts until a running one leaves. FailedPrecondition (the caller fails the job) when no
-  // other job holds KV, so waiting would not help.
+  // other job or cache entry holds KV, so waiting would not help, or for a take-over.
   Status StartRefused(StepJobId job);
 
   int64_t running() const { return running_; }
+  int num_ranks() const { return options_.num_ranks; }
   int64_t waiting() const { return static_cast<int64_t>(jobs_.size()) - running_; }
   int64_t reserved_per_rank() const { return reserved_; }
   // Jobs that have had to wait for KV to be freed, each counted once, since the start: a
@@ -127,12 +171,20 @@ class StepScheduler {
   // no job has ended since. Monotonic: the metric kv_admission_waits_total follows it.
   int64_t jobs_waited_for_kv() const { return jobs_waited_for_kv_; }
   bool holds_kv(StepJobId job) const;
+  // What a job counts against the KV budget, and the positions per rank its sequence has room
+  // for (0 for an unknown id).
+  int64_t kv_cost(StepJobId job) const;
+  int64_t reservation(StepJobId job) const;
   // KV positions one job reserves on the busiest rank.
   static int64_t ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);
 
  private:
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
+    int64_t cached = 0;          // positions restored from the prefix cache
+    uint64_t cached_from = 0;    // the entry (0: none)
+    bool keep = false;
+    bool taken = false;          // took its entry over: its cost is reserved already
     int64_t cost = 0;       // its KV in positions of dense KV: what reserved_ counts
     int64_t prefilled = 0;  // committed prompt tokens
     uint64_t arrival = 0;
@@ -158,6 +210,10 @@ class StepScheduler {
   StepSchedulerOptions options_;
   std::map<StepJobId, Job> jobs_;
   std::vector<StepJobId> pending_ends_;
+  std::vector<StepJobId> pending_keeps_;
+  std::vector<uint64_t> pending_drops_;
+  std::map<uint64_t, int64_t> cached_;  // prefix-cache entries' reservations
+  int64_t cached_cost_ = 0;
   int64_t running_ = 0;
   int64_t reserved_ = 0;
   uint64_t arrivals_ = 0;

@@ -66,6 +66,8 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.num_layers = hello.num_layers;
       facts.num_kv_heads = hello.num_kv_heads;
       facts.capabilities = hello.capabilities;
+      facts.default_policy = hello.default_policy;
+      facts.kv_dtype = hello.kv_dtype;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
                  "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,
@@ -74,6 +76,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.kv_capacity_per_rank = std::min(facts.kv_capacity_per_rank, hello.kv_capacity_tokens);
       facts.capabilities = IntersectCapabilities(facts.capabilities, hello.capabilities);
     }
+    facts.selected_kv_host = facts.selected_kv_host || hello.selected_kv_host;
   }
   std::fill(link->last_heard_.begin(), link->last_heard_.end(), Clock::now());
   return link;

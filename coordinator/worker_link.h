@@ -30,6 +30,11 @@ struct WorkerFacts {
   int64_t num_kv_heads = 0;
   // What every worker runs (the intersection of their reports).
   PolicyCapabilities capabilities;
+  // Rank 1's policy for jobs that bring none, and its KV dtype (the prefix cache's key).
+  AttentionPolicy default_policy;
+  std::string kv_dtype;
+  // Some rank may keep OmniKV's selected layers in its host tier.
+  bool selected_kv_host = false;
 };
 
 class WorkerLink {

@@ -346,7 +346,8 @@ void HttpSession::FinishIfDone() {
     }
     return SendJson(200, CompletionBody(meta_, results, prompt_tokens));
   }
-  if (include_usage_) StreamWrite(StreamUsageEvent(meta_, prompt_tokens, generated));
+  const int64_t cached = choices_[0].completion ? choices_[0].completion->cached_tokens : 0;
+  if (include_usage_) StreamWrite(StreamUsageEvent(meta_, prompt_tokens, generated, cached));
   StreamWrite(kStreamDone);
   EndStream();
 }

@@ -1,6 +1,7 @@
-// HttpSession's probes and model routes: /health, /ready, /v1/models.
+// HttpSession's probes, model and prefix-cache routes: /health, /ready, /v1/models, /v1/cache.
 #include <boost/asio/dispatch.hpp>
 
+#include "common/flags.h"
 #include "common/json_util.h"
 #include "http/http_session.h"
 #include "http/readiness.h"
@@ -70,6 +71,45 @@ void HttpSession::HandleModels(const std::string& path) {
   }
   Refuse(ApiError{404, "The model `" + id + "` does not exist", "invalid_request_error", "model",
                   "model_not_found"});
+}
+
+namespace {
+
+Json CacheEntryObject(const CacheEntryInfo& e) {
+  return Json{{"id", std::to_string(e.id)}, {"object", "cache_entry"},
+              {"tokens", e.tokens},         {"kv_positions", e.kv_positions},
+              {"pinned", e.pinned},         {"hits", e.hits},
+              {"holders", e.holders}};
+}
+
+}  // namespace
+
+void HttpSession::HandleCache(const std::string& path) {
+  JobService& service = ctx_->service;
+  if (path == "/v1/cache") {
+    StatusOr<std::vector<CacheEntryInfo>> entries = service.ListCache();
+    if (!entries.ok()) return Refuse(ApiErrorFromStatus(entries.status()));
+    Json data = Json::array();
+    for (const CacheEntryInfo& e : *entries) data.push_back(CacheEntryObject(e));
+    return SendJson(200, Json{{"object", "list"}, {"data", data}}.dump());
+  }
+  // /v1/cache/{id}, /v1/cache/{id}/pin, /v1/cache/{id}/unpin (the router checked the method).
+  std::string rest = path.substr(std::string("/v1/cache/").size());
+  std::string action;
+  if (const size_t slash = rest.find('/'); slash != std::string::npos) {
+    action = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+  }
+  StatusOr<int64_t> id = ParseInt64(rest, "cache entry id");
+  if (!id.ok() || *id <= 0)
+    return Refuse(ApiError{404, "no prefix-cache entry `" + rest + "`", "invalid_request_error",
+                           "", "cache_entry_not_found"});
+  const auto entry = static_cast<uint64_t>(*id);
+  const Status done = action.empty() ? service.DropCacheEntry(entry)
+                                     : service.PinCacheEntry(entry, action == "pin");
+  if (!done.ok()) return Refuse(ApiErrorFromStatus(done));
+  const char* state = action.empty() ? "dropped" : (action == "pin" ? "pinned" : "unpinned");
+  SendJson(200, Json{{"id", rest}, {"object", "cache_entry"}, {state, true}}.dump());
 }
 
 }  // namespace millipede

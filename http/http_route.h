@@ -25,6 +25,7 @@ enum class HttpRoute {
   kChatCompletions,  // POST /v1/chat/completions
   kTokenize,         // POST /tokenize
   kDetokenize,       // POST /detokenize
+  kCache,            // GET /v1/cache, DELETE /v1/cache/{id}, POST /v1/cache/{id}/pin|unpin
 };
 
 struct RoutedRequest {

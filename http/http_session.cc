@@ -184,6 +184,8 @@ void HttpSession::RouteChecked() {
       return StartTokenize(/*detokenize=*/false);
     case HttpRoute::kDetokenize:
       return StartTokenize(/*detokenize=*/true);
+    case HttpRoute::kCache:
+      return HandleCache(routed.path);
   }
 }
 

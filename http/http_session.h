@@ -60,8 +60,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // Answers the request (http_route.h says which handler).
   void Route();
   void RouteChecked();
-  // Probes and the model list (http_probes.cc).
+  // Probes, the model list and the prefix cache's routes (http_probes.cc).
   void HandleModels(const std::string& path);
+  void HandleCache(const std::string& path);
   void HandleHealth();
   void HandleReady();
   void Watch();

@@ -89,6 +89,8 @@ std::optional<ApiError> ParseCommon(const Json& body, const ServedModel& model,
     }
   }
   if (auto e = GetBool(body, "ignore_eos", &out->job.ignore_eos)) return e;
+  if (auto e = GetBool(body, "cache", &out->job.cache)) return e;
+  if (auto e = GetBool(body, "cache_pin", &out->job.pin)) return e;
   return std::nullopt;
 }
 

@@ -103,7 +103,8 @@ struct ChoiceResult {
 };
 
 // The non-streaming response body of every choice, with usage (prompt tokens once, generated
-// tokens of every choice).
+// tokens of every choice, prompt_tokens_details.cached_tokens: the first choice's prompt tokens
+// that came from the prefix cache).
 std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                            int64_t prompt_tokens);
 
@@ -116,7 +117,7 @@ std::string StreamChunkEvent(const ResponseMeta& meta, int64_t index, const std:
 
 // The final usage event of a stream with stream_options.include_usage (choices is empty).
 std::string StreamUsageEvent(const ResponseMeta& meta, int64_t prompt_tokens,
-                             int64_t completion_tokens);
+                             int64_t completion_tokens, int64_t cached_tokens = 0);
 
 // "data: {\"error\": ...}\n\n" for an error after the stream began.
 std::string StreamErrorEvent(const ApiError& error);

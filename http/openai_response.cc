@@ -17,10 +17,11 @@ Json BaseObject(const ResponseMeta& meta, bool chunk) {
       {"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
 }
 
-Json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
+Json Usage(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return Json{{"prompt_tokens", prompt_tokens},
               {"completion_tokens", completion_tokens},
-              {"total_tokens", prompt_tokens + completion_tokens}};
+              {"total_tokens", prompt_tokens + completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 // JSON has no infinity: an impossible token's log-probability is shown as vLLM shows it.
@@ -96,7 +97,9 @@ std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceRes
     list.push_back(std::move(choice));
   }
   body["choices"] = std::move(list);
-  body["usage"] = Usage(prompt_tokens, generated);
+  // Each choice is a job of the same prompt: the first one's reuse is the request's.
+  body["usage"] = Usage(prompt_tokens, generated,
+                        choices.empty() ? 0 : choices[0].completion.cached_tokens);
   return Dump(body);
 }
 
@@ -123,10 +126,10 @@ std::string StreamChunkEvent(const ResponseMeta& meta, int64_t index, const std:
 }
 
 std::string StreamUsageEvent(const ResponseMeta& meta, int64_t prompt_tokens,
-                             int64_t completion_tokens) {
+                             int64_t completion_tokens, int64_t cached_tokens) {
   Json body = BaseObject(meta, /*chunk=*/true);
   body["choices"] = Json::array();
-  body["usage"] = Usage(prompt_tokens, completion_tokens);
+  body["usage"] = Usage(prompt_tokens, completion_tokens, cached_tokens);
   return "data: " + Dump(body) + "\n\n";
 }
 

@@ -144,6 +144,25 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     kv_reserved_ = &gauge("millipede_kv_reserved_positions",
                           "KV positions the running jobs reserve on the busiest worker rank.")
                         .Add({});
+    cache_bytes_ = &gauge("millipede_prefix_cache_bytes",
+                          "KV bytes the prefix cache's entries hold, by tier and rank.");
+    cache_entries_ = &gauge("millipede_prefix_cache_entries",
+                            "Ended jobs' KV kept for later prompts that start with their tokens.")
+                          .Add({});
+    cache_reserved_ = &gauge("millipede_prefix_cache_reserved_positions",
+                             "KV positions the prefix cache's entries hold on the busiest worker "
+                             "rank (part of kv_reserved_positions' budget, reclaimed for jobs).")
+                           .Add({});
+    cache_hits_ = &counter("millipede_prefix_cache_hit_tokens_total",
+                           "Prompt tokens whose KV came from the prefix cache (not prefilled).")
+                       .Add({});
+    cache_misses_ = &counter("millipede_prefix_cache_miss_tokens_total",
+                             "Prompt tokens of jobs that looked the prefix cache up and were "
+                             "prefilled.")
+                         .Add({});
+    cache_evictions_ = &counter("millipede_prefix_cache_evictions_total",
+                                "Prefix-cache entries dropped to make room for jobs.")
+                           .Add({});
 
     exposer_->RegisterCollectable(registry_);
   }
@@ -219,6 +238,17 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(series.attention_s, stats.attention_s);
     AdvanceCounter(series.comm_s, stats.comm_s);
     AdvanceCounter(series.comm_bytes, static_cast<double>(stats.comm_bytes));
+    series.cache_gpu->Set(static_cast<double>(stats.cache_bytes_gpu));
+    series.cache_host->Set(static_cast<double>(stats.cache_bytes_host));
+  }
+
+  void PrefixCache(const PrefixCacheCounts& c) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    AdvanceCounter(cache_hits_, static_cast<double>(c.hit_tokens));
+    AdvanceCounter(cache_misses_, static_cast<double>(c.miss_tokens));
+    AdvanceCounter(cache_evictions_, static_cast<double>(c.evictions));
+    cache_entries_->Set(static_cast<double>(c.entries));
+    cache_reserved_->Set(static_cast<double>(c.reserved_positions));
   }
 
  private:
@@ -228,6 +258,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     Counter* attention_s;
     Counter* comm_s;
     Counter* comm_bytes;
+    Gauge* cache_gpu;
+    Gauge* cache_host;
   };
 
   RankSeries& RankSeriesLocked(int rank) {
@@ -237,7 +269,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     RankSeries series{&kv_bytes_->Add({{"tier", "gpu"}, {"rank", r}}),
                       &kv_bytes_->Add({{"tier", "host"}, {"rank", r}}),
                       &attention_s_->Add({{"rank", r}}), &comm_s_->Add({{"rank", r}}),
-                      &comm_bytes_->Add({{"rank", r}})};
+                      &comm_bytes_->Add({{"rank", r}}),
+                      &cache_bytes_->Add({{"tier", "gpu"}, {"rank", r}}),
+                      &cache_bytes_->Add({{"tier", "host"}, {"rank", r}})};
     return ranks_.emplace(rank, series).first->second;
   }
 
@@ -266,6 +300,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Gauge* progress_;
   Gauge* kv_reserved_;
   Family<Gauge>* kv_bytes_;
+  Family<Gauge>* cache_bytes_;
+  Gauge* cache_entries_;
+  Gauge* cache_reserved_;
+  Counter* cache_hits_;
+  Counter* cache_misses_;
+  Counter* cache_evictions_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;

@@ -23,6 +23,18 @@ struct RankStats {
   double attention_s = 0;  // time in attention kernels
   double comm_s = 0;       // time waiting for the data plane (ring transfers, merges)
   int64_t comm_bytes = 0;  // bytes sent over the data plane
+  // Of the KV bytes, those the prefix cache's entries hold (not in kv_bytes_*), by tier.
+  int64_t cache_bytes_gpu = 0;
+  int64_t cache_bytes_host = 0;
+};
+
+// The prefix cache's numbers on the coordinator (counters cumulative since the start).
+struct PrefixCacheCounts {
+  int64_t hit_tokens = 0;   // prompt tokens whose KV came from the cache
+  int64_t miss_tokens = 0;  // prompt tokens of jobs that looked the cache up, not found there
+  int64_t entries = 0;
+  int64_t reserved_positions = 0;  // KV positions the entries hold on the busiest rank
+  int64_t evictions = 0;
 };
 
 class ServiceMetrics {
@@ -73,8 +85,12 @@ class ServiceMetrics {
   // failed job (reason: worker | internal).
   // Another reason is counted as "other".
   virtual void RequestError(std::string_view reason) = 0;
-  // kv_cache_bytes{tier,rank}, attention/communication seconds and bytes per rank.
+  // kv_cache_bytes{tier,rank}, prefix_cache_bytes{tier,rank}, attention/communication seconds
+  // and bytes per rank.
   virtual void UpdateRank(const RankStats& stats) = 0;
+  // prefix_cache_hit_tokens_total, prefix_cache_miss_tokens_total, prefix_cache_entries,
+  // prefix_cache_reserved_positions, prefix_cache_evictions_total.
+  virtual void PrefixCache(const PrefixCacheCounts& counts) = 0;
 };
 
 }  // namespace millipede

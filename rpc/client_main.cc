@@ -26,6 +26,8 @@ Commands:
   models                                         the served model
   health                                         whether the service is up and accepting
   workers                                        the worker ranks' KV memory and data-plane totals
+  cache list | pin ID | unpin ID | drop ID       the prefix cache's entries (JSON, most recently
+                                                 used first); keep one until unpinned; free one
 
 Options (before or after the command):
   --server HOST:PORT     the coordinator's RPC address (default 127.0.0.1:7700)
@@ -35,6 +37,9 @@ submit:
   --stop TEXT            stop when the text contains TEXT (repeatable)
   --stop-id ID           stop after this token id (repeatable)
   --ignore-eos           do not stop at the model's EOS ids
+  --no-cache             neither reuse a cached prefix nor leave this job's KV in the cache
+  --pin                  keep the KV this job leaves in the prefix cache until unpinned or
+                         dropped (the final record's cache_entry is its id)
   --policy FILE          attention policy for this job (policy-file JSON); default: the
                          service's
   --json                 print only the final record as JSON (ids, text, finish_reason, timings;
@@ -86,10 +91,47 @@ std::string CancelOutcome(uint64_t id, const Response& response) {
   return "cancelled " + job;
 }
 
+// `cache list`, `cache pin ID`, `cache unpin ID`, `cache drop ID`.
+StatusOr<int> RunCacheCommand(const std::vector<std::string>& args, ClientConnection& c) {
+  auto& ws = c.io.waitScope;
+  MP_REQUIRE(!args.empty(), "cache needs list, pin ID, unpin ID or drop ID");
+  const std::string& what = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (what == "list") {
+    MP_REQUIRE(rest.empty(), "cache list takes no argument");
+    nlohmann::json out = nlohmann::json::array();
+    for (auto e : c.service.cacheListRequest().send().wait(ws).getEntries())
+      out.push_back({{"id", e.getId()},
+                     {"tokens", e.getTokens()},
+                     {"kv_positions", e.getKvPositions()},
+                     {"pinned", e.getPinned()},
+                     {"hits", e.getHits()},
+                     {"holders", e.getHolders()}});
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  MP_ASSIGN_OR_RETURN(const uint64_t id, JobIdArg(rest));
+  if (what == "pin" || what == "unpin") {
+    auto req = c.service.cachePinRequest();
+    req.setId(id);
+    req.setPinned(what == "pin");
+    req.send().wait(ws);
+    std::cout << (what == "pin" ? "pinned" : "unpinned") << " prefix-cache entry " << id << "\n";
+    return 0;
+  }
+  MP_REQUIRE(what == "drop", "unknown cache command \"", what, "\" (list, pin, unpin, drop)");
+  auto req = c.service.cacheDropRequest();
+  req.setId(id);
+  req.send().wait(ws);
+  std::cout << "dropped prefix-cache entry " << id << "\n";
+  return 0;
+}
+
 StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
                          const std::vector<std::string>& args, ClientConnection& c) {
   auto& ws = c.io.waitScope;
   if (command == "submit") return Submit(flags, args, c);
+  if (command == "cache") return RunCacheCommand(args, c);
   if (command == "status") {
     MP_ASSIGN_OR_RETURN(uint64_t id, JobIdArg(args));
     auto req = c.service.statusRequest();
@@ -158,7 +200,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
 
 int Main(int argc, char** argv) {
   StatusOr<Flags> flags =
-      Flags::Parse(argc, argv, {"ids", "ignore-eos", "json", "no-progress", "help"});
+      Flags::Parse(argc, argv,
+                   {"ids", "ignore-eos", "json", "no-progress", "no-cache", "pin", "help"});
   if (!flags.ok()) return Fail(flags.status());
   if (flags->GetBool("help") || (!flags->positional().empty() && flags->positional()[0] == "-h")) {
     std::cout << kUsage << kSamplingFlagsUsage;
@@ -173,8 +216,8 @@ int Main(int argc, char** argv) {
   }
   const std::string command = positional[0];
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
-  const std::vector<std::string> commands = {"submit", "status", "cancel",
-                                             "models", "health", "workers"};
+  const std::vector<std::string> commands = {"submit", "status", "cancel", "models",
+                                             "health", "workers", "cache"};
   if (std::find(commands.begin(), commands.end(), command) == commands.end()) {
     return Fail(InvalidArgumentError("unknown command \"" + command + "\" (see millipede --help)"));
   }

@@ -115,6 +115,8 @@ class Callback final : public rpc::JobCallback::Server {
         {"prefill_tokens_per_s", c.getPrefillTokensPerS()},
         {"decode_tokens_per_s", c.getDecodeTokensPerS()},
         {"prefill_density", c.getPrefillDensity()},
+        {"cached_tokens", c.getCachedTokens()},
+        {"cache_entry", c.getCacheEntry()},
     };
     done_->fulfill();
     return kj::READY_NOW;
@@ -143,7 +145,7 @@ class Callback final : public rpc::JobCallback::Server {
 std::vector<std::string> SubmitFlagNames() {
   std::vector<std::string> names = {"prompt", "prompt-file", "ids",        "max-tokens",
                                     "stop",   "stop-id",     "ignore-eos", "policy",
-                                    "json",   "no-progress"};
+                                    "json",   "no-progress", "no-cache",  "pin"};
   for (const std::string& name : SamplingFlagNames()) names.push_back(name);
   return names;
 }
@@ -177,6 +179,8 @@ StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
     stop_id_list.set(static_cast<unsigned>(i), static_cast<int32_t>(id));
   }
   spec.setIgnoreEos(flags.GetBool("ignore-eos"));
+  spec.setCache(!flags.GetBool("no-cache"));
+  spec.setPin(flags.GetBool("pin"));
   if (auto policy_file = flags.Get("policy")) {
     MP_ASSIGN_OR_RETURN(std::string policy, ReadFileToString(*policy_file));
     spec.setPolicyJson(kj::StringPtr(policy.c_str(), policy.size()));
@@ -219,7 +223,8 @@ StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
     std::cout << r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << "\n" << std::flush;
-    std::cerr << "millipede: " << r["prompt_tokens"].get<int64_t>() << " prompt tokens, "
+    std::cerr << "millipede: " << r["prompt_tokens"].get<int64_t>() << " prompt tokens ("
+              << r["cached_tokens"].get<int64_t>() << " from the prefix cache), "
               << r["generated_tokens"].get<int64_t>() << " generated ("
               << r["finish_reason"].get<std::string>() << "), TTFT " << r["ttft_s"].get<double>()
               << " s, prefill " << r["prefill_tokens_per_s"].get<double>() << " tok/s, decode "

@@ -46,6 +46,8 @@ struct JobSpec {
   stopStrings @5 :List(Text);   # ... or when the text contains one (cut before it)
   ignoreEos @6 :Bool = false;
   policyJson @7 :Text;          # attention policy overrides (policy-file JSON); empty: default
+  cache @8 :Bool = true;        # false: no prefix-cache reuse, and this job's KV is not kept
+  pin @9 :Bool = false;         # the KV this job leaves in the cache stays until unpinned/dropped
 }
 
 struct Completion {
@@ -59,6 +61,8 @@ struct Completion {
   prefillTokensPerS @7 :Float64;
   decodeTokensPerS @8 :Float64;
   prefillDensity @9 :Float64 = 1;  # computed / causal query-key pairs of the prefill attention
+  cachedTokens @10 :Int64;      # prompt tokens whose KV came from the prefix cache
+  cacheEntry @11 :UInt64;       # the prefix-cache entry this job's KV became (0: none)
 }
 
 struct Error {
@@ -123,6 +127,16 @@ struct Health {
   detail @5 :Text;
 }
 
+# A prefix-cache entry: an ended job's KV, kept for later prompts that start with its tokens.
+struct CacheEntry {
+  id @0 :UInt64;                # the job whose KV it is
+  tokens @1 :Int64;             # of its tokens, those a later prompt may reuse
+  kvPositions @2 :Int64;        # KV positions it holds on the busiest worker rank
+  pinned @3 :Bool;
+  hits @4 :Int64;               # jobs that started from it
+  holders @5 :Int64;            # queued jobs about to start from it
+}
+
 struct RankStats {
   rank @0 :Int32;
   kvBytesGpu @1 :Int64;
@@ -144,4 +158,9 @@ interface Millipede {
   modelInfo @3 () -> (info :ModelInfo);
   health @4 () -> (health :Health);
   workers @5 () -> (ranks :List(RankStats));
+  # The prefix cache: entries (most recently used first); pin / unpin one; drop one (its KV is
+  # freed on every worker). NOT_FOUND for an unknown id; UNIMPLEMENTED when the cache is off.
+  cacheList @6 () -> (entries :List(CacheEntry));
+  cachePin @7 (id :UInt64, pinned :Bool) -> ();
+  cacheDrop @8 (id :UInt64) -> ();
 }

@@ -104,6 +104,8 @@ class CallbackObserver final : public JobObserver,
       b.setPrefillTokensPerS(done.prefill_tokens_per_s);
       b.setDecodeTokensPerS(done.decode_tokens_per_s);
       b.setPrefillDensity(done.PrefillDensity());
+      b.setCachedTokens(done.cached_tokens);
+      b.setCacheEntry(done.cache_entry);
       return req.send().ignoreResult();
     });
   }
@@ -306,6 +308,31 @@ class MillipedeImpl final : public Millipede::Server {
       b.setCommS(stats[i].comm_s);
       b.setCommBytes(stats[i].comm_bytes);
     }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> cacheList(CacheListContext context) override {
+    const std::vector<CacheEntryInfo> entries = ValueOrThrow(service_.ListCache());
+    auto list = context.getResults().initEntries(static_cast<unsigned>(entries.size()));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto b = list[static_cast<unsigned>(i)];
+      b.setId(entries[i].id);
+      b.setTokens(entries[i].tokens);
+      b.setKvPositions(entries[i].kv_positions);
+      b.setPinned(entries[i].pinned);
+      b.setHits(entries[i].hits);
+      b.setHolders(entries[i].holders);
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> cachePin(CachePinContext context) override {
+    const Status pinned =
+        service_.PinCacheEntry(context.getParams().getId(), context.getParams().getPinned());
+    OkOrThrow(pinned);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> cacheDrop(CacheDropContext context) override {
+    const Status dropped = service_.DropCacheEntry(context.getParams().getId());
+    OkOrThrow(dropped);
     return kj::READY_NOW;
   }
 

@@ -66,6 +66,8 @@ JobRequest JobRequestFromWire(::millipede::rpc::JobSpec::Reader spec) {
   for (auto text : spec.getStopStrings())
     request.stop_strings.emplace_back(text.begin(), text.size());
   request.ignore_eos = spec.getIgnoreEos();
+  request.cache = spec.getCache();
+  request.pin = spec.getPin();
   auto policy = spec.getPolicyJson();
   request.policy_json.assign(policy.begin(), policy.size());
   return request;

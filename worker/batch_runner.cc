@@ -54,6 +54,14 @@ void BatchRunner::Keep(uint64_t job_id) {
 }
 
 Status BatchRunner::Start(const control::StepStart& start) {
+  Status started = StartJob(start);
+  // A take-over's entry was given up by the coordinator: it goes whatever happened.
+  if (!started.ok() && start.prefix_take)
+    engine_.DropCached(static_cast<SequenceId>(start.prefix_from));
+  return started;
+}
+
+Status BatchRunner::StartJob(const control::StepStart& start) {
   const control::JobDescriptor& d = start.job;
   MP_REQUIRE(d.job_id != 0 && jobs_.count(d.job_id) == 0, "job ", d.job_id,
              " cannot start: the id is 0 or already running");
@@ -75,7 +83,8 @@ Status BatchRunner::Start(const control::StepStart& start) {
                    start.prefix_tokens < static_cast<int64_t>(d.prompt_ids.size()),
                "job ", d.job_id, ": a cached prefix of ", start.prefix_tokens,
                " tokens for a prompt of ", d.prompt_ids.size());
-    prefix = CachedPrefix{static_cast<SequenceId>(start.prefix_from), start.prefix_tokens};
+    prefix = CachedPrefix{static_cast<SequenceId>(start.prefix_from), start.prefix_tokens,
+                          start.prefix_take};
   }
   // Every rank calls this with the same job: the memory plans are compared together.
   MP_RETURN_IF_ERROR(engine_.StartSequence(static_cast<SequenceId>(d.job_id), options, prefix));

@@ -61,6 +61,7 @@ class BatchRunner {
   };
 
   Status Start(const control::StepStart& start);
+  Status StartJob(const control::StepStart& start);
   void End(uint64_t job_id);
   // Ends the job, its KV kept as prefix-cache entry `job_id` (Engine::KeepSequence).
   void Keep(uint64_t job_id);

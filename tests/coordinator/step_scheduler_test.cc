@@ -362,5 +362,55 @@ TEST(StepSchedulerTest, RandomLoadKeepsEveryInvariant) {
   }
 }
 
+// The prefix cache: a job starting from a cached prefix prefills only the rest and reserves the
+// prefix's rows plus the rest's; a kept job's reservation stays with its entry until dropped,
+// and a waiting job's shortfall says what to drop.
+TEST(StepSchedulerTest, CachedPrefixesAndEntries) {
+  StepScheduler s = Make(Options(2, 64, 100));
+  ASSERT_TRUE(s.Add(1, 40, 4, 0, std::nullopt, /*keep=*/true).ok());
+  PlannedStep step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_TRUE(step.starts[0].keep);
+  EXPECT_EQ(step.starts[0].prefix_from, 0u);
+  s.Completed(step);
+  const int64_t reserved = s.reserved_per_rank();
+  // Ended by the coordinator and kept: the next plan keeps it on the workers.
+  s.Remove(1, /*freed_by_workers=*/false, /*keep=*/true);
+  EXPECT_EQ(s.reserved_per_rank(), reserved);
+  EXPECT_EQ(s.cached_per_rank(), reserved);
+  EXPECT_EQ(s.running(), 0);
+  step = s.Next();
+  EXPECT_EQ(step.keeps, std::vector<StepJobId>{1});
+  EXPECT_TRUE(step.ends.empty());
+  // A follow-up from entry 1: 32 tokens restored (16 rows on the busiest rank).
+  ASSERT_TRUE(s.Add(2, 50, 4, 0, CachedStart{1, 32, 16}).ok());
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].prefix_from, 1u);
+  EXPECT_EQ(step.starts[0].prefix_tokens, 32);
+  // 16 prefix rows + 2 x ceil(18 / 4) + ceil(3 / 2).
+  EXPECT_EQ(step.starts[0].capacity_per_rank, 16 + 10 + 2);
+  ASSERT_EQ(step.entries.size(), 1u);
+  EXPECT_EQ(step.entries[0].begin, 32);
+  EXPECT_EQ(step.entries[0].count, 18);
+  // A job that does not fit beside the entry and the follow-up waits; the shortfall says how
+  // much, and dropping the entry lets it start.
+  ASSERT_TRUE(s.Add(3, 120, 2).ok());
+  const int64_t lack = s.KvShortfall();
+  EXPECT_GT(lack, 0);
+  EXPECT_LE(lack, s.cached_per_rank());
+  s.DropCached(1);
+  EXPECT_EQ(s.cached_per_rank(), 0);
+  EXPECT_EQ(s.KvShortfall(), 0);
+  step = s.Next();
+  EXPECT_EQ(step.drops, std::vector<uint64_t>{1});
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].job, 3u);
+  // Unknown entries are ignored; a cached prefix must leave a token to prefill.
+  s.DropCached(99);
+  EXPECT_TRUE(s.Next().drops.empty());
+  EXPECT_EQ(s.Add(5, 10, 1, 0, CachedStart{1, 10, 5}).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace millipede

@@ -59,6 +59,24 @@ TEST_F(HttpServerTest, UnknownRoutesAndWrongMethods) {
   ExpectError(Fetch(port_, "DELETE", "/v1/models"), 405, "invalid_request_error");
 }
 
+// The prefix cache's routes: methods checked by the router, ids by the session, and a service
+// without a cache answers 501.
+TEST_F(HttpServerTest, PrefixCacheRoutes) {
+  ExpectError(Get("/v1/cache"), 501, "invalid_request_error");
+  ExpectError(Fetch(port_, "DELETE", "/v1/cache/7"), 501, "invalid_request_error");
+  ExpectError(Post("/v1/cache/7/pin", std::string()), 501, "invalid_request_error");
+  ExpectError(Post("/v1/cache/7/unpin", std::string()), 501, "invalid_request_error");
+  HttpReply put = Fetch(port_, "PUT", "/v1/cache");
+  ExpectError(put, 405, "invalid_request_error");
+  EXPECT_EQ(put.headers["Allow"], "GET");
+  EXPECT_EQ(ExpectError(Get("/v1/cache/7/pin"), 405, "invalid_request_error")["code"],
+            "method_not_allowed");
+  ExpectError(Get("/v1/cache/7"), 405, "invalid_request_error");
+  ExpectError(Fetch(port_, "DELETE", "/v1/cache/abc"), 404, "invalid_request_error");
+  ExpectError(Fetch(port_, "DELETE", "/v1/cache/-3"), 404, "invalid_request_error");
+  ExpectError(Post("/v1/cache/0/pin", std::string()), 404, "invalid_request_error");
+}
+
 TEST_F(HttpServerTest, MalformedBodiesNameTheProblem) {
   Json error = ExpectError(Post("/v1/completions", std::string("{\"prompt\": \"x\"")), 400,
                            "invalid_request_error");

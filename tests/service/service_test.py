@@ -18,6 +18,7 @@ from service_faults import scenario_faults, scenario_health, scenario_restart
 from service_harness import Failure, Service, check, make_model, offline, read_until
 from service_loadgen import scenario_loadgen
 from service_openai import scenario_openai, scenario_sampling
+from service_prefix_cache import scenario_prefix_cache
 from service_trained import scenario_trained
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -153,7 +154,11 @@ def scenario_stream(bin_dir, model):
         check(r.json()["ids"] == want["ids"], f"sampled ids differ: {r.json()['ids']} vs "
               f"{want['ids']}")
 
-        # Concurrent clients: each answer is that prompt's offline answer.
+        # Concurrent clients: each answer is that prompt's offline answer. The prompts share
+        # their first tokens with earlier jobs' and each other's, so the prefix cache would give
+        # them a prefilled prefix: equal to an uncached run within float rounding (the rest runs
+        # as a chunk of its own), which a sampled token may still tell apart from the offline
+        # answer. The cache's own equivalence is scenario prefix_cache's.
         prompts = [f"{PROMPT} {i}" for i in range(6)]
         wants = [offline(bin_dir, model, ["--prompt", p, "--no-bos", "--max-new-tokens", "8",
                                           "--temperature", "0.7", "--seed", str(i),
@@ -163,7 +168,8 @@ def scenario_stream(bin_dir, model):
 
         def run(i):
             results[i] = svc.submit("--prompt", prompts[i], "--max-tokens", "8", "--temperature",
-                                    "0.7", "--seed", str(i), "--ignore-eos", "--json")
+                                    "0.7", "--seed", str(i), "--ignore-eos", "--json",
+                                    "--no-cache")
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
         for t in threads:
@@ -601,6 +607,7 @@ SCENARIOS = {
     "health": scenario_health,
     "restart": scenario_restart,
     "faults": scenario_faults,
+    "prefix_cache": scenario_prefix_cache,
 }
 
 

@@ -35,6 +35,12 @@ Status WorkerLoop::SendHello() {
   hello.num_layers = engine_.config().num_hidden_layers;
   hello.num_kv_heads = engine_.config().num_key_value_heads;
   hello.capabilities = engine_.capabilities();
+  hello.default_policy = engine_.policy();
+  hello.kv_dtype = DTypeName(engine_.options().kv_dtype);
+  const SelectedKvTier tier = engine_.options().selected_kv;
+  hello.selected_kv_host = tier == SelectedKvTier::kHost ||
+                           (tier == SelectedKvTier::kAuto &&
+                            engine_.backend().kind() != BackendKind::kCpu);
   return channel_.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello));
 }
 
@@ -54,11 +60,15 @@ Status WorkerLoop::MaybeSendStats(double period_s, bool force) {
   const int64_t kv = engine_.KvBytes();
   // On a GPU the host tier (OmniKV's selected layers) is apart from the GPU's KV; on the CPU
   // backend all of it is host memory.
+  const int64_t cached = engine_.CachedKvBytes();
   if (engine_.options().backend == BackendKind::kCuda) {
     stats.kv_bytes_host = engine_.HostKvBytes();
     stats.kv_bytes_gpu = kv - stats.kv_bytes_host;
+    stats.cache_bytes_host = engine_.CachedHostKvBytes();
+    stats.cache_bytes_gpu = cached - stats.cache_bytes_host;
   } else {
     stats.kv_bytes_host = kv;
+    stats.cache_bytes_host = cached;
   }
   if (counting_ != nullptr) {
     stats.comm_s = counting_->counters().seconds;

@@ -318,6 +318,63 @@ Status Sequence::RestorePrefix(Backend& backend, const Sequence& src, int64_t le
   return OkStatus();
 }
 
+namespace {
+
+// Whether `store` (each group of a head-group store) may forget its rows from `length` on.
+Status CheckTruncatable(const KvStore& store, std::span<const TokenRange> stored,
+                        int64_t length) {
+  if (const auto* groups = dynamic_cast<const HeadGroupKvStore*>(&store)) {
+    MP_RETURN_IF_ERROR(CheckTruncatable(groups->group(HeadGroupKvStore::kFull), stored, length));
+    return CheckTruncatable(groups->group(HeadGroupKvStore::kStreaming), stored, length);
+  }
+  return CheckHeldRows(store, stored, length).status();
+}
+
+}  // namespace
+
+Status Sequence::CanTakeOver(const SequenceOptions& options, int64_t length) const {
+  MP_REQUIRE(length >= 1 && length <= length_, "sequence ", id_, ": a prefix of ", length,
+             " positions from a cached sequence of ", length_);
+  if (!(options.policy == options_.policy))
+    return FailedPreconditionError("the cached sequence ran another attention policy");
+  if (options.capacity > options_.capacity || options.step_tokens > options_.step_tokens)
+    return FailedPreconditionError(
+        "the cached sequence has room for " + std::to_string(options_.capacity) +
+        " positions and steps of " + std::to_string(options_.step_tokens) + ", not " +
+        std::to_string(options.capacity) + " and " + std::to_string(options.step_tokens));
+  for (const LayerAttention& la : layers_)
+    if (la.selection != nullptr)
+      return FailedPreconditionError("a sequence with OmniKV's selection is restored by copy");
+  if (!offloaded_.empty())
+    return FailedPreconditionError("a sequence with host-tier layers is restored by copy");
+  const std::vector<TokenRange> stored = RangesBefore(stored_, length);
+  for (size_t l = 0; l < stores_.size(); ++l) {
+    Status s = CheckTruncatable(*stores_[l], stored, length);
+    if (!s.ok())
+      return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
+  }
+  return OkStatus();
+}
+
+Status Sequence::TakeOver(SequenceId id, const SequenceOptions& options, int64_t length) {
+  MP_RETURN_IF_ERROR(CanTakeOver(options, length));
+  const std::vector<TokenRange> stored = RangesBefore(stored_, length);
+  for (size_t l = 0; l < stores_.size(); ++l) {
+    Status s = stores_[l]->Truncate(stored, length);
+    if (!s.ok())
+      return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
+  }
+  id_ = id;
+  options_.decode_rows = options.decode_rows;
+  stored_ = stored;
+  stored_rows_ = TotalSize(stored);
+  length_ = length;
+  decoding_ = false;
+  decode_start_ = -1;
+  causal_pairs = 0;
+  return OkStatus();
+}
+
 void Sequence::BeginDecode() {
   if (decoding_) return;
   decoding_ = true;

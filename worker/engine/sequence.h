@@ -110,6 +110,15 @@ class Sequence {
   // [1, src.length()]. FailedPrecondition when src's stores cannot give them (a store that
   // keeps a window only, cached at another length; stores of another kind).
   Status RestorePrefix(Backend& backend, const Sequence& src, int64_t length);
+  // The prefix cache's take-over: this (cached) sequence becomes sequence `id` of `length`
+  // positions (at most its length), its stores and their memory as they are (the rows of later
+  // positions forgotten), before its first step again. `options` must be what it was started
+  // with but for decode_rows (the new job's) and a capacity and step no larger. Checked first
+  // (CanTakeOver), then done; nothing changes when the check fails. FailedPrecondition for a
+  // sequence whose decode roles keep a selection (OmniKV) or whose store cannot forget rows (a
+  // window store at another length).
+  Status CanTakeOver(const SequenceOptions& options, int64_t length) const;
+  Status TakeOver(SequenceId id, const SequenceOptions& options, int64_t length);
   // Called before the first decode step runs (then nothing): positions before length() are the
   // context, later ones generated (OmniKV's selections and host-tier stores split at it).
   void BeginDecode();

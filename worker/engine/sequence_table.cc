@@ -161,6 +161,7 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
     // Steps forced to pass-Q borrow the ring blocks for their queries and partials.
     ring_rows = std::max(ring_rows, ctx_.ForcedPassQRingRows(ring_rows));
   }
+  if (prefix && prefix->take) return TakeCached(id, options, ring_rows, *prefix, std::move(local));
   SequenceMemoryPlan plan;
   if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);
   mine[0] = local.ok() ? 1 : 0;
@@ -227,6 +228,28 @@ int64_t SequenceTable::CachedHostKvBytes() const {
   int64_t bytes = 0;
   for (const auto& [id, s] : cached_) bytes += s->HostKvBytes();
   return bytes;
+}
+
+Status SequenceTable::TakeCached(SequenceId id, const SequenceOptions& options,
+                                 int64_t ring_rows, const CachedPrefix& prefix, Status local) {
+  auto it = cached_.find(prefix.from);
+  if (local.ok()) local = it->second->CanTakeOver(options, prefix.length);
+  Status made = ctx_.AgreeToContinue(local.ok());
+  if (made.ok()) made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
+  if (made.ok()) made = it->second->TakeOver(id, options, prefix.length);
+  const Status agreed = ctx_.AgreeToContinue(made.ok());
+  if (!made.ok() || !agreed.ok() || !local.ok()) {
+    if (it != cached_.end()) cached_.erase(it);
+    if (sequences_.empty()) ctx_.workspace->Release();
+    MP_RETURN_IF_ERROR(local);
+    // Cancelled: the agreement (another rank refused); anything else is this rank's own.
+    if (!made.ok() && made.code() != StatusCode::kCancelled) return made;
+    return FailedPreconditionError("another rank could not take the cached sequence over (its "
+                                   "log says why)");
+  }
+  sequences_[id] = std::move(it->second);
+  cached_.erase(it);
+  return OkStatus();
 }
 
 bool SequenceTable::End(SequenceId id) {

@@ -14,10 +14,12 @@
 namespace millipede {
 
 // A start from the prefix cache: the new sequence holds the KV of positions [0, length) of
-// the cached sequence `from` (SequenceTable::Keep) before its first step.
+// the cached sequence `from` (SequenceTable::Keep) before its first step: a copy, or with
+// `take` the cached sequence itself (Sequence::TakeOver: its memory as it is, the entry gone).
 struct CachedPrefix {
   SequenceId from = 0;
   int64_t length = 0;
+  bool take = false;
 };
 
 class SequenceTable {
@@ -29,7 +31,9 @@ class SequenceTable {
   // policy: a failure there refuses the sequence on this rank, and so on every rank.
   // With `prefix`, the sequence starts holding a cached sequence's KV (Sequence::RestorePrefix),
   // its stores laid out as that one's (tier of selected layers, head groups); a restore that
-  // fails on any rank fails the start on every rank.
+  // fails on any rank fails the start on every rank. A take-over (prefix->take) allocates no
+  // KV; when it fails on any rank the cached sequence is freed on every rank (the coordinator
+  // gave the entry up when it planned the take).
   Status Start(SequenceId id, SequenceOptions options, const Status& checked,
                const std::optional<CachedPrefix>& prefix = std::nullopt);
   // Frees the sequence's KV stores; false when it did not exist. When no sequence is left the
@@ -72,6 +76,9 @@ class SequenceTable {
   // Allocates the step buffers and the sequence; every rank keeps it or none does.
   Status Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows,
                   const std::optional<CachedPrefix>& prefix);
+  // The take-over start: `local` is this rank's verdict on the start so far.
+  Status TakeCached(SequenceId id, const SequenceOptions& options, int64_t ring_rows,
+                    const CachedPrefix& prefix, Status local);
   // A start from `prefix`: its source, with `options` laid out as the source's stores.
   StatusOr<const Sequence*> PrefixSource(const CachedPrefix& prefix,
                                          SequenceOptions* options) const;

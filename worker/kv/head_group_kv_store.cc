@@ -92,4 +92,13 @@ Status HeadGroupKvStore::RestoreFrom(Backend& backend, const KvStore& src,
   return OkStatus();
 }
 
+Status HeadGroupKvStore::Truncate(std::span<const TokenRange> stored, int64_t length) {
+  // The streaming group first: it is the one that may refuse, and then nothing has changed.
+  MP_RETURN_IF_ERROR(streaming_->Truncate(stored, length));
+  MP_RETURN_IF_ERROR(full_->Truncate(stored, length));
+  held_ranges_ = full_->held_ranges();
+  held_rows_ = full_->held_rows();
+  return OkStatus();
+}
+
 }  // namespace millipede

@@ -50,6 +50,7 @@ class HeadGroupKvStore final : public KvStoreBase {
   // Each group from src's group (the same heads in each).
   Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
                      int64_t length) override;
+  Status Truncate(std::span<const TokenRange> stored, int64_t length) override;
 
   const KvHeadGroups& groups() const { return groups_; }
   // One group's store: its held rows (positions in held_ranges()) and the step's rows once

@@ -81,8 +81,24 @@ StatusOr<std::vector<TokenRange>> KvStoreBase::CheckRestore(const KvStore& src,
   if (typeid(src) != typeid(*this))
     return FailedPreconditionError("the cached KV was kept in another kind of store");
   MP_REQUIRE(held_rows_ == 0, "KV store: a prefix is restored into an empty store only");
-  std::vector<TokenRange> needed = retention_.Kept(stored, length);
-  const std::vector<TokenRange> have = RangesBefore(src.held_ranges(), length);
+  if (!(src.retention().sink_tokens == retention_.sink_tokens &&
+        src.retention().window_tokens == retention_.window_tokens))
+    return FailedPreconditionError("the cached KV was kept with another window");
+  return CheckHeldRows(src, stored, length);
+}
+
+Status KvStoreBase::Truncate(std::span<const TokenRange> stored, int64_t length) {
+  MP_ASSIGN_OR_RETURN(std::vector<TokenRange> kept, CheckHeldRows(*this, stored, length));
+  held_rows_ = TotalSize(kept);
+  held_ranges_ = std::move(kept);
+  return OkStatus();
+}
+
+StatusOr<std::vector<TokenRange>> CheckHeldRows(const KvStore& store,
+                                                std::span<const TokenRange> stored,
+                                                int64_t length) {
+  std::vector<TokenRange> needed = store.retention().Kept(stored, length);
+  const std::vector<TokenRange> have = RangesBefore(store.held_ranges(), length);
   const bool same = have.size() == needed.size() &&
                     std::equal(have.begin(), have.end(), needed.begin(),
                                [](const TokenRange& a, const TokenRange& b) {

@@ -100,8 +100,18 @@ class KvStore {
   // queue and waits for them (src may be freed afterwards).
   virtual Status RestoreFrom(Backend& backend, const KvStore& src,
                              std::span<const TokenRange> stored, int64_t length) = 0;
+  // The prefix cache's take-over: forgets the held rows of positions from `length` on, as if
+  // this store's sequence had been `length` long with this rank's positions `stored`
+  // (increasing, all < length): what it holds below `length` must be exactly what its
+  // retention keeps of `stored` there (FailedPrecondition otherwise). Nothing is copied.
+  virtual Status Truncate(std::span<const TokenRange> stored, int64_t length) = 0;
 };
 
+// What `store` holds below `length` is what its retention keeps of `stored` (this rank's
+// positions, increasing) at `length`: those positions, or FailedPrecondition naming both.
+StatusOr<std::vector<TokenRange>> CheckHeldRows(const KvStore& store,
+                                                std::span<const TokenRange> stored,
+                                                int64_t length);
 // Positions of `ranges` (increasing) before `length`.
 std::vector<TokenRange> RangesBefore(std::span<const TokenRange> ranges, int64_t length);
 // dst = src for K and V (same shapes and dtype; backend or AllocateHost memory), on the copy
@@ -127,6 +137,11 @@ class KvStoreBase : public KvStore {
   StatusOr<std::vector<TokenRange>> CheckRestore(const KvStore& src,
                                                  std::span<const TokenRange> stored,
                                                  int64_t length) const;
+ public:
+  // Truncate for a store whose held rows are in position order from row 0: bookkeeping only.
+  Status Truncate(std::span<const TokenRange> stored, int64_t length) override;
+
+ protected:
   // RestoreFrom for a store whose held rows are one contiguous block from row 0 (Rows(0)) and
   // whose steps write through StepRows and Commit: src's first rows are copied as one step.
   Status RestoreContiguous(Backend& backend, const KvStore& src,

@@ -84,6 +84,11 @@ class OffloadedKvStore final : public KvStoreBase {
   // store's context rows, in host memory.
   Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
                      int64_t length) override;
+  // Refused: once decoding began its rows are split between tiers (OmniKV's sequences are
+  // restored by copy, not taken over).
+  Status Truncate(std::span<const TokenRange> stored, int64_t length) override {
+    return FailedPreconditionError("an offloaded KV store is not taken over by the prefix cache");
+  }
 
   // From now on the steps' rows are generated rows, kept on the device. Idempotent.
   void EndContext();

@@ -218,6 +218,43 @@ TEST_P(PrefixCacheCpTest, ShorterPrefix) {
   ExpectSame(got, Finish(1, kShorter));
 }
 
+// A take-over: the cached sequence itself continues (no copy); the entry is gone. OmniKV's
+// selection is not taken over: refused on every rank, and the entry is freed.
+TEST_P(PrefixCacheCpTest, TakeOverEqualsAnUncachedRun) {
+  const auto want = Reference(1);
+  Document(2);
+  const int64_t cached_bytes = engine_->CachedKvBytes();
+  Status started = Start(3, CachedPrefix{2, kCached, /*take=*/true});
+  EXPECT_EQ(engine_->num_cached(), 0);
+  if (std::string(GetParam().name).starts_with("omnikv")) {
+    EXPECT_EQ(started.code(), StatusCode::kFailedPrecondition) << started.ToString();
+    EXPECT_EQ(engine_->num_sequences(), 0);
+    return;
+  }
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  EXPECT_EQ(engine_->KvBytes(), cached_bytes);  // the same memory, nothing allocated
+  ExpectSame(Finish(3, kCached), want);
+  // Kept again and taken over at a shorter length (dense: any length).
+  ASSERT_TRUE(engine_->KeepSequence(3).ok());
+  if (!GetParam().every_length) return;
+  constexpr int64_t kShorter = kCached - 21;
+  ASSERT_TRUE(Start(4, CachedPrefix{3, kShorter, true}).ok());
+  EXPECT_EQ(engine_->sequence(4)->length(), kShorter);
+  EXPECT_TRUE(Start(1).ok());
+  Prefill(1, 0, kShorter, kShorter);
+  ExpectSame(Finish(4, kShorter), Finish(1, kShorter));
+}
+
+// A window store cannot forget rows: a take-over at a shorter length is refused on every rank.
+TEST_P(PrefixCacheCpTest, TakeOverOfAWindowStoreAtAnotherLengthIsRefused) {
+  if (std::string(GetParam().name) != "duo") GTEST_SKIP() << "only window stores refuse";
+  Document(2);
+  EXPECT_EQ(Start(3, CachedPrefix{2, kCached - 21, true}).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_->num_cached(), 0);
+  EXPECT_EQ(engine_->num_sequences(), 0);
+}
+
 TEST_P(PrefixCacheCpTest, BadRestoresFailOnEveryRank) {
   Document(2);
   EXPECT_EQ(Start(3, CachedPrefix{2, kCached + 1}).code(), StatusCode::kInvalidArgument);

@@ -1,0 +1,181 @@
+#include "coordinator/prefix_cache.h"
+
+#include <algorithm>
+#include <string_view>
+
+#include "policy/policy_writer.h"
+
+namespace millipede {
+
+PrefixReuse ReuseOf(const std::optional<AttentionPolicy>& policy) {
+  if (!policy) return PrefixReuse::kAnyLength;
+  bool dense_prefill = true, full_decode = true;
+  for (const LayerPolicy& layer : policy->layers) {
+    for (const HeadPrefillPolicy& head : layer.prefill)
+      dense_prefill &= head.pattern == PrefillPattern::kDense;
+    for (DecodeRole role : layer.decode) {
+      if (role == DecodeRole::kStreamingHead) return PrefixReuse::kOwnLength;
+      full_decode &= role == DecodeRole::kFull;
+    }
+  }
+  if (!dense_prefill) return PrefixReuse::kChunkEnds;
+  return full_decode ? PrefixReuse::kAnyLength : PrefixReuse::kPromptAnyLength;
+}
+
+void RankPositions::AddChunk(int64_t begin, int64_t count) {
+  StatusOr<ShardPlan> plan = ShardPlan::Create(count, static_cast<int>(ranks_.size()));
+  if (!plan.ok()) return;  // count < 1: nothing to add
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    for (const TokenRange& piece : plan->RankPromptRanges(static_cast<int>(r)))
+      if (!piece.empty()) AppendRange(&ranks_[r], {begin + piece.begin, begin + piece.end});
+}
+
+void RankPositions::AddDecode(int64_t position) {
+  const int owner = ShardPlan::DecodeOwner(position, static_cast<int>(ranks_.size()));
+  AppendRange(&ranks_[static_cast<size_t>(owner)], {position, position + 1});
+}
+
+RankPositions RankPositions::Before(int64_t length) const {
+  RankPositions out(static_cast<int>(ranks_.size()));
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    for (const TokenRange& range : ranks_[r]) {
+      if (range.begin >= length) break;
+      out.ranks_[r].push_back({range.begin, std::min(range.end, length)});
+    }
+  return out;
+}
+
+int64_t RankPositions::MaxRows() const {
+  int64_t most = 0;
+  for (const auto& ranges : ranks_) most = std::max(most, TotalSize(ranges));
+  return most;
+}
+
+int64_t RankPositions::total() const {
+  int64_t n = 0;
+  for (const auto& ranges : ranks_) n += TotalSize(ranges);
+  return n;
+}
+
+StatusOr<PrefixCache> PrefixCache::Create(int64_t block_tokens, int num_ranks,
+                                          std::string model_key) {
+  MP_REQUIRE(num_ranks >= 1, "prefix cache: ", num_ranks, " ranks");
+  MP_ASSIGN_OR_RETURN(PrefixIndex index, PrefixIndex::Create(block_tokens));
+  return PrefixCache(std::move(index), num_ranks, std::move(model_key));
+}
+
+uint64_t PrefixCache::KeyOf(const std::optional<AttentionPolicy>& policy) const {
+  const std::string policy_json = policy ? AttentionPolicyToJson(*policy) : "default";
+  const std::string_view parts[] = {model_key_, policy_json};
+  return PrefixKey(parts);
+}
+
+std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int32_t> prompt) {
+  const PrefixHit hit = index_.Lookup(key, prompt);
+  const auto n = static_cast<int64_t>(prompt.size());
+  hit_tokens_ += hit.tokens;
+  miss_tokens_ += n - hit.tokens;
+  if (hit.tokens == 0) return std::nullopt;
+  const Facts& facts = facts_.at(hit.entry);
+  const std::optional<PrefixEntryInfo> info = index_.Info(hit.entry);
+  return PrefixStart{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
+                     facts.takeable && info && !info->pinned && info->holders == 0,
+                     facts.capacity};
+}
+
+Status PrefixCache::Hold(uint64_t entry) { return index_.Acquire(entry); }
+
+void PrefixCache::Release(uint64_t entry) { (void)index_.Release(entry); }
+
+Status PrefixCache::Take(uint64_t entry) { return Remove(entry); }
+
+Status PrefixCache::Pin(uint64_t entry, bool pinned) {
+  if (!index_.Contains(entry))
+    return NotFoundError("no prefix-cache entry " + std::to_string(entry));
+  return index_.SetPinned(entry, pinned);
+}
+
+Status PrefixCache::Remove(uint64_t entry) {
+  if (!index_.Contains(entry))
+    return NotFoundError("no prefix-cache entry " + std::to_string(entry));
+  MP_RETURN_IF_ERROR(index_.Remove(entry));
+  facts_.erase(entry);
+  return OkStatus();
+}
+
+namespace {
+
+// The reuse lengths of an entry of `stored` positions whose prompt has `prompt` tokens.
+void SetLengths(const EndedKv& ended, int64_t prompt, int64_t stored, PrefixEntry* entry) {
+  entry->every_length = false;
+  switch (ended.reuse) {
+    case PrefixReuse::kAnyLength:
+    case PrefixReuse::kPromptAnyLength:
+      entry->every_length = true;
+      break;
+    case PrefixReuse::kChunkEnds:
+      for (int64_t end : ended.chunk_ends)
+        if (end <= std::min(prompt, stored) &&
+            (entry->lengths.empty() || end > entry->lengths.back()))
+          entry->lengths.push_back(end);
+      break;
+    case PrefixReuse::kOwnLength:
+      entry->lengths.push_back(stored);
+      break;
+  }
+}
+
+}  // namespace
+
+bool PrefixCache::Insert(const EndedKv& ended) {
+  const auto prompt = static_cast<int64_t>(ended.prompt.size());
+  const int64_t stored = ended.positions.total();
+  PrefixEntry entry;
+  entry.id = ended.job;
+  entry.key = ended.key;
+  entry.cost_per_rank = ended.cost_per_rank;
+  // The tokens whose KV is reusable: generated ones only where decode attention is exact, or
+  // where the entry is reused at its own length.
+  int64_t reusable = std::min(stored, prompt);
+  if (ended.reuse == PrefixReuse::kAnyLength || ended.reuse == PrefixReuse::kOwnLength)
+    reusable = stored;
+  if (reusable < index_.block_tokens()) return false;
+  entry.tokens.assign(ended.prompt.begin(), ended.prompt.begin() + std::min(prompt, reusable));
+  const int64_t more = reusable - static_cast<int64_t>(entry.tokens.size());
+  if (more > static_cast<int64_t>(ended.generated.size())) return false;
+  entry.tokens.insert(entry.tokens.end(), ended.generated.begin(), ended.generated.begin() + more);
+  SetLengths(ended, prompt, reusable, &entry);
+  if (!entry.every_length && entry.lengths.empty()) return false;
+  if (!index_.Insert(std::move(entry)).ok()) return false;
+  facts_[ended.job] = Facts{ended.positions, ended.capacity_per_rank, ended.takeable};
+  return true;
+}
+
+std::vector<uint64_t> PrefixCache::Evict(int64_t need) {
+  std::vector<uint64_t> out;
+  int64_t freed = 0;
+  for (uint64_t id : index_.EvictionOrder()) {
+    if (need >= 0 && freed >= need) break;
+    freed += cost_of(id);
+    if (!index_.Remove(id).ok()) continue;
+    facts_.erase(id);
+    out.push_back(id);
+    ++evictions_;
+  }
+  return out;
+}
+
+int64_t PrefixCache::cost_of(uint64_t entry) const {
+  const PrefixEntry* e = index_.Find(entry);
+  return e == nullptr ? 0 : e->cost_per_rank;
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  return {.entries = index_.size(),
+          .cost_per_rank = index_.cost_per_rank(),
+          .hit_tokens = hit_tokens_,
+          .miss_tokens = miss_tokens_,
+          .evictions = evictions_};
+}
+
+}  // namespace millipede

@@ -1,0 +1,133 @@
+// The prefix cache's policy on the coordinator: which ended jobs leave their KV on the workers
+// as cache entries, at which lengths an entry may be reused, which positions of it each rank
+// holds, and the lookup a new job makes (PrefixIndex: the hash chain). Pure code: the step
+// scheduler counts the entries' KV, the step runner sends what the workers keep and drop.
+//
+// Reuse lengths (PrefixReuse, from the attention policy): the KV of positions [0, L) equals what
+// an uncached run computes only where nothing after L shaped it and every row of it is still held:
+//  - dense prefill and full decode everywhere: any length, generated tokens included;
+//  - dense prefill, decode roles that attend to fewer keys (OmniKV, static eviction): any length
+//    within the prompt (a generated token's KV came from sparse decode attention);
+//  - sparse or a-shape prefill: the ends of the prompt's prefill chunks (a chunk's index is
+//    estimated from its own last queries, so the KV inside a chunk depends on the whole chunk);
+//  - a store that keeps a window only (streaming-head decode): the entry's own length alone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/shard_plan.h"
+#include "common/status.h"
+#include "coordinator/prefix_index.h"
+#include "policy/attention_policy.h"
+
+namespace millipede {
+
+enum class PrefixReuse { kAnyLength, kPromptAnyLength, kChunkEnds, kOwnLength };
+// The reuse rule of a job's policy (none: the workers' default, taken as dense: the service
+// passes its workers' policy when they run another).
+PrefixReuse ReuseOf(const std::optional<AttentionPolicy>& policy);
+
+// Which positions each rank holds of one job's KV, as its steps placed them: a prefill chunk
+// zig-zag over the ranks (ShardPlan), a decode token on DecodeOwner.
+class RankPositions {
+ public:
+  explicit RankPositions(int num_ranks = 1)
+      : ranks_(static_cast<size_t>(std::max(num_ranks, 1))) {}
+  void AddChunk(int64_t begin, int64_t count);
+  void AddDecode(int64_t position);
+  // The positions before `length`.
+  RankPositions Before(int64_t length) const;
+  // Rows the busiest rank holds.
+  int64_t MaxRows() const;
+  // Positions over all ranks.
+  int64_t total() const;
+
+ private:
+  std::vector<std::vector<TokenRange>> ranks_;
+};
+
+// A hit for a new job: restore [0, tokens) from entry `entry`, whose positions there are
+// `positions`. `exclusive`: nothing else wants the entry (not pinned, no job holds it) and its
+// sequence may be taken over (no OmniKV selection), so a job it has room for (`capacity` KV
+// positions per rank) may take it (Take) rather than copy it (Hold).
+struct PrefixStart {
+  uint64_t entry = 0;
+  int64_t tokens = 0;
+  RankPositions positions;
+  bool exclusive = false;
+  int64_t capacity = 0;
+};
+
+// What an ended job left on the workers, for PrefixCache::Insert.
+struct EndedKv {
+  uint64_t job = 0;
+  uint64_t key = 0;
+  PrefixReuse reuse = PrefixReuse::kAnyLength;
+  std::span<const int32_t> prompt;
+  // Generated tokens whose KV was stored (every one but the last sampled), and where its prompt
+  // prefill chunks ended.
+  std::span<const int32_t> generated;
+  std::span<const int64_t> chunk_ends;
+  RankPositions positions;  // of every stored position
+  int64_t cost_per_rank = 0;
+  int64_t capacity_per_rank = 0;  // what its sequence has room for on each rank
+  bool takeable = true;           // its sequence may be taken over (no OmniKV selection)
+};
+
+struct PrefixCacheStats {
+  int64_t entries = 0;
+  int64_t cost_per_rank = 0;  // KV positions the entries hold on the busiest rank
+  int64_t hit_tokens = 0, miss_tokens = 0;  // prompt tokens reused / prefilled, cumulative
+  int64_t evictions = 0;                    // cumulative
+};
+
+class PrefixCache {
+ public:
+  // `model_key`: what identifies the model and the workers' KV format (it seeds every key).
+  static StatusOr<PrefixCache> Create(int64_t block_tokens, int num_ranks, std::string model_key);
+
+  // The key of a job's KV: the model's, its policy's (canonical JSON; none: the default) .
+  uint64_t KeyOf(const std::optional<AttentionPolicy>& policy) const;
+  // The longest cached prefix of `prompt` under `key`; none on a miss. Counts the job's prompt
+  // tokens as hit and missed. The caller then holds the entry (Hold: not evictable until
+  // Release) or takes it (Take: the entry leaves the cache, its KV becomes the job's).
+  std::optional<PrefixStart> Lookup(uint64_t key, std::span<const int32_t> prompt);
+  Status Hold(uint64_t entry);
+  void Release(uint64_t entry);
+  Status Take(uint64_t entry);
+  // Pins or unpins an entry; removes one (its positions forgotten; the caller drops its KV).
+  // NotFound for an unknown id; Remove is FailedPrecondition while a job holds the entry.
+  Status Pin(uint64_t entry, bool pinned);
+  Status Remove(uint64_t entry);
+  // Registers an ended job's KV as entry `ended.job` when it holds at least one reusable block;
+  // false when it does not (the caller frees it).
+  bool Insert(const EndedKv& ended);
+  // Removes evictable entries, least recently used first, until their cost reaches `need` (all
+  // of them for need < 0); their ids.
+  std::vector<uint64_t> Evict(int64_t need);
+  int64_t cost_of(uint64_t entry) const;
+  PrefixCacheStats stats() const;
+  const PrefixIndex& index() const { return index_; }
+
+ private:
+  PrefixCache(PrefixIndex index, int num_ranks, std::string model_key)
+      : index_(std::move(index)), num_ranks_(num_ranks), model_key_(std::move(model_key)) {}
+
+  PrefixIndex index_;
+  int num_ranks_ = 1;
+  std::string model_key_;
+  struct Facts {
+    RankPositions positions;
+    int64_t capacity = 0;
+    bool takeable = true;
+  };
+  std::map<uint64_t, Facts> facts_;  // by entry
+  int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0;
+};
+
+}  // namespace millipede

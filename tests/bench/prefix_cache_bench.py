@@ -1,0 +1,135 @@
+"""The prefix cache through the service: time to first token of a follow-up question about a
+long document (about 100 new tokens after it) beside the document's cold prefill, with the
+follow-up taking the cached KV over (the usual case), copying it (the entry pinned, so that it
+stays), and with the cache turned off for the request (`--no-cache`: the same prompt prefilled
+whole, in the same call); and ten questions about one document.
+
+One coordinator and one or more CUDA workers under mpirun, random weights (`--random-weights`),
+ids prompts; every figure is the client's TTFT (submit to first token, as the service reports it
+in the job's record). Writes one JSON object per document length.
+
+usage: prefix_cache_bench.py --bin DIR --model DIR --lengths 131072,262144 [--workers N]
+           [--questions 10] [--json OUT] [--coordinator-args "..."]
+"""
+
+import argparse
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import time
+
+ALLOW = ["--allow-run-as-root", "--oversubscribe"]
+
+
+def start_service(args):
+    coord = [os.path.join(args.bin, "millipede-coordinator"), "--model", args.model,
+             "--rpc", f"127.0.0.1:{args.port}", "--metrics", "127.0.0.1:0", "--http", "off",
+             *shlex.split(args.coordinator_args)]
+    worker = [os.path.join(args.bin, "millipede-worker"), "--model", args.model,
+              "--random-weights", "--backend", "cuda", *shlex.split(args.worker_args)]
+    cmd = ["mpirun", *ALLOW, "--bind-to", "none", "-np", "1", *coord, ":", "-np",
+           str(args.workers), *worker]
+    log = open(os.path.join(args.work, "service.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"the service exited ({proc.returncode}); see {log.name}")
+        r = client(args, "health")
+        if r.returncode == 0:
+            return proc
+        time.sleep(2)
+    proc.kill()
+    sys.exit("the service did not come up")
+
+
+def client(args, *argv):
+    return subprocess.run([os.path.join(args.bin, "millipede"), "--server",
+                           f"127.0.0.1:{args.port}", *argv], capture_output=True, text=True)
+
+
+def submit(args, ids, *extra):
+    path = os.path.join(args.work, "prompt.ids")
+    with open(path, "w") as f:
+        f.write(" ".join(map(str, ids)))
+    t0 = time.time()
+    r = client(args, "submit", "--ids", "--prompt-file", path, "--max-tokens",
+               str(args.max_tokens), "--ignore-eos", "--json", "--no-progress", *extra)
+    wall = time.time() - t0
+    if r.returncode != 0:
+        sys.exit(f"submit failed: {r.stderr.strip()}")
+    out = json.loads(r.stdout)
+    out["client_wall_s"] = wall
+    return out
+
+
+def ids(rng, n, vocab):
+    return [rng.randrange(16, vocab) for _ in range(n)]
+
+
+def one_length(args, n, rng):
+    doc = ids(rng, n, args.vocab)
+    question = lambda: ids(rng, args.new_tokens, args.vocab)  # noqa: E731
+    row = {"document_tokens": n, "new_tokens": args.new_tokens, "workers": args.workers}
+    cold = submit(args, doc + question())
+    row["cold_ttft_s"] = cold["ttft_s"]
+    take = submit(args, doc + question())
+    row["take_ttft_s"], row["take_cached_tokens"] = take["ttft_s"], take["cached_tokens"]
+    # Pinned: the next follow-ups copy it (a pinned entry stays in the cache).
+    pinned = submit(args, doc + question(), "--pin")
+    row["pinned_entry"] = pinned["cache_entry"]
+    copy = submit(args, doc + question())
+    row["copy_ttft_s"], row["copy_cached_tokens"] = copy["ttft_s"], copy["cached_tokens"]
+    uncached = submit(args, doc + question(), "--no-cache")
+    row["uncached_ttft_s"] = uncached["ttft_s"]
+    if args.questions > 0:
+        t0 = time.time()
+        ttfts = [submit(args, doc + question())["ttft_s"] for _ in range(args.questions)]
+        row["questions"] = args.questions
+        row["questions_wall_s"] = time.time() - t0
+        row["questions_ttft_s"] = ttfts
+    client(args, "cache", "drop", str(row["pinned_entry"]))
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", default="/tmp/prefix_cache_bench")
+    ap.add_argument("--lengths", default="131072")
+    ap.add_argument("--new-tokens", type=int, default=100)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--questions", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=128256)
+    ap.add_argument("--port", type=int, default=7731)
+    ap.add_argument("--coordinator-args", default="--max-step-tokens 16384")
+    ap.add_argument("--worker-args", default="")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    proc = start_service(args)
+    rows = []
+    try:
+        rng = random.Random(7)
+        for n in map(int, args.lengths.split(",")):
+            row = one_length(args, n, rng)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

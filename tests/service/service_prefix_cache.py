@@ -1,0 +1,153 @@
+"""The prefix cache end to end: a follow-up whose prompt starts with an earlier job's prompt
+reuses its KV (cached_tokens over RPC and in OpenAI usage) and answers as an uncached run does;
+opting out; two follow-ups at once; the KV budget reclaims cache entries for new jobs but not a
+pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP."""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+from service_harness import Service, check
+
+
+def ids_arg(ids):
+    return " ".join(str(i) for i in ids)
+
+
+def doc_ids(n, seed):
+    x, out = seed * 2654435761 + 1, []
+    for _ in range(n):
+        x = (x * 1103515245 + 12345) % (1 << 31)
+        out.append(10 + x % 380)
+    return out
+
+
+def cache_list(svc):
+    r = svc.client("cache", "list")
+    check(r.rc == 0, f"cache list failed: {r}")
+    return r.json()
+
+
+def http_json(svc, method, path):
+    req = urllib.request.Request(f"http://{svc.http}{path}", method=method)
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def http_status(svc, method, path):
+    try:
+        http_json(svc, method, path)
+        return 200
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def scenario_prefix_cache(bin_dir, model):
+    # A KV budget of a few documents, so that later ones reclaim the cache's entries.
+    svc = Service(bin_dir, model, http=True, worker_args=["--kv-budget-mb", "2"])
+    try:
+        def run(ids, *extra):
+            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
+                           "--ignore-eos", "--json", *extra)
+            check(r.rc == 0, f"submit failed: {r}")
+            return r.json()
+
+        doc = doc_ids(300, 1)
+        first = run(doc + [11, 12, 13])
+        check(first["cached_tokens"] == 0, f"a first prompt came from the cache: {first}")
+        # The follow-up shares the document: its 300 tokens come from the cache (any length is
+        # reusable with dense attention), and the answer is the uncached one.
+        question = doc + [21, 22, 23, 24]
+        follow = run(question)
+        check(follow["cached_tokens"] == 300, f"follow-up reused {follow['cached_tokens']}")
+        uncached = run(question, "--no-cache")
+        check(uncached["cached_tokens"] == 0, f"--no-cache reused {uncached['cached_tokens']}")
+        check(follow["ids"] == uncached["ids"],
+              f"cached answer {follow['ids']} != uncached {uncached['ids']}")
+        # The follow-up's own KV (prompt and generated tokens) is an entry too: a third turn
+        # that repeats the question and the answer reuses all of it but the last token run.
+        third = run(question + follow["ids"] + [31, 32])
+        check(third["cached_tokens"] == len(question) + len(follow["ids"]) - 1,
+              f"third turn reused {third['cached_tokens']}")
+
+        # Two follow-ups from one entry at once.
+        results = [None, None]
+
+        def worker(i):
+            results[i] = run(doc + [41 + i, 42, 43])
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, r in enumerate(results):
+            check(r is not None and r["cached_tokens"] >= 288, f"concurrent follow-up {i}: {r}")
+            alone = run(doc + [41 + i, 42, 43], "--no-cache")
+            check(r["ids"] == alone["ids"], f"concurrent follow-up {i} answered otherwise")
+
+        # OpenAI usage reports the reuse.
+        body = json.dumps({"model": "model", "prompt": question, "max_tokens": 2,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        req = urllib.request.Request(f"http://{svc.http}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            usage = json.loads(resp.read())["usage"]
+        check(usage["prompt_tokens_details"]["cached_tokens"] >= 288, f"usage {usage}")
+        body = json.dumps({"model": "model", "prompt": question, "max_tokens": 2,
+                           "temperature": 0, "ignore_eos": True, "cache": False}).encode()
+        req = urllib.request.Request(f"http://{svc.http}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            usage = json.loads(resp.read())["usage"]
+        check(usage["prompt_tokens_details"]["cached_tokens"] == 0, f"cache false: {usage}")
+
+        # A pinned document survives what follows.
+        pinned_doc = doc_ids(200, 7)
+        pinned = run(pinned_doc + [9], "--pin")
+        entry = pinned["cache_entry"]
+        check(entry > 0, f"a pinned job left no entry: {pinned}")
+        listed = cache_list(svc)
+        check(any(e["id"] == entry and e["pinned"] for e in listed), f"cache list {listed}")
+
+        # Many distinct documents: the entries fill the KV budget and are reclaimed for new jobs
+        # (every job is served), and an old document's entry is gone or still exact.
+        for k in range(12):
+            run(doc_ids(700, 100 + k) + [5])
+        again = run(doc + [21, 22, 23, 24])
+        check(again["ids"] == uncached["ids"], "a follow-up after evictions answered otherwise")
+        hits = svc.metric("millipede_prefix_cache_hit_tokens_total")
+        check(hits >= 4 * 288, f"hit tokens {hits}")
+        check(svc.metric("millipede_prefix_cache_miss_tokens_total") > 0, "no miss counted")
+        check(svc.metric("millipede_prefix_cache_evictions_total") >= 1,
+              "no entry was evicted under a KV budget of a few documents")
+        check(svc.metric("millipede_prefix_cache_entries") >= 1, "no entry is left")
+        check(svc.metric("millipede_prefix_cache_bytes", 'tier="host"') > 0,
+              "the workers report no bytes held by the cache")
+
+        # The pinned entry outlived the evictions; unpinned and dropped, it is gone.
+        hit = run(pinned_doc + [8, 7])
+        check(hit["cached_tokens"] == 200, f"the pinned document was not reused: {hit}")
+        r = svc.client("cache", "unpin", str(entry))
+        check(r.rc == 0, f"unpin failed: {r}")
+        check(not any(e["id"] == entry and e["pinned"] for e in cache_list(svc)), "still pinned")
+        r = svc.client("cache", "drop", str(entry))
+        check(r.rc == 0, f"drop failed: {r}")
+        check(all(e["id"] != entry for e in cache_list(svc)), "dropped entry still listed")
+        r = svc.client("cache", "drop", str(entry))
+        check(r.rc != 0 and "NOT_FOUND" in r.err, f"second drop: {r}")
+
+        # Over HTTP: list, pin, drop; unknown ids are 404.
+        listed = http_json(svc, "GET", "/v1/cache")
+        check(listed["object"] == "list" and len(listed["data"]) >= 1, f"GET /v1/cache {listed}")
+        some = listed["data"][0]["id"]
+        check(http_json(svc, "POST", f"/v1/cache/{some}/pin")["pinned"], "HTTP pin")
+        check(any(e["id"] == some and e["pinned"] for e in http_json(svc, "GET", "/v1/cache")["data"]),
+              "HTTP pin not listed")
+        check(http_json(svc, "DELETE", f"/v1/cache/{some}")["dropped"], "HTTP drop")
+        check(http_status(svc, "DELETE", f"/v1/cache/{some}") == 404, "HTTP drop of a dropped id")
+        check(http_status(svc, "POST", "/v1/cache/abc/pin") == 404, "HTTP pin of a bad id")
+        check(http_status(svc, "PUT", "/v1/cache") == 405, "HTTP PUT /v1/cache")
+    finally:
+        svc.stop()
