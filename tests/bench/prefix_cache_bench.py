@@ -9,7 +9,8 @@ ids prompts; every figure is the client's TTFT (submit to first token, as the se
 in the job's record). Writes one JSON object per document length.
 
 usage: prefix_cache_bench.py --bin DIR --model DIR --lengths 131072,262144 [--workers N]
-           [--questions 10] [--json OUT] [--coordinator-args "..."]
+           [--questions 10] [--skip-copy] [--skip-uncached] [--json OUT]
+           [--coordinator-args "..."] [--worker-args "..."]
 """
 
 import argparse
@@ -78,20 +79,23 @@ def one_length(args, n, rng):
     row["cold_ttft_s"] = cold["ttft_s"]
     take = submit(args, doc + question())
     row["take_ttft_s"], row["take_cached_tokens"] = take["ttft_s"], take["cached_tokens"]
-    # Pinned: the next follow-ups copy it (a pinned entry stays in the cache).
-    pinned = submit(args, doc + question(), "--pin")
-    row["pinned_entry"] = pinned["cache_entry"]
-    copy = submit(args, doc + question())
-    row["copy_ttft_s"], row["copy_cached_tokens"] = copy["ttft_s"], copy["cached_tokens"]
-    uncached = submit(args, doc + question(), "--no-cache")
-    row["uncached_ttft_s"] = uncached["ttft_s"]
+    if not args.skip_copy:
+        # Pinned: the next follow-ups copy it (a pinned entry stays in the cache).
+        pinned = submit(args, doc + question(), "--pin")
+        row["pinned_entry"] = pinned["cache_entry"]
+        copy = submit(args, doc + question())
+        row["copy_ttft_s"], row["copy_cached_tokens"] = copy["ttft_s"], copy["cached_tokens"]
+    if not args.skip_uncached:
+        uncached = submit(args, doc + question(), "--no-cache")
+        row["uncached_ttft_s"] = uncached["ttft_s"]
     if args.questions > 0:
         t0 = time.time()
         ttfts = [submit(args, doc + question())["ttft_s"] for _ in range(args.questions)]
         row["questions"] = args.questions
         row["questions_wall_s"] = time.time() - t0
         row["questions_ttft_s"] = ttfts
-    client(args, "cache", "drop", str(row["pinned_entry"]))
+    if "pinned_entry" in row:
+        client(args, "cache", "drop", str(row["pinned_entry"]))
     return row
 
 
@@ -109,6 +113,11 @@ def main():
     ap.add_argument("--port", type=int, default=7731)
     ap.add_argument("--coordinator-args", default="--max-step-tokens 16384")
     ap.add_argument("--worker-args", default="")
+    ap.add_argument("--skip-copy", action="store_true",
+                    help="no pinned entry and copying follow-up (a copy needs the document's KV "
+                    "twice)")
+    ap.add_argument("--skip-uncached", action="store_true",
+                    help="no --no-cache run (the cold run is the same prefill)")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
