@@ -1,0 +1,113 @@
+// The prefix cache's policy on the coordinator: the reuse rule of each kind of attention
+// policy, which positions each rank holds of a job's KV, and what an ended job's entry offers.
+#include "coordinator/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+namespace millipede {
+namespace {
+
+AttentionPolicy Policy(PrefillPattern prefill, DecodeRole decode) {
+  AttentionPolicy p = DensePolicy(2, 2);
+  for (LayerPolicy& layer : p.layers) {
+    for (HeadPrefillPolicy& head : layer.prefill) head.pattern = prefill;
+    for (DecodeRole& role : layer.decode) role = decode;
+  }
+  return p;
+}
+
+TEST(PrefixCacheTest, ReuseRuleFollowsThePolicy) {
+  EXPECT_EQ(ReuseOf(std::nullopt), PrefixReuse::kAnyLength);
+  EXPECT_EQ(ReuseOf(DensePolicy(2, 2)), PrefixReuse::kAnyLength);
+  EXPECT_EQ(ReuseOf(Policy(PrefillPattern::kDense, DecodeRole::kStaticEviction)),
+            PrefixReuse::kPromptAnyLength);
+  EXPECT_EQ(ReuseOf(Policy(PrefillPattern::kVerticalSlash, DecodeRole::kFull)),
+            PrefixReuse::kChunkEnds);
+  EXPECT_EQ(ReuseOf(Policy(PrefillPattern::kAShape, DecodeRole::kFull)), PrefixReuse::kChunkEnds);
+  // A window store wins over everything: only its own length.
+  AttentionPolicy duo = DensePolicy(2, 2);
+  duo.layers[1].decode[0] = DecodeRole::kStreamingHead;
+  EXPECT_EQ(ReuseOf(duo), PrefixReuse::kOwnLength);
+}
+
+TEST(PrefixCacheTest, RankPositionsFollowTheShardPlan) {
+  RankPositions p(2);
+  p.AddChunk(0, 8);   // zig-zag: rank 0 [0,2) [6,8), rank 1 [2,6)
+  p.AddChunk(8, 4);   // rank 0 [8,9) [11,12), rank 1 [9,11)
+  p.AddDecode(12);    // rank 0
+  p.AddDecode(13);    // rank 1
+  EXPECT_EQ(p.total(), 14);
+  EXPECT_EQ(p.MaxRows(), 7);
+  const RankPositions before = p.Before(7);  // rank 0 [0,2) [6,7): 3; rank 1 [2,6): 4
+  EXPECT_EQ(before.total(), 7);
+  EXPECT_EQ(before.MaxRows(), 4);
+  EXPECT_EQ(RankPositions(3).MaxRows(), 0);
+}
+
+std::vector<int32_t> Tokens(int n, int32_t base) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = base + i % 50;
+  return t;
+}
+
+EndedKv Ended(uint64_t job, PrefixReuse reuse, const std::vector<int32_t>& prompt,
+              const std::vector<int32_t>& generated, const std::vector<int64_t>& chunk_ends) {
+  RankPositions positions(1);
+  positions.AddChunk(0, static_cast<int64_t>(prompt.size()));
+  for (size_t i = 0; i < generated.size(); ++i)
+    positions.AddDecode(static_cast<int64_t>(prompt.size() + i));
+  return EndedKv{.job = job, .key = 5, .reuse = reuse, .prompt = prompt,
+                 .generated = generated, .chunk_ends = chunk_ends, .positions = positions,
+                 .cost_per_rank = 100, .capacity_per_rank = 120, .takeable = true};
+}
+
+TEST(PrefixCacheTest, EntriesOfferWhatTheirPolicyAllows) {
+  auto cache = PrefixCache::Create(16, 1, "model");
+  ASSERT_TRUE(cache.ok());
+  const std::vector<int32_t> prompt = Tokens(64, 100), generated = Tokens(5, 300);
+  std::vector<int32_t> follow = prompt;
+  follow.insert(follow.end(), generated.begin(), generated.end());
+  follow.push_back(7);
+  // Exact attention: prompt and generated tokens, any length.
+  ASSERT_TRUE(cache->Insert(Ended(1, PrefixReuse::kAnyLength, prompt, generated, {32, 64})));
+  auto hit = cache->Lookup(5, follow);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->entry, 1u);
+  EXPECT_EQ(hit->tokens, 69);
+  EXPECT_TRUE(hit->exclusive);
+  EXPECT_EQ(hit->capacity, 120);
+  EXPECT_EQ(hit->positions.total(), 69);
+  EXPECT_FALSE(cache->Lookup(6, follow).has_value());  // another key
+  ASSERT_TRUE(cache->Remove(1).ok());
+  // Sparse prefill: the chunk ends only; a prompt diverging at 50 reuses 32.
+  ASSERT_TRUE(cache->Insert(Ended(2, PrefixReuse::kChunkEnds, prompt, generated, {32, 64})));
+  std::vector<int32_t> diverging = prompt;
+  diverging[50] = 9999;
+  hit = cache->Lookup(5, diverging);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 32);
+  EXPECT_EQ(cache->Lookup(5, follow)->tokens, 64);  // not into the generated tokens
+  // Held entries are not exclusive; pinned ones neither, and survive Evict.
+  ASSERT_TRUE(cache->Hold(2).ok());
+  EXPECT_FALSE(cache->Lookup(5, follow)->exclusive);
+  EXPECT_TRUE(cache->Evict(-1).empty());
+  cache->Release(2);
+  ASSERT_TRUE(cache->Pin(2, true).ok());
+  EXPECT_TRUE(cache->Evict(-1).empty());
+  ASSERT_TRUE(cache->Pin(2, false).ok());
+  EXPECT_EQ(cache->Evict(50), std::vector<uint64_t>{2});
+  EXPECT_EQ(cache->stats().evictions, 1);
+  EXPECT_EQ(cache->Pin(2, true).code(), StatusCode::kNotFound);
+  // A window store: its own length only, generated tokens included.
+  ASSERT_TRUE(cache->Insert(Ended(3, PrefixReuse::kOwnLength, prompt, generated, {64})));
+  EXPECT_EQ(cache->Lookup(5, follow)->tokens, 69);
+  EXPECT_FALSE(cache->Lookup(5, diverging).has_value());
+  // Shorter than a block: nothing worth keeping.
+  EXPECT_FALSE(cache->Insert(Ended(4, PrefixReuse::kAnyLength, Tokens(10, 1), {}, {10})));
+  // Hits and misses are counted in prompt tokens.
+  EXPECT_GT(cache->stats().hit_tokens, 0);
+  EXPECT_GT(cache->stats().miss_tokens, 0);
+}
+
+}  // namespace
+}  // namespace millipede
