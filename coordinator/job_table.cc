@@ -162,6 +162,19 @@ void JobTable::Start(Job& job, Clock::time_point now) {
 
 void JobTable::Evict(int64_t need) {
   for (uint64_t id : cache_->Evict(need)) batch_.DropCached(id);
+  ReportKv();
+}
+
+void JobTable::ReportKv() {
+  if (metrics_ == nullptr) return;
+  metrics_->KvReserved(batch_.reserved_per_rank() - batch_.cached_per_rank());
+  if (!cache_) return;
+  const PrefixCacheStats c = cache_->stats();
+  metrics_->PrefixCache({.hit_tokens = c.hit_tokens,
+                         .miss_tokens = c.miss_tokens,
+                         .entries = c.entries,
+                         .reserved_positions = batch_.cached_per_rank(),
+                         .evictions = c.evictions});
 }
 
 void JobTable::EvictForWaitingJobs(Deliveries* out) {
@@ -183,13 +196,12 @@ void JobTable::EvictForWaitingJobs(Deliveries* out) {
   }
   if (batch_.KvShortfall() <= 0) return;
   if (metrics_) metrics_->RequestError("too_long");
-  Finish(*job,
-         ResourceExhaustedError(
-             "job " + std::to_string(job->id) + " needs " + std::to_string(batch_.kv_cost(job->id)) +
-             " KV positions per rank but prefix-cache entries that are pinned or about to be used hold " +
-             std::to_string(batch_.cached_per_rank()) +
-             " of the workers' budget; unpin or drop some (millipede cache list)"),
-         out, /*freed_by_workers=*/true);
+  const std::string why =
+      "job " + std::to_string(job->id) + " needs " + std::to_string(batch_.kv_cost(job->id)) +
+      " KV positions per rank but prefix-cache entries that are pinned or about to be used hold " +
+      std::to_string(batch_.cached_per_rank()) +
+      " of the workers' budget; unpin or drop some (millipede cache list)";
+  Finish(*job, ResourceExhaustedError(why), out, /*freed_by_workers=*/true);
 }
 
 void JobTable::RecordCommitted(const PlannedStep& planned, const std::vector<JobId>& failed) {
@@ -218,6 +230,7 @@ bool JobTable::Requeue(Job& job) {
       batch_.DropCached(id);
       freed = true;
     }
+    ReportKv();
   }
   // Nothing else holds KV and nothing more can be freed: waiting would not help.
   if (!freed && batch_.running() <= 1) return false;
@@ -308,7 +321,7 @@ void JobTable::Finish(Job& job, std::optional<Status> error, Deliveries* out,
   job.held_token.reset();
   if (metrics_) metrics_->JobFinished(reason, started, e2e, decode_tps);
   RememberEnded(info);
-  if (metrics_) metrics_->KvReserved(batch_.reserved_per_rank() - batch_.cached_per_rank());
+  ReportKv();
   RemoveFromQueue(id);
   jobs_.erase(id);                       // `job` may be gone from here on
   if (started) ReportPrefillProgress();  // 0 once no prompt is in prefill
@@ -373,6 +386,7 @@ Status JobTable::DropCacheEntry(uint64_t id) {
   if (!cache_) return UnimplementedError("the prefix cache is off (--prefix-block-tokens 0)");
   MP_RETURN_IF_ERROR(cache_->Remove(id));
   batch_.DropCached(id);
+  ReportKv();
   return OkStatus();
 }
 

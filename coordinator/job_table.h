@@ -129,6 +129,8 @@ class JobTable {
   void FailQueued(const Status& error, Deliveries* out);
   // prefill_progress_ratio: the longest prompt in prefill.
   void ReportPrefillProgress();
+  // kv_reserved_positions (the jobs' reservations) and the prefix cache's metrics.
+  void ReportKv();
 
  private:
   JobStatusInfo StatusOf(const Job& job) const;

@@ -81,18 +81,8 @@ Status StepRunner::SendNextStep(bool* busy) {
   }
   for (const PlannedEntry& e : planned.entries)
     plan.entries.push_back({e.job, KindOf(e.kind), e.begin, e.count});
-  if (metrics_) {
-    metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
-    metrics_->KvReserved(batch.reserved_per_rank() - batch.cached_per_rank());
-    if (const PrefixCache* cache = table_.prefix_cache()) {
-      const PrefixCacheStats c = cache->stats();
-      metrics_->PrefixCache({.hit_tokens = c.hit_tokens,
-                             .miss_tokens = c.miss_tokens,
-                             .entries = c.entries,
-                             .reserved_positions = batch.cached_per_rank(),
-                             .evictions = c.evictions});
-    }
-  }
+  if (metrics_) metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
+  table_.ReportKv();
   in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false};
   last_progress_ = now;
   return link_.SendStep(plan);

@@ -82,7 +82,9 @@ RoutedRequest RouteHttpRequest(const HttpRequest& request, const std::string& ap
   if (path == "/v1/cache") return get ? routed(HttpRoute::kCache) : wrong_method("GET");
   if (path.rfind("/v1/cache/", 0) == 0) {
     const bool action = path.ends_with("/pin") || path.ends_with("/unpin");
-    if (action) return method == http::verb::post ? routed(HttpRoute::kCache) : wrong_method("POST");
+    if (action) {
+      return method == http::verb::post ? routed(HttpRoute::kCache) : wrong_method("POST");
+    }
     return method == http::verb::delete_ ? routed(HttpRoute::kCache) : wrong_method("DELETE");
   }
   std::optional<HttpRoute> json_route;

@@ -150,11 +150,12 @@ std::vector<std::string> SubmitFlagNames() {
   return names;
 }
 
-StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
-                     ClientConnection& c) {
-  MP_ASSIGN_OR_RETURN(std::string prompt, PromptFrom(flags, args));
-  auto request = c.service.submitRequest();
-  auto spec = request.initSpec();
+namespace {
+
+// The job's spec from the submit flags: the prompt, its limits, sampling, stops, the cache and
+// the policy file.
+Status FillSpec(const Flags& flags, const std::string& prompt, const SamplingParams& params,
+                rpc::JobSpec::Builder spec) {
   if (flags.GetBool("ids")) {
     MP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(prompt));
     MP_REQUIRE(ids.size() * 4 < (kClientMaxMessageWords - 1024) * sizeof(capnp::word),
@@ -166,7 +167,6 @@ StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
   }
   MP_ASSIGN_OR_RETURN(int64_t max_tokens, flags.GetInt("max-tokens", 16));
   spec.setMaxNewTokens(max_tokens);
-  MP_ASSIGN_OR_RETURN(const SamplingParams params, SamplingParamsFromFlags(flags));
   SetSampling(params, spec.initSampling());
   const auto stops = flags.GetAll("stop");
   auto stop_list = spec.initStopStrings(static_cast<unsigned>(stops.size()));
@@ -185,6 +185,17 @@ StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
     MP_ASSIGN_OR_RETURN(std::string policy, ReadFileToString(*policy_file));
     spec.setPolicyJson(kj::StringPtr(policy.c_str(), policy.size()));
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<int> Submit(const Flags& flags, const std::vector<std::string>& args,
+                     ClientConnection& c) {
+  MP_ASSIGN_OR_RETURN(std::string prompt, PromptFrom(flags, args));
+  MP_ASSIGN_OR_RETURN(const SamplingParams params, SamplingParamsFromFlags(flags));
+  auto request = c.service.submitRequest();
+  MP_RETURN_IF_ERROR(FillSpec(flags, prompt, params, request.initSpec()));
 
   const bool json = flags.GetBool("json");
   auto paf = kj::newPromiseAndFulfiller<void>();

@@ -1,14 +1,17 @@
 """The prefix cache end to end: a follow-up whose prompt starts with an earlier job's prompt
 reuses its KV (cached_tokens over RPC and in OpenAI usage) and answers as an uncached run does;
 opting out; two follow-ups at once; the KV budget reclaims cache entries for new jobs but not a
-pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP."""
+pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; a bounded soak
+(follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
+entries listed and dropping them frees every byte."""
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 
-from service_harness import Service, check
+from service_harness import Failure, Service, check, read_until
 
 
 def ids_arg(ids):
@@ -41,6 +44,56 @@ def http_status(svc, method, path):
         return 200
     except urllib.error.HTTPError as e:
         return e.code
+
+
+def soak(svc, run):
+    """Follow-ups on three documents from four clients, every fifth cancelled while it runs (in
+    its prefill from the cache or its decode); then no job holds KV, the cache's reservation is
+    the sum of its listed entries', and dropping every entry frees every byte on every rank."""
+    docs = [doc_ids(240, 50 + k) for k in range(3)]
+    failures = []
+
+    def client(c):
+        for i in range(15):
+            prompt = docs[(c + i) % 3] + [60 + c, 70 + i]
+            if (c + i) % 5 == 0:
+                bg = svc.client_bg("submit", "--ids", "--prompt", ids_arg(prompt),
+                                   "--max-tokens", "40", "--ignore-eos", "--no-progress")
+                job = read_until(bg.stderr, r"job (\d+) queued", 30).group(1)
+                svc.client("cancel", job)
+                bg.wait(timeout=60)
+            else:
+                try:
+                    run(prompt)
+                except Failure as e:
+                    failures.append(str(e))
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(not failures, f"soak jobs failed: {failures[:3]}")
+    entries = cache_list(svc)
+    check(len(entries) >= 1, "the soak left no entry")
+    svc.wait_kv(lambda kv: sum(kv) == 0, "free of jobs after the soak")
+    reserved = svc.metric("millipede_prefix_cache_reserved_positions")
+    check(reserved == sum(e["kv_positions"] for e in entries),
+          f"cache reservation {reserved} != its entries' {[e['kv_positions'] for e in entries]}")
+    check(svc.metric("millipede_kv_reserved_positions") == 0, "a job still reserves KV")
+    for e in entries:
+        if e["pinned"]:
+            svc.client("cache", "unpin", str(e["id"]))
+        r = svc.client("cache", "drop", str(e["id"]))
+        check(r.rc == 0, f"drop {e['id']}: {r}")
+    check(cache_list(svc) == [], "entries left after dropping them all")
+    # A step (of a job that leaves nothing) frees them on the workers, which then report it.
+    run(doc_ids(20, 3), "--no-cache")
+    deadline = time.time() + 10
+    while svc.metric("millipede_prefix_cache_bytes") > 0 and time.time() < deadline:
+        time.sleep(0.2)
+    check(svc.metric("millipede_prefix_cache_bytes") == 0, "cache bytes left on the workers")
+    check(svc.metric("millipede_prefix_cache_reserved_positions") == 0, "cache reservation left")
 
 
 def scenario_prefix_cache(bin_dir, model):
@@ -149,5 +202,6 @@ def scenario_prefix_cache(bin_dir, model):
         check(http_status(svc, "DELETE", f"/v1/cache/{some}") == 404, "HTTP drop of a dropped id")
         check(http_status(svc, "POST", "/v1/cache/abc/pin") == 404, "HTTP pin of a bad id")
         check(http_status(svc, "PUT", "/v1/cache") == 405, "HTTP PUT /v1/cache")
+        soak(svc, run)
     finally:
         svc.stop()

@@ -235,7 +235,8 @@ Status SequenceTable::TakeCached(SequenceId id, const SequenceOptions& options,
   auto it = cached_.find(prefix.from);
   if (local.ok()) local = it->second->CanTakeOver(options, prefix.length);
   Status made = ctx_.AgreeToContinue(local.ok());
-  if (made.ok()) made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
+  if (made.ok())
+    made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
   if (made.ok()) made = it->second->TakeOver(id, options, prefix.length);
   const Status agreed = ctx_.AgreeToContinue(made.ok());
   if (!made.ok() || !agreed.ok() || !local.ok()) {

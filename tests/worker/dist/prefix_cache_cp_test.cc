@@ -3,8 +3,9 @@
 // (StartSequence with a CachedPrefix) that prefills only the rest of its prompt give the logits
 // of a sequence that prefilled the whole prompt in the same chunks — for dense attention,
 // vertical-slash prefill, DuoAttention's head groups (a-shape prefill, streaming-head decode)
-// and OmniKV (its selected layers on the device). Each rank restores its own share; nothing crosses ranks.
-// Logits within 1e-5 relative in fp32; greedy tokens identical.
+// and OmniKV (its selected layers on the device), whether the later sequence copies the kept
+// one's KV or takes the kept sequence over. Each rank restores its own share; nothing crosses
+// ranks. Logits within 1e-5 relative in fp32; greedy tokens identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
