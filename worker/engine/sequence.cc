@@ -356,8 +356,14 @@ Status Sequence::CanTakeOver(const SequenceOptions& options, int64_t length) con
   return OkStatus();
 }
 
-Status Sequence::TakeOver(SequenceId id, const SequenceOptions& options, int64_t length) {
+Status Sequence::TakeOver(Backend& backend, SequenceId id, const SequenceOptions& options,
+                          int64_t length) {
   MP_RETURN_IF_ERROR(CanTakeOver(options, length));
+  if (pairs_.device.data != nullptr) {
+    const int64_t zero = 0;
+    MP_RETURN_IF_ERROR(backend.CopyFromHost({&zero, DType::kI64, Shape{1}}, pairs_.device));
+  }
+  pairs_.host = 0;
   const std::vector<TokenRange> stored = RangesBefore(stored_, length);
   for (size_t l = 0; l < stores_.size(); ++l) {
     Status s = stores_[l]->Truncate(stored, length);

@@ -118,7 +118,9 @@ class Sequence {
   // sequence whose decode roles keep a selection (OmniKV) or whose store cannot forget rows (a
   // window store at another length).
   Status CanTakeOver(const SequenceOptions& options, int64_t length) const;
-  Status TakeOver(SequenceId id, const SequenceOptions& options, int64_t length);
+  // Its prefill pair counters start again at zero (on `backend`).
+  Status TakeOver(Backend& backend, SequenceId id, const SequenceOptions& options,
+                  int64_t length);
   // Called before the first decode step runs (then nothing): positions before length() are the
   // context, later ones generated (OmniKV's selections and host-tier stores split at it).
   void BeginDecode();

@@ -237,7 +237,7 @@ Status SequenceTable::TakeCached(SequenceId id, const SequenceOptions& options,
   Status made = ctx_.AgreeToContinue(local.ok());
   if (made.ok())
     made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
-  if (made.ok()) made = it->second->TakeOver(id, options, prefix.length);
+  if (made.ok()) made = it->second->TakeOver(*ctx_.backend, id, options, prefix.length);
   const Status agreed = ctx_.AgreeToContinue(made.ok());
   if (!made.ok() || !agreed.ok() || !local.ok()) {
     if (it != cached_.end()) cached_.erase(it);
