@@ -52,13 +52,11 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   job.reuse = ReuseOf(policy);
   std::optional<PrefixStart> hit = cache_->Lookup(job.cache_key, d.prompt_ids);
   if (!hit) return std::nullopt;
-  const int num_ranks = batch_.num_ranks();
-  const auto prompt = static_cast<int64_t>(d.prompt_ids.size());
-  const int64_t need = hit->positions.MaxRows() +
-                       PromptRowsBoundPerRank(prompt - hit->tokens, num_ranks) +
-                       DecodeRowsPerRank(d.max_new_tokens, num_ranks);
+  const int64_t need = StepScheduler::CachedReservationPerRank(
+      hit->positions.MaxRows(), hit->tokens, static_cast<int64_t>(d.prompt_ids.size()),
+      d.max_new_tokens, batch_.num_ranks());
   // Taken over when nothing else wants it and it has room: no copy, no second reservation.
-  job.cache_take = hit->exclusive && need <= hit->capacity && cache_->Take(hit->entry).ok();
+  job.cache_take = hit->exclusive && need <= hit->capacity && cache_->Remove(hit->entry).ok();
   job.cache_held = !job.cache_take && cache_->Hold(hit->entry).ok();
   if (!job.cache_take && !job.cache_held) return std::nullopt;
   job.cached_from = hit->entry;

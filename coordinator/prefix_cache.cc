@@ -87,8 +87,6 @@ Status PrefixCache::Hold(uint64_t entry) { return index_.Acquire(entry); }
 
 void PrefixCache::Release(uint64_t entry) { (void)index_.Release(entry); }
 
-Status PrefixCache::Take(uint64_t entry) { return Remove(entry); }
-
 Status PrefixCache::Pin(uint64_t entry, bool pinned) {
   if (!index_.Contains(entry))
     return NotFoundError("no prefix-cache entry " + std::to_string(entry));

@@ -95,11 +95,10 @@ class PrefixCache {
   uint64_t KeyOf(const std::optional<AttentionPolicy>& policy) const;
   // The longest cached prefix of `prompt` under `key`; none on a miss. Counts the job's prompt
   // tokens as hit and missed. The caller then holds the entry (Hold: not evictable until
-  // Release) or takes it (Take: the entry leaves the cache, its KV becomes the job's).
+  // Release) or takes it over (Remove: the entry leaves the cache, its KV becomes the job's).
   std::optional<PrefixStart> Lookup(uint64_t key, std::span<const int32_t> prompt);
   Status Hold(uint64_t entry);
   void Release(uint64_t entry);
-  Status Take(uint64_t entry);
   // Pins or unpins an entry; removes one (its positions forgotten; the caller drops its KV).
   // NotFound for an unknown id; Remove is FailedPrecondition while a job holds the entry.
   Status Pin(uint64_t entry, bool pinned);

@@ -249,20 +249,20 @@ std::vector<uint64_t> PrefixIndex::EvictionOrder() const {
 std::vector<PrefixEntryInfo> PrefixIndex::List() const {
   std::vector<PrefixEntryInfo> infos;
   infos.reserve(slots_.size());
-  for (auto it = by_use_.rbegin(); it != by_use_.rend(); ++it) {
-    const Slot& s = slots_.at(it->second);
-    infos.push_back({s.entry.id, static_cast<int64_t>(s.entry.tokens.size()),
-                     s.entry.cost_per_rank, s.pinned, s.holders, s.last_use, s.hits});
-  }
+  for (auto it = by_use_.rbegin(); it != by_use_.rend(); ++it)
+    infos.push_back(InfoOf(slots_.at(it->second)));
   return infos;
 }
 
 std::optional<PrefixEntryInfo> PrefixIndex::Info(uint64_t id) const {
   auto it = slots_.find(id);
   if (it == slots_.end()) return std::nullopt;
-  const Slot& s = it->second;
-  return PrefixEntryInfo{s.entry.id, static_cast<int64_t>(s.entry.tokens.size()),
-                         s.entry.cost_per_rank, s.pinned, s.holders, s.last_use, s.hits};
+  return InfoOf(it->second);
+}
+
+PrefixEntryInfo PrefixIndex::InfoOf(const Slot& s) {
+  return {s.entry.id, static_cast<int64_t>(s.entry.tokens.size()), s.entry.cost_per_rank,
+          s.pinned, s.holders, s.last_use, s.hits};
 }
 
 int64_t PrefixIndex::size() const { return static_cast<int64_t>(slots_.size()); }

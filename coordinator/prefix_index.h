@@ -140,6 +140,7 @@ class PrefixIndex {
   // Makes `slot` the most recently used entry.
   void Touch(Slot& slot);
   bool Evictable(const Slot& slot) const { return !slot.pinned && slot.holders == 0; }
+  static PrefixEntryInfo InfoOf(const Slot& slot);
 
   int64_t block_tokens_ = 1;
   std::unordered_map<uint64_t, Slot> slots_;                    // by entry id

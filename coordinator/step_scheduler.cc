@@ -45,6 +45,13 @@ int64_t StepScheduler::ReservationPerRank(int64_t prompt_tokens, int64_t max_new
   return KvPositionsPerRank(prompt_tokens, max_new_tokens, num_ranks);
 }
 
+int64_t StepScheduler::CachedReservationPerRank(int64_t prefix_rows, int64_t cached_tokens,
+                                                int64_t prompt_tokens, int64_t max_new_tokens,
+                                                int num_ranks) {
+  return prefix_rows + PromptRowsBoundPerRank(prompt_tokens - cached_tokens, num_ranks) +
+         DecodeRowsPerRank(max_new_tokens, num_ranks);
+}
+
 Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_tokens,
                           int64_t kv_cost_per_rank, const std::optional<CachedStart>& cached,
                           bool keep) {
@@ -64,11 +71,8 @@ Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_
                    cached->prefix_rows >= 0,
                "step scheduler: job ", job, " starts from a cached prefix of ", cached->tokens,
                " tokens of ", prompt_tokens);
-    // The prefix as the entry's ranks hold it, then the rest sharded as any prompt.
-    const int64_t reservation =
-        cached->prefix_rows + PromptRowsBoundPerRank(prompt_tokens - cached->tokens,
-                                                     options_.num_ranks) +
-        DecodeRowsPerRank(max_new_tokens, options_.num_ranks);
+    const int64_t reservation = CachedReservationPerRank(
+        cached->prefix_rows, cached->tokens, prompt_tokens, max_new_tokens, options_.num_ranks);
     j.cost += std::max<int64_t>(0, reservation - j.reservation);
     j.reservation = reservation;
     j.cached = j.prefilled = cached->tokens;

@@ -177,6 +177,12 @@ class StepScheduler {
   int64_t reservation(StepJobId job) const;
   // KV positions one job reserves on the busiest rank.
   static int64_t ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);
+  // The same for a job that starts from a cached prefix of `cached_tokens` positions, of which
+  // the busiest rank holds `prefix_rows`: those, then the rest of the prompt sharded as any
+  // prompt, then its decode share.
+  static int64_t CachedReservationPerRank(int64_t prefix_rows, int64_t cached_tokens,
+                                          int64_t prompt_tokens, int64_t max_new_tokens,
+                                          int num_ranks);
 
  private:
   struct Job {
