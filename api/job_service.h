@@ -67,6 +67,7 @@ struct CacheEntryInfo {
   bool pinned = false;
   int64_t hits = 0;     // jobs that started from it
   int64_t holders = 0;  // queued jobs about to start from it
+  std::string tier;     // "device": the workers' KV memory; "host": their host memory
 };
 
 enum class JobState { kQueued, kPrefill, kDecode, kFinished, kCancelled, kFailed };

@@ -125,6 +125,7 @@ void Fields(Io& io, M& m) {
   Fields(io, m.default_policy);
   io.Field(m.kv_dtype);
   io.Field(m.selected_kv_host);
+  io.Field(m.kv_position_bytes);
   Fields(io, m.capabilities);
 }
 
@@ -150,6 +151,7 @@ void Fields(Io& io, M& m) {
 template <class Io, MessageOf<StepPlan> M>
 void Fields(Io& io, M& m) {
   io.Field(m.step_id);
+  io.Field(m.demotes);
   io.Field(m.drops);
   io.Field(m.ends);
   io.Field(m.keeps);

@@ -89,6 +89,9 @@ struct WorkerHello {
   // Whether OmniKV's selected layers may go to the host tier on this rank (--selected-kv host,
   // or auto on a GPU).
   bool selected_kv_host = false;
+  // Bytes of K and V of one position over every layer in this rank's KV dtype: what the prefix
+  // cache's host tier counts an entry's positions in.
+  int64_t kv_position_bytes = 0;
 };
 
 // A job starting in a step: what it runs and the KV it reserves.
@@ -122,8 +125,9 @@ struct StepEntry {
   int64_t count = 1;
 };
 
-// One engine step for every worker: free the cache entries `drops` and the jobs `ends`, keep
-// the jobs `keeps` as cache entries (each under its job id: the job ends, its KV stays), start
+// One engine step for every worker: move the cache entries `demotes` from backend memory to
+// the host tier, free the cache entries `drops` (in either tier) and the jobs `ends`, keep the
+// jobs `keeps` as cache entries (each under its job id: the job ends, its KV stays), start
 // `starts` in order, run `entries`.
 struct StepPlan {
   uint64_t step_id = 0;
@@ -132,6 +136,7 @@ struct StepPlan {
   std::vector<StepEntry> entries;
   std::vector<uint64_t> drops;
   std::vector<uint64_t> keeps;
+  std::vector<uint64_t> demotes;
 };
 
 // Prefill progress of a job in the step in flight, from the worker leader after each layer.

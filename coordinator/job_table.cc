@@ -158,9 +158,13 @@ void JobTable::Start(Job& job, Clock::time_point now) {
   if (metrics_) metrics_->JobStarted(Seconds(now - job.submitted));
 }
 
-void JobTable::Evict(int64_t need) {
-  for (uint64_t id : cache_->Evict(need)) batch_.DropCached(id);
+bool JobTable::Evict(int64_t need) {
+  const PrefixEviction e = cache_->Evict(need);
+  for (uint64_t id : e.demoted) batch_.DemoteCached(id);
+  for (uint64_t id : e.dropped_device) batch_.DropCached(id);
+  for (uint64_t id : e.dropped_host) batch_.DropSaved(id);
   ReportKv();
+  return !e.demoted.empty() || !e.dropped_device.empty();
 }
 
 void JobTable::ReportKv() {
@@ -172,7 +176,10 @@ void JobTable::ReportKv() {
                          .miss_tokens = c.miss_tokens,
                          .entries = c.entries,
                          .reserved_positions = batch_.cached_per_rank(),
-                         .evictions = c.evictions});
+                         .evictions = c.evictions,
+                         .host_entries = c.host_entries,
+                         .demotions = c.demotions,
+                         .host_hits = c.host_hits});
 }
 
 void JobTable::EvictForWaitingJobs(Deliveries* out) {
@@ -222,14 +229,7 @@ bool JobTable::Requeue(Job& job) {
   // A take-over allocates no KV; its failure freed the entry on the workers.
   if (job.cache_take) return false;
   // The workers need the memory more than the cache does.
-  bool freed = false;
-  if (cache_) {
-    for (uint64_t id : cache_->Evict(-1)) {
-      batch_.DropCached(id);
-      freed = true;
-    }
-    ReportKv();
-  }
+  const bool freed = cache_ && Evict(-1);
   // Nothing else holds KV and nothing more can be freed: waiting would not help.
   if (!freed && batch_.running() <= 1) return false;
   if (!batch_.StartRefused(job.id).ok()) return false;
@@ -371,7 +371,8 @@ StatusOr<std::vector<CacheEntryInfo>> JobTable::ListCache() const {
                    .kv_positions = e.cost_per_rank,
                    .pinned = e.pinned,
                    .hits = e.hits,
-                   .holders = e.holders});
+                   .holders = e.holders,
+                   .tier = CacheTierName(cache_->tier_of(e.id))});
   return out;
 }
 
@@ -382,8 +383,12 @@ Status JobTable::PinCacheEntry(uint64_t id, bool pinned) {
 
 Status JobTable::DropCacheEntry(uint64_t id) {
   if (!cache_) return UnimplementedError("the prefix cache is off (--prefix-block-tokens 0)");
+  const CacheTier tier = cache_->tier_of(id);
   MP_RETURN_IF_ERROR(cache_->Remove(id));
-  batch_.DropCached(id);
+  if (tier == CacheTier::kHost)
+    batch_.DropSaved(id);
+  else
+    batch_.DropCached(id);
   ReportKv();
   return OkStatus();
 }

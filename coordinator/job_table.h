@@ -144,8 +144,10 @@ class JobTable {
   void RemoveFromQueue(JobId id);
   // The prefix cache's part of Add: the job's key, reuse rule and hit (held).
   std::optional<CachedStart> LookUp(Job& job);
-  // Drops least recently used evictable entries worth `need` KV positions (all for need < 0).
-  void Evict(int64_t need);
+  // Frees least recently used device-tier entries worth `need` KV positions (all for
+  // need < 0), demoting them to the host tier where it has room (PrefixCache::Evict); whether
+  // any left the workers' KV memory.
+  bool Evict(int64_t need);
   // The prefix cache's part of Finish: whether the job's KV stays as an entry (true), and the
   // batching policy told so.
   bool LeaveKv(Job& job, const std::optional<Status>& error, bool started, bool freed_by_workers);

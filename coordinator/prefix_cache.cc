@@ -22,6 +22,10 @@ PrefixReuse ReuseOf(const std::optional<AttentionPolicy>& policy) {
   return full_decode ? PrefixReuse::kAnyLength : PrefixReuse::kPromptAnyLength;
 }
 
+const char* CacheTierName(CacheTier tier) {
+  return tier == CacheTier::kDevice ? "device" : "host";
+}
+
 void RankPositions::AddChunk(int64_t begin, int64_t count) {
   StatusOr<ShardPlan> plan = ShardPlan::Create(count, static_cast<int>(ranks_.size()));
   if (!plan.ok()) return;  // count < 1: nothing to add
@@ -78,8 +82,10 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
   if (hit.tokens == 0) return std::nullopt;
   const Facts& facts = facts_.at(hit.entry);
   const std::optional<PrefixEntryInfo> info = index_.Info(hit.entry);
+  const bool device = facts.tier == CacheTier::kDevice;
+  if (!device) ++host_hits_;
   return PrefixStart{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
-                     facts.takeable && info && !info->pinned && info->holders == 0,
+                     device && facts.takeable && info && !info->pinned && info->holders == 0,
                      facts.capacity};
 }
 
@@ -97,8 +103,15 @@ Status PrefixCache::Remove(uint64_t entry) {
   if (!index_.Contains(entry))
     return NotFoundError("no prefix-cache entry " + std::to_string(entry));
   MP_RETURN_IF_ERROR(index_.Remove(entry));
-  facts_.erase(entry);
+  Forget(entry);
   return OkStatus();
+}
+
+void PrefixCache::Forget(uint64_t entry) {
+  auto it = facts_.find(entry);
+  if (it == facts_.end()) return;
+  if (it->second.tier == CacheTier::kHost) host_used_ -= host_bytes_of(entry);
+  facts_.erase(it);
 }
 
 namespace {
@@ -149,15 +162,62 @@ bool PrefixCache::Insert(const EndedKv& ended) {
   return true;
 }
 
-std::vector<uint64_t> PrefixCache::Evict(int64_t need) {
-  std::vector<uint64_t> out;
-  int64_t freed = 0;
+void PrefixCache::SetHostTier(int64_t bytes_per_rank, int64_t position_bytes) {
+  host_limit_ = std::max<int64_t>(bytes_per_rank, 0);
+  position_bytes_ = std::max<int64_t>(position_bytes, 0);
+}
+
+std::vector<uint64_t> PrefixCache::DeviceEvictionOrder() const {
+  std::vector<uint64_t> evictable, kept;
+  const std::vector<PrefixEntryInfo> all = index_.List();  // most recently used first
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (tier_of(it->id) != CacheTier::kDevice) continue;
+    (!it->pinned && it->holders == 0 ? evictable : kept).push_back(it->id);
+  }
+  if (host_limit_ > 0) evictable.insert(evictable.end(), kept.begin(), kept.end());
+  return evictable;
+}
+
+bool PrefixCache::Demote(uint64_t entry, PrefixEviction* out) {
+  const int64_t bytes = host_bytes_of(entry);
+  if (host_limit_ == 0 || bytes > host_limit_) return false;
+  std::vector<uint64_t> victims;
+  int64_t room = host_limit_ - host_used_;
   for (uint64_t id : index_.EvictionOrder()) {
-    if (need >= 0 && freed >= need) break;
-    freed += cost_of(id);
+    if (room >= bytes) break;
+    if (tier_of(id) != CacheTier::kHost) continue;
+    victims.push_back(id);
+    room += host_bytes_of(id);
+  }
+  if (room < bytes) return false;
+  for (uint64_t id : victims) {
     if (!index_.Remove(id).ok()) continue;
-    facts_.erase(id);
-    out.push_back(id);
+    Forget(id);
+    out->dropped_host.push_back(id);
+    ++evictions_;
+  }
+  facts_.at(entry).tier = CacheTier::kHost;
+  host_used_ += bytes;
+  out->demoted.push_back(entry);
+  ++demotions_;
+  return true;
+}
+
+PrefixEviction PrefixCache::Evict(int64_t need) {
+  PrefixEviction out;
+  int64_t freed = 0;
+  for (uint64_t id : DeviceEvictionOrder()) {
+    if (need >= 0 && freed >= need) break;
+    const int64_t cost = cost_of(id);
+    if (Demote(id, &out)) {
+      freed += cost;
+      continue;
+    }
+    const std::optional<PrefixEntryInfo> info = index_.Info(id);
+    if (!info || info->pinned || info->holders > 0 || !index_.Remove(id).ok()) continue;
+    Forget(id);
+    freed += cost;
+    out.dropped_device.push_back(id);
     ++evictions_;
   }
   return out;
@@ -168,12 +228,31 @@ int64_t PrefixCache::cost_of(uint64_t entry) const {
   return e == nullptr ? 0 : e->cost_per_rank;
 }
 
+CacheTier PrefixCache::tier_of(uint64_t entry) const {
+  auto it = facts_.find(entry);
+  return it == facts_.end() ? CacheTier::kDevice : it->second.tier;
+}
+
+int64_t PrefixCache::host_bytes_of(uint64_t entry) const {
+  auto it = facts_.find(entry);
+  return it == facts_.end() ? 0 : it->second.positions.MaxRows() * position_bytes_;
+}
+
 PrefixCacheStats PrefixCache::stats() const {
-  return {.entries = index_.size(),
-          .cost_per_rank = index_.cost_per_rank(),
-          .hit_tokens = hit_tokens_,
-          .miss_tokens = miss_tokens_,
-          .evictions = evictions_};
+  PrefixCacheStats out{.entries = index_.size(),
+                       .host_bytes_per_rank = host_used_,
+                       .hit_tokens = hit_tokens_,
+                       .miss_tokens = miss_tokens_,
+                       .evictions = evictions_,
+                       .demotions = demotions_,
+                       .host_hits = host_hits_};
+  for (const auto& [id, facts] : facts_) {
+    if (facts.tier == CacheTier::kHost)
+      ++out.host_entries;
+    else
+      out.cost_per_rank += cost_of(id);
+  }
+  return out;
 }
 
 }  // namespace millipede

@@ -11,6 +11,13 @@
 //  - sparse or a-shape prefill: the ends of the prompt's prefill chunks (a chunk's index is
 //    estimated from its own last queries, so the KV inside a chunk depends on the whole chunk);
 //  - a store that keeps a window only (streaming-head decode): the entry's own length alone.
+//
+// Tiers: an entry starts in the workers' backend memory (each rank's share, counted in the KV
+// budget). With a host tier (SetHostTier), an entry evicted from backend memory moves to the
+// ranks' host memory (demoted: its KV saved there, its reservation freed) where it fits, the
+// host tier dropping its own least recently used entries to make room; a hit on a host entry
+// copies its KV back into the new job's memory and leaves the entry where it is. Pinned
+// entries and entries a job waits to copy are never dropped, but may be demoted.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +58,9 @@ class RankPositions {
   std::vector<std::vector<TokenRange>> ranks_;
 };
 
+enum class CacheTier { kDevice, kHost };
+const char* CacheTierName(CacheTier tier);  // "device", "host"
+
 // A hit for a new job: restore [0, tokens) from entry `entry`, whose positions there are
 // `positions`. `exclusive`: nothing else wants the entry (not pinned, no job holds it) and its
 // sequence may be taken over (no OmniKV selection), so a job it has room for (`capacity` KV
@@ -79,11 +89,21 @@ struct EndedKv {
   bool takeable = true;           // its sequence may be taken over (no OmniKV selection)
 };
 
+// What Evict did: entries moved to the host tier, and entries freed from each tier.
+struct PrefixEviction {
+  std::vector<uint64_t> demoted;
+  std::vector<uint64_t> dropped_device, dropped_host;
+};
+
 struct PrefixCacheStats {
-  int64_t entries = 0;
-  int64_t cost_per_rank = 0;  // KV positions the entries hold on the busiest rank
+  int64_t entries = 0;        // in every tier
+  int64_t cost_per_rank = 0;  // KV positions the device-tier entries hold on the busiest rank
+  int64_t host_entries = 0;
+  int64_t host_bytes_per_rank = 0;  // what the host-tier entries count on the busiest rank
   int64_t hit_tokens = 0, miss_tokens = 0;  // prompt tokens reused / prefilled, cumulative
-  int64_t evictions = 0;                    // cumulative
+  int64_t evictions = 0;                    // entries dropped, cumulative
+  int64_t demotions = 0;                    // entries moved to the host tier, cumulative
+  int64_t host_hits = 0;                    // lookups answered from the host tier, cumulative
 };
 
 class PrefixCache {
@@ -106,10 +126,16 @@ class PrefixCache {
   // Registers an ended job's KV as entry `ended.job` when it holds at least one reusable block;
   // false when it does not (the caller frees it).
   bool Insert(const EndedKv& ended);
-  // Removes evictable entries, least recently used first, until their cost reaches `need` (all
-  // of them for need < 0); their ids.
-  std::vector<uint64_t> Evict(int64_t need);
+  // A host tier of `bytes_per_rank` on each rank, an entry counted at `position_bytes` per
+  // position it holds on its busiest rank; 0 bytes: none (evicted entries are dropped).
+  void SetHostTier(int64_t bytes_per_rank, int64_t position_bytes);
+  // Frees device-tier entries, least recently used first, until their cost reaches `need` (all
+  // of them for need < 0): each is demoted where the host tier has (or can make) room, else
+  // dropped when evictable (not pinned, not held), else left.
+  PrefixEviction Evict(int64_t need);
   int64_t cost_of(uint64_t entry) const;
+  // The entry's tier (kDevice for an unknown id).
+  CacheTier tier_of(uint64_t entry) const;
   PrefixCacheStats stats() const;
   const PrefixIndex& index() const { return index_; }
 
@@ -124,9 +150,21 @@ class PrefixCache {
     RankPositions positions;
     int64_t capacity = 0;
     bool takeable = true;
+    CacheTier tier = CacheTier::kDevice;
   };
+  // Device-tier entries in the order Evict takes them: the evictable ones least recently used
+  // first, then (with a host tier) the pinned and held ones, which may only be demoted.
+  std::vector<uint64_t> DeviceEvictionOrder() const;
+  // Moves `entry` to the host tier if it fits there, dropping host entries (least recently used
+  // first) to make room; false (nothing changed but drops recorded in `out`) when it cannot.
+  bool Demote(uint64_t entry, PrefixEviction* out);
+  int64_t host_bytes_of(uint64_t entry) const;
+  // Forgets an entry the index no longer has.
+  void Forget(uint64_t entry);
+
   std::map<uint64_t, Facts> facts_;  // by entry
-  int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0;
+  int64_t host_limit_ = 0, position_bytes_ = 0, host_used_ = 0;
+  int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0, demotions_ = 0, host_hits_ = 0;
 };
 
 }  // namespace millipede

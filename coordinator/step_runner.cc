@@ -66,6 +66,7 @@ Status StepRunner::SendNextStep(bool* busy) {
   plan.step_id = next_step_id_++;
   plan.ends = planned.ends;
   plan.drops = planned.drops;
+  plan.demotes = planned.demotes;
   plan.keeps = planned.keeps;
   const auto now = Clock::now();
   for (const PlannedStart& start : planned.starts) {

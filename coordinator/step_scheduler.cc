@@ -131,6 +131,18 @@ void StepScheduler::DropCached(uint64_t entry) {
   cached_.erase(it);
 }
 
+void StepScheduler::DemoteCached(uint64_t entry) {
+  auto it = cached_.find(entry);
+  if (it == cached_.end()) return;
+  reserved_ -= it->second;
+  cached_cost_ -= it->second;
+  memory_blocked_ = false;
+  pending_demotes_.push_back(entry);
+  cached_.erase(it);
+}
+
+void StepScheduler::DropSaved(uint64_t entry) { pending_drops_.push_back(entry); }
+
 std::optional<StepJobId> StepScheduler::NextWaiting() const {
   for (StepJobId id : PrefillOrder())
     if (!jobs_.at(id).started) return id;
@@ -230,6 +242,7 @@ int64_t StepScheduler::ChunkFor(const Job& j, int64_t tokens_left, int64_t work_
 
 PlannedStep StepScheduler::Next() {
   PlannedStep step;
+  step.demotes.swap(pending_demotes_);
   step.drops.swap(pending_drops_);
   step.ends.swap(pending_ends_);
   step.keeps.swap(pending_keeps_);

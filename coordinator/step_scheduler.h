@@ -95,16 +95,19 @@ struct CachedStart {
   int64_t capacity = 0;
 };
 
-// One step for the workers: free the cache entries `drops` and the jobs `ends`, keep the jobs
-// `keeps` as cache entries, start `starts` (in order), then run `entries`.
+// One step for the workers: move the cache entries `demotes` to host memory, free the cache
+// entries `drops` and the jobs `ends`, keep the jobs `keeps` as cache entries, start `starts`
+// (in order), then run `entries`.
 struct PlannedStep {
   std::vector<StepJobId> ends;
   std::vector<PlannedStart> starts;
   std::vector<PlannedEntry> entries;
   std::vector<uint64_t> drops;
   std::vector<StepJobId> keeps;
+  std::vector<uint64_t> demotes;
   bool empty() const {
-    return drops.empty() && ends.empty() && keeps.empty() && starts.empty() && entries.empty();
+    return drops.empty() && ends.empty() && keeps.empty() && starts.empty() &&
+           entries.empty() && demotes.empty();
   }
   int64_t decode_tokens() const;
   int64_t prefill_tokens() const;
@@ -136,6 +139,11 @@ class StepScheduler {
   // Frees prefix-cache entry `entry` (a job kept with Remove): its reservation is released and
   // the next step drops it on the workers (PlannedStep::drops). Unknown ids are ignored.
   void DropCached(uint64_t entry);
+  // Moves prefix-cache entry `entry` to the host tier: its reservation is released and the next
+  // step demotes it on the workers (PlannedStep::demotes). Unknown ids are ignored.
+  void DemoteCached(uint64_t entry);
+  // Frees a host-tier entry (which reserves nothing here): the next step drops it.
+  void DropSaved(uint64_t entry);
   // KV positions per rank the prefix-cache entries reserve.
   int64_t cached_per_rank() const { return cached_cost_; }
   // What the first job waiting for KV lacks, in KV positions per rank, beyond what is not
@@ -218,6 +226,7 @@ class StepScheduler {
   std::vector<StepJobId> pending_ends_;
   std::vector<StepJobId> pending_keeps_;
   std::vector<uint64_t> pending_drops_;
+  std::vector<uint64_t> pending_demotes_;
   std::map<uint64_t, int64_t> cached_;  // prefix-cache entries' reservations
   int64_t cached_cost_ = 0;
   int64_t running_ = 0;

@@ -77,6 +77,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.capabilities = IntersectCapabilities(facts.capabilities, hello.capabilities);
     }
     facts.selected_kv_host = facts.selected_kv_host || hello.selected_kv_host;
+    facts.kv_position_bytes = std::max(facts.kv_position_bytes, hello.kv_position_bytes);
   }
   std::fill(link->last_heard_.begin(), link->last_heard_.end(), Clock::now());
   return link;

@@ -35,6 +35,8 @@ struct WorkerFacts {
   std::string kv_dtype;
   // Some rank may keep OmniKV's selected layers in its host tier.
   bool selected_kv_host = false;
+  // Bytes of one position's K and V over every layer on a rank (the largest report).
+  int64_t kv_position_bytes = 0;
 };
 
 class WorkerLink {

@@ -79,7 +79,7 @@ Json CacheEntryObject(const CacheEntryInfo& e) {
   return Json{{"id", std::to_string(e.id)}, {"object", "cache_entry"},
               {"tokens", e.tokens},         {"kv_positions", e.kv_positions},
               {"pinned", e.pinned},         {"hits", e.hits},
-              {"holders", e.holders}};
+              {"holders", e.holders},       {"tier", e.tier}};
 }
 
 }  // namespace

@@ -163,6 +163,18 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     cache_evictions_ = &counter("millipede_prefix_cache_evictions_total",
                                 "Prefix-cache entries dropped to make room for jobs.")
                            .Add({});
+    cache_host_entries_ = &gauge("millipede_prefix_cache_host_entries",
+                                 "Prefix-cache entries in the workers' host memory (the host "
+                                 "tier; counted in prefix_cache_entries too).")
+                               .Add({});
+    cache_demotions_ = &counter("millipede_prefix_cache_demotions_total",
+                                "Prefix-cache entries moved from the workers' KV memory to their "
+                                "host memory to make room for jobs.")
+                           .Add({});
+    cache_host_hits_ = &counter("millipede_prefix_cache_host_hits_total",
+                                "Jobs that started from a prefix-cache entry in host memory (its "
+                                "KV copied back).")
+                           .Add({});
 
     exposer_->RegisterCollectable(registry_);
   }
@@ -247,7 +259,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(cache_hits_, static_cast<double>(c.hit_tokens));
     AdvanceCounter(cache_misses_, static_cast<double>(c.miss_tokens));
     AdvanceCounter(cache_evictions_, static_cast<double>(c.evictions));
+    AdvanceCounter(cache_demotions_, static_cast<double>(c.demotions));
+    AdvanceCounter(cache_host_hits_, static_cast<double>(c.host_hits));
     cache_entries_->Set(static_cast<double>(c.entries));
+    cache_host_entries_->Set(static_cast<double>(c.host_entries));
     cache_reserved_->Set(static_cast<double>(c.reserved_positions));
   }
 
@@ -306,6 +321,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Counter* cache_hits_;
   Counter* cache_misses_;
   Counter* cache_evictions_;
+  Gauge* cache_host_entries_;
+  Counter* cache_demotions_;
+  Counter* cache_host_hits_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;

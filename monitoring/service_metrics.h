@@ -32,9 +32,12 @@ struct RankStats {
 struct PrefixCacheCounts {
   int64_t hit_tokens = 0;   // prompt tokens whose KV came from the cache
   int64_t miss_tokens = 0;  // prompt tokens of jobs that looked the cache up, not found there
-  int64_t entries = 0;
-  int64_t reserved_positions = 0;  // KV positions the entries hold on the busiest rank
-  int64_t evictions = 0;
+  int64_t entries = 0;             // in every tier
+  int64_t reserved_positions = 0;  // KV positions the device-tier entries hold on the busiest rank
+  int64_t evictions = 0;           // entries dropped
+  int64_t host_entries = 0;        // entries in the workers' host memory
+  int64_t demotions = 0;           // entries moved from KV memory to host memory
+  int64_t host_hits = 0;           // jobs that started from a host-tier entry
 };
 
 class ServiceMetrics {
@@ -89,7 +92,8 @@ class ServiceMetrics {
   // and bytes per rank.
   virtual void UpdateRank(const RankStats& stats) = 0;
   // prefix_cache_hit_tokens_total, prefix_cache_miss_tokens_total, prefix_cache_entries,
-  // prefix_cache_reserved_positions, prefix_cache_evictions_total.
+  // prefix_cache_reserved_positions, prefix_cache_evictions_total, prefix_cache_host_entries,
+  // prefix_cache_demotions_total, prefix_cache_host_hits_total.
   virtual void PrefixCache(const PrefixCacheCounts& counts) = 0;
 };
 

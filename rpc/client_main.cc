@@ -106,7 +106,8 @@ StatusOr<int> RunCacheCommand(const std::vector<std::string>& args, ClientConnec
                      {"kv_positions", e.getKvPositions()},
                      {"pinned", e.getPinned()},
                      {"hits", e.getHits()},
-                     {"holders", e.getHolders()}});
+                     {"holders", e.getHolders()},
+                     {"tier", std::string(e.getTier().cStr())}});
     std::cout << out.dump() << "\n";
     return 0;
   }

@@ -135,6 +135,7 @@ struct CacheEntry {
   pinned @3 :Bool;
   hits @4 :Int64;               # jobs that started from it
   holders @5 :Int64;            # queued jobs about to start from it
+  tier @6 :Text;                # "device": the workers' KV memory; "host": their host memory
 }
 
 struct RankStats {

@@ -321,6 +321,7 @@ class MillipedeImpl final : public Millipede::Server {
       b.setPinned(entries[i].pinned);
       b.setHits(entries[i].hits);
       b.setHolders(entries[i].holders);
+      b.setTier(entries[i].tier);
     }
     return kj::READY_NOW;
   }

@@ -53,6 +53,14 @@ void BatchRunner::Keep(uint64_t job_id) {
   engine_.EndSequence(static_cast<SequenceId>(job_id));
 }
 
+void BatchRunner::Demote(uint64_t id) {
+  Status demoted = engine_.DemoteCached(static_cast<SequenceId>(id));
+  if (demoted.ok()) return;
+  std::cerr << "prefix-cache entry " << id << ": not moved to host memory, freed: "
+            << demoted.ToString() << "\n";
+  engine_.DropCached(static_cast<SequenceId>(id));
+}
+
 Status BatchRunner::Start(const control::StepStart& start) {
   Status started = StartJob(start);
   // A take-over's entry was given up by the coordinator: it goes whatever happened.
@@ -219,6 +227,7 @@ StatusOr<control::StepDone> BatchRunner::Run(const control::StepPlan& plan,
   const auto t0 = std::chrono::steady_clock::now();
   control::StepDone done;
   done.step_id = plan.step_id;
+  for (uint64_t id : plan.demotes) Demote(id);
   for (uint64_t id : plan.drops) engine_.DropCached(static_cast<SequenceId>(id));
   for (uint64_t id : plan.ends) End(id);
   for (uint64_t id : plan.keeps) Keep(id);

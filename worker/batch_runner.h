@@ -65,6 +65,9 @@ class BatchRunner {
   void End(uint64_t job_id);
   // Ends the job, its KV kept as prefix-cache entry `job_id` (Engine::KeepSequence).
   void Keep(uint64_t job_id);
+  // Moves cache entry `id` to the host tier; one that cannot be saved is freed (a later start
+  // from it fails on every rank and runs uncached).
+  void Demote(uint64_t id);
   // This rank's share of an entry, or why the job cannot run it.
   StatusOr<SequenceStep> ShareOf(const control::StepEntry& entry, const Job& job) const;
   // The rank that samples after `entry`, or -1 when it samples nothing (a prompt not finished).

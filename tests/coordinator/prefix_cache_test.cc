@@ -90,12 +90,12 @@ TEST(PrefixCacheTest, EntriesOfferWhatTheirPolicyAllows) {
   // Held entries are not exclusive; pinned ones neither, and survive Evict.
   ASSERT_TRUE(cache->Hold(2).ok());
   EXPECT_FALSE(cache->Lookup(5, follow)->exclusive);
-  EXPECT_TRUE(cache->Evict(-1).empty());
+  EXPECT_TRUE(cache->Evict(-1).dropped_device.empty());
   cache->Release(2);
   ASSERT_TRUE(cache->Pin(2, true).ok());
-  EXPECT_TRUE(cache->Evict(-1).empty());
+  EXPECT_TRUE(cache->Evict(-1).dropped_device.empty());
   ASSERT_TRUE(cache->Pin(2, false).ok());
-  EXPECT_EQ(cache->Evict(50), std::vector<uint64_t>{2});
+  EXPECT_EQ(cache->Evict(50).dropped_device, std::vector<uint64_t>{2});
   EXPECT_EQ(cache->stats().evictions, 1);
   EXPECT_EQ(cache->Pin(2, true).code(), StatusCode::kNotFound);
   // A window store: its own length only, generated tokens included.
@@ -107,6 +107,62 @@ TEST(PrefixCacheTest, EntriesOfferWhatTheirPolicyAllows) {
   // Hits and misses are counted in prompt tokens.
   EXPECT_GT(cache->stats().hit_tokens, 0);
   EXPECT_GT(cache->stats().miss_tokens, 0);
+}
+
+// The host tier: entries evicted from KV memory move to host memory where they fit (the host
+// tier dropping its own least recently used entries to make room), pinned and held entries
+// move but are never dropped, and a hit there is a copy.
+TEST(PrefixCacheTest, EvictionDemotesToTheHostTier) {
+  auto cache = PrefixCache::Create(16, 1, "model");
+  ASSERT_TRUE(cache.ok());
+  // 64 prompt positions per entry at 10 bytes each: 640 bytes; room for two.
+  cache->SetHostTier(1300, 10);
+  for (uint64_t id = 1; id <= 4; ++id)
+    ASSERT_TRUE(cache->Insert(Ended(id, PrefixReuse::kPromptAnyLength,
+                                    Tokens(64, static_cast<int32_t>(100 * id)), {}, {64})));
+  ASSERT_TRUE(cache->Pin(4, true).ok());
+  // One entry's cost frees the least recently used one, to the host.
+  PrefixEviction e = cache->Evict(100);
+  EXPECT_EQ(e.demoted, std::vector<uint64_t>{1});
+  EXPECT_TRUE(e.dropped_device.empty() && e.dropped_host.empty());
+  EXPECT_EQ(cache->tier_of(1), CacheTier::kHost);
+  EXPECT_EQ(cache->stats().cost_per_rank, 300);
+  EXPECT_EQ(cache->stats().host_bytes_per_rank, 640);
+  // A hit in the host tier is a copy, never a take.
+  std::vector<int32_t> follow = Tokens(64, 100);
+  follow.push_back(1);
+  auto hit = cache->Lookup(5, follow);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->entry, 1u);
+  EXPECT_FALSE(hit->exclusive);
+  EXPECT_EQ(cache->stats().host_hits, 1);
+  // Everything, pinned 4 last: 2 moves down beside 1; 3 pushes out the least recently used host
+  // entry (2: entry 1 was just used); the pinned 4 pushes out 3 (used before 1).
+  e = cache->Evict(-1);
+  EXPECT_EQ(e.demoted, (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(e.dropped_host, (std::vector<uint64_t>{2, 3}));
+  EXPECT_TRUE(e.dropped_device.empty());
+  EXPECT_EQ(cache->stats().host_entries, 2);
+  EXPECT_EQ(cache->stats().cost_per_rank, 0);
+  EXPECT_EQ(cache->stats().demotions, 4);
+  EXPECT_EQ(cache->stats().evictions, 2);
+  // Pinned entries are never dropped: a new entry takes 1's place beside the pinned 4; once it
+  // is pinned too, a third has no room and is dropped from KV memory instead.
+  ASSERT_TRUE(cache->Insert(Ended(5, PrefixReuse::kPromptAnyLength, Tokens(64, 500), {}, {64})));
+  e = cache->Evict(-1);
+  EXPECT_EQ(e.demoted, std::vector<uint64_t>{5});
+  EXPECT_EQ(e.dropped_host, std::vector<uint64_t>{1});
+  ASSERT_TRUE(cache->Pin(5, true).ok());
+  ASSERT_TRUE(cache->Insert(Ended(6, PrefixReuse::kPromptAnyLength, Tokens(64, 600), {}, {64})));
+  e = cache->Evict(-1);
+  EXPECT_TRUE(e.demoted.empty());
+  EXPECT_EQ(e.dropped_device, std::vector<uint64_t>{6});
+  EXPECT_EQ(cache->tier_of(4), CacheTier::kHost);
+  EXPECT_EQ(cache->tier_of(5), CacheTier::kHost);
+  // Removing a host entry frees its bytes.
+  ASSERT_TRUE(cache->Pin(5, false).ok());
+  ASSERT_TRUE(cache->Remove(5).ok());
+  EXPECT_EQ(cache->stats().host_bytes_per_rank, 640);
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ Status WorkerLoop::SendHello() {
   hello.selected_kv_host = tier == SelectedKvTier::kHost ||
                            (tier == SelectedKvTier::kAuto &&
                             engine_.backend().kind() != BackendKind::kCpu);
+  const ModelConfig& config = engine_.config();
+  hello.kv_position_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads *
+                            config.head_dim *
+                            static_cast<int64_t>(DTypeSize(engine_.options().kv_dtype));
   return channel_.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello));
 }
 

@@ -82,6 +82,12 @@ Status Engine::KeepSequence(SequenceId id) {
   return OkStatus();
 }
 
+Status Engine::DemoteCached(SequenceId id) {
+  // Recordings point into the cached sequence's stores, freed once saved.
+  graphs_.Clear();
+  return sequences_.Demote(id);
+}
+
 void Engine::DropCached(SequenceId id) {
   if (sequences_.DropCached(id)) graphs_.Clear();
 }

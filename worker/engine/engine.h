@@ -96,8 +96,10 @@ class Engine {
   void EndSequence(SequenceId id);
   // The prefix cache's entries on this rank (every rank keeps its share of the same ones):
   // KeepSequence ends running sequence `id` but keeps its KV under the same id, for later
-  // sequences to start from; DropCached frees one (nothing if it does not exist).
+  // sequences to start from; DemoteCached moves one to the host tier (SequenceTable::Demote);
+  // DropCached frees one in either tier (nothing if it does not exist).
   Status KeepSequence(SequenceId id);
+  Status DemoteCached(SequenceId id);
   void DropCached(SequenceId id);
   const Sequence* cached_sequence(SequenceId id) const { return sequences_.FindCached(id); }
   int64_t num_cached() const { return sequences_.num_cached(); }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "worker/attention/head_group_attention.h"
+#include "worker/engine/saved_sequence.h"
 #include "worker/kv/device_kv_store.h"
 #include "worker/kv/head_group_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
@@ -309,6 +310,30 @@ Status Sequence::RestorePrefix(Backend& backend, const Sequence& src, int64_t le
   const std::vector<TokenRange> stored = RangesBefore(src.stored_, length);
   for (size_t l = 0; l < stores_.size(); ++l) {
     Status s = stores_[l]->RestoreFrom(backend, *src.stores_[l], stored, length);
+    if (!s.ok())
+      return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
+  }
+  stored_ = stored;
+  stored_rows_ = TotalSize(stored);
+  length_ = length;
+  return OkStatus();
+}
+
+Status Sequence::RestorePrefix(Backend& backend, const SavedSequence& src, int64_t length) {
+  MP_REQUIRE(length_ == 0 && stored_rows_ == 0 && !decoding_,
+             "sequence ", id_, ": a prefix is restored before its first step only");
+  MP_REQUIRE(length >= 1 && length <= src.length(), "sequence ", id_, ": a prefix of ", length,
+             " positions from a saved sequence of ", src.length());
+  MP_REQUIRE(src.num_layers() == num_layers(), "sequence ", id_,
+             ": the saved sequence has another number of layers");
+  const std::vector<TokenRange> stored = RangesBefore(src.stored(), length);
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    const std::vector<SavedKvRows>& parts = src.layer(l);
+    Status s = static_cast<int64_t>(parts.size()) == kv(l).num_parts()
+                   ? OkStatus()
+                   : FailedPreconditionError("the saved KV was kept in another kind of store");
+    for (size_t p = 0; s.ok() && p < parts.size(); ++p)
+      s = kv(l).LoadRows(backend, static_cast<int64_t>(p), parts[p], stored, length);
     if (!s.ok())
       return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
   }

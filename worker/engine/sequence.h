@@ -20,6 +20,8 @@
 
 namespace millipede {
 
+class SavedSequence;  // worker/engine/saved_sequence.h
+
 using SequenceId = int64_t;
 
 // Where the context (prompt) rows of a sequence's selected layers live (OmniKV). kHost: in the
@@ -85,6 +87,7 @@ class Sequence {
   // Positions this rank has stored in every layer (before retention drops any), increasing.
   const std::vector<TokenRange>& stored() const { return stored_; }
   int64_t stored_rows() const { return stored_rows_; }
+  int64_t num_layers() const { return static_cast<int64_t>(stores_.size()); }
   KvStore& kv(int64_t layer) { return *stores_[static_cast<size_t>(layer)]; }
   const KvStore& kv(int64_t layer) const { return *stores_[static_cast<size_t>(layer)]; }
   LayerAttention& attention(int64_t layer) { return layers_[static_cast<size_t>(layer)]; }
@@ -110,6 +113,9 @@ class Sequence {
   // [1, src.length()]. FailedPrecondition when src's stores cannot give them (a store that
   // keeps a window only, cached at another length; stores of another kind).
   Status RestorePrefix(Backend& backend, const Sequence& src, int64_t length);
+  // The same from a sequence saved to the host tier (SavedSequence), its stores laid out as
+  // this one's.
+  Status RestorePrefix(Backend& backend, const SavedSequence& src, int64_t length);
   // The prefix cache's take-over: this (cached) sequence becomes sequence `id` of `length`
   // positions (at most its length), its stores and their memory as they are (the rows of later
   // positions forgotten), before its first step again. `options` must be what it was started

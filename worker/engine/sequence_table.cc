@@ -120,20 +120,30 @@ Status SequenceTable::CheckRanks(const std::vector<int64_t>& all, const Sequence
   return OkStatus();
 }
 
-StatusOr<const Sequence*> SequenceTable::PrefixSource(const CachedPrefix& prefix,
-                                                       SequenceOptions* options) const {
-  const Sequence* src = FindCached(prefix.from);
-  if (src == nullptr)
+Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* options) const {
+  const Sequence* live = FindCached(prefix.from);
+  const SavedSequence* saved = live != nullptr ? nullptr : FindSaved(prefix.from);
+  if (live == nullptr && saved == nullptr)
     return NotFoundError("cached sequence " + std::to_string(prefix.from) + " is not held");
-  if (prefix.length < 1 || prefix.length > src->length())
+  const SequenceOptions& src = live != nullptr ? live->options() : saved->options();
+  const int64_t length = live != nullptr ? live->length() : saved->length();
+  if (prefix.length < 1 || prefix.length > length)
     return InvalidArgumentError("a cached prefix of " + std::to_string(prefix.length) +
-                                " positions from a sequence of " +
-                                std::to_string(src->length()));
+                                " positions from a sequence of " + std::to_string(length));
   // The same stores as the source's: its tier for selected layers, its head groups.
-  options->selected_kv = src->options().selected_kv;
-  options->host_tier_layers = src->options().host_tier_layers;
-  options->split_kv_heads = options->split_kv_heads && Sequence::SplitsKvHeads(src->options());
-  return src;
+  options->selected_kv = src.selected_kv;
+  options->host_tier_layers = src.host_tier_layers;
+  options->split_kv_heads = options->split_kv_heads && Sequence::SplitsKvHeads(src);
+  return OkStatus();
+}
+
+Status SequenceTable::RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const {
+  if (const Sequence* live = FindCached(prefix.from))
+    return sequence.RestorePrefix(*ctx_.backend, *live, prefix.length);
+  const SavedSequence* saved = FindSaved(prefix.from);
+  if (saved == nullptr)
+    return NotFoundError("cached sequence " + std::to_string(prefix.from) + " is not held");
+  return sequence.RestorePrefix(*ctx_.backend, *saved, prefix.length);
 }
 
 Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status& checked,
@@ -145,10 +155,10 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   if (options.capacity <= 0 || options.capacity > ctx_.max_context())
     local = InvalidArgumentError("sequence capacity " + std::to_string(options.capacity) +
                                  " outside [1, " + std::to_string(ctx_.max_context()) + "]");
-  else if (Find(id) != nullptr || FindCached(id) != nullptr)
+  else if (Find(id) != nullptr || FindCached(id) != nullptr || FindSaved(id) != nullptr)
     local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
   if (local.ok()) local = checked;
-  if (local.ok() && prefix) local = PrefixSource(*prefix, &options).status();
+  if (local.ok() && prefix) local = PrefixSource(*prefix, &options);
   // Every rank learns every rank's capacity (the most rows its ring block can reach: the rows it
   // holds and a step's, as chunked prefill grows them), needs and free memory.
   const int num_ranks = ctx_.comm->size();
@@ -161,7 +171,8 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
     // Steps forced to pass-Q borrow the ring blocks for their queries and partials.
     ring_rows = std::max(ring_rows, ctx_.ForcedPassQRingRows(ring_rows));
   }
-  if (prefix && prefix->take) return TakeCached(id, options, ring_rows, *prefix, std::move(local));
+  if (prefix && prefix->take && FindCached(prefix->from) != nullptr)
+    return TakeCached(id, options, ring_rows, *prefix, std::move(local));
   SequenceMemoryPlan plan;
   if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);
   mine[0] = local.ok() ? 1 : 0;
@@ -170,9 +181,12 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   } else {
     std::copy(mine, mine + kFields, all.begin());
   }
-  MP_RETURN_IF_ERROR(local);
-  MP_RETURN_IF_ERROR(CheckRanks(all, options, plan));
-  return Allocate(id, std::move(options), ring_rows, prefix);
+  Status started = local;
+  if (started.ok()) started = CheckRanks(all, options, plan);
+  if (started.ok()) started = Allocate(id, std::move(options), ring_rows, prefix);
+  // A saved entry given up to this start (a take) goes whatever happened.
+  if (prefix && prefix->take) saved_.erase(prefix->from);
+  return started;
 }
 
 Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows,
@@ -186,8 +200,7 @@ Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t r
         id, *ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, std::move(options));
     if (s.ok()) sequence = std::move(s).value(); else made = s.status();
   }
-  if (made.ok() && prefix)
-    made = sequence->RestorePrefix(*ctx_.backend, *FindCached(prefix->from), prefix->length);
+  if (made.ok() && prefix) made = RestorePrefix(*sequence, *prefix);
   const Status agreed = ctx_.AgreeToContinue(made.ok());
   if (!made.ok() || !agreed.ok()) {
     if (sequences_.empty()) ctx_.workspace->Release();
@@ -203,7 +216,7 @@ Status SequenceTable::Keep(SequenceId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end())
     return NotFoundError("sequence " + std::to_string(id) + " is not running");
-  if (cached_.count(id) > 0)
+  if (cached_.count(id) > 0 || saved_.count(id) > 0)
     return FailedPreconditionError("the prefix cache already holds sequence " + std::to_string(id));
   cached_[id] = std::move(it->second);
   sequences_.erase(it);
@@ -211,22 +224,42 @@ Status SequenceTable::Keep(SequenceId id) {
   return OkStatus();
 }
 
-bool SequenceTable::DropCached(SequenceId id) { return cached_.erase(id) > 0; }
+Status SequenceTable::Demote(SequenceId id) {
+  auto it = cached_.find(id);
+  if (it == cached_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not cached in backend memory");
+  MP_ASSIGN_OR_RETURN(SavedSequence saved, SavedSequence::Save(*ctx_.backend, *it->second));
+  saved_.insert_or_assign(id, std::move(saved));
+  cached_.erase(it);
+  return OkStatus();
+}
+
+bool SequenceTable::DropCached(SequenceId id) {
+  const bool live = cached_.erase(id) > 0;
+  return saved_.erase(id) > 0 || live;
+}
 
 const Sequence* SequenceTable::FindCached(SequenceId id) const {
   auto it = cached_.find(id);
   return it == cached_.end() ? nullptr : it->second.get();
 }
 
+const SavedSequence* SequenceTable::FindSaved(SequenceId id) const {
+  auto it = saved_.find(id);
+  return it == saved_.end() ? nullptr : &it->second;
+}
+
 int64_t SequenceTable::CachedKvBytes() const {
   int64_t bytes = 0;
   for (const auto& [id, s] : cached_) bytes += s->KvBytes();
+  for (const auto& [id, s] : saved_) bytes += s.NumBytes();
   return bytes;
 }
 
 int64_t SequenceTable::CachedHostKvBytes() const {
   int64_t bytes = 0;
   for (const auto& [id, s] : cached_) bytes += s->HostKvBytes();
+  for (const auto& [id, s] : saved_) bytes += s.NumBytes();
   return bytes;
 }
 

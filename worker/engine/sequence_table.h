@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "worker/engine/engine_context.h"
+#include "worker/engine/saved_sequence.h"
 #include "worker/engine/sequence.h"
 #include "worker/memory_plan.h"
 
@@ -16,6 +17,8 @@ namespace millipede {
 // A start from the prefix cache: the new sequence holds the KV of positions [0, length) of
 // the cached sequence `from` (SequenceTable::Keep) before its first step: a copy, or with
 // `take` the cached sequence itself (Sequence::TakeOver: its memory as it is, the entry gone).
+// From an entry in the host tier (SequenceTable::Demote) it is always a copy; `take` then
+// frees the saved entry once the start is done or refused.
 struct CachedPrefix {
   SequenceId from = 0;
   int64_t length = 0;
@@ -44,11 +47,17 @@ class SequenceTable {
   // Moves running sequence `id` into the cache, its stores and length as they are; it runs no
   // more steps. NotFound when it is not running; FailedPrecondition when the cache has the id.
   Status Keep(SequenceId id);
-  // Frees a cached sequence; false when there was none.
+  // Moves cached sequence `id` to the host tier: its KV saved to host memory (SavedSequence),
+  // its stores freed. NotFound when it is not cached in backend memory; a failed save (no host
+  // memory) leaves it where it was.
+  Status Demote(SequenceId id);
+  // Frees a cached sequence, in either tier; false when there was none.
   bool DropCached(SequenceId id);
   const Sequence* FindCached(SequenceId id) const;
-  int64_t num_cached() const { return static_cast<int64_t>(cached_.size()); }
-  // Bytes the cached sequences' stores hold (both tiers), and in the host tier.
+  const SavedSequence* FindSaved(SequenceId id) const;
+  int64_t num_cached() const { return static_cast<int64_t>(cached_.size() + saved_.size()); }
+  // Bytes the cache's entries hold (both tiers; saved entries are host memory), and in the
+  // host tier.
   int64_t CachedKvBytes() const;
   int64_t CachedHostKvBytes() const;
 
@@ -79,13 +88,16 @@ class SequenceTable {
   // The take-over start: `local` is this rank's verdict on the start so far.
   Status TakeCached(SequenceId id, const SequenceOptions& options, int64_t ring_rows,
                     const CachedPrefix& prefix, Status local);
-  // A start from `prefix`: its source, with `options` laid out as the source's stores.
-  StatusOr<const Sequence*> PrefixSource(const CachedPrefix& prefix,
-                                         SequenceOptions* options) const;
+  // A start from `prefix`: checks that its source (a cached or a saved sequence) is held and
+  // long enough, and lays `options` out as the source's stores.
+  Status PrefixSource(const CachedPrefix& prefix, SequenceOptions* options) const;
+  // Restores `prefix` into the new `sequence` from whichever tier holds it.
+  Status RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const;
 
   EngineContext& ctx_;
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
   std::map<SequenceId, std::unique_ptr<Sequence>> cached_;
+  std::map<SequenceId, SavedSequence> saved_;  // the host tier
 };
 
 }  // namespace millipede

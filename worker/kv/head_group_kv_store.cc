@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "worker/kv/saved_kv_rows.h"
+
 namespace millipede {
 namespace {
 
@@ -96,6 +98,20 @@ Status HeadGroupKvStore::Truncate(std::span<const TokenRange> stored, int64_t le
   // The streaming group first: it is the one that may refuse, and then nothing has changed.
   MP_RETURN_IF_ERROR(streaming_->Truncate(stored, length));
   MP_RETURN_IF_ERROR(full_->Truncate(stored, length));
+  held_ranges_ = full_->held_ranges();
+  held_rows_ = full_->held_rows();
+  return OkStatus();
+}
+
+StatusOr<SavedKvRows> HeadGroupKvStore::SaveRows(Backend& backend, int64_t part) const {
+  MP_REQUIRE(part == kFull || part == kStreaming, "head-group KV store: no part ", part);
+  return group(static_cast<Group>(part)).SaveRows(backend, 0);
+}
+
+Status HeadGroupKvStore::LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                                  std::span<const TokenRange> stored, int64_t length) {
+  MP_REQUIRE(part == kFull || part == kStreaming, "head-group KV store: no part ", part);
+  MP_RETURN_IF_ERROR(group(static_cast<Group>(part)).LoadRows(backend, 0, saved, stored, length));
   held_ranges_ = full_->held_ranges();
   held_rows_ = full_->held_rows();
   return OkStatus();

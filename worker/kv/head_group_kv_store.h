@@ -51,6 +51,11 @@ class HeadGroupKvStore final : public KvStoreBase {
   Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
                      int64_t length) override;
   Status Truncate(std::span<const TokenRange> stored, int64_t length) override;
+  // Two parts: the groups (Group order), each saved and loaded as its own store.
+  int64_t num_parts() const override { return 2; }
+  StatusOr<SavedKvRows> SaveRows(Backend& backend, int64_t part) const override;
+  Status LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                  std::span<const TokenRange> stored, int64_t length) override;
 
   const KvHeadGroups& groups() const { return groups_; }
   // One group's store: its held rows (positions in held_ranges()) and the step's rows once

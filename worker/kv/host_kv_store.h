@@ -36,6 +36,10 @@ class HostKvStore final : public KvStoreBase {
                      int64_t length) override {
     return UnimplementedError("a host KV store is not restored from the prefix cache");
   }
+  Status LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                  std::span<const TokenRange> stored, int64_t length) override {
+    return UnimplementedError("a host KV store is not restored from the prefix cache");
+  }
   int64_t NumBytes() const override {
     return static_cast<int64_t>(host_k_.NumBytes() + host_v_.NumBytes()) + staging_.NumBytes();
   }

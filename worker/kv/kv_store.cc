@@ -5,6 +5,7 @@
 #include <string>
 
 #include "worker/backend/backend.h"
+#include "worker/kv/saved_kv_rows.h"
 
 namespace millipede {
 
@@ -94,36 +95,80 @@ Status KvStoreBase::Truncate(std::span<const TokenRange> stored, int64_t length)
   return OkStatus();
 }
 
-StatusOr<std::vector<TokenRange>> CheckHeldRows(const KvStore& store,
-                                                std::span<const TokenRange> stored,
-                                                int64_t length) {
-  std::vector<TokenRange> needed = store.retention().Kept(stored, length);
-  const std::vector<TokenRange> have = RangesBefore(store.held_ranges(), length);
+Status CheckSameRanges(std::span<const TokenRange> have, std::span<const TokenRange> needed,
+                       int64_t length) {
   const bool same = have.size() == needed.size() &&
                     std::equal(have.begin(), have.end(), needed.begin(),
                                [](const TokenRange& a, const TokenRange& b) {
                                  return a.begin == b.begin && a.end == b.end;
                                });
-  if (!same)
-    return FailedPreconditionError("the cached KV holds positions " + RangesText(have) +
-                                   " before " + std::to_string(length) + " but a sequence of " +
-                                   "that length keeps " + RangesText(needed));
+  if (same) return OkStatus();
+  return FailedPreconditionError("the cached KV holds positions " + RangesText(have) +
+                                 " before " + std::to_string(length) + " but a sequence of " +
+                                 "that length keeps " + RangesText(needed));
+}
+
+StatusOr<std::vector<TokenRange>> CheckHeldRows(const KvStore& store,
+                                                std::span<const TokenRange> stored,
+                                                int64_t length) {
+  std::vector<TokenRange> needed = store.retention().Kept(stored, length);
+  MP_RETURN_IF_ERROR(CheckSameRanges(RangesBefore(store.held_ranges(), length), needed, length));
   return needed;
 }
 
 Status KvStoreBase::RestoreContiguous(Backend& backend, const KvStore& src,
                                       std::span<const TokenRange> stored, int64_t length) {
   MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needed, CheckRestore(src, stored, length));
-  const int64_t n = TotalSize(needed);
-  if (n == 0) return OkStatus();
+  if (needed.empty()) return OkStatus();
   MP_ASSIGN_OR_RETURN(const ConstKvRows from, src.Rows(0));
-  MP_ASSIGN_OR_RETURN(const KvRows to, StepRows(0, n));
+  return HoldCopiedRows(backend, from, needed, length);
+}
+
+Status KvStoreBase::HoldCopiedRows(Backend& backend, ConstKvRows from,
+                                   std::span<const TokenRange> needed, int64_t length) {
+  const int64_t n = TotalSize(needed);
   MP_REQUIRE(from.k.dim(0) >= n, "KV store: the cached store holds ", from.k.dim(0), " rows, not ",
              n);
+  MP_ASSIGN_OR_RETURN(const KvRows to, StepRows(0, n));
   const ConstKvRows first{SliceRows(from.k, 0, n), SliceRows(from.v, 0, n)};
   MP_RETURN_IF_ERROR(CopyKvRows(backend, first, to));
   MP_RETURN_IF_ERROR(EndWrites(n));
   return Commit(needed, length);
+}
+
+StatusOr<SavedKvRows> KvStore::SaveRows(Backend& backend, int64_t part) const {
+  MP_REQUIRE(part == 0, "KV store: part ", part, " of a store of one");
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, Rows(0));
+  SavedKvRows saved{.retention = retention(), .ranges = held_ranges()};
+  MP_ASSIGN_OR_RETURN(saved.k, backend.AllocateHost(rows.k.dtype, rows.k.shape));
+  MP_ASSIGN_OR_RETURN(saved.v, backend.AllocateHost(rows.v.dtype, rows.v.shape));
+  if (rows.k.dim(0) > 0)
+    MP_RETURN_IF_ERROR(CopyKvRows(backend, rows, {saved.k.view(), saved.v.view()}));
+  return saved;
+}
+
+StatusOr<std::vector<TokenRange>> KvStoreBase::CheckLoad(int64_t part, const SavedKvRows& saved,
+                                                         std::span<const TokenRange> stored,
+                                                         int64_t length) const {
+  MP_REQUIRE(part == 0, "KV store: part ", part, " of a store of one");
+  MP_REQUIRE(held_rows_ == 0, "KV store: a prefix is restored into an empty store only");
+  if (!(saved.retention.sink_tokens == retention_.sink_tokens &&
+        saved.retention.window_tokens == retention_.window_tokens))
+    return FailedPreconditionError("the cached KV was kept with another window");
+  std::vector<TokenRange> needed = retention_.Kept(stored, length);
+  MP_RETURN_IF_ERROR(CheckSameRanges(RangesBefore(saved.ranges, length), needed, length));
+  const Shape& shape = saved.k.view().shape;
+  MP_REQUIRE(shape.rank == 3 && shape[0] == saved.rows() && saved.v.view().shape == shape,
+             "KV store: saved rows ", shape.ToString(), " for ", saved.rows(), " positions");
+  return needed;
+}
+
+Status KvStoreBase::LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                             std::span<const TokenRange> stored, int64_t length) {
+  MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needed,
+                      CheckLoad(part, saved, stored, length));
+  if (needed.empty()) return OkStatus();
+  return HoldCopiedRows(backend, {saved.k.cview(), saved.v.cview()}, needed, length);
 }
 
 const char* KvTierName(KvTier tier) { return tier == KvTier::kDevice ? "device" : "host"; }

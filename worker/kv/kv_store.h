@@ -26,6 +26,7 @@
 namespace millipede {
 
 class Backend;
+struct SavedKvRows;  // worker/kv/saved_kv_rows.h
 
 // Which positions a store keeps once a step is committed.
 struct KvRetention {
@@ -105,6 +106,20 @@ class KvStore {
   // (increasing, all < length): what it holds below `length` must be exactly what its
   // retention keeps of `stored` there (FailedPrecondition otherwise). Nothing is copied.
   virtual Status Truncate(std::span<const TokenRange> stored, int64_t length) = 0;
+
+  // ---- The prefix cache's host tier: the held rows saved to host memory and back ----
+  // How many stores of rows this one is made of (a store per group of heads: 2); each part is
+  // saved apart.
+  virtual int64_t num_parts() const { return 1; }
+  // Part `part`'s held rows, in position order, copied into new host memory (AllocateHost) on
+  // the copy queue; returns once the copies are complete. By default: Rows(0).
+  virtual StatusOr<SavedKvRows> SaveRows(Backend& backend, int64_t part) const;
+  // Makes part `part` of this store (empty, of the kind and layout that saved `saved`) hold
+  // saved's rows of the positions before `length`, as RestoreFrom does from a live store: what
+  // `saved` holds there must be exactly what this store's retention keeps of `stored`
+  // (FailedPrecondition otherwise). Copies and waits.
+  virtual Status LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                          std::span<const TokenRange> stored, int64_t length) = 0;
 };
 
 // What `store` holds below `length` is what its retention keeps of `stored` (this rank's
@@ -112,6 +127,10 @@ class KvStore {
 StatusOr<std::vector<TokenRange>> CheckHeldRows(const KvStore& store,
                                                 std::span<const TokenRange> stored,
                                                 int64_t length);
+// `have` (what a store holds below `length`) is `needed` (what its retention keeps there), or
+// FailedPrecondition naming both.
+Status CheckSameRanges(std::span<const TokenRange> have, std::span<const TokenRange> needed,
+                       int64_t length);
 // Positions of `ranges` (increasing) before `length`.
 std::vector<TokenRange> RangesBefore(std::span<const TokenRange> ranges, int64_t length);
 // dst = src for K and V (same shapes and dtype; backend or AllocateHost memory), on the copy
@@ -124,6 +143,11 @@ class KvStoreBase : public KvStore {
   const KvRetention& retention() const override { return retention_; }
   int64_t held_rows() const override { return held_rows_; }
   const std::vector<TokenRange>& held_ranges() const override { return held_ranges_; }
+  // Truncate for a store whose held rows are in position order from row 0: bookkeeping only.
+  Status Truncate(std::span<const TokenRange> stored, int64_t length) override;
+  // LoadRows for a store whose steps write through StepRows and Commit (HoldCopiedRows).
+  Status LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                  std::span<const TokenRange> stored, int64_t length) override;
 
  protected:
   explicit KvStoreBase(const KvRetention& retention = {}) : retention_(retention) {}
@@ -137,15 +161,19 @@ class KvStoreBase : public KvStore {
   StatusOr<std::vector<TokenRange>> CheckRestore(const KvStore& src,
                                                  std::span<const TokenRange> stored,
                                                  int64_t length) const;
- public:
-  // Truncate for a store whose held rows are in position order from row 0: bookkeeping only.
-  Status Truncate(std::span<const TokenRange> stored, int64_t length) override;
-
- protected:
+  // LoadRows's checks: part 0 of an empty store, saved with this store's retention, holding
+  // below `length` exactly what the retention keeps of `stored`, which it returns.
+  StatusOr<std::vector<TokenRange>> CheckLoad(int64_t part, const SavedKvRows& saved,
+                                              std::span<const TokenRange> stored,
+                                              int64_t length) const;
   // RestoreFrom for a store whose held rows are one contiguous block from row 0 (Rows(0)) and
   // whose steps write through StepRows and Commit: src's first rows are copied as one step.
   Status RestoreContiguous(Backend& backend, const KvStore& src,
                            std::span<const TokenRange> stored, int64_t length);
+  // The first rows of `from` (at least TotalSize(needed)) become the held rows of `needed`, as
+  // one step through StepRows, EndWrites and Commit.
+  Status HoldCopiedRows(Backend& backend, ConstKvRows from, std::span<const TokenRange> needed,
+                        int64_t length);
 
   KvRetention retention_;
   int64_t held_rows_ = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "worker/kv/saved_kv_rows.h"
+
 namespace millipede {
 
 StatusOr<std::shared_ptr<KvStagingPool>> KvStagingPool::Create(Backend& backend,
@@ -142,6 +144,14 @@ StatusOr<ConstKvRows> OffloadedKvStore::GeneratedRows(int64_t step_rows) const {
 
 Status OffloadedKvStore::WaitForWrites() const { return backend_.WaitCopy(last_copy_); }
 
+Status OffloadedKvStore::CopyToHost(Backend& backend, ConstKvRows rows, int64_t begin,
+                                    int64_t count) {
+  if (count == 0) return OkStatus();
+  const ConstKvRows first{SliceRows(rows.k, 0, count), SliceRows(rows.v, 0, count)};
+  return CopyKvRows(backend, first,
+                    KvRows{SliceRows(host_.k, begin, count), SliceRows(host_.v, begin, count)});
+}
+
 Status OffloadedKvStore::RestoreFrom(Backend& backend, const KvStore& src,
                                      std::span<const TokenRange> stored, int64_t length) {
   MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needed, CheckRestore(src, stored, length));
@@ -152,16 +162,42 @@ Status OffloadedKvStore::RestoreFrom(Backend& backend, const KvStore& src,
              " cached rows exceed its host capacity of ", host_.k.dim(0));
   const int64_t context = std::min(n, from.context_rows());
   MP_RETURN_IF_ERROR(from.WaitForWrites());
+  MP_RETURN_IF_ERROR(CopyToHost(backend, {AsConst(from.host_.k), AsConst(from.host_.v)}, 0,
+                                context));
+  MP_RETURN_IF_ERROR(CopyToHost(backend, from.generated_.Prefix(n - context), context,
+                                n - context));
+  HoldAll(needed, n);
+  return OkStatus();
+}
+
+StatusOr<SavedKvRows> OffloadedKvStore::SaveRows(Backend& backend, int64_t part) const {
+  MP_REQUIRE(part == 0, "offloaded KV store: part ", part, " of a store of one");
+  const Shape shape{held_rows_, host_.k.dim(1), host_.k.dim(2)};
+  SavedKvRows saved{.retention = retention_, .ranges = held_ranges_};
+  MP_ASSIGN_OR_RETURN(saved.k, backend.AllocateHost(host_.k.dtype, shape));
+  MP_ASSIGN_OR_RETURN(saved.v, backend.AllocateHost(host_.v.dtype, shape));
+  MP_RETURN_IF_ERROR(WaitForWrites());
+  const int64_t context = context_rows();
   auto copy = [&](ConstKvRows rows, int64_t begin, int64_t count) -> Status {
     if (count == 0) return OkStatus();
-    return CopyKvRows(backend, rows,
-                      KvRows{SliceRows(host_.k, begin, count), SliceRows(host_.v, begin, count)});
+    return CopyKvRows(backend, {SliceRows(rows.k, 0, count), SliceRows(rows.v, 0, count)},
+                      {SliceRows(saved.k.view(), begin, count),
+                       SliceRows(saved.v.view(), begin, count)});
   };
-  MP_RETURN_IF_ERROR(copy(ConstKvRows{SliceRows(AsConst(from.host_.k), 0, context),
-                                      SliceRows(AsConst(from.host_.v), 0, context)},
-                          0, context));
-  const ConstKvRows generated = from.generated_.Prefix(n - context);
-  MP_RETURN_IF_ERROR(copy(generated, context, n - context));
+  MP_RETURN_IF_ERROR(copy({AsConst(host_.k), AsConst(host_.v)}, 0, context));
+  MP_RETURN_IF_ERROR(copy(generated_.Prefix(held_rows_ - context), context, held_rows_ - context));
+  return saved;
+}
+
+Status OffloadedKvStore::LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                                  std::span<const TokenRange> stored, int64_t length) {
+  MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> needed,
+                      CheckLoad(part, saved, stored, length));
+  MP_REQUIRE(!context_ended_, "offloaded KV store: a prefix is restored before decoding only");
+  const int64_t n = TotalSize(needed);
+  MP_REQUIRE(n <= host_.k.dim(0), "offloaded KV store: ", n,
+             " cached rows exceed its host capacity of ", host_.k.dim(0));
+  MP_RETURN_IF_ERROR(CopyToHost(backend, {saved.k.cview(), saved.v.cview()}, 0, n));
   HoldAll(needed, n);
   return OkStatus();
 }

@@ -84,6 +84,11 @@ class OffloadedKvStore final : public KvStoreBase {
   // store's context rows, in host memory.
   Status RestoreFrom(Backend& backend, const KvStore& src, std::span<const TokenRange> stored,
                      int64_t length) override;
+  // The context rows (host memory) and generated rows (device) in position order.
+  StatusOr<SavedKvRows> SaveRows(Backend& backend, int64_t part) const override;
+  // The saved rows before `length` become this store's context rows, in host memory.
+  Status LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
+                  std::span<const TokenRange> stored, int64_t length) override;
   // Refused: once decoding began its rows are split between tiers (OmniKV's sequences are
   // restored by copy, not taken over).
   Status Truncate(std::span<const TokenRange> stored, int64_t length) override {
@@ -102,6 +107,8 @@ class OffloadedKvStore final : public KvStoreBase {
 
  private:
   friend class KvStagingPool;
+  // Copies `rows` (its first `count`) into the host rows [begin, begin + count) and waits.
+  Status CopyToHost(Backend& backend, ConstKvRows rows, int64_t begin, int64_t count);
   OffloadedKvStore(Backend& backend, KvRows host, std::shared_ptr<KvStagingPool> staging,
                    KvBuffer generated)
       : backend_(backend),
