@@ -140,7 +140,9 @@ StatusOr<std::vector<RequestRecord>> RunOverRpc(const std::string& address,
   MP_RETURN_IF_ERROR(Connect(address, &c));
   std::string model;
   KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
-                 auto info = c.service.modelInfoRequest().send().wait(c.io.waitScope).getInfo();
+                 // The response owns the message `info` reads from.
+                 auto response = c.service.modelInfoRequest().send().wait(c.io.waitScope);
+                 auto info = response.getInfo();
                  if (o.vocab_size == 0) o.vocab_size = info.getVocabSize();
                  model = info.getId().cStr();
                })) {

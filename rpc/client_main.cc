@@ -100,7 +100,9 @@ StatusOr<int> RunCacheCommand(const std::vector<std::string>& args, ClientConnec
   if (what == "list") {
     MP_REQUIRE(rest.empty(), "cache list takes no argument");
     nlohmann::json out = nlohmann::json::array();
-    for (auto e : c.service.cacheListRequest().send().wait(ws).getEntries())
+    // The response owns the message its readers point into: it must outlive them.
+    auto response = c.service.cacheListRequest().send().wait(ws);
+    for (auto e : response.getEntries())
       out.push_back({{"id", e.getId()},
                      {"tokens", e.getTokens()},
                      {"kv_positions", e.getKvPositions()},
@@ -137,7 +139,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
     MP_ASSIGN_OR_RETURN(uint64_t id, JobIdArg(args));
     auto req = c.service.statusRequest();
     req.setId(id);
-    auto s = req.send().wait(ws).getStatus();
+    auto response = req.send().wait(ws);
+    auto s = response.getStatus();
     nlohmann::json out = {{"id", s.getId()},
                           {"state", StateName(s.getState())},
                           {"queue_position", s.getQueuePosition()},
@@ -158,7 +161,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
   }
   MP_REQUIRE(args.empty(), "unexpected argument \"", args.empty() ? "" : args[0], "\"");
   if (command == "models") {
-    auto m = c.service.modelInfoRequest().send().wait(ws).getInfo();
+    auto response = c.service.modelInfoRequest().send().wait(ws);
+    auto m = response.getInfo();
     std::cout << nlohmann::json{{"id", m.getId().cStr()},
                                 {"context_limit", m.getContextLimit()},
                                 {"kv_capacity_tokens", m.getKvCapacityTokens()},
@@ -171,7 +175,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
     return 0;
   }
   if (command == "health") {
-    auto h = c.service.healthRequest().send().wait(ws).getHealth();
+    auto response = c.service.healthRequest().send().wait(ws);
+    auto h = response.getHealth();
     std::cout << nlohmann::json{{"alive", h.getAlive()},
                                 {"accepting", h.getAccepting()},
                                 {"running", h.getRunning()},
@@ -183,7 +188,8 @@ StatusOr<int> RunCommand(const std::string& command, const Flags& flags,
     return h.getAlive() && h.getAccepting() ? 0 : 1;
   }
   if (command == "workers") {
-    auto ranks = c.service.workersRequest().send().wait(ws).getRanks();
+    auto response = c.service.workersRequest().send().wait(ws);
+    auto ranks = response.getRanks();
     nlohmann::json out = nlohmann::json::array();
     for (auto r : ranks) {
       out.push_back({{"rank", r.getRank()},

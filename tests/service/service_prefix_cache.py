@@ -3,7 +3,8 @@ reuses its KV (cached_tokens over RPC and in OpenAI usage) and answers as an unc
 opting out; two follow-ups at once; the KV budget reclaims cache entries for new jobs but not a
 pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; a bounded soak
 (follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
-entries listed and dropping them frees every byte."""
+entries listed and dropping them frees every byte. Scenario prefix_cache_host: the host tier
+under a tiny KV and host budget."""
 
 import json
 import threading
@@ -204,5 +205,66 @@ def scenario_prefix_cache(bin_dir, model):
         check(http_status(svc, "POST", "/v1/cache/abc/pin") == 404, "HTTP pin of a bad id")
         check(http_status(svc, "PUT", "/v1/cache") == 405, "HTTP PUT /v1/cache")
         soak(svc, run)
+    finally:
+        svc.stop()
+
+
+def scenario_prefix_cache_host(bin_dir, model):
+    """The host tier: under a KV budget of a few documents and host memory for about two more,
+    entries evicted from KV memory move to host memory (listed as tier "host"), the host tier
+    drops its least recently used ones to make room, a pinned entry is never dropped, and a
+    follow-up on a document in host memory reuses it (copied back) and answers as an uncached
+    run does. Dropping every entry frees every byte."""
+    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "2"],
+                  coordinator_args=["--prefix-cache-host-mb", "1"])
+    try:
+        def run(ids, *extra):
+            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
+                           "--ignore-eos", "--json", *extra)
+            check(r.rc == 0, f"submit failed: {r}")
+            return r.json()
+
+        pinned_doc = doc_ids(300, 1)
+        pinned = run(pinned_doc + [11], "--pin")["cache_entry"]
+        check(pinned > 0, "a pinned job left no entry")
+        prompts = {}
+        for k in range(8):
+            prompt = doc_ids(700, 200 + k) + [5]
+            prompts[run(prompt)["cache_entry"]] = prompt
+        listed = {e["id"]: e for e in cache_list(svc)}
+        check(pinned in listed, f"the pinned entry was dropped: {sorted(listed)}")
+        host = [i for i, e in listed.items() if e["tier"] == "host" and i in prompts]
+        check(host, f"no document entry in the host tier: {listed}")
+        check(svc.metric("millipede_prefix_cache_demotions_total") >= 1, "no demotion counted")
+        check(svc.metric("millipede_prefix_cache_evictions_total") >= 1,
+              "the host tier of about two documents dropped none of eight")
+        check(svc.metric("millipede_prefix_cache_host_entries") ==
+              sum(e["tier"] == "host" for e in listed.values()), "host entries miscounted")
+
+        # A follow-up on a document in host memory: its KV copied back, the uncached answer.
+        question = prompts[host[-1]] + [99, 98]
+        follow = run(question)
+        check(follow["cached_tokens"] >= 700, f"host-tier follow-up reused {follow}")
+        check(svc.metric("millipede_prefix_cache_host_hits_total") >= 1, "no host hit counted")
+        uncached = run(question, "--no-cache")
+        check(follow["ids"] == uncached["ids"],
+              f"host-tier answer {follow['ids']} != uncached {uncached['ids']}")
+        # The pinned document, wherever it is now.
+        again = run(pinned_doc + [12, 13])
+        check(again["cached_tokens"] == 300, f"the pinned document was not reused: {again}")
+        check(again["ids"] == run(pinned_doc + [12, 13], "--no-cache")["ids"],
+              "the pinned document answered otherwise")
+
+        for e in cache_list(svc):
+            if e["pinned"]:
+                svc.client("cache", "unpin", str(e["id"]))
+            r = svc.client("cache", "drop", str(e["id"]))
+            check(r.rc == 0, f"drop {e['id']}: {r}")
+        run(doc_ids(20, 3), "--no-cache")
+        deadline = time.time() + 10
+        while svc.metric("millipede_prefix_cache_bytes") > 0 and time.time() < deadline:
+            time.sleep(0.2)
+        check(svc.metric("millipede_prefix_cache_bytes") == 0, "cache bytes left on the workers")
+        check(svc.metric("millipede_prefix_cache_host_entries") == 0, "host entries left")
     finally:
         svc.stop()

@@ -4,8 +4,8 @@
 // of a sequence that prefilled the whole prompt in the same chunks — for dense attention,
 // vertical-slash prefill, DuoAttention's head groups (a-shape prefill, streaming-head decode)
 // and OmniKV (its selected layers on the device), whether the later sequence copies the kept
-// one's KV or takes the kept sequence over. Each rank restores its own share; nothing crosses
-// ranks. Logits within 1e-5 relative in fp32; greedy tokens identical.
+// one's KV, takes the kept sequence over, or copies it back from the host tier. Each rank
+// restores its own share; nothing crosses ranks. Logits within 1e-5 relative in fp32; greedy tokens identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -244,6 +244,38 @@ TEST_P(PrefixCacheCpTest, TakeOverEqualsAnUncachedRun) {
   EXPECT_TRUE(Start(1).ok());
   Prefill(1, 0, kShorter, kShorter);
   ExpectSame(Finish(4, kShorter), Finish(1, kShorter));
+}
+
+// The host tier: a kept sequence moved to host memory (Engine::DemoteCached, every store's held
+// rows saved) frees its KV memory, and a follow-up restored from there equals an uncached run,
+// at the cached length and, where the stores allow, a shorter one; a take from the host tier is
+// a copy that frees the saved entry.
+TEST_P(PrefixCacheCpTest, FollowUpFromTheHostTier) {
+  const auto want = Reference(1);
+  Document(2);
+  const int64_t live_bytes = engine_->CachedKvBytes();
+  ASSERT_TRUE(engine_->DemoteCached(2).ok());
+  EXPECT_EQ(engine_->num_cached(), 1);
+  EXPECT_GT(engine_->CachedHostKvBytes(), 0);
+  EXPECT_EQ(engine_->CachedHostKvBytes(), engine_->CachedKvBytes());
+  EXPECT_LT(engine_->CachedKvBytes(), live_bytes);  // the held rows only
+  EXPECT_EQ(engine_->DemoteCached(2).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(Start(3, CachedPrefix{2, kCached}).ok());
+  EXPECT_EQ(engine_->sequence(3)->length(), kCached);
+  ExpectSame(Finish(3, kCached), want);
+  engine_->EndSequence(3);
+  if (GetParam().every_length) {
+    constexpr int64_t kShorter = kCached - 21;
+    ASSERT_TRUE(Start(4, CachedPrefix{2, kShorter}).ok());
+    ASSERT_TRUE(Start(1).ok());
+    Prefill(1, 0, kShorter, kShorter);
+    ExpectSame(Finish(4, kShorter), Finish(1, kShorter));
+    engine_->EndSequence(4);
+    engine_->EndSequence(1);
+  }
+  ASSERT_TRUE(Start(5, CachedPrefix{2, kCached, /*take=*/true}).ok());
+  EXPECT_EQ(engine_->num_cached(), 0);
+  ExpectSame(Finish(5, kCached), want);
 }
 
 // A window store cannot forget rows: a take-over at a shorter length is refused on every rank.

@@ -7,6 +7,7 @@
 #include "worker/backend/backend_factory.h"
 #include "worker/kv/device_kv_store.h"
 #include "worker/kv/host_kv_store.h"
+#include "worker/kv/saved_kv_rows.h"
 #include "worker/kv/streaming_kv_store.h"
 
 namespace millipede {
@@ -128,6 +129,52 @@ TEST(StreamingKvStoreTest, RefusesAnEmptyWindow) {
   auto backend = Cpu();
   EXPECT_FALSE(StreamingKvStore::Create(*backend, kLayout, KvRetention{4, 0}, 8).ok());
   EXPECT_FALSE(StreamingKvStore::Create(*backend, kLayout, KvRetention{4, 4}, 0).ok());
+}
+
+// The prefix cache's host tier: a store's held rows saved to host memory and loaded into a new
+// store of the same kind, whole or before a shorter length; a window store's only at the length
+// it was saved at, and only into a store of the same window.
+TEST(KvStoreSaveTest, SavedRowsLoadIntoANewStore) {
+  auto backend = Cpu();
+  auto device = DeviceKvStore::Create(*backend, kLayout, 16);
+  ASSERT_TRUE(device.ok());
+  WriteStep(**device, {{0, 6}});
+  ASSERT_TRUE((*device)->Commit(std::vector<TokenRange>{{0, 6}}, 6).ok());
+  auto saved = (*device)->SaveRows(*backend, 0);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->rows(), 6);
+  EXPECT_EQ(saved->NumBytes(), 6 * kLayout.RowBytes());
+  auto copy = DeviceKvStore::Create(*backend, kLayout, 16);
+  ASSERT_TRUE(copy.ok());
+  ASSERT_TRUE((*copy)->LoadRows(*backend, 0, *saved, std::vector<TokenRange>{{0, 4}}, 4).ok());
+  EXPECT_EQ(HeldPositions(**copy), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ((*copy)->LoadRows(*backend, 0, *saved, std::vector<TokenRange>{{0, 4}}, 4).code(),
+            StatusCode::kInvalidArgument);  // not empty
+  EXPECT_EQ((*device)->LoadRows(*backend, 1, *saved, std::vector<TokenRange>{{0, 4}}, 4).code(),
+            StatusCode::kInvalidArgument);  // no part 1
+
+  // A window store (sinks 2, window 3) saved at 10: rows 0, 1, 8, 9.
+  const KvRetention window{2, 3};
+  auto streaming = StreamingKvStore::Create(*backend, kLayout, window, 10);
+  ASSERT_TRUE(streaming.ok());
+  WriteStep(**streaming, {{0, 10}});
+  ASSERT_TRUE((*streaming)->Commit(std::vector<TokenRange>{{0, 10}}, 10).ok());
+  auto saved_window = (*streaming)->SaveRows(*backend, 0);
+  ASSERT_TRUE(saved_window.ok());
+  EXPECT_EQ(saved_window->rows(), 4);
+  auto again = StreamingKvStore::Create(*backend, kLayout, window, 10);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->LoadRows(*backend, 0, *saved_window, std::vector<TokenRange>{{0, 9}}, 9)
+                .code(),
+            StatusCode::kFailedPrecondition);  // row 6 is gone
+  ASSERT_TRUE(
+      (*again)->LoadRows(*backend, 0, *saved_window, std::vector<TokenRange>{{0, 10}}, 10).ok());
+  EXPECT_EQ(HeldPositions(**again), (std::vector<int64_t>{0, 1, 8, 9}));
+  auto other = StreamingKvStore::Create(*backend, kLayout, KvRetention{2, 4}, 10);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->LoadRows(*backend, 0, *saved_window, std::vector<TokenRange>{{0, 10}}, 10)
+                .code(),
+            StatusCode::kFailedPrecondition);  // another window
 }
 
 TEST(HostKvStoreTest, KeepsEveryRowInHostMemoryAndGathersSelectedRows) {

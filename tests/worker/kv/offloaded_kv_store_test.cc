@@ -3,6 +3,7 @@
 // device after EndContext, capacities and contract errors.
 #include "worker/backend/backend_factory.h"
 #include "worker/kv/offloaded_kv_store.h"
+#include "worker/kv/saved_kv_rows.h"
 
 #include <gtest/gtest.h>
 
@@ -109,6 +110,34 @@ TEST(OffloadedKvStoreTest, ContextRowsGoToHostMemoryAndGeneratedRowsStayOnTheDev
   Write(a, 0, {10, 11}, 100);
   EXPECT_EQ(a.StepRows(0, 2).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(a.Commit(std::vector<TokenRange>{{10, 12}}, 12).ok());
+}
+
+// The prefix cache's host tier: a decoded store's context rows (host) and generated rows
+// (device) saved in position order, and loaded back as a new store's context rows.
+TEST(OffloadedKvStoreTest, SavedRowsLoadAsContext) {
+  Stores p = Make();
+  OffloadedKvStore &a = *p.a, &b = *p.b;
+  Write(a, 0, {0, 5}, 100);
+  ASSERT_TRUE(a.Commit(std::vector<TokenRange>{{0, 5}}, 5).ok());
+  a.EndContext();
+  Write(a, 0, {5, 6}, 100);
+  ASSERT_TRUE(a.Commit(std::vector<TokenRange>{{5, 6}}, 6).ok());
+  auto saved = a.SaveRows(*p.backend, 0);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->rows(), 6);
+  EXPECT_EQ(Values({saved->k.cview(), saved->v.cview()}),
+            (std::vector<float>{100, 101, 102, 103, 104, 105}));
+  EXPECT_EQ(a.SaveRows(*p.backend, 1).status().code(), StatusCode::kInvalidArgument);
+  // Loaded at a shorter length: the rows before it, all context, in host memory.
+  const std::vector<TokenRange> stored = {{0, 4}};
+  ASSERT_TRUE(b.LoadRows(*p.backend, 0, *saved, stored, 4).ok());
+  EXPECT_EQ(b.context_rows(), 4);
+  EXPECT_EQ(Values(*b.Rows(0)), (std::vector<float>{100, 101, 102, 103}));
+  // Only into an empty store, and only what the positions say.
+  EXPECT_FALSE(b.LoadRows(*p.backend, 0, *saved, stored, 4).ok());
+  EXPECT_EQ(p.c->LoadRows(*p.backend, 0, *saved, std::vector<TokenRange>{{0, 3}, {4, 5}}, 5)
+                .code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST(OffloadedKvStoreTest, CapacityAndCommitErrors) {
