@@ -126,6 +126,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.kv_dtype);
   io.Field(m.selected_kv_host);
   io.Field(m.kv_position_bytes);
+  io.Field(m.cache_host_bytes);
   Fields(io, m.capabilities);
 }
 

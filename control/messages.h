@@ -92,6 +92,9 @@ struct WorkerHello {
   // Bytes of K and V of one position over every layer in this rank's KV dtype: what the prefix
   // cache's host tier counts an entry's positions in.
   int64_t kv_position_bytes = 0;
+  // Host memory (bytes) this rank gives prefix-cache entries evicted from its KV memory
+  // (--kv-cache-host-mb; 0: no host tier).
+  int64_t cache_host_bytes = 0;
 };
 
 // A job starting in a step: what it runs and the KV it reserves.

@@ -52,9 +52,6 @@ constexpr char kUsage[] =
   --prefix-block-tokens N  the prefix cache's block (default 16): a job whose prompt starts with
                            a cached prefix of whole blocks prefills only the rest; 0 turns the
                            cache off
-  --prefix-cache-host-mb X  host memory (MiB) per worker rank for cache entries evicted from the
-                           workers' KV memory (default 0: evicted entries are dropped); a hit on
-                           one copies its KV back
   --ring-pairs-per-row X   with several workers: query-key pairs a rank's attention computes
                            while one K/V row of a layer crosses the ring (default 0: not counted);
                            chunks then cost their ring pass and are never shorter than
@@ -151,10 +148,6 @@ Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
   MP_ASSIGN_OR_RETURN(options->prefix_block_tokens, flags.GetInt("prefix-block-tokens", 16));
   MP_REQUIRE(options->prefix_block_tokens >= 0 && options->prefix_block_tokens <= (1 << 20),
              "--prefix-block-tokens must lie in [0, 2^20]");
-  MP_ASSIGN_OR_RETURN(const double host_mb, flags.GetDouble("prefix-cache-host-mb", 0));
-  MP_REQUIRE(host_mb >= 0 && host_mb <= double(int64_t{1} << 30),
-             "--prefix-cache-host-mb must lie in [0, 2^30]");
-  options->prefix_cache_host_bytes = static_cast<int64_t>(host_mb * double(int64_t{1} << 20));
   MP_ASSIGN_OR_RETURN(options->ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
   MP_ASSIGN_OR_RETURN(options->worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
   MP_ASSIGN_OR_RETURN(
@@ -227,7 +220,7 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "stall-abort-s",
                         "worker-suspect-s", "default-max-tokens", "prefix-block-tokens",
-                        "prefix-cache-host-mb", "help"}));
+                        "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);

@@ -57,7 +57,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
     MP_ASSIGN_OR_RETURN(PrefixCache cache,
                         PrefixCache::Create(scheduler->options_.prefix_block_tokens,
                                             facts.num_workers, model_key));
-    cache.SetHostTier(scheduler->options_.prefix_cache_host_bytes, facts.kv_position_bytes);
+    cache.SetHostTier(facts.cache_host_bytes, facts.kv_position_bytes);
     scheduler->table_.EnablePrefixCache(std::move(cache), facts.default_policy,
                                         facts.selected_kv_host);
   }

@@ -64,9 +64,6 @@ struct SchedulerOptions {
   // The prefix cache's block in tokens (its hash chain's unit and the shortest prefix reused);
   // 0 turns the cache off.
   int64_t prefix_block_tokens = 16;
-  // Host memory per worker rank for prefix-cache entries evicted from KV memory (0: none; they
-  // are dropped).
-  int64_t prefix_cache_host_bytes = 0;
 };
 
 class Scheduler final : public JobService {

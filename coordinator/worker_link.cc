@@ -68,6 +68,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.capabilities = hello.capabilities;
       facts.default_policy = hello.default_policy;
       facts.kv_dtype = hello.kv_dtype;
+      facts.cache_host_bytes = hello.cache_host_bytes;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
                  "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,
@@ -75,6 +76,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
                  ", context ", facts.max_context, ")");
       facts.kv_capacity_per_rank = std::min(facts.kv_capacity_per_rank, hello.kv_capacity_tokens);
       facts.capabilities = IntersectCapabilities(facts.capabilities, hello.capabilities);
+      facts.cache_host_bytes = std::min(facts.cache_host_bytes, hello.cache_host_bytes);
     }
     facts.selected_kv_host = facts.selected_kv_host || hello.selected_kv_host;
     facts.kv_position_bytes = std::max(facts.kv_position_bytes, hello.kv_position_bytes);

@@ -31,6 +31,9 @@ constexpr char kWorkerUsage[] = R"(Service:
                             rank may take together (default: what the free memory holds); the
                             coordinator refuses a job that would not fit alone and holds jobs
                             back while the running ones' reservations fill it
+  --kv-cache-host-mb M      host memory (MiB) for prefix-cache entries evicted from the KV cache
+                            memory (default 0: they are dropped); a hit on one copies it back.
+                            The coordinator uses the smallest figure of all the workers
   --coordinator-timeout-s S exit (status 3) when the coordinator is silent this long (default 15)
 )";
 
@@ -38,7 +41,7 @@ constexpr char kWorkerUsage[] = R"(Service:
 // a failure is reported to the coordinator with an error hello).
 Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat, bool* hello_sent) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "random-weights"}));
-  std::vector<std::string> known = {"kv-budget-mb", "coordinator-timeout-s"};
+  std::vector<std::string> known = {"kv-budget-mb", "kv-cache-host-mb", "coordinator-timeout-s"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
   MP_RETURN_IF_ERROR(flags.CheckKnown(known));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
@@ -50,6 +53,9 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
   MP_REQUIRE(loop_options.coordinator_timeout_s > 0, "--coordinator-timeout-s must be positive");
   MP_ASSIGN_OR_RETURN(double budget_mb, flags.GetDouble("kv-budget-mb", 0));
   MP_REQUIRE(budget_mb >= 0 && budget_mb < 1e12, "--kv-budget-mb out of range");
+  MP_ASSIGN_OR_RETURN(const double host_mb, flags.GetDouble("kv-cache-host-mb", 0));
+  MP_REQUIRE(host_mb >= 0 && host_mb < 1e12, "--kv-cache-host-mb out of range");
+  loop_options.cache_host_bytes = static_cast<int64_t>(host_mb * (1 << 20));
 
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> plane,
                       CreateDataPlane(workers, local_rank, options.backend));

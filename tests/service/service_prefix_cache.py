@@ -215,8 +215,7 @@ def scenario_prefix_cache_host(bin_dir, model):
     drops its least recently used ones to make room, a pinned entry is never dropped, and a
     follow-up on a document in host memory reuses it (copied back) and answers as an uncached
     run does. Dropping every entry frees every byte."""
-    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "2"],
-                  coordinator_args=["--prefix-cache-host-mb", "1"])
+    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "2", "--kv-cache-host-mb", "1"])
     try:
         def run(ids, *extra):
             r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",

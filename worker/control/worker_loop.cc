@@ -41,6 +41,7 @@ Status WorkerLoop::SendHello() {
   hello.selected_kv_host = tier == SelectedKvTier::kHost ||
                            (tier == SelectedKvTier::kAuto &&
                             engine_.backend().kind() != BackendKind::kCpu);
+  hello.cache_host_bytes = options_.cache_host_bytes;
   const ModelConfig& config = engine_.config();
   hello.kv_position_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads *
                             config.head_dim *

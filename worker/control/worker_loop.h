@@ -28,6 +28,8 @@ struct WorkerLoopOptions {
   // Positions of KV this rank's jobs may take together (reported to the coordinator, which
   // admits only jobs that fit alone and starts them while their reservations fit together).
   int64_t kv_capacity_tokens = 0;
+  // Host memory for prefix-cache entries evicted from KV memory (reported; 0: no host tier).
+  int64_t cache_host_bytes = 0;
 };
 
 class WorkerLoop {

@@ -24,6 +24,17 @@ StatusOr<SavedSequence> SavedSequence::Save(Backend& backend, const Sequence& se
   return saved;
 }
 
+SavedSequence SavedSequence::FromParts(SequenceOptions options, int64_t length,
+                                       std::vector<TokenRange> stored,
+                                       std::vector<std::vector<SavedKvRows>> layers) {
+  SavedSequence saved;
+  saved.options_ = std::move(options);
+  saved.length_ = length;
+  saved.stored_ = std::move(stored);
+  saved.layers_ = std::move(layers);
+  return saved;
+}
+
 int64_t SavedSequence::NumBytes() const {
   int64_t bytes = 0;
   for (const auto& parts : layers_)

@@ -19,6 +19,10 @@ class SavedSequence {
   // Copies every layer's held rows of `seq` into new host memory (AllocateHost) and waits for
   // the copies; `seq` is unchanged.
   static StatusOr<SavedSequence> Save(Backend& backend, const Sequence& seq);
+  // One read back from elsewhere (the disk tier): `layers` as Save lays them out.
+  static SavedSequence FromParts(SequenceOptions options, int64_t length,
+                                 std::vector<TokenRange> stored,
+                                 std::vector<std::vector<SavedKvRows>> layers);
 
   const SequenceOptions& options() const { return options_; }
   int64_t length() const { return length_; }

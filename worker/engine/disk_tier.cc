@@ -1,0 +1,189 @@
+#include "worker/engine/disk_tier.h"
+
+#include <filesystem>
+#include <iostream>
+#include <system_error>
+
+namespace millipede {
+namespace {
+
+constexpr char kSuffix[] = ".mkv";
+
+// The entry id a file name gives ("<id>.mkv"), or 0.
+uint64_t IdOfName(const std::string& name) {
+  const std::string suffix = kSuffix;
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(),
+                                                   suffix) != 0)
+    return 0;
+  const std::string digits = name.substr(0, name.size() - suffix.size());
+  if (digits.empty() || digits.size() > 19 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return 0;
+  return std::stoull(digits);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir, int rank) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(dir) / ("rank-" + std::to_string(rank));
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return IoError("cannot create the KV cache directory " + path.string() + ": " + ec.message());
+  std::unique_ptr<DiskTier> tier(new DiskTier(path.string()));
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = e.path().filename().string();
+    const uint64_t id = IdOfName(name);
+    StatusOr<SavedSequenceFileInfo> info =
+        id != 0 ? ReadSavedSequenceInfo(e.path().string()) : StatusOr<SavedSequenceFileInfo>(
+                                                                  IoError("not an entry file"));
+    if (info.ok() && info->meta.id == id) {
+      tier->files_[id] = std::move(info).value();
+      continue;
+    }
+    // Left half-written, truncated or corrupted: never served.
+    if (id != 0 || name.ends_with(std::string(kSuffix) + ".tmp")) {
+      std::cerr << "KV cache: removing " << e.path().string() << ": "
+                << (info.ok() ? std::string("its id does not match its name")
+                              : info.status().ToString())
+                << "\n";
+      fs::remove(e.path(), ec);
+    }
+  }
+  if (ec) return IoError("cannot list " + path.string() + ": " + ec.message());
+  tier->thread_ = std::thread([t = tier.get()] { t->Run(); });
+  return tier;
+}
+
+DiskTier::~DiskTier() {
+  Flush();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string DiskTier::PathOf(uint64_t id) const {
+  return dir_ + "/" + std::to_string(id) + kSuffix;
+}
+
+std::vector<SavedSequenceFileInfo> DiskTier::Entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<SavedSequenceFileInfo> out;
+  for (const auto& [id, info] : files_) out.push_back(info);
+  return out;
+}
+
+void DiskTier::Write(DiskEntryMeta meta, SavedSequence saved) {
+  const uint64_t id = meta.id;
+  auto job = std::make_shared<Job>(Job{std::move(meta), std::move(saved)});
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(id);
+    if (it != pending_.end()) it->second->dropped = true;
+    pending_[id] = job;
+    queue_.push_back(job);
+  }
+  wake_.notify_all();
+}
+
+void DiskTier::Run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    std::shared_ptr<Job> job = queue_.front();
+    queue_.pop_front();
+    const uint64_t id = job->meta.id;
+    Status written = OkStatus();
+    if (!job->dropped) {
+      writing_ = true;
+      lock.unlock();
+      written = WriteSavedSequenceFile(PathOf(id), job->meta, job->saved);
+      lock.lock();
+      writing_ = false;
+      if (!written.ok()) {
+        ++failed_;
+        std::cerr << "KV cache: entry " << id << " not written: " << written.ToString() << "\n";
+      }
+    }
+    if (written.ok() && !job->dropped) {
+      files_[id] = SavedSequenceFileInfo{job->meta, job->saved.length(), job->saved.stored(),
+                                         job->saved.NumBytes()};
+    } else if (written.ok() && job->dropped && pending_.count(id) == 0) {
+      std::error_code ec;
+      std::filesystem::remove(PathOf(id), ec);
+    }
+    auto it = pending_.find(id);
+    if (it != pending_.end() && it->second == job) pending_.erase(it);
+    written_.push_back(std::move(job));
+    idle_.notify_all();
+  }
+}
+
+const SavedSequence* DiskTier::Pending(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pending_.find(id);
+  return it == pending_.end() ? nullptr : &it->second->saved;
+}
+
+std::optional<SavedSequenceFileInfo> DiskTier::Info(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = files_.find(id);
+  if (it == files_.end()) return std::nullopt;
+  return it->second;
+}
+
+StatusOr<SavedSequence> DiskTier::Read(Backend& backend, uint64_t id, const ModelConfig& config) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (files_.count(id) == 0)
+      return NotFoundError("no prefix-cache entry " + std::to_string(id) + " on disk");
+  }
+  StatusOr<SavedSequence> read = ReadSavedSequenceFile(backend, PathOf(id), config);
+  if (!read.ok()) Drop(id);
+  return read;
+}
+
+void DiskTier::Drop(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pending_.find(id);
+  if (it != pending_.end()) {
+    it->second->dropped = true;
+    pending_.erase(it);
+  }
+  if (files_.erase(id) > 0) {
+    std::error_code ec;
+    std::filesystem::remove(PathOf(id), ec);
+  }
+}
+
+int64_t DiskTier::Collect() {
+  std::vector<std::shared_ptr<Job>> done;
+  int64_t failed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done.swap(written_);
+    failed = failed_;
+    failed_ = 0;
+  }
+  return failed;  // `done` frees its host memory here, on the owner's thread
+}
+
+int64_t DiskTier::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t n = 0;
+  for (const auto& [id, info] : files_) n += info.row_bytes;
+  for (const auto& [id, job] : pending_) n += job->saved.NumBytes();
+  return n;
+}
+
+void DiskTier::Flush() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return queue_.empty() && !writing_; });
+}
+
+}  // namespace millipede
