@@ -110,6 +110,18 @@ void Fields(Io& io, M& m) {
   io.Field(m.job_id);
 }
 
+template <class Io, MessageOf<CacheEntryFacts> M>
+void Fields(Io& io, M& m) {
+  io.Field(m.entry);
+  io.Field(m.key);
+  io.Field(m.model_key);
+  io.Field(m.tokens);
+  io.Field(m.every_length);
+  io.Field(m.lengths);
+  io.Field(m.length);
+  io.Field(m.stored);
+}
+
 template <class Io, MessageOf<WorkerHello> M>
 void Fields(Io& io, M& m) {
   io.Field(m.rank);
@@ -127,6 +139,8 @@ void Fields(Io& io, M& m) {
   io.Field(m.selected_kv_host);
   io.Field(m.kv_position_bytes);
   io.Field(m.cache_host_bytes);
+  io.Field(m.cache_disk_bytes);
+  io.List(m.disk_entries, [&](auto& e) { Fields(io, e); });
   Fields(io, m.capabilities);
 }
 
@@ -153,6 +167,7 @@ template <class Io, MessageOf<StepPlan> M>
 void Fields(Io& io, M& m) {
   io.Field(m.step_id);
   io.Field(m.demotes);
+  io.List(m.spills, [&](auto& e) { Fields(io, e); });
   io.Field(m.drops);
   io.Field(m.ends);
   io.Field(m.keeps);
@@ -204,6 +219,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.running_jobs);
   io.Field(m.cache_bytes_gpu);
   io.Field(m.cache_bytes_host);
+  io.Field(m.cache_bytes_disk);
 }
 
 template <class M>

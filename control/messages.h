@@ -67,6 +67,21 @@ struct JobCancel {
 };
 
 // What a worker tells the coordinator once its engine is up (or failed to come up).
+// A prefix-cache entry in a worker's disk tier: what a worker writes with its KV (StepPlan::
+// spills) and what it reports of the entries it found at start (WorkerHello::disk_entries), for
+// the coordinator to index them again.
+struct CacheEntryFacts {
+  uint64_t entry = 0;
+  uint64_t key = 0;        // PrefixKey of what changes its KV
+  std::string model_key;   // the coordinator's model key
+  std::vector<int32_t> tokens;  // reusable
+  bool every_length = true;     // reusable at every length, else at `lengths`
+  std::vector<int64_t> lengths;
+  // In a hello: the entry's length and the positions this rank holds, as [begin, end) pairs.
+  int64_t length = 0;
+  std::vector<int64_t> stored;
+};
+
 struct WorkerHello {
   int32_t rank = 0;
   int32_t status_code = 0;  // a StatusCode; non-zero: the engine failed, `error` says why
@@ -95,6 +110,9 @@ struct WorkerHello {
   // Host memory (bytes) this rank gives prefix-cache entries evicted from its KV memory
   // (--kv-cache-host-mb; 0: no host tier).
   int64_t cache_host_bytes = 0;
+  // The disk tier (--kv-cache-dir): its size in bytes (0: none) and the entries found there.
+  int64_t cache_disk_bytes = 0;
+  std::vector<CacheEntryFacts> disk_entries;
 };
 
 // A job starting in a step: what it runs and the KV it reserves.
@@ -129,7 +147,7 @@ struct StepEntry {
 };
 
 // One engine step for every worker: move the cache entries `demotes` from backend memory to
-// the host tier, free the cache entries `drops` (in either tier) and the jobs `ends`, keep the
+// the host tier and `spills` (from either) to the disk tier, free the cache entries `drops` (in either tier) and the jobs `ends`, keep the
 // jobs `keeps` as cache entries (each under its job id: the job ends, its KV stays), start
 // `starts` in order, run `entries`.
 struct StepPlan {
@@ -140,6 +158,7 @@ struct StepPlan {
   std::vector<uint64_t> drops;
   std::vector<uint64_t> keeps;
   std::vector<uint64_t> demotes;
+  std::vector<CacheEntryFacts> spills;
 };
 
 // Prefill progress of a job in the step in flight, from the worker leader after each layer.
@@ -202,6 +221,7 @@ struct WorkerStats {
   // KV bytes the prefix cache's entries hold (not in kv_bytes_*), by tier.
   int64_t cache_bytes_gpu = 0;
   int64_t cache_bytes_host = 0;
+  int64_t cache_bytes_disk = 0;
 };
 
 // A descriptor alone, as it travels inside a StepStart.

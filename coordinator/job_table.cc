@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "coordinator/disk_entries.h"
+
 namespace millipede {
 namespace {
 
@@ -160,11 +162,18 @@ void JobTable::Start(Job& job, Clock::time_point now) {
 
 bool JobTable::Evict(int64_t need) {
   const PrefixEviction e = cache_->Evict(need);
+  // In the order the workers run them: demotes, spills, drops.
   for (uint64_t id : e.demoted) batch_.DemoteCached(id);
+  bool freed = !e.demoted.empty() || !e.dropped_device.empty();
+  for (uint64_t id : e.spilled) {
+    freed = freed || batch_.cached_reservation(id) > 0;
+    batch_.SpillCached(id);
+  }
   for (uint64_t id : e.dropped_device) batch_.DropCached(id);
-  for (uint64_t id : e.dropped_host) batch_.DropSaved(id);
+  for (const auto* list : {&e.dropped_host, &e.dropped_disk})
+    for (uint64_t id : *list) batch_.DropSaved(id);
   ReportKv();
-  return !e.demoted.empty() || !e.dropped_device.empty();
+  return freed;
 }
 
 void JobTable::ReportKv() {
@@ -179,7 +188,10 @@ void JobTable::ReportKv() {
                          .evictions = c.evictions,
                          .host_entries = c.host_entries,
                          .demotions = c.demotions,
-                         .host_hits = c.host_hits});
+                         .host_hits = c.host_hits,
+                         .disk_entries = c.disk_entries,
+                         .spills = c.spills,
+                         .disk_hits = c.disk_hits});
 }
 
 void JobTable::EvictForWaitingJobs(Deliveries* out) {
@@ -237,6 +249,40 @@ bool JobTable::Requeue(Job& job) {
   queue_.push_front(job.id);
   if (metrics_) metrics_->JobRequeued();
   return true;
+}
+
+bool JobTable::RetryUncached(Job& job) {
+  if (!cache_ || job.cached_from == 0 || job.cache_take) return false;
+  const uint64_t entry = job.cached_from;
+  if (job.cache_held) cache_->Release(entry);
+  job.cache_held = false;
+  if (!batch_.RestartUncached(job.id).ok()) return false;
+  // Never used again: its KV could not be restored.
+  const CacheTier tier = cache_->tier_of(entry);
+  if (cache_->Remove(entry).ok()) {
+    if (tier == CacheTier::kDevice)
+      batch_.DropCached(entry);
+    else
+      batch_.DropSaved(entry);
+  }
+  job.cached_from = 0;
+  job.cached_tokens = 0;
+  job.positions = RankPositions(batch_.num_ranks());
+  job.state = JobState::kQueued;
+  queue_.push_front(job.id);
+  ReportKv();
+  return true;
+}
+
+int64_t JobTable::AdoptDiskEntries(
+    const std::vector<std::vector<control::CacheEntryFacts>>& reports) {
+  if (!cache_) return 0;
+  const DiskReindex found = ReindexDiskEntries(reports, &*cache_);
+  for (uint64_t id : found.drop) batch_.DropSaved(id);
+  for (uint64_t id : cache_->TrimDisk()) batch_.DropSaved(id);
+  next_id_ = std::max<JobId>(next_id_, found.max_id + 1);
+  ReportKv();
+  return found.adopted;
 }
 
 const char* JobTable::DeliverError(Job& job, const Status& error, JobStatusInfo* info,
@@ -385,10 +431,10 @@ Status JobTable::DropCacheEntry(uint64_t id) {
   if (!cache_) return UnimplementedError("the prefix cache is off (--prefix-block-tokens 0)");
   const CacheTier tier = cache_->tier_of(id);
   MP_RETURN_IF_ERROR(cache_->Remove(id));
-  if (tier == CacheTier::kHost)
-    batch_.DropSaved(id);
-  else
+  if (tier == CacheTier::kDevice)
     batch_.DropCached(id);
+  else
+    batch_.DropSaved(id);
   ReportKv();
   return OkStatus();
 }

@@ -76,6 +76,10 @@ class JobTable {
   void EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy,
                          bool selected_kv_host);
   const PrefixCache* prefix_cache() const { return cache_ ? &*cache_ : nullptr; }
+  // Indexes the disk entries the workers found at start (ReindexDiskEntries; each worker's
+  // report) and drops the incomplete ones and those beyond the disk tier's size on the workers;
+  // job ids then start above every reported entry's. Returns how many were adopted.
+  int64_t AdoptDiskEntries(const std::vector<std::vector<control::CacheEntryFacts>>& reports);
   // The prefix cache's API (JobService::ListCache, PinCacheEntry, DropCacheEntry).
   StatusOr<std::vector<CacheEntryInfo>> ListCache() const;
   Status PinCacheEntry(uint64_t id, bool pinned);
@@ -119,6 +123,10 @@ class JobTable {
   // A job the workers could not start beside the running ones: back to the front of the queue
   // if the batching policy takes it back (true), else false.
   bool Requeue(Job& job);
+  // A job whose start from a cache entry failed on the workers (a file that failed its checks,
+  // a lost entry): the entry is dropped and the job waits again to run uncached (true); false
+  // for a job that did not start from a copied entry.
+  bool RetryUncached(Job& job);
   // Ends a job (removing it from the table and the batching policy) with a completion or
   // error. `freed_by_workers`: the workers freed its sequence themselves (a finished or failed
   // job); otherwise the next step frees it.
@@ -145,8 +153,8 @@ class JobTable {
   // The prefix cache's part of Add: the job's key, reuse rule and hit (held).
   std::optional<CachedStart> LookUp(Job& job);
   // Frees least recently used device-tier entries worth `need` KV positions (all for
-  // need < 0), demoting them to the host tier where it has room (PrefixCache::Evict); whether
-  // any left the workers' KV memory.
+  // need < 0), moving them down where a lower tier has room (PrefixCache::Evict); whether any
+  // left the workers' KV memory.
   bool Evict(int64_t need);
   // The prefix cache's part of Finish: whether the job's KV stays as an entry (true), and the
   // batching policy told so.

@@ -23,7 +23,12 @@ PrefixReuse ReuseOf(const std::optional<AttentionPolicy>& policy) {
 }
 
 const char* CacheTierName(CacheTier tier) {
-  return tier == CacheTier::kDevice ? "device" : "host";
+  switch (tier) {
+    case CacheTier::kDevice: return "device";
+    case CacheTier::kHost: return "host";
+    case CacheTier::kDisk: return "disk";
+  }
+  return "device";
 }
 
 void RankPositions::AddChunk(int64_t begin, int64_t count) {
@@ -37,6 +42,11 @@ void RankPositions::AddChunk(int64_t begin, int64_t count) {
 void RankPositions::AddDecode(int64_t position) {
   const int owner = ShardPlan::DecodeOwner(position, static_cast<int>(ranks_.size()));
   AppendRange(&ranks_[static_cast<size_t>(owner)], {position, position + 1});
+}
+
+void RankPositions::SetRank(int rank, std::vector<TokenRange> ranges) {
+  if (rank >= 0 && rank < static_cast<int>(ranks_.size()))
+    ranks_[static_cast<size_t>(rank)] = std::move(ranges);
 }
 
 RankPositions RankPositions::Before(int64_t length) const {
@@ -83,7 +93,8 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
   const Facts& facts = facts_.at(hit.entry);
   const std::optional<PrefixEntryInfo> info = index_.Info(hit.entry);
   const bool device = facts.tier == CacheTier::kDevice;
-  if (!device) ++host_hits_;
+  if (facts.tier == CacheTier::kHost) ++host_hits_;
+  if (facts.tier == CacheTier::kDisk) ++disk_hits_;
   return PrefixStart{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
                      device && facts.takeable && info && !info->pinned && info->holders == 0,
                      facts.capacity};
@@ -110,7 +121,7 @@ Status PrefixCache::Remove(uint64_t entry) {
 void PrefixCache::Forget(uint64_t entry) {
   auto it = facts_.find(entry);
   if (it == facts_.end()) return;
-  if (it->second.tier == CacheTier::kHost) host_used_ -= host_bytes_of(entry);
+  if (it->second.tier != CacheTier::kDevice) used(it->second.tier) -= host_bytes_of(entry);
   facts_.erase(it);
 }
 
@@ -174,33 +185,89 @@ std::vector<uint64_t> PrefixCache::DeviceEvictionOrder() const {
     if (tier_of(it->id) != CacheTier::kDevice) continue;
     (!it->pinned && it->holders == 0 ? evictable : kept).push_back(it->id);
   }
-  if (host_limit_ > 0) evictable.insert(evictable.end(), kept.begin(), kept.end());
+  if (host_limit_ > 0 || disk_limit_ > 0)
+    evictable.insert(evictable.end(), kept.begin(), kept.end());
   return evictable;
 }
 
-bool PrefixCache::Demote(uint64_t entry, PrefixEviction* out) {
+void PrefixCache::SetDiskTier(int64_t bytes_per_rank) {
+  disk_limit_ = std::max<int64_t>(bytes_per_rank, 0);
+}
+
+void PrefixCache::MoveTo(uint64_t entry, CacheTier tier) {
+  Facts& facts = facts_.at(entry);
   const int64_t bytes = host_bytes_of(entry);
-  if (host_limit_ == 0 || bytes > host_limit_) return false;
+  if (facts.tier != CacheTier::kDevice) used(facts.tier) -= bytes;
+  facts.tier = tier;
+  used(tier) += bytes;
+}
+
+bool PrefixCache::MakeRoom(CacheTier tier, int64_t bytes, PrefixEviction* out) {
+  const int64_t limit = tier == CacheTier::kHost ? host_limit_ : disk_limit_;
+  if (limit == 0 || bytes > limit) return false;
   std::vector<uint64_t> victims;
-  int64_t room = host_limit_ - host_used_;
+  int64_t room = limit - used(tier);
   for (uint64_t id : index_.EvictionOrder()) {
     if (room >= bytes) break;
-    if (tier_of(id) != CacheTier::kHost) continue;
+    if (tier_of(id) != tier) continue;
     victims.push_back(id);
     room += host_bytes_of(id);
   }
   if (room < bytes) return false;
   for (uint64_t id : victims) {
+    if (tier == CacheTier::kHost && MakeRoom(CacheTier::kDisk, host_bytes_of(id), out)) {
+      MoveTo(id, CacheTier::kDisk);
+      out->spilled.push_back(id);
+      ++spills_;
+      continue;
+    }
     if (!index_.Remove(id).ok()) continue;
     Forget(id);
-    out->dropped_host.push_back(id);
+    (tier == CacheTier::kHost ? out->dropped_host : out->dropped_disk).push_back(id);
     ++evictions_;
   }
-  facts_.at(entry).tier = CacheTier::kHost;
-  host_used_ += bytes;
-  out->demoted.push_back(entry);
-  ++demotions_;
   return true;
+}
+
+bool PrefixCache::Demote(uint64_t entry, PrefixEviction* out) {
+  const int64_t bytes = host_bytes_of(entry);
+  if (MakeRoom(CacheTier::kHost, bytes, out)) {
+    MoveTo(entry, CacheTier::kHost);
+    out->demoted.push_back(entry);
+    ++demotions_;
+    return true;
+  }
+  if (MakeRoom(CacheTier::kDisk, bytes, out)) {
+    MoveTo(entry, CacheTier::kDisk);
+    out->spilled.push_back(entry);
+    ++spills_;
+    return true;
+  }
+  return false;
+}
+
+Status PrefixCache::AdoptDiskEntry(uint64_t id, uint64_t key, std::vector<int32_t> tokens,
+                                   bool every_length, std::vector<int64_t> lengths,
+                                   RankPositions positions) {
+  PrefixEntry entry{.id = id, .key = key, .tokens = std::move(tokens),
+                    .every_length = every_length, .lengths = std::move(lengths),
+                    .cost_per_rank = positions.MaxRows()};
+  MP_RETURN_IF_ERROR(index_.Insert(std::move(entry)));
+  facts_[id] = Facts{std::move(positions), 0, false, CacheTier::kDevice};
+  MoveTo(id, CacheTier::kDisk);
+  return OkStatus();
+}
+
+std::vector<uint64_t> PrefixCache::TrimDisk() {
+  std::vector<uint64_t> out;
+  for (uint64_t id : index_.EvictionOrder()) {
+    if (disk_used_ <= disk_limit_) break;
+    if (tier_of(id) != CacheTier::kDisk || !index_.Remove(id).ok()) continue;
+    Forget(id);
+    out.push_back(id);
+    ++evictions_;
+  }
+  return out;
 }
 
 PrefixEviction PrefixCache::Evict(int64_t need) {
@@ -241,16 +308,18 @@ int64_t PrefixCache::host_bytes_of(uint64_t entry) const {
 PrefixCacheStats PrefixCache::stats() const {
   PrefixCacheStats out{.entries = index_.size(),
                        .host_bytes_per_rank = host_used_,
+                       .disk_bytes_per_rank = disk_used_,
                        .hit_tokens = hit_tokens_,
                        .miss_tokens = miss_tokens_,
                        .evictions = evictions_,
                        .demotions = demotions_,
-                       .host_hits = host_hits_};
+                       .spills = spills_,
+                       .host_hits = host_hits_,
+                       .disk_hits = disk_hits_};
   for (const auto& [id, facts] : facts_) {
-    if (facts.tier == CacheTier::kHost)
-      ++out.host_entries;
-    else
-      out.cost_per_rank += cost_of(id);
+    if (facts.tier == CacheTier::kHost) ++out.host_entries;
+    if (facts.tier == CacheTier::kDisk) ++out.disk_entries;
+    if (facts.tier == CacheTier::kDevice) out.cost_per_rank += cost_of(id);
   }
   return out;
 }

@@ -13,11 +13,13 @@
 //  - a store that keeps a window only (streaming-head decode): the entry's own length alone.
 //
 // Tiers: an entry starts in the workers' backend memory (each rank's share, counted in the KV
-// budget). With a host tier (SetHostTier), an entry evicted from backend memory moves to the
-// ranks' host memory (demoted: its KV saved there, its reservation freed) where it fits, the
-// host tier dropping its own least recently used entries to make room; a hit on a host entry
-// copies its KV back into the new job's memory and leaves the entry where it is. Pinned
-// entries and entries a job waits to copy are never dropped, but may be demoted.
+// budget). An entry evicted from there moves down (its reservation freed) to the ranks' host
+// memory (SetHostTier) where it fits, else to their local disks (SetDiskTier), else it is
+// dropped. A lower tier makes room by moving its least recently used entries further down (host
+// to disk) or dropping them. A hit on an entry below backend memory copies its KV back into the
+// new job's memory and leaves the entry where it is. Pinned entries and entries a job waits to
+// copy are never dropped, but may move down. Disk entries outlive the service: at start the
+// workers report them and AdoptDiskEntry indexes them again.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +49,8 @@ class RankPositions {
       : ranks_(static_cast<size_t>(std::max(num_ranks, 1))) {}
   void AddChunk(int64_t begin, int64_t count);
   void AddDecode(int64_t position);
+  // Rank `rank`'s positions, as reported (increasing, disjoint); ignored for a rank out of range.
+  void SetRank(int rank, std::vector<TokenRange> ranges);
   // The positions before `length`.
   RankPositions Before(int64_t length) const;
   // Rows the busiest rank holds.
@@ -58,8 +62,8 @@ class RankPositions {
   std::vector<std::vector<TokenRange>> ranks_;
 };
 
-enum class CacheTier { kDevice, kHost };
-const char* CacheTierName(CacheTier tier);  // "device", "host"
+enum class CacheTier { kDevice, kHost, kDisk };
+const char* CacheTierName(CacheTier tier);  // "device", "host", "disk"
 
 // A hit for a new job: restore [0, tokens) from entry `entry`, whose positions there are
 // `positions`. `exclusive`: nothing else wants the entry (not pinned, no job holds it) and its
@@ -89,21 +93,24 @@ struct EndedKv {
   bool takeable = true;           // its sequence may be taken over (no OmniKV selection)
 };
 
-// What Evict did: entries moved to the host tier, and entries freed from each tier.
+// What Evict did: entries moved to the host tier (from backend memory) and to the disk tier
+// (from either), and entries freed from each tier, each list in order.
 struct PrefixEviction {
-  std::vector<uint64_t> demoted;
-  std::vector<uint64_t> dropped_device, dropped_host;
+  std::vector<uint64_t> demoted, spilled;
+  std::vector<uint64_t> dropped_device, dropped_host, dropped_disk;
 };
 
 struct PrefixCacheStats {
   int64_t entries = 0;        // in every tier
   int64_t cost_per_rank = 0;  // KV positions the device-tier entries hold on the busiest rank
-  int64_t host_entries = 0;
-  int64_t host_bytes_per_rank = 0;  // what the host-tier entries count on the busiest rank
+  int64_t host_entries = 0, disk_entries = 0;
+  // What the host-tier and disk-tier entries count on the busiest rank.
+  int64_t host_bytes_per_rank = 0, disk_bytes_per_rank = 0;
   int64_t hit_tokens = 0, miss_tokens = 0;  // prompt tokens reused / prefilled, cumulative
   int64_t evictions = 0;                    // entries dropped, cumulative
   int64_t demotions = 0;                    // entries moved to the host tier, cumulative
-  int64_t host_hits = 0;                    // lookups answered from the host tier, cumulative
+  int64_t spills = 0;                       // entries moved to the disk tier, cumulative
+  int64_t host_hits = 0, disk_hits = 0;     // lookups answered from those tiers, cumulative
 };
 
 class PrefixCache {
@@ -129,13 +136,24 @@ class PrefixCache {
   // A host tier of `bytes_per_rank` on each rank, an entry counted at `position_bytes` per
   // position it holds on its busiest rank; 0 bytes: none (evicted entries are dropped).
   void SetHostTier(int64_t bytes_per_rank, int64_t position_bytes);
+  // A disk tier of `bytes_per_rank` on each rank (counted as the host tier counts); 0: none.
+  void SetDiskTier(int64_t bytes_per_rank);
+  // An entry the workers found on their disks at start, every rank's share (`positions`) of
+  // KV for `tokens` under `key`: indexed in the disk tier. InvalidArgument when the index
+  // refuses it (an id in use, no tokens, lengths out of range).
+  Status AdoptDiskEntry(uint64_t id, uint64_t key, std::vector<int32_t> tokens,
+                        bool every_length, std::vector<int64_t> lengths, RankPositions positions);
+  // Drops the disk tier's least recently used evictable entries while it holds more than its
+  // size (after AdoptDiskEntry); their ids.
+  std::vector<uint64_t> TrimDisk();
   // Frees device-tier entries, least recently used first, until their cost reaches `need` (all
-  // of them for need < 0): each is demoted where the host tier has (or can make) room, else
+  // of them for need < 0): each moves down where a lower tier has (or can make) room, else is
   // dropped when evictable (not pinned, not held), else left.
   PrefixEviction Evict(int64_t need);
   int64_t cost_of(uint64_t entry) const;
   // The entry's tier (kDevice for an unknown id).
   CacheTier tier_of(uint64_t entry) const;
+  const std::string& model_key() const { return model_key_; }
   PrefixCacheStats stats() const;
   const PrefixIndex& index() const { return index_; }
 
@@ -155,16 +173,25 @@ class PrefixCache {
   // Device-tier entries in the order Evict takes them: the evictable ones least recently used
   // first, then (with a host tier) the pinned and held ones, which may only be demoted.
   std::vector<uint64_t> DeviceEvictionOrder() const;
-  // Moves `entry` to the host tier if it fits there, dropping host entries (least recently used
-  // first) to make room; false (nothing changed but drops recorded in `out`) when it cannot.
+  // Moves device-tier `entry` to the host tier, else the disk tier, where MakeRoom finds room;
+  // false, changing nothing, when neither has.
   bool Demote(uint64_t entry, PrefixEviction* out);
+  // Frees `bytes` in `tier` (host or disk) by moving its least recently used evictable entries
+  // down (host to disk, where it has room) or dropping them; false, changing nothing, when even
+  // all of them would not free enough.
+  bool MakeRoom(CacheTier tier, int64_t bytes, PrefixEviction* out);
+  // Moves `entry` to `tier` (below its own), counting its bytes there.
+  void MoveTo(uint64_t entry, CacheTier tier);
+  int64_t& used(CacheTier tier) { return tier == CacheTier::kHost ? host_used_ : disk_used_; }
   int64_t host_bytes_of(uint64_t entry) const;
   // Forgets an entry the index no longer has.
   void Forget(uint64_t entry);
 
   std::map<uint64_t, Facts> facts_;  // by entry
   int64_t host_limit_ = 0, position_bytes_ = 0, host_used_ = 0;
-  int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0, demotions_ = 0, host_hits_ = 0;
+  int64_t disk_limit_ = 0, disk_used_ = 0;
+  int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0, demotions_ = 0, spills_ = 0;
+  int64_t host_hits_ = 0, disk_hits_ = 0;
 };
 
 }  // namespace millipede

@@ -58,8 +58,13 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
                         PrefixCache::Create(scheduler->options_.prefix_block_tokens,
                                             facts.num_workers, model_key));
     cache.SetHostTier(facts.cache_host_bytes, facts.kv_position_bytes);
+    cache.SetDiskTier(facts.cache_disk_bytes);
     scheduler->table_.EnablePrefixCache(std::move(cache), facts.default_policy,
                                         facts.selected_kv_host);
+    const int64_t adopted = scheduler->table_.AdoptDiskEntries(facts.disk_entries);
+    if (adopted > 0)
+      std::cerr << "millipede-coordinator: " << adopted
+                << " prefix-cache entries found on the workers' disks\n";
   }
   return scheduler;
 }

@@ -57,7 +57,8 @@ void StepRunner::HandleStats(int rank, const control::WorkerStats& w) {
               .comm_s = w.comm_s,
               .comm_bytes = w.comm_bytes,
               .cache_bytes_gpu = w.cache_bytes_gpu,
-              .cache_bytes_host = w.cache_bytes_host};
+              .cache_bytes_host = w.cache_bytes_host,
+              .cache_bytes_disk = w.cache_bytes_disk};
   rank_stats_[rank] = r;
   if (metrics_) metrics_->UpdateRank(r);
 }
@@ -172,6 +173,12 @@ void StepRunner::HandleJobFailed(Job& job, const control::StepJobResult& r, bool
   const auto code = static_cast<StatusCode>(r.status_code);
   // The workers' memory plan could not hold it beside the running jobs: wait for one to end.
   if (code == StatusCode::kResourceExhausted && started_here && table_.Requeue(job)) return;
+  // Its cached prefix could not be restored (a corrupted or lost file, for one): computed again.
+  if (started_here && job.cached_from != 0 && table_.RetryUncached(job)) {
+    std::cerr << "job " << job.id << ": its cached prefix could not be restored (" << r.message
+              << "); running it uncached\n";
+    return;
+  }
   if (metrics_) metrics_->RequestError("worker");
   table_.Finish(job, Status(code, "the workers failed the job: " + r.message), out,
                 /*freed_by_workers=*/true);

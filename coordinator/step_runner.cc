@@ -67,6 +67,17 @@ Status StepRunner::SendNextStep(bool* busy) {
   plan.ends = planned.ends;
   plan.drops = planned.drops;
   plan.demotes = planned.demotes;
+  if (const PrefixCache* cache = table_.prefix_cache()) {
+    // What the workers write with an entry: enough to index it again after a restart. An entry
+    // the same plan drops again is not written.
+    for (uint64_t id : planned.spills) {
+      const PrefixEntry* e = cache->index().Find(id);
+      if (e == nullptr) continue;
+      plan.spills.push_back({.entry = id, .key = e->key, .model_key = cache->model_key(),
+                             .tokens = e->tokens, .every_length = e->every_length,
+                             .lengths = e->lengths});
+    }
+  }
   plan.keeps = planned.keeps;
   const auto now = Clock::now();
   for (const PlannedStart& start : planned.starts) {

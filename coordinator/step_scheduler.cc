@@ -141,7 +141,31 @@ void StepScheduler::DemoteCached(uint64_t entry) {
   cached_.erase(it);
 }
 
+void StepScheduler::SpillCached(uint64_t entry) {
+  auto it = cached_.find(entry);
+  if (it != cached_.end()) {
+    reserved_ -= it->second;
+    cached_cost_ -= it->second;
+    memory_blocked_ = false;
+    cached_.erase(it);
+  }
+  pending_spills_.push_back(entry);
+}
+
 void StepScheduler::DropSaved(uint64_t entry) { pending_drops_.push_back(entry); }
+
+Status StepScheduler::RestartUncached(StepJobId job) {
+  auto it = jobs_.find(job);
+  MP_REQUIRE(it != jobs_.end() && it->second.started && !it->second.taken, "step scheduler: job ",
+             job, " was not started from a copied prefix");
+  Job& j = it->second;
+  j.started = false;
+  --running_;
+  reserved_ -= j.cost;
+  j.prefilled = j.cached;
+  ForgetCachedStart(job);
+  return OkStatus();
+}
 
 std::optional<StepJobId> StepScheduler::NextWaiting() const {
   for (StepJobId id : PrefillOrder())
@@ -243,6 +267,7 @@ int64_t StepScheduler::ChunkFor(const Job& j, int64_t tokens_left, int64_t work_
 PlannedStep StepScheduler::Next() {
   PlannedStep step;
   step.demotes.swap(pending_demotes_);
+  step.spills.swap(pending_spills_);
   step.drops.swap(pending_drops_);
   step.ends.swap(pending_ends_);
   step.keeps.swap(pending_keeps_);

@@ -95,9 +95,9 @@ struct CachedStart {
   int64_t capacity = 0;
 };
 
-// One step for the workers: move the cache entries `demotes` to host memory, free the cache
-// entries `drops` and the jobs `ends`, keep the jobs `keeps` as cache entries, start `starts`
-// (in order), then run `entries`.
+// One step for the workers: move the cache entries `demotes` to host memory and `spills` to
+// disk, free the cache entries `drops` and the jobs `ends`, keep the jobs `keeps` as cache
+// entries, start `starts` (in order), then run `entries`.
 struct PlannedStep {
   std::vector<StepJobId> ends;
   std::vector<PlannedStart> starts;
@@ -105,9 +105,10 @@ struct PlannedStep {
   std::vector<uint64_t> drops;
   std::vector<StepJobId> keeps;
   std::vector<uint64_t> demotes;
+  std::vector<uint64_t> spills;
   bool empty() const {
     return drops.empty() && ends.empty() && keeps.empty() && starts.empty() &&
-           entries.empty() && demotes.empty();
+           entries.empty() && demotes.empty() && spills.empty();
   }
   int64_t decode_tokens() const;
   int64_t prefill_tokens() const;
@@ -142,10 +143,22 @@ class StepScheduler {
   // Moves prefix-cache entry `entry` to the host tier: its reservation is released and the next
   // step demotes it on the workers (PlannedStep::demotes). Unknown ids are ignored.
   void DemoteCached(uint64_t entry);
-  // Frees a host-tier entry (which reserves nothing here): the next step drops it.
+  // Moves prefix-cache entry `entry` (from backend memory, releasing its reservation, or from
+  // the host tier) to the disk tier: the next step spills it (PlannedStep::spills).
+  void SpillCached(uint64_t entry);
+  // Frees a host-tier or disk-tier entry (which reserves nothing here): the next step drops it.
   void DropSaved(uint64_t entry);
+  // A started job whose cached start failed on the workers (its entry could not be restored)
+  // waits again to run uncached: its reservation is released and recomputed without the
+  // prefix. FailedPrecondition for a job not started or taken over.
+  Status RestartUncached(StepJobId job);
   // KV positions per rank the prefix-cache entries reserve.
   int64_t cached_per_rank() const { return cached_cost_; }
+  // What entry `entry` reserves (0: none, or not in backend memory).
+  int64_t cached_reservation(uint64_t entry) const {
+    auto it = cached_.find(entry);
+    return it == cached_.end() ? 0 : it->second;
+  }
   // What the first job waiting for KV lacks, in KV positions per rank, beyond what is not
   // reserved (every reservation counted, cache entries too); 0 when no job waits for KV. After a
   // start the workers refused for memory: -1 (free what can be freed).
@@ -227,6 +240,7 @@ class StepScheduler {
   std::vector<StepJobId> pending_keeps_;
   std::vector<uint64_t> pending_drops_;
   std::vector<uint64_t> pending_demotes_;
+  std::vector<uint64_t> pending_spills_;
   std::map<uint64_t, int64_t> cached_;  // prefix-cache entries' reservations
   int64_t cached_cost_ = 0;
   int64_t running_ = 0;

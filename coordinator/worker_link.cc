@@ -69,6 +69,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.default_policy = hello.default_policy;
       facts.kv_dtype = hello.kv_dtype;
       facts.cache_host_bytes = hello.cache_host_bytes;
+      facts.cache_disk_bytes = hello.cache_disk_bytes;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
                  "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,
@@ -77,7 +78,10 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.kv_capacity_per_rank = std::min(facts.kv_capacity_per_rank, hello.kv_capacity_tokens);
       facts.capabilities = IntersectCapabilities(facts.capabilities, hello.capabilities);
       facts.cache_host_bytes = std::min(facts.cache_host_bytes, hello.cache_host_bytes);
+      facts.cache_disk_bytes = std::min(facts.cache_disk_bytes, hello.cache_disk_bytes);
     }
+    facts.disk_entries.resize(static_cast<size_t>(world_size - 1));
+    facts.disk_entries[static_cast<size_t>(hello.rank - 1)] = std::move(hello.disk_entries);
     facts.selected_kv_host = facts.selected_kv_host || hello.selected_kv_host;
     facts.kv_position_bytes = std::max(facts.kv_position_bytes, hello.kv_position_bytes);
   }

@@ -40,6 +40,10 @@ struct WorkerFacts {
   // Host memory each rank gives prefix-cache entries evicted from its KV memory (the smallest
   // report; 0: no host tier).
   int64_t cache_host_bytes = 0;
+  // The disk tier each rank gives the cache (the smallest report; 0: none), and the entries
+  // each worker (index 0: world rank 1) found on its disk at start.
+  int64_t cache_disk_bytes = 0;
+  std::vector<std::vector<control::CacheEntryFacts>> disk_entries;
 };
 
 class WorkerLink {

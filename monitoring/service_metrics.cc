@@ -175,6 +175,17 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                                 "Jobs that started from a prefix-cache entry in host memory (its "
                                 "KV copied back).")
                            .Add({});
+    cache_disk_entries_ = &gauge("millipede_prefix_cache_disk_entries",
+                                 "Prefix-cache entries on the workers' local disks (the disk tier; "
+                                 "counted in prefix_cache_entries too).")
+                               .Add({});
+    cache_spills_ = &counter("millipede_prefix_cache_spills_total",
+                             "Prefix-cache entries written to the workers' disks to make room.")
+                        .Add({});
+    cache_disk_hits_ = &counter("millipede_prefix_cache_disk_hits_total",
+                                "Jobs that started from a prefix-cache entry on disk (its KV read "
+                                "back and checked).")
+                           .Add({});
 
     exposer_->RegisterCollectable(registry_);
   }
@@ -252,6 +263,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(series.comm_bytes, static_cast<double>(stats.comm_bytes));
     series.cache_gpu->Set(static_cast<double>(stats.cache_bytes_gpu));
     series.cache_host->Set(static_cast<double>(stats.cache_bytes_host));
+    series.cache_disk->Set(static_cast<double>(stats.cache_bytes_disk));
   }
 
   void PrefixCache(const PrefixCacheCounts& c) override {
@@ -261,6 +273,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(cache_evictions_, static_cast<double>(c.evictions));
     AdvanceCounter(cache_demotions_, static_cast<double>(c.demotions));
     AdvanceCounter(cache_host_hits_, static_cast<double>(c.host_hits));
+    AdvanceCounter(cache_spills_, static_cast<double>(c.spills));
+    AdvanceCounter(cache_disk_hits_, static_cast<double>(c.disk_hits));
+    cache_disk_entries_->Set(static_cast<double>(c.disk_entries));
     cache_entries_->Set(static_cast<double>(c.entries));
     cache_host_entries_->Set(static_cast<double>(c.host_entries));
     cache_reserved_->Set(static_cast<double>(c.reserved_positions));
@@ -275,6 +290,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     Counter* comm_bytes;
     Gauge* cache_gpu;
     Gauge* cache_host;
+    Gauge* cache_disk;
   };
 
   RankSeries& RankSeriesLocked(int rank) {
@@ -286,7 +302,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                       &attention_s_->Add({{"rank", r}}), &comm_s_->Add({{"rank", r}}),
                       &comm_bytes_->Add({{"rank", r}}),
                       &cache_bytes_->Add({{"tier", "gpu"}, {"rank", r}}),
-                      &cache_bytes_->Add({{"tier", "host"}, {"rank", r}})};
+                      &cache_bytes_->Add({{"tier", "host"}, {"rank", r}}),
+                      &cache_bytes_->Add({{"tier", "disk"}, {"rank", r}})};
     return ranks_.emplace(rank, series).first->second;
   }
 
@@ -324,6 +341,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Gauge* cache_host_entries_;
   Counter* cache_demotions_;
   Counter* cache_host_hits_;
+  Gauge* cache_disk_entries_;
+  Counter* cache_spills_;
+  Counter* cache_disk_hits_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;

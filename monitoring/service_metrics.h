@@ -26,6 +26,7 @@ struct RankStats {
   // Of the KV bytes, those the prefix cache's entries hold (not in kv_bytes_*), by tier.
   int64_t cache_bytes_gpu = 0;
   int64_t cache_bytes_host = 0;
+  int64_t cache_bytes_disk = 0;  // of the disk tier's entries (files and those being written)
 };
 
 // The prefix cache's numbers on the coordinator (counters cumulative since the start).
@@ -38,6 +39,9 @@ struct PrefixCacheCounts {
   int64_t host_entries = 0;        // entries in the workers' host memory
   int64_t demotions = 0;           // entries moved from KV memory to host memory
   int64_t host_hits = 0;           // jobs that started from a host-tier entry
+  int64_t disk_entries = 0;        // entries on the workers' disks
+  int64_t spills = 0;              // entries moved to disk
+  int64_t disk_hits = 0;           // jobs that started from a disk-tier entry
 };
 
 class ServiceMetrics {
@@ -93,7 +97,8 @@ class ServiceMetrics {
   virtual void UpdateRank(const RankStats& stats) = 0;
   // prefix_cache_hit_tokens_total, prefix_cache_miss_tokens_total, prefix_cache_entries,
   // prefix_cache_reserved_positions, prefix_cache_evictions_total, prefix_cache_host_entries,
-  // prefix_cache_demotions_total, prefix_cache_host_hits_total.
+  // prefix_cache_demotions_total, prefix_cache_host_hits_total, prefix_cache_disk_entries,
+  // prefix_cache_spills_total, prefix_cache_disk_hits_total.
   virtual void PrefixCache(const PrefixCacheCounts& counts) = 0;
 };
 

@@ -61,6 +61,20 @@ void BatchRunner::Demote(uint64_t id) {
   engine_.DropCached(static_cast<SequenceId>(id));
 }
 
+void BatchRunner::Spill(const control::CacheEntryFacts& spill) {
+  Status spilled = engine_.SpillCached(static_cast<SequenceId>(spill.entry),
+                                       DiskEntryMeta{.id = spill.entry,
+                                                     .key = spill.key,
+                                                     .model_key = spill.model_key,
+                                                     .tokens = spill.tokens,
+                                                     .every_length = spill.every_length,
+                                                     .lengths = spill.lengths});
+  if (spilled.ok()) return;
+  std::cerr << "prefix-cache entry " << spill.entry << ": not moved to disk, freed: "
+            << spilled.ToString() << "\n";
+  engine_.DropCached(static_cast<SequenceId>(spill.entry));
+}
+
 Status BatchRunner::Start(const control::StepStart& start) {
   Status started = StartJob(start);
   // A take-over's entry was given up by the coordinator: it goes whatever happened.
@@ -228,6 +242,9 @@ StatusOr<control::StepDone> BatchRunner::Run(const control::StepPlan& plan,
   control::StepDone done;
   done.step_id = plan.step_id;
   for (uint64_t id : plan.demotes) Demote(id);
+  for (const control::CacheEntryFacts& spill : plan.spills) Spill(spill);
+  // Host memory of entries the disk tier has written is freed here, on this thread.
+  if (engine_.disk_tier() != nullptr) engine_.disk_tier()->Collect();
   for (uint64_t id : plan.drops) engine_.DropCached(static_cast<SequenceId>(id));
   for (uint64_t id : plan.ends) End(id);
   for (uint64_t id : plan.keeps) Keep(id);

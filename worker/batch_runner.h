@@ -68,6 +68,8 @@ class BatchRunner {
   // Moves cache entry `id` to the host tier; one that cannot be saved is freed (a later start
   // from it fails on every rank and runs uncached).
   void Demote(uint64_t id);
+  // Moves cache entry `spill.entry` to the disk tier; one that cannot be is freed.
+  void Spill(const control::CacheEntryFacts& spill);
   // This rank's share of an entry, or why the job cannot run it.
   StatusOr<SequenceStep> ShareOf(const control::StepEntry& entry, const Job& job) const;
   // The rank that samples after `entry`, or -1 when it samples nothing (a prompt not finished).

@@ -34,6 +34,10 @@ constexpr char kWorkerUsage[] = R"(Service:
   --kv-cache-host-mb M      host memory (MiB) for prefix-cache entries evicted from the KV cache
                             memory (default 0: they are dropped); a hit on one copies it back.
                             The coordinator uses the smallest figure of all the workers
+  --kv-cache-dir DIR        local disk for prefix-cache entries evicted from memory (each rank
+                            writes DIR/rank-R; entries there survive a restart of the service;
+                            files failing their checksums are removed, never served)
+  --kv-cache-disk-mb M      the disk tier's size (MiB; default 10240 with --kv-cache-dir)
   --coordinator-timeout-s S exit (status 3) when the coordinator is silent this long (default 15)
 )";
 
@@ -41,7 +45,8 @@ constexpr char kWorkerUsage[] = R"(Service:
 // a failure is reported to the coordinator with an error hello).
 Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat, bool* hello_sent) {
   MP_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(argc, argv, {"profile", "random-weights"}));
-  std::vector<std::string> known = {"kv-budget-mb", "kv-cache-host-mb", "coordinator-timeout-s"};
+  std::vector<std::string> known = {"kv-budget-mb", "kv-cache-host-mb", "kv-cache-dir",
+                                    "kv-cache-disk-mb", "coordinator-timeout-s"};
   for (const std::string& name : EngineFlagNames()) known.push_back(name);
   MP_RETURN_IF_ERROR(flags.CheckKnown(known));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
@@ -56,6 +61,10 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
   MP_ASSIGN_OR_RETURN(const double host_mb, flags.GetDouble("kv-cache-host-mb", 0));
   MP_REQUIRE(host_mb >= 0 && host_mb < 1e12, "--kv-cache-host-mb out of range");
   loop_options.cache_host_bytes = static_cast<int64_t>(host_mb * (1 << 20));
+  const std::string cache_dir = flags.Get("kv-cache-dir").value_or("");
+  MP_ASSIGN_OR_RETURN(const double disk_mb, flags.GetDouble("kv-cache-disk-mb", 10240));
+  MP_REQUIRE(disk_mb > 0 && disk_mb < 1e12, "--kv-cache-disk-mb out of range");
+  if (!cache_dir.empty()) loop_options.cache_disk_bytes = static_cast<int64_t>(disk_mb * (1 << 20));
 
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> plane,
                       CreateDataPlane(workers, local_rank, options.backend));
@@ -83,6 +92,10 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
                    std::to_string(getpid()) + ": " + std::to_string(c.num_hidden_layers) +
                    " layers, " + BackendKindName(options.backend) + " backend, KV for " +
                    std::to_string(loop_options.kv_capacity_tokens) + " positions\n";
+  if (!cache_dir.empty()) {
+    MP_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk, DiskTier::Open(cache_dir, world_rank));
+    engine->AttachDiskTier(std::move(disk));
+  }
   WorkerLoop loop(*engine, counting, world_rank, loop_options);
   MP_RETURN_IF_ERROR(loop.SendHello());
   *hello_sent = true;

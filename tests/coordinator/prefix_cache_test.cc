@@ -2,6 +2,8 @@
 // policy, which positions each rank holds of a job's KV, and what an ended job's entry offers.
 #include "coordinator/prefix_cache.h"
 
+#include "coordinator/disk_entries.h"
+
 #include <gtest/gtest.h>
 
 namespace millipede {
@@ -163,6 +165,88 @@ TEST(PrefixCacheTest, EvictionDemotesToTheHostTier) {
   ASSERT_TRUE(cache->Pin(5, false).ok());
   ASSERT_TRUE(cache->Remove(5).ok());
   EXPECT_EQ(cache->stats().host_bytes_per_rank, 640);
+}
+
+// The disk tier below the host tier: an entry the host tier cannot take goes to disk, the host
+// tier's victims move to disk rather than being dropped, and the disk tier drops its least
+// recently used entries to make room.
+TEST(PrefixCacheTest, EvictionSpillsToTheDiskTier) {
+  auto cache = PrefixCache::Create(16, 1, "model");
+  ASSERT_TRUE(cache.ok());
+  cache->SetHostTier(700, 10);  // one entry of 64 positions (640 bytes)
+  cache->SetDiskTier(1300);     // two
+  for (uint64_t id = 1; id <= 4; ++id)
+    ASSERT_TRUE(cache->Insert(Ended(id, PrefixReuse::kPromptAnyLength,
+                                    Tokens(64, static_cast<int32_t>(100 * id)), {}, {64})));
+  // 1 to the host; 2 pushes 1 to disk; 3 pushes 2 to disk; 4 pushes 3 down, which pushes 1 out.
+  PrefixEviction e = cache->Evict(-1);
+  EXPECT_EQ(e.demoted, (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(e.spilled, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(e.dropped_disk, std::vector<uint64_t>{1});
+  EXPECT_TRUE(e.dropped_device.empty() && e.dropped_host.empty());
+  EXPECT_EQ(cache->tier_of(4), CacheTier::kHost);
+  EXPECT_EQ(cache->tier_of(3), CacheTier::kDisk);
+  const PrefixCacheStats s = cache->stats();
+  EXPECT_EQ(s.host_entries, 1);
+  EXPECT_EQ(s.disk_entries, 2);
+  EXPECT_EQ(s.disk_bytes_per_rank, 1280);
+  EXPECT_EQ(s.spills, 3);
+  // A hit on disk is a copy, counted as a disk hit.
+  std::vector<int32_t> follow = Tokens(64, 200);
+  follow.push_back(1);
+  auto hit = cache->Lookup(5, follow);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_FALSE(hit->exclusive);
+  EXPECT_EQ(cache->stats().disk_hits, 1);
+  // With no host room at all, a device entry goes straight to disk.
+  cache->SetHostTier(0, 10);
+  ASSERT_TRUE(cache->Insert(Ended(5, PrefixReuse::kPromptAnyLength, Tokens(64, 500), {}, {64})));
+  e = cache->Evict(-1);
+  EXPECT_EQ(e.spilled, std::vector<uint64_t>{5});
+  EXPECT_EQ(e.dropped_disk, std::vector<uint64_t>{3});  // 2 was just used
+  EXPECT_EQ(cache->tier_of(5), CacheTier::kDisk);
+}
+
+control::CacheEntryFacts Reported(uint64_t id, const std::string& model_key,
+                                  std::vector<int64_t> stored) {
+  return control::CacheEntryFacts{.entry = id, .key = 5, .model_key = model_key,
+                                  .tokens = Tokens(64, 700), .every_length = true,
+                                  .lengths = {}, .length = 64, .stored = std::move(stored)};
+}
+
+// After a restart: an entry every rank reports is indexed on disk with each rank's positions;
+// one a rank lacks or reports otherwise is dropped; another model's is left alone; more than
+// the disk tier holds is trimmed.
+TEST(PrefixCacheTest, DiskEntriesAreIndexedAgainAfterARestart) {
+  auto cache = PrefixCache::Create(16, 2, "model");
+  ASSERT_TRUE(cache.ok());
+  cache->SetHostTier(0, 10);
+  cache->SetDiskTier(1000);
+  const std::vector<std::vector<control::CacheEntryFacts>> reports = {
+      {Reported(7, "model", {0, 16, 48, 64}), Reported(8, "model", {0, 32}),
+       Reported(9, "other", {0, 32}), Reported(10, "model", {0, 32})},
+      {Reported(7, "model", {16, 48}), Reported(8, "model", {30, 64}),
+       Reported(9, "other", {32, 64})}};
+  const DiskReindex found = ReindexDiskEntries(reports, &*cache);
+  EXPECT_EQ(found.adopted, 1);
+  EXPECT_EQ(found.drop, (std::vector<uint64_t>{8, 10}));  // overlapping ranges; rank 1 lacks 10
+  EXPECT_EQ(found.max_id, 10u);
+  EXPECT_EQ(cache->tier_of(7), CacheTier::kDisk);
+  EXPECT_FALSE(cache->index().Contains(9));
+  std::vector<int32_t> follow = Tokens(64, 700);
+  follow.push_back(3);
+  auto hit = cache->Lookup(5, follow);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->entry, 7u);
+  EXPECT_EQ(hit->tokens, 64);
+  EXPECT_EQ(hit->positions.MaxRows(), 32);
+  EXPECT_FALSE(hit->exclusive);
+  // 32 rows x 10 bytes on the busiest rank: 320 bytes, which a disk tier of 300 cannot hold.
+  EXPECT_EQ(cache->stats().disk_bytes_per_rank, 320);
+  EXPECT_TRUE(cache->TrimDisk().empty());
+  cache->SetDiskTier(300);
+  EXPECT_EQ(cache->TrimDisk(), std::vector<uint64_t>{7});
+  EXPECT_EQ(cache->stats().disk_entries, 0);
 }
 
 }  // namespace

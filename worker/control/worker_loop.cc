@@ -42,6 +42,17 @@ Status WorkerLoop::SendHello() {
                            (tier == SelectedKvTier::kAuto &&
                             engine_.backend().kind() != BackendKind::kCpu);
   hello.cache_host_bytes = options_.cache_host_bytes;
+  if (const DiskTier* disk = engine_.disk_tier()) {
+    hello.cache_disk_bytes = options_.cache_disk_bytes;
+    for (const SavedSequenceFileInfo& e : disk->Entries()) {
+      control::CacheEntryFacts facts{.entry = e.meta.id, .key = e.meta.key,
+                                     .model_key = e.meta.model_key, .tokens = e.meta.tokens,
+                                     .every_length = e.meta.every_length,
+                                     .lengths = e.meta.lengths, .length = e.length};
+      for (const TokenRange& r : e.stored) facts.stored.insert(facts.stored.end(), {r.begin, r.end});
+      hello.disk_entries.push_back(std::move(facts));
+    }
+  }
   const ModelConfig& config = engine_.config();
   hello.kv_position_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads *
                             config.head_dim *
@@ -75,6 +86,7 @@ Status WorkerLoop::MaybeSendStats(double period_s, bool force) {
     stats.kv_bytes_host = kv;
     stats.cache_bytes_host = cached;
   }
+  stats.cache_bytes_disk = engine_.CachedDiskBytes();
   if (counting_ != nullptr) {
     stats.comm_s = counting_->counters().seconds;
     stats.comm_bytes = counting_->counters().bytes_sent;

@@ -30,6 +30,8 @@ struct WorkerLoopOptions {
   int64_t kv_capacity_tokens = 0;
   // Host memory for prefix-cache entries evicted from KV memory (reported; 0: no host tier).
   int64_t cache_host_bytes = 0;
+  // The disk tier's size (the engine's disk tier holds the entries; reported; 0: none).
+  int64_t cache_disk_bytes = 0;
 };
 
 class WorkerLoop {

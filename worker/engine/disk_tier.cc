@@ -111,8 +111,10 @@ void DiskTier::Run() {
       }
     }
     if (written.ok() && !job->dropped) {
-      files_[id] = SavedSequenceFileInfo{job->meta, job->saved.length(), job->saved.stored(),
-                                         job->saved.NumBytes()};
+      SequenceOptions options = job->saved.options();
+      options.policy = {};
+      files_[id] = SavedSequenceFileInfo{job->meta, std::move(options), job->saved.length(),
+                                         job->saved.stored(), job->saved.NumBytes()};
     } else if (written.ok() && job->dropped && pending_.count(id) == 0) {
       std::error_code ec;
       std::filesystem::remove(PathOf(id), ec);

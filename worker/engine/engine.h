@@ -100,6 +100,16 @@ class Engine {
   // DropCached frees one in either tier (nothing if it does not exist).
   Status KeepSequence(SequenceId id);
   Status DemoteCached(SequenceId id);
+  // The disk tier (SequenceTable::Spill): moves a cached sequence there, written with `meta`.
+  Status SpillCached(SequenceId id, DiskEntryMeta meta) {
+    graphs_.Clear();
+    return sequences_.Spill(id, std::move(meta));
+  }
+  void AttachDiskTier(std::unique_ptr<DiskTier> disk) {
+    sequences_.AttachDiskTier(std::move(disk));
+  }
+  DiskTier* disk_tier() const { return sequences_.disk_tier(); }
+  int64_t CachedDiskBytes() const { return sequences_.CachedDiskBytes(); }
   void DropCached(SequenceId id);
   const Sequence* cached_sequence(SequenceId id) const { return sequences_.FindCached(id); }
   int64_t num_cached() const { return sequences_.num_cached(); }

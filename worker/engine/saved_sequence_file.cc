@@ -188,6 +188,7 @@ bool ParseHeader(std::string_view bytes, Header* h) {
       total += p.bytes();
     }
   }
+  h->info.options = h->options;
   return r.Get(&h->info.row_bytes) && r.done() && h->info.row_bytes == total;
 }
 

@@ -39,6 +39,7 @@ struct DiskEntryMeta {
 // A file's header: the entry, and the sequence's length and this rank's stored positions.
 struct SavedSequenceFileInfo {
   DiskEntryMeta meta;
+  SequenceOptions options;  // without the policy (ReadSavedSequenceFile parses it)
   int64_t length = 0;
   std::vector<TokenRange> stored;
   int64_t row_bytes = 0;  // the K and V bytes the file holds

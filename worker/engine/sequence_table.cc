@@ -120,13 +120,25 @@ Status SequenceTable::CheckRanks(const std::vector<int64_t>& all, const Sequence
   return OkStatus();
 }
 
+bool SequenceTable::OnDisk(SequenceId id) const {
+  return disk_ != nullptr && (disk_->Pending(static_cast<uint64_t>(id)) != nullptr ||
+                              disk_->Info(static_cast<uint64_t>(id)).has_value());
+}
+
 Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* options) const {
   const Sequence* live = FindCached(prefix.from);
   const SavedSequence* saved = live != nullptr ? nullptr : FindSaved(prefix.from);
-  if (live == nullptr && saved == nullptr)
+  if (live == nullptr && saved == nullptr && disk_ != nullptr)
+    saved = disk_->Pending(static_cast<uint64_t>(prefix.from));
+  std::optional<SavedSequenceFileInfo> file;
+  if (live == nullptr && saved == nullptr && disk_ != nullptr)
+    file = disk_->Info(static_cast<uint64_t>(prefix.from));
+  if (live == nullptr && saved == nullptr && !file)
     return NotFoundError("cached sequence " + std::to_string(prefix.from) + " is not held");
-  const SequenceOptions& src = live != nullptr ? live->options() : saved->options();
-  const int64_t length = live != nullptr ? live->length() : saved->length();
+  const SequenceOptions& src =
+      live != nullptr ? live->options() : saved != nullptr ? saved->options() : file->options;
+  const int64_t length =
+      live != nullptr ? live->length() : saved != nullptr ? saved->length() : file->length;
   if (prefix.length < 1 || prefix.length > length)
     return InvalidArgumentError("a cached prefix of " + std::to_string(prefix.length) +
                                 " positions from a sequence of " + std::to_string(length));
@@ -141,9 +153,15 @@ Status SequenceTable::RestorePrefix(Sequence& sequence, const CachedPrefix& pref
   if (const Sequence* live = FindCached(prefix.from))
     return sequence.RestorePrefix(*ctx_.backend, *live, prefix.length);
   const SavedSequence* saved = FindSaved(prefix.from);
-  if (saved == nullptr)
+  if (saved == nullptr && disk_ != nullptr) saved = disk_->Pending(static_cast<uint64_t>(prefix.from));
+  if (saved != nullptr) return sequence.RestorePrefix(*ctx_.backend, *saved, prefix.length);
+  if (disk_ == nullptr)
     return NotFoundError("cached sequence " + std::to_string(prefix.from) + " is not held");
-  return sequence.RestorePrefix(*ctx_.backend, *saved, prefix.length);
+  // From the disk tier: read (and checked) into host memory, copied in, freed.
+  MP_ASSIGN_OR_RETURN(const SavedSequence read,
+                      disk_->Read(*ctx_.backend, static_cast<uint64_t>(prefix.from),
+                                  ctx_.config()));
+  return sequence.RestorePrefix(*ctx_.backend, read, prefix.length);
 }
 
 Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status& checked,
@@ -155,7 +173,8 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   if (options.capacity <= 0 || options.capacity > ctx_.max_context())
     local = InvalidArgumentError("sequence capacity " + std::to_string(options.capacity) +
                                  " outside [1, " + std::to_string(ctx_.max_context()) + "]");
-  else if (Find(id) != nullptr || FindCached(id) != nullptr || FindSaved(id) != nullptr)
+  else if (Find(id) != nullptr || FindCached(id) != nullptr || FindSaved(id) != nullptr ||
+           OnDisk(id))
     local = FailedPreconditionError("sequence " + std::to_string(id) + " is already running");
   if (local.ok()) local = checked;
   if (local.ok() && prefix) local = PrefixSource(*prefix, &options);
@@ -185,7 +204,10 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   if (started.ok()) started = CheckRanks(all, options, plan);
   if (started.ok()) started = Allocate(id, std::move(options), ring_rows, prefix);
   // A saved entry given up to this start (a take) goes whatever happened.
-  if (prefix && prefix->take) saved_.erase(prefix->from);
+  if (prefix && prefix->take) {
+    saved_.erase(prefix->from);
+    if (disk_ != nullptr) disk_->Drop(static_cast<uint64_t>(prefix->from));
+  }
   return started;
 }
 
@@ -216,7 +238,7 @@ Status SequenceTable::Keep(SequenceId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end())
     return NotFoundError("sequence " + std::to_string(id) + " is not running");
-  if (cached_.count(id) > 0 || saved_.count(id) > 0)
+  if (cached_.count(id) > 0 || saved_.count(id) > 0 || OnDisk(id))
     return FailedPreconditionError("the prefix cache already holds sequence " + std::to_string(id));
   cached_[id] = std::move(it->second);
   sequences_.erase(it);
@@ -234,9 +256,29 @@ Status SequenceTable::Demote(SequenceId id) {
   return OkStatus();
 }
 
+Status SequenceTable::Spill(SequenceId id, DiskEntryMeta meta) {
+  if (disk_ == nullptr) return FailedPreconditionError("this worker has no disk tier");
+  meta.id = static_cast<uint64_t>(id);
+  if (auto live = cached_.find(id); live != cached_.end()) {
+    MP_ASSIGN_OR_RETURN(SavedSequence saved, SavedSequence::Save(*ctx_.backend, *live->second));
+    disk_->Write(std::move(meta), std::move(saved));
+    cached_.erase(live);
+    return OkStatus();
+  }
+  auto saved = saved_.find(id);
+  if (saved == saved_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not cached in memory");
+  disk_->Write(std::move(meta), std::move(saved->second));
+  saved_.erase(saved);
+  return OkStatus();
+}
+
 bool SequenceTable::DropCached(SequenceId id) {
   const bool live = cached_.erase(id) > 0;
-  return saved_.erase(id) > 0 || live;
+  const bool saved = saved_.erase(id) > 0;
+  const bool disk = OnDisk(id);
+  if (disk) disk_->Drop(static_cast<uint64_t>(id));
+  return live || saved || disk;
 }
 
 const Sequence* SequenceTable::FindCached(SequenceId id) const {

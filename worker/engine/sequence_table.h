@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/status.h"
+#include "worker/engine/disk_tier.h"
 #include "worker/engine/engine_context.h"
 #include "worker/engine/saved_sequence.h"
 #include "worker/engine/sequence.h"
@@ -51,15 +52,25 @@ class SequenceTable {
   // its stores freed. NotFound when it is not cached in backend memory; a failed save (no host
   // memory) leaves it where it was.
   Status Demote(SequenceId id);
-  // Frees a cached sequence, in either tier; false when there was none.
+  // Moves cached sequence `id` (from backend memory or the host tier) to the disk tier, written
+  // with `meta` by the tier's thread. FailedPrecondition without a disk tier; NotFound when it
+  // is not cached; a failed save leaves it where it was.
+  Status Spill(SequenceId id, DiskEntryMeta meta);
+  // Gives the table a disk tier (the worker's --kv-cache-dir).
+  void AttachDiskTier(std::unique_ptr<DiskTier> disk) { disk_ = std::move(disk); }
+  DiskTier* disk_tier() const { return disk_.get(); }
+  // Frees a cached sequence, in any tier; false when there was none.
   bool DropCached(SequenceId id);
   const Sequence* FindCached(SequenceId id) const;
   const SavedSequence* FindSaved(SequenceId id) const;
+  // Entries in backend memory and the host tier (the disk tier's: disk_tier()->Entries()).
   int64_t num_cached() const { return static_cast<int64_t>(cached_.size() + saved_.size()); }
   // Bytes the cache's entries hold (both tiers; saved entries are host memory), and in the
   // host tier.
   int64_t CachedKvBytes() const;
   int64_t CachedHostKvBytes() const;
+  // Bytes of the disk tier's entries (on disk and queued).
+  int64_t CachedDiskBytes() const { return disk_ ? disk_->bytes() : 0; }
 
   const Sequence* Find(SequenceId id) const;
   Sequence* FindMutable(SequenceId id);
@@ -91,6 +102,8 @@ class SequenceTable {
   // A start from `prefix`: checks that its source (a cached or a saved sequence) is held and
   // long enough, and lays `options` out as the source's stores.
   Status PrefixSource(const CachedPrefix& prefix, SequenceOptions* options) const;
+  // Whether the disk tier holds entry `id` (queued or written).
+  bool OnDisk(SequenceId id) const;
   // Restores `prefix` into the new `sequence` from whichever tier holds it.
   Status RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const;
 
@@ -98,6 +111,7 @@ class SequenceTable {
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
   std::map<SequenceId, std::unique_ptr<Sequence>> cached_;
   std::map<SequenceId, SavedSequence> saved_;  // the host tier
+  std::unique_ptr<DiskTier> disk_;             // the disk tier, if any
 };
 
 }  // namespace millipede
