@@ -4,9 +4,12 @@ opting out; two follow-ups at once; the KV budget reclaims cache entries for new
 pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; a bounded soak
 (follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
 entries listed and dropping them frees every byte. Scenario prefix_cache_host: the host tier
-under a tiny KV and host budget."""
+under a tiny KV and host budget; prefix_cache_disk: the disk tier across a restart, with a
+corrupted and a truncated file."""
 
 import json
+import os
+import shutil
 import threading
 import time
 import urllib.error
@@ -267,3 +270,84 @@ def scenario_prefix_cache_host(bin_dir, model):
         check(svc.metric("millipede_prefix_cache_host_entries") == 0, "host entries left")
     finally:
         svc.stop()
+
+
+def corrupt(path, truncate):
+    """Truncates the file by 100 bytes, or flips a byte 100 bytes before its end (its rows)."""
+    size = os.path.getsize(path)
+    if truncate:
+        os.truncate(path, size - 100)
+        return
+    with open(path, "r+b") as f:
+        f.seek(size - 100)
+        b = f.read(1)
+        f.seek(size - 100)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def scenario_prefix_cache_disk(bin_dir, model):
+    """The disk tier: under a KV budget of a few documents and no host tier, evicted entries go
+    to the workers' disks (listed as tier "disk") and a follow-up on one reads it back and
+    answers as an uncached run does. After a restart of the service the entries are found again
+    and still hits; a corrupted file and a truncated one are detected and their follow-ups
+    computed again (cached_tokens 0, the same answer), never served; new jobs take ids above the
+    entries'."""
+    cache_dir = os.path.join(os.path.dirname(model), "kv-cache")
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    worker_args = ["--kv-budget-mb", "2", "--kv-cache-dir", cache_dir, "--kv-cache-disk-mb", "64"]
+
+    def start():
+        svc = Service(bin_dir, model, worker_args=worker_args)
+
+        def run(ids, *extra):
+            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
+                           "--ignore-eos", "--json", *extra)
+            check(r.rc == 0, f"submit failed: {r}")
+            return r.json()
+        return svc, run
+
+    svc, run = start()
+    try:
+        prompts, answers = {}, {}
+        for k in range(11):
+            prompt = doc_ids(700, 300 + k) + [5]
+            prompts[run(prompt)["cache_entry"]] = prompt
+        on_disk = [e["id"] for e in cache_list(svc) if e["tier"] == "disk"]
+        check(len(on_disk) >= 4, f"fewer than four entries on disk: {cache_list(svc)}")
+        check(svc.metric("millipede_prefix_cache_spills_total") >= 4, "spills not counted")
+        for entry in on_disk:
+            answers[entry] = run(prompts[entry] + [99], "--no-cache")["ids"]
+        # Before the restart: a hit from disk (a pending write or the file).
+        follow = run(prompts[on_disk[-1]] + [99])
+        check(follow["cached_tokens"] >= 700, f"disk follow-up reused {follow}")
+        check(follow["ids"] == answers[on_disk[-1]], "a disk hit answered otherwise")
+        check(svc.metric("millipede_prefix_cache_disk_hits_total") >= 1, "no disk hit counted")
+    finally:
+        svc.stop()
+
+    # Corrupt one rank's file of the first entry, truncate the other rank's of the second.
+    bad = on_disk[:2]
+    corrupt(os.path.join(cache_dir, "rank-1", f"{bad[0]}.mkv"), truncate=False)
+    corrupt(os.path.join(cache_dir, "rank-2", f"{bad[1]}.mkv"), truncate=True)
+    svc, run = start()
+    try:
+        listed = {e["id"]: e for e in cache_list(svc)}
+        good = [i for i in on_disk[2:-1] if i in listed]
+        check(good and all(listed[i]["tier"] == "disk" for i in good),
+              f"entries not found again after the restart: {sorted(listed)}")
+        check(svc.metric("millipede_prefix_cache_disk_entries") >= len(good), "disk entries gauge")
+        # The truncated file is noticed at start (its size) and the entry never indexed, or at
+        # the read; the corrupted one at the read (its checksum). Either way: computed again.
+        for entry in bad:
+            r = run(prompts[entry] + [99])
+            check(r["cached_tokens"] == 0, f"a damaged entry {entry} was served: {r}")
+            check(r["ids"] == answers[entry], f"damaged entry {entry}: answered otherwise")
+        check(all(e["id"] not in bad for e in cache_list(svc)), "a damaged entry is still listed")
+        for entry in good:
+            r = run(prompts[entry] + [99])
+            check(r["cached_tokens"] >= 700, f"entry {entry} after the restart reused {r}")
+            check(r["ids"] == answers[entry], f"entry {entry} after the restart answered otherwise")
+            check(r["cache_entry"] > max(listed), f"a new job took an entry's id: {r}")
+    finally:
+        svc.stop()
+        shutil.rmtree(cache_dir, ignore_errors=True)

@@ -18,7 +18,8 @@ from service_faults import scenario_faults, scenario_health, scenario_restart
 from service_harness import Failure, Service, check, make_model, offline, read_until
 from service_loadgen import scenario_loadgen
 from service_openai import scenario_openai, scenario_sampling
-from service_prefix_cache import scenario_prefix_cache, scenario_prefix_cache_host
+from service_prefix_cache import (scenario_prefix_cache, scenario_prefix_cache_disk,
+                                  scenario_prefix_cache_host)
 from service_trained import scenario_trained
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -609,6 +610,7 @@ SCENARIOS = {
     "faults": scenario_faults,
     "prefix_cache": scenario_prefix_cache,
     "prefix_cache_host": scenario_prefix_cache_host,
+    "prefix_cache_disk": scenario_prefix_cache_disk,
 }
 
 

@@ -4,11 +4,13 @@
 // of a sequence that prefilled the whole prompt in the same chunks — for dense attention,
 // vertical-slash prefill, DuoAttention's head groups (a-shape prefill, streaming-head decode)
 // and OmniKV (its selected layers on the device), whether the later sequence copies the kept
-// one's KV, takes the kept sequence over, or copies it back from the host tier. Each rank
+// one's KV, takes the kept sequence over, or copies it back from the host or the disk tier. Each rank
 // restores its own share; nothing crosses ranks. Logits within 1e-5 relative in fp32; greedy tokens identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "../engine_test_util.h"
@@ -276,6 +278,60 @@ TEST_P(PrefixCacheCpTest, FollowUpFromTheHostTier) {
   ASSERT_TRUE(Start(5, CachedPrefix{2, kCached, /*take=*/true}).ok());
   EXPECT_EQ(engine_->num_cached(), 0);
   ExpectSame(Finish(5, kCached), want);
+}
+
+// The disk tier: kept sequences written to files (from backend memory and from the host tier)
+// and restored from them equal an uncached run; a new tier on the same directory (a restart)
+// finds them; a file corrupted on one rank fails the start on every rank and is never served.
+TEST_P(PrefixCacheCpTest, FollowUpFromTheDiskTier) {
+  namespace fs = std::filesystem;
+  const int rank = engine_->comm().rank();
+  const fs::path dir = fs::temp_directory_path() /
+                       ("millipede_prefix_cp_np" + std::to_string(engine_->comm().size()) + "_" +
+                        GetParam().name);
+  fs::remove_all(dir / ("rank-" + std::to_string(rank)));
+  auto open = [&] {
+    auto disk = DiskTier::Open(dir.string(), rank);
+    EXPECT_TRUE(disk.ok()) << disk.status().ToString();
+    engine_->AttachDiskTier(std::move(disk).value());
+  };
+  open();
+  const auto want = Reference(1);
+  const DiskEntryMeta meta{.key = 1, .model_key = "m", .tokens = {1, 2}};
+  Document(2);
+  ASSERT_TRUE(engine_->SpillCached(2, meta).ok());
+  Document(4);
+  ASSERT_TRUE(engine_->DemoteCached(4).ok());
+  ASSERT_TRUE(engine_->SpillCached(4, meta).ok());
+  EXPECT_EQ(engine_->num_cached(), 0);
+  EXPECT_GT(engine_->CachedDiskBytes(), 0);
+  // Read from memory while it is written, or from the file once it is.
+  ASSERT_TRUE(Start(3, CachedPrefix{2, kCached}).ok());
+  ExpectSame(Finish(3, kCached), want);
+  engine_->EndSequence(3);
+  // A restart: the writes finish, a new tier finds both entries.
+  open();
+  ASSERT_EQ(engine_->disk_tier()->Entries().size(), 2u);
+  ASSERT_TRUE(Start(5, CachedPrefix{4, kCached}).ok());
+  ExpectSame(Finish(5, kCached), want);
+  engine_->EndSequence(5);
+  // One rank's file of entry 2 corrupted: the start fails everywhere, that rank drops it.
+  if (rank == engine_->comm().size() - 1) {
+    std::fstream f(dir / ("rank-" + std::to_string(rank)) / "2.mkv",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-20, std::ios::end);
+    f.put('\x55');
+  }
+  EXPECT_FALSE(Start(6, CachedPrefix{2, kCached}).ok());
+  EXPECT_EQ(engine_->num_sequences(), 0);
+  if (rank == engine_->comm().size() - 1) {
+    EXPECT_EQ(engine_->disk_tier()->Entries().size(), 1u);
+  }
+  engine_->DropCached(2);
+  engine_->DropCached(4);
+  EXPECT_TRUE(engine_->disk_tier()->Entries().empty());
+  EXPECT_EQ(engine_->CachedDiskBytes(), 0);
+  fs::remove_all(dir / ("rank-" + std::to_string(rank)));
 }
 
 // A window store cannot forget rows: a take-over at a shorter length is refused on every rank.
