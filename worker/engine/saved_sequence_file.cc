@@ -1,5 +1,8 @@
 #include "worker/engine/saved_sequence_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -267,6 +270,10 @@ Status WriteSavedSequenceFile(const std::string& path, const DiskEntryMeta& meta
       }
   ok = ok && std::fwrite(&sum, 8, 1, f.get()) == 1;
   ok = ok && std::fflush(f.get()) == 0;
+  // On the disk before it counts (a restart finds it), and out of the page cache: an entry is
+  // read again, if ever, from the disk, not from memory the service did not budget.
+  ok = ok && ::fsync(::fileno(f.get())) == 0;
+  if (ok) (void)::posix_fadvise(::fileno(f.get()), 0, 0, POSIX_FADV_DONTNEED);
   f.reset();
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

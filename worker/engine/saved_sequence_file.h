@@ -11,9 +11,9 @@
 //   header checksum            8 bytes
 //   rows                       each layer's parts in order, each part's K then V bytes
 //   rows checksum              8 bytes
-// A file is written under a temporary name and renamed once complete. Reading checks the magic,
-// both checksums and the size the header announces: a truncated or corrupted file is DataLoss,
-// never served.
+// A file is written under a temporary name, synced, dropped from the page cache and renamed once
+// complete. Reading checks the magic, both checksums and the size the header announces: a
+// truncated or corrupted file is an IoError, never served.
 #pragma once
 
 #include <cstdint>
