@@ -41,6 +41,19 @@ constexpr char kWorkerUsage[] = R"(Service:
   --coordinator-timeout-s S exit (status 3) when the coordinator is silent this long (default 15)
 )";
 
+// The prefix cache's tiers below the KV memory (--kv-cache-*): their sizes into `options`; the
+// disk tier's directory ("" for none).
+StatusOr<std::string> ParseCacheFlags(const Flags& flags, WorkerLoopOptions* options) {
+  MP_ASSIGN_OR_RETURN(const double host_mb, flags.GetDouble("kv-cache-host-mb", 0));
+  MP_REQUIRE(host_mb >= 0 && host_mb < 1e12, "--kv-cache-host-mb out of range");
+  options->cache_host_bytes = static_cast<int64_t>(host_mb * (1 << 20));
+  const std::string dir = flags.Get("kv-cache-dir").value_or("");
+  MP_ASSIGN_OR_RETURN(const double disk_mb, flags.GetDouble("kv-cache-disk-mb", 10240));
+  MP_REQUIRE(disk_mb > 0 && disk_mb < 1e12, "--kv-cache-disk-mb out of range");
+  if (!dir.empty()) options->cache_disk_bytes = static_cast<int64_t>(disk_mb * (1 << 20));
+  return dir;
+}
+
 // Runs the worker; sets *hello_sent once the coordinator was told this rank is up (before that,
 // a failure is reported to the coordinator with an error hello).
 Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat, bool* hello_sent) {
@@ -58,13 +71,7 @@ Status Serve(int argc, char** argv, int world_rank, MPI_Comm workers, bool beat,
   MP_REQUIRE(loop_options.coordinator_timeout_s > 0, "--coordinator-timeout-s must be positive");
   MP_ASSIGN_OR_RETURN(double budget_mb, flags.GetDouble("kv-budget-mb", 0));
   MP_REQUIRE(budget_mb >= 0 && budget_mb < 1e12, "--kv-budget-mb out of range");
-  MP_ASSIGN_OR_RETURN(const double host_mb, flags.GetDouble("kv-cache-host-mb", 0));
-  MP_REQUIRE(host_mb >= 0 && host_mb < 1e12, "--kv-cache-host-mb out of range");
-  loop_options.cache_host_bytes = static_cast<int64_t>(host_mb * (1 << 20));
-  const std::string cache_dir = flags.Get("kv-cache-dir").value_or("");
-  MP_ASSIGN_OR_RETURN(const double disk_mb, flags.GetDouble("kv-cache-disk-mb", 10240));
-  MP_REQUIRE(disk_mb > 0 && disk_mb < 1e12, "--kv-cache-disk-mb out of range");
-  if (!cache_dir.empty()) loop_options.cache_disk_bytes = static_cast<int64_t>(disk_mb * (1 << 20));
+  MP_ASSIGN_OR_RETURN(const std::string cache_dir, ParseCacheFlags(flags, &loop_options));
 
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> plane,
                       CreateDataPlane(workers, local_rank, options.backend));

@@ -4,6 +4,14 @@ follow-up taking the cached KV over (the usual case), copying it (the entry pinn
 stays), and with the cache turned off for the request (`--no-cache`: the same prompt prefilled
 whole, in the same call); and ten questions about one document.
 
+With --tier host|disk: the follow-up from the tier below the KV memory. The workers' KV budget
+(--worker-args "--kv-budget-mb ...") must hold one document but not two: a second document
+pushes the first one's entry down (to host memory with --kv-cache-host-mb, to disk with
+--kv-cache-dir and no host tier); once it is there (for disk: its file complete, synced and out of
+the page cache) and the second document's entry dropped, the follow-up's TTFT is its KV read back
+(and checked) and copied in. For disk, the same file is then read with dd (O_DIRECT) for the
+disk's raw sequential rate beside it.
+
 One coordinator and one or more CUDA workers under mpirun, random weights (`--random-weights`),
 ids prompts; every figure is the client's TTFT (submit to first token, as the service reports it
 in the job's record). Writes one JSON object per document length.
@@ -11,6 +19,7 @@ in the job's record). Writes one JSON object per document length.
 usage: prefix_cache_bench.py --bin DIR --model DIR --lengths 131072,262144 [--workers N]
            [--questions 10] [--skip-copy] [--skip-uncached] [--json OUT]
            [--coordinator-args "..."] [--worker-args "..."]
+           [--tier host|disk --cache-dir DIR]
 """
 
 import argparse
@@ -99,6 +108,59 @@ def one_length(args, n, rng):
     return row
 
 
+def wait_for_tier(args, entry, tier, timeout=900):
+    """Seconds until `entry` is listed in `tier` (and, for disk, every worker's file exists)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        listed = {e["id"]: e for e in json.loads(client(args, "cache", "list").stdout or "[]")}
+        if entry in listed and listed[entry]["tier"] == tier:
+            if tier != "disk" or all(os.path.exists(file_of(args, entry, r))
+                                     for r in range(1, args.workers + 1)):
+                return time.time() - t0
+        time.sleep(0.5)
+    sys.exit(f"entry {entry} never reached the {tier} tier")
+
+
+def file_of(args, entry, rank):
+    return os.path.join(args.cache_dir, f"rank-{rank}", f"{entry}.mkv")
+
+
+def raw_read(path):
+    """Seconds dd takes to read `path` with O_DIRECT (the disk's sequential rate, no cache)."""
+    t0 = time.time()
+    r = subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=64M", "iflag=direct"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"dd failed: {r.stderr}")
+    return time.time() - t0
+
+
+def tier_length(args, n, rng):
+    doc = ids(rng, n, args.vocab)
+    question = lambda: ids(rng, args.new_tokens, args.vocab)  # noqa: E731
+    row = {"document_tokens": n, "new_tokens": args.new_tokens, "workers": args.workers,
+           "tier": args.tier}
+    cold = submit(args, doc + question())
+    row["cold_ttft_s"] = cold["ttft_s"]
+    other = submit(args, ids(rng, n, args.vocab) + question())
+    # Its TTFT includes moving the first document's entry down (saved to host memory; for disk,
+    # saved there and queued for the writer).
+    row["push_ttft_s"] = other["ttft_s"]
+    row["moved_after_s"] = wait_for_tier(args, cold["cache_entry"], args.tier)
+    client(args, "cache", "drop", str(other["cache_entry"]))
+    follow = submit(args, doc + question())
+    row["follow_ttft_s"], row["follow_cached_tokens"] = follow["ttft_s"], follow["cached_tokens"]
+    if args.tier == "disk":
+        path = file_of(args, cold["cache_entry"], 1)
+        row["file_bytes_per_rank"] = os.path.getsize(path)
+        row["dd_direct_s"] = raw_read(path)
+        row["dd_direct_gbps"] = row["file_bytes_per_rank"] / row["dd_direct_s"] / 1e9
+        row["follow_gbps"] = row["file_bytes_per_rank"] / row["follow_ttft_s"] / 1e9
+    for entry in (cold["cache_entry"], follow["cache_entry"]):
+        client(args, "cache", "drop", str(entry))
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -118,6 +180,9 @@ def main():
                     "twice)")
     ap.add_argument("--skip-uncached", action="store_true",
                     help="no --no-cache run (the cold run is the same prefill)")
+    ap.add_argument("--tier", choices=["host", "disk"],
+                    help="the follow-up from this tier (see the module's doc)")
+    ap.add_argument("--cache-dir", help="the workers' --kv-cache-dir (for --tier disk)")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -126,7 +191,7 @@ def main():
     try:
         rng = random.Random(7)
         for n in map(int, args.lengths.split(",")):
-            row = one_length(args, n, rng)
+            row = tier_length(args, n, rng) if args.tier else one_length(args, n, rng)
             print(json.dumps(row), flush=True)
             rows.append(row)
     finally:

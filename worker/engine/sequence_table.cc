@@ -190,7 +190,10 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
     // Steps forced to pass-Q borrow the ring blocks for their queries and partials.
     ring_rows = std::max(ring_rows, ctx_.ForcedPassQRingRows(ring_rows));
   }
-  if (prefix && prefix->take && FindCached(prefix->from) != nullptr)
+  // The plan decides the path, the same on every rank (the coordinator takes over entries in
+  // backend memory only; one held below it is copied whatever the plan says).
+  const bool below = prefix && (FindSaved(prefix->from) != nullptr || OnDisk(prefix->from));
+  if (prefix && prefix->take && !below)
     return TakeCached(id, options, ring_rows, *prefix, std::move(local));
   SequenceMemoryPlan plan;
   if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);
