@@ -121,34 +121,26 @@ void StepScheduler::Remove(StepJobId job, bool freed_by_workers, bool keep) {
   jobs_.erase(it);
 }
 
-void StepScheduler::DropCached(uint64_t entry) {
+bool StepScheduler::ReleaseCached(uint64_t entry) {
   auto it = cached_.find(entry);
-  if (it == cached_.end()) return;
+  if (it == cached_.end()) return false;
   reserved_ -= it->second;
   cached_cost_ -= it->second;
   memory_blocked_ = false;
-  pending_drops_.push_back(entry);
   cached_.erase(it);
+  return true;
+}
+
+void StepScheduler::DropCached(uint64_t entry) {
+  if (ReleaseCached(entry)) pending_drops_.push_back(entry);
 }
 
 void StepScheduler::DemoteCached(uint64_t entry) {
-  auto it = cached_.find(entry);
-  if (it == cached_.end()) return;
-  reserved_ -= it->second;
-  cached_cost_ -= it->second;
-  memory_blocked_ = false;
-  pending_demotes_.push_back(entry);
-  cached_.erase(it);
+  if (ReleaseCached(entry)) pending_demotes_.push_back(entry);
 }
 
 void StepScheduler::SpillCached(uint64_t entry) {
-  auto it = cached_.find(entry);
-  if (it != cached_.end()) {
-    reserved_ -= it->second;
-    cached_cost_ -= it->second;
-    memory_blocked_ = false;
-    cached_.erase(it);
-  }
+  ReleaseCached(entry);
   pending_spills_.push_back(entry);
 }
 

@@ -206,6 +206,8 @@ class StepScheduler {
                                           int num_ranks);
 
  private:
+  // Releases a device-tier entry's reservation and forgets it; false when it has none.
+  bool ReleaseCached(uint64_t entry);
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
     int64_t cached = 0;          // positions restored from the prefix cache

@@ -50,6 +50,16 @@ def http_status(svc, method, path):
         return e.code
 
 
+def runner(svc):
+    """Submits ids, 6 tokens, EOS ignored; the job's record (checked to have succeeded)."""
+    def run(ids, *extra):
+        r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
+                       "--ignore-eos", "--json", *extra)
+        check(r.rc == 0, f"submit failed: {r}")
+        return r.json()
+    return run
+
+
 def soak(svc, run, documents=3):
     """Follow-ups on a few documents from four clients, every fifth cancelled while it runs (in
     its prefill from the cache or its decode); then no job holds KV, the cache's reservation is
@@ -110,11 +120,7 @@ def scenario_prefix_cache(bin_dir, model):
     # A KV budget of a few documents, so that later ones reclaim the cache's entries.
     svc = Service(bin_dir, model, http=True, worker_args=["--kv-budget-mb", "2"])
     try:
-        def run(ids, *extra):
-            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
-                           "--ignore-eos", "--json", *extra)
-            check(r.rc == 0, f"submit failed: {r}")
-            return r.json()
+        run = runner(svc)
 
         doc = doc_ids(300, 1)
         first = run(doc + [11, 12, 13])
@@ -226,11 +232,7 @@ def scenario_prefix_cache_host(bin_dir, model):
     run does. Dropping every entry frees every byte."""
     svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "2", "--kv-cache-host-mb", "1"])
     try:
-        def run(ids, *extra):
-            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
-                           "--ignore-eos", "--json", *extra)
-            check(r.rc == 0, f"submit failed: {r}")
-            return r.json()
+        run = runner(svc)
 
         pinned_doc = doc_ids(300, 1)
         pinned = run(pinned_doc + [11], "--pin")["cache_entry"]
@@ -297,13 +299,7 @@ def scenario_prefix_cache_disk(bin_dir, model):
 
     def start():
         svc = Service(bin_dir, model, worker_args=worker_args)
-
-        def run(ids, *extra):
-            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "6",
-                           "--ignore-eos", "--json", *extra)
-            check(r.rc == 0, f"submit failed: {r}")
-            return r.json()
-        return svc, run
+        return svc, runner(svc)
 
     svc, run = start()
     try:

@@ -300,16 +300,18 @@ Status Sequence::Commit(std::span<const TokenRange> step, int64_t length) {
   return OkStatus();
 }
 
-Status Sequence::RestorePrefix(Backend& backend, const Sequence& src, int64_t length) {
+Status Sequence::RestoreLayers(int64_t length, const SourceShape& src,
+                               const std::function<Status(int64_t, std::span<const TokenRange>)>&
+                                   restore_layer) {
   MP_REQUIRE(length_ == 0 && stored_rows_ == 0 && !decoding_,
              "sequence ", id_, ": a prefix is restored before its first step only");
-  MP_REQUIRE(length >= 1 && length <= src.length_, "sequence ", id_, ": a prefix of ", length,
-             " positions from a cached sequence of ", src.length_);
-  MP_REQUIRE(src.stores_.size() == stores_.size(), "sequence ", id_,
+  MP_REQUIRE(length >= 1 && length <= src.length, "sequence ", id_, ": a prefix of ", length,
+             " positions from a cached sequence of ", src.length);
+  MP_REQUIRE(src.layers == num_layers(), "sequence ", id_,
              ": the cached sequence has another number of layers");
-  const std::vector<TokenRange> stored = RangesBefore(src.stored_, length);
-  for (size_t l = 0; l < stores_.size(); ++l) {
-    Status s = stores_[l]->RestoreFrom(backend, *src.stores_[l], stored, length);
+  const std::vector<TokenRange> stored = RangesBefore(src.stored, length);
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    Status s = restore_layer(l, stored);
     if (!s.ok())
       return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
   }
@@ -319,28 +321,25 @@ Status Sequence::RestorePrefix(Backend& backend, const Sequence& src, int64_t le
   return OkStatus();
 }
 
+Status Sequence::RestorePrefix(Backend& backend, const Sequence& src, int64_t length) {
+  return RestoreLayers(length, {src.length_, src.num_layers(), src.stored_},
+                       [&](int64_t l, std::span<const TokenRange> stored) {
+                         return kv(l).RestoreFrom(backend, src.kv(l), stored, length);
+                       });
+}
+
 Status Sequence::RestorePrefix(Backend& backend, const SavedSequence& src, int64_t length) {
-  MP_REQUIRE(length_ == 0 && stored_rows_ == 0 && !decoding_,
-             "sequence ", id_, ": a prefix is restored before its first step only");
-  MP_REQUIRE(length >= 1 && length <= src.length(), "sequence ", id_, ": a prefix of ", length,
-             " positions from a saved sequence of ", src.length());
-  MP_REQUIRE(src.num_layers() == num_layers(), "sequence ", id_,
-             ": the saved sequence has another number of layers");
-  const std::vector<TokenRange> stored = RangesBefore(src.stored(), length);
-  for (int64_t l = 0; l < num_layers(); ++l) {
-    const std::vector<SavedKvRows>& parts = src.layer(l);
-    Status s = static_cast<int64_t>(parts.size()) == kv(l).num_parts()
-                   ? OkStatus()
-                   : FailedPreconditionError("the saved KV was kept in another kind of store");
-    for (size_t p = 0; s.ok() && p < parts.size(); ++p)
-      s = kv(l).LoadRows(backend, static_cast<int64_t>(p), parts[p], stored, length);
-    if (!s.ok())
-      return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
-  }
-  stored_ = stored;
-  stored_rows_ = TotalSize(stored);
-  length_ = length;
-  return OkStatus();
+  return RestoreLayers(
+      length, {src.length(), src.num_layers(), src.stored()},
+      [&](int64_t l, std::span<const TokenRange> stored) -> Status {
+        const std::vector<SavedKvRows>& parts = src.layer(l);
+        if (static_cast<int64_t>(parts.size()) != kv(l).num_parts())
+          return FailedPreconditionError("the saved KV was kept in another kind of store");
+        for (size_t p = 0; p < parts.size(); ++p)
+          MP_RETURN_IF_ERROR(
+              kv(l).LoadRows(backend, static_cast<int64_t>(p), parts[p], stored, length));
+        return OkStatus();
+      });
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -142,6 +143,16 @@ class Sequence {
 
  private:
   Sequence() = default;
+  // RestorePrefix's checks and bookkeeping around `restore_layer` (layer, this rank's positions
+  // before `length`), for a source of `src`'s length, layers and stored positions.
+  struct SourceShape {
+    int64_t length = 0;
+    int64_t layers = 0;
+    std::span<const TokenRange> stored;
+  };
+  Status RestoreLayers(int64_t length, const SourceShape& src,
+                       const std::function<Status(int64_t, std::span<const TokenRange>)>&
+                           restore_layer);
   SequenceId id_ = 0;
   SequenceOptions options_;
   std::vector<LayerAttention> layers_;
