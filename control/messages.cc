@@ -141,6 +141,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.cache_host_bytes);
   io.Field(m.cache_disk_bytes);
   io.List(m.disk_entries, [&](auto& e) { Fields(io, e); });
+  io.Field(m.weights_fingerprint);
   Fields(io, m.capabilities);
 }
 

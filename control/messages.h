@@ -113,6 +113,8 @@ struct WorkerHello {
   // The disk tier (--kv-cache-dir): its size in bytes (0: none) and the entries found there.
   int64_t cache_disk_bytes = 0;
   std::vector<CacheEntryFacts> disk_entries;
+  // What identifies this rank's weights (WeightsFingerprint): part of the prefix cache's key.
+  std::string weights_fingerprint;
 };
 
 // A job starting in a step: what it runs and the KV it reserves.

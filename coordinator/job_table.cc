@@ -270,6 +270,7 @@ bool JobTable::RetryUncached(Job& job) {
   job.positions = RankPositions(batch_.num_ranks());
   job.state = JobState::kQueued;
   queue_.push_front(job.id);
+  if (metrics_) metrics_->JobRequeued();
   ReportKv();
   return true;
 }

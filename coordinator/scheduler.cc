@@ -50,8 +50,10 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
                                                      metrics, std::move(options),
                                                      std::move(batch)));
   if (scheduler->options_.prefix_block_tokens > 0) {
-    // Within one run the model is fixed; the key tells its shape and KV format apart anyway.
-    const std::string model_key = "model " + scheduler->options_.model_id + " vocab " +
+    // Within one run the model is fixed; the key tells its weights, shape and KV format apart
+    // anyway, so that the disk tier's entries of other weights are never used after a restart.
+    const std::string model_key = "model " + scheduler->options_.model_id + " weights " +
+                                  facts.weights_fingerprint + " vocab " +
                                   std::to_string(facts.vocab_size) + " layers " +
                                   std::to_string(facts.num_layers) + " kv " + facts.kv_dtype;
     MP_ASSIGN_OR_RETURN(PrefixCache cache,

@@ -70,6 +70,7 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.kv_dtype = hello.kv_dtype;
       facts.cache_host_bytes = hello.cache_host_bytes;
       facts.cache_disk_bytes = hello.cache_disk_bytes;
+      facts.weights_fingerprint = hello.weights_fingerprint;
     } else {
       MP_REQUIRE(hello.vocab_size == facts.vocab_size && hello.max_context == facts.max_context,
                  "worker rank ", hello.rank, " serves a different model (vocab ", hello.vocab_size,

@@ -44,6 +44,8 @@ struct WorkerFacts {
   // each worker (index 0: world rank 1) found on its disk at start.
   int64_t cache_disk_bytes = 0;
   std::vector<std::vector<control::CacheEntryFacts>> disk_entries;
+  // Rank 1's weights fingerprint (the prefix cache's key).
+  std::string weights_fingerprint;
 };
 
 class WorkerLink {

@@ -42,6 +42,7 @@ Status WorkerLoop::SendHello() {
                            (tier == SelectedKvTier::kAuto &&
                             engine_.backend().kind() != BackendKind::kCpu);
   hello.cache_host_bytes = options_.cache_host_bytes;
+  hello.weights_fingerprint = WeightsFingerprint(engine_.options());
   if (const DiskTier* disk = engine_.disk_tier()) {
     hello.cache_disk_bytes = options_.cache_disk_bytes;
     for (const SavedSequenceFileInfo& e : disk->Entries()) {

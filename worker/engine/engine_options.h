@@ -97,4 +97,11 @@ struct EngineOptions {
   bool split_decode_mlp = true;
 };
 
+// What identifies the weights an engine of `options` runs, as 16 hex digits: for a model
+// directory its config.json and each weight file's name, size and modification time; for a GGUF
+// file its size and modification time; for random weights their options and the model's shape.
+// The prefix cache's disk tier keys its files by it, so that entries computed with other weights
+// (a checkpoint replaced under the same name) are never reused after a restart.
+std::string WeightsFingerprint(const EngineOptions& options);
+
 }  // namespace millipede

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "worker/backend/backend_factory.h"
+#include "worker/engine/engine_options.h"
 
 namespace millipede {
 namespace {
@@ -185,6 +186,30 @@ TEST_F(DiskTierTest, EntriesSurviveANewTierAndBadFilesAreRemoved) {
   EXPECT_EQ((*tier)->Read(*backend_, 5, Config()).status().code(), StatusCode::kIoError);
   EXPECT_TRUE((*tier)->Entries().empty());
   EXPECT_FALSE(fs::exists(dir_ / "rank-3" / "5.mkv"));
+}
+
+// The disk tier's files are keyed by the weights: other random weights, another config or a
+// weight file rewritten give another fingerprint; the same weights the same one.
+TEST_F(DiskTierTest, WeightsFingerprintTellsWeightsApart) {
+  EngineOptions random;
+  random.random_config = Config();
+  const std::string a = WeightsFingerprint(random);
+  EXPECT_EQ(a.size(), 16u);
+  EXPECT_EQ(WeightsFingerprint(random), a);
+  random.random_weights.seed = 1;
+  EXPECT_NE(WeightsFingerprint(random), a);
+
+  EngineOptions dir;
+  dir.model_path = dir_.string();
+  std::ofstream(dir_ / "config.json") << "{\"hidden_size\": 64}";
+  std::ofstream(dir_ / "model.safetensors") << "weights";
+  const std::string b = WeightsFingerprint(dir);
+  EXPECT_EQ(WeightsFingerprint(dir), b);
+  std::ofstream(dir_ / "model.safetensors") << "other weights";
+  const std::string c = WeightsFingerprint(dir);
+  EXPECT_NE(c, b);
+  std::ofstream(dir_ / "config.json") << "{\"hidden_size\": 128}";
+  EXPECT_NE(WeightsFingerprint(dir), c);
 }
 
 }  // namespace
