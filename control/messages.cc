@@ -221,6 +221,9 @@ void Fields(Io& io, M& m) {
   io.Field(m.cache_bytes_gpu);
   io.Field(m.cache_bytes_host);
   io.Field(m.cache_bytes_disk);
+  io.Field(m.cache_save_s);
+  io.Field(m.cache_write_s);
+  io.Field(m.cache_load_s);
 }
 
 template <class M>

@@ -224,6 +224,9 @@ struct WorkerStats {
   int64_t cache_bytes_gpu = 0;
   int64_t cache_bytes_host = 0;
   int64_t cache_bytes_disk = 0;
+  // Seconds spent moving cache entries, cumulative: saving them to host memory, writing them to
+  // disk, restoring jobs from either.
+  double cache_save_s = 0, cache_write_s = 0, cache_load_s = 0;
 };
 
 // A descriptor alone, as it travels inside a StepStart.

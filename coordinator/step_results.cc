@@ -58,7 +58,10 @@ void StepRunner::HandleStats(int rank, const control::WorkerStats& w) {
               .comm_bytes = w.comm_bytes,
               .cache_bytes_gpu = w.cache_bytes_gpu,
               .cache_bytes_host = w.cache_bytes_host,
-              .cache_bytes_disk = w.cache_bytes_disk};
+              .cache_bytes_disk = w.cache_bytes_disk,
+              .cache_save_s = w.cache_save_s,
+              .cache_write_s = w.cache_write_s,
+              .cache_load_s = w.cache_load_s};
   rank_stats_[rank] = r;
   if (metrics_) metrics_->UpdateRank(r);
 }

@@ -75,7 +75,7 @@ Status StepRunner::SendNextStep(bool* busy) {
       if (e == nullptr) continue;
       plan.spills.push_back({.entry = id, .key = e->key, .model_key = cache->model_key(),
                              .tokens = e->tokens, .every_length = e->every_length,
-                             .lengths = e->lengths});
+                             .lengths = e->lengths, .length = 0, .stored = {}});
     }
   }
   plan.keeps = planned.keeps;

@@ -146,6 +146,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                         .Add({});
     cache_bytes_ = &gauge("millipede_prefix_cache_bytes",
                           "KV bytes the prefix cache's entries hold, by tier and rank.");
+    cache_seconds_ = &counter("millipede_prefix_cache_seconds_total",
+                              "Seconds each worker spent moving prefix-cache entries: saving them "
+                              "to host memory (op save, in its steps), writing them to disk (op "
+                              "write, on a thread of its own), restoring jobs from either (op load).");
     cache_entries_ = &gauge("millipede_prefix_cache_entries",
                             "Ended jobs' KV kept for later prompts that start with their tokens.")
                           .Add({});
@@ -264,6 +268,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     series.cache_gpu->Set(static_cast<double>(stats.cache_bytes_gpu));
     series.cache_host->Set(static_cast<double>(stats.cache_bytes_host));
     series.cache_disk->Set(static_cast<double>(stats.cache_bytes_disk));
+    AdvanceCounter(series.cache_save_s, stats.cache_save_s);
+    AdvanceCounter(series.cache_write_s, stats.cache_write_s);
+    AdvanceCounter(series.cache_load_s, stats.cache_load_s);
   }
 
   void PrefixCache(const PrefixCacheCounts& c) override {
@@ -291,6 +298,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     Gauge* cache_gpu;
     Gauge* cache_host;
     Gauge* cache_disk;
+    Counter* cache_save_s;
+    Counter* cache_write_s;
+    Counter* cache_load_s;
   };
 
   RankSeries& RankSeriesLocked(int rank) {
@@ -303,7 +313,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                       &comm_bytes_->Add({{"rank", r}}),
                       &cache_bytes_->Add({{"tier", "gpu"}, {"rank", r}}),
                       &cache_bytes_->Add({{"tier", "host"}, {"rank", r}}),
-                      &cache_bytes_->Add({{"tier", "disk"}, {"rank", r}})};
+                      &cache_bytes_->Add({{"tier", "disk"}, {"rank", r}}),
+                      &cache_seconds_->Add({{"op", "save"}, {"rank", r}}),
+                      &cache_seconds_->Add({{"op", "write"}, {"rank", r}}),
+                      &cache_seconds_->Add({{"op", "load"}, {"rank", r}})};
     return ranks_.emplace(rank, series).first->second;
   }
 
@@ -333,6 +346,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Gauge* kv_reserved_;
   Family<Gauge>* kv_bytes_;
   Family<Gauge>* cache_bytes_;
+  Family<Counter>* cache_seconds_;
   Gauge* cache_entries_;
   Gauge* cache_reserved_;
   Counter* cache_hits_;

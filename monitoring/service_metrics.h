@@ -27,6 +27,8 @@ struct RankStats {
   int64_t cache_bytes_gpu = 0;
   int64_t cache_bytes_host = 0;
   int64_t cache_bytes_disk = 0;  // of the disk tier's entries (files and those being written)
+  // Seconds moving cache entries, cumulative: saved to host memory, written to disk, restored.
+  double cache_save_s = 0, cache_write_s = 0, cache_load_s = 0;
 };
 
 // The prefix cache's numbers on the coordinator (counters cumulative since the start).

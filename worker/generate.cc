@@ -116,7 +116,10 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
   }
   // The runner frees the job's sequence (and with it the request's policy) on every exit path.
   BatchRunner runner(engine);
-  control::StepPlan plan{1, {}, {std::move(start)}, {{job, StepEntryKind::kPrefill, 0, prompt}}};
+  control::StepPlan plan;
+  plan.step_id = 1;
+  plan.starts.push_back(std::move(start));
+  plan.entries = {{job, StepEntryKind::kPrefill, 0, prompt}};
   GenerationResult result;
   result.prompt_tokens = prompt;
   std::chrono::steady_clock::time_point first_token;
@@ -138,7 +141,9 @@ StatusOr<GenerationResult> Generate(Engine& engine, const GenerationRequest& req
     }
     // The next token: a decode entry at the sequence's length (the last token is not stored yet).
     const int64_t length = prompt + static_cast<int64_t>(result.ids.size()) - 1;
-    plan = {plan.step_id + 1, {}, {}, {{job, StepEntryKind::kDecode, length, 1}}};
+    plan.step_id += 1;
+    plan.starts.clear();
+    plan.entries = {{job, StepEntryKind::kDecode, length, 1}};
     after_layer = nullptr;
   }
 }

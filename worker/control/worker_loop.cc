@@ -49,7 +49,8 @@ Status WorkerLoop::SendHello() {
       control::CacheEntryFacts facts{.entry = e.meta.id, .key = e.meta.key,
                                      .model_key = e.meta.model_key, .tokens = e.meta.tokens,
                                      .every_length = e.meta.every_length,
-                                     .lengths = e.meta.lengths, .length = e.length};
+                                     .lengths = e.meta.lengths, .length = e.length,
+                                     .stored = {}};
       for (const TokenRange& r : e.stored) facts.stored.insert(facts.stored.end(), {r.begin, r.end});
       hello.disk_entries.push_back(std::move(facts));
     }
@@ -88,6 +89,10 @@ Status WorkerLoop::MaybeSendStats(double period_s, bool force) {
     stats.cache_bytes_host = cached;
   }
   stats.cache_bytes_disk = engine_.CachedDiskBytes();
+  const SequenceTable::CacheSeconds moved = engine_.cache_seconds();
+  stats.cache_save_s = moved.save;
+  stats.cache_write_s = moved.write;
+  stats.cache_load_s = moved.load;
   if (counting_ != nullptr) {
     stats.comm_s = counting_->counters().seconds;
     stats.comm_bytes = counting_->counters().bytes_sent;

@@ -1,5 +1,6 @@
 #include "worker/engine/disk_tier.h"
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <system_error>
@@ -102,8 +103,11 @@ void DiskTier::Run() {
     if (!job->dropped) {
       writing_ = true;
       lock.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
       written = WriteSavedSequenceFile(PathOf(id), job->meta, job->saved);
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
       lock.lock();
+      write_s_ += took.count();
       writing_ = false;
       if (!written.ok()) {
         ++failed_;
@@ -181,6 +185,11 @@ int64_t DiskTier::bytes() const {
   for (const auto& [id, info] : files_) n += info.row_bytes;
   for (const auto& [id, job] : pending_) n += job->saved.NumBytes();
   return n;
+}
+
+double DiskTier::write_seconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return write_s_;
 }
 
 void DiskTier::Flush() {

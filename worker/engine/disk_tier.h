@@ -51,6 +51,8 @@ class DiskTier {
   int64_t bytes() const;
   // Blocks until every queued entry is written (tests, shutdown).
   void Flush();
+  // Seconds the writer thread spent writing files, cumulative.
+  double write_seconds() const;
 
  private:
   explicit DiskTier(std::string dir) : dir_(std::move(dir)) {}
@@ -70,6 +72,7 @@ class DiskTier {
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::shared_ptr<Job>> written_;  // to free on the owner's thread
   int64_t failed_ = 0;
+  double write_s_ = 0;
   bool writing_ = false, stop_ = false;
   std::thread thread_;
 };

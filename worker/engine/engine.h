@@ -110,6 +110,7 @@ class Engine {
   }
   DiskTier* disk_tier() const { return sequences_.disk_tier(); }
   int64_t CachedDiskBytes() const { return sequences_.CachedDiskBytes(); }
+  SequenceTable::CacheSeconds cache_seconds() const { return sequences_.cache_seconds(); }
   void DropCached(SequenceId id);
   const Sequence* cached_sequence(SequenceId id) const { return sequences_.FindCached(id); }
   int64_t num_cached() const { return sequences_.num_cached(); }

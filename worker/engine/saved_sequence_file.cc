@@ -299,7 +299,7 @@ StatusOr<SavedSequence> ReadSavedSequenceFile(Backend& backend, const std::strin
   uint64_t sum = kSeed;
   for (size_t l = 0; l < h.layers.size(); ++l)
     for (const PartInfo& p : h.layers[l]) {
-      SavedKvRows part{.retention = p.retention, .ranges = p.ranges};
+      SavedKvRows part{.retention = p.retention, .ranges = p.ranges, .k = {}, .v = {}};
       const Shape shape{p.rows, p.heads, p.head_dim};
       MP_ASSIGN_OR_RETURN(part.k, backend.AllocateHost(p.dtype, shape));
       MP_ASSIGN_OR_RETURN(part.v, backend.AllocateHost(p.dtype, shape));

@@ -1,6 +1,7 @@
 #include "worker/engine/sequence_table.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,19 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr size_t kFields = 5;  // ok, device need, device free, host need, host free
+
+// Adds the seconds since its construction to `*total` when it ends.
+class AddSeconds {
+ public:
+  explicit AddSeconds(double* total) : total_(total) {}
+  ~AddSeconds() {
+    *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  double* total_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
 
 // What pinned memory (a host tier) may take: the host's available memory less a reserve for the
 // system and the process's own allocations, since page-locked memory is never swapped out: the
@@ -152,6 +166,7 @@ Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* 
 Status SequenceTable::RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const {
   if (const Sequence* live = FindCached(prefix.from))
     return sequence.RestorePrefix(*ctx_.backend, *live, prefix.length);
+  AddSeconds timed(&load_s_);
   const SavedSequence* saved = FindSaved(prefix.from);
   if (saved == nullptr && disk_ != nullptr) saved = disk_->Pending(static_cast<uint64_t>(prefix.from));
   if (saved != nullptr) return sequence.RestorePrefix(*ctx_.backend, *saved, prefix.length);
@@ -253,6 +268,7 @@ Status SequenceTable::Demote(SequenceId id) {
   auto it = cached_.find(id);
   if (it == cached_.end())
     return NotFoundError("sequence " + std::to_string(id) + " is not cached in backend memory");
+  AddSeconds timed(&save_s_);
   MP_ASSIGN_OR_RETURN(SavedSequence saved, SavedSequence::Save(*ctx_.backend, *it->second));
   saved_.insert_or_assign(id, std::move(saved));
   cached_.erase(it);
@@ -263,6 +279,7 @@ Status SequenceTable::Spill(SequenceId id, DiskEntryMeta meta) {
   if (disk_ == nullptr) return FailedPreconditionError("this worker has no disk tier");
   meta.id = static_cast<uint64_t>(id);
   if (auto live = cached_.find(id); live != cached_.end()) {
+    AddSeconds timed(&save_s_);
     MP_ASSIGN_OR_RETURN(SavedSequence saved, SavedSequence::Save(*ctx_.backend, *live->second));
     disk_->Write(std::move(meta), std::move(saved));
     cached_.erase(live);

@@ -71,6 +71,14 @@ class SequenceTable {
   int64_t CachedHostKvBytes() const;
   // Bytes of the disk tier's entries (on disk and queued).
   int64_t CachedDiskBytes() const { return disk_ ? disk_->bytes() : 0; }
+  // Seconds spent, cumulative: saving cached sequences to host memory (Demote, Spill: in the
+  // step), writing them to disk (the disk tier's thread), and restoring starts from either.
+  struct CacheSeconds {
+    double save = 0, write = 0, load = 0;
+  };
+  CacheSeconds cache_seconds() const {
+    return {save_s_, disk_ ? disk_->write_seconds() : 0.0, load_s_};
+  }
 
   const Sequence* Find(SequenceId id) const;
   Sequence* FindMutable(SequenceId id);
@@ -112,6 +120,8 @@ class SequenceTable {
   std::map<SequenceId, std::unique_ptr<Sequence>> cached_;
   std::map<SequenceId, SavedSequence> saved_;  // the host tier
   std::unique_ptr<DiskTier> disk_;             // the disk tier, if any
+  double save_s_ = 0;
+  mutable double load_s_ = 0;  // RestorePrefix is const towards the table's entries
 };
 
 }  // namespace millipede

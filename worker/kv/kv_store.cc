@@ -139,7 +139,7 @@ Status KvStoreBase::HoldCopiedRows(Backend& backend, ConstKvRows from,
 StatusOr<SavedKvRows> KvStore::SaveRows(Backend& backend, int64_t part) const {
   MP_REQUIRE(part == 0, "KV store: part ", part, " of a store of one");
   MP_ASSIGN_OR_RETURN(const ConstKvRows rows, Rows(0));
-  SavedKvRows saved{.retention = retention(), .ranges = held_ranges()};
+  SavedKvRows saved{.retention = retention(), .ranges = held_ranges(), .k = {}, .v = {}};
   MP_ASSIGN_OR_RETURN(saved.k, backend.AllocateHost(rows.k.dtype, rows.k.shape));
   MP_ASSIGN_OR_RETURN(saved.v, backend.AllocateHost(rows.v.dtype, rows.v.shape));
   if (rows.k.dim(0) > 0)

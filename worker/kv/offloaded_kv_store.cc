@@ -173,7 +173,7 @@ Status OffloadedKvStore::RestoreFrom(Backend& backend, const KvStore& src,
 StatusOr<SavedKvRows> OffloadedKvStore::SaveRows(Backend& backend, int64_t part) const {
   MP_REQUIRE(part == 0, "offloaded KV store: part ", part, " of a store of one");
   const Shape shape{held_rows_, host_.k.dim(1), host_.k.dim(2)};
-  SavedKvRows saved{.retention = retention_, .ranges = held_ranges_};
+  SavedKvRows saved{.retention = retention_, .ranges = held_ranges_, .k = {}, .v = {}};
   MP_ASSIGN_OR_RETURN(saved.k, backend.AllocateHost(host_.k.dtype, shape));
   MP_ASSIGN_OR_RETURN(saved.v, backend.AllocateHost(host_.v.dtype, shape));
   MP_RETURN_IF_ERROR(WaitForWrites());

@@ -297,7 +297,8 @@ TEST_P(PrefixCacheCpTest, FollowUpFromTheDiskTier) {
   };
   open();
   const auto want = Reference(1);
-  const DiskEntryMeta meta{.key = 1, .model_key = "m", .tokens = {1, 2}};
+  const DiskEntryMeta meta{.id = 0, .key = 1, .model_key = "m", .tokens = {1, 2},
+                           .every_length = true, .lengths = {}};
   Document(2);
   ASSERT_TRUE(engine_->SpillCached(2, meta).ok());
   Document(4);

@@ -41,7 +41,7 @@ SavedSequence MakeSaved(Backend& backend) {
   const std::vector<TokenRange> stored = {{0, 6}, {8, 12}};
   std::vector<std::vector<SavedKvRows>> layers(kLayers);
   for (int64_t l = 0; l < kLayers; ++l) {
-    SavedKvRows part{.retention = {}, .ranges = stored};
+    SavedKvRows part{.retention = {}, .ranges = stored, .k = {}, .v = {}};
     part.k = std::move(backend.AllocateHost(DType::kF32, Shape{10, kHeads, kDim})).value();
     part.v = std::move(backend.AllocateHost(DType::kF32, Shape{10, kHeads, kDim})).value();
     for (int64_t i = 0; i < 10 * kHeads * kDim; ++i) {
