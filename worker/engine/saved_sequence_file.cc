@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string_view>
 #include <type_traits>
@@ -139,6 +140,29 @@ bool GetPart(HeaderReader& r, PartInfo* p) {
   return p->rows == TotalSize(p->ranges) && p->heads > 0 && p->heads < (1 << 16) &&
          p->head_dim > 0 && p->head_dim < (1 << 16) && p->rows >= 0 && p->rows < (int64_t{1} << 40);
 }
+
+// Checksum64 over a sequence of buffers, each computed on a thread of its own once the one
+// before it is done (the buffers must outlive the object, whose destructor waits for them).
+class ChainedChecksum {
+ public:
+  explicit ChainedChecksum(uint64_t seed) {
+    std::promise<uint64_t> ready;
+    ready.set_value(seed);
+    sum_ = ready.get_future().share();
+  }
+  ~ChainedChecksum() {
+    if (sum_.valid()) sum_.wait();
+  }
+  void Add(const void* data, size_t n) {
+    sum_ = std::async(std::launch::async,
+                      [prev = sum_, data, n] { return Checksum64(prev.get(), data, n); })
+               .share();
+  }
+  uint64_t Get() const { return sum_.get(); }
+
+ private:
+  std::shared_future<uint64_t> sum_;
+};
 
 // Everything ReadSavedSequenceInfo gives plus what reading the rows needs.
 struct Header {
@@ -296,7 +320,10 @@ StatusOr<SavedSequence> ReadSavedSequenceFile(Backend& backend, const std::strin
                       ParseAttentionPolicy(h.policy_json, config.num_hidden_layers,
                                            config.num_key_value_heads, path));
   std::vector<std::vector<SavedKvRows>> layers(h.layers.size());
-  uint64_t sum = kSeed;
+  // The checksum runs behind the reads, one tensor after the other on threads of its own (each
+  // task waits for the one before it), so that the file is read at the disk's rate. Declared
+  // after `layers`: on an early return it waits for the tasks before the rows they read go.
+  ChainedChecksum sum(kSeed);
   for (size_t l = 0; l < h.layers.size(); ++l)
     for (const PartInfo& p : h.layers[l]) {
       SavedKvRows part{.retention = p.retention, .ranges = p.ranges, .k = {}, .v = {}};
@@ -306,12 +333,12 @@ StatusOr<SavedSequence> ReadSavedSequenceFile(Backend& backend, const std::strin
       for (const BackendTensor* t : {&part.k, &part.v}) {
         const size_t n = t->NumBytes();
         if (std::fread(t->view().data, 1, n, f.get()) != n) return Lost(path, "truncated rows");
-        sum = Checksum64(sum, t->cview().data, n);
+        sum.Add(t->cview().data, n);
       }
       layers[l].push_back(std::move(part));
     }
   uint64_t want = 0;
-  if (std::fread(&want, 8, 1, f.get()) != 1 || want != sum)
+  if (std::fread(&want, 8, 1, f.get()) != 1 || want != sum.Get())
     return Lost(path, "the rows' checksum does not match (corrupted)");
   return SavedSequence::FromParts(std::move(h.options), h.info.length, std::move(h.info.stored),
                                   std::move(layers));
