@@ -33,9 +33,14 @@ bool HasSelectedLayers(const AttentionPolicy& policy) {
   return HasLayersOf(policy, DecodeRole::kSelected);
 }
 
-// OmniKV's filter layers keep a selection in the sequence: restored by copy, never taken over.
-bool HasFilterLayers(const AttentionPolicy& policy) {
-  return HasLayersOf(policy, DecodeRole::kFilter);
+// Whether a job of `policy` taking over `hit` fits its rows in the entry's sequence: its
+// reservation within the entry's capacity and, where host-tier layers split the rows between
+// context (host memory) and generated rows (the device), each part within its own.
+bool FitsTakeOver(const PrefixStart& hit, int64_t need, int64_t decode_rows) {
+  if (need > hit.capacity) return false;
+  if (hit.host_generated_rows < 0) return true;
+  return decode_rows <= hit.host_generated_rows &&
+         need - decode_rows <= hit.capacity - hit.host_generated_rows;
 }
 
 }  // namespace
@@ -46,10 +51,6 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   if (!job.keep) return std::nullopt;
   const control::JobDescriptor& d = job.descriptor;
   const AttentionPolicy& policy = d.policy ? *d.policy : default_policy_;
-  if (selected_kv_host_ && HasSelectedLayers(policy)) {
-    job.keep = false;
-    return std::nullopt;
-  }
   job.cache_key = cache_->KeyOf(policy);
   job.reuse = ReuseOf(policy);
   std::optional<PrefixStart> hit = cache_->Lookup(job.cache_key, d.prompt_ids);
@@ -58,7 +59,10 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
       hit->positions.MaxRows(), hit->tokens, static_cast<int64_t>(d.prompt_ids.size()),
       d.max_new_tokens, batch_.num_ranks());
   // Taken over when nothing else wants it and it has room: no copy, no second reservation.
-  job.cache_take = hit->exclusive && need <= hit->capacity && cache_->Remove(hit->entry).ok();
+  job.cache_take =
+      hit->exclusive &&
+      FitsTakeOver(*hit, need, DecodeRowsPerRank(d.max_new_tokens, batch_.num_ranks())) &&
+      cache_->Remove(hit->entry).ok();
   job.cache_held = !job.cache_take && cache_->Hold(hit->entry).ok();
   if (!job.cache_take && !job.cache_held) return std::nullopt;
   job.cached_from = hit->entry;
@@ -396,7 +400,10 @@ bool JobTable::LeaveKv(Job& job, const std::optional<Status>& error, bool starte
                   .positions = job.positions,
                   .cost_per_rank = batch_.kv_cost(job.id),
                   .capacity_per_rank = batch_.reservation(job.id),
-                  .takeable = !HasSelectedLayers(policy) && !HasFilterLayers(policy)};
+                  .host_generated_rows =
+                      selected_kv_host_ && HasSelectedLayers(policy)
+                          ? DecodeRowsPerRank(job.descriptor.max_new_tokens, batch_.num_ranks())
+                          : -1};
     kept = stored > 0 && cache_->Insert(ended);
     if (kept && job.pin) (void)cache_->Pin(job.id, true);
   }

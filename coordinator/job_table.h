@@ -71,8 +71,9 @@ class JobTable {
   // Turns the prefix cache on: jobs that do not opt out are looked up in `cache` when added and
   // leave their KV in it when they end; `default_policy` is the workers' own (for jobs that
   // bring none).
-  // `selected_kv_host`: the workers may keep OmniKV's selected layers in their host tier, whose
-  // held rows a later prefill chunk cannot read yet: jobs with selected layers then take no part.
+  // `selected_kv_host`: the workers may keep OmniKV's selected layers in their host tier, where
+  // a sequence's rows are split between context (host memory) and generated rows (the device):
+  // a job takes such an entry over only if its rows fit both parts.
   void EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy,
                          bool selected_kv_host);
   const PrefixCache* prefix_cache() const { return cache_ ? &*cache_ : nullptr; }

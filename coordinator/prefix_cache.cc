@@ -96,8 +96,8 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
   if (facts.tier == CacheTier::kHost) ++host_hits_;
   if (facts.tier == CacheTier::kDisk) ++disk_hits_;
   return PrefixStart{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
-                     device && facts.takeable && info && !info->pinned && info->holders == 0,
-                     facts.capacity};
+                     device && info && !info->pinned && info->holders == 0, facts.capacity,
+                     facts.host_generated_rows};
 }
 
 Status PrefixCache::Hold(uint64_t entry) { return index_.Acquire(entry); }
@@ -169,7 +169,7 @@ bool PrefixCache::Insert(const EndedKv& ended) {
   SetLengths(ended, prompt, reusable, &entry);
   if (!entry.every_length && entry.lengths.empty()) return false;
   if (!index_.Insert(std::move(entry)).ok()) return false;
-  facts_[ended.job] = Facts{ended.positions, ended.capacity_per_rank, ended.takeable};
+  facts_[ended.job] = Facts{ended.positions, ended.capacity_per_rank, ended.host_generated_rows};
   return true;
 }
 

@@ -75,6 +75,7 @@ struct PrefixStart {
   RankPositions positions;
   bool exclusive = false;
   int64_t capacity = 0;
+  int64_t host_generated_rows = -1;  // EndedKv's
 };
 
 // What an ended job left on the workers, for PrefixCache::Insert.
@@ -90,7 +91,9 @@ struct EndedKv {
   RankPositions positions;  // of every stored position
   int64_t cost_per_rank = 0;
   int64_t capacity_per_rank = 0;  // what its sequence has room for on each rank
-  bool takeable = true;           // its sequence may be taken over (no OmniKV selection)
+  // Generated rows its sequence's host-tier layers have room for on each rank (a job taking it
+  // over must fit its own there, and its context beside them); -1: no host-tier layers.
+  int64_t host_generated_rows = -1;
 };
 
 // What Evict did: entries moved to the host tier (from backend memory) and to the disk tier
@@ -167,7 +170,7 @@ class PrefixCache {
   struct Facts {
     RankPositions positions;
     int64_t capacity = 0;
-    bool takeable = true;
+    int64_t host_generated_rows = -1;
     CacheTier tier = CacheTier::kDevice;
   };
   // Device-tier entries in the order Evict takes them: the evictable ones least recently used

@@ -60,7 +60,7 @@ EndedKv Ended(uint64_t job, PrefixReuse reuse, const std::vector<int32_t>& promp
     positions.AddDecode(static_cast<int64_t>(prompt.size() + i));
   return EndedKv{.job = job, .key = 5, .reuse = reuse, .prompt = prompt,
                  .generated = generated, .chunk_ends = chunk_ends, .positions = positions,
-                 .cost_per_rank = 100, .capacity_per_rank = 120, .takeable = true};
+                 .cost_per_rank = 100, .capacity_per_rank = 120};
 }
 
 TEST(PrefixCacheTest, EntriesOfferWhatTheirPolicyAllows) {

@@ -5,11 +5,13 @@ pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; 
 (follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
 entries listed and dropping them frees every byte. Scenario prefix_cache_host: the host tier
 under a tiny KV and host budget; prefix_cache_disk: the disk tier across a restart, with a
-corrupted and a truncated file."""
+corrupted and a truncated file; prefix_cache_omnikv: OmniKV jobs whose selected layers keep their
+prompt in the workers' host tier."""
 
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
@@ -123,7 +125,9 @@ def scenario_prefix_cache(bin_dir, model):
         run = runner(svc)
 
         doc = doc_ids(300, 1)
-        first = run(doc + [11, 12, 13])
+        # The document's job ends with more prompt than the follow-ups: room for them to take
+        # its entry over.
+        first = run(doc + list(range(11, 51)))
         check(first["cached_tokens"] == 0, f"a first prompt came from the cache: {first}")
         # The follow-up shares the document: its 300 tokens come from the cache (any length is
         # reusable with dense attention), and the answer is the uncached one.
@@ -357,3 +361,78 @@ def scenario_prefix_cache_disk(bin_dir, model):
     finally:
         svc.stop()
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def scenario_prefix_cache_omnikv(bin_dir, model):
+    """OmniKV with its selected layers in the host tier (`--selected-kv host`, a 4-layer model:
+    layer 0 filters, layers 2 and 3 keep their prompt in pinned host memory): a follow-up takes
+    the document's entry over (the host-tier rows reused in place) and answers as an uncached run
+    does; one whose new tokens need more generated rows than the entry has room for copies it
+    instead; a pinned entry is copied by two follow-ups in turn; a long prompt prefills in
+    chunks after held host-tier rows. Dropping every entry frees every byte."""
+    work = os.path.dirname(model)
+    deep = os.path.join(work, "model-4-layers")
+    if not os.path.exists(os.path.join(deep, "config.json")):
+        r = subprocess.run([os.path.join(bin_dir, "millipede-mkmodel"), "--preset", "tiny",
+                            "--out", deep, "--seed", "9", "--num-layers", "4"],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"mkmodel failed: {r.stderr}")
+    policy = os.path.join(work, "omnikv-host.json")
+    with open(policy, "w") as f:
+        json.dump({"version": 1, "filter": {"top_k": 24}, "default": {"decode": "selected"},
+                   "layers": [{"layer": 0, "decode": "filter"}]}, f)
+    svc = Service(bin_dir, deep, worker_args=["--selected-kv", "host"],
+                  coordinator_args=["--max-step-tokens", "128"])
+    try:
+        base = runner(svc)
+
+        def run(ids, *extra):
+            return base(ids, "--policy", policy, *extra)
+
+        doc = doc_ids(500, 7)  # four chunks of 128: later ones after held host-tier rows
+        # The document's job ends with more prompt than the follow-ups: room for them to take
+        # its entry over.
+        first = run(doc + list(range(11, 51)))
+        check(first["cached_tokens"] == 0, f"a first prompt came from the cache: {first}")
+        question = doc + [21, 22, 23, 24]
+        follow = run(question)
+        check(follow["cached_tokens"] >= 500, f"the OmniKV follow-up reused {follow}")
+        uncached = run(question, "--no-cache")
+        check(follow["ids"] == uncached["ids"],
+              f"OmniKV host-tier answer {follow['ids']} != uncached {uncached['ids']}")
+        check(cache_list(svc) and all(e["id"] != first["cache_entry"] for e in cache_list(svc)),
+              "the first entry was not taken over")
+        # More new tokens than the entry's generated rows allow: copied, the same answer.
+        entry = follow["cache_entry"]
+        def run_long(ids, *extra):
+            r = svc.submit("--ids", "--prompt", ids_arg(ids), "--max-tokens", "30",
+                           "--ignore-eos", "--json", "--policy", policy, *extra)
+            check(r.rc == 0, f"submit failed: {r}")
+            return r.json()
+
+        longer = run_long(question + [31])
+        check(longer["cached_tokens"] >= 500, f"the longer follow-up reused {longer}")
+        check(any(e["id"] == entry for e in cache_list(svc)),
+              "an entry too small to take over was taken")
+        check(longer["ids"] == run_long(question + [31], "--no-cache")["ids"],
+              "the copied follow-up answered otherwise")
+        # A pinned entry is copied by each follow-up, and stays.
+        pinned = run(doc + [41], "--pin")["cache_entry"]
+        for k in range(2):
+            q = doc + [41, 50 + k]
+            got = run(q)
+            check(got["cached_tokens"] >= 500, f"pinned follow-up {k} reused {got}")
+            check(got["ids"] == run(q, "--no-cache")["ids"], f"pinned follow-up {k} differs")
+        check(any(e["id"] == pinned and e["pinned"] for e in cache_list(svc)),
+              "the pinned entry went")
+        for e in cache_list(svc):
+            if e["pinned"]:
+                svc.client("cache", "unpin", str(e["id"]))
+            check(svc.client("cache", "drop", str(e["id"])).rc == 0, f"drop {e['id']}")
+        run(doc_ids(20, 3), "--no-cache")
+        deadline = time.time() + 10
+        while svc.metric("millipede_prefix_cache_bytes") > 0 and time.time() < deadline:
+            time.sleep(0.2)
+        check(svc.metric("millipede_prefix_cache_bytes") == 0, "cache bytes left on the workers")
+    finally:
+        svc.stop()

@@ -31,6 +31,12 @@ int64_t GeneratedCapacity(const SequenceOptions& o) {
 
 DecodeRole Role(const AttentionPolicy& p, size_t l) { return p.layers[l].LayerDecode(); }
 
+// Rows of the host-tier layers' window (offloaded_kv_store.h): the context capacity when a
+// prefill step may follow held rows (several steps, or a cached prefix first), else none.
+int64_t WindowRows(const SequenceOptions& o) {
+  return o.cached_prefix || StepRows(o) < ContextCapacity(o) ? ContextCapacity(o) : 0;
+}
+
 // Whether each layer's context rows go to the host tier: with kHost, the first
 // host_tier_layers of HostTierCandidates.
 std::vector<bool> HostTierLayers(const SequenceOptions& o) {
@@ -139,7 +145,7 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
     }
   }
   if (std::count(host.begin(), host.end(), true) > 0)
-    plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options));
+    plan->kv_bytes += KvStagingPool::BytesFor(layout, StepRows(options), WindowRows(options));
   if (widest_pack > 0) {
     // The staging rows of every head; the packs of a prefill step's widest group, or of every
     // query head of a decode token.
@@ -197,7 +203,8 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
   const KvLayout layout = Layout(config, kv_dtype);
   const std::vector<bool> host = HostTierLayers(options);
   if (std::count(host.begin(), host.end(), true) > 0) {
-    MP_ASSIGN_OR_RETURN(s->staging_, KvStagingPool::Create(backend, layout, StepRows(options)));
+    MP_ASSIGN_OR_RETURN(s->staging_, KvStagingPool::Create(backend, layout, StepRows(options),
+                                                           WindowRows(options)));
   }
   const int64_t context = ContextCapacity(options);
   const int64_t loaded = std::min(options.policy.filter.top_k, context);
@@ -366,11 +373,13 @@ Status Sequence::CanTakeOver(const SequenceOptions& options, int64_t length) con
         "the cached sequence has room for " + std::to_string(options_.capacity) +
         " positions and steps of " + std::to_string(options_.step_tokens) + ", not " +
         std::to_string(options.capacity) + " and " + std::to_string(options.step_tokens));
-  for (const LayerAttention& la : layers_)
-    if (la.selection != nullptr)
-      return FailedPreconditionError("a sequence with OmniKV's selection is restored by copy");
-  if (!offloaded_.empty())
-    return FailedPreconditionError("a sequence with host-tier layers is restored by copy");
+  // Its context rows are the coordinator's to fit (a take reserves no more than the entry's).
+  for (const OffloadedKvStore* s : offloaded_)
+    if (GeneratedCapacity(options) > s->generated_capacity())
+      return FailedPreconditionError(
+          "the cached sequence's host-tier layers have room for " +
+          std::to_string(s->generated_capacity()) + " generated rows, not " +
+          std::to_string(GeneratedCapacity(options)));
   const std::vector<TokenRange> stored = RangesBefore(stored_, length);
   for (size_t l = 0; l < stores_.size(); ++l) {
     Status s = CheckTruncatable(*stores_[l], stored, length);
@@ -394,6 +403,12 @@ Status Sequence::TakeOver(Backend& backend, SequenceId id, const SequenceOptions
     if (!s.ok())
       return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
   }
+  // Its context now runs on past the cached length: OmniKV chooses again from the new context.
+  for (LayerAttention& la : layers_)
+    if (la.selection != nullptr) la.selection->Reset();
+  if (!offloaded_.empty())
+    MP_RETURN_IF_ERROR(staging_->ReserveWindow(
+        std::min(ContextCapacity(options), offloaded_.front()->context_capacity())));
   id_ = id;
   options_.decode_rows = options.decode_rows;
   stored_ = stored;

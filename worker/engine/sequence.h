@@ -58,6 +58,8 @@ struct SequenceOptions {
   // the capacity is more than twice a streaming store's; else (or false) one store of every row,
   // whose tokens of many sequences decode in one batched call.
   bool split_kv_heads = true;
+  // The sequence starts from a cached prefix (its first prefill step follows held rows).
+  bool cached_prefix = false;
 };
 
 class Sequence {
@@ -122,8 +124,10 @@ class Sequence {
   // positions forgotten), before its first step again. `options` must be what it was started
   // with but for decode_rows (the new job's) and a capacity and step no larger. Checked first
   // (CanTakeOver), then done; nothing changes when the check fails. FailedPrecondition for a
-  // sequence whose decode roles keep a selection (OmniKV) or whose store cannot forget rows (a
-  // window store at another length).
+  // sequence whose store cannot forget rows (a window store at another length) or whose
+  // host-tier layers lack room for the new split of context and generated rows. OmniKV's
+  // selections start again; host-tier layers keep their rows in place (generated rows among
+  // them join the context in host memory).
   Status CanTakeOver(const SequenceOptions& options, int64_t length) const;
   // Its prefill pair counters start again at zero (on `backend`).
   Status TakeOver(Backend& backend, SequenceId id, const SequenceOptions& options,

@@ -160,6 +160,7 @@ Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* 
   options->selected_kv = src.selected_kv;
   options->host_tier_layers = src.host_tier_layers;
   options->split_kv_heads = options->split_kv_heads && Sequence::SplitsKvHeads(src);
+  options->cached_prefix = true;
   return OkStatus();
 }
 

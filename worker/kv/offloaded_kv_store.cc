@@ -8,12 +8,57 @@ namespace millipede {
 
 StatusOr<std::shared_ptr<KvStagingPool>> KvStagingPool::Create(Backend& backend,
                                                                const KvLayout& layout,
-                                                               int64_t step_rows) {
-  auto pool = std::shared_ptr<KvStagingPool>(new KvStagingPool(backend));
+                                                               int64_t step_rows,
+                                                               int64_t window_rows) {
+  auto pool = std::shared_ptr<KvStagingPool>(new KvStagingPool(backend, layout));
   for (Slot& slot : pool->slots_) {
     MP_ASSIGN_OR_RETURN(slot.rows, KvBuffer::Create(backend, layout, step_rows));
   }
+  MP_RETURN_IF_ERROR(pool->ReserveWindow(window_rows));
   return pool;
+}
+
+Status KvStagingPool::ReserveWindow(int64_t rows) {
+  if (rows <= window_.capacity()) return OkStatus();
+  // The old window's last readers finish first.
+  MP_RETURN_IF_ERROR(backend_.Synchronize());
+  window_ = KvBuffer();
+  window_tag_ = {};
+  MP_ASSIGN_OR_RETURN(window_, KvBuffer::Create(backend_, layout_, rows));
+  return OkStatus();
+}
+
+StatusOr<ConstKvRows> KvStagingPool::Joined(const OffloadedKvStore& owner, int64_t step_rows) {
+  const Slot* slot = PendingOf(&owner);
+  MP_REQUIRE(slot != nullptr && slot->written >= step_rows, "offloaded KV store: ", step_rows,
+             " step rows were not written in this step");
+  const int64_t held = owner.held_rows_, n = held + step_rows;
+  if (n > window_.capacity())
+    return FailedPreconditionError(
+        "offloaded KV store: a step after " + std::to_string(held) + " held rows needs a window of " +
+        std::to_string(n) + " rows on the device, the sequence has " +
+        std::to_string(window_.capacity()));
+  const WindowTag tag{&owner, held, step_rows, slot->last_use};
+  if (window_tag_.owner == tag.owner && window_tag_.held == tag.held &&
+      window_tag_.step == tag.step && window_tag_.use == tag.use)
+    return window_.Prefix(n);
+  window_tag_ = {};
+  // Behind the compute queued so far: the step's rows are written and the window's last readers
+  // (the previous layer's attention) are done.
+  MP_ASSIGN_OR_RETURN(const KvRows held_dst, window_.Slice(0, held));
+  MP_ASSIGN_OR_RETURN(const KvRows step_dst, window_.Slice(held, step_rows));
+  const ConstKvRows step_src = slot->rows.Prefix(step_rows);
+  CopyEvent last;
+  for (const auto& [src, dst] :
+       {std::pair{SliceRows(AsConst(owner.host_.k), 0, held), held_dst.k},
+        std::pair{SliceRows(AsConst(owner.host_.v), 0, held), held_dst.v},
+        std::pair{step_src.k, step_dst.k}, std::pair{step_src.v, step_dst.v}}) {
+    if (src.shape.dims[0] == 0) continue;
+    MP_ASSIGN_OR_RETURN(last, backend_.StartCopy(src, dst, CopyOrder::kAfterCompute));
+  }
+  MP_RETURN_IF_ERROR(backend_.ComputeWaitFor(last));
+  window_tag_ = tag;
+  return window_.Prefix(n);
 }
 
 KvStagingPool::Slot* KvStagingPool::PendingOf(const OffloadedKvStore* owner) {
@@ -98,10 +143,7 @@ StatusOr<ConstKvRows> OffloadedKvStore::Rows(int64_t step_rows) const {
     return ConstKvRows{SliceRows(AsConst(host_.k), 0, held_rows_),
                        SliceRows(AsConst(host_.v), 0, held_rows_)};
   }
-  if (held_rows_ > 0)
-    return FailedPreconditionError(
-        "offloaded KV store: its held rows are in host memory and the step's on the device; no "
-        "view spans both");
+  if (held_rows_ > 0) return staging_->Joined(*this, step_rows);
   const KvStagingPool::Slot* slot = staging_->PendingOf(this);
   MP_REQUIRE(slot != nullptr && slot->written >= step_rows, "offloaded KV store: ", step_rows,
              " step rows were not written in this step");
@@ -167,6 +209,23 @@ Status OffloadedKvStore::RestoreFrom(Backend& backend, const KvStore& src,
   MP_RETURN_IF_ERROR(CopyToHost(backend, from.generated_.Prefix(n - context), context,
                                 n - context));
   HoldAll(needed, n);
+  return OkStatus();
+}
+
+Status OffloadedKvStore::Truncate(std::span<const TokenRange> stored, int64_t length) {
+  MP_ASSIGN_OR_RETURN(std::vector<TokenRange> kept, CheckHeldRows(*this, stored, length));
+  const int64_t n = TotalSize(kept), context = context_rows();
+  MP_REQUIRE(n <= host_.k.dim(0), "offloaded KV store: ", n,
+             " rows exceed its host capacity of ", host_.k.dim(0));
+  MP_RETURN_IF_ERROR(WaitForWrites());
+  // Generated rows kept become context rows: host memory, behind the context rows.
+  if (n > context) MP_RETURN_IF_ERROR(CopyToHost(backend_, generated_.Prefix(n - context), context,
+                                                 n - context));
+  if (KvStagingPool::Slot* slot = staging_->PendingOf(this)) slot->pending = false;
+  context_ended_ = false;
+  context_rows_ = generated_rows_ = copied_rows_ = 0;
+  held_rows_ = n;
+  held_ranges_ = std::move(kept);
   return OkStatus();
 }
 

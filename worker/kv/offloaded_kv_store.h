@@ -9,6 +9,11 @@
 // complete (compute waits for it). The copy of a layer's rows starts when the next offloaded
 // layer takes a slot, or at Commit, whichever comes first, after the compute that wrote them.
 // EndContext (the sequence's first decode step) switches the store to generated rows.
+//
+// A prefill step after held rows (a later chunk of the prompt, or a follow-up after a cached
+// prefix) attends to the held rows as well as its own: the pool's window, a device buffer of the
+// sequence's context capacity, receives the held rows from host memory and the step's rows
+// behind them, one layer at a time, so that every prefill path reads one contiguous block.
 #pragma once
 
 #include <memory>
@@ -20,15 +25,21 @@ namespace millipede {
 
 class OffloadedKvStore;
 
-// Two device buffers of `step_rows` rows that the offloaded stores of one sequence take in turn.
+// Two device buffers of `step_rows` rows that the offloaded stores of one sequence take in turn,
+// and the window (`window_rows` rows, 0: none yet) where a step after held rows reads them.
 class KvStagingPool {
  public:
   static StatusOr<std::shared_ptr<KvStagingPool>> Create(Backend& backend, const KvLayout& layout,
-                                                         int64_t step_rows);
-  static int64_t BytesFor(const KvLayout& layout, int64_t step_rows) {
-    return 2 * layout.RowBytes() * step_rows;
+                                                         int64_t step_rows, int64_t window_rows);
+  static int64_t BytesFor(const KvLayout& layout, int64_t step_rows, int64_t window_rows) {
+    return layout.RowBytes() * (2 * step_rows + window_rows);
   }
-  int64_t NumBytes() const { return slots_[0].rows.NumBytes() + slots_[1].rows.NumBytes(); }
+  int64_t NumBytes() const {
+    return slots_[0].rows.NumBytes() + slots_[1].rows.NumBytes() + window_.NumBytes();
+  }
+  // A window of at least `rows` rows (a sequence taken over by a job whose steps follow held
+  // rows).
+  Status ReserveWindow(int64_t rows);
 
  private:
   friend class OffloadedKvStore;
@@ -40,7 +51,13 @@ class KvStagingPool {
     CopyEvent copied;      // the latest copy out of this slot
     uint64_t last_use = 0;
   };
-  explicit KvStagingPool(Backend& backend) : backend_(backend) {}
+  // Which store's rows the window holds: its held rows then `step` rows of its slot's use `use`.
+  struct WindowTag {
+    const OffloadedKvStore* owner = nullptr;
+    int64_t held = 0, step = 0;
+    uint64_t use = 0;
+  };
+  KvStagingPool(Backend& backend, const KvLayout& layout) : backend_(backend), layout_(layout) {}
   // Rows [offset, offset + n) of `owner`'s slot, taking the least recently used slot (and
   // starting the copy out of the other store's pending rows) when it holds none. A step writes
   // its rows from offset 0 first.
@@ -49,10 +66,16 @@ class KvStagingPool {
   Slot* PendingOf(const OffloadedKvStore* owner);
   // Starts the copy of a pending slot's rows to its owner's host rows.
   Status Flush(Slot& slot);
+  // `owner`'s held rows followed by the first `step_rows` rows of its pending slot, in the window
+  // (copied there unless it holds them already; compute waits for the copies).
+  StatusOr<ConstKvRows> Joined(const OffloadedKvStore& owner, int64_t step_rows);
 
   Backend& backend_;
+  KvLayout layout_;
   Slot slots_[2];
   uint64_t uses_ = 0;
+  KvBuffer window_;  // [window rows, kv_heads, head_dim] each, device
+  WindowTag window_tag_;
 };
 
 class OffloadedKvStore final : public KvStoreBase {
@@ -71,9 +94,9 @@ class OffloadedKvStore final : public KvStoreBase {
 
   KvTier tier() const override { return KvTier::kHost; }
   StatusOr<KvRows> StepRows(int64_t offset, int64_t n) override;
-  // Before EndContext: the held rows (host memory, ordered after their copies for compute) or
-  // the step's rows (staging); FailedPrecondition for a view across both. After it: refused
-  // (read ContextRows through the packed load, GeneratedRows directly).
+  // Before EndContext: the held rows (host memory, ordered after their copies for compute), the
+  // step's rows (staging) or, after held rows, both (the pool's window). After it: refused (read
+  // ContextRows through the packed load, GeneratedRows directly).
   StatusOr<ConstKvRows> Rows(int64_t step_rows) const override;
   Status Commit(std::span<const TokenRange> step_ranges, int64_t length) override;
   int64_t NumBytes() const override { return HostBytes() + generated_.NumBytes(); }
@@ -89,11 +112,11 @@ class OffloadedKvStore final : public KvStoreBase {
   // The saved rows before `length` become this store's context rows, in host memory.
   Status LoadRows(Backend& backend, int64_t part, const SavedKvRows& saved,
                   std::span<const TokenRange> stored, int64_t length) override;
-  // Refused: once decoding began its rows are split between tiers (OmniKV's sequences are
-  // restored by copy, not taken over).
-  Status Truncate(std::span<const TokenRange> stored, int64_t length) override {
-    return FailedPreconditionError("an offloaded KV store is not taken over by the prefix cache");
-  }
+  // Keeps the rows before `length` as context rows in host memory (generated rows among them
+  // are copied there from the device) and starts a new context: a cached sequence taken over.
+  Status Truncate(std::span<const TokenRange> stored, int64_t length) override;
+  int64_t context_capacity() const { return host_.k.dim(0); }
+  int64_t generated_capacity() const { return generated_.capacity(); }
 
   // From now on the steps' rows are generated rows, kept on the device. Idempotent.
   void EndContext();

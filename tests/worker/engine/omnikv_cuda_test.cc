@@ -1,7 +1,8 @@
 // OmniKV's filter and selected layers on the CUDA backend (fp32 weights and KV) against the CPU
 // engine: the same logits at every decode step, with the selected layers' context rows on the
 // GPU and in pinned host memory (the packed load on the copy queue), for a budget covering the
-// prompt and a small one; the two tiers alike on the GPU. Skips without a GPU.
+// prompt and a small one; the two tiers alike on the GPU, also with the prompt prefilled in
+// steps. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -36,15 +37,22 @@ AttentionPolicy OmniPolicy(const Engine& e, int64_t top_k) {
                  {"layer": 7, "decode": "selected"}]})");
 }
 
+// The logits of each decode token after the prompt prefilled in steps of `step` tokens (0: one
+// step), the prompt's last logits first.
 std::vector<std::vector<float>> DecodeLogits(Engine& e, const AttentionPolicy& policy,
                                              const std::vector<int32_t>& prompt,
-                                             const std::vector<int32_t>& decode) {
+                                             const std::vector<int32_t>& decode,
+                                             int64_t step = 0) {
   const int64_t n = static_cast<int64_t>(prompt.size()), m = static_cast<int64_t>(decode.size());
-  Status started = testing::StartSequence(e, n + m, 0, policy, m);
+  Status started = testing::StartSequence(e, n + m, step, policy, m);
   EXPECT_TRUE(started.ok()) << started.ToString();
   std::vector<float> prompt_logits;
-  EXPECT_TRUE(testing::ForwardToHost(e, prompt, &prompt_logits).ok());
-  std::vector<std::vector<float>> out;
+  const int64_t chunk = step > 0 ? step : n;
+  for (int64_t b = 0; b < n; b += chunk) {
+    const auto ids = std::span(prompt).subspan(b, std::min(chunk, n - b));
+    EXPECT_TRUE(testing::ForwardToHost(e, ids, &prompt_logits).ok());
+  }
+  std::vector<std::vector<float>> out = {prompt_logits};
   const int64_t vocab = e.config().vocab_size;
   for (int32_t id : decode) {
     auto d = testing::ForwardDecode(e, id);
@@ -75,6 +83,20 @@ TEST(OmniKvCudaTest, MatchesTheCpuEngineInBothTiers) {
       EXPECT_LT(MaxRelError(host[i], gpu[i]), 1e-5) << "top_k " << top_k << " step " << i;
     }
   }
+}
+
+// A prompt prefilled in steps with the selected layers in host memory: each later step reads the
+// held rows through the device window; the logits are the one-step prefill's on the GPU tier.
+TEST(OmniKvCudaTest, ChunkedPrefillWithHostTierLayers) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int32_t> prompt = RandomIds(1500, 97, 53), decode = RandomIds(6, 97, 54);
+  auto on_gpu = MakeEngine(BackendKind::kCuda, SelectedKvTier::kDevice);
+  auto on_host = MakeEngine(BackendKind::kCuda, SelectedKvTier::kHost);
+  const auto want = DecodeLogits(*on_gpu, OmniPolicy(*on_gpu, 64), prompt, decode);
+  const auto got = DecodeLogits(*on_host, OmniPolicy(*on_host, 64), prompt, decode, 400);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LT(MaxRelError(got[i], want[i]), 1e-4) << "output " << i;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The host-tier store of OmniKV's selected layers: context rows staged in two shared slots and
-// copied to host memory as the next store takes a slot (or at commit), generated rows kept on the
-// device after EndContext, capacities and contract errors.
+// copied to host memory as the next store takes a slot (or at commit), a later step reading held
+// and step rows through the window, generated rows kept on the device after EndContext, a take-over,
+// capacities and contract errors.
 #include "worker/backend/backend_factory.h"
 #include "worker/kv/offloaded_kv_store.h"
 #include "worker/kv/saved_kv_rows.h"
@@ -44,13 +45,13 @@ struct Stores {
   std::unique_ptr<OffloadedKvStore> a, b, c;
 };
 
-// Three stores over one arena of 3 x (K, V) blocks of 10 rows, sharing staging slots of 6 rows,
-// each with room for 3 generated rows.
-Stores Make() {
+// Three stores over one arena of 3 x (K, V) blocks of 10 rows, sharing staging slots of 6 rows
+// and a window of `window` rows, each with room for 3 generated rows.
+Stores Make(int64_t window = 10) {
   Stores p;
   p.arena = std::move(p.backend->AllocateHost(DType::kF32, Shape{60, 2, 4})).value();
   std::fill_n(p.arena.view().as<float>(), p.arena.view().NumElements(), -1.0f);
-  auto pool = KvStagingPool::Create(*p.backend, kLayout, 6);
+  auto pool = KvStagingPool::Create(*p.backend, kLayout, 6, window);
   EXPECT_TRUE(pool.ok());
   std::unique_ptr<OffloadedKvStore>* stores[] = {&p.a, &p.b, &p.c};
   for (int i = 0; i < 3; ++i) {
@@ -78,10 +79,16 @@ TEST(OffloadedKvStoreTest, ContextRowsGoToHostMemoryAndGeneratedRowsStayOnTheDev
   for (OffloadedKvStore* s : {&a, &b, &c})
     ASSERT_TRUE(s->Commit(std::vector<TokenRange>{{0, 5}}, 5).ok());
   // A second step of context rows (a prompt's next chunk): held rows in host memory, step rows
-  // staged: no view spans both.
+  // staged, both read through the window (and again without a copy).
   Write(a, 0, {5, 7}, 100);
-  EXPECT_EQ(a.Rows(2).status().code(), StatusCode::kFailedPrecondition);
-  for (OffloadedKvStore* s : {&b, &c}) Write(*s, 0, {5, 7}, s == &b ? 200.0f : 300.0f);
+  EXPECT_EQ(Values(*a.Rows(2)), (std::vector<float>{100, 101, 102, 103, 104, 105, 106}));
+  EXPECT_EQ(Values(*a.Rows(2)), (std::vector<float>{100, 101, 102, 103, 104, 105, 106}));
+  for (OffloadedKvStore* s : {&b, &c}) {
+    Write(*s, 0, {5, 7}, s == &b ? 200.0f : 300.0f);
+    const float t = s == &b ? 200.0f : 300.0f;
+    EXPECT_EQ(Values(*s->Rows(2)), (std::vector<float>{t, t + 1, t + 2, t + 3, t + 4, t + 5,
+                                                       t + 6}));
+  }
   for (OffloadedKvStore* s : {&a, &b, &c})
     ASSERT_TRUE(s->Commit(std::vector<TokenRange>{{5, 7}}, 7).ok());
   ASSERT_TRUE(a.WaitForWrites().ok());
@@ -140,6 +147,40 @@ TEST(OffloadedKvStoreTest, SavedRowsLoadAsContext) {
             StatusCode::kFailedPrecondition);
 }
 
+// A cached sequence taken over: the rows before the new length (generated ones among them) become
+// context rows in host memory, and the next step reads them with its own through the window.
+TEST(OffloadedKvStoreTest, TakenOverStoreContinuesItsContext) {
+  Stores p = Make();
+  OffloadedKvStore& a = *p.a;
+  Write(a, 0, {0, 5}, 100);
+  ASSERT_TRUE(a.Commit(std::vector<TokenRange>{{0, 5}}, 5).ok());
+  a.EndContext();
+  for (int64_t pos : {5, 6}) {
+    Write(a, 0, {pos, pos + 1}, 100);
+    ASSERT_TRUE(a.Commit(std::vector<TokenRange>{{pos, pos + 1}}, pos + 1).ok());
+  }
+  ASSERT_TRUE(a.Truncate(std::vector<TokenRange>{{0, 6}}, 6).ok());
+  EXPECT_FALSE(a.context_ended());
+  EXPECT_EQ(a.held_rows(), 6);
+  Write(a, 0, {6, 8}, 500);
+  EXPECT_EQ(Values(*a.Rows(2)), (std::vector<float>{100, 101, 102, 103, 104, 105, 506, 507}));
+  ASSERT_TRUE(a.Commit(std::vector<TokenRange>{{6, 8}}, 8).ok());
+  ASSERT_TRUE(a.WaitForWrites().ok());
+  EXPECT_EQ(Values(*a.Rows(0)), (std::vector<float>{100, 101, 102, 103, 104, 105, 506, 507}));
+  // Positions the store does not hold as asked for are refused.
+  EXPECT_EQ(p.b->Truncate(std::vector<TokenRange>{{0, 3}}, 3).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+// Without a window (a sequence prefilled in one step) a step after held rows is refused.
+TEST(OffloadedKvStoreTest, StepAfterHeldRowsNeedsTheWindow) {
+  Stores p = Make(/*window=*/0);
+  Write(*p.a, 0, {0, 3}, 100);
+  ASSERT_TRUE(p.a->Commit(std::vector<TokenRange>{{0, 3}}, 3).ok());
+  Write(*p.a, 0, {3, 4}, 100);
+  EXPECT_EQ(p.a->Rows(1).status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(OffloadedKvStoreTest, CapacityAndCommitErrors) {
   Stores p = Make();
   // Context beyond the host rows, a step beyond a slot.
@@ -152,7 +193,7 @@ TEST(OffloadedKvStoreTest, CapacityAndCommitErrors) {
   EXPECT_EQ(p.b->Commit(std::vector<TokenRange>{{0, 3}}, 3).code(), StatusCode::kInternal);
   // Host rows that do not fit the layout.
   BackendTensor small = std::move(p.backend->AllocateHost(DType::kF32, Shape{4, 1, 4})).value();
-  auto pool = KvStagingPool::Create(*p.backend, kLayout, 2);
+  auto pool = KvStagingPool::Create(*p.backend, kLayout, 2, 0);
   ASSERT_TRUE(pool.ok());
   EXPECT_EQ(OffloadedKvStore::Create(*p.backend, kLayout, {small.view(), small.view()}, *pool, 1)
                 .status()

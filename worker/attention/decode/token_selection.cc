@@ -25,6 +25,11 @@ void TokenSelection::BeginDecode(int64_t context_end) {
   if (context_end_ < 0) context_end_ = context_end;
 }
 
+void TokenSelection::Reset() {
+  context_end_ = position_ = -1;
+  context_rows_ = slots_ = 0;
+}
+
 StatusOr<TensorView> TokenSelection::ChosenBuffer(AttentionEnv& env, int64_t slots) {
   MP_ASSERT(slots >= 0, "negative slots");
   position_ = -1;  // no valid choice until Choose

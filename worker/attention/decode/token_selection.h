@@ -45,6 +45,9 @@ class TokenSelection {
   // Positions from `context_end` on are generated (the sequence's first decode step): never
   // chosen, always attended to. Idempotent.
   void BeginDecode(int64_t context_end);
+  // Back to before the first decode step, with no choice: the sequence was taken over by a job
+  // whose prompt continues it.
+  void Reset();
   int64_t context_end() const { return context_end_; }
 
   // ---- The filter layer, at each decode step ----
