@@ -87,6 +87,20 @@ StatusOr<std::vector<int32_t>> PromptIds(const JobRequest& request, const Tokeni
   return ids;
 }
 
+// Whether `positions` positions on a rank (`generated` of them generated tokens') fit the
+// workers' KV capacity with every host-tier candidate of `policy` in their host tier.
+bool FitsWithHostTier(const std::optional<AttentionPolicy>& policy, int64_t positions,
+                      int64_t generated, const AdmissionLimits& limits) {
+  if (!limits.selected_kv_host || !policy.has_value() || limits.num_layers <= 0 ||
+      limits.num_kv_heads <= 0 || HostTierCandidates(*policy).empty())
+    return false;
+  const int64_t step =
+      limits.max_step_tokens > 0 ? std::min(limits.max_step_tokens, positions) : positions;
+  const int64_t rows =
+      HostTierKvHeadRows(*policy, limits.num_kv_heads, positions, generated, step);
+  return CeilDiv(rows, limits.num_layers * limits.num_kv_heads) <= limits.kv_capacity_per_rank;
+}
+
 }  // namespace
 
 StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,
@@ -136,8 +150,12 @@ StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& t
                            std::to_string(max_new) + ") exceeds the context limit of " +
                            std::to_string(limit) + " tokens");
   const int64_t need = KvPositionsPerRank(prompt, max_new, limits.num_workers);
-  const int64_t cost = KvCostPerRank(policy, need, limits.max_step_tokens, limits.num_layers,
-                                     limits.num_kv_heads);
+  int64_t cost = KvCostPerRank(policy, need, limits.max_step_tokens, limits.num_layers,
+                               limits.num_kv_heads);
+  if (cost > limits.kv_capacity_per_rank &&
+      FitsWithHostTier(policy ? policy : limits.default_policy, need,
+                       DecodeRowsPerRank(max_new, limits.num_workers), limits))
+    cost = limits.kv_capacity_per_rank;
   if (cost > limits.kv_capacity_per_rank)
     return OutOfRangeError(
         "prompt (" + std::to_string(prompt) + " tokens) + max_new_tokens (" +

@@ -31,6 +31,10 @@ struct AdmissionLimits {
   // The most tokens one step adds to a job (the step scheduler's max_step_tokens): the workers
   // size a job's streaming stores by it. 0: a job's whole reservation.
   int64_t max_step_tokens = 0;
+  // The workers' own policy (for jobs that bring none), and whether they may keep OmniKV's
+  // selected layers in their host tier.
+  std::optional<AttentionPolicy> default_policy;
+  bool selected_kv_host = false;
 };
 
 // A request admitted: what the workers are sent.
@@ -66,7 +70,9 @@ int64_t MaxModelLen(const AdmissionLimits& limits);
 // vocabulary, max_new_tokens < 1, bad sampling values or logit bias ids, bad stop lists,
 // a malformed attention policy or one for another model shape), OutOfRange when the prompt and
 // its tokens exceed the context limit or the workers' KV capacity (the job's KvCostPerRank
-// against kv_capacity_per_rank; the message names the numbers), Unimplemented for a policy
+// against kv_capacity_per_rank; the message names the numbers; a job whose OmniKV policy fits
+// only with selected layers in the workers' host tier costs the whole capacity: it runs alone,
+// the workers sending as few layers there as fit), Unimplemented for a policy
 // that uses a pattern or role the workers did not report (CheckPolicyRunnable against
 // limits.capabilities).
 StatusOr<AdmittedJob> AdmitRequest(const JobRequest& request, const Tokenizer& tokenizer,

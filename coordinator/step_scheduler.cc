@@ -73,7 +73,9 @@ Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_
                " tokens of ", prompt_tokens);
     const int64_t reservation = CachedReservationPerRank(
         cached->prefix_rows, cached->tokens, prompt_tokens, max_new_tokens, options_.num_ranks);
-    j.cost += std::max<int64_t>(0, reservation - j.reservation);
+    // A job that takes the whole budget (admission.h: OmniKV with host-tier layers) still does.
+    const int64_t whole = options_.kv_positions_per_rank;
+    j.cost = j.cost >= whole ? whole : j.cost + std::max<int64_t>(0, reservation - j.reservation);
     j.reservation = reservation;
     j.cached = j.prefilled = cached->tokens;
     j.cached_from = cached->entry;

@@ -1,6 +1,8 @@
 #include "policy/head_groups.h"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 
 namespace millipede {
 KvHeadGroups LayerHeadGroups(const AttentionPolicy& policy, int64_t layer) {
@@ -63,6 +65,35 @@ int64_t KvHeadRows(const AttentionPolicy& policy, int64_t num_kv_heads, int64_t 
       rows += num_kv_heads * capacity;
     }
   }
+  return rows;
+}
+
+std::vector<int64_t> HostTierCandidates(const AttentionPolicy& policy) {
+  // (layers since the filter layer, layer) of each candidate.
+  std::vector<std::pair<int64_t, int64_t>> ranked;
+  int64_t filter = -1;
+  for (size_t l = 0; l < policy.layers.size(); ++l) {
+    const LayerPolicy& layer = policy.layers[l];
+    if (layer.MixedDecode()) continue;
+    const DecodeRole r = layer.LayerDecode();
+    const auto at = static_cast<int64_t>(l);
+    if (r == DecodeRole::kFilter) filter = at;
+    if (r == DecodeRole::kSelected && filter >= 0 && at - filter > 1)
+      ranked.emplace_back(at - filter, at);
+  }
+  std::sort(ranked.begin(), ranked.end(), std::greater<>());
+  std::vector<int64_t> out;
+  for (const auto& [distance, layer] : ranked) out.push_back(layer);
+  return out;
+}
+
+int64_t HostTierKvHeadRows(const AttentionPolicy& policy, int64_t num_kv_heads, int64_t capacity,
+                           int64_t generated, int64_t step) {
+  const auto candidates = static_cast<int64_t>(HostTierCandidates(policy).size());
+  const int64_t prompt = std::max<int64_t>(0, capacity - generated);
+  int64_t rows = KvHeadRows(policy, num_kv_heads, capacity, step) -
+                 candidates * num_kv_heads * prompt;
+  if (candidates > 0 && step < prompt) rows += num_kv_heads * prompt;
   return rows;
 }
 

@@ -44,4 +44,17 @@ bool SplitsKvHeads(const AttentionPolicy& policy, int64_t capacity, int64_t step
 int64_t KvHeadRows(const AttentionPolicy& policy, int64_t num_kv_heads, int64_t capacity,
                    int64_t step, bool split_allowed = true);
 
+// The selected layers (OmniKV) whose prompt rows a worker may keep in its host tier: all but the
+// one right after each filter layer, which stays on the device (its rows gathered while the
+// group's host rows load), those with the most compute after their filter layer first (their
+// loads hide best), later layers first on a tie. A worker sends the first few of them there, as
+// many as its device needs.
+std::vector<int64_t> HostTierCandidates(const AttentionPolicy& policy);
+// KvHeadRows with every host-tier candidate's prompt rows in host memory: those layers keep only
+// their `generated` rows (a rank's share of the generated tokens) on the device, and one layer's
+// prompt rows (`capacity` - `generated`) count once more for the window a prefill step after
+// held rows reads them through, when steps of `step` rows do not cover the prompt.
+int64_t HostTierKvHeadRows(const AttentionPolicy& policy, int64_t num_kv_heads, int64_t capacity,
+                           int64_t generated, int64_t step);
+
 }  // namespace millipede

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "policy/head_groups.h"
 #include "tests/coordinator/coordinator_test_util.h"
 
 namespace millipede {
@@ -134,6 +135,42 @@ TEST_F(AdmissionTest, KvCostFollowsThePolicy) {
   ExpectError(AdmitRequest(r, *tok_, l), StatusCode::kOutOfRange,
               "needs 2100 KV positions on a worker rank (as much memory as 1067 of dense KV)");
   EXPECT_EQ(KvCostPerRank(std::nullopt, 700, 16, 2, 2), 700);
+}
+
+// An OmniKV job too large for dense KV that fits with its host-tier candidates' prompt rows in
+// the workers' host memory (and one layer's window on the device) is admitted at the whole budget
+// when the workers may use a host tier; not otherwise, and not when even that does not fit.
+TEST_F(AdmissionTest, OmniKvWithTheHostTierTakesTheWholeBudget) {
+  AdmissionLimits l = Limits();
+  l.context_limit = 100000;
+  l.kv_capacity_per_rank = 1000;
+  l.num_workers = 1;
+  l.num_layers = 4;
+  l.max_step_tokens = 16;
+  l.max_prompt_bytes = 1 << 20;
+  l.capabilities.decode.push_back(DecodeRole::kFilter);
+  l.capabilities.decode.push_back(DecodeRole::kSelected);
+  const std::string omnikv = R"({"version": 1, "filter": {"top_k": 8},
+      "default": {"decode": "selected"}, "layers": [{"layer": 0, "decode": "filter"}]})";
+  JobRequest r = Ids(1200, 1);
+  r.policy_json = omnikv;
+  ExpectError(AdmitRequest(r, *tok_, l), StatusCode::kOutOfRange, "1200 KV positions");
+  l.selected_kv_host = true;
+  // Layers 2 and 3 (not 1, right after the filter) in host memory: 4 - 2 + 1 (the window)
+  // layers' rows of 1200 positions over 4 layers' = 900 <= 1000.
+  auto job = AdmitRequest(r, *tok_, l);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->kv_cost_per_rank, 1000);
+  // The workers' own policy counts for a job that brings none.
+  JobRequest plain = Ids(1200, 1);
+  ExpectError(AdmitRequest(plain, *tok_, l), StatusCode::kOutOfRange, "1200 KV positions");
+  l.default_policy = ParseAttentionPolicy(omnikv, 4, 2, "policy").value();
+  EXPECT_EQ(AdmitRequest(plain, *tok_, l)->kv_cost_per_rank, 1000);
+  // 1500 positions: 1125 > 1000 even so.
+  r = Ids(1500, 1);
+  r.policy_json = omnikv;
+  ExpectError(AdmitRequest(r, *tok_, l), StatusCode::kOutOfRange, "1500 KV positions");
+  EXPECT_EQ(HostTierCandidates(*l.default_policy), (std::vector<int64_t>{3, 2}));
 }
 
 TEST_F(AdmissionTest, BadInputsAreInvalidArguments) {

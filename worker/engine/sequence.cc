@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 
+#include "policy/head_groups.h"
 #include "worker/attention/head_group_attention.h"
 #include "worker/engine/saved_sequence.h"
 #include "worker/kv/device_kv_store.h"
@@ -42,7 +43,7 @@ int64_t WindowRows(const SequenceOptions& o) {
 std::vector<bool> HostTierLayers(const SequenceOptions& o) {
   std::vector<bool> host(o.policy.layers.size(), false);
   if (o.selected_kv != SelectedKvTier::kHost) return host;
-  const std::vector<int64_t> candidates = Sequence::HostTierCandidates(o.policy);
+  const std::vector<int64_t> candidates = HostTierCandidates(o.policy);
   const size_t n = o.host_tier_layers < 0 ? candidates.size()
                                           : std::min(candidates.size(),
                                                      static_cast<size_t>(o.host_tier_layers));
@@ -90,25 +91,6 @@ StatusOr<SelectedKvTier> ParseSelectedKvTier(std::string_view name) {
   if (name == "host") return SelectedKvTier::kHost;
   return InvalidArgumentError("unknown tier for selected layers \"" + std::string(name) +
                               "\" (auto, device, host)");
-}
-
-std::vector<int64_t> Sequence::HostTierCandidates(const AttentionPolicy& policy) {
-  // (layers since the filter layer, layer) of each candidate: the one right after a filter layer
-  // stays on the device, its rows gathered while the group's host rows load (as OmniKV keeps
-  // that layer on the GPU).
-  std::vector<std::pair<int64_t, int64_t>> ranked;
-  int64_t filter = -1;
-  for (size_t l = 0; l < policy.layers.size(); ++l) {
-    const DecodeRole r = Role(policy, l);
-    const int64_t layer = static_cast<int64_t>(l);
-    if (r == DecodeRole::kFilter) filter = layer;
-    if (r == DecodeRole::kSelected && filter >= 0 && layer - filter > 1)
-      ranked.emplace_back(layer - filter, layer);
-  }
-  std::sort(ranked.begin(), ranked.end(), std::greater<>());
-  std::vector<int64_t> out;
-  for (const auto& [distance, layer] : ranked) out.push_back(layer);
-  return out;
 }
 
 bool Sequence::SplitsKvHeads(const SequenceOptions& options) {

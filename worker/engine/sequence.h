@@ -46,9 +46,8 @@ struct SequenceOptions {
   // -1: not known, up to capacity. Splits a host-tier layer's rows between host and device.
   int64_t decode_rows = -1;
   SelectedKvTier selected_kv = SelectedKvTier::kAuto;  // kAuto is the device to Create
-  // With kHost, how many selected layers go to the host tier: those with the most compute
-  // between their filter layer and them first (their loads hide best), later layers first on a
-  // tie; -1 (or more than there are): every one that may.
+  // With kHost, how many selected layers go to the host tier: the first of HostTierCandidates
+  // (policy/head_groups.h); -1 (or more than there are): every one that may.
   int64_t host_tier_layers = -1;
   // Ranks sharing the sequence. With one, a layer's store holds its positions in order from 0,
   // so that layers mixing streaming and full heads decode in batched calls.
@@ -73,9 +72,6 @@ class Sequence {
   // head_group_bytes (the staging and packs of layers with a store per group of heads).
   static Status PlanStores(const ModelConfig& config, DType kv_dtype,
                            const SequenceOptions& options, SequenceMemoryPlan* plan);
-  // The selected layers that may go to the host tier (all but the one right after each filter
-  // layer), in the order host_tier_layers takes them.
-  static std::vector<int64_t> HostTierCandidates(const AttentionPolicy& policy);
   // Whether such a sequence's layers that may keep a store per group of heads do.
   static bool SplitsKvHeads(const SequenceOptions& options);
 

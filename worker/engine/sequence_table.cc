@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "policy/head_groups.h"
+
 namespace millipede {
 namespace {
 
@@ -91,7 +93,7 @@ Status SequenceTable::PlanLocal(SequenceOptions* options, int64_t ring_rows,
     options->selected_kv = SelectedKvTier::kDevice;
     MP_ASSIGN_OR_RETURN(*plan, Plan(*options, ring_rows));
     const int64_t candidates =
-        static_cast<int64_t>(Sequence::HostTierCandidates(options->policy).size());
+        static_cast<int64_t>(HostTierCandidates(options->policy).size());
     if (!one_memory && candidates > 0 && plan->total() > device.free_bytes) {
       options->selected_kv = SelectedKvTier::kHost;
       for (options->host_tier_layers = 1; options->host_tier_layers < candidates;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "policy/head_groups.h"
 #include "tests/worker/engine/single_sequence.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/generate.h"
@@ -150,7 +151,7 @@ TEST(OmniKvEngineTest, PartialHostTierTakesTheLayersFarthestFromTheirFilterFirst
   auto engine = MakeEngine(SelectedKvTier::kHost);
   Engine& e = *engine;
   // Candidates: 3 and 4 (filter 1), 7 (filter 5); layers 2 and 6 follow a filter layer.
-  EXPECT_EQ(Sequence::HostTierCandidates(OmniPolicy(e, 8)), (std::vector<int64_t>{4, 7, 3}));
+  EXPECT_EQ(HostTierCandidates(OmniPolicy(e, 8)), (std::vector<int64_t>{4, 7, 3}));
   const int64_t capacity = 100, decode_rows = 10, row = 2 * 2 * 16 * 4;
   SequenceOptions o{capacity, capacity, OmniPolicy(e, 8), decode_rows, SelectedKvTier::kHost};
   for (int64_t layers : {0, 1, 2, 3, 9}) {
