@@ -31,6 +31,10 @@ struct SequenceMemoryPlan {
   // Layers that keep a store per group of KV heads (DuoAttention): a step's rows of every head
   // before they go to the groups, and a group's packed queries, outputs and LSE of a step.
   int64_t head_group_bytes = 0;
+  // Layers with vertical-slash or block-sparse heads: each layer's index scratch (its key scores
+  // and diagonal sums over the context, the keys' positions, the step's index lists), which the
+  // layer's strategy keeps between steps.
+  int64_t index_bytes = 0;
   int64_t step_bytes = 0;        // per-step F32 buffers: residual stream, queries, (o, lse)
   int64_t scratch_bytes = 0;     // per-chunk scratch: norms, K/V, MLP, attention partials, GEMM
   int64_t ring_bytes = 0;        // two K/V blocks in flight (several ranks only)
@@ -40,7 +44,7 @@ struct SequenceMemoryPlan {
   int64_t workspace_held_bytes = 0;
   int64_t total() const {
     const int64_t workspace = step_bytes + scratch_bytes + ring_bytes;
-    return kv_bytes + selection_bytes + head_group_bytes +
+    return kv_bytes + selection_bytes + head_group_bytes + index_bytes +
            (workspace > workspace_held_bytes ? workspace - workspace_held_bytes : 0) +
            reserve_bytes;
   }

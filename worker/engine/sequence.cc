@@ -51,6 +51,31 @@ std::vector<bool> HostTierLayers(const SequenceOptions& o) {
   return host;
 }
 
+// What the index of a layer with vertical-slash or block-sparse heads keeps on this rank (each
+// layer's strategy has its own): per KV head the key scores (F32) over its rows and the diagonal
+// sums over every position, the keys' positions (I64), and the step's index lists, estimated at
+// twice 16 bytes per 64-row query tile and KV head for each of its `vertical` columns and one
+// range per 64 slash diagonals, or each of its `top_blocks` key blocks.
+int64_t SparseIndexBytes(const ModelConfig& config, const SequenceOptions& o) {
+  const int64_t kv_heads = config.num_key_value_heads;
+  const int64_t positions = o.capacity * std::max<int64_t>(1, o.ranks);
+  const int64_t tiles = (StepRows(o) + 63) / 64;
+  int64_t bytes = 0;
+  for (const LayerPolicy& layer : o.policy.layers) {
+    int64_t per_tile = 0;
+    for (const HeadPrefillPolicy& h : layer.prefill) {
+      if (h.pattern == PrefillPattern::kVerticalSlash)
+        per_tile = std::max(per_tile, h.vertical_slash.vertical + h.vertical_slash.slash / 64 + 1);
+      if (h.pattern == PrefillPattern::kBlockSparse)
+        per_tile = std::max(per_tile, h.block_sparse.top_blocks + 1);
+    }
+    if (per_tile == 0) continue;
+    bytes += kv_heads * (o.capacity + positions) * 4 + o.capacity * 8 +
+             2 * tiles * kv_heads * per_tile * 16;
+  }
+  return bytes;
+}
+
 // Per filter layer (by index): its group's host-tier layers, and whether the group has selected
 // layers on the device.
 struct SelectionGroup {
@@ -106,6 +131,7 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   const int64_t row = layout.RowBytes(), kv_heads = config.num_key_value_heads;
   const std::vector<bool> host = HostTierLayers(options);
   plan->kv_bytes = plan->host_kv_bytes = plan->selection_bytes = plan->head_group_bytes = 0;
+  plan->index_bytes = SparseIndexBytes(config, options);
   const bool split = SplitsKvHeads(options);
   int64_t widest_pack = 0;
   // A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.
