@@ -35,9 +35,9 @@ StatusOr<ConstKvRows> KvStagingPool::Joined(const OffloadedKvStore& owner, int64
   const int64_t held = owner.held_rows_, n = held + step_rows;
   if (n > window_.capacity())
     return FailedPreconditionError(
-        "offloaded KV store: a step after " + std::to_string(held) + " held rows needs a window of " +
-        std::to_string(n) + " rows on the device, the sequence has " +
-        std::to_string(window_.capacity()));
+        "offloaded KV store: a step after " + std::to_string(held) +
+        " held rows needs a window of " + std::to_string(n) +
+        " rows on the device, the sequence has " + std::to_string(window_.capacity()));
   const WindowTag tag{&owner, held, step_rows, slot->last_use};
   if (window_tag_.owner == tag.owner && window_tag_.held == tag.held &&
       window_tag_.step == tag.step && window_tag_.use == tag.use)

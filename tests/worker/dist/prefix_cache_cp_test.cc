@@ -3,9 +3,10 @@
 // (StartSequence with a CachedPrefix) that prefills only the rest of its prompt give the logits
 // of a sequence that prefilled the whole prompt in the same chunks — for dense attention,
 // vertical-slash prefill, DuoAttention's head groups (a-shape prefill, streaming-head decode)
-// and OmniKV (its selected layers on the device or in the host tier), whether the later sequence copies the kept
-// one's KV, takes the kept sequence over, or copies it back from the host or the disk tier. Each rank
-// restores its own share; nothing crosses ranks. Logits within 1e-5 relative in fp32; greedy tokens identical.
+// and OmniKV (its selected layers on the device or in the host tier), whether the later
+// sequence copies the kept one's KV, takes the kept sequence over, or copies it back from the
+// host or the disk tier. Each rank restores its own share; nothing crosses ranks. Logits within
+// 1e-5 relative in fp32; greedy tokens identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // The host-tier store of OmniKV's selected layers: context rows staged in two shared slots and
 // copied to host memory as the next store takes a slot (or at commit), a later step reading held
-// and step rows through the window, generated rows kept on the device after EndContext, a take-over,
-// capacities and contract errors.
+// and step rows through the window, generated rows kept on the device after EndContext, a
+// take-over, capacities and contract errors.
 #include "worker/backend/backend_factory.h"
 #include "worker/kv/offloaded_kv_store.h"
 #include "worker/kv/saved_kv_rows.h"
