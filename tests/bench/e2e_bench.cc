@@ -65,6 +65,13 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
                        pass-q (worker/attention/prefill_exchange.h)
   --decode-mlp M       with several ranks, a decode token's MLP: split (default: each rank its
                        share of the intermediate columns) | whole (every rank all of it)
+  --follow-up N        no prefill: a document of each --seq length (a synthetic cache, as
+                       --decode-only makes it) kept as a prefix-cache entry, then --questions
+                       follow-ups of N new tokens, each taking the previous one's sequence over at
+                       the document's length (the service's take-over); reports each one's time
+                       from its start to its logits (every rank done): the engine's share of a
+                       follow-up's time to first token
+  --questions Q        follow-ups per document with --follow-up (default 5)
 )";
 
 // The sequence the chunked prefill and the single-sequence decode run on.
@@ -455,6 +462,55 @@ StatusOr<nlohmann::json> DecodeOnly(Engine& engine, int64_t length, int64_t toke
   return out;
 }
 
+// A document of `length` positions kept as a prefix-cache entry (a synthetic cache), then
+// `questions` follow-ups of `new_tokens` tokens: each starts from the previous one's sequence,
+// taken over at the document's length (its question's rows forgotten), prefills its question and
+// is kept in turn. Each one's time runs from its start to its logits with every rank done.
+StatusOr<nlohmann::json> FollowUps(Engine& engine, int64_t length, int64_t new_tokens,
+                                   int64_t questions, uint64_t seed) {
+  Communicator& comm = engine.comm();
+  constexpr int64_t kDecode = 8;
+  const auto setup0 = std::chrono::steady_clock::now();
+  MP_RETURN_IF_ERROR(engine.StartSyntheticSequence(kBenchSequence, length, kDecode, new_tokens));
+  MP_RETURN_IF_ERROR(engine.KeepSequence(kBenchSequence));
+  const double setup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup0).count();
+  MP_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(length, comm.size()));
+  const int64_t question_rows = PromptRowsBoundPerRank(new_tokens, comm.size());
+  const int64_t decode_rows = DecodeRowsPerRank(kDecode + 1, comm.size());
+  const SequenceOptions options{plan.RankPromptTokens(comm.rank()) + question_rows + decode_rows,
+                                question_rows, engine.policy(), decode_rows};
+  std::vector<double> ms;
+  SequenceId from = kBenchSequence;
+  for (int64_t q = 0; q < questions; ++q) {
+    const SequenceId id = kBenchSequence + 1 + q;
+    const std::vector<int32_t> ids =
+        RandomPrompt(new_tokens, engine.config().vocab_size, seed + static_cast<uint64_t>(q));
+    MP_RETURN_IF_ERROR(comm.Barrier());
+    const auto t0 = std::chrono::steady_clock::now();
+    MP_RETURN_IF_ERROR(engine.StartSequence(id, options, CachedPrefix{from, length, true}));
+    MP_ASSIGN_OR_RETURN(SequenceStep share,
+                        ShardedPrefill(id, length, ids, comm.rank(), comm.size()));
+    MP_RETURN_IF_ERROR(engine.RunStep(StepPlan{{share}}).status());
+    MP_RETURN_IF_ERROR(engine.backend().Synchronize());
+    MP_RETURN_IF_ERROR(comm.Barrier());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    MP_RETURN_IF_ERROR(engine.KeepSequence(id));
+    from = id;
+  }
+  const int64_t host_kv = engine.CachedHostKvBytes();
+  engine.DropCached(from);
+  return nlohmann::json{{"bench", "e2e-follow-up"},
+                        {"backend", BackendKindName(engine.backend().kind())},
+                        {"ranks", comm.size()},
+                        {"document", length},
+                        {"new_tokens", new_tokens},
+                        {"setup_s", setup_s},
+                        {"follow_up_ms", ms},
+                        {"host_kv_bytes", host_kv}};
+}
+
 Status Run(int argc, char** argv, const MpiWorld& world) {
   MP_ASSIGN_OR_RETURN(
       Flags flags, Flags::Parse(argc, argv, {"profile", "gemm-reference", "decode-only", "help"}));
@@ -466,7 +522,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
       {"preset", "layers", "seq", "decode-tokens", "warmup-seq", "batch", "backend", "kv-dtype",
        "dtype", "prefill-chunk", "attention-chunk", "seed", "locality", "policy", "selected-kv",
        "profile", "gemm-reference", "decode-only", "decode-graphs", "split-kv-heads",
-       "prefill-step", "prefill-exchange", "decode-mlp", "help"}));
+       "prefill-step", "prefill-exchange", "decode-mlp", "follow-up", "questions", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   const std::string preset = flags.Get("preset").value_or("llama3-8b");
   MP_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(preset));
@@ -509,6 +565,9 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
                       ParseDecodeMlp(flags.Get("decode-mlp").value_or("split")));
   MP_ASSIGN_OR_RETURN(int64_t prefill_step, flags.GetInt("prefill-step", 0));
   MP_REQUIRE(prefill_step >= 0, "--prefill-step must be >= 0, got ", prefill_step);
+  MP_ASSIGN_OR_RETURN(int64_t follow_up, flags.GetInt("follow-up", 0));
+  MP_ASSIGN_OR_RETURN(int64_t questions, flags.GetInt("questions", 5));
+  MP_REQUIRE(follow_up >= 0 && questions >= 1, "--follow-up must be >= 0 and --questions >= 1");
   options.device = world.local_rank;
   MP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       CreateDataPlane(MPI_COMM_WORLD, world.local_rank, options.backend));
@@ -577,6 +636,18 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
       out["preset"] = preset;
       out["layers"] = layers;
       out["prefill_exchange"] = PrefillExchangeName(options.prefill_exchange);
+      if (world.rank == 0) std::cout << out.dump() << std::endl;
+    }
+    return OkStatus();
+  }
+  if (follow_up > 0) {
+    for (int64_t seq : seqs) {
+      MP_ASSIGN_OR_RETURN(nlohmann::json out,
+                          FollowUps(*engine, seq, follow_up, questions,
+                                    static_cast<uint64_t>(seed) + static_cast<uint64_t>(seq)));
+      out["preset"] = preset;
+      out["layers"] = layers;
+      out["policy"] = options.policy_file;
       if (world.rank == 0) std::cout << out.dump() << std::endl;
     }
     return OkStatus();

@@ -144,9 +144,11 @@ class Engine {
   // For decode benchmarks: starts sequence `id` (not running yet; every rank at once) whose first
   // `length` positions are already in the cache — placed over the ranks as ShardPlan places a
   // prompt, K and V set to zero (what a decode step costs does not depend on the values) — with
-  // room for `decode_positions` more. Skips the prefill that would make a real cache of that
-  // length.
-  Status StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions);
+  // room for `decode_positions` more, and for `more_prompt` more prompt positions (a follow-up
+  // question's, placed as ShardedPrefill places a step) on top. Skips the prefill that would make
+  // a real cache of that length.
+  Status StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions,
+                                int64_t more_prompt = 0);
 
  private:
   Engine() = default;

@@ -5,15 +5,18 @@
 
 namespace millipede {
 
-Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions) {
+Status Engine::StartSyntheticSequence(SequenceId id, int64_t length, int64_t decode_positions,
+                                      int64_t more_prompt) {
   const int num_ranks = ctx_.comm->size(), rank = ctx_.comm->rank();
-  MP_REQUIRE(decode_positions >= 0, "synthetic sequence: negative decode positions");
+  MP_REQUIRE(decode_positions >= 0 && more_prompt >= 0,
+             "synthetic sequence: negative decode or prompt positions");
   MP_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Create(length, num_ranks));
   const int64_t mine = plan.RankPromptTokens(rank);
   // decode_positions K/V rows round-robin over the ranks: DecodeRowsPerRank of that many + 1
   // tokens (the last generated token is never stored).
   const int64_t decode_rows = DecodeRowsPerRank(decode_positions + 1, num_ranks);
-  const int64_t capacity = std::max<int64_t>(1, mine + decode_rows);
+  const int64_t capacity =
+      std::max<int64_t>(1, mine + PromptRowsBoundPerRank(more_prompt, num_ranks) + decode_rows);
   // The cache is written a chunk of rows at a time, each chunk committed like a prefill step
   // (stores that stage or drop rows take it as such).
   const int64_t rows = std::min<int64_t>(std::max<int64_t>(mine, 1), 4096);

@@ -26,7 +26,9 @@ class KvBuffer {
   // Rows [row, row + n); the range must lie inside the capacity.
   StatusOr<KvRows> Slice(int64_t row, int64_t n) const;
   ConstKvRows Prefix(int64_t n) const;
-  int64_t NumBytes() const { return static_cast<int64_t>(k_.NumBytes() + v_.NumBytes()); }
+  int64_t NumBytes() const {
+    return capacity_ == 0 ? 0 : static_cast<int64_t>(k_.NumBytes() + v_.NumBytes());
+  }
 
  private:
   BackendTensor k_, v_;
