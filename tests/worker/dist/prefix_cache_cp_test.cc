@@ -51,6 +51,12 @@ struct Case {
   bool every_length = false;  // the KV of any prefix is reusable (exact attention, all rows)
 };
 
+constexpr char kOmniKv[] = R"({"version": 1, "filter": {"top_k": 12},
+    "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
+               {"layer": 3, "decode": "selected"}, {"layer": 4, "decode": "selected"},
+               {"layer": 5, "decode": "filter"}, {"layer": 6, "decode": "selected"},
+               {"layer": 7, "decode": "selected"}]})";
+
 const Case kCases[] = {
     {"dense", R"({"version": 1})", SelectedKvTier::kAuto, true},
     {"vertical_slash", R"({"version": 1, "default": {"prefill": "vertical-slash"},
@@ -60,20 +66,10 @@ const Case kCases[] = {
       "layers": [{"layer": 1, "prefill": ["a-shape", "dense"],
                   "decode": ["streaming-head", "full"]},
                  {"layer": 2, "prefill": "a-shape", "decode": "streaming-head"}]})"},
-    {"omnikv_device", R"({"version": 1, "filter": {"top_k": 12},
-      "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
-                 {"layer": 3, "decode": "selected"}, {"layer": 4, "decode": "selected"},
-                 {"layer": 5, "decode": "filter"}, {"layer": 6, "decode": "selected"},
-                 {"layer": 7, "decode": "selected"}]})",
-     SelectedKvTier::kDevice, true},
+    {"omnikv_device", kOmniKv, SelectedKvTier::kDevice, true},
     // Selected layers 3, 4 and 7 in the host tier: later chunks read their held rows through the
     // window, a take-over keeps them in place.
-    {"omnikv_host", R"({"version": 1, "filter": {"top_k": 12},
-      "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
-                 {"layer": 3, "decode": "selected"}, {"layer": 4, "decode": "selected"},
-                 {"layer": 5, "decode": "filter"}, {"layer": 6, "decode": "selected"},
-                 {"layer": 7, "decode": "selected"}]})",
-     SelectedKvTier::kHost, true},
+    {"omnikv_host", kOmniKv, SelectedKvTier::kHost, true},
 };
 
 class PrefixCacheCpTest : public ::testing::TestWithParam<Case> {
