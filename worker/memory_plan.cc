@@ -54,10 +54,13 @@ std::string SequenceMemoryPlan::ToString() const {
                               : std::string()) +
          (head_group_bytes > 0 ? ", head-group buffers " + FormatBytes(head_group_bytes)
                                : std::string()) +
-         (index_bytes > 0 ? ", sparse index scratch " + FormatBytes(index_bytes)
+         (index_bytes > 0 ? ", sparse prefill scratch " + FormatBytes(index_bytes)
                           : std::string()) +
          (workspace_held_bytes > 0
               ? ", less step buffers already held " + FormatBytes(workspace_held_bytes)
+              : std::string()) +
+         (index_held_bytes > 0
+              ? ", less sparse scratch already held " + FormatBytes(index_held_bytes)
               : std::string()) +
          ")" +
          (host_kv_bytes > 0 ? "; host tier " + FormatBytes(host_kv_bytes) + " of pinned memory"

@@ -2,6 +2,7 @@
 // job that cannot fit is refused with the numbers instead of running out of memory half-way.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -31,9 +32,10 @@ struct SequenceMemoryPlan {
   // Layers that keep a store per group of KV heads (DuoAttention): a step's rows of every head
   // before they go to the groups, and a group's packed queries, outputs and LSE of a step.
   int64_t head_group_bytes = 0;
-  // Layers with vertical-slash or block-sparse heads: each layer's index scratch (its key scores
-  // and diagonal sums over the context, the keys' positions, the step's index lists), which the
-  // layer's strategy keeps between steps.
+  // Layers with vertical-slash or block-sparse heads: the sparse prefill scratch their steps
+  // need (key scores and diagonal sums over the context, block sums, one chunk's index lists and
+  // partials, ring heads packed apart), which every layer and sequence of the engine shares and
+  // which grows to the widest need (sparse_prefill_scratch.h).
   int64_t index_bytes = 0;
   int64_t step_bytes = 0;        // per-step F32 buffers: residual stream, queries, (o, lse)
   int64_t scratch_bytes = 0;     // per-chunk scratch: norms, K/V, MLP, attention partials, GEMM
@@ -42,11 +44,13 @@ struct SequenceMemoryPlan {
   // Step buffers the engine already holds for other sequences (they are shared, so only what
   // the new sequence needs beyond them counts).
   int64_t workspace_held_bytes = 0;
+  // The sparse prefill scratch the engine already holds (shared the same way).
+  int64_t index_held_bytes = 0;
   int64_t total() const {
     const int64_t workspace = step_bytes + scratch_bytes + ring_bytes;
-    return kv_bytes + selection_bytes + head_group_bytes + index_bytes +
-           (workspace > workspace_held_bytes ? workspace - workspace_held_bytes : 0) +
-           reserve_bytes;
+    return kv_bytes + selection_bytes + head_group_bytes +
+           std::max<int64_t>(0, index_bytes - index_held_bytes) +
+           std::max<int64_t>(0, workspace - workspace_held_bytes) + reserve_bytes;
   }
   // What the backend's memory must hold: total(). What pinned host memory must hold:
   // host_kv_bytes.

@@ -73,6 +73,9 @@ def submit(args, ids, *extra):
         sys.exit(f"submit failed: {r.stderr.strip()}")
     out = json.loads(r.stdout)
     out["client_wall_s"] = wall
+    # Progress as it comes: a run cut short by a time limit still shows what it measured.
+    print(f"job {out.get('id')}: ttft {out.get('ttft_s')} s, cached {out.get('cached_tokens')}",
+          file=sys.stderr, flush=True)
     return out
 
 

@@ -1,7 +1,8 @@
 // What a layer's attention strategies work with during a step: the backend, the ranks sharing
-// the sequence, the model's shape, scratch buffers shared by every sequence of the engine, and
-// the engine's counters. Strategies are built per sequence (attention_strategy.h); this is the
-// engine's part they borrow.
+// the sequence, the model's shape, scratch buffers shared by every sequence of the engine (the
+// step's views and the sparse prefill's grow-only buffers), and the engine's counters.
+// Strategies are built per sequence (attention_strategy.h); this is the engine's part they
+// borrow.
 #pragma once
 
 #include <chrono>
@@ -79,6 +80,8 @@ struct AttentionScratch {
   int64_t attention_rows = 0;  // query rows per attention call in prefill
 };
 
+struct SparsePrefillScratch;  // sparse_prefill_scratch.h
+
 struct AttentionEnv {
   Backend& backend;
   Communicator& comm;
@@ -86,6 +89,8 @@ struct AttentionEnv {
   AttentionScratch scratch;
   EngineStats& stats;
   StepProfiler& profiler;
+  // The sparse prefill's buffers, grown by whichever layer needs more.
+  SparsePrefillScratch& sparse;
   PrefillExchange prefill_exchange = PrefillExchange::kAuto;
 };
 

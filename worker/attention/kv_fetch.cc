@@ -7,6 +7,11 @@
 
 namespace millipede {
 
+int64_t KvFetch::NumBytes() const {
+  return HeldBytes(k_) + HeldBytes(v_) + HeldBytes(send_k_) + HeldBytes(send_v_) +
+         HeldBytes(index_);
+}
+
 std::vector<TokenRange> IntersectRanges(std::span<const TokenRange> a,
                                         std::span<const TokenRange> b) {
   std::vector<TokenRange> out;

@@ -26,6 +26,8 @@ class KvFetch {
   ConstKvRows rows() const { return rows_; }
   const std::vector<int64_t>& runs() const { return runs_; }
   int64_t fetched_rows() const { return fetched_; }
+  // Device bytes held now.
+  int64_t NumBytes() const;
 
  private:
   BackendTensor k_, v_, send_k_, send_v_, index_;

@@ -28,6 +28,14 @@ StatusOr<ConstTensorView> SparseIndexBuilder::UploadRuns(Backend& b,
   return AsConst(view);
 }
 
+int64_t SparseIndexBuilder::NumBytes() const {
+  int64_t bytes = 0;
+  for (const BackendTensor* t :
+       {&tiles_, &runs_, &range_offsets_, &ranges_, &column_offsets_, &columns_})
+    bytes += HeldBytes(*t);
+  return bytes;
+}
+
 StatusOr<SparseIndexView> SparseIndexBuilder::Build(AttentionEnv& env, SparsePatternIndex& pattern,
                                                     ConstTensorView tiles, ConstTensorView runs) {
   Backend& b = env.backend;

@@ -90,7 +90,8 @@ class PrefillPatternVariant {
 
 // Builds a sparse pattern's index (count pass, sizes read back, fill pass) and uploads the tiles
 // and key layouts it is built over, into buffers it keeps from one build to the next. One per
-// layer, shared by the layer's sparse patterns (they build one after another).
+// engine (sparse_prefill_scratch.h), shared by the sparse patterns of every layer (they build
+// one after another).
 class SparseIndexBuilder {
  public:
   // Flattened triples uploaded into the builder's tiles (runs) buffer: a view [n, 3] I64.
@@ -99,6 +100,8 @@ class SparseIndexBuilder {
   // `pattern`'s index of `tiles` over the key layout `runs`, valid until the next Build.
   StatusOr<SparseIndexView> Build(AttentionEnv& env, SparsePatternIndex& pattern,
                                   ConstTensorView tiles, ConstTensorView runs);
+  // Device bytes held now.
+  int64_t NumBytes() const;
 
  private:
   BackendTensor tiles_, runs_, range_offsets_, ranges_, column_offsets_, columns_;

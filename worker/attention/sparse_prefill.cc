@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "worker/attention/scratch_buffer.h"
+#include "worker/attention/sparse_prefill_scratch.h"
 
 namespace millipede {
 
@@ -29,17 +30,20 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
   for (int64_t t = 0; t < n; ++t)
     for (int64_t g : ring_heads_)
       for (int64_t j = 0; j < group; ++j) index.push_back(t * heads + g * group + j);
-  MP_ASSIGN_OR_RETURN(TensorView q_index, UploadI64(b, &pack_index_, index));
-  MP_ASSIGN_OR_RETURN(TensorView q, ScratchBuffer(b, &q_ring_, DType::kF32, Shape{n * packed, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_index, UploadI64(b, &env.sparse.pack_index, index));
+  MP_ASSIGN_OR_RETURN(TensorView q,
+                      ScratchBuffer(b, &env.sparse.q_ring, DType::kF32, Shape{n * packed, d}));
   MP_ASSIGN_OR_RETURN(ConstTensorView q_src, Reshape(in.q, Shape{n * heads, d}));
   MP_RETURN_IF_ERROR(b.GatherRows({q_src, AsConst(q_index), q}));
   index.clear();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g : ring_heads_) index.push_back(r * kv_heads + g);
-  MP_ASSIGN_OR_RETURN(TensorView kv_index, UploadI64(b, &pack_index_, index));
+  MP_ASSIGN_OR_RETURN(TensorView kv_index, UploadI64(b, &env.sparse.pack_index, index));
   KvRows ring;
-  MP_ASSIGN_OR_RETURN(ring.k, ScratchBuffer(b, &k_ring_, mine.k.dtype, Shape{rows * sub, d}));
-  MP_ASSIGN_OR_RETURN(ring.v, ScratchBuffer(b, &v_ring_, mine.v.dtype, Shape{rows * sub, d}));
+  MP_ASSIGN_OR_RETURN(ring.k,
+                      ScratchBuffer(b, &env.sparse.k_ring, mine.k.dtype, Shape{rows * sub, d}));
+  MP_ASSIGN_OR_RETURN(ring.v,
+                      ScratchBuffer(b, &env.sparse.v_ring, mine.v.dtype, Shape{rows * sub, d}));
   MP_ASSIGN_OR_RETURN(ConstTensorView k_src, Reshape(mine.k, Shape{rows * kv_heads, d}));
   MP_ASSIGN_OR_RETURN(ConstTensorView v_src, Reshape(mine.v, Shape{rows * kv_heads, d}));
   MP_RETURN_IF_ERROR(b.GatherRows({k_src, AsConst(kv_index), ring.k}));
@@ -47,9 +51,9 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
   // The ring's output, with one more row of the empty state (o = 0, lse = -inf) for the heads
   // it does not serve when unpacking.
   MP_ASSIGN_OR_RETURN(TensorView o,
-                      ScratchBuffer(b, &o_ring_, DType::kF32, Shape{n * packed + 1, d}));
+                      ScratchBuffer(b, &env.sparse.o_ring, DType::kF32, Shape{n * packed + 1, d}));
   MP_ASSIGN_OR_RETURN(TensorView lse,
-                      ScratchBuffer(b, &lse_ring_, DType::kF32, Shape{n * packed + 1}));
+                      ScratchBuffer(b, &env.sparse.lse_ring, DType::kF32, Shape{n * packed + 1}));
   MP_ASSIGN_OR_RETURN(TensorView o_empty, Reshape(SliceRows(o, n * packed, 1), Shape{1, 1, d}));
   MP_ASSIGN_OR_RETURN(TensorView lse_empty, Reshape(SliceRows(lse, n * packed, 1), Shape{1, 1}));
   MP_RETURN_IF_ERROR(b.ClearState(o_empty, lse_empty));
@@ -72,11 +76,11 @@ Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, Co
     for (int64_t t = s; t < s + m; ++t)
       for (int64_t h = 0; h < heads; ++h)
         index.push_back(slot[h] < 0 ? n * packed : t * packed + slot[h]);
-    MP_ASSIGN_OR_RETURN(TensorView out_index, UploadI64(b, &pack_index_, index));
+    MP_ASSIGN_OR_RETURN(TensorView out_index, UploadI64(b, &env.sparse.pack_index, index));
     MP_ASSIGN_OR_RETURN(TensorView o_full,
-                        ScratchBuffer(b, &o_full_, DType::kF32, Shape{m * heads, d}));
+                        ScratchBuffer(b, &env.sparse.o_full, DType::kF32, Shape{m * heads, d}));
     MP_ASSIGN_OR_RETURN(TensorView lse_full,
-                        ScratchBuffer(b, &lse_full_, DType::kF32, Shape{m * heads}));
+                        ScratchBuffer(b, &env.sparse.lse_full, DType::kF32, Shape{m * heads}));
     MP_RETURN_IF_ERROR(b.GatherRows({AsConst(o), AsConst(out_index), o_full}));
     MP_RETURN_IF_ERROR(b.GatherRows({AsConst(lse), AsConst(out_index), lse_full}));
     MP_ASSIGN_OR_RETURN(TensorView o_acc, Reshape(SliceRows(in.o_acc, s, m), Shape{m, heads, d}));
@@ -92,11 +96,12 @@ Status SparsePrefill::FetchNeeded(AttentionEnv& env, const PrefillInput& in,
                                   std::span<const TokenRange> mine_ranges) {
   std::vector<TokenRange> needs;
   for (const auto& p : patterns_) {
-    MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> more, p->Needs(env, in, tiles, builder_));
+    MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> more,
+                        p->Needs(env, in, tiles, env.sparse.builder));
     needs.insert(needs.end(), more.begin(), more.end());
   }
-  return fetch_.Run(env, SubtractRanges(NormalizeRanges(std::move(needs)), mine_ranges),
-                    in.rank_blocks, mine);
+  return env.sparse.fetch.Run(env, SubtractRanges(NormalizeRanges(std::move(needs)), mine_ranges),
+                              in.rank_blocks, mine);
 }
 
 Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int64_t q_row0,
@@ -105,19 +110,20 @@ Status SparsePrefill::AttendChunk(AttentionEnv& env, const PrefillInput& in, int
   Backend& b = env.backend;
   const ModelConfig& c = env.config;
   const int64_t heads = c.num_attention_heads, d = c.head_dim;
-  MP_ASSIGN_OR_RETURN(ConstTensorView dev_tiles, builder_.UploadTiles(b, tiles));
-  MP_ASSIGN_OR_RETURN(ConstTensorView runs, builder_.UploadRuns(b, buffer.runs));
+  MP_ASSIGN_OR_RETURN(ConstTensorView dev_tiles, env.sparse.builder.UploadTiles(b, tiles));
+  MP_ASSIGN_OR_RETURN(ConstTensorView runs, env.sparse.builder.UploadRuns(b, buffer.runs));
   MP_ASSIGN_OR_RETURN(ConstTensorView q,
                       Reshape(SliceRows(in.q, q_row0, rows), Shape{rows, heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView o_part,
-                      ScratchBuffer(b, &o_part_, DType::kF32, Shape{rows, heads, d}));
+                      ScratchBuffer(b, &env.sparse.o_part, DType::kF32, Shape{rows, heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView lse_part,
-                      ScratchBuffer(b, &lse_part_, DType::kF32, Shape{rows, heads}));
+                      ScratchBuffer(b, &env.sparse.lse_part, DType::kF32, Shape{rows, heads}));
   MP_ASSIGN_OR_RETURN(TensorView o_acc,
                       Reshape(SliceRows(in.o_acc, q_row0, rows), Shape{rows, heads, d}));
   TensorView lse_acc = SliceRows(in.lse_acc, q_row0, rows);
   for (const auto& pattern : patterns_) {
-    MP_ASSIGN_OR_RETURN(SparseIndexView index, builder_.Build(env, *pattern, dev_tiles, runs));
+    MP_ASSIGN_OR_RETURN(SparseIndexView index,
+                        env.sparse.builder.Build(env, *pattern, dev_tiles, runs));
     if (in.pairs != nullptr && in.pairs->device.data != nullptr)
       MP_RETURN_IF_ERROR(
           b.SparseIndexPairs({dev_tiles, index, c.num_key_value_heads, in.pairs->device}));
@@ -152,7 +158,8 @@ Status SparsePrefill::Run(AttentionEnv& env, const PrefillInput& in) {
   buffers.push_back({mine, SparseKeyRuns(mine_ranges)});
   if (env.comm.size() > 1) {
     MP_RETURN_IF_ERROR(FetchNeeded(env, in, tiles, mine, mine_ranges));
-    if (fetch_.fetched_rows() > 0) buffers.push_back({fetch_.rows(), fetch_.runs()});
+    if (env.sparse.fetch.fetched_rows() > 0)
+      buffers.push_back({env.sparse.fetch.rows(), env.sparse.fetch.runs()});
   }
   MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.comm_wait_s));
   if (ring_) {

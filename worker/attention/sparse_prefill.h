@@ -53,12 +53,10 @@ class SparsePrefill final : public PrefillStrategy {
   RingPrefill dense_;
   std::vector<int64_t> ring_heads_;    // KV heads that are dense or A-shape
   std::unique_ptr<RingPrefill> ring_;  // over those heads, packed
-  BackendTensor pack_index_, q_ring_, k_ring_, v_ring_, o_ring_, lse_ring_, o_full_, lse_full_;
   std::vector<std::unique_ptr<SparsePatternIndex>> patterns_;
   int64_t grid_ = kSparseTileRows;  // query tiles are cut at multiples of it
-  SparseIndexBuilder builder_;
-  KvFetch fetch_;
-  BackendTensor o_part_, lse_part_;
+  // Its buffers (packed ring heads, fetched rows, the index, partials) are the engine's
+  // SparsePrefillScratch (env.sparse), shared by every layer.
 };
 
 }  // namespace millipede

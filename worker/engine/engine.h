@@ -123,6 +123,8 @@ class Engine {
   // Bytes held by every sequence's KV stores on this rank (both tiers), and in the host tier.
   int64_t KvBytes() const { return sequences_.KvBytes(); }
   int64_t HostKvBytes() const { return sequences_.HostKvBytes(); }
+  // Bytes the sparse prefill's shared buffers hold now (sparse_prefill_scratch.h).
+  int64_t SparsePrefillScratchBytes() const { return ctx_.workspace->sparse.NumBytes(); }
   // The plan StartSequence checks, for this rank (ring rows: the widest rank's step).
   StatusOr<SequenceMemoryPlan> PlanSequence(const SequenceOptions& options,
                                             int64_t ring_rows) const {

@@ -23,8 +23,8 @@ int64_t EngineContext::ForcedPassQRingRows(int64_t query_rows) const {
 }
 
 AttentionEnv EngineContext::Env(StepProfiler& profiler) {
-  return AttentionEnv{*backend, *comm,    config(), workspace->Scratch(),
-                      stats,    profiler, options.prefill_exchange};
+  return AttentionEnv{*backend, *comm,    config(),          workspace->Scratch(),
+                      stats,    profiler, workspace->sparse, options.prefill_exchange};
 }
 
 Status EngineContext::AgreeToContinue(bool go_on) {

@@ -51,28 +51,61 @@ std::vector<bool> HostTierLayers(const SequenceOptions& o) {
   return host;
 }
 
-// What the index of a layer with vertical-slash or block-sparse heads keeps on this rank (each
-// layer's strategy has its own): per KV head the key scores (F32) over its rows and the diagonal
-// sums over every position, the keys' positions (I64), and the step's index lists, estimated at
-// twice 16 bytes per 64-row query tile and KV head for each of its `vertical` columns and one
-// range per 64 slash diagonals, or each of its `top_blocks` key blocks.
-int64_t SparseIndexBytes(const ModelConfig& config, const SequenceOptions& o) {
-  const int64_t kv_heads = config.num_key_value_heads;
+// What one layer's sparse prefill needs of the engine's SparsePrefillScratch (0 for a layer
+// without vertical-slash or block-sparse heads) in steps of StepRows rows over this sequence's
+// rows, index chunks of `attention_rows` query rows. Per KV head the vertical-slash plan's key
+// scores (F32) over this rank's rows, its diagonal sums over every position and the keys'
+// positions (I64); the block-sparse plan's block sums of queries and keys [blocks, kv_heads, d]
+// (F32); one chunk's index lists, estimated at twice 16 bytes per 64-row tile and KV head for
+// each `vertical` column and one range per 64 slash diagonals, or each of `top_blocks` key
+// blocks (the estimate is not a bound); one chunk's partial (o, lse); and with ring heads
+// (dense, A-shape) beside the sparse ones, their queries, output and K/V packed apart.
+int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const SequenceOptions& o,
+                         const LayerPolicy& layer, int64_t attention_rows) {
+  const int64_t kv_heads = config.num_key_value_heads, d = config.head_dim;
+  const int64_t heads = config.num_attention_heads, group = heads / kv_heads;
   const int64_t positions = o.capacity * std::max<int64_t>(1, o.ranks);
-  const int64_t tiles = (StepRows(o) + 63) / 64;
-  int64_t bytes = 0;
-  for (const LayerPolicy& layer : o.policy.layers) {
-    int64_t per_tile = 0;
-    for (const HeadPrefillPolicy& h : layer.prefill) {
-      if (h.pattern == PrefillPattern::kVerticalSlash)
+  const int64_t n = StepRows(o), chunk = std::min(n, std::max<int64_t>(attention_rows, 64));
+  int64_t per_tile = 0, ring_heads = 0, block = 0;
+  bool vertical_slash = false;
+  for (const HeadPrefillPolicy& h : layer.prefill) {
+    switch (h.pattern) {
+      case PrefillPattern::kVerticalSlash:
+        vertical_slash = true;
         per_tile = std::max(per_tile, h.vertical_slash.vertical + h.vertical_slash.slash / 64 + 1);
-      if (h.pattern == PrefillPattern::kBlockSparse)
+        break;
+      case PrefillPattern::kBlockSparse:
+        block = std::max<int64_t>(1, h.block_sparse.block);
         per_tile = std::max(per_tile, h.block_sparse.top_blocks + 1);
+        break;
+      default:
+        ++ring_heads;
     }
-    if (per_tile == 0) continue;
-    bytes += kv_heads * (o.capacity + positions) * 4 + o.capacity * 8 +
-             2 * tiles * kv_heads * per_tile * 16;
   }
+  if (per_tile == 0) return 0;
+  // A chunk's tiles: its rows in 64-row tiles, and one more wherever the step's ranges cut one.
+  const int64_t tiles = (chunk + 63) / 64 + 2 * std::max<int64_t>(1, o.ranks);
+  int64_t bytes = 2 * tiles * kv_heads * per_tile * 16 + chunk * heads * (d + 1) * 4;
+  if (vertical_slash) bytes += kv_heads * (o.capacity + positions) * 4 + o.capacity * 8;
+  if (block > 0) bytes += 2 * ((positions + block - 1) / block) * (kv_heads * d + 1) * 4;
+  if (ring_heads > 0) {
+    const int64_t packed = ring_heads * group;
+    bytes += 2 * (n * packed + 1) * (d + 1) * 4 +         // queries; output and LSE
+             2 * o.capacity * ring_heads * d * kv_elem +  // their K and V
+             std::max({n * packed, o.capacity * ring_heads, chunk * heads}) * 8 +  // gathers
+             chunk * heads * (d + 1) * 4;  // one chunk's output unpacked
+  }
+  return bytes;
+}
+
+// The sparse prefill scratch this sequence needs: its widest layer's (every layer uses the same
+// buffers, sparse_prefill_scratch.h).
+int64_t SparsePrefillBytes(const ModelConfig& config, DType kv_dtype, const SequenceOptions& o,
+                           int64_t attention_rows) {
+  const int64_t kv_elem = static_cast<int64_t>(DTypeSize(kv_dtype));
+  int64_t bytes = 0;
+  for (const LayerPolicy& layer : o.policy.layers)
+    bytes = std::max(bytes, LayerSparseBytes(config, kv_elem, o, layer, attention_rows));
   return bytes;
 }
 
@@ -124,14 +157,15 @@ bool Sequence::SplitsKvHeads(const SequenceOptions& options) {
 }
 
 Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
-                            const SequenceOptions& options, SequenceMemoryPlan* plan) {
+                            const SequenceOptions& options, int64_t attention_rows,
+                            SequenceMemoryPlan* plan) {
   MP_RETURN_IF_ERROR(
       ValidateAttentionPolicy(options.policy, config.num_hidden_layers, config.num_key_value_heads));
   const KvLayout layout = Layout(config, kv_dtype);
   const int64_t row = layout.RowBytes(), kv_heads = config.num_key_value_heads;
   const std::vector<bool> host = HostTierLayers(options);
   plan->kv_bytes = plan->host_kv_bytes = plan->selection_bytes = plan->head_group_bytes = 0;
-  plan->index_bytes = SparseIndexBytes(config, options);
+  plan->index_bytes = SparsePrefillBytes(config, kv_dtype, options, attention_rows);
   const bool split = SplitsKvHeads(options);
   int64_t widest_pack = 0;
   // A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.

@@ -69,9 +69,12 @@ class Sequence {
                                                     SequenceOptions options);
   // What the stores of such a sequence take on this rank, in plan's kv_bytes (device),
   // host_kv_bytes (pinned host), selection_bytes (OmniKV's scores, gathers, packed loads) and
-  // head_group_bytes (the staging and packs of layers with a store per group of heads).
+  // head_group_bytes (the staging and packs of layers with a store per group of heads), and
+  // index_bytes: what the engine's sparse prefill scratch grows to for its steps, in index
+  // chunks of `attention_rows` query rows.
   static Status PlanStores(const ModelConfig& config, DType kv_dtype,
-                           const SequenceOptions& options, SequenceMemoryPlan* plan);
+                           const SequenceOptions& options, int64_t attention_rows,
+                           SequenceMemoryPlan* plan);
   // Whether such a sequence's layers that may keep a store per group of heads do.
   static bool SplitsKvHeads(const SequenceOptions& options);
 

@@ -63,16 +63,17 @@ StatusOr<SequenceMemoryPlan> SequenceTable::Plan(const SequenceOptions& options,
   SequenceMemoryPlan plan = PlanSequenceMemory(ctx_.config(), ctx_.memory_shape(),
                                                std::max<int64_t>(options.capacity, 1), step,
                                                ring_rows);
-  MP_RETURN_IF_ERROR(
-      Sequence::PlanStores(ctx_.config(), ctx_.options.kv_dtype, options, &plan));
+  MP_RETURN_IF_ERROR(Sequence::PlanStores(ctx_.config(), ctx_.options.kv_dtype, options,
+                                          ctx_.memory_shape().attention_chunk, &plan));
   plan.workspace_held_bytes = ctx_.workspace->NumBytes();
+  plan.index_held_bytes = ctx_.workspace->sparse.NumBytes();
   return plan;
 }
 
 StatusOr<int64_t> SequenceTable::MaxPositionsNow() {
   MP_ASSIGN_OR_RETURN(BackendMemory memory, ctx_.backend->Memory());
   // What the sequences and the step buffers hold would be freed first.
-  const int64_t held = KvBytes() + ctx_.workspace->NumBytes();
+  const int64_t held = KvBytes() + ctx_.workspace->NumBytes() + ctx_.workspace->sparse.NumBytes();
   return MaxSequencePositions(ctx_.config(), ctx_.memory_shape(), memory.free_bytes + held);
 }
 

@@ -109,6 +109,7 @@ void Workspace::Release() {
                            &qkv, &o_part, &lse_part, &gate_up, &silu_out, &ring_k_[0],
                            &ring_k_[1], &ring_v_[0], &ring_v_[1]})
     *t = BackendTensor();
+  sparse = SparsePrefillScratch();
   step_rows_ = scratch_rows_ = ring_rows_ = 0;
 }
 

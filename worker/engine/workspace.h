@@ -8,6 +8,7 @@
 
 #include "checkpoint/model_config.h"
 #include "worker/attention/attention_env.h"
+#include "worker/attention/sparse_prefill_scratch.h"
 #include "worker/backend/backend.h"
 
 namespace millipede {
@@ -30,7 +31,7 @@ class Workspace {
   Status Reserve(int64_t step_rows, int64_t ring_rows, int ranks, int64_t logit_rows);
   // Frees everything (the next Reserve allocates again).
   void Release();
-  // Bytes held now.
+  // Bytes held now (the step, chunk and ring buffers; the sparse prefill's are apart).
   int64_t NumBytes() const;
   // The views the attention strategies borrow.
   AttentionScratch Scratch() const;
@@ -70,6 +71,9 @@ class Workspace {
   // [chunk, intermediate] silu(gate) * up in gemm_input_dtype when that is not F32.
   BackendTensor silu_out;
   BackendTensor logits;     // [logit_rows, vocab] F32
+  // The sparse prefill's buffers, grown by the layers that use them during a step (not by
+  // Reserve); Release frees them too. Their bytes: sparse.NumBytes().
+  SparsePrefillScratch sparse;
 
  private:
   Status ReserveStep(int64_t n);

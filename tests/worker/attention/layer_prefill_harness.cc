@@ -86,7 +86,7 @@ AttentionEnv LayerPrefillRun::Env() {
   scratch.o_part = o_part_.view();
   scratch.lse_part = lse_part_.view();
   scratch.attention_rows = 64;  // several chunks of query rows
-  return AttentionEnv{*backend_, *comm_, config_, scratch, stats_, *profiler_};
+  return AttentionEnv{*backend_, *comm_, config_, scratch, stats_, *profiler_, sparse_};
 }
 
 PrefillInput LayerPrefillRun::Input() {

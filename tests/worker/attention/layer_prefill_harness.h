@@ -10,6 +10,7 @@
 
 #include "policy/attention_policy.h"
 #include "worker/attention/attention_strategy.h"
+#include "worker/attention/sparse_prefill_scratch.h"
 #include "worker/dist/communicator.h"
 #include "worker/kv/device_kv_store.h"
 
@@ -59,6 +60,7 @@ class LayerPrefillRun {
   std::vector<TokenRange> ranges_;
   std::vector<std::vector<TokenRange>> blocks_;
   EngineStats stats_;
+  SparsePrefillScratch sparse_;
   std::unique_ptr<StepProfiler> profiler_;
   PrefillPairs pairs_counted_;
   bool ready_ = false;

@@ -1,7 +1,8 @@
 // Vertical-slash and block-sparse prefill in the engine (CPU backend): a budget that covers every
 // key gives dense attention, a small one changes the answer, prompts below dense_below_tokens run
-// dense, dense and A-shape heads beside sparse ones keep their exact ring, and block sizes the
-// query tiles cannot serve are refused clearly.
+// dense, dense and A-shape heads beside sparse ones keep their exact ring, every layer shares
+// one set of sparse buffers (counted once by the plan), and block sizes the query tiles cannot
+// serve are refused clearly.
 #include <gtest/gtest.h>
 
 #include "tests/worker/engine/single_sequence.h"
@@ -106,6 +107,38 @@ TEST_F(SparsePolicyTest, DenseAndAShapeHeadsBesideSparseHeadsKeepTheirRing) {
       "vertical_slash": {"vertical": 300, "slash": 300})"),
                         narrow),
             1e-5);
+}
+
+TEST_F(SparsePolicyTest, EveryLayerSharesOneSparseScratch) {
+  // The plan counts the widest layer's need once, however many layers are sparse.
+  const std::string params = R"("vertical_slash": {"last_queries": 64, "vertical": 300,
+      "slash": 300}, "block_sparse": {"block": 16, "top_blocks": 19})";
+  const std::string both = R"("prefill": ["vertical-slash", "block-sparse"])";
+  const AttentionPolicy every =
+      testing::PolicyFor(*engine_, R"({"version": 1, "default": {)" + both + "}, " + params + "}");
+  const AttentionPolicy first = testing::PolicyFor(
+      *engine_, R"({"version": 1, "layers": [{"layer": 0, )" + both + "}], " + params + "}");
+  ASSERT_GT(engine_->config().num_hidden_layers, 1);
+  auto plan = engine_->PlanSequence({.capacity = 304, .policy = every}, 0);
+  auto one_layer = engine_->PlanSequence({.capacity = 304, .policy = first}, 0);
+  ASSERT_TRUE(plan.ok() && one_layer.ok());
+  EXPECT_GT(plan->index_bytes, 0);
+  EXPECT_EQ(plan->index_bytes, one_layer->index_bytes);
+  EXPECT_NE(plan->ToString().find("sparse prefill scratch"), std::string::npos);
+  // A prefill grows the shared buffers within the plan; the last sequence's end frees them.
+  ASSERT_TRUE(testing::StartSequence(*engine_, 304, 0, every).ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(testing::ForwardToHost(*engine_, ids_, &logits).ok());
+  EXPECT_LT(MaxRelError(logits, dense_), 1e-5);
+  EXPECT_GT(engine_->SparsePrefillScratchBytes(), 0);
+  EXPECT_LE(engine_->SparsePrefillScratchBytes(), plan->index_bytes);
+  // A second sequence's plan counts only what the engine does not hold yet.
+  auto again = engine_->PlanSequence({.capacity = 304, .policy = every}, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->index_held_bytes, engine_->SparsePrefillScratchBytes());
+  EXPECT_LT(again->total(), plan->total());
+  testing::EndSequence(*engine_);
+  EXPECT_EQ(engine_->SparsePrefillScratchBytes(), 0);
 }
 
 TEST_F(SparsePolicyTest, BlockSizesTheTilesCannotServeAreRefused) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "worker/attention/scratch_buffer.h"
+#include "worker/attention/sparse_prefill_scratch.h"
 
 namespace millipede {
 namespace {
@@ -61,20 +62,22 @@ Status BlockSparseHeads::Plan(AttentionEnv& env, const PrefillInput& in, ConstKv
   const ModelConfig& c = env.config;
   const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
   const int64_t blocks = (in.length + block_ - 1) / block_;
-  MP_ASSIGN_OR_RETURN(TensorView q_sums,
-                      ScratchBuffer(b, &q_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView k_sums,
-                      ScratchBuffer(b, &k_sums_, DType::kF32, Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView q_sums, ScratchBuffer(b, &env.sparse.bs_q_sums, DType::kF32,
+                                                       Shape{blocks, kv_heads, d}));
+  MP_ASSIGN_OR_RETURN(TensorView k_sums, ScratchBuffer(b, &env.sparse.bs_k_sums, DType::kF32,
+                                                       Shape{blocks, kv_heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView q_counts,
-                      ScratchBuffer(b, &q_counts_, DType::kF32, Shape{blocks}));
+                      ScratchBuffer(b, &env.sparse.bs_q_counts, DType::kF32, Shape{blocks}));
   MP_ASSIGN_OR_RETURN(TensorView k_counts,
-                      ScratchBuffer(b, &k_counts_, DType::kF32, Shape{blocks}));
+                      ScratchBuffer(b, &env.sparse.bs_k_counts, DType::kF32, Shape{blocks}));
   const int64_t n = in.q.dim(0);
   MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{n, c.num_attention_heads, d}));
-  MP_ASSIGN_OR_RETURN(TensorView q_runs, UploadI64(b, &runs_, SparseKeyRuns(in.q_ranges), 3));
+  MP_ASSIGN_OR_RETURN(TensorView q_runs,
+                      UploadI64(b, &env.sparse.bs_runs, SparseKeyRuns(in.q_ranges), 3));
   MP_RETURN_IF_ERROR(b.BlockSums(
       {q, AsConst(q_runs), block_, c.num_attention_heads / kv_heads, q_sums, q_counts}));
-  MP_ASSIGN_OR_RETURN(TensorView k_runs, UploadI64(b, &runs_, SparseKeyRuns(mine_ranges), 3));
+  MP_ASSIGN_OR_RETURN(TensorView k_runs,
+                      UploadI64(b, &env.sparse.bs_runs, SparseKeyRuns(mine_ranges), 3));
   MP_RETURN_IF_ERROR(b.BlockSums({mine.k, AsConst(k_runs), block_, 1, k_sums, k_counts}));
   if (env.comm.size() > 1) {
     for (TensorView t : {q_sums, k_sums, q_counts, k_counts}) {

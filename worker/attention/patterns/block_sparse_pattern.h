@@ -34,8 +34,8 @@ class BlockSparseHeads final : public SparsePatternIndex {
  private:
   std::vector<int64_t> top_blocks_;  // [kv_heads]: 0 for heads of other patterns
   int64_t block_ = 64;
-  BackendTensor runs_, q_sums_, q_counts_, k_sums_, k_counts_;
-  // Views of the four sums and counts, shaped, after Plan.
+  // Views of the four sums and counts, shaped, after Plan (in the engine's
+  // SparsePrefillScratch: valid within the layer's pass).
   struct Pooled {
     ConstTensorView q_sums, q_counts, k_sums, k_counts;
   } pooled_;

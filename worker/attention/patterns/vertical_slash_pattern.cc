@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "worker/attention/kv_fetch.h"
+#include "worker/attention/sparse_prefill_scratch.h"
 
 namespace millipede {
 namespace {
@@ -74,8 +75,9 @@ Status VerticalSlashHeads::BuildPass(AttentionEnv& env, ConstTensorView tiles, C
   VerticalSlashIndexArgs a;
   a.tiles = tiles;
   a.runs = runs;
-  a.columns = {dev_columns_.view().data, DType::kI64, Shape{kv_heads, columns_width_}};
-  a.diagonals = {dev_diagonals_.view().data, DType::kI64, Shape{kv_heads, diagonals_width_}};
+  a.columns = {env.sparse.vs_columns.view().data, DType::kI64, Shape{kv_heads, columns_width_}};
+  a.diagonals = {env.sparse.vs_diagonals.view().data, DType::kI64,
+                 Shape{kv_heads, diagonals_width_}};
   a.skip_absent = true;
   a.out = out;
   a.inputs_unchanged_since_count = fill;

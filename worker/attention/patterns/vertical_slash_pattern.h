@@ -56,11 +56,10 @@ class VerticalSlashHeads final : public SparsePatternIndex {
 
   std::vector<HeadPrefillPolicy> heads_;
   ObservedQueries observed_;
-  // The selection, host [kv_heads, width] padded with -1, and its device copies.
+  // The selection, host [kv_heads, width] padded with -1 (its device copies, the scores and
+  // the top-k: the engine's SparsePrefillScratch, valid within the layer's pass).
   std::vector<int64_t> columns_, diagonals_;
   int64_t columns_width_ = 0, diagonals_width_ = 0;
-  BackendTensor q_pos_, k_pos_, scores_, diag_, top_index_, top_value_;
-  BackendTensor dev_columns_, dev_diagonals_;
 };
 
 }  // namespace millipede

@@ -7,6 +7,7 @@
 
 #include "worker/attention/patterns/vertical_slash_pattern.h"
 #include "worker/attention/scratch_buffer.h"
+#include "worker/attention/sparse_prefill_scratch.h"
 #include "worker/dist/global_top_k.h"
 
 namespace millipede {
@@ -36,7 +37,8 @@ StatusOr<std::vector<std::vector<int64_t>>> VerticalSlashHeads::SelectColumns(
     if (heads_[g].pattern == PrefillPattern::kVerticalSlash)
       budget[g] = heads_[g].vertical_slash.vertical;
   const int64_t k = std::min(*std::max_element(budget.begin(), budget.end()), length);
-  MP_ASSIGN_OR_RETURN(const HostTopK top, TopKToHost(b, scores, k, &top_index_, &top_value_));
+  MP_ASSIGN_OR_RETURN(const HostTopK top,
+                      TopKToHost(b, scores, k, &env.sparse.vs_top_index, &env.sparse.vs_top_value));
   const std::vector<int64_t> positions = RangePositions(ranges);
   std::vector<std::vector<int64_t>> selected(heads_.size());
   std::vector<int64_t> distinct = budget;
@@ -76,7 +78,8 @@ StatusOr<std::vector<std::vector<int64_t>>> VerticalSlashHeads::SelectDiagonals(
   for (const HeadPrefillPolicy& h : heads_)
     if (h.pattern == PrefillPattern::kVerticalSlash)
       k = std::max(k, std::min(h.vertical_slash.slash, length));
-  MP_ASSIGN_OR_RETURN(const HostTopK top, TopKToHost(b, diag, k, &top_index_, &top_value_));
+  MP_ASSIGN_OR_RETURN(const HostTopK top,
+                      TopKToHost(b, diag, k, &env.sparse.vs_top_index, &env.sparse.vs_top_value));
   std::vector<std::vector<int64_t>> selected(heads_.size());
   for (int64_t g = 0; g < kv_heads; ++g) {
     const HeadPrefillPolicy& h = heads_[static_cast<size_t>(g)];
@@ -114,13 +117,13 @@ Status VerticalSlashHeads::Plan(AttentionEnv& env, const PrefillInput& in, Const
   std::vector<int64_t> q_positions(static_cast<size_t>(observe));
   std::iota(q_positions.begin(), q_positions.end(), begin);
   const std::vector<int64_t> k_positions = RangePositions(mine_ranges);
-  MP_ASSIGN_OR_RETURN(TensorView q_pos, UploadI64(b, &q_pos_, q_positions));
-  MP_ASSIGN_OR_RETURN(TensorView k_pos, UploadI64(b, &k_pos_, k_positions));
+  MP_ASSIGN_OR_RETURN(TensorView q_pos, UploadI64(b, &env.sparse.vs_q_pos, q_positions));
+  MP_ASSIGN_OR_RETURN(TensorView k_pos, UploadI64(b, &env.sparse.vs_k_pos, k_positions));
   const int64_t n_k = static_cast<int64_t>(k_positions.size());
   MP_ASSIGN_OR_RETURN(TensorView scores,
-                      ScratchBuffer(b, &scores_, DType::kF32, Shape{kv_heads, n_k}));
-  MP_ASSIGN_OR_RETURN(TensorView diag,
-                      ScratchBuffer(b, &diag_, DType::kF32, Shape{kv_heads, in.length}));
+                      ScratchBuffer(b, &env.sparse.vs_scores, DType::kF32, Shape{kv_heads, n_k}));
+  MP_ASSIGN_OR_RETURN(TensorView diag, ScratchBuffer(b, &env.sparse.vs_diag, DType::kF32,
+                                                     Shape{kv_heads, in.length}));
   KeyScoresArgs a{q, AsConst(q_pos), mine.k, AsConst(k_pos), lse, 0.0f, scores, diag};
   MP_RETURN_IF_ERROR(b.KeyScores(a));
   if (env.comm.size() > 1) {
@@ -131,8 +134,8 @@ Status VerticalSlashHeads::Plan(AttentionEnv& env, const PrefillInput& in, Const
   MP_ASSIGN_OR_RETURN(auto diagonals, SelectDiagonals(env, AsConst(diag)));
   columns_ = Pack(columns, &columns_width_);
   diagonals_ = Pack(diagonals, &diagonals_width_);
-  MP_RETURN_IF_ERROR(UploadI64(b, &dev_columns_, columns_).status());
-  return UploadI64(b, &dev_diagonals_, diagonals_).status();
+  MP_RETURN_IF_ERROR(UploadI64(b, &env.sparse.vs_columns, columns_).status());
+  return UploadI64(b, &env.sparse.vs_diagonals, diagonals_).status();
 }
 
 }  // namespace millipede
