@@ -43,6 +43,14 @@ bool FitsTakeOver(const PrefixStart& hit, int64_t need, int64_t decode_rows) {
          need - decode_rows <= hit.capacity - hit.host_generated_rows;
 }
 
+// The job starts from nothing after all (a cached start given up).
+void ForgetCachedStart(JobTable::Job& job, int ranks) {
+  job.cached_from = 0;
+  job.cached_tokens = 0;
+  job.positions = RankPositions(ranks);
+  job.chunk_ends.clear();
+}
+
 }  // namespace
 
 std::optional<CachedStart> JobTable::LookUp(Job& job) {
@@ -68,6 +76,8 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   job.cached_from = hit->entry;
   job.cached_tokens = hit->tokens;
   job.positions = hit->positions;
+  // Rows before the hit are the entry's: so are the lengths they may be reused at.
+  job.chunk_ends = hit->reuse_lengths;
   return CachedStart{hit->entry, hit->tokens, hit->positions.MaxRows(), job.cache_take,
                      hit->capacity};
 }
@@ -83,9 +93,7 @@ StatusOr<JobId> JobTable::Add(std::shared_ptr<Job> job, int64_t kv_cost_per_rank
     // that is what makes it too large for the KV budget, the job runs uncached.
     cache_->Release(job->cached_from);
     job->cache_held = false;
-    job->cached_from = 0;
-    job->cached_tokens = 0;
-    job->positions = RankPositions(batch_.num_ranks());
+    ForgetCachedStart(*job, batch_.num_ranks());
     added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens,
                        kv_cost_per_rank, std::nullopt, job->keep);
   }
@@ -209,9 +217,7 @@ void JobTable::EvictForWaitingJobs(Deliveries* out) {
   if (job->cache_held || job->cache_take) {
     if (job->cache_held) cache_->Release(job->cached_from);
     job->cache_held = job->cache_take = false;
-    job->cached_from = 0;
-    job->cached_tokens = 0;
-    job->positions = RankPositions(batch_.num_ranks());
+    ForgetCachedStart(*job, batch_.num_ranks());
     batch_.ForgetCachedStart(job->id);
     Evict(batch_.KvShortfall());
   }
@@ -269,9 +275,7 @@ bool JobTable::RetryUncached(Job& job) {
     else
       batch_.DropSaved(entry);
   }
-  job.cached_from = 0;
-  job.cached_tokens = 0;
-  job.positions = RankPositions(batch_.num_ranks());
+  ForgetCachedStart(job, batch_.num_ranks());
   job.state = JobState::kQueued;
   queue_.push_front(job.id);
   if (metrics_) metrics_->JobRequeued();

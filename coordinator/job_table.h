@@ -61,6 +61,8 @@ class JobTable {
     bool cache_held = false;  // copies the entry: holds it until it starts
     bool cache_take = false;  // takes the entry over (it left the cache at lookup)
     RankPositions positions;
+    // Where its prompt's prefill steps ended (the lengths a sparse-prefill entry is reusable
+    // at), from the cached prefix's own reuse lengths up to where it took over.
     std::vector<int64_t> chunk_ends;
   };
 

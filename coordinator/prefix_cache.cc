@@ -95,9 +95,15 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
   const bool device = facts.tier == CacheTier::kDevice;
   if (facts.tier == CacheTier::kHost) ++host_hits_;
   if (facts.tier == CacheTier::kDisk) ++disk_hits_;
-  return PrefixStart{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
-                     device && info && !info->pinned && info->holders == 0, facts.capacity,
-                     facts.host_generated_rows};
+  PrefixStart start{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
+                    device && info && !info->pinned && info->holders == 0, facts.capacity,
+                    facts.host_generated_rows};
+  if (const PrefixEntry* entry = index_.Find(hit.entry); entry && !entry->every_length) {
+    for (int64_t length : entry->lengths)
+      if (length < hit.tokens) start.reuse_lengths.push_back(length);
+    start.reuse_lengths.push_back(hit.tokens);
+  }
+  return start;
 }
 
 Status PrefixCache::Hold(uint64_t entry) { return index_.Acquire(entry); }

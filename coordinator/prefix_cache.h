@@ -76,6 +76,9 @@ struct PrefixStart {
   bool exclusive = false;
   int64_t capacity = 0;
   int64_t host_generated_rows = -1;  // EndedKv's
+  // The entry's reuse lengths up to `tokens` (ending with it) when it has listed ones (sparse
+  // prefill, window stores); empty when every length is.
+  std::vector<int64_t> reuse_lengths;
 };
 
 // What an ended job left on the workers, for PrefixCache::Insert.

@@ -74,8 +74,8 @@ def submit(args, ids, *extra):
     out = json.loads(r.stdout)
     out["client_wall_s"] = wall
     # Progress as it comes: a run cut short by a time limit still shows what it measured.
-    print(f"job {out.get('id')}: ttft {out.get('ttft_s')} s, cached {out.get('cached_tokens')}",
-          file=sys.stderr, flush=True)
+    print(f"{out['prompt_tokens']} prompt tokens: TTFT {out['ttft_s']:.3f} s, "
+          f"{out['cached_tokens']} cached (client {wall:.1f} s)", file=sys.stderr, flush=True)
     return out
 
 

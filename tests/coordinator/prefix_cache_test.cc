@@ -79,6 +79,7 @@ TEST(PrefixCacheTest, EntriesOfferWhatTheirPolicyAllows) {
   EXPECT_TRUE(hit->exclusive);
   EXPECT_EQ(hit->capacity, 120);
   EXPECT_EQ(hit->positions.total(), 69);
+  EXPECT_TRUE(hit->reuse_lengths.empty());              // every length is
   EXPECT_FALSE(cache->Lookup(6, follow).has_value());  // another key
   ASSERT_TRUE(cache->Remove(1).ok());
   // Sparse prefill: the chunk ends only; a prompt diverging at 50 reuses 32.
@@ -88,7 +89,10 @@ TEST(PrefixCacheTest, EntriesOfferWhatTheirPolicyAllows) {
   hit = cache->Lookup(5, diverging);
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, 32);
+  EXPECT_EQ(hit->reuse_lengths, std::vector<int64_t>{32});
   EXPECT_EQ(cache->Lookup(5, follow)->tokens, 64);  // not into the generated tokens
+  // A job starting there inherits the lengths up to its start (job_table.cc).
+  EXPECT_EQ(cache->Lookup(5, follow)->reuse_lengths, (std::vector<int64_t>{32, 64}));
   // Held entries are not exclusive; pinned ones neither, and survive Evict.
   ASSERT_TRUE(cache->Hold(2).ok());
   EXPECT_FALSE(cache->Lookup(5, follow)->exclusive);

@@ -363,13 +363,33 @@ def scenario_prefix_cache_disk(bin_dir, model):
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def sparse_chain(svc, run, work):
+    """Sparse prefill reuses a prefix only where a prefill step ended: questions in turn about
+    one document each take the previous one's entry over at the document's end, which every
+    later entry keeps as a reuse length (a step of an earlier job ended there)."""
+    policy = os.path.join(work, "vertical-slash.json")
+    with open(policy, "w") as f:
+        json.dump({"version": 1, "default": {"prefill": "vertical-slash"},
+                   "vertical_slash": {"vertical": 16, "slash": 32}, "dense_below_tokens": 0}, f)
+    doc = doc_ids(512, 11)  # prefill steps end at 128, 256, 384 and 512
+    first = run(doc + [21, 22, 23, 24], "--policy", policy)
+    check(first["cached_tokens"] == 0, f"the sparse document came from the cache: {first}")
+    for k in range(3):
+        q = doc + [30 + k, 40 + k]
+        got = run(q, "--policy", policy)
+        check(got["cached_tokens"] == 512, f"sparse question {k} reused {got['cached_tokens']}")
+        check(got["ids"] == run(q, "--policy", policy, "--no-cache")["ids"],
+              f"sparse question {k} answered otherwise")
+
+
 def scenario_prefix_cache_omnikv(bin_dir, model):
     """OmniKV with its selected layers in the host tier (`--selected-kv host`, a 4-layer model:
     layer 0 filters, layers 2 and 3 keep their prompt in pinned host memory): a follow-up takes
     the document's entry over (the host-tier rows reused in place) and answers as an uncached run
     does; one whose new tokens need more generated rows than the entry has room for copies it
     instead; a pinned entry is copied by two follow-ups in turn; a long prompt prefills in
-    chunks after held host-tier rows. Dropping every entry frees every byte."""
+    chunks after held host-tier rows; sparse-prefill questions in turn (sparse_chain). Dropping
+    every entry frees every byte."""
     work = os.path.dirname(model)
     deep = os.path.join(work, "model-4-layers")
     if not os.path.exists(os.path.join(deep, "config.json")):
@@ -425,6 +445,7 @@ def scenario_prefix_cache_omnikv(bin_dir, model):
             check(got["ids"] == run(q, "--no-cache")["ids"], f"pinned follow-up {k} differs")
         check(any(e["id"] == pinned and e["pinned"] for e in cache_list(svc)),
               "the pinned entry went")
+        sparse_chain(svc, base, work)
         for e in cache_list(svc):
             if e["pinned"]:
                 svc.client("cache", "unpin", str(e["id"]))
