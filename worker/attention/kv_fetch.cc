@@ -8,8 +8,8 @@
 namespace millipede {
 
 int64_t KvFetch::NumBytes() const {
-  return HeldBytes(k_) + HeldBytes(v_) + HeldBytes(send_k_) + HeldBytes(send_v_) +
-         HeldBytes(index_);
+  return static_cast<int64_t>(k_.NumBytes() + v_.NumBytes() + send_k_.NumBytes() +
+                              send_v_.NumBytes() + index_.NumBytes());
 }
 
 std::vector<TokenRange> IntersectRanges(std::span<const TokenRange> a,

@@ -32,7 +32,7 @@ int64_t SparseIndexBuilder::NumBytes() const {
   int64_t bytes = 0;
   for (const BackendTensor* t :
        {&tiles_, &runs_, &range_offsets_, &ranges_, &column_offsets_, &columns_})
-    bytes += HeldBytes(*t);
+    bytes += static_cast<int64_t>(t->NumBytes());
   return bytes;
 }
 

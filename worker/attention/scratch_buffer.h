@@ -9,11 +9,6 @@
 
 namespace millipede {
 
-// Bytes `t` holds: 0 when nothing is allocated.
-inline int64_t HeldBytes(const BackendTensor& t) {
-  return t.view().data == nullptr ? 0 : static_cast<int64_t>(t.NumBytes());
-}
-
 // A view of `shape` over `*t`, reallocated only when it must grow (or change dtype).
 StatusOr<TensorView> ScratchBuffer(Backend& backend, BackendTensor* t, DType dtype,
                                    const Shape& shape);

@@ -1,7 +1,5 @@
 #include "worker/attention/sparse_prefill_scratch.h"
 
-#include "worker/attention/scratch_buffer.h"
-
 namespace millipede {
 
 int64_t SparsePrefillScratch::NumBytes() const {
@@ -11,7 +9,7 @@ int64_t SparsePrefillScratch::NumBytes() const {
         &o_full,     &lse_full,  &o_part,       &lse_part,     &vs_q_pos,   &vs_k_pos,
         &vs_scores,  &vs_diag,   &vs_top_index, &vs_top_value, &vs_columns, &vs_diagonals,
         &bs_runs,    &bs_q_sums, &bs_q_counts,  &bs_k_sums,    &bs_k_counts})
-    bytes += HeldBytes(*t);
+    bytes += static_cast<int64_t>(t->NumBytes());
   return bytes;
 }
 

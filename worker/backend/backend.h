@@ -63,7 +63,8 @@ class BackendTensor {
 
   const TensorView& view() const { return view_; }
   ConstTensorView cview() const { return AsConst(view_); }
-  size_t NumBytes() const { return view_.NumBytes(); }
+  // Bytes held: 0 while nothing is allocated (a default view describes one element).
+  size_t NumBytes() const { return view_.data == nullptr ? 0 : view_.NumBytes(); }
 
  private:
   void Reset() {
