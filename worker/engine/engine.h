@@ -100,6 +100,11 @@ class Engine {
   // DropCached frees one in either tier (nothing if it does not exist).
   Status KeepSequence(SequenceId id);
   Status DemoteCached(SequenceId id);
+  // Moves a cached sequence's selected layers between the host tier and the device
+  // (SequenceTable::RelayoutCached): `host_layers` (-1: all) of them in the host tier.
+  Status RelayoutCached(SequenceId id, int64_t host_layers) {
+    return sequences_.RelayoutCached(id, host_layers);
+  }
   // The disk tier (SequenceTable::Spill): moves a cached sequence there, written with `meta`.
   Status SpillCached(SequenceId id, DiskEntryMeta meta) {
     graphs_.Clear();

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "policy/head_groups.h"
 #include "worker/attention/head_group_attention.h"
 #include "worker/engine/saved_sequence.h"
 #include "worker/kv/device_kv_store.h"
 #include "worker/kv/head_group_kv_store.h"
+#include "worker/kv/saved_kv_rows.h"
 #include "worker/kv/streaming_kv_store.h"
 
 namespace millipede {
@@ -132,6 +134,27 @@ std::vector<SelectionGroup> SelectionGroups(const SequenceOptions& o) {
   return groups;
 }
 
+// A group's host tier: its arena, K then V of each of its `layers` host-tier layers (so that one
+// gather loads them all) [2 * layers * context capacity, kv_heads, head_dim] in pinned host
+// memory, and the packed buffer its loads fill (backend memory).
+struct HostTierBuffers {
+  BackendTensor arena, packed;
+};
+StatusOr<HostTierBuffers> AllocateHostTier(Backend& backend, const KvLayout& layout,
+                                           const SequenceOptions& o, size_t layers) {
+  const int64_t context = ContextCapacity(o);
+  const int64_t loaded = std::min(o.policy.filter.top_k, context);
+  const int64_t blocks = 2 * static_cast<int64_t>(layers);
+  HostTierBuffers b;
+  MP_ASSIGN_OR_RETURN(
+      b.arena, backend.AllocateHost(layout.dtype,
+                                    Shape{blocks * context, layout.num_kv_heads, layout.head_dim}));
+  MP_ASSIGN_OR_RETURN(
+      b.packed, backend.Allocate(layout.dtype,
+                                 Shape{blocks * loaded * layout.num_kv_heads, layout.head_dim}));
+  return b;
+}
+
 }  // namespace
 
 const char* SelectedKvTierName(SelectedKvTier tier) {
@@ -248,20 +271,13 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
     MP_ASSIGN_OR_RETURN(s->staging_, KvStagingPool::Create(backend, layout, StepRows(options),
                                                            WindowRows(options)));
   }
-  const int64_t context = ContextCapacity(options);
-  const int64_t loaded = std::min(options.policy.filter.top_k, context);
   for (const SelectionGroup& g : SelectionGroups(options)) {
     if (g.host_layers.empty()) continue;
-    // One arena per group: K then V of each host-tier layer, so one gather loads them all.
-    const int64_t blocks = 2 * static_cast<int64_t>(g.host_layers.size());
-    MP_ASSIGN_OR_RETURN(BackendTensor arena,
-                        backend.AllocateHost(kv_dtype, Shape{blocks * context, layout.num_kv_heads,
-                                                             layout.head_dim}));
-    MP_ASSIGN_OR_RETURN(BackendTensor packed,
-                        backend.Allocate(kv_dtype, Shape{blocks * loaded * layout.num_kv_heads,
-                                                         layout.head_dim}));
-    s->layers_[g.filter].selection->SetHostTier(g.host_layers, std::move(arena), context,
-                                               std::move(packed));
+    MP_ASSIGN_OR_RETURN(HostTierBuffers buffers,
+                        AllocateHostTier(backend, layout, options, g.host_layers.size()));
+    s->layers_[g.filter].selection->SetHostTier(g.host_layers, std::move(buffers.arena),
+                                                ContextCapacity(options),
+                                                std::move(buffers.packed));
   }
   for (size_t l = 0; l < s->layers_.size(); ++l) {
     const LayerAttention& la = s->layers_[l];
@@ -434,6 +450,18 @@ Status Sequence::CanTakeOver(const SequenceOptions& options, int64_t length) con
 Status Sequence::TakeOver(Backend& backend, SequenceId id, const SequenceOptions& options,
                           int64_t length) {
   MP_RETURN_IF_ERROR(CanTakeOver(options, length));
+  MP_RETURN_IF_ERROR(Rewind(backend, length));
+  if (!offloaded_.empty()) {
+    MP_RETURN_IF_ERROR(staging_->ReserveSlots(StepRows(options)));
+    MP_RETURN_IF_ERROR(staging_->ReserveWindow(
+        std::min(ContextCapacity(options), offloaded_.front()->context_capacity())));
+  }
+  id_ = id;
+  options_.decode_rows = options.decode_rows;
+  return OkStatus();
+}
+
+Status Sequence::Rewind(Backend& backend, int64_t length) {
   if (pairs_.device.data != nullptr) {
     const int64_t zero = 0;
     MP_RETURN_IF_ERROR(backend.CopyFromHost({&zero, DType::kI64, Shape{1}}, pairs_.device));
@@ -448,17 +476,102 @@ Status Sequence::TakeOver(Backend& backend, SequenceId id, const SequenceOptions
   // Its context now runs on past the cached length: OmniKV chooses again from the new context.
   for (LayerAttention& la : layers_)
     if (la.selection != nullptr) la.selection->Reset();
-  if (!offloaded_.empty())
-    MP_RETURN_IF_ERROR(staging_->ReserveWindow(
-        std::min(ContextCapacity(options), offloaded_.front()->context_capacity())));
-  id_ = id;
-  options_.decode_rows = options.decode_rows;
   stored_ = stored;
   stored_rows_ = TotalSize(stored);
   length_ = length;
   decoding_ = false;
   decode_start_ = -1;
   causal_pairs = 0;
+  return OkStatus();
+}
+
+namespace {
+
+// `store`'s held rows, borrowed (not copied) as saved rows for another store's LoadRows, which
+// only reads them; valid while `store` is unchanged.
+StatusOr<SavedKvRows> BorrowRows(const KvStore& store) {
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, store.Rows(0));
+  auto borrow = [](const ConstTensorView& t) {
+    return BackendTensor(TensorView{const_cast<void*>(t.data), t.dtype, t.shape}, nullptr);
+  };
+  return SavedKvRows{.retention = store.retention(),
+                     .ranges = store.held_ranges(),
+                     .k = borrow(rows.k),
+                     .v = borrow(rows.v)};
+}
+
+}  // namespace
+
+Status Sequence::Relayout(Backend& backend, const ModelConfig& config, DType kv_dtype,
+                          int64_t host_layers, int64_t slot_rows) {
+  SequenceOptions next = options_;
+  next.selected_kv = SelectedKvTier::kHost;
+  next.host_tier_layers = host_layers;
+  const std::vector<bool> after = HostTierLayers(next);
+  if (after == HostTierLayers(options_)) return OkStatus();
+  const int64_t length = decode_start_ >= 0 ? decode_start_ : length_;
+  MP_REQUIRE(length >= 1, "sequence ", id_, ": nothing to lay out again");
+  MP_RETURN_IF_ERROR(CanTakeOver(options_, length));
+  MP_RETURN_IF_ERROR(Rewind(backend, length));
+  const bool any_host = std::count(after.begin(), after.end(), true) > 0;
+  std::shared_ptr<KvStagingPool> staging = any_host ? staging_ : nullptr;
+  const KvLayout layout = Layout(config, kv_dtype);
+  if (staging != nullptr) {
+    MP_RETURN_IF_ERROR(staging->ResizeSlots(slot_rows));
+  } else if (any_host) {
+    MP_ASSIGN_OR_RETURN(staging, KvStagingPool::Create(backend, layout, slot_rows, 0));
+  }
+  // New stores for the layers changing tier and for every host-tier layer of a group whose
+  // host-tier layers change (a new arena), all allocated before any row moves.
+  const std::vector<SelectionGroup> before_groups = SelectionGroups(options_);
+  const std::vector<SelectionGroup> groups = SelectionGroups(next);
+  std::vector<std::optional<HostTierBuffers>> arenas(groups.size());
+  std::vector<std::unique_ptr<KvStore>> fresh(stores_.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<int64_t>& was = before_groups[g].host_layers;
+    const std::vector<int64_t>& now = groups[g].host_layers;
+    if (was == now) continue;
+    if (!now.empty()) {
+      MP_ASSIGN_OR_RETURN(arenas[g], AllocateHostTier(backend, layout, next, now.size()));
+    } else {
+      arenas[g].emplace();
+    }
+    for (size_t i = 0; i < now.size(); ++i) {
+      MP_ASSIGN_OR_RETURN(
+          fresh[static_cast<size_t>(now[i])],
+          OffloadedKvStore::Create(
+              backend, layout,
+              TokenSelection::ArenaRows(arenas[g]->arena.view(), ContextCapacity(next), i), staging,
+              GeneratedCapacity(next)));
+    }
+    for (int64_t l : was) {
+      if (std::find(now.begin(), now.end(), l) != now.end()) continue;
+      MP_ASSIGN_OR_RETURN(fresh[static_cast<size_t>(l)],
+                          DeviceKvStore::Create(backend, layout, next.capacity));
+    }
+  }
+  for (size_t l = 0; l < stores_.size(); ++l) {
+    if (fresh[l] == nullptr) continue;
+    MP_ASSIGN_OR_RETURN(const SavedKvRows rows, BorrowRows(*stores_[l]));
+    Status s = fresh[l]->LoadRows(backend, 0, rows, stored_, length_);
+    if (!s.ok())
+      return Status(s.code(), "layer " + std::to_string(l) + ": " + std::string(s.message()));
+  }
+  // The copies out of the old stores and arenas are done before those are freed.
+  MP_RETURN_IF_ERROR(backend.Synchronize());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!arenas[g]) continue;
+    layers_[groups[g].filter].selection->SetHostTier(
+        groups[g].host_layers, std::move(arenas[g]->arena), ContextCapacity(next),
+        std::move(arenas[g]->packed));
+  }
+  offloaded_.clear();
+  for (size_t l = 0; l < stores_.size(); ++l) {
+    if (fresh[l] != nullptr) stores_[l] = std::move(fresh[l]);
+    if (after[l]) offloaded_.push_back(static_cast<OffloadedKvStore*>(stores_[l].get()));
+  }
+  staging_ = std::move(staging);
+  options_ = std::move(next);
   return OkStatus();
 }
 

@@ -59,6 +59,10 @@ struct SequenceOptions {
   bool split_kv_heads = true;
   // The sequence starts from a cached prefix (its first prefill step follows held rows).
   bool cached_prefix = false;
+  // The host tier was the memory plan's choice (kAuto), not the caller's: once the sequence is
+  // kept in the prefix cache, its host-tier layers may move back to the device where it has room
+  // (Relayout; SequenceTable::Keep).
+  bool host_tier_movable = false;
 };
 
 class Sequence {
@@ -131,6 +135,16 @@ class Sequence {
   // Its prefill pair counters start again at zero (on `backend`).
   Status TakeOver(Backend& backend, SequenceId id, const SequenceOptions& options,
                   int64_t length);
+  // A cached sequence laid out again: its first `host_layers` (-1: all) of HostTierCandidates keep
+  // their context rows in the host tier and the other selected layers on the device (fewer: rows
+  // move up; more: down), host-tier staging slots of `slot_rows` rows and no window. Its rows are
+  // cut to its context (the positions before its first decode step) and it is before its first step
+  // again, as a take-over at that length leaves it. Everything is allocated before anything
+  // moves: on failure (no memory) the layout is unchanged. Needs what TakeOver checks.
+  Status Relayout(Backend& backend, const ModelConfig& config, DType kv_dtype, int64_t host_layers,
+                  int64_t slot_rows);
+  // Selected layers whose context rows are in the host tier now.
+  int64_t host_layers() const { return static_cast<int64_t>(offloaded_.size()); }
   // Called before the first decode step runs (then nothing): positions before length() are the
   // context, later ones generated (OmniKV's selections and host-tier stores split at it).
   void BeginDecode();
@@ -153,6 +167,9 @@ class Sequence {
     int64_t layers = 0;
     std::span<const TokenRange> stored;
   };
+  // Every store cut to the positions before `length`, OmniKV's choices forgotten, before the first
+  // step again (TakeOver and Relayout, after CanTakeOver).
+  Status Rewind(Backend& backend, int64_t length);
   Status RestoreLayers(int64_t length, const SourceShape& src,
                        const std::function<Status(int64_t, std::span<const TokenRange>)>&
                            restore_layer);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "policy/head_groups.h"
 
 namespace millipede {
@@ -12,6 +13,10 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr size_t kFields = 5;  // ok, device need, device free, host need, host free
+// The follow-up step a kept sequence's host-tier layers leave room for when they move to the
+// device (MoveHostTierUp): a question after a document. A larger one moves layers back down at
+// its take-over (MakeRoomToTakeOver).
+constexpr int64_t kFollowUpRows = 16384;
 
 // Adds the seconds since its construction to `*total` when it ends.
 class AddSeconds {
@@ -97,6 +102,7 @@ Status SequenceTable::PlanLocal(SequenceOptions* options, int64_t ring_rows,
         static_cast<int64_t>(HostTierCandidates(options->policy).size());
     if (!one_memory && candidates > 0 && plan->total() > device.free_bytes) {
       options->selected_kv = SelectedKvTier::kHost;
+      options->host_tier_movable = true;
       for (options->host_tier_layers = 1; options->host_tier_layers < candidates;
            ++options->host_tier_layers) {
         MP_ASSIGN_OR_RETURN(*plan, Plan(*options, ring_rows));
@@ -162,6 +168,7 @@ Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* 
   // The same stores as the source's: its tier for selected layers, its head groups.
   options->selected_kv = src.selected_kv;
   options->host_tier_layers = src.host_tier_layers;
+  options->host_tier_movable = src.host_tier_movable;
   options->split_kv_heads = options->split_kv_heads && Sequence::SplitsKvHeads(src);
   options->cached_prefix = true;
   return OkStatus();
@@ -262,10 +269,87 @@ Status SequenceTable::Keep(SequenceId id) {
     return NotFoundError("sequence " + std::to_string(id) + " is not running");
   if (cached_.count(id) > 0 || saved_.count(id) > 0 || OnDisk(id))
     return FailedPreconditionError("the prefix cache already holds sequence " + std::to_string(id));
+  Sequence& kept = *it->second;
   cached_[id] = std::move(it->second);
   sequences_.erase(it);
   if (sequences_.empty()) ctx_.workspace->Release();
+  MoveHostTierUp(kept);
   return OkStatus();
+}
+
+StatusOr<int64_t> SequenceTable::FollowUpNeed(const Sequence& s, int64_t host_layers, int64_t step,
+                                              int64_t ring_rows) const {
+  SequenceOptions o = s.options();
+  o.selected_kv = SelectedKvTier::kHost;
+  o.host_tier_layers = host_layers;
+  o.step_tokens = step;
+  o.cached_prefix = true;
+  MP_ASSIGN_OR_RETURN(const SequenceMemoryPlan plan, Plan(o, ring_rows));
+  return plan.total();
+}
+
+StatusOr<int64_t> SequenceTable::RoomFor(const Sequence& s) const {
+  MP_ASSIGN_OR_RETURN(const BackendMemory device, ctx_.backend->Memory());
+  return device.free_bytes + s.KvBytes() - s.HostKvBytes();
+}
+
+void SequenceTable::MoveHostTierUp(Sequence& s) {
+  if (!s.options().host_tier_movable || s.host_layers() == 0) return;
+  const auto started = std::chrono::steady_clock::now();
+  const int64_t step = std::min(std::max<int64_t>(1, s.options().step_tokens), kFollowUpRows);
+  const int64_t ring_rows = std::max(s.options().capacity, step);
+  StatusOr<int64_t> room = RoomFor(s);
+  int64_t fits = s.host_layers();
+  for (int64_t m = 0; room.ok() && m < s.host_layers(); ++m) {
+    StatusOr<int64_t> need = FollowUpNeed(s, m, step, ring_rows);
+    if (need.ok() && *need <= *room) {
+      fits = m;
+      break;
+    }
+  }
+  if (!room.ok() || fits == s.host_layers()) return;
+  const int64_t before = s.host_layers(), host_bytes = s.HostKvBytes();
+  Status moved = s.Relayout(*ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, fits, step);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!moved.ok()) {
+    MP_LOG(WARNING) << "kept sequence " << s.id()
+                    << ": its host-tier layers stay in host memory: " << moved.ToString();
+    return;
+  }
+  load_s_ += seconds;
+  MP_LOG(INFO) << "kept sequence " << s.id() << ": " << before - s.host_layers()
+               << " host-tier layers moved to the device ("
+               << FormatBytes(host_bytes - s.HostKvBytes()) << " in " << seconds << " s), "
+               << s.host_layers() << " left in host memory";
+}
+
+Status SequenceTable::MakeRoomToTakeOver(Sequence& s, const SequenceOptions& options,
+                                         int64_t ring_rows) {
+  if (!s.options().host_tier_movable) return OkStatus();
+  const int64_t step = std::max<int64_t>(1, options.step_tokens);
+  const auto candidates = static_cast<int64_t>(HostTierCandidates(s.options().policy).size());
+  MP_ASSIGN_OR_RETURN(const int64_t room, RoomFor(s));
+  int64_t m = s.host_layers();
+  for (; m < candidates; ++m) {
+    MP_ASSIGN_OR_RETURN(const int64_t need, FollowUpNeed(s, m, step, ring_rows));
+    if (need <= room) break;
+  }
+  if (m == s.host_layers()) return OkStatus();
+  AddSeconds timed(&save_s_);
+  MP_LOG(INFO) << "sequence " << s.id() << ": " << m - s.host_layers()
+               << " more layers' context rows move to host memory for a follow-up step of " << step
+               << " tokens";
+  return s.Relayout(*ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, m, step);
+}
+
+Status SequenceTable::RelayoutCached(SequenceId id, int64_t host_layers) {
+  auto it = cached_.find(id);
+  if (it == cached_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not cached in backend memory");
+  Sequence& s = *it->second;
+  return s.Relayout(*ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, host_layers,
+                    std::max<int64_t>(1, s.options().step_tokens));
 }
 
 Status SequenceTable::Demote(SequenceId id) {
@@ -334,6 +418,7 @@ Status SequenceTable::TakeCached(SequenceId id, const SequenceOptions& options,
   auto it = cached_.find(prefix.from);
   if (local.ok()) local = it->second->CanTakeOver(options, prefix.length);
   Status made = ctx_.AgreeToContinue(local.ok());
+  if (made.ok()) made = MakeRoomToTakeOver(*it->second, options, ring_rows);
   if (made.ok())
     made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
   if (made.ok()) made = it->second->TakeOver(*ctx_.backend, id, options, prefix.length);

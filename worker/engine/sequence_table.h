@@ -48,6 +48,11 @@ class SequenceTable {
   // Moves running sequence `id` into the cache, its stores and length as they are; it runs no
   // more steps. NotFound when it is not running; FailedPrecondition when the cache has the id.
   Status Keep(SequenceId id);
+  // Lays cached sequence `id` out again with its first `host_layers` (-1: all) host-tier
+  // candidates in the host tier (Sequence::Relayout, slots for its own steps): what Keep and a
+  // take-over do on their own for a movable host tier. NotFound when it is not cached in backend
+  // memory.
+  Status RelayoutCached(SequenceId id, int64_t host_layers);
   // Moves cached sequence `id` to the host tier: its KV saved to host memory (SavedSequence),
   // its stores freed. NotFound when it is not cached in backend memory; a failed save (no host
   // memory) leaves it where it was.
@@ -104,6 +109,20 @@ class SequenceTable {
   // Allocates the step buffers and the sequence; every rank keeps it or none does.
   Status Allocate(SequenceId id, SequenceOptions options, int64_t ring_rows,
                   const std::optional<CachedPrefix>& prefix);
+  // A kept sequence whose host tier was the plan's choice (SequenceOptions::host_tier_movable):
+  // its host-tier layers move to the device as far as the device has room beside a follow-up
+  // step of up to kFollowUpRows tokens (Sequence::Relayout). Best effort: a failure is logged and
+  // leaves the layout as it was.
+  void MoveHostTierUp(Sequence& sequence);
+  // Before a take-over by a job of `options`: when the device lacks room for its step beside the
+  // sequence, host-tier layers move back down as far as needed (a movable host tier only).
+  Status MakeRoomToTakeOver(Sequence& sequence, const SequenceOptions& options, int64_t ring_rows);
+  // What a follow-up of steps of `step` tokens needs on the device with the first `host_layers`
+  // candidates of `s` in the host tier, and what the device has for it (its free memory and the
+  // sequence's own device memory, which the new layout replaces).
+  StatusOr<int64_t> FollowUpNeed(const Sequence& s, int64_t host_layers, int64_t step,
+                                 int64_t ring_rows) const;
+  StatusOr<int64_t> RoomFor(const Sequence& s) const;
   // The take-over start: `local` is this rank's verdict on the start so far.
   Status TakeCached(SequenceId id, const SequenceOptions& options, int64_t ring_rows,
                     const CachedPrefix& prefix, Status local);

@@ -28,6 +28,28 @@ Status KvStagingPool::ReserveWindow(int64_t rows) {
   return OkStatus();
 }
 
+Status KvStagingPool::ReserveSlots(int64_t rows) {
+  if (rows <= slot_rows()) return OkStatus();
+  return ResizeSlots(rows);
+}
+
+Status KvStagingPool::ResizeSlots(int64_t rows) {
+  rows = std::max<int64_t>(rows, 1);
+  for (const Slot& slot : slots_)
+    MP_REQUIRE(!slot.pending, "offloaded KV store: staging slots resized while rows wait in one");
+  // Allocated first, so that a failure changes nothing; the old slots' last copies and readers
+  // finish before they are freed.
+  KvBuffer fresh[2];
+  for (KvBuffer& b : fresh) {
+    MP_ASSIGN_OR_RETURN(b, KvBuffer::Create(backend_, layout_, rows));
+  }
+  MP_RETURN_IF_ERROR(backend_.Synchronize());
+  window_ = KvBuffer();
+  window_tag_ = {};
+  for (int i = 0; i < 2; ++i) slots_[i] = Slot{.rows = std::move(fresh[i])};
+  return OkStatus();
+}
+
 StatusOr<ConstKvRows> KvStagingPool::Joined(const OffloadedKvStore& owner, int64_t step_rows) {
   const Slot* slot = PendingOf(&owner);
   MP_REQUIRE(slot != nullptr && slot->written >= step_rows, "offloaded KV store: ", step_rows,

@@ -40,6 +40,13 @@ class KvStagingPool {
   // A window of at least `rows` rows (a sequence taken over by a job whose steps follow held
   // rows).
   Status ReserveWindow(int64_t rows);
+  // Slots of at least `rows` rows (a sequence taken over by a job of larger steps than its slots
+  // were sized for). Refused while a slot's rows wait to be copied out.
+  Status ReserveSlots(int64_t rows);
+  // Slots of exactly `rows` rows and no window (a cached sequence laid out again for smaller
+  // steps); refused as ReserveSlots is.
+  Status ResizeSlots(int64_t rows);
+  int64_t slot_rows() const { return slots_[0].rows.capacity(); }
 
  private:
   friend class OffloadedKvStore;

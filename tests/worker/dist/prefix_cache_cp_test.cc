@@ -49,6 +49,9 @@ struct Case {
   const char* policy_json;
   SelectedKvTier tier = SelectedKvTier::kAuto;
   bool every_length = false;  // the KV of any prefix is reusable (exact attention, all rows)
+  // The host tier as if the memory plan chose it (SequenceOptions::host_tier_movable): a kept
+  // sequence moves those layers to the device where there is room (always, on the CPU backend).
+  bool movable = false;
 };
 
 constexpr char kOmniKv[] = R"({"version": 1, "filter": {"top_k": 12},
@@ -70,6 +73,7 @@ const Case kCases[] = {
     // Selected layers 3, 4 and 7 in the host tier: later chunks read their held rows through the
     // window, a take-over keeps them in place.
     {"omnikv_host", kOmniKv, SelectedKvTier::kHost, true},
+    {"omnikv_movable", kOmniKv, SelectedKvTier::kHost, true, true},
 };
 
 class PrefixCacheCpTest : public ::testing::TestWithParam<Case> {
@@ -87,6 +91,7 @@ class PrefixCacheCpTest : public ::testing::TestWithParam<Case> {
                  std::optional<CachedPrefix> prefix = std::nullopt) {
     SequenceOptions o{kPrompt + static_cast<int64_t>(kDecode.size()), kPrompt, policy_};
     o.selected_kv = tier;
+    o.host_tier_movable = GetParam().movable && tier == SelectedKvTier::kHost;
     return engine_->StartSequence(id, o, prefix);
   }
 
@@ -264,6 +269,40 @@ TEST_P(PrefixCacheCpTest, TakeOverEqualsAnUncachedRun) {
   EXPECT_TRUE(Start(1).ok());
   Prefill(1, 0, kShorter, kShorter);
   ExpectSame(Finish(4, kShorter), Finish(1, kShorter));
+}
+
+// A movable host tier: kept, the layers move to the device (there is room); laid out again with
+// some or all of them in the host tier (what a take-over whose step lacks room does), then up
+// again, a copy and a take-over still equal an uncached run.
+TEST_P(PrefixCacheCpTest, MovableHostTierMovesBetweenTiers) {
+  if (!GetParam().movable) GTEST_SKIP() << "a movable host tier only";
+  const auto want = Reference(1);
+  ASSERT_TRUE(Start(2).ok());
+  Prefill(2, 0, kCached, kChunk);
+  const int64_t host_layers = engine_->sequence(2)->host_layers();
+  EXPECT_EQ(host_layers, 3);
+  EXPECT_GT(engine_->sequence(2)->HostKvBytes(), 0);
+  ASSERT_TRUE(engine_->KeepSequence(2).ok());
+  EXPECT_EQ(engine_->cached_sequence(2)->host_layers(), 0);
+  EXPECT_EQ(engine_->CachedHostKvBytes(), 0);
+  ASSERT_TRUE(engine_->RelayoutCached(2, 1).ok());
+  EXPECT_EQ(engine_->cached_sequence(2)->host_layers(), 1);
+  EXPECT_GT(engine_->CachedHostKvBytes(), 0);
+  ASSERT_TRUE(Start(3, CachedPrefix{2, kCached}).ok());
+  EXPECT_EQ(engine_->sequence(3)->host_layers(), 1);
+  ExpectSame(Finish(3, kCached), want);
+  engine_->EndSequence(3);
+  ASSERT_TRUE(engine_->RelayoutCached(2, -1).ok());
+  EXPECT_EQ(engine_->cached_sequence(2)->host_layers(), host_layers);
+  ASSERT_TRUE(engine_->RelayoutCached(2, 2).ok());
+  EXPECT_EQ(engine_->cached_sequence(2)->host_layers(), 2);
+  ASSERT_TRUE(Start(4, CachedPrefix{2, kCached, /*take=*/true}).ok());
+  ExpectSame(Finish(4, kCached), want);
+  // Kept after decoding: its generated rows are cut, its context moves up again.
+  ASSERT_TRUE(engine_->KeepSequence(4).ok());
+  EXPECT_EQ(engine_->cached_sequence(4)->host_layers(), 0);
+  EXPECT_EQ(engine_->cached_sequence(4)->length(), kPrompt);
+  EXPECT_EQ(engine_->RelayoutCached(9, 1).code(), StatusCode::kNotFound);
 }
 
 // The host tier: a kept sequence moved to host memory (Engine::DemoteCached, every store's held

@@ -15,10 +15,9 @@ void TokenSelection::SetHostTier(std::vector<int64_t> layers, BackendTensor aren
   loads_.assign(host_layers_.size(), CopyEvent{});
 }
 
-KvRows TokenSelection::HostRows(size_t i) const {
-  const int64_t block = static_cast<int64_t>(2 * i) * capacity_;
-  return KvRows{SliceRows(arena_.view(), block, capacity_),
-                SliceRows(arena_.view(), block + capacity_, capacity_)};
+KvRows TokenSelection::ArenaRows(const TensorView& arena, int64_t capacity, size_t i) {
+  const int64_t block = static_cast<int64_t>(2 * i) * capacity;
+  return KvRows{SliceRows(arena, block, capacity), SliceRows(arena, block + capacity, capacity)};
 }
 
 void TokenSelection::BeginDecode(int64_t context_end) {

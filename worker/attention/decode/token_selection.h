@@ -40,7 +40,9 @@ class TokenSelection {
   void SetHostTier(std::vector<int64_t> layers, BackendTensor arena, int64_t capacity,
                    BackendTensor packed);
   // Layer i's K and V in the arena ([capacity, kv_heads, head_dim] each).
-  KvRows HostRows(size_t i) const;
+  KvRows HostRows(size_t i) const { return ArenaRows(arena_.view(), capacity_, i); }
+  // The same in any such arena (one not set yet).
+  static KvRows ArenaRows(const TensorView& arena, int64_t capacity, size_t i);
   const std::vector<int64_t>& host_layers() const { return host_layers_; }
   // Positions from `context_end` on are generated (the sequence's first decode step): never
   // chosen, always attended to. Idempotent.
