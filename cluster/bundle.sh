@@ -10,11 +10,12 @@
 #     env.sh      `source bundle/env.sh` puts bin/ on PATH
 #     launch-gpu-node.sh, launch-cluster.sh, prometheus/, grafana/
 #
-#   cluster/bundle.sh [--build DIR] [--out FILE.tar.gz] [--include-mpi]
+#   cluster/bundle.sh [--build DIR] [--out FILE.tar.gz] [--include-mpi] [--cuda-from-node]
 #
 # MPI is left out by default: ranks must use the MPI library that matches the cluster's mpirun.
 # --include-mpi copies the MPI libraries too (for nodes with no MPI library at all that still
-# launch with a compatible mpirun). The C library, the dynamic loader and the GPU driver
+# launch with a compatible mpirun). --cuda-from-node leaves out the CUDA runtime, cuBLAS and NCCL
+# (nodes with the same CUDA major version installed): a bundle of tens of MB instead of hundreds. The C library, the dynamic loader and the GPU driver
 # (libcuda, libnvidia-*) always come from the node.
 set -euo pipefail
 
@@ -23,12 +24,13 @@ usage() {
 }
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-build="" out="" include_mpi=0
+build="" out="" include_mpi=0 cuda_from_node=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --include-mpi) include_mpi=1; shift ;;
+    --cuda-from-node) cuda_from_node=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bundle.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -55,6 +57,11 @@ system_lib() {
     linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|\
     libutil.so*|libcuda.so*|libnvidia-*|libnvcuvid*) return 0 ;;
   esac
+  if [[ $cuda_from_node -eq 1 ]]; then
+    case "$base" in
+      libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*) return 0 ;;
+    esac
+  fi
   if [[ $include_mpi -eq 0 ]]; then
     case "$base" in
       libmpi*|libopen-pal*|libopen-rte*|libopen-orted*|libpmix*|libhwloc*|libevent*|libucp*|\
