@@ -82,13 +82,9 @@ Status StepRunner::SendNextStep(bool* busy) {
   const auto now = Clock::now();
   for (const PlannedStart& start : planned.starts) {
     Job& job = *table_.jobs().at(start.job);
-    // No step of the job adds more than what its prompt has left after the cached prefix (a
-    // follow-up's workers need no step buffers for a whole document).
-    const int64_t to_prefill = std::max<int64_t>(
-        1, static_cast<int64_t>(job.descriptor.prompt_ids.size()) - start.prefix_tokens);
     plan.starts.push_back({.job = job.descriptor,
                            .capacity_per_rank = start.capacity_per_rank,
-                           .step_tokens = std::min(options_.max_step_tokens, to_prefill),
+                           .step_tokens = options_.max_step_tokens,
                            .prefix_from = start.prefix_from,
                            .prefix_tokens = start.prefix_tokens,
                            .prefix_take = start.prefix_take,

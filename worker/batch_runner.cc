@@ -107,6 +107,12 @@ Status BatchRunner::StartJob(const control::StepStart& start) {
                " tokens for a prompt of ", d.prompt_ids.size());
     prefix = CachedPrefix{static_cast<SequenceId>(start.prefix_from), start.prefix_tokens,
                           start.prefix_take};
+    // A take-over keeps the entry's stores as they are, sized for the entry's steps; the job's
+    // own steps, no more than what its prompt has left, need step buffers for no more (a
+    // question after a long document, whose step buffers were freed).
+    if (start.prefix_take)
+      options.step_tokens = std::min(
+          options.step_tokens, static_cast<int64_t>(d.prompt_ids.size()) - start.prefix_tokens);
   }
   // Every rank calls this with the same job: the memory plans are compared together.
   MP_RETURN_IF_ERROR(engine_.StartSequence(static_cast<SequenceId>(d.job_id), options, prefix));
