@@ -482,6 +482,7 @@ StatusOr<nlohmann::json> FollowUps(Engine& engine, int64_t length, int64_t new_t
                                 question_rows, engine.policy(), decode_rows};
   std::vector<double> ms;
   SequenceId from = kBenchSequence;
+  engine.ResetStats();
   for (int64_t q = 0; q < questions; ++q) {
     const SequenceId id = kBenchSequence + 1 + q;
     const std::vector<int32_t> ids =
@@ -499,9 +500,12 @@ StatusOr<nlohmann::json> FollowUps(Engine& engine, int64_t length, int64_t new_t
     MP_RETURN_IF_ERROR(engine.KeepSequence(id));
     from = id;
   }
+  // Every question's phases together (with --profile, synchronised at their boundaries).
+  MP_ASSIGN_OR_RETURN(nlohmann::json stats, GatherStats(engine, engine.stats()));
   const int64_t host_kv = engine.CachedHostKvBytes();
   engine.DropCached(from);
   return nlohmann::json{{"bench", "e2e-follow-up"},
+                        {"follow_up_stats", stats},
                         {"backend", BackendKindName(engine.backend().kind())},
                         {"ranks", comm.size()},
                         {"document", length},

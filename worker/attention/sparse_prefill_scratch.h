@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "worker/attention/kv_fetch.h"
 #include "worker/attention/prefill_pattern_variant.h"
@@ -28,6 +29,10 @@ struct SparsePrefillScratch {
   // top-k read back, and the selected columns and diagonals [kv_heads, width] (I64).
   BackendTensor vs_q_pos, vs_k_pos, vs_scores, vs_diag, vs_top_index, vs_top_value;
   BackendTensor vs_columns, vs_diagonals;
+  // The key ranges vs_k_pos holds the positions of: every layer of a step has the same keys, so
+  // the positions (a million at a million-token context) are uploaded once a step, not once a
+  // layer.
+  std::vector<TokenRange> vs_k_pos_ranges;
   // Block-sparse plans (block_sparse_pattern.h): query and key runs, and the block sums
   // [blocks, kv_heads, d] with their counts [blocks] (F32).
   BackendTensor bs_runs, bs_q_sums, bs_q_counts, bs_k_sums, bs_k_counts;

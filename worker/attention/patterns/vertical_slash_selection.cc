@@ -15,6 +15,15 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Where row `row` of keys held as `ranges` (increasing) sits: `starts` holds each range's first
+// row.
+int64_t PositionOfRow(std::span<const TokenRange> ranges, std::span<const int64_t> starts,
+                      int64_t row) {
+  const size_t r =
+      static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), row) - starts.begin()) - 1;
+  return ranges[r].begin + (row - starts[r]);
+}
+
 // Selections [rows][...] packed into [rows, width] with -1 padding.
 std::vector<int64_t> Pack(const std::vector<std::vector<int64_t>>& rows, int64_t* width) {
   *width = 0;
@@ -39,7 +48,13 @@ StatusOr<std::vector<std::vector<int64_t>>> VerticalSlashHeads::SelectColumns(
   const int64_t k = std::min(*std::max_element(budget.begin(), budget.end()), length);
   MP_ASSIGN_OR_RETURN(const HostTopK top,
                       TopKToHost(b, scores, k, &env.sparse.vs_top_index, &env.sparse.vs_top_value));
-  const std::vector<int64_t> positions = RangePositions(ranges);
+  // Rows map to positions through the ranges (a million keys need no list of positions).
+  std::vector<int64_t> starts;
+  int64_t rows = 0;
+  for (const TokenRange& r : ranges) {
+    starts.push_back(rows);
+    rows += r.size();
+  }
   std::vector<std::vector<int64_t>> selected(heads_.size());
   std::vector<int64_t> distinct = budget;
   std::sort(distinct.begin(), distinct.end());
@@ -52,12 +67,13 @@ StatusOr<std::vector<std::vector<int64_t>>> VerticalSlashHeads::SelectColumns(
     for (int64_t g = 0; g < kv_heads; ++g) {
       if (budget[g] == v) {
         const int64_t forced = std::min(kForcedColumns, v);
-        for (int64_t p : positions)
-          if (p < forced) candidates.push_back({kInf, p});
+        for (const TokenRange& r : ranges)
+          for (int64_t p = r.begin; p < std::min(r.end, forced); ++p)
+            candidates.push_back({kInf, p});
         for (int64_t i = 0; i < k; ++i) {
           const int32_t row = top.index[static_cast<size_t>(g * k + i)];
           if (row < 0) break;
-          const int64_t p = positions[static_cast<size_t>(row)];
+          const int64_t p = PositionOfRow(ranges, starts, row);
           if (p >= forced) candidates.push_back({top.value[static_cast<size_t>(g * k + i)], p});
         }
       }
@@ -116,10 +132,21 @@ Status VerticalSlashHeads::Plan(AttentionEnv& env, const PrefillInput& in, Const
   MP_ASSIGN_OR_RETURN(ConstTensorView lse, observed_.GlobalLse(env, q, begin, mine, mine_ranges));
   std::vector<int64_t> q_positions(static_cast<size_t>(observe));
   std::iota(q_positions.begin(), q_positions.end(), begin);
-  const std::vector<int64_t> k_positions = RangePositions(mine_ranges);
   MP_ASSIGN_OR_RETURN(TensorView q_pos, UploadI64(b, &env.sparse.vs_q_pos, q_positions));
-  MP_ASSIGN_OR_RETURN(TensorView k_pos, UploadI64(b, &env.sparse.vs_k_pos, k_positions));
-  const int64_t n_k = static_cast<int64_t>(k_positions.size());
+  const int64_t n_k = TotalSize(mine_ranges);
+  // The keys' positions: the same for every layer of a step, uploaded when they change.
+  std::vector<TokenRange>& uploaded = env.sparse.vs_k_pos_ranges;
+  if (env.sparse.vs_k_pos.view().data == nullptr ||
+      !std::equal(uploaded.begin(), uploaded.end(), mine_ranges.begin(), mine_ranges.end(),
+                  [](const TokenRange& a, const TokenRange& c) {
+                    return a.begin == c.begin && a.end == c.end;
+                  })) {
+    uploaded.clear();
+    MP_RETURN_IF_ERROR(UploadI64(b, &env.sparse.vs_k_pos, RangePositions(mine_ranges)).status());
+    uploaded.assign(mine_ranges.begin(), mine_ranges.end());
+  }
+  MP_ASSIGN_OR_RETURN(const TensorView k_pos,
+                      Reshape(SliceRows(env.sparse.vs_k_pos.view(), 0, n_k), Shape{n_k}));
   MP_ASSIGN_OR_RETURN(TensorView scores,
                       ScratchBuffer(b, &env.sparse.vs_scores, DType::kF32, Shape{kv_heads, n_k}));
   MP_ASSIGN_OR_RETURN(TensorView diag, ScratchBuffer(b, &env.sparse.vs_diag, DType::kF32,
