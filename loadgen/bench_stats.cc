@@ -72,6 +72,7 @@ BenchSummary Summarize(const std::vector<RequestRecord>& records, double duratio
     if (r.outcome != Outcome::kOk) continue;
     s.prompt_tokens += r.prompt_tokens;
     s.output_tokens += r.output_tokens;
+    if (r.cached_tokens > 0) s.cached_tokens += r.cached_tokens;
     e2e.push_back(r.end_s - r.start_s);
     const std::vector<double>& t = r.output_times_s;
     if (t.empty()) continue;

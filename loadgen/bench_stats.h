@@ -35,6 +35,10 @@ struct RequestRecord {
   // whose chunks carry one token or several whose text completes together).
   std::vector<double> output_times_s;
   int64_t output_tokens = 0;  // tokens generated, as the server counted them
+  int64_t document = -1;      // the document its prompt starts with (-1: none)
+  // Prompt tokens whose KV came from the server's prefix cache, as it reported them (-1: not
+  // reported).
+  int64_t cached_tokens = -1;
 };
 
 // Distribution of a sample. Percentiles interpolate linearly between order statistics (numpy's
@@ -65,6 +69,7 @@ struct BenchSummary {
   std::map<std::string, std::string> failure_examples;  // the first message of each code
   double duration_s = 0;
   int64_t prompt_tokens = 0;           // of kOk requests
+  int64_t cached_tokens = 0;           // of kOk requests that reported them
   int64_t output_tokens = 0;           // of kOk requests
   double request_throughput = 0;       // kOk requests / s
   double output_token_throughput = 0;  // output tokens / s

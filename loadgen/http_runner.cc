@@ -36,7 +36,7 @@ class Slots {
 
 std::string RequestBody(const PlannedRequest& plan, const RunOptions& o) {
   Json body = {{"model", o.model},
-               {"prompt", PromptIds(o.seed, plan.index, plan.prompt_tokens, o.vocab_size)},
+               {"prompt", RequestPromptIds(o.seed, plan, o.document_tokens, o.vocab_size)},
                {"max_tokens", plan.output_tokens},
                {"temperature", 0},
                {"ignore_eos", true},
@@ -91,6 +91,11 @@ class StreamReader {
     const Json& usage = chunk->value("usage", Json());
     if (usage.is_object() && usage.value("completion_tokens", Json()).is_number_integer()) {
       r_.output_tokens = usage["completion_tokens"].get<int64_t>();
+    }
+    if (usage.is_object() && usage.contains("prompt_tokens_details") &&
+        usage["prompt_tokens_details"].is_object() &&
+        usage["prompt_tokens_details"].value("cached_tokens", Json()).is_number_integer()) {
+      r_.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
     }
     return CancelIfDue();
   }

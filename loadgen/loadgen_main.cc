@@ -32,6 +32,10 @@ Lengths (tokens):
   --output-len N|A:B     output length (default 128)
   --mix W:P:O,...        classes of weight W, prompt P and output O instead of the two above
   --place T:P:O          also send a request of P + O tokens at T seconds (repeatable)
+Shared documents (the prefix cache's workload):
+  --documents N:T        N documents of T tokens; a share of the arrivals (below) start with one
+                         of them, drawn uniformly, before their own prompt of the length above
+  --document-share F     that share, in [0, 1] (default 0.8)
 Cancels:
   --cancel-fraction F    cancel (RPC) or disconnect (HTTP) this share of the requests at a
                          random point: during prefill or after some output (default 0)
@@ -83,6 +87,11 @@ StatusOr<WorkloadOptions> WorkloadFromFlags(const Flags& f) {
     MP_ASSIGN_OR_RETURN(PlacedRequest placed, ParsePlacedRequest(p));
     w.placed.push_back(placed);
   }
+  if (auto docs = f.Get("documents")) {
+    MP_ASSIGN_OR_RETURN(w.documents, ParseDocuments(*docs));
+  }
+  MP_REQUIRE(!f.Has("document-share") || f.Has("documents"), "--document-share needs --documents");
+  MP_ASSIGN_OR_RETURN(w.documents.share, f.GetDouble("document-share", w.documents.share));
   MP_ASSIGN_OR_RETURN(w.cancel_fraction, f.GetDouble("cancel-fraction", 0));
   MP_ASSIGN_OR_RETURN(int64_t seed, f.GetInt("seed", 0));
   w.seed = static_cast<uint64_t>(seed);
@@ -90,9 +99,10 @@ StatusOr<WorkloadOptions> WorkloadFromFlags(const Flags& f) {
   return w;
 }
 
-StatusOr<RunOptions> RunOptionsFromFlags(const Flags& f, uint64_t seed) {
+StatusOr<RunOptions> RunOptionsFromFlags(const Flags& f, const WorkloadOptions& w) {
   RunOptions o;
-  o.seed = seed;
+  o.seed = w.seed;
+  o.document_tokens = w.documents.tokens;
   MP_ASSIGN_OR_RETURN(o.vocab_size, f.GetInt("vocab-size", 0));
   MP_REQUIRE(o.vocab_size >= 0, "--vocab-size must be positive");
   MP_ASSIGN_OR_RETURN(o.max_concurrency, f.GetInt("max-concurrency", 0));
@@ -127,6 +137,10 @@ Json ConfigJson(const Flags& f, const WorkloadOptions& w, const RunOptions& o) {
           {"output_len", {w.lengths.output.lo, w.lengths.output.hi}},
           {"mix", mix},
           {"placed", placed},
+          {"documents",
+           {{"count", w.documents.count},
+            {"tokens", w.documents.tokens},
+            {"share", w.documents.count > 0 ? Json(w.documents.share) : Json()}}},
           {"cancel_fraction", w.cancel_fraction},
           {"max_concurrency", o.max_concurrency},
           {"request_timeout_s", o.request_timeout_s},
@@ -206,7 +220,7 @@ StatusOr<int> Run(const Flags& f) {
   MP_REQUIRE(f.positional().empty(), "unexpected argument \"",
              f.positional().empty() ? "" : f.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(WorkloadOptions workload, WorkloadFromFlags(f));
-  MP_ASSIGN_OR_RETURN(RunOptions options, RunOptionsFromFlags(f, workload.seed));
+  MP_ASSIGN_OR_RETURN(RunOptions options, RunOptionsFromFlags(f, workload));
   MP_ASSIGN_OR_RETURN(double wait_idle_s, f.GetDouble("wait-idle-s", 0));
   MP_REQUIRE(!f.Has("wait-idle-s") || f.Has("metrics-url"), "--wait-idle-s needs --metrics-url");
   MP_ASSIGN_OR_RETURN(std::vector<PlannedRequest> plan, PlanWorkload(workload));
@@ -240,7 +254,7 @@ int Main(int argc, char** argv) {
                          "arrival", "seed",    "max-concurrency", "prompt-len",        "output-len",
                          "mix",     "place",   "cancel-fraction", "request-timeout-s", "vocab-size",
                          "model",   "api-key", "metrics-url",     "wait-idle-s",       "json",
-                         "quiet",   "help"});
+                         "quiet",   "help",    "documents",       "document-share"});
   if (!known.ok()) return Fail(known);
   StatusOr<int> rc = Run(*flags);
   if (!rc.ok()) return Fail(rc.status());

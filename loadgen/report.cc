@@ -1,5 +1,6 @@
 #include "loadgen/report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace millipede::loadgen {
@@ -16,6 +17,22 @@ std::vector<RequestRecord> Select(const std::vector<RequestRecord>& records, boo
     if (r.placed == placed) out.push_back(r);
   }
   return out;
+}
+
+// The arrivals about a document (`about` true) or not.
+std::vector<RequestRecord> AboutDocuments(const std::vector<RequestRecord>& records, bool about) {
+  std::vector<RequestRecord> out;
+  for (const RequestRecord& r : records) {
+    if (!r.placed && (r.document >= 0) == about) out.push_back(r);
+  }
+  return out;
+}
+
+bool AnyDocument(const std::vector<RequestRecord>& records) {
+  for (const RequestRecord& r : records) {
+    if (r.document >= 0) return true;
+  }
+  return false;
 }
 
 bool AnyPlaced(const std::vector<RequestRecord>& records) {
@@ -51,6 +68,7 @@ Json SummaryJson(const BenchSummary& s) {
           {"failure_examples", s.failure_examples},
           {"duration_s", s.duration_s},
           {"prompt_tokens", s.prompt_tokens},
+          {"cached_tokens", s.cached_tokens},
           {"output_tokens", s.output_tokens},
           {"request_throughput", s.request_throughput},
           {"output_token_throughput", s.output_token_throughput},
@@ -72,6 +90,8 @@ Json RecordJson(const RequestRecord& r) {
             {"start_s", r.start_s},
             {"e2e_s", r.end_s - r.start_s}};
   if (r.cancel_after_tokens) j["cancel_after_tokens"] = *r.cancel_after_tokens;
+  if (r.document >= 0) j["document"] = r.document;
+  if (r.cached_tokens >= 0) j["cached_tokens"] = r.cached_tokens;
   if (!r.output_times_s.empty()) j["ttft_s"] = r.output_times_s.front() - r.start_s;
   if (r.outcome == Outcome::kFailed) {
     j["failure_code"] = r.failure_code;
@@ -89,6 +109,10 @@ Json ReportJson(const Json& config, const std::vector<RequestRecord>& records) {
     for (const RequestRecord& r : Select(records, true)) placed.push_back(RecordJson(r));
     report["placed"] = placed;
   }
+  if (AnyDocument(records)) {
+    report["about_documents"] = SummaryJson(Summarize(AboutDocuments(records, true), duration));
+    report["other_prompts"] = SummaryJson(Summarize(AboutDocuments(records, false), duration));
+  }
   Json all = Json::array();
   for (const RequestRecord& r : records) all.push_back(RecordJson(r));
   report["requests"] = all;
@@ -103,6 +127,11 @@ void PrintSummary(std::ostream& out, const std::string& title, const BenchSummar
   for (const auto& [code, count] : s.failures) {
     out << "  failed " << count << " x " << code << ": " << s.failure_examples.at(code) << "\n";
   }
+  if (s.cached_tokens > 0) {
+    out << "  prompt tokens " << s.prompt_tokens << ", from the prefix cache " << s.cached_tokens
+        << Format(" (%.1f%%)\n", 100.0 * static_cast<double>(s.cached_tokens) /
+                                     static_cast<double>(std::max<int64_t>(1, s.prompt_tokens)));
+  }
   out << Format("  duration %.2f s; %.3f req/s", s.duration_s, s.request_throughput)
       << Format("; output %.1f tok/s; total %.1f tok/s\n", s.output_token_throughput,
                 s.total_token_throughput);
@@ -116,6 +145,11 @@ void PrintSummary(std::ostream& out, const std::string& title, const BenchSummar
 void PrintReport(std::ostream& out, const std::vector<RequestRecord>& records) {
   const double duration = RunDuration(records);
   PrintSummary(out, "all requests", Summarize(records, duration));
+  if (AnyDocument(records)) {
+    PrintSummary(out, "questions about documents",
+                 Summarize(AboutDocuments(records, true), duration));
+    PrintSummary(out, "other prompts", Summarize(AboutDocuments(records, false), duration));
+  }
   if (!AnyPlaced(records)) return;
   PrintSummary(out, "arrivals", Summarize(Select(records, false), duration));
   for (const RequestRecord& r : Select(records, true)) {

@@ -96,6 +96,7 @@ class Callback final : public rpc::JobCallback::Server {
   }
   kj::Promise<void> complete(CompleteContext context) override {
     r_->record.output_tokens = context.getParams().getCompletion().getIds().size();
+    r_->record.cached_tokens = context.getParams().getCompletion().getCachedTokens();
     r_->End(Outcome::kOk);
     return kj::READY_NOW;
   }
@@ -117,7 +118,7 @@ class Callback final : public rpc::JobCallback::Server {
 void BuildSpec(const RpcRequest& r, rpc::JobSpec::Builder spec) {
   const RunOptions& o = r.ctx.options;
   const std::vector<int32_t> ids =
-      PromptIds(o.seed, r.plan.index, r.plan.prompt_tokens, o.vocab_size);
+      RequestPromptIds(o.seed, r.plan, o.document_tokens, o.vocab_size);
   auto list = spec.getPrompt().initIds(static_cast<unsigned>(ids.size()));
   for (size_t i = 0; i < ids.size(); ++i) list.set(static_cast<unsigned>(i), ids[i]);
   spec.setMaxNewTokens(r.plan.output_tokens);

@@ -15,6 +15,7 @@ RequestRecord RecordFor(const PlannedRequest& plan) {
   r.prompt_tokens = plan.prompt_tokens;
   r.requested_output_tokens = plan.output_tokens;
   r.cancel_after_tokens = plan.cancel_after_tokens;
+  r.document = plan.document;
   return r;
 }
 

@@ -25,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 
 struct RunOptions {
   int64_t vocab_size = 0;        // prompt ids are drawn from [0, vocab_size)
-  uint64_t seed = 0;             // the prompts' seed (PromptIds)
+  uint64_t seed = 0;             // the prompts' seed (RequestPromptIds)
+  int64_t document_tokens = 0;   // the documents' length (DocumentSpec)
   int64_t max_concurrency = 0;   // requests in flight at most; 0 = no limit
   double request_timeout_s = 0;  // a request still running this long after its send fails
                                  // ("timeout") and is cancelled; 0 = no limit

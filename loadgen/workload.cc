@@ -129,6 +129,11 @@ Status ValidateWorkload(const WorkloadOptions& o) {
     MP_REQUIRE(p.at_s >= 0 && std::isfinite(p.at_s), "placed requests need a time >= 0");
     MP_REQUIRE(p.prompt_tokens >= 1 && p.output_tokens >= 1, "placed lengths must be >= 1");
   }
+  MP_REQUIRE(o.documents.count >= 0, "the number of documents must be >= 0");
+  MP_REQUIRE(o.documents.count == 0 || o.documents.tokens >= 1,
+             "documents need at least one token, got ", o.documents.tokens);
+  MP_REQUIRE(o.documents.share >= 0 && o.documents.share <= 1,
+             "the document share must be in [0, 1], got ", o.documents.share);
   MP_REQUIRE(o.cancel_fraction >= 0 && o.cancel_fraction <= 1,
              "the cancel fraction must be in [0, 1], got ", o.cancel_fraction);
   return OkStatus();
@@ -138,13 +143,19 @@ StatusOr<std::vector<PlannedRequest>> PlanWorkload(const WorkloadOptions& option
   MP_RETURN_IF_ERROR(ValidateWorkload(options));
   std::vector<PlannedRequest> plan;
   for (const PlacedRequest& p : options.placed) {
-    plan.push_back(PlannedRequest{0, p.at_s, p.prompt_tokens, p.output_tokens, true, {}});
+    plan.push_back(PlannedRequest{0, p.at_s, p.prompt_tokens, p.output_tokens, true, {}, -1});
   }
   Rng lengths(StreamSeed(options.seed, 2));
+  Rng documents(StreamSeed(options.seed, 5));
+  const DocumentSpec& docs = options.documents;
   for (double t : ArrivalTimes(options)) {
     PlannedRequest r;
     r.send_at_s = t;
     DrawLengths(options.lengths, lengths, &r);
+    if (docs.count > 0 && documents.Uniform() < docs.share) {
+      r.document = documents.Between(0, docs.count - 1);
+      r.prompt_tokens += docs.tokens;
+    }
     plan.push_back(r);
   }
   std::stable_sort(plan.begin(), plan.end(), [](const PlannedRequest& a, const PlannedRequest& b) {
@@ -160,6 +171,29 @@ std::vector<int32_t> PromptIds(uint64_t seed, int64_t index, int64_t length, int
   std::vector<int32_t> ids(static_cast<size_t>(length));
   for (int32_t& id : ids) id = static_cast<int32_t>(rng.Between(0, vocab_size - 1));
   return ids;
+}
+
+std::vector<int32_t> RequestPromptIds(uint64_t seed, const PlannedRequest& request,
+                                      int64_t document_tokens, int64_t vocab_size) {
+  if (request.document < 0)
+    return PromptIds(seed, request.index, request.prompt_tokens, vocab_size);
+  // Documents are keyed below every request's index: -1 - document.
+  std::vector<int32_t> ids = PromptIds(seed, -1 - request.document, document_tokens, vocab_size);
+  const std::vector<int32_t> own =
+      PromptIds(seed, request.index, request.prompt_tokens - document_tokens, vocab_size);
+  ids.insert(ids.end(), own.begin(), own.end());
+  return ids;
+}
+
+StatusOr<DocumentSpec> ParseDocuments(const std::string& text) {
+  const std::vector<std::string> f = Split(text, ':');
+  MP_REQUIRE(f.size() == 2, "--documents is COUNT:TOKENS, got \"", text, "\"");
+  DocumentSpec d;
+  MP_ASSIGN_OR_RETURN(d.count, ParseInt64(f[0], "--documents count"));
+  MP_ASSIGN_OR_RETURN(d.tokens, ParseInt64(f[1], "--documents tokens"));
+  MP_REQUIRE(d.count >= 1 && d.tokens >= 1, "--documents needs COUNT and TOKENS >= 1, got \"", text,
+             "\"");
+  return d;
 }
 
 StatusOr<LengthRange> ParseLengthRange(const std::string& text, const std::string& what) {

@@ -44,6 +44,15 @@ struct PlacedRequest {
   int64_t output_tokens = 0;
 };
 
+// Questions about shared documents (the prefix cache's workload): `share` of the arrivals start
+// with one of `count` documents of `tokens` tokens each, drawn uniformly, followed by their own
+// prompt of the drawn length; the others are fresh prompts. count 0: none.
+struct DocumentSpec {
+  int64_t count = 0;
+  int64_t tokens = 0;
+  double share = 0.8;
+};
+
 struct WorkloadOptions {
   // Requests per second; infinity sends every request at time 0.
   double rate = std::numeric_limits<double>::infinity();
@@ -53,6 +62,7 @@ struct WorkloadOptions {
   std::optional<double> duration_s;
   LengthSpec lengths;
   std::vector<PlacedRequest> placed;
+  DocumentSpec documents;
   // Share of the requests (arrivals and placed alike) cancelled mid-way, in [0, 1].
   double cancel_fraction = 0;
   uint64_t seed = 0;
@@ -62,13 +72,15 @@ struct WorkloadOptions {
 struct PlannedRequest {
   int64_t index = 0;  // position in the plan (send order)
   double send_at_s = 0;
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;  // a document's tokens included
   int64_t output_tokens = 0;
   bool placed = false;  // from WorkloadOptions::placed, not the arrival process
   // Cancel (or disconnect) once this many output tokens have arrived; 0 = during prefill (at the
   // first prefill progress report, or the first token if none comes first). Always below
   // output_tokens, so the cancel is sent before the last token.
   std::optional<int64_t> cancel_after_tokens;
+  // The document its prompt starts with (DocumentSpec), -1: none.
+  int64_t document = -1;
 };
 
 // Checks the options: positive rate, a stop condition (a duration needs a finite rate), lengths
@@ -83,12 +95,19 @@ StatusOr<std::vector<PlannedRequest>> PlanWorkload(const WorkloadOptions& option
 // index) so a request's prompt does not depend on the others.
 std::vector<int32_t> PromptIds(uint64_t seed, int64_t index, int64_t length, int64_t vocab_size);
 
+// The whole prompt of `request`: the ids of its document (the same for every request about it:
+// PromptIds keyed by the document, apart from every request's), then PromptIds of its own part.
+std::vector<int32_t> RequestPromptIds(uint64_t seed, const PlannedRequest& request,
+                                      int64_t document_tokens, int64_t vocab_size);
+
 // Parsers for the command line. "N" or "A:B" (inclusive, 1 <= A <= B).
 StatusOr<LengthRange> ParseLengthRange(const std::string& text, const std::string& what);
 // "W:P:O,W:P:O,..." (weight:prompt_tokens:output_tokens).
 StatusOr<std::vector<LengthClass>> ParseLengthMix(const std::string& text);
 // "T:P:O" (seconds:prompt_tokens:output_tokens).
 StatusOr<PlacedRequest> ParsePlacedRequest(const std::string& text);
+// "N:T" (documents:tokens each).
+StatusOr<DocumentSpec> ParseDocuments(const std::string& text);
 // A positive number of requests per second or "inf".
 StatusOr<double> ParseRate(const std::string& text);
 

@@ -149,7 +149,69 @@ TEST(WorkloadTest, PromptIdsAreSeededPerRequestAndInTheVocabulary) {
   EXPECT_TRUE(std::equal(a.begin(), a.end(), longer.begin()));
 }
 
+// Shared documents: about the share of the arrivals start with one, every document is drawn,
+// and requests about one document share its ids and then differ.
+TEST(WorkloadTest, DocumentsTakeTheirShareAndShareTheirIds) {
+  WorkloadOptions o = Options(2000, INFINITY, ArrivalProcess::kPoisson);
+  o.documents = {.count = 3, .tokens = 50, .share = 0.8};
+  auto plan = Plan(o);
+  ASSERT_EQ(plan.size(), 2000u);
+  int64_t about = 0;
+  std::set<int64_t> documents;
+  for (const PlannedRequest& r : plan) {
+    if (r.document < 0) {
+      EXPECT_EQ(r.prompt_tokens, 10);
+      continue;
+    }
+    ++about;
+    documents.insert(r.document);
+    EXPECT_LT(r.document, 3);
+    EXPECT_EQ(r.prompt_tokens, 60);
+  }
+  EXPECT_NEAR(static_cast<double>(about) / 2000.0, 0.8, 0.04);
+  EXPECT_EQ(documents.size(), 3u);
+  // The first two requests about one document: the same 50 ids, then their own 10.
+  auto about_doc = [&](int64_t document, size_t from) {
+    for (size_t i = from; i < plan.size(); ++i)
+      if (plan[i].document == document || (document < 0 && plan[i].document >= 0)) return i;
+    return plan.size();
+  };
+  const size_t i = about_doc(-1, 0);
+  ASSERT_LT(i, plan.size());
+  const size_t j = about_doc(plan[i].document, i + 1);
+  ASSERT_LT(j, plan.size());
+  const auto a = RequestPromptIds(1, plan[i], 50, 1000), b = RequestPromptIds(1, plan[j], 50, 1000);
+  ASSERT_EQ(a.size(), 60u);
+  ASSERT_EQ(b.size(), 60u);
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 50, b.begin()));
+  EXPECT_FALSE(std::equal(a.begin() + 50, a.end(), b.begin() + 50));
+  // Another document's ids differ.
+  const size_t k = about_doc((plan[i].document + 1) % 3, 0);
+  ASSERT_LT(k, plan.size());
+  const auto c = RequestPromptIds(1, plan[k], 50, 1000);
+  EXPECT_FALSE(std::equal(a.begin(), a.begin() + 50, c.begin()));
+  // A fresh prompt is the request's own ids, as before documents existed.
+  PlannedRequest fresh;
+  fresh.index = 5;
+  fresh.prompt_tokens = 10;
+  EXPECT_EQ(RequestPromptIds(1, fresh, 50, 1000), PromptIds(1, 5, 10, 1000));
+  // No documents, no change to the plan.
+  o.documents = {};
+  for (const PlannedRequest& r : Plan(o)) EXPECT_EQ(r.document, -1);
+  o.documents = {.count = 2, .tokens = 0};
+  EXPECT_FALSE(ValidateWorkload(o).ok());
+  o.documents = {.count = 2, .tokens = 5, .share = 1.5};
+  EXPECT_FALSE(ValidateWorkload(o).ok());
+}
+
 TEST(WorkloadTest, Parsers) {
+  auto docs = ParseDocuments("4:131072");
+  ASSERT_TRUE(docs.ok()) << docs.status().ToString();
+  EXPECT_EQ(docs->count, 4);
+  EXPECT_EQ(docs->tokens, 131072);
+  for (const char* bad : {"", "4", "0:10", "2:0", "a:1", "1:2:3"}) {
+    EXPECT_FALSE(ParseDocuments(bad).ok()) << bad;
+  }
   EXPECT_EQ(ParseLengthRange("12", "x")->lo, 12);
   EXPECT_EQ(ParseLengthRange("3:9", "x")->hi, 9);
   for (const char* bad : {"", "0", "9:3", "a", "1:2:3", "-4"}) {

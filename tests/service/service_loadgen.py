@@ -2,7 +2,9 @@
   loadgen  24 requests of mixed lengths at a high rate, at most 4 in flight, a quarter of them
            cancelled (RPC) or disconnected (HTTP) mid-way, over both APIs; every request ends as
            planned (none failed), the service ends every job, and afterwards the workers hold no
-           KV and no job runs or waits. No timing is asserted.
+           KV and no job runs or waits. Then questions about two shared documents, one at a
+           time: each question after the first about its document reuses the document's KV
+           (cached_tokens in the report), fresh prompts reuse nothing. No timing is asserted.
 """
 
 import json
@@ -86,6 +88,33 @@ def wait_idle(svc, api, timeout=10):
                  f"{svc.metric('millipede_requests_running')} did not return to 0")
 
 
+def check_documents(svc, out):
+    """--documents: 12 requests one at a time, about 80% of them about one of two documents of
+    256 tokens (16 whole blocks of the prefix cache) before their own 20."""
+    cmd = [os.path.join(svc.bin_dir, "millipede-loadgen"), "--rpc", svc.server,
+           "--num-requests", "12", "--rate", "inf", "--seed", "5", "--documents", "2:256",
+           "--prompt-len", "20", "--output-len", "4", "--max-concurrency", "1", "--json", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    check(r.returncode == 0, f"loadgen --documents: rc={r.returncode}\n{r.stdout}\n{r.stderr}")
+    check("questions about documents" in r.stdout, f"no documents table: {r.stdout}")
+    with open(out) as f:
+        report = json.load(f)
+    seen, repeats = set(), 0
+    for q in report["requests"]:
+        check(q["outcome"] == "ok", f"documents: {q}")
+        doc = q.get("document")
+        if doc is None:
+            check(q["prompt_tokens"] == 20 and q["cached_tokens"] == 0, f"fresh prompt: {q}")
+        elif doc in seen:
+            repeats += 1
+            check(q["prompt_tokens"] == 276 and q["cached_tokens"] == 256,
+                  f"a question about document {doc} did not reuse it: {q}")
+        else:
+            seen.add(doc)
+    check(repeats >= 1 and report["about_documents"]["cached_tokens"] == 256 * repeats,
+          f"documents: {repeats} repeated questions, {report['about_documents']}")
+
+
 def scenario_loadgen(bin_dir, model):
     work = os.path.dirname(model)
     svc = Service(bin_dir, model, http=True)
@@ -121,5 +150,6 @@ def scenario_loadgen(bin_dir, model):
               f"http: the service ended {delta}")
         check(1 <= delta["cancelled"] <= report["summary"]["cancelled"],
               f"http: the service cancelled {delta}, loadgen {report['summary']}")
+        check_documents(svc, os.path.join(work, "loadgen-docs.json"))
     finally:
         svc.stop()
