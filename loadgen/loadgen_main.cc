@@ -36,6 +36,8 @@ Shared documents (the prefix cache's workload):
   --documents N:T        N documents of T tokens; a share of the arrivals (below) start with one
                          of them, drawn uniformly, before their own prompt of the length above
   --document-share F     that share, in [0, 1] (default 0.8)
+  --warm-documents       first send one request about each document, one at a time, and start
+                         the load when they are done (reported apart): the load finds them cached
 Cancels:
   --cancel-fraction F    cancel (RPC) or disconnect (HTTP) this share of the requests at a
                          random point: during prefill or after some output (default 0)
@@ -141,6 +143,7 @@ Json ConfigJson(const Flags& f, const WorkloadOptions& w, const RunOptions& o) {
            {{"count", w.documents.count},
             {"tokens", w.documents.tokens},
             {"share", w.documents.count > 0 ? Json(w.documents.share) : Json()}}},
+          {"warm_documents", f.GetBool("warm-documents")},
           {"cancel_fraction", w.cancel_fraction},
           {"max_concurrency", o.max_concurrency},
           {"request_timeout_s", o.request_timeout_s},
@@ -224,17 +227,43 @@ StatusOr<int> Run(const Flags& f) {
   MP_ASSIGN_OR_RETURN(double wait_idle_s, f.GetDouble("wait-idle-s", 0));
   MP_REQUIRE(!f.Has("wait-idle-s") || f.Has("metrics-url"), "--wait-idle-s needs --metrics-url");
   MP_ASSIGN_OR_RETURN(std::vector<PlannedRequest> plan, PlanWorkload(workload));
-  MP_ASSIGN_OR_RETURN(std::vector<RequestRecord> records,
-                      f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), plan, options)
-                                   : RunOverHttp(*f.Get("http"), plan, options));
+  auto run = [&](const std::vector<PlannedRequest>& p, RunOptions& o) {
+    return f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), p, o) : RunOverHttp(*f.Get("http"), p, o);
+  };
+  const bool warm = f.GetBool("warm-documents");
+  MP_REQUIRE(!warm || workload.documents.count > 0, "--warm-documents needs --documents");
+  std::vector<RequestRecord> warm_up;
+  if (warm) {
+    RunOptions one_at_a_time = options;
+    one_at_a_time.max_concurrency = 1;
+    MP_ASSIGN_OR_RETURN(warm_up, run(WarmUpPlan(workload), one_at_a_time));
+    options.vocab_size = one_at_a_time.vocab_size;
+    options.model = one_at_a_time.model;
+  }
+  MP_ASSIGN_OR_RETURN(std::vector<RequestRecord> records, run(plan, options));
   Json report = ReportJson(ConfigJson(f, workload, options), records);
   bool healthy = report["summary"]["failed"].get<int64_t>() == 0;
+  if (warm) {
+    Json all = Json::array();
+    for (const RequestRecord& r : warm_up) {
+      all.push_back(RecordJson(r));
+      if (r.outcome != Outcome::kOk) healthy = false;
+    }
+    report["warm_up"] = all;
+  }
   if (auto url = f.Get("metrics-url")) {
     MP_ASSIGN_OR_RETURN(report["metrics"], ScrapeMetrics(*url, wait_idle_s));
     if (f.Has("wait-idle-s") && !report["metrics"]["idle"].get<bool>()) healthy = false;
   }
   const std::string json_path = f.Get("json").value_or("");
   if (!f.GetBool("quiet") && json_path != "-") {
+    for (const RequestRecord& r : warm_up) {
+      std::cout << "warm-up request about document " << r.document << ": "
+                << OutcomeName(r.outcome);
+      if (!r.output_times_s.empty())
+        std::cout << ", TTFT " << (r.output_times_s.front() - r.start_s) << " s";
+      std::cout << "\n";
+    }
     PrintReport(std::cout, records);
     if (report.contains("metrics")) std::cout << "metrics: " << report["metrics"].dump() << "\n";
   }
@@ -243,18 +272,18 @@ StatusOr<int> Run(const Flags& f) {
 }
 
 int Main(int argc, char** argv) {
-  StatusOr<Flags> flags = Flags::Parse(argc, argv, {"quiet", "help"});
+  StatusOr<Flags> flags = Flags::Parse(argc, argv, {"quiet", "help", "warm-documents"});
   if (!flags.ok()) return Fail(flags.status());
   if (flags->GetBool("help")) {
     std::cout << kUsage;
     return 0;
   }
-  Status known =
-      flags->CheckKnown({"rpc",     "http",    "num-requests",    "duration",          "rate",
-                         "arrival", "seed",    "max-concurrency", "prompt-len",        "output-len",
-                         "mix",     "place",   "cancel-fraction", "request-timeout-s", "vocab-size",
-                         "model",   "api-key", "metrics-url",     "wait-idle-s",       "json",
-                         "quiet",   "help",    "documents",       "document-share"});
+  Status known = flags->CheckKnown(
+      {"rpc",     "http",    "num-requests",    "duration",          "rate",
+       "arrival", "seed",    "max-concurrency", "prompt-len",        "output-len",
+       "mix",     "place",   "cancel-fraction", "request-timeout-s", "vocab-size",
+       "model",   "api-key", "metrics-url",     "wait-idle-s",       "json",
+       "quiet",   "help",    "documents",       "document-share",    "warm-documents"});
   if (!known.ok()) return Fail(known);
   StatusOr<int> rc = Run(*flags);
   if (!rc.ok()) return Fail(rc.status());

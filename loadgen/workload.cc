@@ -173,6 +173,25 @@ std::vector<int32_t> PromptIds(uint64_t seed, int64_t index, int64_t length, int
   return ids;
 }
 
+std::vector<PlannedRequest> WarmUpPlan(const WorkloadOptions& options) {
+  const DocumentSpec& docs = options.documents;
+  int64_t own = options.lengths.prompt.lo;
+  if (!options.lengths.mix.empty()) {
+    own = options.lengths.mix.front().prompt_tokens;
+    for (const LengthClass& c : options.lengths.mix) own = std::min(own, c.prompt_tokens);
+  }
+  std::vector<PlannedRequest> plan;
+  for (int64_t d = 0; d < docs.count; ++d) {
+    PlannedRequest r;
+    r.index = -1 - docs.count - d;
+    r.prompt_tokens = docs.tokens + own;
+    r.output_tokens = 1;
+    r.document = d;
+    plan.push_back(r);
+  }
+  return plan;
+}
+
 std::vector<int32_t> RequestPromptIds(uint64_t seed, const PlannedRequest& request,
                                       int64_t document_tokens, int64_t vocab_size) {
   if (request.document < 0)

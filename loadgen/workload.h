@@ -95,6 +95,12 @@ StatusOr<std::vector<PlannedRequest>> PlanWorkload(const WorkloadOptions& option
 // index) so a request's prompt does not depend on the others.
 std::vector<int32_t> PromptIds(uint64_t seed, int64_t index, int64_t length, int64_t vocab_size);
 
+// One request about each document (DocumentSpec), in order, all at 0, of the shortest prompt
+// length of the load and one output token: what --warm-documents sends one at a time before the
+// load, so that the load's questions find every document cached. Their own prompt ids are keyed
+// apart from the load's requests and the documents (indices below -documents.count).
+std::vector<PlannedRequest> WarmUpPlan(const WorkloadOptions& options);
+
 // The whole prompt of `request`: the ids of its document (the same for every request about it:
 // PromptIds keyed by the document, apart from every request's), then PromptIds of its own part.
 std::vector<int32_t> RequestPromptIds(uint64_t seed, const PlannedRequest& request,

@@ -204,6 +204,33 @@ TEST(WorkloadTest, DocumentsTakeTheirShareAndShareTheirIds) {
   EXPECT_FALSE(ValidateWorkload(o).ok());
 }
 
+// --warm-documents: one request about each document, each with its own ids after the document's
+// (apart from the load's requests), one output token.
+TEST(WorkloadTest, WarmUpAsksAboutEveryDocumentOnce) {
+  WorkloadOptions o = Options(20, INFINITY, ArrivalProcess::kPoisson);
+  o.documents = {.count = 3, .tokens = 50, .share = 1};
+  o.lengths.mix = {{1, 30, 4}, {1, 12, 4}};
+  const std::vector<PlannedRequest> warm = WarmUpPlan(o);
+  ASSERT_EQ(warm.size(), 3u);
+  const std::vector<PlannedRequest> plan = Plan(o);
+  for (int64_t d = 0; d < 3; ++d) {
+    const PlannedRequest& r = warm[static_cast<size_t>(d)];
+    EXPECT_EQ(r.document, d);
+    EXPECT_EQ(r.prompt_tokens, 62);  // the document and the shortest prompt of the mix
+    EXPECT_EQ(r.output_tokens, 1);
+    EXPECT_EQ(r.send_at_s, 0);
+    const auto ids = RequestPromptIds(2, r, 50, 1000);
+    for (const PlannedRequest& q : plan) {
+      if (q.document != d) continue;
+      const auto load = RequestPromptIds(2, q, 50, 1000);
+      EXPECT_TRUE(std::equal(ids.begin(), ids.begin() + 50, load.begin()));
+      EXPECT_FALSE(std::equal(ids.begin() + 50, ids.end(), load.begin() + 50));
+    }
+  }
+  o.documents = {};
+  EXPECT_TRUE(WarmUpPlan(o).empty());
+}
+
 TEST(WorkloadTest, Parsers) {
   auto docs = ParseDocuments("4:131072");
   ASSERT_TRUE(docs.ok()) << docs.status().ToString();

@@ -4,7 +4,8 @@
            planned (none failed), the service ends every job, and afterwards the workers hold no
            KV and no job runs or waits. Then questions about two shared documents, one at a
            time: each question after the first about its document reuses the document's KV
-           (cached_tokens in the report), fresh prompts reuse nothing. No timing is asserted.
+           (cached_tokens in the report), fresh prompts reuse nothing; with --warm-documents
+           every question about a document does. No timing is asserted.
 """
 
 import json
@@ -113,6 +114,19 @@ def check_documents(svc, out):
             seen.add(doc)
     check(repeats >= 1 and report["about_documents"]["cached_tokens"] == 256 * repeats,
           f"documents: {repeats} repeated questions, {report['about_documents']}")
+    # Warmed: one question about each document first (its own ids), then every question of the
+    # load about a document finds it cached, the first included.
+    warmed = [("6" if a == "5" and cmd[i - 1] == "--seed" else a) for i, a in enumerate(cmd)]
+    r = subprocess.run(warmed + ["--warm-documents"], capture_output=True, text=True, timeout=180)
+    check(r.returncode == 0, f"loadgen --warm-documents: rc={r.returncode}\n{r.stdout}\n{r.stderr}")
+    with open(out) as f:
+        report = json.load(f)
+    warm = report["warm_up"]
+    check(len(warm) == 2 and sorted(w["document"] for w in warm) == [0, 1] and
+          all(w["outcome"] == "ok" for w in warm), f"warm-up: {warm}")
+    about = [q for q in report["requests"] if "document" in q]
+    check(about and all(q["cached_tokens"] == 256 for q in about),
+          f"warmed: a question about a document missed: {about}")
 
 
 def scenario_loadgen(bin_dir, model):
