@@ -30,6 +30,7 @@ struct TokenRange {
   int64_t end = 0;
   int64_t size() const { return end - begin; }
   bool empty() const { return end <= begin; }
+  bool operator==(const TokenRange&) const = default;
 };
 
 // Appends `r` to `ranges` (kept in increasing order), merging it with the last range when they

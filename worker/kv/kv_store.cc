@@ -97,12 +97,7 @@ Status KvStoreBase::Truncate(std::span<const TokenRange> stored, int64_t length)
 
 Status CheckSameRanges(std::span<const TokenRange> have, std::span<const TokenRange> needed,
                        int64_t length) {
-  const bool same = have.size() == needed.size() &&
-                    std::equal(have.begin(), have.end(), needed.begin(),
-                               [](const TokenRange& a, const TokenRange& b) {
-                                 return a.begin == b.begin && a.end == b.end;
-                               });
-  if (same) return OkStatus();
+  if (std::ranges::equal(have, needed)) return OkStatus();
   return FailedPreconditionError("the cached KV holds positions " + RangesText(have) +
                                  " before " + std::to_string(length) + " but a sequence of " +
                                  "that length keeps " + RangesText(needed));

@@ -136,11 +136,7 @@ Status VerticalSlashHeads::Plan(AttentionEnv& env, const PrefillInput& in, Const
   const int64_t n_k = TotalSize(mine_ranges);
   // The keys' positions: the same for every layer of a step, uploaded when they change.
   std::vector<TokenRange>& uploaded = env.sparse.vs_k_pos_ranges;
-  if (env.sparse.vs_k_pos.view().data == nullptr ||
-      !std::equal(uploaded.begin(), uploaded.end(), mine_ranges.begin(), mine_ranges.end(),
-                  [](const TokenRange& a, const TokenRange& c) {
-                    return a.begin == c.begin && a.end == c.end;
-                  })) {
+  if (env.sparse.vs_k_pos.view().data == nullptr || !std::ranges::equal(uploaded, mine_ranges)) {
     uploaded.clear();
     MP_RETURN_IF_ERROR(UploadI64(b, &env.sparse.vs_k_pos, RangePositions(mine_ranges)).status());
     uploaded.assign(mine_ranges.begin(), mine_ranges.end());
