@@ -277,20 +277,20 @@ Status SequenceTable::Keep(SequenceId id) {
   return OkStatus();
 }
 
-StatusOr<int64_t> SequenceTable::FollowUpNeed(const Sequence& s, int64_t host_layers, int64_t step,
-                                              int64_t ring_rows) const {
+StatusOr<int64_t> SequenceTable::FewestHostLayersThatFit(const Sequence& s, int64_t lo, int64_t hi,
+                                                         int64_t step, int64_t ring_rows) const {
+  MP_ASSIGN_OR_RETURN(const BackendMemory device, ctx_.backend->Memory());
+  // The sequence's own device memory is given back by the new layout.
+  const int64_t room = device.free_bytes + s.KvBytes() - s.HostKvBytes();
   SequenceOptions o = s.options();
   o.selected_kv = SelectedKvTier::kHost;
-  o.host_tier_layers = host_layers;
   o.step_tokens = step;
   o.cached_prefix = true;
-  MP_ASSIGN_OR_RETURN(const SequenceMemoryPlan plan, Plan(o, ring_rows));
-  return plan.total();
-}
-
-StatusOr<int64_t> SequenceTable::RoomFor(const Sequence& s) const {
-  MP_ASSIGN_OR_RETURN(const BackendMemory device, ctx_.backend->Memory());
-  return device.free_bytes + s.KvBytes() - s.HostKvBytes();
+  for (o.host_tier_layers = lo; o.host_tier_layers < hi; ++o.host_tier_layers) {
+    MP_ASSIGN_OR_RETURN(const SequenceMemoryPlan plan, Plan(o, ring_rows));
+    if (plan.total() <= room) return o.host_tier_layers;
+  }
+  return hi;
 }
 
 void SequenceTable::MoveHostTierUp(Sequence& s) {
@@ -298,18 +298,12 @@ void SequenceTable::MoveHostTierUp(Sequence& s) {
   const auto started = std::chrono::steady_clock::now();
   const int64_t step = std::min(std::max<int64_t>(1, s.options().step_tokens), kFollowUpRows);
   const int64_t ring_rows = std::max(s.options().capacity, step);
-  StatusOr<int64_t> room = RoomFor(s);
-  int64_t fits = s.host_layers();
-  for (int64_t m = 0; room.ok() && m < s.host_layers(); ++m) {
-    StatusOr<int64_t> need = FollowUpNeed(s, m, step, ring_rows);
-    if (need.ok() && *need <= *room) {
-      fits = m;
-      break;
-    }
-  }
-  if (!room.ok() || fits == s.host_layers()) return;
   const int64_t before = s.host_layers(), host_bytes = s.HostKvBytes();
-  Status moved = s.Relayout(*ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, fits, step);
+  StatusOr<int64_t> fits = FewestHostLayersThatFit(s, 0, before, step, ring_rows);
+  Status moved = fits.status();
+  if (moved.ok() && *fits == before) return;
+  if (moved.ok())
+    moved = s.Relayout(*ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, *fits, step);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!moved.ok()) {
@@ -329,12 +323,8 @@ Status SequenceTable::MakeRoomToTakeOver(Sequence& s, const SequenceOptions& opt
   if (!s.options().host_tier_movable) return OkStatus();
   const int64_t step = std::max<int64_t>(1, options.step_tokens);
   const auto candidates = static_cast<int64_t>(HostTierCandidates(s.options().policy).size());
-  MP_ASSIGN_OR_RETURN(const int64_t room, RoomFor(s));
-  int64_t m = s.host_layers();
-  for (; m < candidates; ++m) {
-    MP_ASSIGN_OR_RETURN(const int64_t need, FollowUpNeed(s, m, step, ring_rows));
-    if (need <= room) break;
-  }
+  MP_ASSIGN_OR_RETURN(const int64_t m,
+                      FewestHostLayersThatFit(s, s.host_layers(), candidates, step, ring_rows));
   if (m == s.host_layers()) return OkStatus();
   AddSeconds timed(&save_s_);
   MP_LOG(INFO) << "sequence " << s.id() << ": " << m - s.host_layers()

@@ -117,12 +117,11 @@ class SequenceTable {
   // Before a take-over by a job of `options`: when the device lacks room for its step beside the
   // sequence, host-tier layers move back down as far as needed (a movable host tier only).
   Status MakeRoomToTakeOver(Sequence& sequence, const SequenceOptions& options, int64_t ring_rows);
-  // What a follow-up of steps of `step` tokens needs on the device with the first `host_layers`
-  // candidates of `s` in the host tier, and what the device has for it (its free memory and the
-  // sequence's own device memory, which the new layout replaces).
-  StatusOr<int64_t> FollowUpNeed(const Sequence& s, int64_t host_layers, int64_t step,
-                                 int64_t ring_rows) const;
-  StatusOr<int64_t> RoomFor(const Sequence& s) const;
+  // The fewest host-tier layers in [lo, hi) with which `s`, laid out again for a follow-up of
+  // steps of `step` tokens, fits the device (its free memory and the sequence's own device
+  // memory, which the new layout replaces); hi when none does.
+  StatusOr<int64_t> FewestHostLayersThatFit(const Sequence& s, int64_t lo, int64_t hi, int64_t step,
+                                            int64_t ring_rows) const;
   // The take-over start: `local` is this rank's verdict on the start so far.
   Status TakeCached(SequenceId id, const SequenceOptions& options, int64_t ring_rows,
                     const CachedPrefix& prefix, Status local);
