@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 namespace millipede::loadgen {
 namespace {
@@ -11,35 +12,26 @@ Json DistributionJson(const Distribution& d) {
           {"p90", d.p90},     {"p99", d.p99},   {"max", d.max}};
 }
 
-std::vector<RequestRecord> Select(const std::vector<RequestRecord>& records, bool placed) {
+// The records `keep` accepts.
+template <typename Keep>
+std::vector<RequestRecord> Select(const std::vector<RequestRecord>& records, Keep keep) {
   std::vector<RequestRecord> out;
-  for (const RequestRecord& r : records) {
-    if (r.placed == placed) out.push_back(r);
-  }
+  std::copy_if(records.begin(), records.end(), std::back_inserter(out), keep);
   return out;
 }
 
-// The arrivals about a document (`about` true) or not.
-std::vector<RequestRecord> AboutDocuments(const std::vector<RequestRecord>& records, bool about) {
-  std::vector<RequestRecord> out;
-  for (const RequestRecord& r : records) {
-    if (!r.placed && (r.document >= 0) == about) out.push_back(r);
-  }
-  return out;
-}
+bool IsPlaced(const RequestRecord& r) { return r.placed; }
+bool IsArrival(const RequestRecord& r) { return !r.placed; }
+// Arrivals about a document, and the others.
+bool AboutDocument(const RequestRecord& r) { return !r.placed && r.document >= 0; }
+bool OtherPrompt(const RequestRecord& r) { return !r.placed && r.document < 0; }
 
 bool AnyDocument(const std::vector<RequestRecord>& records) {
-  for (const RequestRecord& r : records) {
-    if (r.document >= 0) return true;
-  }
-  return false;
+  return std::any_of(records.begin(), records.end(), AboutDocument);
 }
 
 bool AnyPlaced(const std::vector<RequestRecord>& records) {
-  for (const RequestRecord& r : records) {
-    if (r.placed) return true;
-  }
-  return false;
+  return std::any_of(records.begin(), records.end(), IsPlaced);
 }
 
 std::string Format(const char* format, double a, double b = 0, double c = 0) {
@@ -104,14 +96,14 @@ Json ReportJson(const Json& config, const std::vector<RequestRecord>& records) {
   const double duration = RunDuration(records);
   Json report = {{"config", config}, {"summary", SummaryJson(Summarize(records, duration))}};
   if (AnyPlaced(records)) {
-    report["arrivals"] = SummaryJson(Summarize(Select(records, false), duration));
+    report["arrivals"] = SummaryJson(Summarize(Select(records, IsArrival), duration));
     Json placed = Json::array();
-    for (const RequestRecord& r : Select(records, true)) placed.push_back(RecordJson(r));
+    for (const RequestRecord& r : Select(records, IsPlaced)) placed.push_back(RecordJson(r));
     report["placed"] = placed;
   }
   if (AnyDocument(records)) {
-    report["about_documents"] = SummaryJson(Summarize(AboutDocuments(records, true), duration));
-    report["other_prompts"] = SummaryJson(Summarize(AboutDocuments(records, false), duration));
+    report["about_documents"] = SummaryJson(Summarize(Select(records, AboutDocument), duration));
+    report["other_prompts"] = SummaryJson(Summarize(Select(records, OtherPrompt), duration));
   }
   Json all = Json::array();
   for (const RequestRecord& r : records) all.push_back(RecordJson(r));
@@ -147,12 +139,12 @@ void PrintReport(std::ostream& out, const std::vector<RequestRecord>& records) {
   PrintSummary(out, "all requests", Summarize(records, duration));
   if (AnyDocument(records)) {
     PrintSummary(out, "questions about documents",
-                 Summarize(AboutDocuments(records, true), duration));
-    PrintSummary(out, "other prompts", Summarize(AboutDocuments(records, false), duration));
+                 Summarize(Select(records, AboutDocument), duration));
+    PrintSummary(out, "other prompts", Summarize(Select(records, OtherPrompt), duration));
   }
   if (!AnyPlaced(records)) return;
-  PrintSummary(out, "arrivals", Summarize(Select(records, false), duration));
-  for (const RequestRecord& r : Select(records, true)) {
+  PrintSummary(out, "arrivals", Summarize(Select(records, IsArrival), duration));
+  for (const RequestRecord& r : Select(records, IsPlaced)) {
     out << "placed request " << r.index << " (" << r.prompt_tokens << " + "
         << r.requested_output_tokens << " tokens, sent at " << Format("%.2f s", r.start_s)
         << "): " << OutcomeName(r.outcome);

@@ -175,11 +175,10 @@ std::vector<int32_t> PromptIds(uint64_t seed, int64_t index, int64_t length, int
 
 std::vector<PlannedRequest> WarmUpPlan(const WorkloadOptions& options) {
   const DocumentSpec& docs = options.documents;
-  int64_t own = options.lengths.prompt.lo;
-  if (!options.lengths.mix.empty()) {
-    own = options.lengths.mix.front().prompt_tokens;
-    for (const LengthClass& c : options.lengths.mix) own = std::min(own, c.prompt_tokens);
-  }
+  const std::vector<LengthClass>& mix = options.lengths.mix;
+  const int64_t own = mix.empty()
+                          ? options.lengths.prompt.lo
+                          : std::ranges::min(mix, {}, &LengthClass::prompt_tokens).prompt_tokens;
   std::vector<PlannedRequest> plan;
   for (int64_t d = 0; d < docs.count; ++d) {
     PlannedRequest r;
