@@ -52,6 +52,9 @@ constexpr char kUsage[] =
   --prefix-block-tokens N  the prefix cache's block (default 16): a job whose prompt starts with
                            a cached prefix of whole blocks prefills only the rest; 0 turns the
                            cache off
+  --prefix-wait-tokens N   a job whose prompt shares at least N more tokens with a queued or
+                           running job than with the cache waits for that job to end and starts
+                           from its cached KV (default 4096; 0: never waits)
   --ring-pairs-per-row X   with several workers: query-key pairs a rank's attention computes
                            while one K/V row of a layer crosses the ring (default 0: not counted);
                            chunks then cost their ring pass and are never shorter than
@@ -148,6 +151,8 @@ Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
   MP_ASSIGN_OR_RETURN(options->prefix_block_tokens, flags.GetInt("prefix-block-tokens", 16));
   MP_REQUIRE(options->prefix_block_tokens >= 0 && options->prefix_block_tokens <= (1 << 20),
              "--prefix-block-tokens must lie in [0, 2^20]");
+  MP_ASSIGN_OR_RETURN(options->prefix_wait_tokens, flags.GetInt("prefix-wait-tokens", 4096));
+  MP_REQUIRE(options->prefix_wait_tokens >= 0, "--prefix-wait-tokens must be at least 0");
   MP_ASSIGN_OR_RETURN(options->ring_pairs_per_row, flags.GetInt("ring-pairs-per-row", 0));
   MP_ASSIGN_OR_RETURN(options->worker_timeout_s, flags.GetDouble("worker-timeout-s", 20));
   MP_ASSIGN_OR_RETURN(
@@ -220,7 +225,7 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
                         "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "stall-abort-s",
                         "worker-suspect-s", "default-max-tokens", "prefix-block-tokens",
-                        "help"}));
+                        "prefix-wait-tokens", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);

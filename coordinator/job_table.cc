@@ -15,10 +15,11 @@ double Seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 void JobTable::EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy,
-                                 bool selected_kv_host) {
+                                 bool selected_kv_host, int64_t wait_tokens) {
   cache_.emplace(std::move(cache));
   default_policy_ = std::move(default_policy);
   selected_kv_host_ = selected_kv_host;
+  wait_tokens_ = wait_tokens;
 }
 
 namespace {
@@ -53,14 +54,41 @@ void ForgetCachedStart(JobTable::Job& job, int ranks) {
 
 }  // namespace
 
-std::optional<CachedStart> JobTable::LookUp(Job& job) {
+void JobTable::PrepareForCache(Job& job) const {
   job.keep = cache_.has_value() && job.use_cache;
   job.positions = RankPositions(batch_.num_ranks());
-  if (!job.keep) return std::nullopt;
-  const control::JobDescriptor& d = job.descriptor;
-  const AttentionPolicy& policy = d.policy ? *d.policy : default_policy_;
+  if (!job.keep) return;
+  const AttentionPolicy& policy = job.descriptor.policy ? *job.descriptor.policy : default_policy_;
   job.cache_key = cache_->KeyOf(policy);
   job.reuse = ReuseOf(policy);
+}
+
+std::optional<JobId> JobTable::PrefixLeader(const Job& job) const {
+  // A window store's entry is reusable at its own length only.
+  if (!job.keep || wait_tokens_ <= 0 || job.reuse == PrefixReuse::kOwnLength) return std::nullopt;
+  const std::vector<int32_t>& prompt = job.descriptor.prompt_ids;
+  // A job prefills at least its prompt's last token.
+  const auto most = static_cast<int64_t>(prompt.size()) - 1;
+  int64_t best = cache_->Peek(job.cache_key, prompt) + wait_tokens_ - 1;
+  std::optional<JobId> leader;
+  for (const auto& [id, other] : jobs_) {
+    if (job.id != 0 && id >= job.id) break;  // older jobs only: no job waits on itself
+    if (!other->keep || other->cancel_requested || other->cache_key != job.cache_key) continue;
+    const std::vector<int32_t>& theirs = other->descriptor.prompt_ids;
+    const auto n = static_cast<size_t>(std::min<int64_t>(most, std::ssize(theirs)));
+    const auto shared = static_cast<int64_t>(
+        std::mismatch(prompt.begin(), prompt.begin() + n, theirs.begin()).first - prompt.begin());
+    if (shared > best) {
+      best = shared;
+      leader = id;
+    }
+  }
+  return leader;
+}
+
+std::optional<CachedStart> JobTable::LookUp(Job& job) {
+  if (!job.keep) return std::nullopt;
+  const control::JobDescriptor& d = job.descriptor;
   std::optional<PrefixStart> hit = cache_->Lookup(job.cache_key, d.prompt_ids);
   if (!hit) return std::nullopt;
   const int64_t need = StepScheduler::CachedReservationPerRank(
@@ -82,24 +110,51 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
                      hit->capacity};
 }
 
+void JobTable::GiveUpCachedStart(Job& job) {
+  if (job.cache_held) cache_->Release(job.cached_from);
+  // A take-over's entry left the cache: the workers free it with the next step.
+  if (job.cache_take) batch_.DropCached(job.cached_from);
+  job.cache_held = job.cache_take = false;
+  ForgetCachedStart(job, batch_.num_ranks());
+}
+
+void JobTable::ReleaseFollowers(JobId leader) {
+  for (auto& [id, job] : jobs_) {
+    if (job->waits_for != leader) continue;
+    job->waits_for = 0;
+    if (const std::optional<JobId> next = PrefixLeader(*job)) {
+      job->waits_for = *next;
+      continue;
+    }
+    const std::optional<CachedStart> cached = LookUp(*job);
+    if (batch_.Unpark(id, cached).ok()) continue;
+    // As in Add: a cached start beyond the KV budget runs uncached.
+    GiveUpCachedStart(*job);
+    (void)batch_.Unpark(id, std::nullopt);
+  }
+}
+
 StatusOr<JobId> JobTable::Add(std::shared_ptr<Job> job, int64_t kv_cost_per_rank) {
   control::JobDescriptor& d = job->descriptor;
-  const std::optional<CachedStart> cached = LookUp(*job);
+  PrepareForCache(*job);
+  const std::optional<JobId> leader = PrefixLeader(*job);
+  const std::optional<CachedStart> cached = leader ? std::nullopt : LookUp(*job);
   // Admission already held the job to one rank's KV capacity: the policy takes it.
   Status added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens,
                             kv_cost_per_rank, cached, job->keep);
-  if (!added.ok() && job->cache_held) {
+  if (!added.ok() && (job->cache_held || job->cache_take)) {
     // A copied prefix may lie less evenly over the ranks than the job's own prompt would: when
     // that is what makes it too large for the KV budget, the job runs uncached.
-    cache_->Release(job->cached_from);
-    job->cache_held = false;
-    ForgetCachedStart(*job, batch_.num_ranks());
+    GiveUpCachedStart(*job);
     added = batch_.Add(next_id_, static_cast<int64_t>(d.prompt_ids.size()), d.max_new_tokens,
                        kv_cost_per_rank, std::nullopt, job->keep);
   }
-  // A refused take-over: its entry left the cache; the workers free it with the next step.
-  if (!added.ok() && job->cache_take) batch_.DropCached(job->cached_from);
   MP_RETURN_IF_ERROR(added);
+  if (leader) {
+    job->waits_for = *leader;
+    (void)batch_.Park(next_id_);
+    ++prefix_waits_;
+  }
   job->id = next_id_++;
   d.job_id = job->id;
   jobs_[job->id] = job;
@@ -203,7 +258,8 @@ void JobTable::ReportKv() {
                          .host_hits = c.host_hits,
                          .disk_entries = c.disk_entries,
                          .spills = c.spills,
-                         .disk_hits = c.disk_hits});
+                         .disk_hits = c.disk_hits,
+                         .prefix_waits = prefix_waits_});
 }
 
 void JobTable::EvictForWaitingJobs(Deliveries* out) {
@@ -377,6 +433,7 @@ void JobTable::Finish(Job& job, std::optional<Status> error, Deliveries* out,
   ReportKv();
   RemoveFromQueue(id);
   jobs_.erase(id);                       // `job` may be gone from here on
+  if (cache_) ReleaseFollowers(id);      // its entry (if kept) is there to start from
   if (started) ReportPrefillProgress();  // 0 once no prompt is in prefill
 }
 

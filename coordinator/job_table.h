@@ -64,6 +64,10 @@ class JobTable {
     // Where its prompt's prefill steps ended (the lengths a sparse-prefill entry is reusable
     // at), from the cached prefix's own reuse lengths up to where it took over.
     std::vector<int64_t> chunk_ends;
+    // Parked (StepScheduler::Park) while an older job, `waits_for`, whose KV will be cached holds
+    // a longer prefix of this job's prompt than the cache does: it looks the cache up again when
+    // that job ends (0: not waiting).
+    JobId waits_for = 0;
   };
 
   // `metrics` may be null; it must outlive the table.
@@ -76,8 +80,11 @@ class JobTable {
   // `selected_kv_host`: the workers may keep OmniKV's selected layers in their host tier, where
   // a sequence's rows are split between context (host memory) and generated rows (the device):
   // a job takes such an entry over only if its rows fit both parts.
-  void EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy,
-                         bool selected_kv_host);
+  // `wait_tokens`: a new job whose prompt shares at least that many more tokens with a queued or
+  // running job (which keeps its KV) than with the cache waits for that job to end and then
+  // starts from its entry, rather than prefilling the same prefix beside it; 0: never waits.
+  void EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy, bool selected_kv_host,
+                         int64_t wait_tokens);
   const PrefixCache* prefix_cache() const { return cache_ ? &*cache_ : nullptr; }
   // Indexes the disk entries the workers found at start (ReindexDiskEntries; each worker's
   // report) and drops the incomplete ones and those beyond the disk tier's size on the workers;
@@ -153,8 +160,19 @@ class JobTable {
   // Keeps the final status of the last kEndedKept ended jobs.
   void RememberEnded(const JobStatusInfo& info);
   void RemoveFromQueue(JobId id);
-  // The prefix cache's part of Add: the job's key, reuse rule and hit (held).
+  // Whether the job takes part in the prefix cache, its key and reuse rule.
+  void PrepareForCache(Job& job) const;
+  // The job's hit (held or taken over), once prepared.
   std::optional<CachedStart> LookUp(Job& job);
+  // The older queued or running job, keeping its KV under the same key, that shares the longest
+  // prefix of `job`'s prompt when that is at least wait_tokens_ more than the cache gives it now
+  // (the oldest among equals); none otherwise.
+  std::optional<JobId> PrefixLeader(const Job& job) const;
+  // Job `leader` ended: the jobs parked behind it wait for another leader or look the cache up
+  // and wait to start as any job.
+  void ReleaseFollowers(JobId leader);
+  // A job gives up the cached start LookUp gave it (held: released; taken: the entry dropped).
+  void GiveUpCachedStart(Job& job);
   // Frees least recently used device-tier entries worth `need` KV positions (all for
   // need < 0), moving them down where a lower tier has room (PrefixCache::Evict); whether any
   // left the workers' KV memory.
@@ -168,6 +186,8 @@ class JobTable {
   std::optional<PrefixCache> cache_;
   AttentionPolicy default_policy_;
   bool selected_kv_host_ = false;
+  int64_t wait_tokens_ = 0;
+  int64_t prefix_waits_ = 0;  // jobs parked behind a leader, cumulative
   JobId next_id_ = 1;
   std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running
   std::deque<JobId> queue_;                     // the queued ones, oldest first

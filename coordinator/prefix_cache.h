@@ -130,6 +130,10 @@ class PrefixCache {
   // tokens as hit and missed. The caller then holds the entry (Hold: not evictable until
   // Release) or takes it over (Remove: the entry leaves the cache, its KV becomes the job's).
   std::optional<PrefixStart> Lookup(uint64_t key, std::span<const int32_t> prompt);
+  // The tokens Lookup would give `prompt` now (0: a miss), counting nothing.
+  int64_t Peek(uint64_t key, std::span<const int32_t> prompt) const {
+    return index_.Peek(key, prompt).tokens;
+  }
   Status Hold(uint64_t entry);
   void Release(uint64_t entry);
   // Pins or unpins an entry; removes one (its positions forgotten; the caller drops its KV).

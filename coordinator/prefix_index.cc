@@ -181,6 +181,15 @@ int64_t PrefixIndex::Confirm(const Candidate& candidate, std::span<const int32_t
 }
 
 PrefixHit PrefixIndex::Lookup(uint64_t key, std::span<const int32_t> prompt) {
+  const PrefixHit best = Peek(key, prompt);
+  if (best.tokens == 0) return {};
+  Slot& hit = slots_.at(best.entry);
+  ++hit.hits;
+  Touch(hit);
+  return best;
+}
+
+PrefixHit PrefixIndex::Peek(uint64_t key, std::span<const int32_t> prompt) const {
   if (static_cast<int64_t>(prompt.size()) - 1 < block_tokens_) return {};
   const std::vector<uint64_t> hashes = Chain(key, prompt, /*known_only=*/true);
   if (hashes.empty()) return {};
@@ -205,10 +214,7 @@ PrefixHit PrefixIndex::Lookup(uint64_t key, std::span<const int32_t> prompt) {
     }
   }
   if (best == nullptr) return {};
-  Slot& hit = slots_.at(best->entry.id);
-  ++hit.hits;
-  Touch(hit);
-  return {hit.entry.id, best_tokens};
+  return {best->entry.id, best_tokens};
 }
 
 void PrefixIndex::Touch(Slot& slot) {

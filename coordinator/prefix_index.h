@@ -90,6 +90,8 @@ class PrefixIndex {
   // entry's length. A hit counts as a use (most recently used) and in the entry's hits. Entries
   // with another key never match.
   PrefixHit Lookup(uint64_t key, std::span<const int32_t> prompt);
+  // What Lookup would return, not counted as a use.
+  PrefixHit Peek(uint64_t key, std::span<const int32_t> prompt) const;
 
   // Holders: a job that will restore from the entry holds it from lookup until its start
   // (neither eviction nor Remove takes a held entry). Release below zero is InvalidArgument.

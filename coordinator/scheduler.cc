@@ -62,7 +62,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
     cache.SetHostTier(facts.cache_host_bytes, facts.kv_position_bytes);
     cache.SetDiskTier(facts.cache_disk_bytes);
     scheduler->table_.EnablePrefixCache(std::move(cache), facts.default_policy,
-                                        facts.selected_kv_host);
+                                        facts.selected_kv_host,
+                                        scheduler->options_.prefix_wait_tokens);
     const int64_t adopted = scheduler->table_.AdoptDiskEntries(facts.disk_entries);
     if (adopted > 0)
       std::cerr << "millipede-coordinator: " << adopted

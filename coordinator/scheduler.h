@@ -64,6 +64,9 @@ struct SchedulerOptions {
   // The prefix cache's block in tokens (its hash chain's unit and the shortest prefix reused);
   // 0 turns the cache off.
   int64_t prefix_block_tokens = 16;
+  // A job whose prompt shares at least this many more tokens with a queued or running job than
+  // with the cache waits for that job's KV to be cached (JobTable::EnablePrefixCache); 0: never.
+  int64_t prefix_wait_tokens = 4096;
 };
 
 class Scheduler final : public JobService {

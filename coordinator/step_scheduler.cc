@@ -67,36 +67,70 @@ Status StepScheduler::Add(StepJobId job, int64_t prompt_tokens, int64_t max_new_
   MP_REQUIRE(kv_cost_per_rank >= 0, "step scheduler: job ", job, " has a negative KV cost");
   j.cost = kv_cost_per_rank > 0 ? kv_cost_per_rank : j.reservation;
   if (cached) {
-    MP_REQUIRE(cached->entry != 0 && cached->tokens >= 1 && cached->tokens < prompt_tokens &&
-                   cached->prefix_rows >= 0,
-               "step scheduler: job ", job, " starts from a cached prefix of ", cached->tokens,
-               " tokens of ", prompt_tokens);
-    const int64_t reservation = CachedReservationPerRank(
-        cached->prefix_rows, cached->tokens, prompt_tokens, max_new_tokens, options_.num_ranks);
-    // A job that takes the whole budget (admission.h: OmniKV with host-tier layers) still does.
-    const int64_t whole = options_.kv_positions_per_rank;
-    j.cost = j.cost >= whole ? whole : j.cost + std::max<int64_t>(0, reservation - j.reservation);
-    j.reservation = reservation;
-    j.cached = j.prefilled = cached->tokens;
-    j.cached_from = cached->entry;
-    if (cached->take) {
-      auto entry = cached_.find(cached->entry);
-      MP_REQUIRE(entry != cached_.end() && cached->capacity >= reservation, "step scheduler: job ",
-                 job, " takes over entry ", cached->entry, " which is not cached or too small");
-      j.cost = entry->second;
-      j.reservation = cached->capacity;
-      j.taken = true;
-      cached_cost_ -= entry->second;
-      cached_.erase(entry);
-    }
-  }
-  if (j.cost > options_.kv_positions_per_rank)
+    MP_RETURN_IF_ERROR(StartFromCache(job, *cached, &j));
+  } else if (j.cost > options_.kv_positions_per_rank) {
     return OutOfRangeError("job " + std::to_string(job) + " needs " + std::to_string(j.cost) +
                            " KV positions per rank; " +
                            std::to_string(options_.kv_positions_per_rank) + " exist");
+  }
   j.arrival = arrivals_++;
   jobs_[job] = j;
   return OkStatus();
+}
+
+Status StepScheduler::StartFromCache(StepJobId id, const CachedStart& cached, Job* j) {
+  MP_REQUIRE(cached.entry != 0 && cached.tokens >= 1 && cached.tokens < j->prompt &&
+                 cached.prefix_rows >= 0,
+             "step scheduler: job ", id, " starts from a cached prefix of ", cached.tokens,
+             " tokens of ", j->prompt);
+  const int64_t reservation = CachedReservationPerRank(cached.prefix_rows, cached.tokens,
+                                                       j->prompt, j->max_new, options_.num_ranks);
+  // A job that takes the whole budget (admission.h: OmniKV with host-tier layers) still does.
+  const int64_t whole = options_.kv_positions_per_rank;
+  int64_t cost =
+      j->cost >= whole ? whole : j->cost + std::max<int64_t>(0, reservation - j->reservation);
+  auto entry = cached_.find(cached.entry);
+  if (cached.take) {
+    MP_REQUIRE(entry != cached_.end() && cached.capacity >= reservation, "step scheduler: job ",
+               id, " takes over entry ", cached.entry, " which is not cached or too small");
+    cost = entry->second;
+  }
+  if (cost > options_.kv_positions_per_rank)
+    return OutOfRangeError("job " + std::to_string(id) + " needs " + std::to_string(cost) +
+                           " KV positions per rank; " +
+                           std::to_string(options_.kv_positions_per_rank) + " exist");
+  j->cost = cost;
+  j->reservation = cached.take ? cached.capacity : reservation;
+  j->cached = j->prefilled = cached.tokens;
+  j->cached_from = cached.entry;
+  if (cached.take) {
+    j->taken = true;
+    cached_cost_ -= entry->second;
+    cached_.erase(entry);
+  }
+  return OkStatus();
+}
+
+Status StepScheduler::Park(StepJobId job) {
+  auto it = jobs_.find(job);
+  MP_REQUIRE(it != jobs_.end() && !it->second.started && it->second.cached_from == 0,
+             "step scheduler: job ", job, " is not waiting without a cached start");
+  it->second.parked = true;
+  return OkStatus();
+}
+
+Status StepScheduler::Unpark(StepJobId job, const std::optional<CachedStart>& cached) {
+  auto it = jobs_.find(job);
+  MP_REQUIRE(it != jobs_.end() && it->second.parked, "step scheduler: job ", job,
+             " is not parked");
+  if (cached) MP_RETURN_IF_ERROR(StartFromCache(job, *cached, &it->second));
+  it->second.parked = false;
+  return OkStatus();
+}
+
+bool StepScheduler::parked(StepJobId job) const {
+  auto it = jobs_.find(job);
+  return it != jobs_.end() && it->second.parked;
 }
 
 void StepScheduler::Remove(StepJobId job, bool freed_by_workers, bool keep) {
@@ -213,7 +247,7 @@ std::vector<StepJobId> StepScheduler::PrefillOrder() const {
   // refused for memory, then everyone by what is left.
   std::vector<std::tuple<int, int64_t, uint64_t, StepJobId>> order;
   for (const auto& [id, j] : jobs_) {
-    if (j.started && j.prefilled == j.prompt) continue;
+    if ((j.started && j.prefilled == j.prompt) || j.parked) continue;
     const int group = j.started && j.starved ? 0 : (j.refused ? 1 : 2);
     order.emplace_back(group, j.prompt - j.prefilled, j.arrival, id);
   }
@@ -313,7 +347,7 @@ void StepScheduler::NoteKvWaits() {
   // After the plan's starts: a job left waiting because this plan's starts took the room waits
   // for KV too. A job held back only by the step's token budget or max_running is not counted.
   for (auto& [id, j] : jobs_) {
-    if (!j.started &&
+    if (!j.started && !j.parked &&
         (memory_blocked_ || (!j.taken && reserved_ + j.cost > options_.kv_positions_per_rank)))
       CountKvWait(j);
   }

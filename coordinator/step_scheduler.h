@@ -168,6 +168,16 @@ class StepScheduler {
   // A waiting job gives up its start from the prefix cache: it prefills its whole prompt and
   // reserves as an uncached job.
   void ForgetCachedStart(StepJobId job);
+  // A waiting job without a cached start is parked: it takes no part in the plans (it neither
+  // starts nor counts as waiting for KV) until Unpark. The job table parks a job that waits for
+  // another job's prefix to be cached. InvalidArgument for a job started, unknown or with a
+  // cached start.
+  Status Park(StepJobId job);
+  // A parked job waits again as any job, from `cached` when given (as Add's). On an error (a
+  // cached start that does not fit the KV budget, a take-over of an entry not cached) it stays
+  // parked and nothing changes.
+  Status Unpark(StepJobId job, const std::optional<CachedStart>& cached);
+  bool parked(StepJobId job) const;
 
   // The next step (empty when there is nothing to do). Jobs it starts hold their reservation
   // from here on. After a step that ran, call Completed before the next Next().
@@ -208,6 +218,11 @@ class StepScheduler {
  private:
   // Releases a device-tier entry's reservation and forgets it; false when it has none.
   bool ReleaseCached(uint64_t entry);
+  struct Job;
+  // Gives `j` (job `id`, not started, no cached start) the start `cached`: its reservation,
+  // cost and prefilled prompt; a take-over moves the entry's reservation to it. On an error
+  // nothing changes.
+  Status StartFromCache(StepJobId id, const CachedStart& cached, Job* j);
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
     int64_t cached = 0;          // positions restored from the prefix cache
@@ -221,6 +236,7 @@ class StepScheduler {
     bool starved = false;        // partly prefilled and left out of the last step
     bool refused = false;        // the workers refused its start for memory
     bool waited_for_kv = false;  // counted in jobs_waited_for_kv_
+    bool parked = false;         // Park: no part in the plans until Unpark
   };
   explicit StepScheduler(const StepSchedulerOptions& options) : options_(options) {}
   // Prefill candidates in the order the budget goes to them.

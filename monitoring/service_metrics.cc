@@ -191,6 +191,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                                 "back and checked).")
                            .Add({});
 
+    cache_waits_ = &counter("millipede_prefix_cache_waits_total",
+                            "Jobs that waited for a queued or running job sharing their prompt's "
+                            "start to end, to start from its cached KV instead of prefilling it "
+                            "beside it.")
+                       .Add({});
+
     exposer_->RegisterCollectable(registry_);
   }
 
@@ -282,6 +288,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(cache_host_hits_, static_cast<double>(c.host_hits));
     AdvanceCounter(cache_spills_, static_cast<double>(c.spills));
     AdvanceCounter(cache_disk_hits_, static_cast<double>(c.disk_hits));
+    AdvanceCounter(cache_waits_, static_cast<double>(c.prefix_waits));
     cache_disk_entries_->Set(static_cast<double>(c.disk_entries));
     cache_entries_->Set(static_cast<double>(c.entries));
     cache_host_entries_->Set(static_cast<double>(c.host_entries));
@@ -358,6 +365,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Gauge* cache_disk_entries_;
   Counter* cache_spills_;
   Counter* cache_disk_hits_;
+  Counter* cache_waits_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;

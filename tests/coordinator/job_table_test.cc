@@ -1,10 +1,13 @@
 // JobTable: cancelling is idempotent (a job that already ended is left as it is; only ids never
-// issued are NotFound) and the ended jobs' final status is kept for a bounded number of them.
+// issued are NotFound), the ended jobs' final status is kept for a bounded number of them, and
+// jobs that share a long prefix with a job in flight wait for its KV to be cached.
 #include "coordinator/job_table.h"
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <string>
+#include <vector>
 
 namespace millipede {
 namespace {
@@ -102,6 +105,134 @@ TEST_F(JobTableTest, EndedJobsKeptAreBoundedAndOlderOnesStillCancelQuietly) {
   // ... but cancelling it is still the no-op it was.
   EXPECT_TRUE(table_.RequestCancel(first).ok());
   EXPECT_EQ(table_.GetStatus(first + 1)->state, JobState::kCancelled);
+}
+
+// With the prefix cache on: a table whose jobs share a 64-token document (blocks of 16 tokens).
+class PrefixWaitTest : public JobTableTest {
+ protected:
+  explicit PrefixWaitTest(int64_t wait_tokens = 32) {
+    StatusOr<PrefixCache> cache = PrefixCache::Create(16, 1, "model");
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    table_.EnablePrefixCache(std::move(cache).value(), AttentionPolicy{},
+                             /*selected_kv_host=*/false, wait_tokens);
+    document_.resize(64);
+    std::iota(document_.begin(), document_.end(), 100);
+  }
+
+  // Queues a question about the document: its 64 tokens, then `question` distinct tokens.
+  JobId Ask(int32_t question, bool pin = false) {
+    auto job = std::make_shared<JobTable::Job>();
+    job->descriptor.prompt_ids = document_;
+    for (int32_t i = 0; i < 4; ++i) job->descriptor.prompt_ids.push_back(question * 10 + i);
+    job->descriptor.max_new_tokens = 2;
+    job->observer = observer_;
+    job->pin = pin;
+    StatusOr<JobId> id = table_.Add(job, 0);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : 0;
+  }
+
+  // Runs the plans until job `id` has prefilled its prompt, as the step runner does.
+  void Prefill(JobId id) {
+    for (int steps = 0; steps < 8; ++steps) {
+      const PlannedStep step = table_.batch().Next();
+      for (const PlannedStart& start : step.starts)
+        table_.Start(*table_.Find(start.job), JobTable::Clock::now());
+      table_.RecordCommitted(step, {});
+      table_.batch().Completed(step);
+      if (table_.batch().holds_kv(id) && table_.Find(id)->positions.total() ==
+                                             std::ssize(table_.Find(id)->descriptor.prompt_ids))
+        return;
+    }
+    ADD_FAILURE() << "job " << id << " did not prefill";
+  }
+
+  std::vector<int32_t> document_;
+};
+
+TEST_F(PrefixWaitTest, QuestionsWaitForTheDocumentsFirstJobAndThenForEachOther) {
+  const JobId first = Ask(1);
+  const JobId second = Ask(2);
+  const JobId third = Ask(3);
+  // Nothing is cached: the later questions wait for the first, which shares the document.
+  EXPECT_EQ(table_.Find(first)->waits_for, 0u);
+  EXPECT_EQ(table_.Find(second)->waits_for, first);
+  EXPECT_EQ(table_.Find(third)->waits_for, first);
+  EXPECT_TRUE(table_.batch().parked(second));
+  Prefill(first);
+  EXPECT_FALSE(table_.batch().holds_kv(second));
+  EXPECT_FALSE(table_.batch().holds_kv(third));
+  EndCancelled(first);  // after its prompt was stored: its KV is kept
+  // The second question takes the entry over; the third then waits for the second.
+  std::shared_ptr<JobTable::Job> job = table_.Find(second);
+  EXPECT_EQ(job->waits_for, 0u);
+  EXPECT_FALSE(table_.batch().parked(second));
+  EXPECT_EQ(job->cached_from, first);
+  EXPECT_EQ(job->cached_tokens, 64);
+  EXPECT_TRUE(job->cache_take);
+  EXPECT_EQ(table_.Find(third)->waits_for, second);
+  Prefill(second);
+  EndCancelled(second);
+  job = table_.Find(third);
+  EXPECT_EQ(job->waits_for, 0u);
+  EXPECT_EQ(job->cached_from, second);
+  EXPECT_EQ(job->cached_tokens, 64);
+  Prefill(third);
+  // Each question after the first prefilled only its own four tokens.
+  EXPECT_EQ(table_.prefix_cache()->stats().hit_tokens, 128);
+}
+
+TEST_F(PrefixWaitTest, APinnedDocumentsQuestionsCopyItAtOnce) {
+  const JobId first = Ask(1, /*pin=*/true);
+  const JobId second = Ask(2);
+  const JobId third = Ask(3);
+  Prefill(first);
+  EndCancelled(first);
+  // A pinned entry is copied, so both questions start from it together.
+  for (JobId id : {second, third}) {
+    std::shared_ptr<JobTable::Job> job = table_.Find(id);
+    EXPECT_EQ(job->waits_for, 0u);
+    EXPECT_EQ(job->cached_from, first);
+    EXPECT_TRUE(job->cache_held);
+  }
+  // A question arriving now finds the document cached and waits for no one.
+  const JobId fourth = Ask(4);
+  EXPECT_EQ(table_.Find(fourth)->waits_for, 0u);
+  EXPECT_EQ(table_.Find(fourth)->cached_tokens, 64);
+}
+
+TEST_F(PrefixWaitTest, AFailedOrCancelledLeaderReleasesItsFollowers) {
+  const JobId first = Ask(1);
+  const JobId second = Ask(2);
+  const JobId third = Ask(3);
+  // The first ends before it stored anything: nothing is cached, the second no longer waits
+  // and runs uncached, and the third waits for the second.
+  std::shared_ptr<JobTable::Job> job = table_.Find(first);
+  JobTable::Deliveries out;
+  table_.Finish(*job, InternalError("boom"), &out, /*freed_by_workers=*/true);
+  EXPECT_EQ(table_.Find(second)->waits_for, 0u);
+  EXPECT_EQ(table_.Find(second)->cached_tokens, 0);
+  EXPECT_FALSE(table_.batch().parked(second));
+  EXPECT_EQ(table_.Find(third)->waits_for, second);
+  // A parked job cancelled while it waits leaves nothing behind.
+  EndCancelled(third);
+  Prefill(second);
+  EndCancelled(second);
+  EXPECT_TRUE(table_.jobs().empty());
+  EXPECT_EQ(table_.prefix_cache()->stats().entries, 1);
+}
+
+// Under the wait threshold (the document is 64 tokens, the threshold 100) nobody waits.
+class PrefixNoWaitTest : public PrefixWaitTest {
+ protected:
+  PrefixNoWaitTest() : PrefixWaitTest(100) {}
+};
+
+TEST_F(PrefixNoWaitTest, ShortSharedPrefixesDoNotWait) {
+  Ask(1);
+  const JobId second = Ask(2);
+  EXPECT_EQ(table_.Find(second)->waits_for, 0u);
+  EXPECT_FALSE(table_.batch().parked(second));
 }
 
 }  // namespace

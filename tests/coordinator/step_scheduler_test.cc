@@ -412,5 +412,56 @@ TEST(StepSchedulerTest, CachedPrefixesAndEntries) {
   EXPECT_EQ(s.Add(5, 10, 1, 0, CachedStart{1, 10, 5}).code(), StatusCode::kInvalidArgument);
 }
 
+// A parked job (waiting for another job's prefix) takes no part in the plans: it neither starts
+// nor waits for KV. Unparked, it waits as any job, from a cached start when given one (here the
+// entry the job it waited for left, taken over).
+TEST(StepSchedulerTest, AParkedJobWaitsOutsideThePlansUntilUnparked) {
+  StepScheduler s = Make(Options(1, 64, 100));
+  ASSERT_TRUE(s.Add(1, 40, 4, 0, std::nullopt, /*keep=*/true).ok());
+  ASSERT_TRUE(s.Add(2, 48, 4).ok());
+  ASSERT_TRUE(s.Park(2).ok());
+  EXPECT_TRUE(s.parked(2));
+  PlannedStep step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].job, 1u);
+  s.Completed(step);
+  EXPECT_EQ(s.NextWaiting(), std::nullopt);
+  EXPECT_EQ(s.KvShortfall(), 0);
+  // Job 1 decodes alone until it ends; job 2 never starts, even with room for it.
+  for (int i = 0; i < 3; ++i) {
+    step = s.Next();
+    EXPECT_TRUE(step.starts.empty());
+    ASSERT_EQ(step.entries.size(), 1u);
+    EXPECT_EQ(step.entries[0].job, 1u);
+    s.Completed(step);
+  }
+  // A started job, an unknown one and one with a cached start cannot be parked.
+  EXPECT_EQ(s.Park(1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Park(9).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Unpark(1, std::nullopt).code(), StatusCode::kInvalidArgument);
+  s.Remove(1, /*freed_by_workers=*/true, /*keep=*/true);
+  const int64_t entry_cost = s.cached_per_rank();
+  ASSERT_GT(entry_cost, 0);
+  // A cached start that does not fit leaves the job parked and the entry as it was.
+  EXPECT_FALSE(s.Unpark(2, CachedStart{1, 32, 32, /*take=*/true, /*capacity=*/10}).ok());
+  EXPECT_TRUE(s.parked(2));
+  EXPECT_EQ(s.cached_per_rank(), entry_cost);
+  ASSERT_TRUE(s.Unpark(2, CachedStart{1, 32, 32, /*take=*/true, /*capacity=*/60}).ok());
+  EXPECT_FALSE(s.parked(2));
+  EXPECT_EQ(s.cached_per_rank(), 0);
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].job, 2u);
+  EXPECT_TRUE(step.starts[0].prefix_take);
+  EXPECT_EQ(step.starts[0].prefix_tokens, 32);
+  ASSERT_EQ(step.entries.size(), 1u);
+  EXPECT_EQ(step.entries[0].begin, 32);
+  EXPECT_EQ(step.entries[0].count, 16);
+  EXPECT_EQ(s.reserved_per_rank(), entry_cost);
+  EXPECT_EQ(s.Park(3).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.Add(3, 40, 2, 0, CachedStart{2, 16, 16}).ok());
+  EXPECT_EQ(s.Park(3).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace millipede

@@ -1,6 +1,7 @@
 """The prefix cache end to end: a follow-up whose prompt starts with an earlier job's prompt
 reuses its KV (cached_tokens over RPC and in OpenAI usage) and answers as an uncached run does;
-opting out; two follow-ups at once; the KV budget reclaims cache entries for new jobs but not a
+opting out; two follow-ups at once; questions that wait for their document's job in flight;
+the KV budget reclaims cache entries for new jobs but not a
 pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; a bounded soak
 (follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
 entries listed and dropping them frees every byte. Scenario prefix_cache_host: the host tier
@@ -118,9 +119,48 @@ def soak(svc, run, documents=3):
     check(svc.metric("millipede_prefix_cache_entries") == 0, "entries left in the gauge")
 
 
+def questions_while_running(svc, run):
+    """Questions about a document that arrive while its first job still runs wait for it
+    (prefix_cache_waits_total) instead of prefilling the document beside it; when it ends (here
+    cancelled once its prompt is stored) the first of them takes its entry over and the second
+    waits for that one in turn. Each reuses the whole document and answers as an uncached run."""
+    doc = doc_ids(400, 9)
+    bg = svc.client_bg("submit", "--ids", "--prompt", ids_arg(doc + [5, 6]), "--max-tokens",
+                       "1500", "--ignore-eos", "--no-progress")
+    leader = read_until(bg.stderr, r"job (\d+) queued", 30).group(1)
+    deadline = time.time() + 30
+    while svc.status(leader)["generated_tokens"] < 1:
+        check(time.time() < deadline, "the document's job did not start decoding")
+        time.sleep(0.05)
+    waits = svc.metric("millipede_prefix_cache_waits_total")
+    results = [None, None]
+
+    def ask(i):
+        results[i] = run(doc + [41 + i, 42, 43])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    while svc.metric("millipede_prefix_cache_waits_total") < waits + 2:
+        check(time.time() < deadline, "the questions did not wait for the document's job")
+        time.sleep(0.05)
+    check(svc.status(leader)["state"] == "decode", "the document's job ended too soon")
+    check(svc.client("cancel", leader).rc == 0, "cancel failed")
+    bg.wait(timeout=60)
+    for t in threads:
+        t.join()
+    for i, r in enumerate(results):
+        check(r is not None and r["cached_tokens"] == 400, f"waiting question {i}: {r}")
+        alone = run(doc + [41 + i, 42, 43], "--no-cache")
+        check(r["ids"] == alone["ids"], f"waiting question {i} answered otherwise")
+
+
 def scenario_prefix_cache(bin_dir, model):
-    # A KV budget of a few documents, so that later ones reclaim the cache's entries.
-    svc = Service(bin_dir, model, http=True, worker_args=["--kv-budget-mb", "2"])
+    # A KV budget of a few documents, so that later ones reclaim the cache's entries. Jobs wait
+    # for one in flight that shares 200 more tokens than the cache (the soak's documents are
+    # longer: its questions wait too, and some of them are cancelled while they wait).
+    svc = Service(bin_dir, model, http=True, worker_args=["--kv-budget-mb", "2"],
+                  coordinator_args=["--prefix-wait-tokens", "200"])
     try:
         run = runner(svc)
 
@@ -159,6 +199,8 @@ def scenario_prefix_cache(bin_dir, model):
             check(r is not None and r["cached_tokens"] >= 288, f"concurrent follow-up {i}: {r}")
             alone = run(doc + [41 + i, 42, 43], "--no-cache")
             check(r["ids"] == alone["ids"], f"concurrent follow-up {i} answered otherwise")
+
+        questions_while_running(svc, run)
 
         # OpenAI usage reports the reuse.
         body = json.dumps({"model": "model", "prompt": question, "max_tokens": 2,
