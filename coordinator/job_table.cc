@@ -46,6 +46,7 @@ bool FitsTakeOver(const PrefixStart& hit, int64_t need, int64_t decode_rows) {
 
 // The job starts from nothing after all (a cached start given up).
 void ForgetCachedStart(JobTable::Job& job, int ranks) {
+  job.cache_drop_source = false;
   job.cached_from = 0;
   job.cached_tokens = 0;
   job.positions = RankPositions(ranks);
@@ -95,11 +96,11 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
       hit->positions.MaxRows(), hit->tokens, static_cast<int64_t>(d.prompt_ids.size()),
       d.max_new_tokens, batch_.num_ranks());
   // Taken over when nothing else wants it and it has room: no copy, no second reservation.
-  job.cache_take =
-      hit->exclusive &&
-      FitsTakeOver(*hit, need, DecodeRowsPerRank(d.max_new_tokens, batch_.num_ranks())) &&
-      cache_->Remove(hit->entry).ok();
+  const bool fits =
+      FitsTakeOver(*hit, need, DecodeRowsPerRank(d.max_new_tokens, batch_.num_ranks()));
+  job.cache_take = hit->exclusive && fits && cache_->Remove(hit->entry).ok();
   job.cache_held = !job.cache_take && cache_->Hold(hit->entry).ok();
+  job.cache_drop_source = job.cache_held && hit->exclusive && !fits;
   if (!job.cache_take && !job.cache_held) return std::nullopt;
   job.cached_from = hit->entry;
   job.cached_tokens = hit->tokens;
@@ -116,6 +117,14 @@ void JobTable::GiveUpCachedStart(Job& job) {
   if (job.cache_take) batch_.DropCached(job.cached_from);
   job.cache_held = job.cache_take = false;
   ForgetCachedStart(job, batch_.num_ranks());
+}
+
+void JobTable::DropCopiedEntry(uint64_t entry) {
+  const std::optional<PrefixEntryInfo> info = cache_->index().Info(entry);
+  if (!info || info->pinned || info->holders > 0 || cache_->tier_of(entry) != CacheTier::kDevice)
+    return;
+  if (cache_->Remove(entry).ok()) batch_.DropCached(entry);
+  ReportKv();
 }
 
 void JobTable::ReleaseFollowers(JobId leader) {
@@ -292,6 +301,11 @@ void JobTable::RecordCommitted(const PlannedStep& planned, const std::vector<Job
     if (std::find(failed.begin(), failed.end(), e.job) != failed.end()) continue;
     std::shared_ptr<Job> job = Find(e.job);
     if (job == nullptr) continue;
+    if (job->cache_drop_source) {
+      // Its copy of the entry is on the workers now.
+      job->cache_drop_source = false;
+      DropCopiedEntry(job->cached_from);
+    }
     if (e.kind == PlannedKind::kPrefill) {
       job->positions.AddChunk(e.begin, e.count);
       job->chunk_ends.push_back(e.begin + e.count);

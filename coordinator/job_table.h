@@ -60,6 +60,10 @@ class JobTable {
     int64_t cached_tokens = 0;
     bool cache_held = false;  // copies the entry: holds it until it starts
     bool cache_take = false;  // takes the entry over (it left the cache at lookup)
+    // Copies an entry that nothing else wanted but that had no room for it (its job reserved
+    // fewer tokens): once the copy is committed the entry is dropped, as a take-over would have
+    // taken it, unless something wants it by then; this job's KV holds the same prefix.
+    bool cache_drop_source = false;
     RankPositions positions;
     // Where its prompt's prefill steps ended (the lengths a sparse-prefill entry is reusable
     // at), from the cached prefix's own reuse lengths up to where it took over.
@@ -173,6 +177,9 @@ class JobTable {
   void ReleaseFollowers(JobId leader);
   // A job gives up the cached start LookUp gave it (held: released; taken: the entry dropped).
   void GiveUpCachedStart(Job& job);
+  // Drops entry `entry`, which a started job copied (cache_drop_source), unless it is pinned,
+  // held or no longer in backend memory.
+  void DropCopiedEntry(uint64_t entry);
   // Frees least recently used device-tier entries worth `need` KV positions (all for
   // need < 0), moving them down where a lower tier has room (PrefixCache::Evict); whether any
   // left the workers' KV memory.

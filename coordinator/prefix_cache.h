@@ -66,9 +66,9 @@ enum class CacheTier { kDevice, kHost, kDisk };
 const char* CacheTierName(CacheTier tier);  // "device", "host", "disk"
 
 // A hit for a new job: restore [0, tokens) from entry `entry`, whose positions there are
-// `positions`. `exclusive`: nothing else wants the entry (not pinned, no job holds it) and its
-// sequence may be taken over (no OmniKV selection), so a job it has room for (`capacity` KV
-// positions per rank) may take it (Take) rather than copy it (Hold).
+// `positions`. `exclusive`: nothing else wants the entry (not pinned, no job holds it) and it is
+// in backend memory, so a job it has room for (`capacity` KV positions per rank) may take it
+// over (Remove) rather than copy it (Hold).
 struct PrefixStart {
   uint64_t entry = 0;
   int64_t tokens = 0;

@@ -119,12 +119,12 @@ class PrefixWaitTest : public JobTableTest {
     std::iota(document_.begin(), document_.end(), 100);
   }
 
-  // Queues a question about the document: its 64 tokens, then `question` distinct tokens.
-  JobId Ask(int32_t question, bool pin = false) {
+  // Queues a question about the document: its 64 tokens, then four distinct tokens.
+  JobId Ask(int32_t question, bool pin = false, int64_t max_new_tokens = 2) {
     auto job = std::make_shared<JobTable::Job>();
     job->descriptor.prompt_ids = document_;
     for (int32_t i = 0; i < 4; ++i) job->descriptor.prompt_ids.push_back(question * 10 + i);
-    job->descriptor.max_new_tokens = 2;
+    job->descriptor.max_new_tokens = max_new_tokens;
     job->observer = observer_;
     job->pin = pin;
     StatusOr<JobId> id = table_.Add(job, 0);
@@ -219,6 +219,44 @@ TEST_F(PrefixWaitTest, AFailedOrCancelledLeaderReleasesItsFollowers) {
   Prefill(second);
   EndCancelled(second);
   EXPECT_TRUE(table_.jobs().empty());
+  EXPECT_EQ(table_.prefix_cache()->stats().entries, 1);
+}
+
+// A document loaded by a job of one token leaves an entry with no room for longer answers: the
+// first question copies it, and once the copy is on the workers the entry is dropped (as a
+// take-over would have taken it); the next question waits for that one and takes its entry over.
+TEST_F(PrefixWaitTest, AnEntryTooSmallToTakeOverIsCopiedOnceThenDropped) {
+  const JobId load = Ask(0, /*pin=*/false, /*max_new_tokens=*/1);
+  Prefill(load);
+  EndCancelled(load);
+  ASSERT_EQ(table_.prefix_cache()->stats().entries, 1);
+  const JobId first = Ask(1, /*pin=*/false, /*max_new_tokens=*/8);
+  std::shared_ptr<JobTable::Job> job = table_.Find(first);
+  EXPECT_TRUE(job->cache_held);
+  EXPECT_TRUE(job->cache_drop_source);
+  EXPECT_EQ(job->cached_tokens, 64);
+  const int64_t entry_cost = table_.batch().cached_per_rank();
+  Prefill(first);
+  // The copy was committed: the entry is gone, its reservation with it.
+  EXPECT_FALSE(job->cache_drop_source);
+  EXPECT_EQ(table_.prefix_cache()->stats().entries, 0);
+  EXPECT_LT(table_.batch().cached_per_rank(), entry_cost);
+  const JobId second = Ask(2, /*pin=*/false, /*max_new_tokens=*/8);
+  EXPECT_EQ(table_.Find(second)->waits_for, first);
+  EndCancelled(first);
+  job = table_.Find(second);
+  EXPECT_TRUE(job->cache_take);
+  EXPECT_EQ(job->cached_tokens, 64);
+}
+
+// A copied entry that another job also holds, or that is pinned, stays.
+TEST_F(PrefixWaitTest, ACopiedEntryThatOthersWantStays) {
+  const JobId load = Ask(0, /*pin=*/true, /*max_new_tokens=*/1);
+  Prefill(load);
+  EndCancelled(load);
+  const JobId first = Ask(1, /*pin=*/false, /*max_new_tokens=*/8);
+  EXPECT_FALSE(table_.Find(first)->cache_drop_source);  // pinned: never exclusive
+  Prefill(first);
   EXPECT_EQ(table_.prefix_cache()->stats().entries, 1);
 }
 

@@ -429,7 +429,7 @@ def scenario_prefix_cache_omnikv(bin_dir, model):
     layer 0 filters, layers 2 and 3 keep their prompt in pinned host memory): a follow-up takes
     the document's entry over (the host-tier rows reused in place) and answers as an uncached run
     does; one whose new tokens need more generated rows than the entry has room for copies it
-    instead; a pinned entry is copied by two follow-ups in turn; a long prompt prefills in
+    instead (and the entry, whose prefix the copy's own entry holds, is dropped); a pinned entry is copied by two follow-ups in turn; a long prompt prefills in
     chunks after held host-tier rows; sparse-prefill questions in turn (sparse_chain). Dropping
     every entry frees every byte."""
     work = os.path.dirname(model)
@@ -474,8 +474,11 @@ def scenario_prefix_cache_omnikv(bin_dir, model):
 
         longer = run_long(question + [31])
         check(longer["cached_tokens"] >= 500, f"the longer follow-up reused {longer}")
-        check(any(e["id"] == entry for e in cache_list(svc)),
-              "an entry too small to take over was taken")
+        # Copied, not taken over; then dropped, as its prefix lives on in the new job's entry.
+        listed = [e["id"] for e in cache_list(svc)]
+        check(entry not in listed and longer["cache_entry"] in listed,
+              f"an entry too small to take over: {entry}, the copy's {longer['cache_entry']}, "
+              f"listed {listed}")
         check(longer["ids"] == run_long(question + [31], "--no-cache")["ids"],
               "the copied follow-up answered otherwise")
         # A pinned entry is copied by each follow-up, and stays.
