@@ -174,6 +174,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.keeps);
   io.List(m.starts, [&](auto& start) { Fields(io, start); });
   io.List(m.entries, [&](auto& entry) { Fields(io, entry); });
+  io.Field(m.promotes);
 }
 
 template <class Io, MessageOf<JobProgress> M>
@@ -224,6 +225,8 @@ void Fields(Io& io, M& m) {
   io.Field(m.cache_save_s);
   io.Field(m.cache_write_s);
   io.Field(m.cache_load_s);
+  io.Field(m.promoted);
+  io.Field(m.promote_failed);
 }
 
 template <class M>

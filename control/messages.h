@@ -149,9 +149,11 @@ struct StepEntry {
 };
 
 // One engine step for every worker: move the cache entries `demotes` from backend memory to
-// the host tier and `spills` (from either) to the disk tier, free the cache entries `drops` (in either tier) and the jobs `ends`, keep the
-// jobs `keeps` as cache entries (each under its job id: the job ends, its KV stays), start
-// `starts` in order, run `entries`.
+// the host tier and `spills` (from either) to the disk tier, free the cache entries `drops` (in
+// either tier) and the jobs `ends`, start reading the disk-tier entries `promotes` into the host
+// tier in the background (reported in WorkerStats when done), keep the jobs `keeps` as cache
+// entries (each under its job id: the job ends, its KV stays), start `starts` in order, run
+// `entries`.
 struct StepPlan {
   uint64_t step_id = 0;
   std::vector<uint64_t> ends;
@@ -161,6 +163,7 @@ struct StepPlan {
   std::vector<uint64_t> keeps;
   std::vector<uint64_t> demotes;
   std::vector<CacheEntryFacts> spills;
+  std::vector<uint64_t> promotes;
 };
 
 // Prefill progress of a job in the step in flight, from the worker leader after each layer.
@@ -227,6 +230,10 @@ struct WorkerStats {
   // Seconds spent moving cache entries, cumulative: saving them to host memory, writing them to
   // disk, restoring jobs from either.
   double cache_save_s = 0, cache_write_s = 0, cache_load_s = 0;
+  // Disk-tier entries this worker has read into its host tier (StepPlan::promotes) since its last
+  // report, and those whose read failed (the file is removed), in order.
+  std::vector<uint64_t> promoted;
+  std::vector<uint64_t> promote_failed;
 };
 
 // A descriptor alone, as it travels inside a StepStart.

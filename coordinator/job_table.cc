@@ -2,6 +2,7 @@
 #include "coordinator/job_table.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "coordinator/disk_entries.h"
 
@@ -107,8 +108,59 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   job.positions = hit->positions;
   // Rows before the hit are the entry's: so are the lengths they may be reused at.
   job.chunk_ends = hit->reuse_lengths;
+  if (job.cache_held && cache_->tier_of(hit->entry) == CacheTier::kDisk) WaitForRead(job);
   return CachedStart{hit->entry, hit->tokens, hit->positions.MaxRows(), job.cache_take,
                      hit->capacity};
+}
+
+void JobTable::WaitForRead(Job& job) {
+  const uint64_t entry = job.cached_from;
+  if (promoting_.count(entry) == 0) {
+    PrefixEviction moved;
+    if (!cache_->StartPromotion(entry, &moved)) return;
+    ApplyEviction(moved);
+    batch_.PromoteSaved(entry);
+    promoting_[entry];
+  }
+  job.waits_for_read = entry;
+}
+
+void JobTable::ReleaseReaders(uint64_t entry, bool read) {
+  for (auto& [id, job] : jobs_) {
+    if (job->waits_for_read != entry) continue;
+    job->waits_for_read = 0;
+    if (!read) {
+      GiveUpCachedStart(*job);
+      batch_.ForgetCachedStart(id);
+    }
+    (void)batch_.Unpark(id, std::nullopt);
+  }
+}
+
+void JobTable::NotePromotions(int rank, std::span<const uint64_t> promoted,
+                              std::span<const uint64_t> failed) {
+  if (!cache_) return;
+  // Entries dropped while no job waited for them are not reported by every rank.
+  std::erase_if(promoting_, [&](const auto& e) { return !cache_->index().Contains(e.first); });
+  for (uint64_t entry : promoted) {
+    auto it = promoting_.find(entry);
+    if (it == promoting_.end()) continue;
+    it->second.insert(rank);
+    if (std::ssize(it->second) < batch_.num_ranks()) continue;
+    promoting_.erase(it);
+    cache_->FinishPromotion(entry);
+    ReleaseReaders(entry, /*read=*/true);
+  }
+  for (uint64_t entry : failed) {
+    if (promoting_.erase(entry) == 0) continue;
+    std::cerr << "millipede-coordinator: prefix-cache entry " << entry
+              << " could not be read back on worker rank " << rank
+              << "; its jobs run uncached\n";
+    ReleaseReaders(entry, /*read=*/false);
+    // Never used again: a rank lost it (a damaged file, removed there).
+    if (cache_->Remove(entry).ok()) batch_.DropSaved(entry);
+  }
+  ReportKv();
 }
 
 void JobTable::GiveUpCachedStart(Job& job) {
@@ -116,6 +168,7 @@ void JobTable::GiveUpCachedStart(Job& job) {
   // A take-over's entry left the cache: the workers free it with the next step.
   if (job.cache_take) batch_.DropCached(job.cached_from);
   job.cache_held = job.cache_take = false;
+  job.waits_for_read = 0;
   ForgetCachedStart(job, batch_.num_ranks());
 }
 
@@ -136,10 +189,12 @@ void JobTable::ReleaseFollowers(JobId leader) {
       continue;
     }
     const std::optional<CachedStart> cached = LookUp(*job);
-    if (batch_.Unpark(id, cached).ok()) continue;
-    // As in Add: a cached start beyond the KV budget runs uncached.
-    GiveUpCachedStart(*job);
-    (void)batch_.Unpark(id, std::nullopt);
+    if (!batch_.Unpark(id, cached).ok()) {
+      // As in Add: a cached start beyond the KV budget runs uncached.
+      GiveUpCachedStart(*job);
+      (void)batch_.Unpark(id, std::nullopt);
+    }
+    if (job->waits_for_read != 0) (void)batch_.Park(id);
   }
 }
 
@@ -161,9 +216,9 @@ StatusOr<JobId> JobTable::Add(std::shared_ptr<Job> job, int64_t kv_cost_per_rank
   MP_RETURN_IF_ERROR(added);
   if (leader) {
     job->waits_for = *leader;
-    (void)batch_.Park(next_id_);
     ++prefix_waits_;
   }
+  if (leader || job->waits_for_read != 0) (void)batch_.Park(next_id_);
   job->id = next_id_++;
   d.job_id = job->id;
   jobs_[job->id] = job;
@@ -236,18 +291,20 @@ void JobTable::Start(Job& job, Clock::time_point now) {
   if (metrics_) metrics_->JobStarted(Seconds(now - job.submitted));
 }
 
-bool JobTable::Evict(int64_t need) {
-  const PrefixEviction e = cache_->Evict(need);
+void JobTable::ApplyEviction(const PrefixEviction& e) {
   // In the order the workers run them: demotes, spills, drops.
   for (uint64_t id : e.demoted) batch_.DemoteCached(id);
-  bool freed = !e.demoted.empty() || !e.dropped_device.empty();
-  for (uint64_t id : e.spilled) {
-    freed = freed || batch_.cached_reservation(id) > 0;
-    batch_.SpillCached(id);
-  }
+  for (uint64_t id : e.spilled) batch_.SpillCached(id);
   for (uint64_t id : e.dropped_device) batch_.DropCached(id);
   for (const auto* list : {&e.dropped_host, &e.dropped_disk})
     for (uint64_t id : *list) batch_.DropSaved(id);
+}
+
+bool JobTable::Evict(int64_t need) {
+  const PrefixEviction e = cache_->Evict(need);
+  bool freed = !e.demoted.empty() || !e.dropped_device.empty();
+  for (uint64_t id : e.spilled) freed = freed || batch_.cached_reservation(id) > 0;
+  ApplyEviction(e);
   ReportKv();
   return freed;
 }
@@ -268,7 +325,8 @@ void JobTable::ReportKv() {
                          .disk_entries = c.disk_entries,
                          .spills = c.spills,
                          .disk_hits = c.disk_hits,
-                         .prefix_waits = prefix_waits_});
+                         .prefix_waits = prefix_waits_,
+                         .promotions = c.promotions});
 }
 
 void JobTable::EvictForWaitingJobs(Deliveries* out) {

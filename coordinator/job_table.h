@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +74,9 @@ class JobTable {
     // a longer prefix of this job's prompt than the cache does: it looks the cache up again when
     // that job ends (0: not waiting).
     JobId waits_for = 0;
+    // Parked while the workers read its cached start's disk-tier entry back into their host
+    // tier (PrefixCache::StartPromotion; 0: not waiting).
+    uint64_t waits_for_read = 0;
   };
 
   // `metrics` may be null; it must outlive the table.
@@ -103,6 +108,12 @@ class JobTable {
   // that its entry may go too); if pinned entries still leave no room it fails (into `out`)
   // rather than wait for ever.
   void EvictForWaitingJobs(Deliveries* out);
+  // Worker `rank` has read the disk-tier entries `promoted` back into its host tier, and could
+  // not read `failed` (WorkerStats): once every rank has read one it is in the host tier and the
+  // jobs waiting for it may start from it; one that a rank could not read is dropped and its jobs
+  // run uncached.
+  void NotePromotions(int rank, std::span<const uint64_t> promoted,
+                      std::span<const uint64_t> failed);
   // A step committed: the prefill chunks and decode tokens of `planned` (but those of the jobs
   // in `failed`) are stored on the workers.
   void RecordCommitted(const PlannedStep& planned, const std::vector<JobId>& failed);
@@ -180,6 +191,15 @@ class JobTable {
   // Drops entry `entry`, which a started job copied (cache_drop_source), unless it is pinned,
   // held or no longer in backend memory.
   void DropCopiedEntry(uint64_t entry);
+  // A job whose cached start is on disk waits for the entry to move up to the host tier (the
+  // workers read it in the background) where the host tier has room; otherwise its start reads
+  // the file.
+  void WaitForRead(Job& job);
+  // The jobs waiting for entry `entry` to be read back wait to start as any job: from it
+  // (`read`), or uncached.
+  void ReleaseReaders(uint64_t entry, bool read);
+  // Has the batching policy carry out what PrefixCache moved and dropped.
+  void ApplyEviction(const PrefixEviction& e);
   // Frees least recently used device-tier entries worth `need` KV positions (all for
   // need < 0), moving them down where a lower tier has room (PrefixCache::Evict); whether any
   // left the workers' KV memory.
@@ -195,6 +215,7 @@ class JobTable {
   bool selected_kv_host_ = false;
   int64_t wait_tokens_ = 0;
   int64_t prefix_waits_ = 0;  // jobs parked behind a leader, cumulative
+  std::map<uint64_t, std::set<int>> promoting_;  // disk-tier entries read back: the ranks done
   JobId next_id_ = 1;
   std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running
   std::deque<JobId> queue_;                     // the queued ones, oldest first

@@ -128,6 +128,7 @@ void PrefixCache::Forget(uint64_t entry) {
   auto it = facts_.find(entry);
   if (it == facts_.end()) return;
   if (it->second.tier != CacheTier::kDevice) used(it->second.tier) -= host_bytes_of(entry);
+  if (it->second.promoting) host_used_ -= host_bytes_of(entry);
   facts_.erase(it);
 }
 
@@ -252,6 +253,27 @@ bool PrefixCache::Demote(uint64_t entry, PrefixEviction* out) {
   return false;
 }
 
+bool PrefixCache::StartPromotion(uint64_t entry, PrefixEviction* out) {
+  auto it = facts_.find(entry);
+  if (it == facts_.end() || it->second.tier != CacheTier::kDisk || it->second.promoting)
+    return false;
+  const int64_t bytes = host_bytes_of(entry);
+  if (!MakeRoom(CacheTier::kHost, bytes, out)) return false;
+  it->second.promoting = true;
+  host_used_ += bytes;
+  return true;
+}
+
+void PrefixCache::FinishPromotion(uint64_t entry) {
+  auto it = facts_.find(entry);
+  if (it == facts_.end() || !it->second.promoting) return;
+  const int64_t bytes = host_bytes_of(entry);
+  it->second.promoting = false;
+  host_used_ -= bytes;
+  MoveTo(entry, CacheTier::kHost);
+  ++promotions_;
+}
+
 Status PrefixCache::AdoptDiskEntry(uint64_t id, uint64_t key, std::vector<int32_t> tokens,
                                    bool every_length, std::vector<int64_t> lengths,
                                    RankPositions positions) {
@@ -321,7 +343,8 @@ PrefixCacheStats PrefixCache::stats() const {
                        .demotions = demotions_,
                        .spills = spills_,
                        .host_hits = host_hits_,
-                       .disk_hits = disk_hits_};
+                       .disk_hits = disk_hits_,
+                       .promotions = promotions_};
   for (const auto& [id, facts] : facts_) {
     if (facts.tier == CacheTier::kHost) ++out.host_entries;
     if (facts.tier == CacheTier::kDisk) ++out.disk_entries;

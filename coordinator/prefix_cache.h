@@ -17,7 +17,8 @@
 // memory (SetHostTier) where it fits, else to their local disks (SetDiskTier), else it is
 // dropped. A lower tier makes room by moving its least recently used entries further down (host
 // to disk) or dropping them. A hit on an entry below backend memory copies its KV back into the
-// new job's memory and leaves the entry where it is. Pinned entries and entries a job waits to
+// new job's memory; one on disk first moves the entry up to the host tier where it has room
+// (StartPromotion: the workers read it back in the background, the job waits). Pinned entries and entries a job waits to
 // copy are never dropped, but may move down. Disk entries outlive the service: at start the
 // workers report them and AdoptDiskEntry indexes them again.
 #pragma once
@@ -117,6 +118,7 @@ struct PrefixCacheStats {
   int64_t demotions = 0;                    // entries moved to the host tier, cumulative
   int64_t spills = 0;                       // entries moved to the disk tier, cumulative
   int64_t host_hits = 0, disk_hits = 0;     // lookups answered from those tiers, cumulative
+  int64_t promotions = 0;                   // entries moved from disk to host, cumulative
 };
 
 class PrefixCache {
@@ -156,6 +158,13 @@ class PrefixCache {
   // Drops the disk tier's least recently used evictable entries while it holds more than its
   // size (after AdoptDiskEntry); their ids.
   std::vector<uint64_t> TrimDisk();
+  // Moves disk-tier entry `entry` up to the host tier, where MakeRoom finds (or makes, into
+  // `out`) room for it: its bytes count in the host tier from now on, and stay counted in the
+  // disk tier until FinishPromotion. False, changing nothing, when the host tier has no room, or
+  // the entry is not on disk or already moving up.
+  bool StartPromotion(uint64_t entry, PrefixEviction* out);
+  // Every rank has read the entry back: it is in the host tier.
+  void FinishPromotion(uint64_t entry);
   // Frees device-tier entries, least recently used first, until their cost reaches `need` (all
   // of them for need < 0): each moves down where a lower tier has (or can make) room, else is
   // dropped when evictable (not pinned, not held), else left.
@@ -179,6 +188,7 @@ class PrefixCache {
     int64_t capacity = 0;
     int64_t host_generated_rows = -1;
     CacheTier tier = CacheTier::kDevice;
+    bool promoting = false;  // on disk, its bytes also counted in the host tier (StartPromotion)
   };
   // Device-tier entries in the order Evict takes them: the evictable ones least recently used
   // first, then (with a host tier) the pinned and held ones, which may only be demoted.
@@ -201,7 +211,7 @@ class PrefixCache {
   int64_t host_limit_ = 0, position_bytes_ = 0, host_used_ = 0;
   int64_t disk_limit_ = 0, disk_used_ = 0;
   int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0, demotions_ = 0, spills_ = 0;
-  int64_t host_hits_ = 0, disk_hits_ = 0;
+  int64_t host_hits_ = 0, disk_hits_ = 0, promotions_ = 0;
 };
 
 }  // namespace millipede

@@ -50,6 +50,7 @@ void StepRunner::HandleProgress(const control::JobProgress& p, Deliveries* out) 
 }
 
 void StepRunner::HandleStats(int rank, const control::WorkerStats& w) {
+  table_.NotePromotions(rank, w.promoted, w.promote_failed);
   RankStats r{.rank = rank,
               .kv_bytes_gpu = w.kv_bytes_gpu,
               .kv_bytes_host = w.kv_bytes_host,

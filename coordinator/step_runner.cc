@@ -67,6 +67,7 @@ Status StepRunner::SendNextStep(bool* busy) {
   plan.ends = planned.ends;
   plan.drops = planned.drops;
   plan.demotes = planned.demotes;
+  plan.promotes = planned.promotes;
   if (const PrefixCache* cache = table_.prefix_cache()) {
     // What the workers write with an entry: enough to index it again after a restart. An entry
     // the same plan drops again is not written.

@@ -113,16 +113,16 @@ Status StepScheduler::StartFromCache(StepJobId id, const CachedStart& cached, Jo
 
 Status StepScheduler::Park(StepJobId job) {
   auto it = jobs_.find(job);
-  MP_REQUIRE(it != jobs_.end() && !it->second.started && it->second.cached_from == 0,
-             "step scheduler: job ", job, " is not waiting without a cached start");
+  MP_REQUIRE(it != jobs_.end() && !it->second.started, "step scheduler: job ", job,
+             " is not waiting");
   it->second.parked = true;
   return OkStatus();
 }
 
 Status StepScheduler::Unpark(StepJobId job, const std::optional<CachedStart>& cached) {
   auto it = jobs_.find(job);
-  MP_REQUIRE(it != jobs_.end() && it->second.parked, "step scheduler: job ", job,
-             " is not parked");
+  MP_REQUIRE(it != jobs_.end() && it->second.parked && (!cached || it->second.cached_from == 0),
+             "step scheduler: job ", job, " is not parked, or has a cached start already");
   if (cached) MP_RETURN_IF_ERROR(StartFromCache(job, *cached, &it->second));
   it->second.parked = false;
   return OkStatus();
@@ -181,6 +181,8 @@ void StepScheduler::SpillCached(uint64_t entry) {
 }
 
 void StepScheduler::DropSaved(uint64_t entry) { pending_drops_.push_back(entry); }
+
+void StepScheduler::PromoteSaved(uint64_t entry) { pending_promotes_.push_back(entry); }
 
 Status StepScheduler::RestartUncached(StepJobId job) {
   auto it = jobs_.find(job);
@@ -296,6 +298,7 @@ PlannedStep StepScheduler::Next() {
   PlannedStep step;
   step.demotes.swap(pending_demotes_);
   step.spills.swap(pending_spills_);
+  step.promotes.swap(pending_promotes_);
   step.drops.swap(pending_drops_);
   step.ends.swap(pending_ends_);
   step.keeps.swap(pending_keeps_);

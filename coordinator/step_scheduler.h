@@ -96,8 +96,9 @@ struct CachedStart {
 };
 
 // One step for the workers: move the cache entries `demotes` to host memory and `spills` to
-// disk, free the cache entries `drops` and the jobs `ends`, keep the jobs `keeps` as cache
-// entries, start `starts` (in order), then run `entries`.
+// disk, free the cache entries `drops` and the jobs `ends`, start reading the disk-tier entries
+// `promotes` into host memory (in the background), keep the jobs `keeps` as cache entries, start
+// `starts` (in order), then run `entries`.
 struct PlannedStep {
   std::vector<StepJobId> ends;
   std::vector<PlannedStart> starts;
@@ -106,9 +107,10 @@ struct PlannedStep {
   std::vector<StepJobId> keeps;
   std::vector<uint64_t> demotes;
   std::vector<uint64_t> spills;
+  std::vector<uint64_t> promotes;
   bool empty() const {
     return drops.empty() && ends.empty() && keeps.empty() && starts.empty() &&
-           entries.empty() && demotes.empty() && spills.empty();
+           entries.empty() && demotes.empty() && spills.empty() && promotes.empty();
   }
   int64_t decode_tokens() const;
   int64_t prefill_tokens() const;
@@ -148,6 +150,9 @@ class StepScheduler {
   void SpillCached(uint64_t entry);
   // Frees a host-tier or disk-tier entry (which reserves nothing here): the next step drops it.
   void DropSaved(uint64_t entry);
+  // Moves disk-tier entry `entry` up to the host tier (which reserves nothing here): the next
+  // step has the workers start reading it (PlannedStep::promotes).
+  void PromoteSaved(uint64_t entry);
   // A started job whose cached start failed on the workers (its entry could not be restored)
   // waits again to run uncached: its reservation is released and recomputed without the
   // prefix. FailedPrecondition for a job not started or taken over.
@@ -168,14 +173,15 @@ class StepScheduler {
   // A waiting job gives up its start from the prefix cache: it prefills its whole prompt and
   // reserves as an uncached job.
   void ForgetCachedStart(StepJobId job);
-  // A waiting job without a cached start is parked: it takes no part in the plans (it neither
-  // starts nor counts as waiting for KV) until Unpark. The job table parks a job that waits for
-  // another job's prefix to be cached. InvalidArgument for a job started, unknown or with a
-  // cached start.
+  // A waiting job is parked: it takes no part in the plans (it neither starts nor counts as
+  // waiting for KV) until Unpark. The job table parks a job that waits for another job's prefix
+  // to be cached, or for its cached start to be read back from disk. InvalidArgument for a job
+  // started or unknown.
   Status Park(StepJobId job);
-  // A parked job waits again as any job, from `cached` when given (as Add's). On an error (a
-  // cached start that does not fit the KV budget, a take-over of an entry not cached) it stays
-  // parked and nothing changes.
+  // A parked job waits again as any job, from `cached` when given (as Add's; a job that has a
+  // cached start keeps it and may not be given another). On an error (a cached start that does
+  // not fit the KV budget, a take-over of an entry not cached) it stays parked and nothing
+  // changes.
   Status Unpark(StepJobId job, const std::optional<CachedStart>& cached);
   bool parked(StepJobId job) const;
 
@@ -259,6 +265,7 @@ class StepScheduler {
   std::vector<uint64_t> pending_drops_;
   std::vector<uint64_t> pending_demotes_;
   std::vector<uint64_t> pending_spills_;
+  std::vector<uint64_t> pending_promotes_;
   std::map<uint64_t, int64_t> cached_;  // prefix-cache entries' reservations
   int64_t cached_cost_ = 0;
   int64_t running_ = 0;

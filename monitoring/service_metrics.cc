@@ -197,6 +197,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                             "beside it.")
                        .Add({});
 
+    cache_promotions_ = &counter("millipede_prefix_cache_promotions_total",
+                                 "Prefix-cache entries read back from the workers' disks into "
+                                 "their host memory for a hit (in the background; the jobs "
+                                 "wait).")
+                            .Add({});
+
     exposer_->RegisterCollectable(registry_);
   }
 
@@ -289,6 +295,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(cache_spills_, static_cast<double>(c.spills));
     AdvanceCounter(cache_disk_hits_, static_cast<double>(c.disk_hits));
     AdvanceCounter(cache_waits_, static_cast<double>(c.prefix_waits));
+    AdvanceCounter(cache_promotions_, static_cast<double>(c.promotions));
     cache_disk_entries_->Set(static_cast<double>(c.disk_entries));
     cache_entries_->Set(static_cast<double>(c.entries));
     cache_host_entries_->Set(static_cast<double>(c.host_entries));
@@ -366,6 +373,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Counter* cache_spills_;
   Counter* cache_disk_hits_;
   Counter* cache_waits_;
+  Counter* cache_promotions_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;

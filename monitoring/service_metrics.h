@@ -45,6 +45,7 @@ struct PrefixCacheCounts {
   int64_t spills = 0;              // entries moved to disk
   int64_t disk_hits = 0;           // jobs that started from a disk-tier entry
   int64_t prefix_waits = 0;        // jobs that waited for another job's prefix to be cached
+  int64_t promotions = 0;          // entries moved from disk to host memory for a hit
 };
 
 class ServiceMetrics {
@@ -101,7 +102,8 @@ class ServiceMetrics {
   // prefix_cache_hit_tokens_total, prefix_cache_miss_tokens_total, prefix_cache_entries,
   // prefix_cache_reserved_positions, prefix_cache_evictions_total, prefix_cache_host_entries,
   // prefix_cache_demotions_total, prefix_cache_host_hits_total, prefix_cache_disk_entries,
-  // prefix_cache_spills_total, prefix_cache_disk_hits_total, prefix_cache_waits_total.
+  // prefix_cache_spills_total, prefix_cache_disk_hits_total, prefix_cache_waits_total,
+  // prefix_cache_promotions_total.
   virtual void PrefixCache(const PrefixCacheCounts& counts) = 0;
 };
 

@@ -252,6 +252,7 @@ StatusOr<control::StepDone> BatchRunner::Run(const control::StepPlan& plan,
   // Host memory of entries the disk tier has written is freed here, on this thread.
   if (engine_.disk_tier() != nullptr) engine_.disk_tier()->Collect();
   for (uint64_t id : plan.drops) engine_.DropCached(static_cast<SequenceId>(id));
+  for (uint64_t id : plan.promotes) engine_.PromoteCached(static_cast<SequenceId>(id));
   for (uint64_t id : plan.ends) End(id);
   for (uint64_t id : plan.keeps) Keep(id);
   std::vector<uint64_t> failed;

@@ -273,5 +273,98 @@ TEST_F(PrefixNoWaitTest, ShortSharedPrefixesDoNotWait) {
   EXPECT_FALSE(table_.batch().parked(second));
 }
 
+// A hit on the disk tier moves the entry up to the host tier first: the job waits (parked) while
+// the workers read it back in the background, then starts from it; an entry a worker could not
+// read is dropped and its job runs uncached.
+class PromotionTest : public JobTableTest {
+ protected:
+  PromotionTest() {
+    StatusOr<PrefixCache> cache = PrefixCache::Create(16, 1, "model");
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    cache->SetHostTier(/*bytes_per_rank=*/host_bytes_, /*position_bytes=*/16);
+    cache->SetDiskTier(1 << 20);
+    const uint64_t key = cache->KeyOf(AttentionPolicy{});
+    table_.EnablePrefixCache(std::move(cache).value(), AttentionPolicy{},
+                             /*selected_kv_host=*/false, /*wait_tokens=*/0);
+    std::vector<control::CacheEntryFacts> found;
+    for (uint64_t id : {5, 6}) {
+      std::vector<int32_t> tokens(64);
+      std::iota(tokens.begin(), tokens.end(), static_cast<int32_t>(100 * id));
+      found.push_back({.entry = id, .key = key, .model_key = "model", .tokens = tokens,
+                       .every_length = true, .lengths = {}, .length = 64, .stored = {0, 64}});
+    }
+    EXPECT_EQ(table_.AdoptDiskEntries({found}), 2);
+    (void)table_.batch().Next();  // (nothing to drop)
+  }
+
+  // A question about entry `id`'s tokens.
+  JobId Ask(uint64_t id) {
+    auto job = std::make_shared<JobTable::Job>();
+    job->descriptor.prompt_ids.resize(64);
+    std::iota(job->descriptor.prompt_ids.begin(), job->descriptor.prompt_ids.end(),
+              static_cast<int32_t>(100 * id));
+    job->descriptor.prompt_ids.insert(job->descriptor.prompt_ids.end(), {1, 2, 3});
+    job->descriptor.max_new_tokens = 2;
+    job->observer = observer_;
+    StatusOr<JobId> added = table_.Add(job, 0);
+    EXPECT_TRUE(added.ok()) << added.status().ToString();
+    return added.ok() ? *added : 0;
+  }
+
+  int64_t host_bytes_ = 64 * 16;  // one entry
+};
+
+TEST_F(PromotionTest, ADiskHitWaitsForItsEntryToBeReadBackThenStartsFromIt) {
+  const JobId job = Ask(5);
+  EXPECT_EQ(table_.Find(job)->waits_for_read, 5u);
+  EXPECT_TRUE(table_.batch().parked(job));
+  PlannedStep step = table_.batch().Next();
+  EXPECT_EQ(step.promotes, std::vector<uint64_t>{5});
+  EXPECT_TRUE(step.starts.empty());
+  // The host tier counts the entry from now on; it is still on disk until read back.
+  EXPECT_EQ(table_.prefix_cache()->tier_of(5), CacheTier::kDisk);
+  EXPECT_EQ(table_.prefix_cache()->stats().host_bytes_per_rank, 64 * 16);
+  EXPECT_TRUE(table_.batch().Next().starts.empty());
+  table_.NotePromotions(/*rank=*/1, std::vector<uint64_t>{5}, {});
+  EXPECT_EQ(table_.prefix_cache()->tier_of(5), CacheTier::kHost);
+  EXPECT_EQ(table_.prefix_cache()->stats().promotions, 1);
+  EXPECT_EQ(table_.prefix_cache()->stats().disk_entries, 1);
+  EXPECT_FALSE(table_.batch().parked(job));
+  step = table_.batch().Next();
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].prefix_from, 5u);
+  EXPECT_EQ(step.starts[0].prefix_tokens, 64);
+  // A second hit on the entry, now in host memory, waits for nothing.
+  const JobId again = Ask(5);
+  EXPECT_EQ(table_.Find(again)->waits_for_read, 0u);
+  EXPECT_FALSE(table_.batch().parked(again));
+}
+
+TEST_F(PromotionTest, AnEntryAWorkerCannotReadIsDroppedAndItsJobRunsUncached) {
+  const JobId job = Ask(6);
+  EXPECT_EQ(table_.batch().Next().promotes, std::vector<uint64_t>{6});
+  // Reports of entries nobody waits for are ignored.
+  table_.NotePromotions(/*rank=*/1, std::vector<uint64_t>{9}, std::vector<uint64_t>{8});
+  EXPECT_TRUE(table_.batch().parked(job));
+  table_.NotePromotions(/*rank=*/1, {}, std::vector<uint64_t>{6});
+  EXPECT_FALSE(table_.batch().parked(job));
+  EXPECT_EQ(table_.Find(job)->cached_tokens, 0);
+  EXPECT_FALSE(table_.prefix_cache()->index().Contains(6));
+  EXPECT_EQ(table_.prefix_cache()->stats().host_bytes_per_rank, 0);
+  const PlannedStep step = table_.batch().Next();
+  EXPECT_EQ(step.drops, std::vector<uint64_t>{6});
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].prefix_from, 0u);
+}
+
+TEST_F(PromotionTest, AJobCancelledWhileItsEntryIsReadLeavesTheEntryToMoveUp) {
+  const JobId job = Ask(5);
+  (void)table_.batch().Next();
+  EndCancelled(job);
+  table_.NotePromotions(/*rank=*/1, std::vector<uint64_t>{5}, {});
+  EXPECT_EQ(table_.prefix_cache()->tier_of(5), CacheTier::kHost);
+  EXPECT_TRUE(table_.jobs().empty());
+}
+
 }  // namespace
 }  // namespace millipede

@@ -435,7 +435,7 @@ TEST(StepSchedulerTest, AParkedJobWaitsOutsideThePlansUntilUnparked) {
     EXPECT_EQ(step.entries[0].job, 1u);
     s.Completed(step);
   }
-  // A started job, an unknown one and one with a cached start cannot be parked.
+  // A started job and an unknown one cannot be parked.
   EXPECT_EQ(s.Park(1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.Park(9).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.Unpark(1, std::nullopt).code(), StatusCode::kInvalidArgument);
@@ -459,8 +459,16 @@ TEST(StepSchedulerTest, AParkedJobWaitsOutsideThePlansUntilUnparked) {
   EXPECT_EQ(step.entries[0].count, 16);
   EXPECT_EQ(s.reserved_per_rank(), entry_cost);
   EXPECT_EQ(s.Park(3).code(), StatusCode::kInvalidArgument);
+  // A job with a cached start may wait parked (for its entry to be read back) and keeps it.
   ASSERT_TRUE(s.Add(3, 40, 2, 0, CachedStart{2, 16, 16}).ok());
-  EXPECT_EQ(s.Park(3).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.Park(3).ok());
+  EXPECT_EQ(s.Unpark(3, CachedStart{2, 16, 16}).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.Unpark(3, std::nullopt).ok());
+  s.PromoteSaved(7);
+  step = s.Next();
+  EXPECT_EQ(step.promotes, std::vector<uint64_t>{7});
+  ASSERT_EQ(step.starts.size(), 1u);
+  EXPECT_EQ(step.starts[0].prefix_tokens, 16);
 }
 
 }  // namespace

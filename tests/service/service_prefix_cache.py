@@ -6,7 +6,7 @@ pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; 
 (follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
 entries listed and dropping them frees every byte. Scenario prefix_cache_host: the host tier
 under a tiny KV and host budget; prefix_cache_disk: the disk tier across a restart, with a
-corrupted and a truncated file; prefix_cache_omnikv: OmniKV jobs whose selected layers keep their
+corrupted and a truncated file; prefix_cache_promote: disk hits moved up to the host tier; prefix_cache_omnikv: OmniKV jobs whose selected layers keep their
 prompt in the workers' host tier."""
 
 import json
@@ -400,6 +400,61 @@ def scenario_prefix_cache_disk(bin_dir, model):
         while files() and time.time() < deadline:
             time.sleep(0.2)
         check(not files(), f"files left on disk: {files()}")
+    finally:
+        svc.stop()
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def scenario_prefix_cache_promote(bin_dir, model):
+    """A hit on the disk tier with a host tier above it: the entry moves up (the workers read it
+    back in the background while the job waits, prefix_cache_promotions_total), is listed in
+    the host tier and answers as an uncached run does; a second question finds it there. A file
+    a worker cannot read (corrupted on one worker) is never served: the entry is dropped and its
+    question computed again with the uncached answer. The soak then runs over all three tiers."""
+    cache_dir = os.path.join(os.path.dirname(model), "kv-cache-promote")
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    svc = Service(bin_dir, model, worker_args=["--kv-budget-mb", "2", "--kv-cache-host-mb", "1",
+                                               "--kv-cache-dir", cache_dir,
+                                               "--kv-cache-disk-mb", "64"])
+    try:
+        run = runner(svc)
+        prompts = {}
+        for k in range(10):
+            prompt = doc_ids(700, 400 + k) + [5]
+            prompts[run(prompt)["cache_entry"]] = prompt
+        on_disk = [e["id"] for e in cache_list(svc) if e["tier"] == "disk"]
+        check(len(on_disk) >= 3, f"fewer than three entries on disk: {cache_list(svc)}")
+        answers = {e: run(prompts[e] + [99], "--no-cache")["ids"] for e in on_disk[:2]}
+
+        # Wait until the files are complete (an entry still being written is read from memory).
+        ranks = sorted(d for d in os.listdir(cache_dir) if d.startswith("rank-"))
+        deadline = time.time() + 10
+        while not all(os.path.exists(os.path.join(cache_dir, r, f"{e}.mkv"))
+                      for r in ranks for e in on_disk[:2]):
+            check(time.time() < deadline, "the entries' files were not written")
+            time.sleep(0.1)
+
+        entry = on_disk[0]
+        follow = run(prompts[entry] + [99])
+        check(follow["cached_tokens"] >= 700, f"the promoted follow-up reused {follow}")
+        check(follow["ids"] == answers[entry], "a promoted entry answered otherwise")
+        check(svc.metric("millipede_prefix_cache_promotions_total") >= 1, "no promotion counted")
+        tiers = {e["id"]: e["tier"] for e in cache_list(svc)}
+        check(tiers.get(entry) == "host", f"entry {entry} did not move up: {tiers}")
+        again = run(prompts[entry] + [99])
+        check(again["cached_tokens"] >= 700 and again["ids"] == answers[entry],
+              f"a second question on the promoted entry: {again}")
+
+        # One worker's file damaged: never served, dropped, the question computed again.
+        damaged = on_disk[1]
+        corrupt(os.path.join(cache_dir, ranks[0], f"{damaged}.mkv"), truncate=False)
+        r = run(prompts[damaged] + [99])
+        check(r["cached_tokens"] == 0, f"a damaged entry was served: {r}")
+        check(r["ids"] == answers[damaged], "the damaged entry's question answered otherwise")
+        check(all(e["id"] != damaged for e in cache_list(svc)), "the damaged entry is listed")
+        check(f"entry {damaged} could not be read back" in svc.log(400),
+              "the damaged entry was not found by its read back")
+        soak(svc, run, documents=6)
     finally:
         svc.stop()
         shutil.rmtree(cache_dir, ignore_errors=True)

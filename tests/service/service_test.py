@@ -19,7 +19,8 @@ from service_harness import Failure, Service, check, make_model, offline, read_u
 from service_loadgen import scenario_loadgen
 from service_openai import scenario_openai, scenario_sampling
 from service_prefix_cache import (scenario_prefix_cache, scenario_prefix_cache_disk,
-                                  scenario_prefix_cache_host, scenario_prefix_cache_omnikv)
+                                  scenario_prefix_cache_host, scenario_prefix_cache_omnikv,
+                                  scenario_prefix_cache_promote)
 from service_trained import scenario_trained
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -612,6 +613,7 @@ SCENARIOS = {
     "prefix_cache_host": scenario_prefix_cache_host,
     "prefix_cache_disk": scenario_prefix_cache_disk,
     "prefix_cache_omnikv": scenario_prefix_cache_omnikv,
+    "prefix_cache_promote": scenario_prefix_cache_promote,
 }
 
 

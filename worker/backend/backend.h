@@ -210,7 +210,8 @@ class Backend {
 
   // Host memory for asynchronous copies and for ops to read directly (a host KV tier):
   // page-locked and mapped into the GPU's address space on a GPU backend, plain aligned memory on
-  // the CPU backend. The view's data is a host pointer either way. Uninitialised.
+  // the CPU backend. The view's data is a host pointer either way. Uninitialised. Callable from
+  // any thread (the disk tier reads entries on one of its own).
   virtual StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) = 0;
 
   // The copy queue: copies on a stream of their own, beside the compute stream. On the CPU

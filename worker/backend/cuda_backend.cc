@@ -219,6 +219,8 @@ class CudaBackend final : public Backend {
     return BlockSparseIndexCuda(args, *sparse_index_, stream_);
   }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
+    // Any thread may call it (the disk tier reads entries on its own): pin for this device.
+    MP_CUDA_CHECK(cudaSetDevice(device_));
     return AllocatePinnedHost(dtype, shape);
   }
   StatusOr<CopyEvent> StartCopy(ConstTensorView src, TensorView dst, CopyOrder order) override {

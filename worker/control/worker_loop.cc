@@ -101,7 +101,20 @@ Status WorkerLoop::MaybeSendStats(double period_s, bool force) {
   stats.attention_s = engine_.stats().attention_s;
   stats.steps_run = steps_run_;
   stats.running_jobs = runner_.running();
-  return channel_.Send(control::kCoordinatorRank, control::kTagStats, control::Encode(stats));
+  stats.promoted = promoted_;
+  stats.promote_failed = promote_failed_;
+  MP_RETURN_IF_ERROR(
+      channel_.Send(control::kCoordinatorRank, control::kTagStats, control::Encode(stats)));
+  promoted_.clear();
+  promote_failed_.clear();
+  return OkStatus();
+}
+
+bool WorkerLoop::CollectPromotions() {
+  const SequenceTable::Promotions ended = engine_.CollectPromotions();
+  for (SequenceId id : ended.promoted) promoted_.push_back(static_cast<uint64_t>(id));
+  for (SequenceId id : ended.failed) promote_failed_.push_back(static_cast<uint64_t>(id));
+  return !ended.promoted.empty() || !ended.failed.empty();
 }
 
 Status WorkerLoop::PollDuringStep(const control::StepPlan& plan) {
@@ -164,8 +177,10 @@ Status WorkerLoop::RunPlan(const control::StepPlan& plan) {
   if (leader())
     MP_RETURN_IF_ERROR(
         channel_.Send(control::kCoordinatorRank, control::kTagStepDone, control::Encode(done)));
-  // With no job left the KV is back to zero: say so at once.
-  return MaybeSendStats(0.1, /*force=*/runner_.running() == 0);
+  // With no job left the KV is back to zero, and entries read back may let jobs start: say so
+  // at once.
+  const bool promoted = CollectPromotions();
+  return MaybeSendStats(0.1, /*force=*/runner_.running() == 0 || promoted);
 }
 
 Status WorkerLoop::Run() {
@@ -200,7 +215,7 @@ Status WorkerLoop::Run() {
       continue;
     }
     MP_RETURN_IF_ERROR(CheckCoordinatorAlive());
-    MP_RETURN_IF_ERROR(MaybeSendStats(0.5));
+    MP_RETURN_IF_ERROR(MaybeSendStats(0.5, /*force=*/CollectPromotions()));
     // Steps follow each other within microseconds while jobs run: poll closely for a while
     // after a step, then relax.
     const bool recent = runner_.running() > 0 || SecondsSince(last_step_) < 1.0;

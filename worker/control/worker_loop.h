@@ -56,6 +56,8 @@ class WorkerLoop {
   Status SendProgress(const control::StepPlan& plan, int64_t layers_done, int64_t layers);
   // Sends this rank's stats if `force` or the last report is older than `period_s`.
   Status MaybeSendStats(double period_s, bool force = false);
+  // Takes the disk tier's ended promotions (between steps) for the next stats; whether any.
+  bool CollectPromotions();
   Status CheckCoordinatorAlive() const;
 
   Engine& engine_;
@@ -65,6 +67,8 @@ class WorkerLoop {
   control::MpiChannel channel_;
   BatchRunner runner_;
   uint64_t steps_run_ = 0;
+  // Promotions not yet reported (WorkerStats::promoted, promote_failed).
+  std::vector<uint64_t> promoted_, promote_failed_;
   bool cancel_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::chrono::steady_clock::time_point last_stats_;

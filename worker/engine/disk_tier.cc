@@ -54,6 +54,7 @@ StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir, int r
   }
   if (ec) return IoError("cannot list " + path.string() + ": " + ec.message());
   tier->thread_ = std::thread([t = tier.get()] { t->Run(); });
+  tier->reader_ = std::thread([t = tier.get()] { t->RunReads(); });
   return tier;
 }
 
@@ -64,7 +65,9 @@ DiskTier::~DiskTier() {
     stop_ = true;
   }
   wake_.notify_all();
+  read_wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (reader_.joinable()) reader_.join();
 }
 
 std::string DiskTier::PathOf(uint64_t id) const {
@@ -127,6 +130,7 @@ void DiskTier::Run() {
     if (it != pending_.end() && it->second == job) pending_.erase(it);
     written_.push_back(std::move(job));
     idle_.notify_all();
+    read_wake_.notify_all();
   }
 }
 
@@ -150,12 +154,68 @@ StatusOr<SavedSequence> DiskTier::Read(Backend& backend, uint64_t id, const Mode
       return NotFoundError("no prefix-cache entry " + std::to_string(id) + " on disk");
   }
   StatusOr<SavedSequence> read = ReadSavedSequenceFile(backend, PathOf(id), config);
-  if (!read.ok()) Drop(id);
+  if (!read.ok()) RemoveFile(id);
   return read;
+}
+
+void DiskTier::RemoveFile(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (files_.erase(id) > 0) {
+    std::error_code ec;
+    std::filesystem::remove(PathOf(id), ec);
+  }
+}
+
+void DiskTier::Promote(Backend& backend, uint64_t id, const ModelConfig& config) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reads_.push_back(std::make_shared<ReadJob>(ReadJob{id, &backend, &config}));
+  }
+  read_wake_.notify_all();
+}
+
+void DiskTier::RunReads() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    read_wake_.wait(lock, [this] { return stop_ || !reads_.empty(); });
+    if (stop_) return;
+    reading_ = reads_.front();
+    reads_.pop_front();
+    if (reading_->dropped) {
+      reading_.reset();
+      continue;
+    }
+    const std::shared_ptr<ReadJob> job = reading_;
+    // An entry still being written is read once its file is complete.
+    read_wake_.wait(lock, [&] { return stop_ || pending_.count(job->id) == 0; });
+    if (stop_) return;
+    lock.unlock();
+    StatusOr<SavedSequence> got = Read(*job->backend, job->id, *job->config);
+    lock.lock();
+    reading_.reset();
+    promoted_.push_back({Promotion{job->id, std::move(got)}, job->dropped});
+  }
+}
+
+std::vector<DiskTier::Promotion> DiskTier::TakePromoted() {
+  std::vector<std::pair<Promotion, bool>> ended;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended.swap(promoted_);
+  }
+  std::vector<Promotion> out;
+  for (auto& [promotion, dropped] : ended)
+    if (!dropped) out.push_back(std::move(promotion));
+  return out;  // the dropped ones' memory is freed here
 }
 
 void DiskTier::Drop(uint64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& read : reads_)
+    if (read->id == id) read->dropped = true;
+  if (reading_ && reading_->id == id) reading_->dropped = true;
+  for (auto& [promotion, dropped] : promoted_)
+    if (promotion.id == id) dropped = true;
   auto it = pending_.find(id);
   if (it != pending_.end()) {
     it->second->dropped = true;

@@ -6,6 +6,10 @@
 // and Collect (called by the owner's thread) frees the memory of those written, so that host
 // memory is only ever freed where it was allocated. A failed write (a full disk) loses the entry:
 // later reads of it are NotFound and the caller recomputes.
+//
+// Promote queues a read of an entry into host memory on a second thread (a hit moves the entry
+// up to the host tier without holding the steps up for the read); TakePromoted hands the owner
+// the reads that ended.
 #pragma once
 
 #include <condition_variable>
@@ -43,7 +47,18 @@ class DiskTier {
   // Entry `id` read back (and checked). NotFound when there is none; IoError for a file that
   // fails its checks, which is removed.
   StatusOr<SavedSequence> Read(Backend& backend, uint64_t id, const ModelConfig& config);
-  // Removes entry `id` (a queued one is not written).
+  // Queues a read of entry `id` into host memory (backend.AllocateHost, which must be callable
+  // from another thread); `backend` and `config` must outlive the tier.
+  void Promote(Backend& backend, uint64_t id, const ModelConfig& config);
+  // A read Promote queued, once ended: the entry in host memory, or why not (NotFound, or an
+  // IoError for a file that failed its checks, which is removed).
+  struct Promotion {
+    uint64_t id = 0;
+    StatusOr<SavedSequence> read;
+  };
+  // The promotions that ended since the last call, in order (dropped entries' left out).
+  std::vector<Promotion> TakePromoted();
+  // Removes entry `id` (a queued one is not written, nor read).
   void Drop(uint64_t id);
   // Frees the memory of entries written since the last call; returns how many failed to write.
   int64_t Collect();
@@ -58,6 +73,15 @@ class DiskTier {
   explicit DiskTier(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t id) const;
   void Run();
+  void RunReads();
+  // Forgets entry `id`'s file and removes it (a read found it damaged).
+  void RemoveFile(uint64_t id);
+  struct ReadJob {
+    uint64_t id = 0;
+    Backend* backend = nullptr;
+    const ModelConfig* config = nullptr;
+    bool dropped = false;
+  };
 
   struct Job {
     DiskEntryMeta meta;
@@ -75,6 +99,13 @@ class DiskTier {
   double write_s_ = 0;
   bool writing_ = false, stop_ = false;
   std::thread thread_;
+  std::condition_variable read_wake_;
+  std::deque<std::shared_ptr<ReadJob>> reads_;  // queued
+  std::shared_ptr<ReadJob> reading_;            // being read
+  // Ended, for TakePromoted; a dropped entry's read too, so that its memory is freed there, on
+  // the owner's thread.
+  std::vector<std::pair<Promotion, bool>> promoted_;
+  std::thread reader_;
 };
 
 }  // namespace millipede

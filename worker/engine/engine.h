@@ -110,6 +110,10 @@ class Engine {
     graphs_.Clear();
     return sequences_.Spill(id, std::move(meta));
   }
+  // Moves a disk-tier entry up to the host tier in the background (SequenceTable::Promote,
+  // CollectPromotions).
+  void PromoteCached(SequenceId id) { sequences_.Promote(id); }
+  SequenceTable::Promotions CollectPromotions() { return sequences_.CollectPromotions(); }
   void AttachDiskTier(std::unique_ptr<DiskTier> disk) {
     sequences_.AttachDiskTier(std::move(disk));
   }

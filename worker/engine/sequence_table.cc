@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/logging.h"
@@ -369,6 +370,36 @@ Status SequenceTable::Spill(SequenceId id, DiskEntryMeta meta) {
   disk_->Write(std::move(meta), std::move(saved->second));
   saved_.erase(saved);
   return OkStatus();
+}
+
+void SequenceTable::Promote(SequenceId id) {
+  if (OnDisk(id)) {
+    disk_->Promote(*ctx_.backend, static_cast<uint64_t>(id), ctx_.config());
+  } else if (saved_.count(id) > 0) {
+    promotions_.promoted.push_back(id);
+  } else {
+    MP_LOG(WARNING) << "KV cache: entry " << id << " is not on disk to read back";
+    promotions_.failed.push_back(id);
+  }
+}
+
+SequenceTable::Promotions SequenceTable::CollectPromotions() {
+  Promotions out = std::exchange(promotions_, {});
+  if (disk_ == nullptr) return out;
+  for (DiskTier::Promotion& p : disk_->TakePromoted()) {
+    const auto id = static_cast<SequenceId>(p.id);
+    if (!p.read.ok()) {
+      MP_LOG(WARNING) << "KV cache: entry " << p.id
+                      << " not read back: " << p.read.status().ToString();
+      out.failed.push_back(id);
+      continue;
+    }
+    saved_.insert_or_assign(id, std::move(p.read).value());
+    disk_->Drop(p.id);
+    MP_LOG(INFO) << "KV cache: entry " << p.id << " read back into host memory";
+    out.promoted.push_back(id);
+  }
+  return out;
 }
 
 bool SequenceTable::DropCached(SequenceId id) {

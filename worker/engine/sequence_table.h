@@ -61,6 +61,16 @@ class SequenceTable {
   // with `meta` by the tier's thread. FailedPrecondition without a disk tier; NotFound when it
   // is not cached; a failed save leaves it where it was.
   Status Spill(SequenceId id, DiskEntryMeta meta);
+  // Moves disk-tier entry `id` up to the host tier: its file is read (and checked) on the disk
+  // tier's reader thread, and CollectPromotions puts it in the host tier once read. An entry
+  // already in the host tier counts as promoted; one in neither tier as failed.
+  void Promote(SequenceId id);
+  // The promotions that ended since the last call: the entries now in the host tier (their
+  // files removed) and those that are not (a damaged file, removed; an unknown entry).
+  struct Promotions {
+    std::vector<SequenceId> promoted, failed;
+  };
+  Promotions CollectPromotions();
   // Gives the table a disk tier (the worker's --kv-cache-dir).
   void AttachDiskTier(std::unique_ptr<DiskTier> disk) { disk_ = std::move(disk); }
   DiskTier* disk_tier() const { return disk_.get(); }
@@ -137,6 +147,7 @@ class SequenceTable {
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
   std::map<SequenceId, std::unique_ptr<Sequence>> cached_;
   std::map<SequenceId, SavedSequence> saved_;  // the host tier
+  Promotions promotions_;  // ended at once (Promote), for CollectPromotions
   std::unique_ptr<DiskTier> disk_;             // the disk tier, if any
   double save_s_ = 0;
   mutable double load_s_ = 0;  // RestorePrefix is const towards the table's entries

@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "worker/backend/backend_factory.h"
 #include "worker/engine/engine_options.h"
@@ -186,6 +188,46 @@ TEST_F(DiskTierTest, EntriesSurviveANewTierAndBadFilesAreRemoved) {
   EXPECT_EQ((*tier)->Read(*backend_, 5, Config()).status().code(), StatusCode::kIoError);
   EXPECT_TRUE((*tier)->Entries().empty());
   EXPECT_FALSE(fs::exists(dir_ / "rank-3" / "5.mkv"));
+}
+
+// Promote reads entries back on the tier's reader thread: one still being written is read once
+// complete, a damaged one fails (and is removed), a dropped one is never handed over, and
+// TakePromoted gives each ended read once.
+TEST_F(DiskTierTest, PromotionsReadEntriesBackInTheBackground) {
+  auto tier = DiskTier::Open(dir_.string(), 0);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  DiskTier& t = **tier;
+  const ModelConfig config = Config();
+  for (uint64_t id : {1, 2, 3}) t.Write(Meta(id), MakeSaved(*backend_));
+  t.Promote(*backend_, 1, config);  // queued while its file may still be written
+  t.Flush();
+  {
+    std::fstream f(dir_ / "rank-0" / "2.mkv", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-12, std::ios::end);
+    f.put('\x7f');
+  }
+  t.Promote(*backend_, 2, config);
+  t.Promote(*backend_, 3, config);
+  t.Drop(3);
+  t.Promote(*backend_, 4, config);  // never written
+  std::vector<DiskTier::Promotion> ended;
+  for (int i = 0; i < 500 && ended.size() < 3; ++i) {
+    for (DiskTier::Promotion& p : t.TakePromoted()) ended.push_back(std::move(p));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ended.size(), 3u);
+  EXPECT_EQ(ended[0].id, 1u);
+  ASSERT_TRUE(ended[0].read.ok()) << ended[0].read.status().ToString();
+  ExpectSameRows(*ended[0].read, MakeSaved(*backend_));
+  EXPECT_EQ(ended[1].id, 2u);
+  EXPECT_EQ(ended[1].read.status().code(), StatusCode::kIoError);
+  EXPECT_FALSE(fs::exists(dir_ / "rank-0" / "2.mkv"));
+  EXPECT_EQ(ended[2].id, 4u);
+  EXPECT_EQ(ended[2].read.status().code(), StatusCode::kNotFound);
+  // Entry 1 stays on disk until its owner drops it; entry 3 was dropped, 2 removed.
+  ASSERT_EQ(t.Entries().size(), 1u);
+  EXPECT_EQ(t.Entries()[0].meta.id, 1u);
+  EXPECT_TRUE(t.TakePromoted().empty());
 }
 
 // The disk tier's files are keyed by the weights: other random weights, another config or a
