@@ -338,9 +338,7 @@ void JobTable::EvictForWaitingJobs(Deliveries* out) {
   std::shared_ptr<Job> job = next ? Find(*next) : nullptr;
   if (job == nullptr) return;
   if (job->cache_held || job->cache_take) {
-    if (job->cache_held) cache_->Release(job->cached_from);
-    job->cache_held = job->cache_take = false;
-    ForgetCachedStart(*job, batch_.num_ranks());
+    GiveUpCachedStart(*job);
     batch_.ForgetCachedStart(job->id);
     Evict(batch_.KvShortfall());
   }

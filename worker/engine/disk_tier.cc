@@ -187,8 +187,12 @@ void DiskTier::RunReads() {
     }
     const std::shared_ptr<ReadJob> job = reading_;
     // An entry still being written is read once its file is complete.
-    read_wake_.wait(lock, [&] { return stop_ || pending_.count(job->id) == 0; });
+    read_wake_.wait(lock, [&] { return stop_ || job->dropped || pending_.count(job->id) == 0; });
     if (stop_) return;
+    if (job->dropped) {
+      reading_.reset();
+      continue;
+    }
     lock.unlock();
     StatusOr<SavedSequence> got = Read(*job->backend, job->id, *job->config);
     lock.lock();
@@ -211,6 +215,7 @@ std::vector<DiskTier::Promotion> DiskTier::TakePromoted() {
 
 void DiskTier::Drop(uint64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
+  read_wake_.notify_all();  // a read waiting for this entry's write
   for (const auto& read : reads_)
     if (read->id == id) read->dropped = true;
   if (reading_ && reading_->id == id) reading_->dropped = true;
