@@ -10,7 +10,12 @@ pushes the first one's entry down (to host memory with --kv-cache-host-mb, to di
 --kv-cache-dir and no host tier); once it is there (for disk: its file complete, synced and out of
 the page cache) and the second document's entry dropped, the follow-up's TTFT is its KV read back
 (and checked) and copied in. For disk, the same file is then read with dd (O_DIRECT) for the
-disk's raw sequential rate beside it.
+disk's raw sequential rate beside it. With --promote (disk, and a host tier of one document:
+--kv-cache-host-mb): a third document pushes the first one from host memory to disk, the other two
+entries are dropped, and the follow-up's hit moves the entry up to the host tier (read back in the
+background) before it starts. With --background-output N: one job of a 1024-token prompt and N
+output tokens (millipede-loadgen) decodes while the follow-up starts; its inter-token latencies
+show whether the read held the other jobs' steps up.
 
 One coordinator and one or more CUDA workers under mpirun, random weights (`--random-weights`),
 ids prompts; every figure is the client's TTFT (submit to first token, as the service reports it
@@ -19,7 +24,7 @@ in the job's record). Writes one JSON object per document length.
 usage: prefix_cache_bench.py --bin DIR --model DIR --lengths 131072,262144 [--workers N]
            [--questions 10] [--skip-copy] [--skip-uncached] [--json OUT]
            [--coordinator-args "..."] [--worker-args "..."]
-           [--tier host|disk --cache-dir DIR]
+           [--tier host|disk --cache-dir DIR [--promote] [--background-output N]]
 """
 
 import argparse
@@ -138,26 +143,57 @@ def raw_read(path):
     return time.time() - t0
 
 
+def background_decode(args):
+    """Starts one job of a 1024-token prompt and args.background_output tokens; the loadgen's
+    process (its report goes to background.json)."""
+    out = os.path.join(args.work, "background.json")
+    cmd = [os.path.join(args.bin, "millipede-loadgen"), "--rpc", f"127.0.0.1:{args.port}",
+           "--num-requests", "1", "--prompt-len", "1024", "--output-len",
+           str(args.background_output), "--json", out, "--quiet"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), out
+
+
 def tier_length(args, n, rng):
     doc = ids(rng, n, args.vocab)
     question = lambda: ids(rng, args.new_tokens, args.vocab)  # noqa: E731
     row = {"document_tokens": n, "new_tokens": args.new_tokens, "workers": args.workers,
-           "tier": args.tier}
+           "tier": args.tier, "promote": args.promote}
     cold = submit(args, doc + question())
     row["cold_ttft_s"] = cold["ttft_s"]
-    other = submit(args, ids(rng, n, args.vocab) + question())
+    others = [submit(args, ids(rng, n, args.vocab) + question())]
     # Its TTFT includes moving the first document's entry down (saved to host memory; for disk,
     # saved there and queued for the writer).
-    row["push_ttft_s"] = other["ttft_s"]
+    row["push_ttft_s"] = others[0]["ttft_s"]
+    if args.promote:
+        # The first entry went to host memory; a third document pushes the second there, which
+        # moves the first one on to disk.
+        others.append(submit(args, ids(rng, n, args.vocab) + question()))
     row["moved_after_s"] = wait_for_tier(args, cold["cache_entry"], args.tier)
-    client(args, "cache", "drop", str(other["cache_entry"]))
-    follow = submit(args, doc + question())
-    row["follow_ttft_s"], row["follow_cached_tokens"] = follow["ttft_s"], follow["cached_tokens"]
+    for other in others:
+        client(args, "cache", "drop", str(other["cache_entry"]))
     if args.tier == "disk":
+        # Read with O_DIRECT before the follow-up (which may move the entry up and remove it):
+        # the page cache is left as it was.
         path = file_of(args, cold["cache_entry"], 1)
         row["file_bytes_per_rank"] = os.path.getsize(path)
         row["dd_direct_s"] = raw_read(path)
         row["dd_direct_gbps"] = row["file_bytes_per_rank"] / row["dd_direct_s"] / 1e9
+    background = None
+    if args.background_output > 0:
+        background, report = background_decode(args)
+        time.sleep(5)  # in its decode
+    follow = submit(args, doc + question())
+    row["follow_ttft_s"], row["follow_cached_tokens"] = follow["ttft_s"], follow["cached_tokens"]
+    if background is not None:
+        _, err = background.communicate(timeout=600)
+        if background.returncode != 0:
+            sys.exit(f"the background job failed: {err}")
+        with open(report) as f:
+            itl = json.load(f)["summary"]["itl_s"]
+        row["background_itl_p50_s"], row["background_itl_max_s"] = itl["p50"], itl["max"]
+    listed = {e["id"]: e["tier"] for e in json.loads(client(args, "cache", "list").stdout or "[]")}
+    row["entry_tier_after"] = listed.get(cold["cache_entry"], "gone")
+    if args.tier == "disk":
         row["follow_gbps"] = row["file_bytes_per_rank"] / row["follow_ttft_s"] / 1e9
     for entry in (cold["cache_entry"], follow["cache_entry"]):
         client(args, "cache", "drop", str(entry))
@@ -186,6 +222,10 @@ def main():
     ap.add_argument("--tier", choices=["host", "disk"],
                     help="the follow-up from this tier (see the module's doc)")
     ap.add_argument("--cache-dir", help="the workers' --kv-cache-dir (for --tier disk)")
+    ap.add_argument("--promote", action="store_true",
+                    help="with --tier disk and a host tier: the hit moves the entry up first")
+    ap.add_argument("--background-output", type=int, default=0,
+                    help="a job decoding this many tokens while the follow-up starts")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
