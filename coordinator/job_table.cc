@@ -154,8 +154,7 @@ void JobTable::NotePromotions(int rank, std::span<const uint64_t> promoted,
   for (uint64_t entry : failed) {
     if (promoting_.erase(entry) == 0) continue;
     std::cerr << "millipede-coordinator: prefix-cache entry " << entry
-              << " could not be read back on worker rank " << rank
-              << "; its jobs run uncached\n";
+              << " could not be read back on worker rank " << rank << "; its jobs run uncached\n";
     ReleaseReaders(entry, /*read=*/false);
     // Never used again: a rank lost it (a damaged file, removed there).
     if (cache_->Remove(entry).ok()) batch_.DropSaved(entry);

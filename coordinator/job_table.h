@@ -214,7 +214,7 @@ class JobTable {
   AttentionPolicy default_policy_;
   bool selected_kv_host_ = false;
   int64_t wait_tokens_ = 0;
-  int64_t prefix_waits_ = 0;  // jobs parked behind a leader, cumulative
+  int64_t prefix_waits_ = 0;                     // jobs parked behind a leader, cumulative
   std::map<uint64_t, std::set<int>> promoting_;  // disk-tier entries read back: the ranks done
   JobId next_id_ = 1;
   std::map<JobId, std::shared_ptr<Job>> jobs_;  // queued and running

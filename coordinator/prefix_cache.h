@@ -18,9 +18,9 @@
 // dropped. A lower tier makes room by moving its least recently used entries further down (host
 // to disk) or dropping them. A hit on an entry below backend memory copies its KV back into the
 // new job's memory; one on disk first moves the entry up to the host tier where it has room
-// (StartPromotion: the workers read it back in the background, the job waits). Pinned entries and entries a job waits to
-// copy are never dropped, but may move down. Disk entries outlive the service: at start the
-// workers report them and AdoptDiskEntry indexes them again.
+// (StartPromotion: the workers read it back in the background, the job waits). Pinned entries and
+// entries a job waits to copy are never dropped, but may move down. Disk entries outlive the
+// service: at start the workers report them and AdoptDiskEntry indexes them again.
 #pragma once
 
 #include <cstdint>

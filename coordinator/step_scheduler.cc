@@ -83,16 +83,16 @@ Status StepScheduler::StartFromCache(StepJobId id, const CachedStart& cached, Jo
                  cached.prefix_rows >= 0,
              "step scheduler: job ", id, " starts from a cached prefix of ", cached.tokens,
              " tokens of ", j->prompt);
-  const int64_t reservation = CachedReservationPerRank(cached.prefix_rows, cached.tokens,
-                                                       j->prompt, j->max_new, options_.num_ranks);
+  const int64_t reservation = CachedReservationPerRank(cached.prefix_rows, cached.tokens, j->prompt,
+                                                       j->max_new, options_.num_ranks);
   // A job that takes the whole budget (admission.h: OmniKV with host-tier layers) still does.
   const int64_t whole = options_.kv_positions_per_rank;
   int64_t cost =
       j->cost >= whole ? whole : j->cost + std::max<int64_t>(0, reservation - j->reservation);
   auto entry = cached_.find(cached.entry);
   if (cached.take) {
-    MP_REQUIRE(entry != cached_.end() && cached.capacity >= reservation, "step scheduler: job ",
-               id, " takes over entry ", cached.entry, " which is not cached or too small");
+    MP_REQUIRE(entry != cached_.end() && cached.capacity >= reservation, "step scheduler: job ", id,
+               " takes over entry ", cached.entry, " which is not cached or too small");
     cost = entry->second;
   }
   if (cost > options_.kv_positions_per_rank)

@@ -109,8 +109,8 @@ struct PlannedStep {
   std::vector<uint64_t> spills;
   std::vector<uint64_t> promotes;
   bool empty() const {
-    return drops.empty() && ends.empty() && keeps.empty() && starts.empty() &&
-           entries.empty() && demotes.empty() && spills.empty() && promotes.empty();
+    return drops.empty() && ends.empty() && keeps.empty() && starts.empty() && entries.empty() &&
+           demotes.empty() && spills.empty() && promotes.empty();
   }
   int64_t decode_tokens() const;
   int64_t prefill_tokens() const;

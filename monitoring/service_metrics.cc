@@ -195,13 +195,13 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                             "Jobs that waited for a queued or running job sharing their prompt's "
                             "start to end, to start from its cached KV instead of prefilling it "
                             "beside it.")
-                       .Add({});
+                        .Add({});
 
     cache_promotions_ = &counter("millipede_prefix_cache_promotions_total",
                                  "Prefix-cache entries read back from the workers' disks into "
                                  "their host memory for a hit (in the background; the jobs "
                                  "wait).")
-                            .Add({});
+                             .Add({});
 
     exposer_->RegisterCollectable(registry_);
   }

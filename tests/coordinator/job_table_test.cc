@@ -140,8 +140,8 @@ class PrefixWaitTest : public JobTableTest {
         table_.Start(*table_.Find(start.job), JobTable::Clock::now());
       table_.RecordCommitted(step, {});
       table_.batch().Completed(step);
-      if (table_.batch().holds_kv(id) && table_.Find(id)->positions.total() ==
-                                             std::ssize(table_.Find(id)->descriptor.prompt_ids))
+      if (table_.batch().holds_kv(id) &&
+          table_.Find(id)->positions.total() == std::ssize(table_.Find(id)->descriptor.prompt_ids))
         return;
     }
     ADD_FAILURE() << "job " << id << " did not prefill";
@@ -290,8 +290,14 @@ class PromotionTest : public JobTableTest {
     for (uint64_t id : {5, 6}) {
       std::vector<int32_t> tokens(64);
       std::iota(tokens.begin(), tokens.end(), static_cast<int32_t>(100 * id));
-      found.push_back({.entry = id, .key = key, .model_key = "model", .tokens = tokens,
-                       .every_length = true, .lengths = {}, .length = 64, .stored = {0, 64}});
+      found.push_back({.entry = id,
+                       .key = key,
+                       .model_key = "model",
+                       .tokens = tokens,
+                       .every_length = true,
+                       .lengths = {},
+                       .length = 64,
+                       .stored = {0, 64}});
     }
     EXPECT_EQ(table_.AdoptDiskEntries({found}), 2);
     (void)table_.batch().Next();  // (nothing to drop)

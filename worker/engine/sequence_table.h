@@ -147,7 +147,7 @@ class SequenceTable {
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
   std::map<SequenceId, std::unique_ptr<Sequence>> cached_;
   std::map<SequenceId, SavedSequence> saved_;  // the host tier
-  Promotions promotions_;  // ended at once (Promote), for CollectPromotions
+  Promotions promotions_;                      // ended at once (Promote), for CollectPromotions
   std::unique_ptr<DiskTier> disk_;             // the disk tier, if any
   double save_s_ = 0;
   mutable double load_s_ = 0;  // RestorePrefix is const towards the table's entries
