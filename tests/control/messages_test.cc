@@ -149,10 +149,14 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
   s.rank = 1;
   s.kv_bytes_host = 4096;
   s.comm_s = 1.5;
+  s.promoted = {9, 4};
+  s.promote_failed = {12};
   WorkerStats sb;
   ASSERT_TRUE(Decode(Encode(s), &sb).ok());
   EXPECT_EQ(sb.kv_bytes_host, 4096);
   EXPECT_EQ(sb.comm_s, 1.5);
+  EXPECT_EQ(sb.promoted, s.promoted);
+  EXPECT_EQ(sb.promote_failed, s.promote_failed);
 }
 
 TEST(ControlMessagesTest, AStepPlanRoundTripsAndChecksItsStarts) {
@@ -162,10 +166,12 @@ TEST(ControlMessagesTest, AStepPlanRoundTripsAndChecksItsStarts) {
   plan.starts.push_back({SomeJob(), 1000, 256});
   plan.starts[0].job.policy = SomePolicy();
   plan.entries = {{5, StepEntryKind::kPrefill, 512, 256}, {4, StepEntryKind::kDecode, 90, 1}};
+  plan.promotes = {11, 2};
   StepPlan back;
   Status s = Decode(Encode(plan), &back);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(back.ends, plan.ends);
+  EXPECT_EQ(back.promotes, plan.promotes);
   ASSERT_EQ(back.starts.size(), 1u);
   EXPECT_EQ(back.starts[0].capacity_per_rank, 1000);
   EXPECT_EQ(back.starts[0].step_tokens, 256);
