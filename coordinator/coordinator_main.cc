@@ -53,8 +53,8 @@ constexpr char kUsage[] =
                            a cached prefix of whole blocks prefills only the rest; 0 turns the
                            cache off
   --prefix-wait-tokens N   a job whose prompt shares at least N more tokens with a queued or
-                           running job than with the cache waits for that job to end and starts
-                           from its cached KV (default 4096; 0: never waits)
+                           running job than with the cache waits for that job and starts from its
+                           KV (default 4096; 0: never waits)
   --ring-pairs-per-row X   with several workers: query-key pairs a rank's attention computes
                            while one K/V row of a layer crosses the ring (default 0: not counted);
                            chunks then cost their ring pass and are never shorter than

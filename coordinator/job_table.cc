@@ -48,6 +48,7 @@ bool FitsTakeOver(const PrefixStart& hit, int64_t need, int64_t decode_rows) {
 // The job starts from nothing after all (a cached start given up).
 void ForgetCachedStart(JobTable::Job& job, int ranks) {
   job.cache_drop_source = false;
+  job.copies_running = false;
   job.cached_from = 0;
   job.cached_tokens = 0;
   job.positions = RankPositions(ranks);
@@ -197,6 +198,90 @@ void JobTable::ReleaseFollowers(JobId leader) {
   }
 }
 
+namespace {
+
+// Whether job `job`'s whole prompt is stored on the workers (its last chunk committed).
+bool PromptStored(const JobTable::Job& job) {
+  return !job.chunk_ends.empty() &&
+         job.chunk_ends.back() == static_cast<int64_t>(job.descriptor.prompt_ids.size());
+}
+
+}  // namespace
+
+std::optional<CachedStart> JobTable::CopyFromRunning(const Job& leader, const Job& follower,
+                                                     std::vector<int64_t>* lengths) const {
+  const std::vector<int32_t>& prompt = follower.descriptor.prompt_ids;
+  const std::vector<int32_t>& theirs = leader.descriptor.prompt_ids;
+  const auto n = static_cast<size_t>(std::min<int64_t>(std::ssize(prompt) - 1, std::ssize(theirs)));
+  const auto shared = static_cast<int64_t>(
+      std::mismatch(prompt.begin(), prompt.begin() + n, theirs.begin()).first - prompt.begin());
+  lengths->clear();
+  int64_t tokens = shared;
+  if (leader.reuse == PrefixReuse::kChunkEnds) {
+    // A sparse prefill's KV is reusable where one of its steps ended.
+    for (int64_t end : leader.chunk_ends)
+      if (end <= shared && (lengths->empty() || end > lengths->back())) lengths->push_back(end);
+    tokens = lengths->empty() ? 0 : lengths->back();
+  } else if (leader.reuse == PrefixReuse::kOwnLength) {
+    tokens = 0;
+  }
+  if (tokens < 1) return std::nullopt;
+  return CachedStart{leader.id, tokens, leader.positions.Before(tokens).MaxRows(), false, 0};
+}
+
+void JobTable::StartFollowersEarly(const Job& leader) {
+  struct Early {
+    std::shared_ptr<Job> job;
+    CachedStart start;
+    std::vector<int64_t> lengths;
+  };
+  std::vector<Early> early;
+  int64_t cost = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->waits_for != leader.id) continue;
+    Early e{job, {}, {}};
+    const std::optional<CachedStart> start = CopyFromRunning(leader, *job, &e.lengths);
+    if (!start) continue;
+    const StatusOr<int64_t> c = batch_.CopyStartCost(id, *start);
+    if (!c.ok()) continue;
+    cost += *c;
+    e.start = *start;
+    early.push_back(std::move(e));
+  }
+  // All or none: a copy that does not fit would wait for memory that the leader's end frees
+  // anyway, and its entry would then be copied rather than taken over.
+  if (early.empty() || cost > batch_.unreserved_per_rank()) return;
+  for (Early& e : early) {
+    Job& job = *e.job;
+    if (!batch_.Unpark(job.id, e.start).ok()) continue;
+    job.waits_for = 0;
+    job.copies_running = true;
+    job.cached_from = leader.id;
+    job.cached_tokens = e.start.tokens;
+    job.positions = leader.positions.Before(e.start.tokens);
+    job.chunk_ends = std::move(e.lengths);
+    cache_->CountReuse(std::ssize(job.descriptor.prompt_ids), e.start.tokens);
+  }
+  ReportKv();
+}
+
+void JobTable::RedirectRunningCopies(JobId id) {
+  const bool kept = cache_->index().Contains(id);
+  for (auto& [fid, job] : jobs_) {
+    if (!job->copies_running || job->cached_from != id || job->state != JobState::kQueued) continue;
+    job->copies_running = false;
+    if (kept && cache_->Hold(id).ok()) {
+      job->cache_held = true;
+      continue;
+    }
+    // Nothing of it is left to copy: behind it again, so that ReleaseFollowers decides.
+    GiveUpCachedStart(*job);
+    batch_.ForgetCachedStart(fid);
+    (void)batch_.Park(fid);
+    job->waits_for = id;
+  }
+}
+
 StatusOr<JobId> JobTable::Add(std::shared_ptr<Job> job, int64_t kv_cost_per_rank) {
   control::JobDescriptor& d = job->descriptor;
   PrepareForCache(*job);
@@ -221,6 +306,8 @@ StatusOr<JobId> JobTable::Add(std::shared_ptr<Job> job, int64_t kv_cost_per_rank
   job->id = next_id_++;
   d.job_id = job->id;
   jobs_[job->id] = job;
+  // A leader whose prompt is stored already may let it start now.
+  if (leader && PromptStored(*jobs_.at(*leader))) StartFollowersEarly(*jobs_.at(*leader));
   queue_.push_back(job->id);
   if (metrics_) metrics_->JobQueued();
   return job->id;
@@ -281,6 +368,7 @@ void JobTable::RemoveFromQueue(JobId id) {
 }
 
 void JobTable::Start(Job& job, Clock::time_point now) {
+  job.copies_running = false;  // its start copies the running job's rows now
   // The plan restores the prefix before anything later may drop the entry.
   if (job.cache_held) cache_->Release(job.cached_from);
   job.cache_held = false;
@@ -364,6 +452,7 @@ void JobTable::RecordCommitted(const PlannedStep& planned, const std::vector<Job
     if (e.kind == PlannedKind::kPrefill) {
       job->positions.AddChunk(e.begin, e.count);
       job->chunk_ends.push_back(e.begin + e.count);
+      if (cache_ && job->keep && PromptStored(*job)) StartFollowersEarly(*job);
     } else if (!job->ids.empty()) {
       // The token run is the last one sampled.
       job->positions.AddDecode(static_cast<int64_t>(job->descriptor.prompt_ids.size() +
@@ -501,8 +590,12 @@ void JobTable::Finish(Job& job, std::optional<Status> error, Deliveries* out,
   RememberEnded(info);
   ReportKv();
   RemoveFromQueue(id);
-  jobs_.erase(id);                       // `job` may be gone from here on
-  if (cache_) ReleaseFollowers(id);      // its entry (if kept) is there to start from
+  jobs_.erase(id);  // `job` may be gone from here on
+  if (cache_) {
+    // Its entry (if kept) is there to start from.
+    RedirectRunningCopies(id);
+    ReleaseFollowers(id);
+  }
   if (started) ReportPrefillProgress();  // 0 once no prompt is in prefill
 }
 

@@ -71,9 +71,14 @@ class JobTable {
     // at), from the cached prefix's own reuse lengths up to where it took over.
     std::vector<int64_t> chunk_ends;
     // Parked (StepScheduler::Park) while an older job, `waits_for`, whose KV will be cached holds
-    // a longer prefix of this job's prompt than the cache does: it looks the cache up again when
-    // that job ends (0: not waiting).
+    // a longer prefix of this job's prompt than the cache does: it copies the prefix from that
+    // job once its prompt is stored (StartFollowersEarly), or looks the cache up again when that
+    // job ends (0: not waiting).
     JobId waits_for = 0;
+    // Its cached start copies the stored prompt of running job `cached_from` (released early by
+    // the job it waited for), not an entry: held as an entry if that job's KV is kept before
+    // this one starts.
+    bool copies_running = false;
     // Parked while the workers read its cached start's disk-tier entry back into their host
     // tier (PrefixCache::StartPromotion; 0: not waiting).
     uint64_t waits_for_read = 0;
@@ -90,8 +95,9 @@ class JobTable {
   // a sequence's rows are split between context (host memory) and generated rows (the device):
   // a job takes such an entry over only if its rows fit both parts.
   // `wait_tokens`: a new job whose prompt shares at least that many more tokens with a queued or
-  // running job (which keeps its KV) than with the cache waits for that job to end and then
-  // starts from its entry, rather than prefilling the same prefix beside it; 0: never waits.
+  // running job (which keeps its KV) than with the cache waits for that job rather than
+  // prefilling the same prefix beside it, and starts by copying it from the running job once its
+  // prompt is stored (StartFollowersEarly) or from the entry it leaves; 0: never waits.
   void EnablePrefixCache(PrefixCache cache, AttentionPolicy default_policy, bool selected_kv_host,
                          int64_t wait_tokens);
   const PrefixCache* prefix_cache() const { return cache_ ? &*cache_ : nullptr; }
@@ -186,6 +192,17 @@ class JobTable {
   // Job `leader` ended: the jobs parked behind it wait for another leader or look the cache up
   // and wait to start as any job.
   void ReleaseFollowers(JobId leader);
+  // Job `leader`'s prompt is stored on the workers: the jobs parked behind it that it serves
+  // start now, each copying its share of the prompt from the running job, when all their copies
+  // fit the KV budget together (else they wait for its end and its entry).
+  void StartFollowersEarly(const Job& leader);
+  // What `follower` may copy of running job `leader`'s stored prompt (its reuse rule's longest
+  // length within the prompts' common start), with the reuse lengths below it; none when nothing.
+  std::optional<CachedStart> CopyFromRunning(const Job& leader, const Job& follower,
+                                             std::vector<int64_t>* lengths) const;
+  // Job `id` ended (its KV kept or not): the jobs that were to copy from it while it ran but have
+  // not started hold its entry, or wait again behind it.
+  void RedirectRunningCopies(JobId id);
   // A job gives up the cached start LookUp gave it (held: released; taken: the entry dropped).
   void GiveUpCachedStart(Job& job);
   // Drops entry `entry`, which a started job copied (cache_drop_source), unless it is pinned,

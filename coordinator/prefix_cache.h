@@ -136,6 +136,12 @@ class PrefixCache {
   int64_t Peek(uint64_t key, std::span<const int32_t> prompt) const {
     return index_.Peek(key, prompt).tokens;
   }
+  // Counts a prompt of `prompt_tokens` whose first `reused` came from elsewhere than an entry
+  // (a running job's stored prompt) as Lookup counts a hit.
+  void CountReuse(int64_t prompt_tokens, int64_t reused) {
+    hit_tokens_ += reused;
+    miss_tokens_ += prompt_tokens - reused;
+  }
   Status Hold(uint64_t entry);
   void Release(uint64_t entry);
   // Pins or unpins an entry; removes one (its positions forgotten; the caller drops its KV).

@@ -65,7 +65,7 @@ struct SchedulerOptions {
   // 0 turns the cache off.
   int64_t prefix_block_tokens = 16;
   // A job whose prompt shares at least this many more tokens with a queued or running job than
-  // with the cache waits for that job's KV to be cached (JobTable::EnablePrefixCache); 0: never.
+  // with the cache waits for that job's KV (JobTable::EnablePrefixCache); 0: never.
   int64_t prefix_wait_tokens = 4096;
 };
 

@@ -85,10 +85,7 @@ Status StepScheduler::StartFromCache(StepJobId id, const CachedStart& cached, Jo
              " tokens of ", j->prompt);
   const int64_t reservation = CachedReservationPerRank(cached.prefix_rows, cached.tokens, j->prompt,
                                                        j->max_new, options_.num_ranks);
-  // A job that takes the whole budget (admission.h: OmniKV with host-tier layers) still does.
-  const int64_t whole = options_.kv_positions_per_rank;
-  int64_t cost =
-      j->cost >= whole ? whole : j->cost + std::max<int64_t>(0, reservation - j->reservation);
+  int64_t cost = CopyCost(*j, cached);
   auto entry = cached_.find(cached.entry);
   if (cached.take) {
     MP_REQUIRE(entry != cached_.end() && cached.capacity >= reservation, "step scheduler: job ", id,
@@ -109,6 +106,22 @@ Status StepScheduler::StartFromCache(StepJobId id, const CachedStart& cached, Jo
     cached_.erase(entry);
   }
   return OkStatus();
+}
+
+int64_t StepScheduler::CopyCost(const Job& j, const CachedStart& cached) const {
+  const int64_t reservation = CachedReservationPerRank(cached.prefix_rows, cached.tokens, j.prompt,
+                                                       j.max_new, options_.num_ranks);
+  // A job that takes the whole budget (admission.h: OmniKV with host-tier layers) still does.
+  const int64_t whole = options_.kv_positions_per_rank;
+  return j.cost >= whole ? whole : j.cost + std::max<int64_t>(0, reservation - j.reservation);
+}
+
+StatusOr<int64_t> StepScheduler::CopyStartCost(StepJobId job, const CachedStart& cached) const {
+  auto it = jobs_.find(job);
+  MP_REQUIRE(it != jobs_.end() && !it->second.started && it->second.cached_from == 0 &&
+                 cached.tokens >= 1 && cached.tokens < it->second.prompt,
+             "step scheduler: job ", job, " cannot start from ", cached.tokens, " cached tokens");
+  return CopyCost(it->second, cached);
 }
 
 Status StepScheduler::Park(StepJobId job) {

@@ -184,6 +184,12 @@ class StepScheduler {
   // changes.
   Status Unpark(StepJobId job, const std::optional<CachedStart>& cached);
   bool parked(StepJobId job) const;
+  // What waiting job `job` would count against the KV budget with the copied cached start
+  // `cached` (not a take-over); InvalidArgument for a job started or unknown, or a start that
+  // does not leave a token to prefill.
+  StatusOr<int64_t> CopyStartCost(StepJobId job, const CachedStart& cached) const;
+  // KV positions per rank no job or device-tier entry reserves.
+  int64_t unreserved_per_rank() const { return options_.kv_positions_per_rank - reserved_; }
 
   // The next step (empty when there is nothing to do). Jobs it starts hold their reservation
   // from here on. After a step that ran, call Completed before the next Next().
@@ -229,6 +235,8 @@ class StepScheduler {
   // cost and prefilled prompt; a take-over moves the entry's reservation to it. On an error
   // nothing changes.
   Status StartFromCache(StepJobId id, const CachedStart& cached, Job* j);
+  // The cost StartFromCache gives `j` for a copied start of `cached`'s reservation.
+  int64_t CopyCost(const Job& j, const CachedStart& cached) const;
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
     int64_t cached = 0;          // positions restored from the prefix cache

@@ -23,10 +23,11 @@ struct CountingObserver final : JobObserver {
 
 class JobTableTest : public ::testing::Test {
  protected:
-  JobTableTest() : table_(MakeBatch(), /*metrics=*/nullptr) {}
+  explicit JobTableTest(int64_t kv_positions = 1 << 20)
+      : table_(MakeBatch(kv_positions), /*metrics=*/nullptr) {}
 
-  static StepScheduler MakeBatch() {
-    return std::move(StepScheduler::Create({.kv_positions_per_rank = 1 << 20})).value();
+  static StepScheduler MakeBatch(int64_t kv_positions) {
+    return std::move(StepScheduler::Create({.kv_positions_per_rank = kv_positions})).value();
   }
 
   // Queues a job of a 4-token prompt; its id.
@@ -110,7 +111,8 @@ TEST_F(JobTableTest, EndedJobsKeptAreBoundedAndOlderOnesStillCancelQuietly) {
 // With the prefix cache on: a table whose jobs share a 64-token document (blocks of 16 tokens).
 class PrefixWaitTest : public JobTableTest {
  protected:
-  explicit PrefixWaitTest(int64_t wait_tokens = 32) {
+  explicit PrefixWaitTest(int64_t wait_tokens = 32, int64_t kv_positions = 1 << 20)
+      : JobTableTest(kv_positions) {
     StatusOr<PrefixCache> cache = PrefixCache::Create(16, 1, "model");
     EXPECT_TRUE(cache.ok()) << cache.status().ToString();
     table_.EnablePrefixCache(std::move(cache).value(), AttentionPolicy{},
@@ -150,7 +152,14 @@ class PrefixWaitTest : public JobTableTest {
   std::vector<int32_t> document_;
 };
 
-TEST_F(PrefixWaitTest, QuestionsWaitForTheDocumentsFirstJobAndThenForEachOther) {
+// A KV budget of about two questions: the waiting ones' copies never fit beside the running
+// one, so they take the entries over in turn.
+class PrefixWaitTightTest : public PrefixWaitTest {
+ protected:
+  PrefixWaitTightTest() : PrefixWaitTest(32, 150) {}
+};
+
+TEST_F(PrefixWaitTightTest, QuestionsWaitForTheDocumentsFirstJobAndThenForEachOther) {
   const JobId first = Ask(1);
   const JobId second = Ask(2);
   const JobId third = Ask(3);
@@ -171,13 +180,16 @@ TEST_F(PrefixWaitTest, QuestionsWaitForTheDocumentsFirstJobAndThenForEachOther) 
   EXPECT_EQ(job->cached_tokens, 64);
   EXPECT_TRUE(job->cache_take);
   EXPECT_EQ(table_.Find(third)->waits_for, second);
+  // Once the second's prompt is stored, the third's copy of it fits beside it: it starts from
+  // the running second.
   Prefill(second);
-  EndCancelled(second);
   job = table_.Find(third);
   EXPECT_EQ(job->waits_for, 0u);
+  EXPECT_TRUE(job->copies_running);
   EXPECT_EQ(job->cached_from, second);
   EXPECT_EQ(job->cached_tokens, 64);
   Prefill(third);
+  EndCancelled(second);
   // Each question after the first prefilled only its own four tokens.
   EXPECT_EQ(table_.prefix_cache()->stats().hit_tokens, 128);
 }
@@ -241,12 +253,55 @@ TEST_F(PrefixWaitTest, AnEntryTooSmallToTakeOverIsCopiedOnceThenDropped) {
   EXPECT_FALSE(job->cache_drop_source);
   EXPECT_EQ(table_.prefix_cache()->stats().entries, 0);
   EXPECT_LT(table_.batch().cached_per_rank(), entry_cost);
+  // The next question copies the first's stored prompt while it runs, and holds its entry once
+  // it ends.
   const JobId second = Ask(2, /*pin=*/false, /*max_new_tokens=*/8);
-  EXPECT_EQ(table_.Find(second)->waits_for, first);
-  EndCancelled(first);
   job = table_.Find(second);
-  EXPECT_TRUE(job->cache_take);
+  EXPECT_EQ(job->waits_for, 0u);
+  EXPECT_TRUE(job->copies_running);
+  EXPECT_EQ(job->cached_from, first);
+  EndCancelled(first);
+  EXPECT_TRUE(job->cache_held);
+  EXPECT_FALSE(job->copies_running);
   EXPECT_EQ(job->cached_tokens, 64);
+}
+
+// Questions waiting for a document's job start once its prompt is stored, copying it from the
+// running job; one that has not started when that job ends holds its entry, or, when the job
+// failed and left nothing, waits again.
+TEST_F(PrefixWaitTest, WaitingQuestionsStartOnceTheirDocumentIsStored) {
+  const JobId first = Ask(1);
+  const JobId second = Ask(2);
+  const JobId third = Ask(3);
+  Prefill(first);
+  for (JobId id : {second, third}) {
+    std::shared_ptr<JobTable::Job> job = table_.Find(id);
+    EXPECT_EQ(job->waits_for, 0u);
+    EXPECT_TRUE(job->copies_running);
+    EXPECT_EQ(job->cached_from, first);
+    EXPECT_EQ(job->cached_tokens, 64);
+  }
+  const PlannedStep step = table_.batch().Next();
+  ASSERT_EQ(step.starts.size(), 2u);
+  for (const PlannedStart& start : step.starts) {
+    EXPECT_EQ(start.prefix_from, first);
+    EXPECT_EQ(start.prefix_tokens, 64);
+    EXPECT_FALSE(start.prefix_take);
+  }
+  EXPECT_EQ(table_.prefix_cache()->stats().hit_tokens, 128);
+  // A question arriving now, the document's job still running, starts from it at once too.
+  const JobId fourth = Ask(4);
+  EXPECT_TRUE(table_.Find(fourth)->copies_running);
+  // The document's job fails before the fourth starts and leaves nothing: the fourth waits
+  // again, now for the second (running, the same document, its prompt not yet stored).
+  std::shared_ptr<JobTable::Job> job = table_.Find(first);
+  JobTable::Deliveries out;
+  table_.Finish(*job, InternalError("boom"), &out, /*freed_by_workers=*/true);
+  job = table_.Find(fourth);
+  EXPECT_FALSE(job->copies_running);
+  EXPECT_EQ(job->cached_tokens, 0);
+  EXPECT_EQ(job->waits_for, second);
+  EXPECT_TRUE(table_.batch().parked(fourth));
 }
 
 // A copied entry that another job also holds, or that is pinned, stays.

@@ -149,8 +149,16 @@ bool SequenceTable::OnDisk(SequenceId id) const {
                               disk_->Info(static_cast<uint64_t>(id)).has_value());
 }
 
+const Sequence* SequenceTable::FindSource(SequenceId id) const {
+  const Sequence* kept = FindCached(id);
+  return kept != nullptr ? kept : Find(id);
+}
+
 Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* options) const {
-  const Sequence* live = FindCached(prefix.from);
+  if (prefix.take && FindCached(prefix.from) == nullptr && Find(prefix.from) != nullptr)
+    return InvalidArgumentError("running sequence " + std::to_string(prefix.from) +
+                                " cannot be taken over");
+  const Sequence* live = FindSource(prefix.from);
   const SavedSequence* saved = live != nullptr ? nullptr : FindSaved(prefix.from);
   if (live == nullptr && saved == nullptr && disk_ != nullptr)
     saved = disk_->Pending(static_cast<uint64_t>(prefix.from));
@@ -176,7 +184,7 @@ Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* 
 }
 
 Status SequenceTable::RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const {
-  if (const Sequence* live = FindCached(prefix.from))
+  if (const Sequence* live = FindSource(prefix.from))
     return sequence.RestorePrefix(*ctx_.backend, *live, prefix.length);
   AddSeconds timed(&load_s_);
   const SavedSequence* saved = FindSaved(prefix.from);

@@ -19,7 +19,8 @@ namespace millipede {
 // the cached sequence `from` (SequenceTable::Keep) before its first step: a copy, or with
 // `take` the cached sequence itself (Sequence::TakeOver: its memory as it is, the entry gone).
 // From an entry in the host tier (SequenceTable::Demote) it is always a copy; `take` then
-// frees the saved entry once the start is done or refused.
+// frees the saved entry once the start is done or refused. `from` may also be a running
+// sequence whose prompt is stored (a copy of it, never a take).
 struct CachedPrefix {
   SequenceId from = 0;
   int64_t length = 0;
@@ -77,6 +78,9 @@ class SequenceTable {
   // Frees a cached sequence, in any tier; false when there was none.
   bool DropCached(SequenceId id);
   const Sequence* FindCached(SequenceId id) const;
+  // A sequence a new one may copy a prefix from in backend memory: a cached one, else a running
+  // one (its stored prompt, which its decode only appends to).
+  const Sequence* FindSource(SequenceId id) const;
   const SavedSequence* FindSaved(SequenceId id) const;
   // Entries in backend memory and the host tier (the disk tier's: disk_tier()->Entries()).
   int64_t num_cached() const { return static_cast<int64_t>(cached_.size() + saved_.size()); }
