@@ -470,6 +470,8 @@ bool JobTable::Requeue(Job& job) {
   if (!freed && batch_.running() <= 1) return false;
   if (!batch_.StartRefused(job.id).ok()) return false;
   job.state = JobState::kQueued;
+  // A copy of a running job's prompt waits on it again (RedirectRunningCopies when it ends).
+  job.copies_running = job.cached_from != 0 && !job.cache_held && Find(job.cached_from) != nullptr;
   queue_.push_front(job.id);
   if (metrics_) metrics_->JobRequeued();
   return true;

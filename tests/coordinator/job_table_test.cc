@@ -289,6 +289,13 @@ TEST_F(PrefixWaitTest, WaitingQuestionsStartOnceTheirDocumentIsStored) {
     EXPECT_FALSE(start.prefix_take);
   }
   EXPECT_EQ(table_.prefix_cache()->stats().hit_tokens, 128);
+  for (const PlannedStart& start : step.starts)
+    table_.Start(*table_.Find(start.job), JobTable::Clock::now());
+  // A start the workers refuse for memory waits again on the running document's job.
+  std::shared_ptr<JobTable::Job> refused = table_.Find(third);
+  ASSERT_TRUE(table_.Requeue(*refused));
+  EXPECT_TRUE(refused->copies_running);
+  EXPECT_EQ(refused->cached_from, first);
   // A question arriving now, the document's job still running, starts from it at once too.
   const JobId fourth = Ask(4);
   EXPECT_TRUE(table_.Find(fourth)->copies_running);
@@ -302,6 +309,9 @@ TEST_F(PrefixWaitTest, WaitingQuestionsStartOnceTheirDocumentIsStored) {
   EXPECT_EQ(job->cached_tokens, 0);
   EXPECT_EQ(job->waits_for, second);
   EXPECT_TRUE(table_.batch().parked(fourth));
+  // So does the refused third, which no longer has anything to copy.
+  EXPECT_EQ(refused->cached_tokens, 0);
+  EXPECT_EQ(refused->waits_for, second);
 }
 
 // A copied entry that another job also holds, or that is pinned, stays.
