@@ -271,7 +271,9 @@ void JobTable::RedirectRunningCopies(JobId id) {
     if (!job->copies_running || job->cached_from != id || job->state != JobState::kQueued) continue;
     job->copies_running = false;
     if (kept && cache_->Hold(id).ok()) {
-      job->cache_held = true;
+      // Its copy holds the same prefix: once the last copy is made the entry goes (as a copy of
+      // an entry too small to take over does), unless something else wants it.
+      job->cache_held = job->cache_drop_source = true;
       continue;
     }
     // Nothing of it is left to copy: behind it again, so that ReleaseFollowers decides.

@@ -77,7 +77,7 @@ class JobTable {
     JobId waits_for = 0;
     // Its cached start copies the stored prompt of running job `cached_from` (released early by
     // the job it waited for), not an entry: held as an entry if that job's KV is kept before
-    // this one starts.
+    // this one starts (and that entry dropped once copied, as cache_drop_source says).
     bool copies_running = false;
     // Parked while the workers read its cached start's disk-tier entry back into their host
     // tier (PrefixCache::StartPromotion; 0: not waiting).

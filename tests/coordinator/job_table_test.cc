@@ -264,6 +264,11 @@ TEST_F(PrefixWaitTest, AnEntryTooSmallToTakeOverIsCopiedOnceThenDropped) {
   EXPECT_TRUE(job->cache_held);
   EXPECT_FALSE(job->copies_running);
   EXPECT_EQ(job->cached_tokens, 64);
+  // Once its copy is made, the entry goes: the second's own KV holds the document.
+  EXPECT_TRUE(job->cache_drop_source);
+  ASSERT_EQ(table_.prefix_cache()->stats().entries, 1);
+  Prefill(second);
+  EXPECT_EQ(table_.prefix_cache()->stats().entries, 0);
 }
 
 // Questions waiting for a document's job start once its prompt is stored, copying it from the
