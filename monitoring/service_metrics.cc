@@ -193,8 +193,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
 
     cache_waits_ = &counter("millipede_prefix_cache_waits_total",
                             "Jobs that waited for a queued or running job sharing their prompt's "
-                            "start to end, to start from its cached KV instead of prefilling it "
-                            "beside it.")
+                            "start, to start from its KV instead of prefilling it beside it.")
                         .Add({});
 
     cache_promotions_ = &counter("millipede_prefix_cache_promotions_total",
