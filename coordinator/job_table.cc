@@ -45,6 +45,14 @@ bool FitsTakeOver(const PrefixStart& hit, int64_t need, int64_t decode_rows) {
          need - decode_rows <= hit.capacity - hit.host_generated_rows;
 }
 
+// How many leading tokens `prompt` shares with `other`, counting at most `most` of them.
+int64_t SharedPrefix(const std::vector<int32_t>& prompt, const std::vector<int32_t>& other,
+                     int64_t most) {
+  const auto n = static_cast<size_t>(std::min<int64_t>(most, std::ssize(other)));
+  return static_cast<int64_t>(
+      std::mismatch(prompt.begin(), prompt.begin() + n, other.begin()).first - prompt.begin());
+}
+
 // The job starts from nothing after all (a cached start given up).
 void ForgetCachedStart(JobTable::Job& job, int ranks) {
   job.cache_drop_source = false;
@@ -77,10 +85,7 @@ std::optional<JobId> JobTable::PrefixLeader(const Job& job) const {
   for (const auto& [id, other] : jobs_) {
     if (job.id != 0 && id >= job.id) break;  // older jobs only: no job waits on itself
     if (!other->keep || other->cancel_requested || other->cache_key != job.cache_key) continue;
-    const std::vector<int32_t>& theirs = other->descriptor.prompt_ids;
-    const auto n = static_cast<size_t>(std::min<int64_t>(most, std::ssize(theirs)));
-    const auto shared = static_cast<int64_t>(
-        std::mismatch(prompt.begin(), prompt.begin() + n, theirs.begin()).first - prompt.begin());
+    const int64_t shared = SharedPrefix(prompt, other->descriptor.prompt_ids, most);
     if (shared > best) {
       best = shared;
       leader = id;
@@ -132,7 +137,6 @@ void JobTable::ReleaseReaders(uint64_t entry, bool read) {
     job->waits_for_read = 0;
     if (!read) {
       GiveUpCachedStart(*job);
-      batch_.ForgetCachedStart(id);
     }
     (void)batch_.Unpark(id, std::nullopt);
   }
@@ -170,6 +174,9 @@ void JobTable::GiveUpCachedStart(Job& job) {
   job.cache_held = job.cache_take = false;
   job.waits_for_read = 0;
   ForgetCachedStart(job, batch_.num_ranks());
+  // The batching policy's side, where it has one (a job not yet added, or whose cached start it
+  // refused, has none).
+  batch_.ForgetCachedStart(job.id);
 }
 
 void JobTable::DropCopiedEntry(uint64_t entry) {
@@ -211,10 +218,8 @@ bool PromptStored(const JobTable::Job& job) {
 std::optional<CachedStart> JobTable::CopyFromRunning(const Job& leader, const Job& follower,
                                                      std::vector<int64_t>* lengths) const {
   const std::vector<int32_t>& prompt = follower.descriptor.prompt_ids;
-  const std::vector<int32_t>& theirs = leader.descriptor.prompt_ids;
-  const auto n = static_cast<size_t>(std::min<int64_t>(std::ssize(prompt) - 1, std::ssize(theirs)));
-  const auto shared = static_cast<int64_t>(
-      std::mismatch(prompt.begin(), prompt.begin() + n, theirs.begin()).first - prompt.begin());
+  // A job prefills at least its prompt's last token.
+  const int64_t shared = SharedPrefix(prompt, leader.descriptor.prompt_ids, std::ssize(prompt) - 1);
   lengths->clear();
   int64_t tokens = shared;
   if (leader.reuse == PrefixReuse::kChunkEnds) {
@@ -278,7 +283,6 @@ void JobTable::RedirectRunningCopies(JobId id) {
     }
     // Nothing of it is left to copy: behind it again, so that ReleaseFollowers decides.
     GiveUpCachedStart(*job);
-    batch_.ForgetCachedStart(fid);
     (void)batch_.Park(fid);
     job->waits_for = id;
   }
@@ -428,7 +432,6 @@ void JobTable::EvictForWaitingJobs(Deliveries* out) {
   if (job == nullptr) return;
   if (job->cache_held || job->cache_take) {
     GiveUpCachedStart(*job);
-    batch_.ForgetCachedStart(job->id);
     Evict(batch_.KvShortfall());
   }
   if (batch_.KvShortfall() <= 0) return;

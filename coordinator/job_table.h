@@ -203,7 +203,8 @@ class JobTable {
   // Job `id` ended (its KV kept or not): the jobs that were to copy from it while it ran but have
   // not started hold its entry, or wait again behind it.
   void RedirectRunningCopies(JobId id);
-  // A job gives up the cached start LookUp gave it (held: released; taken: the entry dropped).
+  // A job gives up the cached start LookUp gave it (held: released; taken: the entry dropped),
+  // in the table and in the batching policy.
   void GiveUpCachedStart(Job& job);
   // Drops entry `entry`, which a started job copied (cache_drop_source), unless it is pinned,
   // held or no longer in backend memory.
