@@ -138,6 +138,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.kv_dtype);
   io.Field(m.selected_kv_host);
   io.Field(m.kv_position_bytes);
+  io.Field(m.kv_share_unit_rows);
   io.Field(m.cache_host_bytes);
   io.Field(m.cache_disk_bytes);
   io.List(m.disk_entries, [&](auto& e) { Fields(io, e); });
@@ -154,6 +155,7 @@ void Fields(Io& io, M& m) {
   io.Field(m.prefix_tokens);
   io.Field(m.keep);
   io.Field(m.prefix_take);
+  io.Field(m.prefix_share);
 }
 
 template <class Io, MessageOf<StepEntry> M>

@@ -107,6 +107,9 @@ struct WorkerHello {
   // Bytes of K and V of one position over every layer in this rank's KV dtype: what the prefix
   // cache's host tier counts an entry's positions in.
   int64_t kv_position_bytes = 0;
+  // The unit of the prefix cache's shared KV blocks on this rank (KvShareUnitRows; 0: its
+  // backend shares none).
+  int64_t kv_share_unit_rows = 0;
   // Host memory (bytes) this rank gives prefix-cache entries evicted from its KV memory
   // (--kv-cache-host-mb; 0: no host tier).
   int64_t cache_host_bytes = 0;
@@ -132,6 +135,9 @@ struct StepStart {
   // The job takes the entry's KV over (the entry is gone, its memory the job's, no copy)
   // rather than copying it; if that fails the workers free the entry.
   bool prefix_take = false;
+  // A copy (not a take) whose whole chunks of rows the workers map from the entry rather than
+  // copy (common/kv_share.h): the coordinator keeps the entry while the job runs.
+  bool prefix_share = false;
   // When the workers end the job themselves (a stop id, EOS or its token budget), they keep
   // its KV as cache entry `job.job_id` rather than freeing it.
   bool keep = false;

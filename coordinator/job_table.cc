@@ -109,6 +109,9 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   job.cache_held = !job.cache_take && cache_->Hold(hit->entry).ok();
   job.cache_drop_source = job.cache_held && hit->exclusive && !fits;
   if (!job.cache_take && !job.cache_held) return std::nullopt;
+  // A copy maps the entry's whole blocks unless the entry goes once copied.
+  job.cache_shares = job.cache_held && !job.cache_drop_source && hit->shared_rows > 0;
+  if (job.cache_shares) cache_->Share(hit->entry);
   job.cached_from = hit->entry;
   job.cached_tokens = hit->tokens;
   job.positions = hit->positions;
@@ -116,7 +119,7 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   job.chunk_ends = hit->reuse_lengths;
   if (job.cache_held && cache_->tier_of(hit->entry) == CacheTier::kDisk) WaitForRead(job);
   return CachedStart{hit->entry, hit->tokens, hit->positions.MaxRows(), job.cache_take,
-                     hit->capacity};
+                     hit->capacity, job.cache_shares ? hit->shared_rows : 0};
 }
 
 void JobTable::WaitForRead(Job& job) {
@@ -167,11 +170,17 @@ void JobTable::NotePromotions(int rank, std::span<const uint64_t> promoted,
   ReportKv();
 }
 
-void JobTable::GiveUpCachedStart(Job& job) {
+void JobTable::LetGoOfEntry(Job& job) {
   if (job.cache_held) cache_->Release(job.cached_from);
+  if (job.cache_shares) cache_->Unshare(job.cached_from);
+  job.cache_held = job.cache_shares = false;
+}
+
+void JobTable::GiveUpCachedStart(Job& job) {
+  LetGoOfEntry(job);
   // A take-over's entry left the cache: the workers free it with the next step.
   if (job.cache_take) batch_.DropCached(job.cached_from);
-  job.cache_held = job.cache_take = false;
+  job.cache_take = false;
   job.waits_for_read = 0;
   ForgetCachedStart(job, batch_.num_ranks());
   // The batching policy's side, where it has one (a job not yet added, or whose cached start it
@@ -375,9 +384,9 @@ void JobTable::RemoveFromQueue(JobId id) {
 
 void JobTable::Start(Job& job, Clock::time_point now) {
   job.copies_running = false;  // its start copies the running job's rows now
-  // The plan restores the prefix before anything later may drop the entry.
-  if (job.cache_held) cache_->Release(job.cached_from);
-  job.cache_held = false;
+  // The plan restores the prefix before anything later may drop the entry; a job that maps the
+  // entry's blocks holds it until it ends.
+  if (!job.cache_shares) LetGoOfEntry(job);
   job.state = JobState::kPrefill;
   job.started = now;
   RemoveFromQueue(job.id);
@@ -485,8 +494,7 @@ bool JobTable::Requeue(Job& job) {
 bool JobTable::RetryUncached(Job& job) {
   if (!cache_ || job.cached_from == 0 || job.cache_take) return false;
   const uint64_t entry = job.cached_from;
-  if (job.cache_held) cache_->Release(entry);
-  job.cache_held = false;
+  LetGoOfEntry(job);
   if (!batch_.RestartUncached(job.id).ok()) return false;
   // Never used again: its KV could not be restored.
   const CacheTier tier = cache_->tier_of(entry);
@@ -608,8 +616,8 @@ void JobTable::Finish(Job& job, std::optional<Status> error, Deliveries* out,
 
 bool JobTable::LeaveKv(Job& job, const std::optional<Status>& error, bool started,
                        bool freed_by_workers) {
-  if (job.cache_held) cache_->Release(job.cached_from);
-  job.cache_held = false;
+  const bool shared = job.cache_shares;
+  LetGoOfEntry(job);
   const bool ended_well = !error || error->code() == StatusCode::kCancelled;
   // The workers keep a job they end themselves when it started with keep, unless it failed.
   const bool workers_kept = job.keep && freed_by_workers && ended_well && started;
@@ -628,12 +636,13 @@ bool JobTable::LeaveKv(Job& job, const std::optional<Status>& error, bool starte
                       static_cast<size_t>(std::min<int64_t>(run, job.ids.size()))),
                   .chunk_ends = job.chunk_ends,
                   .positions = job.positions,
-                  .cost_per_rank = batch_.kv_cost(job.id),
+                  .cost_per_rank = batch_.kept_cost(job.id),
                   .capacity_per_rank = batch_.reservation(job.id),
                   .host_generated_rows =
                       selected_kv_host_ && HasSelectedLayers(policy)
                           ? DecodeRowsPerRank(job.descriptor.max_new_tokens, batch_.num_ranks())
-                          : -1};
+                          : -1,
+                  .shared_tokens = shared ? job.cached_tokens : 0};
     kept = stored > 0 && cache_->Insert(ended);
     if (kept && job.pin) (void)cache_->Pin(job.id, true);
   }

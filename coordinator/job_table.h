@@ -61,6 +61,8 @@ class JobTable {
     uint64_t cached_from = 0;
     int64_t cached_tokens = 0;
     bool cache_held = false;  // copies the entry: holds it until it starts
+    // ... mapping its blocks (CachedStart::shared_rows): holds it, shared, until it ends.
+    bool cache_shares = false;
     bool cache_take = false;  // takes the entry over (it left the cache at lookup)
     // Copies an entry that nothing else wanted but that had no room for it (its job reserved
     // fewer tokens): once the copy is committed the entry is dropped, as a take-over would have
@@ -206,6 +208,8 @@ class JobTable {
   // A job gives up the cached start LookUp gave it (held: released; taken: the entry dropped),
   // in the table and in the batching policy.
   void GiveUpCachedStart(Job& job);
+  // Releases the job's hold on its entry and its share of it, if any.
+  void LetGoOfEntry(Job& job);
   // Drops entry `entry`, which a started job copied (cache_drop_source), unless it is pinned,
   // held or no longer in backend memory.
   void DropCopiedEntry(uint64_t entry);

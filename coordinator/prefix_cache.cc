@@ -1,8 +1,10 @@
 #include "coordinator/prefix_cache.h"
 
 #include <algorithm>
+#include <limits>
 #include <string_view>
 
+#include "common/kv_share.h"
 #include "policy/policy_writer.h"
 
 namespace millipede {
@@ -65,6 +67,12 @@ int64_t RankPositions::MaxRows() const {
   return most;
 }
 
+int64_t RankPositions::MinRows() const {
+  int64_t fewest = std::numeric_limits<int64_t>::max();
+  for (const auto& ranges : ranks_) fewest = std::min(fewest, TotalSize(ranges));
+  return ranks_.empty() ? 0 : fewest;
+}
+
 int64_t RankPositions::total() const {
   int64_t n = 0;
   for (const auto& ranges : ranks_) n += TotalSize(ranges);
@@ -96,8 +104,11 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
   if (facts.tier == CacheTier::kHost) ++host_hits_;
   if (facts.tier == CacheTier::kDisk) ++disk_hits_;
   PrefixStart start{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
-                    device && info && !info->pinned && info->holders == 0, facts.capacity,
-                    facts.host_generated_rows};
+                    device && info && !info->pinned && info->holders == 0 &&
+                        hit.tokens >= facts.shared_tokens,
+                    facts.capacity, facts.host_generated_rows};
+  if (device)
+    start.shared_rows = KvSharedRows(start.positions.MinRows(), facts.capacity, share_unit_rows_);
   if (const PrefixEntry* entry = index_.Find(hit.entry); entry && !entry->every_length) {
     for (int64_t length : entry->lengths)
       if (length < hit.tokens) start.reuse_lengths.push_back(length);
@@ -109,6 +120,15 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
 Status PrefixCache::Hold(uint64_t entry) { return index_.Acquire(entry); }
 
 void PrefixCache::Release(uint64_t entry) { (void)index_.Release(entry); }
+
+void PrefixCache::Share(uint64_t entry) {
+  if (auto it = facts_.find(entry); it != facts_.end()) ++it->second.sharers;
+}
+
+void PrefixCache::Unshare(uint64_t entry) {
+  if (auto it = facts_.find(entry); it != facts_.end() && it->second.sharers > 0)
+    --it->second.sharers;
+}
 
 Status PrefixCache::Pin(uint64_t entry, bool pinned) {
   if (!index_.Contains(entry))
@@ -176,7 +196,10 @@ bool PrefixCache::Insert(const EndedKv& ended) {
   SetLengths(ended, prompt, reusable, &entry);
   if (!entry.every_length && entry.lengths.empty()) return false;
   if (!index_.Insert(std::move(entry)).ok()) return false;
-  facts_[ended.job] = Facts{ended.positions, ended.capacity_per_rank, ended.host_generated_rows};
+  facts_[ended.job] = Facts{.positions = ended.positions,
+                            .capacity = ended.capacity_per_rank,
+                            .host_generated_rows = ended.host_generated_rows,
+                            .shared_tokens = ended.shared_tokens};
   return true;
 }
 
@@ -189,7 +212,7 @@ std::vector<uint64_t> PrefixCache::DeviceEvictionOrder() const {
   std::vector<uint64_t> evictable, kept;
   const std::vector<PrefixEntryInfo> all = index_.List();  // most recently used first
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (tier_of(it->id) != CacheTier::kDevice) continue;
+    if (tier_of(it->id) != CacheTier::kDevice || facts_.at(it->id).sharers > 0) continue;
     (!it->pinned && it->holders == 0 ? evictable : kept).push_back(it->id);
   }
   if (host_limit_ > 0 || disk_limit_ > 0)

@@ -54,8 +54,9 @@ class RankPositions {
   void SetRank(int rank, std::vector<TokenRange> ranges);
   // The positions before `length`.
   RankPositions Before(int64_t length) const;
-  // Rows the busiest rank holds.
+  // Rows the busiest rank holds, and the rank holding the fewest.
   int64_t MaxRows() const;
+  int64_t MinRows() const;
   // Positions over all ranks.
   int64_t total() const;
 
@@ -77,6 +78,10 @@ struct PrefixStart {
   bool exclusive = false;
   int64_t capacity = 0;
   int64_t host_generated_rows = -1;  // EndedKv's
+  // KV positions per rank (on the rank sharing the fewest) that a copy from this hit maps from
+  // the entry rather than allocates (common/kv_share.h): 0 but for an entry in backend memory
+  // with shared blocks on (SetShareUnit).
+  int64_t shared_rows = 0;
   // The entry's reuse lengths up to `tokens` (ending with it) when it has listed ones (sparse
   // prefill, window stores); empty when every length is.
   std::vector<int64_t> reuse_lengths;
@@ -98,6 +103,9 @@ struct EndedKv {
   // Generated rows its sequence's host-tier layers have room for on each rank (a job taking it
   // over must fit its own there, and its context beside them); -1: no host-tier layers.
   int64_t host_generated_rows = -1;
+  // A job that started sharing another entry's blocks: its KV maps that entry's memory for its
+  // first `shared_tokens` positions, so it is taken over only at that length or more.
+  int64_t shared_tokens = 0;
 };
 
 // What Evict did: entries moved to the host tier (from backend memory) and to the disk tier
@@ -144,6 +152,13 @@ class PrefixCache {
   }
   Status Hold(uint64_t entry);
   void Release(uint64_t entry);
+  // A running job maps entry `entry`'s memory (a copy sharing its blocks): until Unshare, the
+  // entry is neither demoted nor dropped (the job holds it too), as its memory would not be
+  // freed.
+  void Share(uint64_t entry);
+  void Unshare(uint64_t entry);
+  // The unit of the workers' shared blocks (WorkerHello::kv_share_unit_rows); 0: none shared.
+  void SetShareUnit(int64_t unit_rows) { share_unit_rows_ = std::max<int64_t>(unit_rows, 0); }
   // Pins or unpins an entry; removes one (its positions forgotten; the caller drops its KV).
   // NotFound for an unknown id; Remove is FailedPrecondition while a job holds the entry.
   Status Pin(uint64_t entry, bool pinned);
@@ -195,6 +210,8 @@ class PrefixCache {
     int64_t host_generated_rows = -1;
     CacheTier tier = CacheTier::kDevice;
     bool promoting = false;  // on disk, its bytes also counted in the host tier (StartPromotion)
+    int64_t shared_tokens = 0;  // EndedKv's
+    int64_t sharers = 0;        // running jobs mapping its memory (Share)
   };
   // Device-tier entries in the order Evict takes them: the evictable ones least recently used
   // first, then (with a host tier) the pinned and held ones, which may only be demoted.
@@ -218,6 +235,7 @@ class PrefixCache {
   int64_t disk_limit_ = 0, disk_used_ = 0;
   int64_t hit_tokens_ = 0, miss_tokens_ = 0, evictions_ = 0, demotions_ = 0, spills_ = 0;
   int64_t host_hits_ = 0, disk_hits_ = 0, promotions_ = 0;
+  int64_t share_unit_rows_ = 0;
 };
 
 }  // namespace millipede

@@ -61,6 +61,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Tokenizer
                                             facts.num_workers, model_key));
     cache.SetHostTier(facts.cache_host_bytes, facts.kv_position_bytes);
     cache.SetDiskTier(facts.cache_disk_bytes);
+    cache.SetShareUnit(facts.kv_share_unit_rows);
     scheduler->table_.EnablePrefixCache(std::move(cache), facts.default_policy,
                                         facts.selected_kv_host,
                                         scheduler->options_.prefix_wait_tokens);

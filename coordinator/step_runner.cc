@@ -89,6 +89,7 @@ Status StepRunner::SendNextStep(bool* busy) {
                            .prefix_from = start.prefix_from,
                            .prefix_tokens = start.prefix_tokens,
                            .prefix_take = start.prefix_take,
+                           .prefix_share = start.prefix_share,
                            .keep = start.keep});
     table_.Start(job, now);
   }

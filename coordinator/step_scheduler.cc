@@ -96,7 +96,8 @@ Status StepScheduler::StartFromCache(StepJobId id, const CachedStart& cached, Jo
     return OutOfRangeError("job " + std::to_string(id) + " needs " + std::to_string(cost) +
                            " KV positions per rank; " +
                            std::to_string(options_.kv_positions_per_rank) + " exist");
-  j->cost = cost;
+  j->shared = cached.take ? 0 : SharedCost(*j, cached);
+  j->cost = cost - j->shared;
   j->reservation = cached.take ? cached.capacity : reservation;
   j->cached = j->prefilled = cached.tokens;
   j->cached_from = cached.entry;
@@ -121,7 +122,17 @@ StatusOr<int64_t> StepScheduler::CopyStartCost(StepJobId job, const CachedStart&
   MP_REQUIRE(it != jobs_.end() && !it->second.started && it->second.cached_from == 0 &&
                  cached.tokens >= 1 && cached.tokens < it->second.prompt,
              "step scheduler: job ", job, " cannot start from ", cached.tokens, " cached tokens");
-  return CopyCost(it->second, cached);
+  return CopyCost(it->second, cached) - SharedCost(it->second, cached);
+}
+
+int64_t StepScheduler::SharedCost(const Job& j, const CachedStart& cached) const {
+  if (cached.shared_rows <= 0) return 0;
+  // A job that takes the whole budget (OmniKV with host-tier layers) still does.
+  if (CopyCost(j, cached) >= options_.kv_positions_per_rank) return 0;
+  // Its cost in positions of dense KV per position reserved: a window store's heads share none.
+  const double dense = j.reservation > 0 ? static_cast<double>(j.cost) / j.reservation : 1.0;
+  return std::min(cached.shared_rows,
+                  static_cast<int64_t>(static_cast<double>(cached.shared_rows) * dense));
 }
 
 Status StepScheduler::Park(StepJobId job) {
@@ -158,9 +169,12 @@ void StepScheduler::Remove(StepJobId job, bool freed_by_workers, bool keep) {
     --running_;
     memory_blocked_ = false;
     if (keep) {
-      // The reservation stays with the entry.
-      cached_[job] = it->second.cost;
-      cached_cost_ += it->second.cost;
+      // The reservation stays with the entry, and the blocks it shared count as its own from
+      // now on (until the entry it shared them with goes, they are counted twice).
+      const int64_t kept = it->second.cost + it->second.shared;
+      reserved_ += it->second.shared;
+      cached_[job] = kept;
+      cached_cost_ += kept;
       if (!freed_by_workers) pending_keeps_.push_back(job);
     } else {
       reserved_ -= it->second.cost;
@@ -235,6 +249,8 @@ void StepScheduler::ForgetCachedStart(StepJobId job) {
     pending_drops_.push_back(j.cached_from);
     j.taken = false;
   }
+  j.cost += j.shared;
+  j.shared = 0;
   const int64_t uncached = ReservationPerRank(j.prompt, j.max_new, options_.num_ranks);
   j.cost -= std::max<int64_t>(0, j.reservation - uncached);
   j.reservation = uncached;
@@ -250,6 +266,11 @@ bool StepScheduler::holds_kv(StepJobId job) const {
 int64_t StepScheduler::kv_cost(StepJobId job) const {
   auto it = jobs_.find(job);
   return it == jobs_.end() ? 0 : it->second.cost;
+}
+
+int64_t StepScheduler::kept_cost(StepJobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.cost + it->second.shared;
 }
 
 int64_t StepScheduler::reservation(StepJobId job) const {
@@ -342,7 +363,8 @@ PlannedStep StepScheduler::Next() {
                              .prefix_from = j.cached_from,
                              .prefix_tokens = j.cached,
                              .keep = j.keep,
-                             .prefix_take = j.taken});
+                             .prefix_take = j.taken,
+                             .prefix_share = j.shared > 0});
     }
     step.entries.push_back({id, PlannedKind::kPrefill, j.prefilled, chunk});
     tokens_left -= chunk;

@@ -82,6 +82,7 @@ struct PlannedStart {
   int64_t prefix_tokens = 0;
   bool keep = false;
   bool prefix_take = false;  // the entry itself becomes the job's (CachedStart::take)
+  bool prefix_share = false;  // a copy mapping the entry's whole blocks (CachedStart::shared_rows)
 };
 
 // A job's start from the prefix cache (StepScheduler::Add).
@@ -93,6 +94,10 @@ struct CachedStart {
   // per rank) becomes the job's from now on, and nothing more is reserved.
   bool take = false;
   int64_t capacity = 0;
+  // A copy whose first shared_rows positions per rank (on the rank sharing the fewest) map the
+  // entry's memory (the prefix cache's shared blocks): they count against the budget as the
+  // entry's, not the job's, while it runs; kept at its end, the job counts them again.
+  int64_t shared_rows = 0;
 };
 
 // One step for the workers: move the cache entries `demotes` to host memory and `spills` to
@@ -217,6 +222,8 @@ class StepScheduler {
   // What a job counts against the KV budget, and the positions per rank its sequence has room
   // for (0 for an unknown id).
   int64_t kv_cost(StepJobId job) const;
+  // What the job's KV counts once kept as an entry: its cost with the blocks it shares.
+  int64_t kept_cost(StepJobId job) const;
   int64_t reservation(StepJobId job) const;
   // KV positions one job reserves on the busiest rank.
   static int64_t ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);
@@ -235,14 +242,17 @@ class StepScheduler {
   // cost and prefilled prompt; a take-over moves the entry's reservation to it. On an error
   // nothing changes.
   Status StartFromCache(StepJobId id, const CachedStart& cached, Job* j);
-  // The cost StartFromCache gives `j` for a copied start of `cached`'s reservation.
+  // The cost StartFromCache gives `j` for a copied start of `cached`'s reservation, before the
+  // shared blocks' part (SharedCost) is taken off.
   int64_t CopyCost(const Job& j, const CachedStart& cached) const;
+  int64_t SharedCost(const Job& j, const CachedStart& cached) const;
   struct Job {
     int64_t prompt = 0, max_new = 0, reservation = 0;
     int64_t cached = 0;          // positions restored from the prefix cache
     uint64_t cached_from = 0;    // the entry (0: none)
     bool keep = false;
     bool taken = false;          // took its entry over: its cost is reserved already
+    int64_t shared = 0;          // of its KV, what its entry's shared blocks count (not in cost)
     int64_t cost = 0;       // its KV in positions of dense KV: what reserved_ counts
     int64_t prefilled = 0;  // committed prompt tokens
     uint64_t arrival = 0;

@@ -37,6 +37,8 @@ struct WorkerFacts {
   bool selected_kv_host = false;
   // Bytes of one position's K and V over every layer on a rank (the largest report).
   int64_t kv_position_bytes = 0;
+  // The unit of the workers' shared KV blocks (the largest report; 0 when any rank shares none).
+  int64_t kv_share_unit_rows = 0;
   // Host memory each rank gives prefix-cache entries evicted from its KV memory (the smallest
   // report; 0: no host tier).
   int64_t cache_host_bytes = 0;

@@ -106,7 +106,7 @@ Status BatchRunner::StartJob(const control::StepStart& start) {
                "job ", d.job_id, ": a cached prefix of ", start.prefix_tokens,
                " tokens for a prompt of ", d.prompt_ids.size());
     prefix = CachedPrefix{static_cast<SequenceId>(start.prefix_from), start.prefix_tokens,
-                          start.prefix_take};
+                          start.prefix_take, start.prefix_share};
     // A take-over keeps the entry's stores as they are, sized for the entry's steps; the job's
     // own steps, no more than what its prompt has left, need step buffers for no more (a
     // question after a long document, whose step buffers were freed).

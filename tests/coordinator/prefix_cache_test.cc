@@ -174,6 +174,49 @@ TEST(PrefixCacheTest, EvictionDemotesToTheHostTier) {
 // The disk tier below the host tier: an entry the host tier cannot take goes to disk, the host
 // tier's victims move to disk rather than being dropped, and the disk tier drops its least
 // recently used entries to make room.
+// The shared blocks: a hit in backend memory says how many rows per rank a copy maps (whole
+// chunks of the entry's capacity); an entry a job shares is neither demoted nor dropped until it
+// lets go; one kept from a sharing job is taken over only at the length it shared or more.
+TEST(PrefixCacheTest, SharedBlocks) {
+  auto cache = PrefixCache::Create(16, 1, "model");
+  ASSERT_TRUE(cache.ok());
+  cache->SetHostTier(100000, 10);
+  std::vector<int32_t> follow = Tokens(64, 100);
+  follow.push_back(1);
+  ASSERT_TRUE(cache->Insert(Ended(1, PrefixReuse::kAnyLength, Tokens(64, 100), {}, {64})));
+  EXPECT_EQ(cache->Lookup(5, follow)->shared_rows, 0);  // no unit: nothing is shared
+  cache->SetShareUnit(16);  // a capacity of 120 rows: chunks of 16, so 64 rows share 4
+  auto hit = cache->Lookup(5, follow);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->shared_rows, 64);
+  ASSERT_TRUE(cache->Hold(1).ok());
+  cache->Share(1);
+  PrefixEviction e = cache->Evict(-1);
+  EXPECT_TRUE(e.demoted.empty() && e.dropped_device.empty());
+  EXPECT_EQ(cache->tier_of(1), CacheTier::kDevice);
+  cache->Unshare(1);
+  cache->Release(1);
+  e = cache->Evict(-1);
+  EXPECT_EQ(e.demoted, std::vector<uint64_t>{1});
+  EXPECT_EQ(cache->Lookup(5, follow)->shared_rows, 0);  // in the host tier: a copy
+  // Entry 2 shared 48 positions of another: a take-over at 32 would write over them.
+  const std::vector<int32_t> document = Tokens(64, 300);
+  EndedKv ended = Ended(2, PrefixReuse::kAnyLength, document, {}, {64});
+  ended.shared_tokens = 48;
+  ASSERT_TRUE(cache->Insert(ended));
+  std::vector<int32_t> shorter = Tokens(32, 300);
+  shorter.push_back(1);
+  hit = cache->Lookup(5, shorter);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 32);
+  EXPECT_FALSE(hit->exclusive);
+  std::vector<int32_t> longer = document;
+  longer.push_back(1);
+  hit = cache->Lookup(5, longer);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_TRUE(hit->exclusive);
+}
+
 TEST(PrefixCacheTest, EvictionSpillsToTheDiskTier) {
   auto cache = PrefixCache::Create(16, 1, "model");
   ASSERT_TRUE(cache.ok());

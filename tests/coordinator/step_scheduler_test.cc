@@ -412,6 +412,44 @@ TEST(StepSchedulerTest, CachedPrefixesAndEntries) {
   EXPECT_EQ(s.Add(5, 10, 1, 0, CachedStart{1, 10, 5}).code(), StatusCode::kInvalidArgument);
 }
 
+// The prefix cache's shared blocks: a copy that maps the entry's whole blocks counts only its own
+// positions while it runs (the entry counts the shared ones), so two fit where two copies would
+// not; kept at its end, it counts them again.
+TEST(StepSchedulerTest, CopiesSharingTheEntrysBlocksCountOnlyTheirOwnRows) {
+  StepScheduler s = Make(Options(1, 64, 200));
+  ASSERT_TRUE(s.Add(1, 80, 4, 0, std::nullopt, /*keep=*/true).ok());
+  PlannedStep step = s.Next();
+  s.Completed(step);
+  s.Remove(1, /*freed_by_workers=*/false, /*keep=*/true);
+  EXPECT_EQ(s.cached_per_rank(), 83);
+  (void)s.Next();
+  // 80 tokens restored, 64 of them in shared blocks: 80 + 20 + 3 reserved, 103 - 64 counted.
+  const CachedStart shared{1, 80, 80, /*take=*/false, /*capacity=*/0, /*shared_rows=*/64};
+  ASSERT_TRUE(s.Add(2, 100, 4, 0, shared, /*keep=*/true).ok());
+  ASSERT_TRUE(s.Add(3, 100, 4, 0, shared).ok());
+  EXPECT_EQ(s.kv_cost(2), 39);
+  EXPECT_EQ(s.kept_cost(2), 103);
+  EXPECT_EQ(s.reservation(2), 103);
+  step = s.Next();
+  ASSERT_EQ(step.starts.size(), 2u);
+  EXPECT_TRUE(step.starts[0].prefix_share && step.starts[1].prefix_share);
+  EXPECT_EQ(step.starts[0].capacity_per_rank, 103);
+  EXPECT_EQ(s.reserved_per_rank(), 83 + 39 + 39);
+  s.Completed(step);
+  // Kept, job 2 counts its whole KV: the shared blocks twice while entry 1 stays.
+  s.Remove(2, /*freed_by_workers=*/true, /*keep=*/true);
+  EXPECT_EQ(s.cached_reservation(2), 103);
+  EXPECT_EQ(s.reserved_per_rank(), 83 + 103 + 39);
+  s.Remove(3, /*freed_by_workers=*/true);
+  s.DropCached(1);
+  EXPECT_EQ(s.reserved_per_rank(), 103);
+  // A job that gives its shared start up counts its whole prompt.
+  ASSERT_TRUE(s.Add(4, 100, 4, 0, CachedStart{2, 80, 80, false, 0, 64}).ok());
+  EXPECT_EQ(s.kv_cost(4), 39);
+  s.ForgetCachedStart(4);
+  EXPECT_EQ(s.kv_cost(4), 103);
+}
+
 // A parked job (waiting for another job's prefix) takes no part in the plans: it neither starts
 // nor waits for KV. Unparked, it waits as any job, from a cached start when given one (here the
 // entry the job it waited for left, taken over).

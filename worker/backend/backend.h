@@ -40,12 +40,28 @@
 
 namespace millipede {
 
+// Physical memory of a paged tensor (Backend::AllocatePaged), in chunks that several tensors may
+// map at once: a chunk is freed once no tensor maps it. Backend-specific; `bytes` a multiple of
+// Backend::page_bytes().
+class MemoryChunk {
+ public:
+  virtual ~MemoryChunk() = default;
+  int64_t bytes = 0;
+};
+// A paged tensor's chunks in address order (they cover its bytes, the last one rounded up).
+// A chunk's use_count() is the number of paged tensors that map it.
+struct PagedMemory {
+  virtual ~PagedMemory() = default;
+  std::vector<std::shared_ptr<const MemoryChunk>> chunks;
+};
+
 // A tensor owned by a backend (host or device memory); freed when destroyed. Move-only.
 class BackendTensor {
  public:
   BackendTensor() = default;
-  BackendTensor(TensorView view, std::function<void(void*)> release)
-      : view_(view), release_(std::move(release)) {}
+  BackendTensor(TensorView view, std::function<void(void*)> release,
+                std::shared_ptr<const PagedMemory> paged = nullptr)
+      : view_(view), release_(std::move(release)), paged_(std::move(paged)) {}
   ~BackendTensor() { Reset(); }
   BackendTensor(BackendTensor&& other) noexcept { *this = std::move(other); }
   BackendTensor& operator=(BackendTensor&& other) noexcept {
@@ -53,6 +69,7 @@ class BackendTensor {
       Reset();
       view_ = other.view_;
       release_ = std::move(other.release_);
+      paged_ = std::move(other.paged_);
       other.view_ = TensorView{};
       other.release_ = nullptr;
     }
@@ -65,15 +82,19 @@ class BackendTensor {
   ConstTensorView cview() const { return AsConst(view_); }
   // Bytes held: 0 while nothing is allocated (a default view describes one element).
   size_t NumBytes() const { return view_.data == nullptr ? 0 : view_.NumBytes(); }
+  // The chunks of a paged tensor (Backend::AllocatePaged); null for any other.
+  const PagedMemory* paged() const { return paged_.get(); }
 
  private:
   void Reset() {
     if (release_ && view_.data != nullptr) release_(view_.data);
     view_ = TensorView{};
     release_ = nullptr;
+    paged_.reset();
   }
   TensorView view_;
   std::function<void(void*)> release_;
+  std::shared_ptr<const PagedMemory> paged_;
 };
 
 enum class BackendKind { kCpu, kCuda };
@@ -115,6 +136,21 @@ class Backend {
 
   // Uninitialised memory for a tensor.
   virtual StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) = 0;
+  // ---- Paged tensors: memory that tensors share (the prefix cache's shared KV blocks) ----
+  // The unit of paged memory in bytes (the host's page, the GPU's mapping granularity); 0 when
+  // the backend has no paged tensors.
+  virtual int64_t page_bytes() const { return 0; }
+  // A tensor in backend memory made of chunks of `chunk_bytes` (a multiple of page_bytes(); the
+  // last chunk rounded up), laid out as Allocate's. With `share`, a paged tensor, its first
+  // `share_chunks` chunks are mapped as this tensor's first ones rather than allocated: the
+  // same memory, not a copy (a write to either is seen by both), freed once neither maps it;
+  // the other chunks are new and uninitialised. Unimplemented where page_bytes() is 0.
+  virtual StatusOr<BackendTensor> AllocatePaged(DType dtype, const Shape& shape,
+                                                int64_t chunk_bytes,
+                                                const BackendTensor* share = nullptr,
+                                                int64_t share_chunks = 0) {
+    return UnimplementedError("this backend has no paged memory");
+  }
   // Makes host weights usable by the ops, one view per weight in order. The CPU backend returns
   // the host views themselves (zero copy: the caller keeps the memory alive); a device backend
   // copies them into one allocation it owns, back to back in the given order (each at a multiple
@@ -260,6 +296,18 @@ class Backend {
     return true;
   }
 };
+
+// For backends implementing AllocatePaged: a paged tensor of `bytes` is share's first
+// `share_chunks` chunks (`shared`), then new chunks (`new_bytes`, each chunk_bytes, the last
+// rounded up to `page`), `total` bytes in all. InvalidArgument for a chunk size not a positive
+// multiple of the page, a `share` not paged or with fewer chunks, or shared chunks beyond `bytes`.
+struct PagedPlan {
+  std::vector<std::shared_ptr<const MemoryChunk>> shared;
+  std::vector<int64_t> new_bytes;
+  int64_t total = 0;
+};
+StatusOr<PagedPlan> PlanPaged(int64_t bytes, int64_t page, int64_t chunk_bytes,
+                              const BackendTensor* share, int64_t share_chunks);
 
 // The host's memory (MemAvailable: what the kernel can give without swapping): where the CPU
 // backend's tensors and every backend's AllocateHost memory (a host KV tier) live.

@@ -20,6 +20,7 @@
 #include "kernels/cpu/silu_mul_cpu.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
 #include "worker/backend/cpu_copy_queue.h"
+#include "worker/backend/host_paged_memory.h"
 
 namespace millipede {
 namespace {
@@ -44,6 +45,12 @@ class CpuBackend final : public Backend {
       return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) +
                                     " bytes of host memory for a tensor " + shape.ToString());
     return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { std::free(q); });
+  }
+  int64_t page_bytes() const override { return HostPageBytes(); }
+  StatusOr<BackendTensor> AllocatePaged(DType dtype, const Shape& shape, int64_t chunk_bytes,
+                                        const BackendTensor* share,
+                                        int64_t share_chunks) override {
+    return AllocatePagedHost(dtype, shape, chunk_bytes, share, share_chunks);
   }
 
   StatusOr<std::vector<ConstTensorView>> AdoptWeights(

@@ -36,6 +36,7 @@
 #include "kernels/sparse_index/sparse_index_pairs_cuda.h"
 #include "kernels/sparse_index/vertical_slash_index_cuda.h"
 #include "worker/backend/cuda_copy_queue.h"
+#include "worker/backend/cuda_paged_memory.h"
 #include "worker/backend/cuda_pinned_memory.h"
 
 namespace millipede {
@@ -69,6 +70,12 @@ class CudaBackend final : public Backend {
     MP_CUDA_CHECK(cudaSetDevice(device));
     auto b = std::unique_ptr<CudaBackend>(new CudaBackend());
     b->device_ = device;
+    // Paged memory (the prefix cache's shared KV blocks) needs virtual memory management.
+    int vmm = 0;
+    MP_CUDA_CHECK(cudaDeviceGetAttribute(&vmm, cudaDevAttrVirtualMemoryManagementSupported, device));
+    if (vmm != 0) {
+      MP_ASSIGN_OR_RETURN(b->page_bytes_, DevicePageBytes(device));
+    }
     MP_ASSIGN_OR_RETURN(b->gemm_, GemmCudaContext::Create());
     MP_ASSIGN_OR_RETURN(b->sample_, SampleCudaWorkspace::Create());
     MP_ASSIGN_OR_RETURN(b->top_k_, TopKCudaWorkspace::Create());
@@ -95,6 +102,14 @@ class CudaBackend final : public Backend {
     }
     // cudaFree synchronises the device, so nothing still queued can touch freed memory.
     return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFree(q); });
+  }
+  int64_t page_bytes() const override { return page_bytes_; }
+  StatusOr<BackendTensor> AllocatePaged(DType dtype, const Shape& shape, int64_t chunk_bytes,
+                                        const BackendTensor* share,
+                                        int64_t share_chunks) override {
+    MP_REQUIRE(page_bytes_ > 0, "GPU ", device_, " has no paged memory");
+    return AllocatePagedDevice(device_, page_bytes_, dtype, shape, chunk_bytes, share,
+                               share_chunks);
   }
 
   StatusOr<std::vector<ConstTensorView>> AdoptWeights(
@@ -297,6 +312,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
+  int64_t page_bytes_ = 0;  // 0: no paged memory
   // The calling thread's default stream: the NCCL data plane orders itself against it.
   cudaStream_t stream_ = cudaStreamPerThread;
   std::unique_ptr<GemmCudaContext> gemm_;

@@ -3,6 +3,8 @@
 #include <iostream>
 #include <thread>
 
+#include "common/kv_share.h"
+
 namespace millipede {
 namespace {
 
@@ -59,6 +61,9 @@ Status WorkerLoop::SendHello() {
   hello.kv_position_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads *
                             config.head_dim *
                             static_cast<int64_t>(DTypeSize(engine_.options().kv_dtype));
+  hello.kv_share_unit_rows = KvShareUnitRows(
+      engine_.backend().page_bytes(),
+      config.head_dim * static_cast<int64_t>(DTypeSize(engine_.options().kv_dtype)));
   return channel_.Send(control::kCoordinatorRank, control::kTagHello, control::Encode(hello));
 }
 

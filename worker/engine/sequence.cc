@@ -256,11 +256,38 @@ bool HasSparseHeads(const AttentionPolicy& policy) {
 
 }  // namespace
 
+namespace {
+
+// Layer `layer`'s store of `share` when it is one a new store can map (every row in backend
+// memory).
+const DeviceKvStore* SharedStore(const Sequence* share, int64_t layer) {
+  if (share == nullptr || layer >= share->num_layers()) return nullptr;
+  return dynamic_cast<const DeviceKvStore*>(&share->kv(layer));
+}
+
+}  // namespace
+
+int64_t Sequence::SharedBytes(const Sequence& share, int64_t share_length) {
+  const int64_t prefix_rows = TotalSize(RangesBefore(share.stored_, share_length));
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < share.num_layers(); ++l) {
+    const DeviceKvStore* from = SharedStore(&share, l);
+    if (from == nullptr || from->held_rows() == 0) continue;
+    const int64_t row_bytes = from->NumBytes() / from->capacity();
+    bytes += DeviceKvStore::ShareableRows(*from, prefix_rows) * row_bytes;
+  }
+  return bytes;
+}
+
 StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& backend,
                                                      const ModelConfig& config, DType kv_dtype,
-                                                     SequenceOptions options) {
+                                                     SequenceOptions options,
+                                                     const Sequence* share,
+                                                     int64_t share_length) {
   MP_REQUIRE(options.capacity > 0, "sequence capacity must be positive, got ",
              options.capacity);
+  const int64_t share_prefix_rows =
+      share != nullptr ? TotalSize(RangesBefore(share->stored_, share_length)) : 0;
   auto s = std::unique_ptr<Sequence>(new Sequence());
   s->id_ = id;
   MP_ASSIGN_OR_RETURN(s->layers_, BuildLayerAttention(options.policy, config, options.ranks,
@@ -304,7 +331,10 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
       MP_ASSIGN_OR_RETURN(store, StreamingKvStore::Create(backend, layout, la.retention,
                                                           StepRows(options)));
     } else {
-      MP_ASSIGN_OR_RETURN(store, DeviceKvStore::Create(backend, layout, options.capacity));
+      const DeviceKvStore* from = SharedStore(share, static_cast<int64_t>(l));
+      const int64_t rows = from ? DeviceKvStore::ShareableRows(*from, share_prefix_rows) : 0;
+      MP_ASSIGN_OR_RETURN(store, DeviceKvStore::Create(backend, layout, options.capacity,
+                                                       rows > 0 ? from : nullptr, rows));
     }
     s->stores_.push_back(std::move(store));
   }
@@ -416,7 +446,12 @@ Status CheckTruncatable(const KvStore& store, std::span<const TokenRange> stored
     MP_RETURN_IF_ERROR(CheckTruncatable(groups->group(HeadGroupKvStore::kFull), stored, length));
     return CheckTruncatable(groups->group(HeadGroupKvStore::kStreaming), stored, length);
   }
-  return CheckHeldRows(store, stored, length).status();
+  MP_ASSIGN_OR_RETURN(const std::vector<TokenRange> kept, CheckHeldRows(store, stored, length));
+  const auto* device = dynamic_cast<const DeviceKvStore*>(&store);
+  if (device != nullptr && device->SharedFrom(TotalSize(kept)))
+    return FailedPreconditionError(
+        "the cached KV's rows after the prefix are shared with another sequence");
+  return OkStatus();
 }
 
 }  // namespace

@@ -67,10 +67,18 @@ struct SequenceOptions {
 
 class Sequence {
  public:
-  // Builds the strategies from options.policy and allocates every layer's store.
+  // Builds the strategies from options.policy and allocates every layer's store. With `share`
+  // (a cached sequence of the same layout; a shared chunk lives while either maps it), every store that keeps all its rows in backend memory maps share's chunks before
+  // position `share_length` (DeviceKvStore::ShareableRows) rather than allocating them; a
+  // RestorePrefix from `share` at that length then copies only the rest.
   static StatusOr<std::unique_ptr<Sequence>> Create(SequenceId id, Backend& backend,
                                                     const ModelConfig& config, DType kv_dtype,
-                                                    SequenceOptions options);
+                                                    SequenceOptions options,
+                                                    const Sequence* share = nullptr,
+                                                    int64_t share_length = 0);
+  // Bytes of backend memory a sequence created with `share` at `share_length` maps rather than
+  // allocates (both K and V): what its memory plan needs less.
+  static int64_t SharedBytes(const Sequence& share, int64_t share_length);
   // What the stores of such a sequence take on this rank, in plan's kv_bytes (device),
   // host_kv_bytes (pinned host), selection_bytes (OmniKV's scores, gathers, packed loads) and
   // head_group_bytes (the staging and packs of layers with a store per group of heads), and

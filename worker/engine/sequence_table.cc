@@ -83,7 +83,7 @@ StatusOr<int64_t> SequenceTable::MaxPositionsNow() {
   return MaxSequencePositions(ctx_.config(), ctx_.memory_shape(), memory.free_bytes + held);
 }
 
-Status SequenceTable::PlanLocal(SequenceOptions* options, int64_t ring_rows,
+Status SequenceTable::PlanLocal(SequenceOptions* options, int64_t ring_rows, int64_t shared,
                                 SequenceMemoryPlan* plan, int64_t need_free[4]) {
   MP_ASSIGN_OR_RETURN(const BackendMemory device, ctx_.backend->Memory());
   // On the CPU backend the host tier is the backend's own memory.
@@ -112,7 +112,7 @@ Status SequenceTable::PlanLocal(SequenceOptions* options, int64_t ring_rows,
     }
   }
   MP_ASSIGN_OR_RETURN(*plan, Plan(*options, ring_rows));
-  need_free[0] = plan->total() + (one_memory ? plan->host_kv_bytes : 0);
+  need_free[0] = plan->total() - shared + (one_memory ? plan->host_kv_bytes : 0);
   need_free[1] = device.free_bytes;
   need_free[2] = one_memory ? 0 : plan->host_kv_bytes;
   need_free[3] = one_memory ? 0 : PinnableHostBytes(host);
@@ -183,6 +183,13 @@ Status SequenceTable::PrefixSource(const CachedPrefix& prefix, SequenceOptions* 
   return OkStatus();
 }
 
+const Sequence* SequenceTable::ShareSource(const std::optional<CachedPrefix>& prefix) const {
+  // Kept sequences only: a running job's end frees, in the coordinator's count, memory that a
+  // sequence mapping it would still hold.
+  if (!prefix || !prefix->share || prefix->take) return nullptr;
+  return FindCached(prefix->from);
+}
+
 Status SequenceTable::RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const {
   if (const Sequence* live = FindSource(prefix.from))
     return sequence.RestorePrefix(*ctx_.backend, *live, prefix.length);
@@ -231,7 +238,9 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   if (prefix && prefix->take && !below)
     return TakeCached(id, options, ring_rows, *prefix, std::move(local));
   SequenceMemoryPlan plan;
-  if (local.ok()) local = PlanLocal(&options, ring_rows, &plan, mine + 1);
+  const Sequence* share = local.ok() ? ShareSource(prefix) : nullptr;
+  const int64_t shared = share != nullptr ? Sequence::SharedBytes(*share, prefix->length) : 0;
+  if (local.ok()) local = PlanLocal(&options, ring_rows, shared, &plan, mine + 1);
   mine[0] = local.ok() ? 1 : 0;
   if (num_ranks > 1) {
     MP_RETURN_IF_ERROR(ctx_.comm->HostAllGather(mine, all.data(), sizeof(mine)));
@@ -256,8 +265,10 @@ Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t r
   Status made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
   std::unique_ptr<Sequence> sequence;
   if (made.ok()) {
-    StatusOr<std::unique_ptr<Sequence>> s = Sequence::Create(
-        id, *ctx_.backend, ctx_.config(), ctx_.options.kv_dtype, std::move(options));
+    const Sequence* share = ShareSource(prefix);
+    StatusOr<std::unique_ptr<Sequence>> s =
+        Sequence::Create(id, *ctx_.backend, ctx_.config(), ctx_.options.kv_dtype,
+                         std::move(options), share, share ? prefix->length : 0);
     if (s.ok()) sequence = std::move(s).value(); else made = s.status();
   }
   if (made.ok() && prefix) made = RestorePrefix(*sequence, *prefix);

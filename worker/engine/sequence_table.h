@@ -21,10 +21,14 @@ namespace millipede {
 // From an entry in the host tier (SequenceTable::Demote) it is always a copy; `take` then
 // frees the saved entry once the start is done or refused. `from` may also be a running
 // sequence whose prompt is stored (a copy of it, never a take).
+// With `share`, a copy from a cached sequence in backend memory maps its whole chunks of rows
+// before `length` rather than copying them (Sequence::Create): the prefix cache's shared blocks,
+// which the coordinator keeps from being taken over or evicted while the new sequence runs.
 struct CachedPrefix {
   SequenceId from = 0;
   int64_t length = 0;
   bool take = false;
+  bool share = false;
 };
 
 class SequenceTable {
@@ -115,8 +119,9 @@ class SequenceTable {
   // of the backend's memory and of pinned host memory, and what each has free: need_free =
   // {device need, device free, host need, host free} (on the CPU backend, one memory: the host
   // tier counts in the device's).
-  Status PlanLocal(SequenceOptions* options, int64_t ring_rows, SequenceMemoryPlan* plan,
-                   int64_t need_free[4]);
+  // `shared`: bytes of the plan's device KV that the sequence maps from a cached one.
+  Status PlanLocal(SequenceOptions* options, int64_t ring_rows, int64_t shared,
+                   SequenceMemoryPlan* plan, int64_t need_free[4]);
   // Every rank's verdict and numbers (`all`: 5 per rank) checked: the first refusal, as an error.
   Status CheckRanks(const std::vector<int64_t>& all, const SequenceOptions& options,
                     const SequenceMemoryPlan& plan) const;
@@ -144,6 +149,8 @@ class SequenceTable {
   Status PrefixSource(const CachedPrefix& prefix, SequenceOptions* options) const;
   // Whether the disk tier holds entry `id` (queued or written).
   bool OnDisk(SequenceId id) const;
+  // The cached sequence a start from `prefix` maps chunks of (CachedPrefix::share), if any.
+  const Sequence* ShareSource(const std::optional<CachedPrefix>& prefix) const;
   // Restores `prefix` into the new `sequence` from whichever tier holds it.
   Status RestorePrefix(Sequence& sequence, const CachedPrefix& prefix) const;
 

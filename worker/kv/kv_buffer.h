@@ -22,7 +22,17 @@ struct KvLayout {
 class KvBuffer {
  public:
   static StatusOr<KvBuffer> Create(Backend& backend, const KvLayout& layout, int64_t capacity);
+  // The same in chunks of KvShareChunkRows rows (common/kv_share.h) where the backend has paged
+  // memory (else as Create). With `share` (such a buffer), its first `share_rows` rows (whole
+  // chunks of it) are share's own memory, mapped rather than copied.
+  static StatusOr<KvBuffer> CreatePaged(Backend& backend, const KvLayout& layout,
+                                        int64_t capacity, const KvBuffer* share = nullptr,
+                                        int64_t share_rows = 0);
   int64_t capacity() const { return capacity_; }
+  // Rows of one chunk (0: not paged).
+  int64_t chunk_rows() const { return chunk_rows_; }
+  // Whether a row from `row` on is in a chunk another buffer maps too.
+  bool SharedFrom(int64_t row) const;
   // Rows [row, row + n); the range must lie inside the capacity.
   StatusOr<KvRows> Slice(int64_t row, int64_t n) const;
   ConstKvRows Prefix(int64_t n) const;
@@ -33,6 +43,7 @@ class KvBuffer {
  private:
   BackendTensor k_, v_;
   int64_t capacity_ = 0;
+  int64_t chunk_rows_ = 0;
 };
 
 }  // namespace millipede

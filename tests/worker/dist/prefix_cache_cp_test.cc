@@ -16,6 +16,7 @@
 
 #include "../engine_test_util.h"
 #include "worker/dist/mpi_communicator.h"
+#include "worker/kv/device_kv_store.h"
 
 namespace millipede {
 namespace {
@@ -217,6 +218,46 @@ TEST_P(PrefixCacheCpTest, TwoFollowUpsFromOneEntryAtOnce) {
   }
   ExpectSame(got3, want);
   ExpectSame(got4, want);
+}
+
+// Two follow-ups sharing the entry's blocks (CachedPrefix::share: whole chunks mapped, not
+// copied) give the uncached logits, also once the entry is gone while they run; a kept sequence
+// whose rows are shared is not taken over below them.
+TEST_P(PrefixCacheCpTest, FollowUpsSharingTheEntrysBlocks) {
+  const auto want = Reference(1);
+  Document(2);
+  const CachedPrefix shared{2, kCached, /*take=*/false, /*share=*/true};
+  ASSERT_TRUE(Start(3, shared).ok());
+  ASSERT_TRUE(Start(4, shared).ok());
+  // 96 positions on one rank fill a 64-row chunk of the stores that keep every row in backend
+  // memory (every policy here has some); over 3 ranks, 32 positions per rank fill none.
+  const bool shares = engine_->comm().size() == 1;
+  int64_t shared_rows = 0;
+  for (int64_t l = 0; l < engine_->sequence(3)->num_layers(); ++l)
+    if (const auto* d = dynamic_cast<const DeviceKvStore*>(&engine_->sequence(3)->kv(l)))
+      shared_rows += d->shared_rows();
+  EXPECT_EQ(shared_rows > 0, shares);
+  auto out = engine_->RunStep(StepPlan{{Chunk(3, kCached, kPrompt), Chunk(4, kCached, kPrompt)}});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const int owner = ShardPlan::LastTokenRank(kPrompt - kCached, engine_->comm().size());
+  std::vector<std::vector<float>> got3 = {Logits(*out, 0, owner)};
+  std::vector<std::vector<float>> got4 = {Logits(*out, 1, owner)};
+  engine_->DropCached(2);  // the shared chunks stay while a sequence maps them
+  for (int32_t token : kDecode) {
+    out = engine_->RunStep(StepPlan{{DecodeStep(3, token), DecodeStep(4, token)}});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    got3.push_back(Logits(*out, 0, 0));
+    got4.push_back(Logits(*out, 1, 0));
+  }
+  ExpectSame(got3, want);
+  ExpectSame(got4, want);
+  // Kept, sequence 3's first chunk is still sequence 4's: a take-over that would write over it
+  // is refused on every rank (and frees the kept sequence, as a failed take does).
+  ASSERT_TRUE(engine_->KeepSequence(3).ok());
+  if (shares)
+    EXPECT_EQ(Start(5, CachedPrefix{3, 40, /*take=*/true}).code(),
+              StatusCode::kFailedPrecondition);
+  engine_->EndSequence(4);
 }
 
 // A prefix shorter than the cached one: exact where the stores keep every row and attention is

@@ -83,6 +83,48 @@ TEST(DeviceKvStoreTest, KeepsEveryRowInOrder) {
   EXPECT_FALSE(s.Commit(std::vector<TokenRange>{{4, 5}}, 11).ok());
 }
 
+// The prefix cache's shared blocks: a store created sharing a kept one maps that store's whole
+// chunks before the prefix (the same memory), copies the rest of it, and keeps those chunks once
+// the kept store is gone; the kept store may not forget rows whose memory is shared.
+TEST(DeviceKvStoreTest, SharesWholeChunksOfAKeptStore) {
+  auto backend = Cpu();
+  // 2 heads of 4 floats: 256 rows fill whole 4 KiB pages, so chunks are 256 rows.
+  auto src = DeviceKvStore::Create(*backend, kLayout, 1024);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  WriteStep(**src, {{0, 700}});
+  ASSERT_TRUE((*src)->Commit(std::vector<TokenRange>{{0, 700}}, 700).ok());
+  EXPECT_EQ(DeviceKvStore::ShareableRows(**src, 600), 512);
+  EXPECT_EQ(DeviceKvStore::ShareableRows(**src, 255), 0);
+  EXPECT_FALSE(DeviceKvStore::Create(*backend, kLayout, 800, src->get(), 300).ok());
+  EXPECT_FALSE(DeviceKvStore::Create(*backend, kLayout, 800, src->get(), 768).ok());
+
+  auto dst = DeviceKvStore::Create(*backend, kLayout, 800, src->get(), 512);
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  EXPECT_EQ((*dst)->shared_rows(), 512);
+  const std::vector<TokenRange> prefix{{0, 600}};
+  ASSERT_TRUE((*dst)->RestoreFrom(*backend, **src, prefix, 600).ok());
+  EXPECT_EQ(HeldPositions(**dst), Expand(prefix));
+  // One memory: a write to the kept store's first chunks is seen in the new one, not beyond.
+  float* kept_k = (*src)->FixedRows(1024)->k.as<float>();
+  kept_k[5 * 8] = 1234.0f;
+  kept_k[550 * 8] = 1234.0f;
+  EXPECT_EQ((*dst)->Rows(0)->k.as<const float>()[5 * 8], 1234.0f);
+  EXPECT_EQ((*dst)->Rows(0)->k.as<const float>()[550 * 8], 550.0f);
+  kept_k[5 * 8] = 5.0f;
+  kept_k[550 * 8] = 550.0f;
+  EXPECT_TRUE((*src)->SharedFrom(0) && (*dst)->SharedFrom(511));
+  EXPECT_FALSE((*src)->SharedFrom(512) || (*dst)->SharedFrom(512));
+  // Forgetting rows in a shared chunk would write over the new store's prefix.
+  EXPECT_EQ((*src)->Truncate(std::vector<TokenRange>{{0, 300}}, 300).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*src)->Truncate(std::vector<TokenRange>{{0, 650}}, 650).ok());
+  src->reset();
+  EXPECT_FALSE((*dst)->SharedFrom(0));
+  WriteStep(**dst, {{600, 610}});
+  ASSERT_TRUE((*dst)->Commit(std::vector<TokenRange>{{600, 610}}, 610).ok());
+  EXPECT_EQ(HeldPositions(**dst), Expand({{0, 610}}));
+}
+
 TEST(StreamingKvStoreTest, HoldsSinksAndWindowAtConstantSize) {
   auto backend = Cpu();
   const KvRetention r{3, 5};
