@@ -387,6 +387,7 @@ void JobTable::Start(Job& job, Clock::time_point now) {
   // The plan restores the prefix before anything later may drop the entry; a job that maps the
   // entry's blocks holds it until it ends.
   if (!job.cache_shares) LetGoOfEntry(job);
+  if (job.cache_shares) ++shared_starts_;
   job.state = JobState::kPrefill;
   job.started = now;
   RemoveFromQueue(job.id);
@@ -428,7 +429,8 @@ void JobTable::ReportKv() {
                          .spills = c.spills,
                          .disk_hits = c.disk_hits,
                          .prefix_waits = prefix_waits_,
-                         .promotions = c.promotions});
+                         .promotions = c.promotions,
+                         .shared_starts = shared_starts_});
 }
 
 void JobTable::EvictForWaitingJobs(Deliveries* out) {

@@ -235,6 +235,7 @@ class JobTable {
   std::optional<PrefixCache> cache_;
   AttentionPolicy default_policy_;
   bool selected_kv_host_ = false;
+  int64_t shared_starts_ = 0;  // jobs started sharing an entry's blocks (a metric)
   int64_t wait_tokens_ = 0;
   int64_t prefix_waits_ = 0;                     // jobs parked behind a leader, cumulative
   std::map<uint64_t, std::set<int>> promoting_;  // disk-tier entries read back: the ranks done

@@ -201,6 +201,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                                  "their host memory for a hit (in the background; the jobs "
                                  "wait).")
                              .Add({});
+    cache_shared_starts_ = &counter("millipede_prefix_cache_shared_starts_total",
+                                    "Jobs that started from a prefix-cache entry in the workers' "
+                                    "KV memory by sharing its blocks (mapped, not copied).")
+                                .Add({});
 
     exposer_->RegisterCollectable(registry_);
   }
@@ -295,6 +299,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     AdvanceCounter(cache_disk_hits_, static_cast<double>(c.disk_hits));
     AdvanceCounter(cache_waits_, static_cast<double>(c.prefix_waits));
     AdvanceCounter(cache_promotions_, static_cast<double>(c.promotions));
+    AdvanceCounter(cache_shared_starts_, static_cast<double>(c.shared_starts));
     cache_disk_entries_->Set(static_cast<double>(c.disk_entries));
     cache_entries_->Set(static_cast<double>(c.entries));
     cache_host_entries_->Set(static_cast<double>(c.host_entries));
@@ -373,6 +378,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Counter* cache_disk_hits_;
   Counter* cache_waits_;
   Counter* cache_promotions_;
+  Counter* cache_shared_starts_;
   Family<Counter>* attention_s_;
   Family<Counter>* comm_s_;
   Family<Counter>* comm_bytes_;

@@ -46,6 +46,7 @@ struct PrefixCacheCounts {
   int64_t disk_hits = 0;           // jobs that started from a disk-tier entry
   int64_t prefix_waits = 0;        // jobs that waited for another job's prefix to be cached
   int64_t promotions = 0;          // entries moved from disk to host memory for a hit
+  int64_t shared_starts = 0;       // jobs that started mapping an entry's blocks, not copying
 };
 
 class ServiceMetrics {
@@ -103,7 +104,7 @@ class ServiceMetrics {
   // prefix_cache_reserved_positions, prefix_cache_evictions_total, prefix_cache_host_entries,
   // prefix_cache_demotions_total, prefix_cache_host_hits_total, prefix_cache_disk_entries,
   // prefix_cache_spills_total, prefix_cache_disk_hits_total, prefix_cache_waits_total,
-  // prefix_cache_promotions_total.
+  // prefix_cache_promotions_total, prefix_cache_shared_starts_total.
   virtual void PrefixCache(const PrefixCacheCounts& counts) = 0;
 };
 

@@ -1,6 +1,6 @@
 """The prefix cache end to end: a follow-up whose prompt starts with an earlier job's prompt
 reuses its KV (cached_tokens over RPC and in OpenAI usage) and answers as an uncached run does;
-opting out; two follow-ups at once; questions that wait for their document's job in flight;
+opting out; two follow-ups at once; questions on a pinned document sharing its blocks; questions that wait for their document's job in flight;
 the KV budget reclaims cache entries for new jobs but not a
 pinned one; listing, pinning, unpinning and dropping entries over RPC and HTTP; a bounded soak
 (follow-ups on a few documents, some cancelled) after which the accounting holds exactly the
@@ -266,6 +266,30 @@ def scenario_prefix_cache(bin_dir, model):
         check(http_status(svc, "DELETE", f"/v1/cache/{some}") == 404, "HTTP drop of a dropped id")
         check(http_status(svc, "POST", "/v1/cache/abc/pin") == 404, "HTTP pin of a bad id")
         check(http_status(svc, "PUT", "/v1/cache") == 405, "HTTP PUT /v1/cache")
+        # Questions on a pinned document share its blocks (mapped on the workers, not copied),
+        # two at once, and answer as uncached runs do.
+        shared_doc = doc_ids(600, 9)
+        held = run(shared_doc + [9], "--pin")["cache_entry"]
+        shared_before = svc.metric("millipede_prefix_cache_shared_starts_total")
+        asked = [None, None]
+
+        def ask(i):
+            asked[i] = run(shared_doc + [61 + i, 62])
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, r in enumerate(asked):
+            check(r is not None and r["cached_tokens"] == 600, f"question {i} on a pinned doc: {r}")
+            alone = run(shared_doc + [61 + i, 62], "--no-cache")
+            check(r["ids"] == alone["ids"], f"question {i} sharing a pinned doc answered otherwise")
+        check(svc.metric("millipede_prefix_cache_shared_starts_total") >= shared_before + 2,
+              "questions on a pinned document did not share its blocks")
+        check(svc.client("cache", "unpin", str(held)).rc == 0, "unpin failed")
+        check(svc.client("cache", "drop", str(held)).rc == 0, "drop failed")
+
         soak(svc, run)
     finally:
         svc.stop()

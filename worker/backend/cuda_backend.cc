@@ -70,12 +70,8 @@ class CudaBackend final : public Backend {
     MP_CUDA_CHECK(cudaSetDevice(device));
     auto b = std::unique_ptr<CudaBackend>(new CudaBackend());
     b->device_ = device;
-    // Paged memory (the prefix cache's shared KV blocks) needs virtual memory management.
-    int vmm = 0;
-    MP_CUDA_CHECK(cudaDeviceGetAttribute(&vmm, cudaDevAttrVirtualMemoryManagementSupported, device));
-    if (vmm != 0) {
-      MP_ASSIGN_OR_RETURN(b->page_bytes_, DevicePageBytes(device));
-    }
+    // Paged memory: the prefix cache's shared KV blocks.
+    MP_ASSIGN_OR_RETURN(b->page_bytes_, DevicePageBytes(device));
     MP_ASSIGN_OR_RETURN(b->gemm_, GemmCudaContext::Create());
     MP_ASSIGN_OR_RETURN(b->sample_, SampleCudaWorkspace::Create());
     MP_ASSIGN_OR_RETURN(b->top_k_, TopKCudaWorkspace::Create());

@@ -8,7 +8,8 @@
 
 namespace millipede {
 
-// The mapping granularity of GPU `device` in bytes (2 MiB on current GPUs).
+// The mapping granularity of GPU `device` in bytes (2 MiB on current GPUs); 0 when the device
+// has no virtual memory management.
 StatusOr<int64_t> DevicePageBytes(int device);
 // Backend::AllocatePaged on GPU `device` (its contract); `page` is DevicePageBytes(device).
 StatusOr<BackendTensor> AllocatePagedDevice(int device, int64_t page, DType dtype,

@@ -7,6 +7,7 @@
 
 #include "tests/kernels/op_harness.h"
 #include "worker/backend/backend_factory.h"
+#include "worker/kv/device_kv_store.h"
 #include "worker/kv/host_kv_store.h"
 #include "worker/kv/streaming_kv_store.h"
 
@@ -68,6 +69,44 @@ std::vector<int64_t> Expand(const std::vector<TokenRange>& ranges) {
   for (const TokenRange& r : ranges)
     for (int64_t p = r.begin; p < r.end; ++p) out.push_back(p);
   return out;
+}
+
+// The prefix cache's shared blocks on the GPU (CUDA virtual memory): a store created sharing a
+// kept one maps its whole chunks (16384 rows of 2 x 64 bf16 fill whole 2 MiB pages), takes GPU
+// memory only for the rest, holds the same rows, and keeps them once the kept store is gone.
+TEST_F(KvStoreCudaTest, DeviceStoresShareWholeChunks) {
+  if (backend_->page_bytes() == 0) GTEST_SKIP() << "no virtual memory management";
+  constexpr int64_t kCapacity = 40000, kPrefix = 33000;
+  auto src = DeviceKvStore::Create(*backend_, kLayout, kCapacity);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  WriteStep(**src, {0, kPrefix});
+  ASSERT_TRUE((*src)->Commit(std::vector<TokenRange>{{0, kPrefix}}, kPrefix).ok());
+  const int64_t shared = DeviceKvStore::ShareableRows(**src, kPrefix);
+  EXPECT_EQ(shared, 32768);
+  const auto bytes = [&](const KvStore& s) {
+    const ConstKvRows rows = *s.Rows(0);
+    std::vector<char> host(rows.k.NumBytes() + rows.v.NumBytes());
+    EXPECT_TRUE(backend_->CopyToHost(rows.k, {host.data(), rows.k.dtype, rows.k.shape}).ok());
+    EXPECT_TRUE(backend_->CopyToHost(rows.v, {host.data() + rows.k.NumBytes(), rows.v.dtype,
+                                              rows.v.shape}).ok());
+    return host;
+  };
+  const std::vector<char> want = bytes(**src);
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  const int64_t free_before = backend_->Memory()->free_bytes;
+  auto dst = DeviceKvStore::Create(*backend_, kLayout, kCapacity, src->get(), shared);
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  const int64_t taken = free_before - backend_->Memory()->free_bytes;
+  EXPECT_LE(taken, DeviceKvStore::BytesFor(kLayout, kCapacity - shared) + (4 << 20));
+  ASSERT_TRUE((*dst)->RestoreFrom(*backend_, **src, std::vector<TokenRange>{{0, kPrefix}},
+                                  kPrefix).ok());
+  EXPECT_EQ(bytes(**dst), want);
+  EXPECT_TRUE((*src)->SharedFrom(0) && !(*src)->SharedFrom(shared));
+  src->reset();
+  EXPECT_EQ(bytes(**dst), want);
+  WriteStep(**dst, {kPrefix, kPrefix + 10});
+  ASSERT_TRUE((*dst)->Commit(std::vector<TokenRange>{{kPrefix, kPrefix + 10}}, kPrefix + 10).ok());
+  EXPECT_EQ((*dst)->held_rows(), kPrefix + 10);
 }
 
 TEST_F(KvStoreCudaTest, StreamingStoreCompactsOnTheDevice) {
