@@ -624,7 +624,9 @@ bool JobTable::LeaveKv(Job& job, const std::optional<Status>& error, bool starte
   // The workers keep a job they end themselves when it started with keep, unless it failed.
   const bool workers_kept = job.keep && freed_by_workers && ended_well && started;
   bool kept = false;
-  if (job.keep && started && ended_well && batch_.holds_kv(job.id)) {
+  // A job that shared an entry's blocks is not kept: its prefix is that entry's, and an entry of
+  // its own would count the shared blocks again.
+  if (job.keep && started && ended_well && !shared && batch_.holds_kv(job.id)) {
     const auto prompt = static_cast<int64_t>(job.descriptor.prompt_ids.size());
     const int64_t stored = job.positions.total();
     const int64_t run = std::max<int64_t>(0, stored - prompt);
@@ -643,8 +645,7 @@ bool JobTable::LeaveKv(Job& job, const std::optional<Status>& error, bool starte
                   .host_generated_rows =
                       selected_kv_host_ && HasSelectedLayers(policy)
                           ? DecodeRowsPerRank(job.descriptor.max_new_tokens, batch_.num_ranks())
-                          : -1,
-                  .shared_tokens = shared ? job.cached_tokens : 0};
+                          : -1};
     kept = stored > 0 && cache_->Insert(ended);
     if (kept && job.pin) (void)cache_->Pin(job.id, true);
   }

@@ -103,10 +103,12 @@ std::optional<PrefixStart> PrefixCache::Lookup(uint64_t key, std::span<const int
   const bool device = facts.tier == CacheTier::kDevice;
   if (facts.tier == CacheTier::kHost) ++host_hits_;
   if (facts.tier == CacheTier::kDisk) ++disk_hits_;
-  PrefixStart start{hit.entry, hit.tokens, facts.positions.Before(hit.tokens),
-                    device && info && !info->pinned && info->holders == 0 &&
-                        hit.tokens >= facts.shared_tokens,
-                    facts.capacity, facts.host_generated_rows};
+  PrefixStart start{hit.entry,
+                    hit.tokens,
+                    facts.positions.Before(hit.tokens),
+                    device && info && !info->pinned && info->holders == 0,
+                    facts.capacity,
+                    facts.host_generated_rows};
   if (device)
     start.shared_rows = KvSharedRows(start.positions.MinRows(), facts.capacity, share_unit_rows_);
   if (const PrefixEntry* entry = index_.Find(hit.entry); entry && !entry->every_length) {
@@ -198,8 +200,7 @@ bool PrefixCache::Insert(const EndedKv& ended) {
   if (!index_.Insert(std::move(entry)).ok()) return false;
   facts_[ended.job] = Facts{.positions = ended.positions,
                             .capacity = ended.capacity_per_rank,
-                            .host_generated_rows = ended.host_generated_rows,
-                            .shared_tokens = ended.shared_tokens};
+                            .host_generated_rows = ended.host_generated_rows};
   return true;
 }
 

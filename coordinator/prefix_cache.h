@@ -103,9 +103,6 @@ struct EndedKv {
   // Generated rows its sequence's host-tier layers have room for on each rank (a job taking it
   // over must fit its own there, and its context beside them); -1: no host-tier layers.
   int64_t host_generated_rows = -1;
-  // A job that started sharing another entry's blocks: its KV maps that entry's memory for its
-  // first `shared_tokens` positions, so it is taken over only at that length or more.
-  int64_t shared_tokens = 0;
 };
 
 // What Evict did: entries moved to the host tier (from backend memory) and to the disk tier
@@ -210,8 +207,7 @@ class PrefixCache {
     int64_t host_generated_rows = -1;
     CacheTier tier = CacheTier::kDevice;
     bool promoting = false;  // on disk, its bytes also counted in the host tier (StartPromotion)
-    int64_t shared_tokens = 0;  // EndedKv's
-    int64_t sharers = 0;        // running jobs mapping its memory (Share)
+    int64_t sharers = 0;     // running jobs mapping its memory (Share)
   };
   // Device-tier entries in the order Evict takes them: the evictable ones least recently used
   // first, then (with a host tier) the pinned and held ones, which may only be demoted.

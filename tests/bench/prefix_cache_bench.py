@@ -1,7 +1,8 @@
 """The prefix cache through the service: time to first token of a follow-up question about a
 long document (about 100 new tokens after it) beside the document's cold prefill, with the
 follow-up taking the cached KV over (the usual case), copying it (the entry pinned, so that it
-stays), and with the cache turned off for the request (`--no-cache`: the same prompt prefilled
+stays: it shares the entry's blocks), with --concurrent N that many questions on the pinned
+document at once, and with the cache turned off for the request (`--no-cache`: the same prompt prefilled
 whole, in the same call); and ten questions about one document.
 
 With --tier host|disk: the follow-up from the tier below the KV memory. The workers' KV budget
@@ -22,7 +23,7 @@ ids prompts; every figure is the client's TTFT (submit to first token, as the se
 in the job's record). Writes one JSON object per document length.
 
 usage: prefix_cache_bench.py --bin DIR --model DIR --lengths 131072,262144 [--workers N]
-           [--questions 10] [--skip-copy] [--skip-uncached] [--json OUT]
+           [--questions 10] [--skip-copy] [--skip-uncached] [--concurrent N] [--json OUT]
            [--coordinator-args "..."] [--worker-args "..."]
            [--tier host|disk --cache-dir DIR [--promote] [--background-output N]]
 """
@@ -34,6 +35,7 @@ import random
 import shlex
 import subprocess
 import sys
+import threading
 import time
 
 ALLOW = ["--allow-run-as-root", "--oversubscribe"]
@@ -66,8 +68,8 @@ def client(args, *argv):
                            f"127.0.0.1:{args.port}", *argv], capture_output=True, text=True)
 
 
-def submit(args, ids, *extra):
-    path = os.path.join(args.work, "prompt.ids")
+def submit(args, ids, *extra, name="prompt"):
+    path = os.path.join(args.work, name + ".ids")
     with open(path, "w") as f:
         f.write(" ".join(map(str, ids)))
     t0 = time.time()
@@ -102,6 +104,9 @@ def one_length(args, n, rng):
         row["pinned_entry"] = pinned["cache_entry"]
         copy = submit(args, doc + question())
         row["copy_ttft_s"], row["copy_cached_tokens"] = copy["ttft_s"], copy["cached_tokens"]
+        if args.concurrent > 0:
+            concurrent(args, doc, question, row)
+        client(args, "cache", "drop", str(row.pop("pinned_entry")))
     if not args.skip_uncached:
         uncached = submit(args, doc + question(), "--no-cache")
         row["uncached_ttft_s"] = uncached["ttft_s"]
@@ -111,9 +116,33 @@ def one_length(args, n, rng):
         row["questions"] = args.questions
         row["questions_wall_s"] = time.time() - t0
         row["questions_ttft_s"] = ttfts
-    if "pinned_entry" in row:
-        client(args, "cache", "drop", str(row["pinned_entry"]))
     return row
+
+
+def concurrent(args, doc, question, row):
+    """N questions on the pinned document submitted at once: each maps the entry's blocks."""
+    prompts = [doc + question() for _ in range(args.concurrent)]
+    out = [None] * len(prompts)
+
+    def ask(i):
+        try:
+            out[i] = submit(args, prompts[i], name=f"q{i}")
+        except SystemExit as e:  # a failed submit: its message, not the thread's silent end
+            out[i] = {"error": str(e), "ttft_s": None, "cached_tokens": None}
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    row["concurrent"] = len(prompts)
+    row["concurrent_wall_s"] = time.time() - t0
+    row["concurrent_ttft_s"] = [o["ttft_s"] for o in out]
+    row["concurrent_cached_tokens"] = [o["cached_tokens"] for o in out]
+    errors = [o["error"] for o in out if "error" in o]
+    if errors:
+        row["concurrent_errors"] = errors
 
 
 def wait_for_tier(args, entry, tier, timeout=900):
@@ -226,6 +255,8 @@ def main():
                     help="with --tier disk and a host tier: the hit moves the entry up first")
     ap.add_argument("--background-output", type=int, default=0,
                     help="a job decoding this many tokens while the follow-up starts")
+    ap.add_argument("--concurrent", type=int, default=0,
+                    help="N questions on the pinned document at once (sharing its blocks)")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)

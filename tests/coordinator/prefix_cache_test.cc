@@ -176,7 +176,7 @@ TEST(PrefixCacheTest, EvictionDemotesToTheHostTier) {
 // recently used entries to make room.
 // The shared blocks: a hit in backend memory says how many rows per rank a copy maps (whole
 // chunks of the entry's capacity); an entry a job shares is neither demoted nor dropped until it
-// lets go; one kept from a sharing job is taken over only at the length it shared or more.
+// lets go.
 TEST(PrefixCacheTest, SharedBlocks) {
   auto cache = PrefixCache::Create(16, 1, "model");
   ASSERT_TRUE(cache.ok());
@@ -199,22 +199,6 @@ TEST(PrefixCacheTest, SharedBlocks) {
   e = cache->Evict(-1);
   EXPECT_EQ(e.demoted, std::vector<uint64_t>{1});
   EXPECT_EQ(cache->Lookup(5, follow)->shared_rows, 0);  // in the host tier: a copy
-  // Entry 2 shared 48 positions of another: a take-over at 32 would write over them.
-  const std::vector<int32_t> document = Tokens(64, 300);
-  EndedKv ended = Ended(2, PrefixReuse::kAnyLength, document, {}, {64});
-  ended.shared_tokens = 48;
-  ASSERT_TRUE(cache->Insert(ended));
-  std::vector<int32_t> shorter = Tokens(32, 300);
-  shorter.push_back(1);
-  hit = cache->Lookup(5, shorter);
-  ASSERT_TRUE(hit.has_value());
-  EXPECT_EQ(hit->tokens, 32);
-  EXPECT_FALSE(hit->exclusive);
-  std::vector<int32_t> longer = document;
-  longer.push_back(1);
-  hit = cache->Lookup(5, longer);
-  ASSERT_TRUE(hit.has_value());
-  EXPECT_TRUE(hit->exclusive);
 }
 
 TEST(PrefixCacheTest, EvictionSpillsToTheDiskTier) {

@@ -240,6 +240,9 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   SequenceMemoryPlan plan;
   const Sequence* share = local.ok() ? ShareSource(prefix) : nullptr;
   const int64_t shared = share != nullptr ? Sequence::SharedBytes(*share, prefix->length) : 0;
+  if (shared > 0)
+    MP_LOG(INFO) << "sequence " << id << " maps " << FormatBytes(shared) << " of cached sequence "
+                 << prefix->from << " (shared blocks)";
   if (local.ok()) local = PlanLocal(&options, ring_rows, shared, &plan, mine + 1);
   mine[0] = local.ok() ? 1 : 0;
   if (num_ranks > 1) {
