@@ -118,8 +118,8 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   // Rows before the hit are the entry's: so are the lengths they may be reused at.
   job.chunk_ends = hit->reuse_lengths;
   if (job.cache_held && cache_->tier_of(hit->entry) == CacheTier::kDisk) WaitForRead(job);
-  return CachedStart{hit->entry, hit->tokens, hit->positions.MaxRows(), job.cache_take,
-                     hit->capacity, job.cache_shares ? hit->shared_rows : 0};
+  return CachedStart{hit->entry,     hit->tokens,   hit->positions.MaxRows(),
+                     job.cache_take, hit->capacity, job.cache_shares ? hit->shared_rows : 0};
 }
 
 void JobTable::WaitForRead(Job& job) {

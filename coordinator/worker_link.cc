@@ -81,10 +81,9 @@ StatusOr<std::unique_ptr<WorkerLink>> WorkerLink::Connect(int world_size, double
       facts.capabilities = IntersectCapabilities(facts.capabilities, hello.capabilities);
       facts.cache_host_bytes = std::min(facts.cache_host_bytes, hello.cache_host_bytes);
       facts.cache_disk_bytes = std::min(facts.cache_disk_bytes, hello.cache_disk_bytes);
-      facts.kv_share_unit_rows =
-          facts.kv_share_unit_rows == 0 || hello.kv_share_unit_rows == 0
-              ? 0
-              : std::max(facts.kv_share_unit_rows, hello.kv_share_unit_rows);
+      facts.kv_share_unit_rows = facts.kv_share_unit_rows == 0 || hello.kv_share_unit_rows == 0
+                                     ? 0
+                                     : std::max(facts.kv_share_unit_rows, hello.kv_share_unit_rows);
     }
     facts.disk_entries.resize(static_cast<size_t>(world_size - 1));
     facts.disk_entries[static_cast<size_t>(hello.rank - 1)] = std::move(hello.disk_entries);

@@ -9,9 +9,9 @@ namespace millipede {
 namespace {
 
 TEST(KvShareTest, TheUnitFillsWholePagesForAnyNumberOfHeads) {
-  EXPECT_EQ(KvShareUnitRows(4096, 64), 64);               // head_dim 16 in f32
-  EXPECT_EQ(KvShareUnitRows(2 << 20, 256), 8192);         // head_dim 128 in bf16, 2 MiB pages
-  EXPECT_EQ(KvShareUnitRows(4096, 96), 128);              // 128 x 96 = 3 pages
+  EXPECT_EQ(KvShareUnitRows(4096, 64), 64);        // head_dim 16 in f32
+  EXPECT_EQ(KvShareUnitRows(2 << 20, 256), 8192);  // head_dim 128 in bf16, 2 MiB pages
+  EXPECT_EQ(KvShareUnitRows(4096, 96), 128);       // 128 x 96 = 3 pages
   EXPECT_EQ(KvShareUnitRows(0, 256), 0);
   EXPECT_EQ(KvShareUnitRows(4096, 0), 0);
 }

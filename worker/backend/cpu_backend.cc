@@ -1,13 +1,13 @@
 #include "worker/backend/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <string>
-
-#include <unistd.h>
 
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
@@ -48,8 +48,7 @@ class CpuBackend final : public Backend {
   }
   int64_t page_bytes() const override { return HostPageBytes(); }
   StatusOr<BackendTensor> AllocatePaged(DType dtype, const Shape& shape, int64_t chunk_bytes,
-                                        const BackendTensor* share,
-                                        int64_t share_chunks) override {
+                                        const BackendTensor* share, int64_t share_chunks) override {
     return AllocatePagedHost(dtype, shape, chunk_bytes, share, share_chunks);
   }
 

@@ -101,8 +101,7 @@ class CudaBackend final : public Backend {
   }
   int64_t page_bytes() const override { return page_bytes_; }
   StatusOr<BackendTensor> AllocatePaged(DType dtype, const Shape& shape, int64_t chunk_bytes,
-                                        const BackendTensor* share,
-                                        int64_t share_chunks) override {
+                                        const BackendTensor* share, int64_t share_chunks) override {
     MP_REQUIRE(page_bytes_ > 0, "GPU ", device_, " has no paged memory");
     return AllocatePagedDevice(device_, page_bytes_, dtype, shape, chunk_bytes, share,
                                share_chunks);

@@ -62,9 +62,9 @@ Status DriverError(CUresult r, const char* what) {
   return r == CUDA_ERROR_OUT_OF_MEMORY ? ResourceExhaustedError(text) : DeviceError(text);
 }
 
-#define MP_CU_CHECK(expr, what)                            \
-  do {                                                     \
-    const CUresult mp_cu_r_ = (expr);                      \
+#define MP_CU_CHECK(expr, what)                                       \
+  do {                                                                \
+    const CUresult mp_cu_r_ = (expr);                                 \
     if (mp_cu_r_ != CUDA_SUCCESS) return DriverError(mp_cu_r_, what); \
   } while (0)
 
@@ -109,7 +109,7 @@ class DevicePagedMemory final : public PagedMemory {
     const auto* c = dynamic_cast<const DeviceChunk*>(chunk.get());
     if (c == nullptr) return InvalidArgumentError("paged GPU memory: a chunk of another backend");
     MP_CU_CHECK(Cu().MemMap(base_ + static_cast<CUdeviceptr>(at_), static_cast<size_t>(c->bytes), 0,
-                         c->handle(), 0),
+                            c->handle(), 0),
                 "cuMemMap");
     chunks.push_back(std::move(chunk));
     at_ += chunks.back()->bytes;
@@ -131,15 +131,15 @@ StatusOr<int64_t> DevicePageBytes(int device) {
   if (!Cu().ok) return int64_t{0};
   MP_CU_CHECK(Cu().DeviceGet(&dev, device), "cuDeviceGet");
   int vmm = 0;
-  MP_CU_CHECK(Cu().DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                   dev),
-              "cuDeviceGetAttribute");
+  MP_CU_CHECK(
+      Cu().DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
+      "cuDeviceGetAttribute");
   if (vmm == 0) return int64_t{0};
   const CUmemAllocationProp prop = DeviceProp(device);
   size_t granularity = 0;
-  MP_CU_CHECK(Cu().MemGetAllocationGranularity(&granularity, &prop,
-                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-              "cuMemGetAllocationGranularity");
+  MP_CU_CHECK(
+      Cu().MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      "cuMemGetAllocationGranularity");
   return static_cast<int64_t>(granularity);
 }
 
@@ -172,7 +172,8 @@ StatusOr<BackendTensor> AllocatePagedDevice(int device, int64_t page, DType dtyp
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  MP_CU_CHECK(Cu().MemSetAccess(base, static_cast<size_t>(plan.total), &access, 1), "cuMemSetAccess");
+  MP_CU_CHECK(Cu().MemSetAccess(base, static_cast<size_t>(plan.total), &access, 1),
+              "cuMemSetAccess");
   const TensorView view{reinterpret_cast<void*>(base), dtype, shape};
   return BackendTensor(view, nullptr, std::move(memory));
 }

@@ -281,8 +281,7 @@ int64_t Sequence::SharedBytes(const Sequence& share, int64_t share_length) {
 
 StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& backend,
                                                      const ModelConfig& config, DType kv_dtype,
-                                                     SequenceOptions options,
-                                                     const Sequence* share,
+                                                     SequenceOptions options, const Sequence* share,
                                                      int64_t share_length) {
   MP_REQUIRE(options.capacity > 0, "sequence capacity must be positive, got ",
              options.capacity);

@@ -68,9 +68,10 @@ struct SequenceOptions {
 class Sequence {
  public:
   // Builds the strategies from options.policy and allocates every layer's store. With `share`
-  // (a cached sequence of the same layout; a shared chunk lives while either maps it), every store that keeps all its rows in backend memory maps share's chunks before
-  // position `share_length` (DeviceKvStore::ShareableRows) rather than allocating them; a
-  // RestorePrefix from `share` at that length then copies only the rest.
+  // (a cached sequence of the same layout; a shared chunk lives while either maps it), every store
+  // that keeps all its rows in backend memory maps share's chunks before position `share_length`
+  // (DeviceKvStore::ShareableRows) rather than allocating them; a RestorePrefix from `share` at
+  // that length then copies only the rest.
   static StatusOr<std::unique_ptr<Sequence>> Create(SequenceId id, Backend& backend,
                                                     const ModelConfig& config, DType kv_dtype,
                                                     SequenceOptions options,

@@ -17,9 +17,8 @@ Status CheckLayout(const KvLayout& layout, int64_t capacity) {
 
 }  // namespace
 
-StatusOr<KvBuffer> KvBuffer::CreatePaged(Backend& backend, const KvLayout& layout,
-                                         int64_t capacity, const KvBuffer* share,
-                                         int64_t share_rows) {
+StatusOr<KvBuffer> KvBuffer::CreatePaged(Backend& backend, const KvLayout& layout, int64_t capacity,
+                                         const KvBuffer* share, int64_t share_rows) {
   const int64_t head_bytes = layout.head_dim * static_cast<int64_t>(DTypeSize(layout.dtype));
   const int64_t chunk =
       KvShareChunkRows(capacity, KvShareUnitRows(backend.page_bytes(), head_bytes));

@@ -25,9 +25,8 @@ class KvBuffer {
   // The same in chunks of KvShareChunkRows rows (common/kv_share.h) where the backend has paged
   // memory (else as Create). With `share` (such a buffer), its first `share_rows` rows (whole
   // chunks of it) are share's own memory, mapped rather than copied.
-  static StatusOr<KvBuffer> CreatePaged(Backend& backend, const KvLayout& layout,
-                                        int64_t capacity, const KvBuffer* share = nullptr,
-                                        int64_t share_rows = 0);
+  static StatusOr<KvBuffer> CreatePaged(Backend& backend, const KvLayout& layout, int64_t capacity,
+                                        const KvBuffer* share = nullptr, int64_t share_rows = 0);
   int64_t capacity() const { return capacity_; }
   // Rows of one chunk (0: not paged).
   int64_t chunk_rows() const { return chunk_rows_; }

@@ -255,8 +255,7 @@ TEST_P(PrefixCacheCpTest, FollowUpsSharingTheEntrysBlocks) {
   // is refused on every rank (and frees the kept sequence, as a failed take does).
   ASSERT_TRUE(engine_->KeepSequence(3).ok());
   if (shares)
-    EXPECT_EQ(Start(5, CachedPrefix{3, 40, /*take=*/true}).code(),
-              StatusCode::kFailedPrecondition);
+    EXPECT_EQ(Start(5, CachedPrefix{3, 40, /*take=*/true}).code(), StatusCode::kFailedPrecondition);
   engine_->EndSequence(4);
 }
 

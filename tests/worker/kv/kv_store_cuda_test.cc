@@ -87,8 +87,9 @@ TEST_F(KvStoreCudaTest, DeviceStoresShareWholeChunks) {
     const ConstKvRows rows = *s.Rows(0);
     std::vector<char> host(rows.k.NumBytes() + rows.v.NumBytes());
     EXPECT_TRUE(backend_->CopyToHost(rows.k, {host.data(), rows.k.dtype, rows.k.shape}).ok());
-    EXPECT_TRUE(backend_->CopyToHost(rows.v, {host.data() + rows.k.NumBytes(), rows.v.dtype,
-                                              rows.v.shape}).ok());
+    EXPECT_TRUE(
+        backend_->CopyToHost(rows.v, {host.data() + rows.k.NumBytes(), rows.v.dtype, rows.v.shape})
+            .ok());
     return host;
   };
   const std::vector<char> want = bytes(**src);
@@ -98,8 +99,8 @@ TEST_F(KvStoreCudaTest, DeviceStoresShareWholeChunks) {
   ASSERT_TRUE(dst.ok()) << dst.status().ToString();
   const int64_t taken = free_before - backend_->Memory()->free_bytes;
   EXPECT_LE(taken, DeviceKvStore::BytesFor(kLayout, kCapacity - shared) + (4 << 20));
-  ASSERT_TRUE((*dst)->RestoreFrom(*backend_, **src, std::vector<TokenRange>{{0, kPrefix}},
-                                  kPrefix).ok());
+  ASSERT_TRUE(
+      (*dst)->RestoreFrom(*backend_, **src, std::vector<TokenRange>{{0, kPrefix}}, kPrefix).ok());
   EXPECT_EQ(bytes(**dst), want);
   EXPECT_TRUE((*src)->SharedFrom(0) && !(*src)->SharedFrom(shared));
   src->reset();
