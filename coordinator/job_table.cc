@@ -385,7 +385,12 @@ void JobTable::RemoveFromQueue(JobId id) {
 void JobTable::Start(Job& job, Clock::time_point now) {
   job.copies_running = false;  // its start copies the running job's rows now
   // The plan restores the prefix before anything later may drop the entry; a job that maps the
-  // entry's blocks holds it until it ends.
+  // entry's blocks holds it until it ends (one the batching policy counts as taking the whole KV
+  // budget copies it).
+  if (job.cache_shares && !batch_.shares_blocks(job.id)) {
+    cache_->Unshare(job.cached_from);
+    job.cache_shares = false;
+  }
   if (!job.cache_shares) LetGoOfEntry(job);
   if (job.cache_shares) ++shared_starts_;
   job.state = JobState::kPrefill;

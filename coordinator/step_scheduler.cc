@@ -273,6 +273,11 @@ int64_t StepScheduler::kept_cost(StepJobId job) const {
   return it == jobs_.end() ? 0 : it->second.cost + it->second.shared;
 }
 
+bool StepScheduler::shares_blocks(StepJobId job) const {
+  auto it = jobs_.find(job);
+  return it != jobs_.end() && it->second.shared > 0;
+}
+
 int64_t StepScheduler::reservation(StepJobId job) const {
   auto it = jobs_.find(job);
   return it == jobs_.end() ? 0 : it->second.reservation;

@@ -224,6 +224,8 @@ class StepScheduler {
   int64_t kv_cost(StepJobId job) const;
   // What the job's KV counts once kept as an entry: its cost with the blocks it shares.
   int64_t kept_cost(StepJobId job) const;
+  // Whether the job starts mapping its entry's blocks (PlannedStart::prefix_share).
+  bool shares_blocks(StepJobId job) const;
   int64_t reservation(StepJobId job) const;
   // KV positions one job reserves on the busiest rank.
   static int64_t ReservationPerRank(int64_t prompt_tokens, int64_t max_new_tokens, int num_ranks);

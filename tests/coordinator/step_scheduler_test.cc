@@ -429,6 +429,7 @@ TEST(StepSchedulerTest, CopiesSharingTheEntrysBlocksCountOnlyTheirOwnRows) {
   ASSERT_TRUE(s.Add(3, 100, 4, 0, shared).ok());
   EXPECT_EQ(s.kv_cost(2), 39);
   EXPECT_EQ(s.kept_cost(2), 103);
+  EXPECT_TRUE(s.shares_blocks(2));
   EXPECT_EQ(s.reservation(2), 103);
   step = s.Next();
   ASSERT_EQ(step.starts.size(), 2u);

@@ -254,10 +254,6 @@ bool HasSparseHeads(const AttentionPolicy& policy) {
   return false;
 }
 
-}  // namespace
-
-namespace {
-
 // Layer `layer`'s store of `share` when it is one a new store can map (every row in backend
 // memory).
 const DeviceKvStore* SharedStore(const Sequence* share, int64_t layer) {
