@@ -254,11 +254,18 @@ bool HasSparseHeads(const AttentionPolicy& policy) {
   return false;
 }
 
-// Layer `layer`'s store of `share` when it is one a new store can map (every row in backend
-// memory).
-const DeviceKvStore* SharedStore(const Sequence* share, int64_t layer) {
+// Layer `layer`'s store of `share` that a new store of rows of `row_bytes` can map (every row in
+// backend memory): the layer's store, or the full heads' of a store per group of heads; any
+// row size with row_bytes 0.
+const DeviceKvStore* SharedStore(const Sequence* share, int64_t layer, int64_t row_bytes = 0) {
   if (share == nullptr || layer >= share->num_layers()) return nullptr;
-  return dynamic_cast<const DeviceKvStore*>(&share->kv(layer));
+  const KvStore* store = &share->kv(layer);
+  if (const auto* groups = dynamic_cast<const HeadGroupKvStore*>(store))
+    store = &groups->group(HeadGroupKvStore::kFull);
+  const auto* device = dynamic_cast<const DeviceKvStore*>(store);
+  if (device == nullptr || (row_bytes > 0 && device->NumBytes() / device->capacity() != row_bytes))
+    return nullptr;
+  return device;
 }
 
 }  // namespace
@@ -310,9 +317,14 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
                             KvBuffer::Create(backend, layout, StepRows(options)));
         s->head_staging_ = std::make_shared<KvBuffer>(std::move(staging));
       }
+      const KvLayout full{static_cast<int64_t>(la.head_groups.full.size()), layout.head_dim,
+                          layout.dtype};
+      const DeviceKvStore* from = SharedStore(share, static_cast<int64_t>(l), full.RowBytes());
+      const int64_t rows = from ? DeviceKvStore::ShareableRows(*from, share_prefix_rows) : 0;
       MP_ASSIGN_OR_RETURN(store, HeadGroupKvStore::Create(backend, layout, la.head_groups,
                                                           la.streaming, options.capacity,
-                                                          StepRows(options), s->head_staging_));
+                                                          StepRows(options), s->head_staging_,
+                                                          rows > 0 ? from : nullptr, rows));
     } else if (host[l]) {
       const std::vector<int64_t>& group = la.selection->host_layers();
       const size_t i = static_cast<size_t>(
@@ -326,7 +338,7 @@ StatusOr<std::unique_ptr<Sequence>> Sequence::Create(SequenceId id, Backend& bac
       MP_ASSIGN_OR_RETURN(store, StreamingKvStore::Create(backend, layout, la.retention,
                                                           StepRows(options)));
     } else {
-      const DeviceKvStore* from = SharedStore(share, static_cast<int64_t>(l));
+      const DeviceKvStore* from = SharedStore(share, static_cast<int64_t>(l), layout.RowBytes());
       const int64_t rows = from ? DeviceKvStore::ShareableRows(*from, share_prefix_rows) : 0;
       MP_ASSIGN_OR_RETURN(store, DeviceKvStore::Create(backend, layout, options.capacity,
                                                        rows > 0 ? from : nullptr, rows));

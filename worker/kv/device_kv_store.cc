@@ -10,8 +10,9 @@ StatusOr<std::unique_ptr<DeviceKvStore>> DeviceKvStore::Create(Backend& backend,
                                                                int64_t capacity,
                                                                const DeviceKvStore* share,
                                                                int64_t share_rows) {
-  MP_REQUIRE(share_rows == 0 || (share != nullptr && share_rows <= share->held_rows()),
-             "KV store: ", share_rows, " rows to share from a store holding fewer");
+  MP_REQUIRE(share_rows == 0 || (share != nullptr && share_rows <= share->held_rows() &&
+                                  share->NumBytes() / share->capacity() == layout.RowBytes()),
+             "KV store: ", share_rows, " rows to share from a store holding fewer or other rows");
   MP_ASSIGN_OR_RETURN(KvBuffer buffer,
                       KvBuffer::CreatePaged(backend, layout, capacity,
                                             share ? &share->buffer_ : nullptr, share_rows));

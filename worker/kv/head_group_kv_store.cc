@@ -15,7 +15,8 @@ KvLayout GroupLayout(const KvLayout& layout, const std::vector<int32_t>& heads) 
 
 StatusOr<std::unique_ptr<HeadGroupKvStore>> HeadGroupKvStore::Create(
     Backend& backend, const KvLayout& layout, KvHeadGroups groups, const KvRetention& streaming,
-    int64_t capacity, int64_t step_rows, std::shared_ptr<KvBuffer> staging) {
+    int64_t capacity, int64_t step_rows, std::shared_ptr<KvBuffer> staging,
+    const DeviceKvStore* share_full, int64_t share_rows) {
   MP_REQUIRE(!groups.full.empty() && !groups.streaming.empty(),
              "head-group KV store: needs full and streaming heads");
   MP_REQUIRE(static_cast<int64_t>(groups.full.size() + groups.streaming.size()) ==
@@ -25,7 +26,8 @@ StatusOr<std::unique_ptr<HeadGroupKvStore>> HeadGroupKvStore::Create(
   MP_REQUIRE(staging != nullptr && staging->capacity() >= step_rows,
              "head-group KV store: staging rows fewer than a step's ", step_rows);
   MP_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvStore> full,
-                      DeviceKvStore::Create(backend, GroupLayout(layout, groups.full), capacity));
+                      DeviceKvStore::Create(backend, GroupLayout(layout, groups.full), capacity,
+                                            share_full, share_rows));
   MP_ASSIGN_OR_RETURN(std::unique_ptr<StreamingKvStore> window,
                       StreamingKvStore::Create(backend, GroupLayout(layout, groups.streaming),
                                                streaming, step_rows));

@@ -27,13 +27,12 @@ class HeadGroupKvStore final : public KvStoreBase {
 
   // `layout`: the layer's rows (every KV head); `capacity` rows for the full heads; the streaming
   // heads keep `streaming` (a window); `staging`: at least `step_rows` rows of every head, shared
-  // by the sequence's head-group stores.
-  static StatusOr<std::unique_ptr<HeadGroupKvStore>> Create(Backend& backend,
-                                                            const KvLayout& layout,
-                                                            KvHeadGroups groups,
-                                                            const KvRetention& streaming,
-                                                            int64_t capacity, int64_t step_rows,
-                                                            std::shared_ptr<KvBuffer> staging);
+  // by the sequence's head-group stores. `share_full`, `share_rows`: the full heads' store maps
+  // those rows of another one (DeviceKvStore::Create).
+  static StatusOr<std::unique_ptr<HeadGroupKvStore>> Create(
+      Backend& backend, const KvLayout& layout, KvHeadGroups groups, const KvRetention& streaming,
+      int64_t capacity, int64_t step_rows, std::shared_ptr<KvBuffer> staging,
+      const DeviceKvStore* share_full = nullptr, int64_t share_rows = 0);
   // What Create allocates (the shared staging apart).
   static int64_t BytesFor(const KvLayout& layout, const KvHeadGroups& groups,
                           const KvRetention& streaming, int64_t capacity, int64_t step_rows);

@@ -88,6 +88,34 @@ TEST(HeadGroupKvStoreTest, FullHeadsKeepEveryRowStreamingHeadsTheirWindow) {
   EXPECT_LT(s.NumBytes(), DeviceKvStore::BytesFor(kLayout, 40));
 }
 
+// The prefix cache's shared blocks: a new store's full heads map a kept store's whole chunks
+// (512 rows of a 2-float head fill whole 4 KiB pages) and copy the rest; its streaming heads copy
+// their window.
+TEST(HeadGroupKvStoreTest, FullHeadsShareTheChunksOfAKeptStore) {
+  auto b = Cpu();
+  Made src = Make(*b, {1, 3}, 2048, 1100);
+  WriteStep(*src.store, {0, 1100});
+  ASSERT_TRUE(src.store->EndWrites(1100).ok());
+  ASSERT_TRUE(src.store->Commit(std::vector<TokenRange>{{0, 1100}}, 1100).ok());
+  const auto& full =
+      dynamic_cast<const DeviceKvStore&>(src.store->group(HeadGroupKvStore::kFull));
+  const int64_t rows = DeviceKvStore::ShareableRows(full, 1100);
+  EXPECT_EQ(rows, 1024);
+  auto staging = std::make_shared<KvBuffer>(std::move(KvBuffer::Create(*b, kLayout, 8)).value());
+  auto dst = HeadGroupKvStore::Create(*b, kLayout, {{0, 2}, {1}}, {1, 3}, 2048, 8, staging, &full,
+                                      rows);
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  ASSERT_TRUE((*dst)->RestoreFrom(*b, *src.store, std::vector<TokenRange>{{0, 1100}}, 1100).ok());
+  const auto want_full = GroupRows(src.store->group(HeadGroupKvStore::kFull));
+  const auto want_window = GroupRows(src.store->group(HeadGroupKvStore::kStreaming));
+  EXPECT_EQ(dynamic_cast<const DeviceKvStore&>((*dst)->group(HeadGroupKvStore::kFull)).shared_rows(),
+            1024);
+  src.store.reset();
+  EXPECT_EQ(GroupRows((*dst)->group(HeadGroupKvStore::kFull)), want_full);
+  EXPECT_EQ(GroupRows((*dst)->group(HeadGroupKvStore::kStreaming)), want_window);
+  EXPECT_EQ((*dst)->held_rows(), 1100);
+}
+
 TEST(HeadGroupKvStoreTest, StreamingHeadsKeepEveryRowBelowKeepAllBelow) {
   auto b = Cpu();
   Made m = Make(*b, {1, 3, 10}, 40, 4);
