@@ -94,7 +94,7 @@ std::optional<JobId> JobTable::PrefixLeader(const Job& job) const {
   return leader;
 }
 
-std::optional<CachedStart> JobTable::LookUp(Job& job) {
+std::optional<CachedStart> JobTable::LookUp(Job& job, bool others_want) {
   if (!job.keep) return std::nullopt;
   const control::JobDescriptor& d = job.descriptor;
   std::optional<PrefixStart> hit = cache_->Lookup(job.cache_key, d.prompt_ids);
@@ -102,12 +102,14 @@ std::optional<CachedStart> JobTable::LookUp(Job& job) {
   const int64_t need = StepScheduler::CachedReservationPerRank(
       hit->positions.MaxRows(), hit->tokens, static_cast<int64_t>(d.prompt_ids.size()),
       d.max_new_tokens, batch_.num_ranks());
-  // Taken over when nothing else wants it and it has room: no copy, no second reservation.
+  // Taken over when nothing else wants it and it has room: no copy, no second reservation. When
+  // other jobs wait for it too, those that can share its blocks all start from it at once.
   const bool fits =
       FitsTakeOver(*hit, need, DecodeRowsPerRank(d.max_new_tokens, batch_.num_ranks()));
-  job.cache_take = hit->exclusive && fits && cache_->Remove(hit->entry).ok();
+  const bool share = others_want && hit->shared_rows > 0;
+  job.cache_take = hit->exclusive && fits && !share && cache_->Remove(hit->entry).ok();
   job.cache_held = !job.cache_take && cache_->Hold(hit->entry).ok();
-  job.cache_drop_source = job.cache_held && hit->exclusive && !fits;
+  job.cache_drop_source = job.cache_held && hit->exclusive && !fits && !share;
   if (!job.cache_take && !job.cache_held) return std::nullopt;
   // A copy maps the entry's whole blocks unless the entry goes once copied.
   job.cache_shares = job.cache_held && !job.cache_drop_source && hit->shared_rows > 0;
@@ -197,6 +199,8 @@ void JobTable::DropCopiedEntry(uint64_t entry) {
 }
 
 void JobTable::ReleaseFollowers(JobId leader) {
+  const auto waiting = std::count_if(jobs_.begin(), jobs_.end(),
+                                     [&](const auto& j) { return j.second->waits_for == leader; });
   for (auto& [id, job] : jobs_) {
     if (job->waits_for != leader) continue;
     job->waits_for = 0;
@@ -204,7 +208,7 @@ void JobTable::ReleaseFollowers(JobId leader) {
       job->waits_for = *next;
       continue;
     }
-    const std::optional<CachedStart> cached = LookUp(*job);
+    const std::optional<CachedStart> cached = LookUp(*job, /*others_want=*/waiting > 1);
     if (!batch_.Unpark(id, cached).ok()) {
       // As in Add: a cached start beyond the KV budget runs uncached.
       GiveUpCachedStart(*job);

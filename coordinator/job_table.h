@@ -185,8 +185,10 @@ class JobTable {
   void RemoveFromQueue(JobId id);
   // Whether the job takes part in the prefix cache, its key and reuse rule.
   void PrepareForCache(Job& job) const;
-  // The job's hit (held or taken over), once prepared.
-  std::optional<CachedStart> LookUp(Job& job);
+  // The job's hit (held or taken over), once prepared. `others_want`: other jobs start from the
+  // same entry now (waiting followers released together), so it is shared rather than taken
+  // over where its blocks can be.
+  std::optional<CachedStart> LookUp(Job& job, bool others_want = false);
   // The older queued or running job, keeping its KV under the same key, that shares the longest
   // prefix of `job`'s prompt when that is at least wait_tokens_ more than the cache gives it now
   // (the oldest among equals); none otherwise.

@@ -111,10 +111,12 @@ TEST_F(JobTableTest, EndedJobsKeptAreBoundedAndOlderOnesStillCancelQuietly) {
 // With the prefix cache on: a table whose jobs share a 64-token document (blocks of 16 tokens).
 class PrefixWaitTest : public JobTableTest {
  protected:
-  explicit PrefixWaitTest(int64_t wait_tokens = 32, int64_t kv_positions = 1 << 20)
+  explicit PrefixWaitTest(int64_t wait_tokens = 32, int64_t kv_positions = 1 << 20,
+                          int64_t share_unit_rows = 0)
       : JobTableTest(kv_positions) {
     StatusOr<PrefixCache> cache = PrefixCache::Create(16, 1, "model");
     EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    if (cache.ok()) cache->SetShareUnit(share_unit_rows);
     table_.EnablePrefixCache(std::move(cache).value(), AttentionPolicy{},
                              /*selected_kv_host=*/false, wait_tokens);
     document_.resize(64);
@@ -158,6 +160,44 @@ class PrefixWaitTightTest : public PrefixWaitTest {
  protected:
   PrefixWaitTightTest() : PrefixWaitTest(32, 150) {}
 };
+
+// The workers share blocks of 16 rows: 64 cached positions are 4 whole blocks.
+class PrefixShareTest : public PrefixWaitTest {
+ protected:
+  PrefixShareTest() : PrefixWaitTest(32, 150, /*share_unit_rows=*/16) {}
+};
+
+// Questions released together when their document's job ends all start from its entry at once,
+// sharing its blocks (none takes it over, and each counts only its own rows), holding it while
+// they run; neither is kept as an entry of its own, and the document's entry stays, unheld.
+TEST_F(PrefixShareTest, QuestionsReleasedTogetherShareTheirDocumentsEntry) {
+  const JobId first = Ask(1);
+  const JobId second = Ask(2);
+  const JobId third = Ask(3);
+  EXPECT_EQ(table_.Find(third)->waits_for, first);
+  Prefill(first);
+  EndCancelled(first);
+  const int64_t entry_cost = table_.batch().cached_per_rank();
+  for (JobId id : {second, third}) {
+    std::shared_ptr<JobTable::Job> job = table_.Find(id);
+    EXPECT_EQ(job->waits_for, 0u);
+    EXPECT_EQ(job->cached_from, first);
+    EXPECT_TRUE(job->cache_shares);
+    EXPECT_FALSE(job->cache_take);
+    EXPECT_TRUE(table_.batch().shares_blocks(id));
+    EXPECT_EQ(table_.batch().kv_cost(id), table_.batch().kept_cost(id) - 64);
+  }
+  Prefill(second);
+  Prefill(third);
+  EXPECT_TRUE(table_.batch().holds_kv(second) && table_.batch().holds_kv(third));
+  EXPECT_EQ(table_.prefix_cache()->index().Info(first)->holders, 2);
+  EndCancelled(second);
+  EndCancelled(third);
+  EXPECT_EQ(table_.prefix_cache()->stats().entries, 1);
+  EXPECT_EQ(table_.prefix_cache()->index().Info(first)->holders, 0);
+  EXPECT_EQ(table_.batch().cached_per_rank(), entry_cost);
+  EXPECT_EQ(table_.batch().reserved_per_rank(), entry_cost);
+}
 
 TEST_F(PrefixWaitTightTest, QuestionsWaitForTheDocumentsFirstJobAndThenForEachOther) {
   const JobId first = Ask(1);

@@ -285,7 +285,17 @@ def scenario_prefix_cache(bin_dir, model):
             check(r is not None and r["cached_tokens"] == 600, f"question {i} on a pinned doc: {r}")
             alone = run(shared_doc + [61 + i, 62], "--no-cache")
             check(r["ids"] == alone["ids"], f"question {i} sharing a pinned doc answered otherwise")
-        check(svc.metric("millipede_prefix_cache_shared_starts_total") >= shared_before + 2,
+        # A question cancelled while it runs frees only its own blocks: the document's still
+        # answer as before.
+        bg = svc.client_bg("submit", "--ids", "--prompt", ids_arg(shared_doc + [63, 62]),
+                           "--max-tokens", "40", "--ignore-eos", "--no-progress")
+        job = read_until(bg.stderr, r"job (\d+) queued", 30).group(1)
+        svc.client("cancel", job)
+        bg.wait(timeout=60)
+        again = run(shared_doc + [61, 62])
+        check(again["cached_tokens"] == 600 and again["ids"] == asked[0]["ids"],
+              f"after a cancelled question the pinned doc answered otherwise: {again}")
+        check(svc.metric("millipede_prefix_cache_shared_starts_total") >= shared_before + 3,
               "questions on a pinned document did not share its blocks")
         check(svc.client("cache", "unpin", str(held)).rc == 0, "unpin failed")
         check(svc.client("cache", "drop", str(held)).rc == 0, "drop failed")
