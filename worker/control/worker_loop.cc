@@ -80,7 +80,8 @@ Status WorkerLoop::MaybeSendStats(double period_s, bool force) {
   last_stats_ = Clock::now();
   control::WorkerStats stats;
   stats.rank = world_rank_;
-  const int64_t kv = engine_.KvBytes();
+  // A cache entry's blocks that running jobs map count once, in the cache's bytes.
+  const int64_t kv = engine_.KvBytes() - engine_.SharedKvBytes();
   // On a GPU the host tier (OmniKV's selected layers) is apart from the GPU's KV; on the CPU
   // backend all of it is host memory.
   const int64_t cached = engine_.CachedKvBytes();

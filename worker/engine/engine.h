@@ -131,6 +131,7 @@ class Engine {
   int64_t num_sequences() const { return sequences_.size(); }
   // Bytes held by every sequence's KV stores on this rank (both tiers), and in the host tier.
   int64_t KvBytes() const { return sequences_.KvBytes(); }
+  int64_t SharedKvBytes() const { return sequences_.SharedKvBytes(); }
   int64_t HostKvBytes() const { return sequences_.HostKvBytes(); }
   // Bytes the sparse prefill's shared buffers hold now (sparse_prefill_scratch.h).
   int64_t SparsePrefillScratchBytes() const { return ctx_.workspace->sparse.NumBytes(); }

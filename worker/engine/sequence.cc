@@ -378,6 +378,14 @@ int64_t Sequence::KvBytes() const {
   return bytes;
 }
 
+int64_t Sequence::SharedKvBytes() const {
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < num_layers(); ++l)
+    if (const DeviceKvStore* d = SharedStore(this, l); d != nullptr && d->shared_rows() > 0)
+      bytes += d->shared_rows() * (d->NumBytes() / d->capacity());
+  return bytes;
+}
+
 int64_t Sequence::HostKvBytes() const {
   int64_t bytes = 0;
   for (const OffloadedKvStore* s : offloaded_) bytes += s->HostBytes();

@@ -112,6 +112,9 @@ class Sequence {
   // Bytes every store holds now (both tiers), and the part in the host tier.
   int64_t KvBytes() const;
   int64_t HostKvBytes() const;
+  // Of KvBytes, what its stores map from a cached sequence (the prefix cache's shared blocks,
+  // counted in that sequence's bytes too).
+  int64_t SharedKvBytes() const;
 
   // This rank's rows of a layer with `retention` this step, by position: the kept part of
   // `stored` at `length` (as each store keeps it) followed by `step` (what another rank's stored

@@ -57,6 +57,12 @@ int64_t SequenceTable::KvBytes() const {
   return bytes;
 }
 
+int64_t SequenceTable::SharedKvBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : sequences_) bytes += s->SharedKvBytes();
+  return bytes;
+}
+
 int64_t SequenceTable::HostKvBytes() const {
   int64_t bytes = 0;
   for (const auto& [id, s] : sequences_) bytes += s->HostKvBytes();

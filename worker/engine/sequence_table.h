@@ -109,6 +109,8 @@ class SequenceTable {
   // Bytes held by every sequence's KV stores on this rank (both tiers), and in the host tier.
   int64_t KvBytes() const;
   int64_t HostKvBytes() const;
+  // Of KvBytes, the cached sequences' blocks that running ones map (Sequence::SharedKvBytes).
+  int64_t SharedKvBytes() const;
   // The plan Start checks, for this rank (ring rows: the widest rank's step).
   StatusOr<SequenceMemoryPlan> Plan(const SequenceOptions& options, int64_t ring_rows) const;
   // The most positions this rank could hold in one dense sequence if the engine were empty.

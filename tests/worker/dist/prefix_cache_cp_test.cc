@@ -237,6 +237,9 @@ TEST_P(PrefixCacheCpTest, FollowUpsSharingTheEntrysBlocks) {
     if (const auto* d = dynamic_cast<const DeviceKvStore*>(&engine_->sequence(3)->kv(l)))
       shared_rows += d->shared_rows();
   EXPECT_EQ(shared_rows > 0, shares);
+  // The running sequences' KV bytes include the entry's mapped chunks; they are counted apart.
+  EXPECT_EQ(engine_->SharedKvBytes() > 0, shares);
+  EXPECT_LT(engine_->SharedKvBytes(), engine_->KvBytes());
   auto out = engine_->RunStep(StepPlan{{Chunk(3, kCached, kPrompt), Chunk(4, kCached, kPrompt)}});
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   const int owner = ShardPlan::LastTokenRank(kPrompt - kCached, engine_->comm().size());
