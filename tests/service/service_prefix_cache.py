@@ -33,6 +33,22 @@ def doc_ids(n, seed):
     return out
 
 
+def run_at_once(run, prompts, timeout=None):
+    """Runs every prompt from a thread of its own, all at once; their results in order (None for
+    one whose run raised or had not ended within `timeout` seconds)."""
+    results = [None] * len(prompts)
+
+    def one(i):
+        results[i] = run(prompts[i])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    return list(results)
+
+
 def cache_list(svc):
     r = svc.client("cache", "list")
     check(r.rc == 0, f"cache list failed: {r}")
@@ -134,16 +150,7 @@ def questions_while_running(svc, run):
         check(time.time() < deadline, "the document's job did not start decoding")
         time.sleep(0.05)
     waits = svc.metric("millipede_prefix_cache_waits_total")
-    results = [None, None]
-
-    def ask(i):
-        results[i] = run(doc + [41 + i, 42, 43])
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = run_at_once(run, [doc + [41 + i, 42, 43] for i in range(2)], timeout=60)
     check(svc.metric("millipede_prefix_cache_waits_total") >= waits + 2,
           "the questions did not wait for the document's job")
     check(svc.status(leader)["state"] == "decode",
@@ -186,16 +193,7 @@ def scenario_prefix_cache(bin_dir, model):
               f"third turn reused {third['cached_tokens']}")
 
         # Two follow-ups from one entry at once.
-        results = [None, None]
-
-        def worker(i):
-            results[i] = run(doc + [41 + i, 42, 43])
-
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = run_at_once(run, [doc + [41 + i, 42, 43] for i in range(2)])
         for i, r in enumerate(results):
             check(r is not None and r["cached_tokens"] >= 288, f"concurrent follow-up {i}: {r}")
             alone = run(doc + [41 + i, 42, 43], "--no-cache")
@@ -271,16 +269,7 @@ def scenario_prefix_cache(bin_dir, model):
         shared_doc = doc_ids(600, 9)
         held = run(shared_doc + [9], "--pin")["cache_entry"]
         shared_before = svc.metric("millipede_prefix_cache_shared_starts_total")
-        asked = [None, None]
-
-        def ask(i):
-            asked[i] = run(shared_doc + [61 + i, 62])
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        asked = run_at_once(run, [shared_doc + [61 + i, 62] for i in range(2)])
         for i, r in enumerate(asked):
             check(r is not None and r["cached_tokens"] == 600, f"question {i} on a pinned doc: {r}")
             alone = run(shared_doc + [61 + i, 62], "--no-cache")

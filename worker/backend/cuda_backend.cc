@@ -89,12 +89,7 @@ class CudaBackend final : public Backend {
     cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
     if (err != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free allocation error
-      size_t free_bytes = 0, total = 0;
-      cudaMemGetInfo(&free_bytes, &total);
-      return ResourceExhaustedError("GPU " + std::to_string(device_) + ": cannot allocate " +
-                                    std::to_string(bytes) + " bytes for a tensor " +
-                                    shape.ToString() + " (" + std::to_string(free_bytes) +
-                                    " bytes free)");
+      return GpuOutOfMemory(device_, bytes, shape);
     }
     // cudaFree synchronises the device, so nothing still queued can touch freed memory.
     return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFree(q); });

@@ -126,6 +126,15 @@ class DevicePagedMemory final : public PagedMemory {
 
 }  // namespace
 
+Status GpuOutOfMemory(int device, size_t bytes, const Shape& shape) {
+  size_t free_bytes = 0, total = 0;
+  cudaMemGetInfo(&free_bytes, &total);
+  return ResourceExhaustedError("GPU " + std::to_string(device) + ": cannot allocate " +
+                                std::to_string(bytes) + " bytes for a tensor " +
+                                shape.ToString() + " (" + std::to_string(free_bytes) +
+                                " bytes free)");
+}
+
 StatusOr<int64_t> DevicePageBytes(int device) {
   CUdevice dev;
   if (!Cu().ok) return int64_t{0};
@@ -158,14 +167,7 @@ StatusOr<BackendTensor> AllocatePagedDevice(int device, int64_t page, DType dtyp
   for (const int64_t n : plan.new_bytes) {
     CUmemGenericAllocationHandle handle;
     const CUresult r = Cu().MemCreate(&handle, static_cast<size_t>(n), &prop, 0);
-    if (r != CUDA_SUCCESS) {
-      size_t free_bytes = 0, total = 0;
-      cudaMemGetInfo(&free_bytes, &total);
-      return ResourceExhaustedError("GPU " + std::to_string(device) + ": cannot allocate " +
-                                    std::to_string(bytes) + " bytes for a tensor " +
-                                    shape.ToString() + " (" + std::to_string(free_bytes) +
-                                    " bytes free)");
-    }
+    if (r != CUDA_SUCCESS) return GpuOutOfMemory(device, bytes, shape);
     MP_RETURN_IF_ERROR(memory->Map(std::make_shared<DeviceChunk>(handle, n)));
   }
   CUmemAccessDesc access = {};

@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
@@ -163,6 +165,27 @@ class PrefixCacheCpTest : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(engine_->KeepSequence(id).ok());
   }
 
+  // Sequences `a` and `b` (started from a cached prefix of kCached) run their rests in one step,
+  // then their decode tokens together (`between` runs after the prefill step); each one's
+  // logits, as Finish gives them.
+  std::array<std::vector<std::vector<float>>, 2> FinishTogether(
+      SequenceId a, SequenceId b, const std::function<void()>& between = {}) {
+    std::array<std::vector<std::vector<float>>, 2> got;
+    auto out = engine_->RunStep(StepPlan{{Chunk(a, kCached, kPrompt), Chunk(b, kCached, kPrompt)}});
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    if (!out.ok()) return got;
+    const int owner = ShardPlan::LastTokenRank(kPrompt - kCached, engine_->comm().size());
+    for (size_t i = 0; i < 2; ++i) got[i].push_back(Logits(*out, i, owner));
+    if (between) between();
+    for (int32_t token : kDecode) {
+      out = engine_->RunStep(StepPlan{{DecodeStep(a, token), DecodeStep(b, token)}});
+      EXPECT_TRUE(out.ok()) << out.status().ToString();
+      if (!out.ok()) break;
+      for (size_t i = 0; i < 2; ++i) got[i].push_back(Logits(*out, i, 0));
+    }
+    return got;
+  }
+
   static void ExpectSame(const std::vector<std::vector<float>>& got,
                          const std::vector<std::vector<float>>& want) {
     ASSERT_EQ(got.size(), want.size());
@@ -204,20 +227,9 @@ TEST_P(PrefixCacheCpTest, TwoFollowUpsFromOneEntryAtOnce) {
   Document(2);
   ASSERT_TRUE(Start(3, CachedPrefix{2, kCached}).ok());
   ASSERT_TRUE(Start(4, CachedPrefix{2, kCached}).ok());
-  // Both rests in one step, then their decode tokens together.
-  auto out = engine_->RunStep(StepPlan{{Chunk(3, kCached, kPrompt), Chunk(4, kCached, kPrompt)}});
-  ASSERT_TRUE(out.ok()) << out.status().ToString();
-  const int owner = ShardPlan::LastTokenRank(kPrompt - kCached, engine_->comm().size());
-  std::vector<std::vector<float>> got3 = {Logits(*out, 0, owner)};
-  std::vector<std::vector<float>> got4 = {Logits(*out, 1, owner)};
-  for (int32_t token : kDecode) {
-    out = engine_->RunStep(StepPlan{{DecodeStep(3, token), DecodeStep(4, token)}});
-    ASSERT_TRUE(out.ok()) << out.status().ToString();
-    got3.push_back(Logits(*out, 0, 0));
-    got4.push_back(Logits(*out, 1, 0));
-  }
-  ExpectSame(got3, want);
-  ExpectSame(got4, want);
+  const auto got = FinishTogether(3, 4);
+  ExpectSame(got[0], want);
+  ExpectSame(got[1], want);
 }
 
 // Two follow-ups sharing the entry's blocks (CachedPrefix::share: whole chunks mapped, not
@@ -240,20 +252,10 @@ TEST_P(PrefixCacheCpTest, FollowUpsSharingTheEntrysBlocks) {
   // The running sequences' KV bytes include the entry's mapped chunks; they are counted apart.
   EXPECT_EQ(engine_->SharedKvBytes() > 0, shares);
   EXPECT_LT(engine_->SharedKvBytes(), engine_->KvBytes());
-  auto out = engine_->RunStep(StepPlan{{Chunk(3, kCached, kPrompt), Chunk(4, kCached, kPrompt)}});
-  ASSERT_TRUE(out.ok()) << out.status().ToString();
-  const int owner = ShardPlan::LastTokenRank(kPrompt - kCached, engine_->comm().size());
-  std::vector<std::vector<float>> got3 = {Logits(*out, 0, owner)};
-  std::vector<std::vector<float>> got4 = {Logits(*out, 1, owner)};
-  engine_->DropCached(2);  // the shared chunks stay while a sequence maps them
-  for (int32_t token : kDecode) {
-    out = engine_->RunStep(StepPlan{{DecodeStep(3, token), DecodeStep(4, token)}});
-    ASSERT_TRUE(out.ok()) << out.status().ToString();
-    got3.push_back(Logits(*out, 0, 0));
-    got4.push_back(Logits(*out, 1, 0));
-  }
-  ExpectSame(got3, want);
-  ExpectSame(got4, want);
+  // The shared chunks stay while a sequence maps them: the entry goes after the prefill.
+  const auto got = FinishTogether(3, 4, [&] { engine_->DropCached(2); });
+  ExpectSame(got[0], want);
+  ExpectSame(got[1], want);
   // Kept, sequence 3's first chunk is still sequence 4's: a take-over that would write over it
   // is refused on every rank (and frees the kept sequence, as a failed take does).
   ASSERT_TRUE(engine_->KeepSequence(3).ok());
