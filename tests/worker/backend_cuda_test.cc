@@ -453,6 +453,33 @@ TEST_F(CudaBackendOpsTest, LargeHostTierIsPinnedAndMapped) {
   EXPECT_EQ(host[(rows - 4) * width], static_cast<int32_t>((rows - 4) * width));
 }
 
+// A host-to-host copy large enough to run on host threads keeps the queue's order: it copies
+// what a device-to-host copy queued before it wrote, and a device copy queued after it reads
+// what it wrote.
+TEST_F(CudaBackendOpsTest, LargeHostToHostCopyKeepsTheQueuesOrder) {
+  const int64_t rows = 40000, width = 1024;  // 156 MiB of I32: several host threads
+  BackendTensor from = PinnedPattern(rows, width, 0);
+  BackendTensor to = PinnedPattern(rows, width, 1);
+  BackendTensor source = Filled(2, width, 9);
+  auto into_from = gpu_->StartCopy(source.cview(), SliceRows(from.view(), rows - 2, 2),
+                                   CopyOrder::kAfterCompute);
+  ASSERT_TRUE(into_from.ok()) << into_from.status().ToString();
+  auto across = gpu_->StartCopy(from.cview(), to.view(), CopyOrder::kNow);
+  ASSERT_TRUE(across.ok()) << across.status().ToString();
+  BackendTensor back = Filled(2, width, -1);
+  auto out = gpu_->StartCopy(SliceRows(to.cview(), rows - 3, 2), back.view(), CopyOrder::kNow);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_TRUE(gpu_->WaitCopy(*out).ok());
+  const int32_t* host = to.view().as<int32_t>();
+  for (int64_t r = 0; r < rows - 2; r += 997)
+    ASSERT_EQ(host[r * width + 3], static_cast<int32_t>(r * width + 3)) << r;
+  EXPECT_EQ(host[(rows - 2) * width], 9);
+  EXPECT_EQ(host[rows * width - 1], 9);
+  const HostTensor got = Download(back.cview());
+  EXPECT_EQ(got.data<int32_t>()[0], static_cast<int32_t>((rows - 3) * width));
+  EXPECT_EQ(got.data<int32_t>()[width], 9);
+}
+
 TEST_F(CudaBackendOpsTest, BadGatherIndexIsReportedBySynchronizeAndWaitCopy) {
   BackendTensor src = Filled(8, 4, 1), dst = Filled(3, 4, 9);
   BackendTensor index = Index({2, 8, 0});

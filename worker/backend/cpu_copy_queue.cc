@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/parallel_copy.h"
+
 namespace millipede {
 
 StatusOr<CopyEvent> CpuCopyQueue::Copy(ConstTensorView src, TensorView dst) {
@@ -9,7 +11,14 @@ StatusOr<CopyEvent> CpuCopyQueue::Copy(ConstTensorView src, TensorView dst) {
              DTypeName(dst.dtype));
   MP_REQUIRE(src.NumElements() == dst.NumElements(), "copy: element counts differ (",
              src.shape.ToString(), " vs ", dst.shape.ToString(), ")");
-  if (src.NumBytes() > 0) std::memmove(dst.data, src.data, src.NumBytes());
+  const size_t n = src.NumBytes();
+  const auto* from = static_cast<const char*>(src.data);
+  auto* to = static_cast<char*>(dst.data);
+  if (from + n <= to || to + n <= from) {
+    ParallelCopy(to, from, n);
+  } else if (n > 0) {
+    std::memmove(to, from, n);
+  }
   return CopyEvent{++issued_};
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
 #include <string>
 #include <utility>
 #include <vector>
@@ -246,9 +247,10 @@ Status SequenceTable::Start(SequenceId id, SequenceOptions options, const Status
   SequenceMemoryPlan plan;
   const Sequence* share = local.ok() ? ShareSource(prefix) : nullptr;
   const int64_t shared = share != nullptr ? Sequence::SharedBytes(*share, prefix->length) : 0;
-  if (shared > 0)
+  if (shared > 0) {
     MP_LOG(INFO) << "sequence " << id << " maps " << FormatBytes(shared) << " of cached sequence "
                  << prefix->from << " (shared blocks)";
+  }
   if (local.ok()) local = PlanLocal(&options, ring_rows, shared, &plan, mine + 1);
   mine[0] = local.ok() ? 1 : 0;
   if (num_ranks > 1) {
@@ -273,14 +275,24 @@ Status SequenceTable::Allocate(SequenceId id, SequenceOptions options, int64_t r
   // keep the sequence (the others would wait for it in the next step's collectives).
   Status made = ctx_.workspace->Reserve(options.step_tokens, ring_rows, ctx_.comm->size(), 1);
   std::unique_ptr<Sequence> sequence;
+  double allocate_s = 0, restore_s = 0;
   if (made.ok()) {
+    AddSeconds timed(&allocate_s);
     const Sequence* share = ShareSource(prefix);
     StatusOr<std::unique_ptr<Sequence>> s =
         Sequence::Create(id, *ctx_.backend, ctx_.config(), ctx_.options.kv_dtype,
                          std::move(options), share, share ? prefix->length : 0);
     if (s.ok()) sequence = std::move(s).value(); else made = s.status();
   }
-  if (made.ok() && prefix) made = RestorePrefix(*sequence, *prefix);
+  if (made.ok() && prefix) {
+    AddSeconds timed(&restore_s);
+    made = RestorePrefix(*sequence, *prefix);
+  }
+  if (made.ok() && prefix) {
+    MP_LOG(INFO) << "sequence " << id << " starts from " << prefix->length
+                 << " positions of cached sequence " << prefix->from << ": memory in " << std::fixed
+                 << std::setprecision(3) << allocate_s << " s, rows in " << restore_s << " s";
+  }
   const Status agreed = ctx_.AgreeToContinue(made.ok());
   if (!made.ok() || !agreed.ok()) {
     if (sequences_.empty()) ctx_.workspace->Release();

@@ -1,0 +1,21 @@
+// A large copy between two buffers of host memory, split over several threads: one thread's
+// memcpy moves far less than the host's memory bandwidth (the host tier's rows of a cached
+// document, tens of GiB, would take seconds on one).
+#pragma once
+
+#include <cstddef>
+
+namespace millipede {
+
+// Below this, one thread copies.
+inline constexpr size_t kParallelCopyMinBytes = size_t{32} << 20;
+
+// The number of threads ParallelCopy uses for `bytes`: one per kParallelCopyMinBytes, at most
+// `max_threads` (0: the host's hardware threads, at most 16).
+unsigned ParallelCopyThreads(size_t bytes, unsigned max_threads = 0);
+
+// memcpy(dst, src, bytes) (the ranges do not overlap), in pieces of whole pages on
+// ParallelCopyThreads(bytes, max_threads) threads; returns once every piece is copied.
+void ParallelCopy(void* dst, const void* src, size_t bytes, unsigned max_threads = 0);
+
+}  // namespace millipede
