@@ -14,7 +14,8 @@ constexpr size_t kPiece = 4096;  // pieces start on page boundaries of the buffe
 }  // namespace
 
 unsigned ParallelCopyThreads(size_t bytes, unsigned max_threads) {
-  if (max_threads == 0) max_threads = std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads);
+  if (max_threads == 0)
+    max_threads = std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads);
   const size_t wanted = std::max<size_t>(1, bytes / kParallelCopyMinBytes);
   return static_cast<unsigned>(std::min<size_t>(wanted, max_threads));
 }
@@ -33,7 +34,8 @@ void ParallelCopy(void* dst, const void* src, size_t bytes, unsigned max_threads
   // This thread copies the first piece while the others copy the rest.
   for (unsigned t = 1; t < threads; ++t) {
     const size_t begin = std::min(bytes, t * share), end = std::min(bytes, begin + share);
-    if (begin < end) workers.emplace_back([=] { std::memcpy(to + begin, from + begin, end - begin); });
+    if (begin < end)
+      workers.emplace_back([=] { std::memcpy(to + begin, from + begin, end - begin); });
   }
   std::memcpy(to, from, std::min(bytes, share));
   for (std::thread& w : workers) w.join();

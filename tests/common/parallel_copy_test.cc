@@ -17,8 +17,8 @@ std::vector<uint8_t> Pattern(size_t n) {
 }
 
 TEST(ParallelCopyTest, CopiesEveryByteOfOddSizesOnAnyNumberOfThreads) {
-  for (const size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{4097},
-                         3 * kParallelCopyMinBytes + 12345}) {
+  for (const size_t n :
+       {size_t{0}, size_t{1}, size_t{4095}, size_t{4097}, 3 * kParallelCopyMinBytes + 12345}) {
     for (const unsigned threads : {1u, 2u, 3u, 16u}) {
       // Odd offsets into both buffers, and guard bytes around the destination that stay as they
       // were.
