@@ -49,6 +49,10 @@ constexpr char kUsage[] =
                            token pairs (default 0: none); keeps steps short deep into a long
                            prompt
   --min-chunk N            smallest prefill chunk but the first of a step (default 256)
+  --itl-target-ms T        inter-token latency target (default 0: none): while jobs decode,
+                           each step's prefill work is cut to what a model of step time, fitted
+                           to the steps run so far, says fits in T ms (the first chunk still
+                           gets --min-chunk tokens)
   --prefix-block-tokens N  the prefix cache's block (default 16): a job whose prompt starts with
                            a cached prefix of whole blocks prefills only the rest; 0 turns the
                            cache off
@@ -148,6 +152,9 @@ Status ParseLoopOptions(const Flags& flags, SchedulerOptions* options) {
   MP_ASSIGN_OR_RETURN(options->max_running, flags.GetInt("max-running", 64));
   MP_ASSIGN_OR_RETURN(options->max_prefill_work, flags.GetInt("max-prefill-work", 0));
   MP_ASSIGN_OR_RETURN(options->min_chunk, flags.GetInt("min-chunk", 256));
+  MP_ASSIGN_OR_RETURN(const double itl_target_ms, flags.GetDouble("itl-target-ms", 0));
+  MP_REQUIRE(itl_target_ms >= 0 && itl_target_ms <= 1e6, "--itl-target-ms must lie in [0, 10^6]");
+  options->itl_target_s = itl_target_ms / 1000;
   MP_ASSIGN_OR_RETURN(options->prefix_block_tokens, flags.GetInt("prefix-block-tokens", 16));
   MP_REQUIRE(options->prefix_block_tokens >= 0 && options->prefix_block_tokens <= (1 << 20),
              "--prefix-block-tokens must lie in [0, 2^20]");
@@ -223,9 +230,9 @@ Status Serve(int argc, char** argv, int world_size, bool* serving) {
       flags.CheckKnown({"model", "served-model-name", "chat-format", "chat-template", "rpc", "http",
                         "api-key", "metrics", "max-queue", "worker-timeout-s", "startup-timeout-s",
                         "drain-timeout-s", "max-step-tokens", "max-running", "max-prefill-work",
-                        "min-chunk", "ring-pairs-per-row", "stall-timeout-s", "stall-abort-s",
-                        "worker-suspect-s", "default-max-tokens", "prefix-block-tokens",
-                        "prefix-wait-tokens", "help"}));
+                        "itl-target-ms", "min-chunk", "ring-pairs-per-row", "stall-timeout-s",
+                        "stall-abort-s", "worker-suspect-s", "default-max-tokens",
+                        "prefix-block-tokens", "prefix-wait-tokens", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
   MP_ASSIGN_OR_RETURN(std::string model_path, flags.GetRequired("model"));
   const bool gguf = IsGgufFile(model_path);

@@ -94,7 +94,8 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
       steps_(link_.get(), &table_, metrics,
              {.max_step_tokens = options_.max_step_tokens,
               .stall_timeout_s = options_.stall_timeout_s,
-              .stall_abort_s = options_.stall_abort_s}) {}
+              .stall_abort_s = options_.stall_abort_s,
+              .itl_target_s = options_.itl_target_s}) {}
 
 Scheduler::~Scheduler() = default;
 

@@ -46,6 +46,9 @@ struct SchedulerOptions {
   int64_t max_prefill_work = 0;
   int64_t min_chunk = 256;
   int64_t ring_pairs_per_row = 0;
+  // Inter-token latency target in seconds (0: none): while jobs decode, a step's prefill work is
+  // bounded by what the step time model says fits (StepRunnerOptions::itl_target_s).
+  double itl_target_s = 0;
   // A worker silent this long counts as dead (each beats every half second from a thread of its
   // own, whatever it computes).
   double worker_timeout_s = 20;

@@ -1,5 +1,6 @@
 // StepRunner: what the workers report — a step's results (prefill done, tokens, finished and
 // failed jobs), a job's prefill progress and the workers' stats — delivered to the jobs.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -71,9 +72,11 @@ Status StepRunner::HandleStepDone(const control::StepDone& done, Deliveries* out
   MP_ASSERT(in_flight_ && done.step_id == in_flight_->step_id, "a result for step ", done.step_id,
             " which is not in flight");
   const PlannedStep planned = std::move(in_flight_->planned);
+  const double seconds = Seconds(Clock::now() - in_flight_->sent_at);
   in_flight_.reset();
   // A cancelled step committed nothing: its work is planned again.
   if (done.status_code == 0) {
+    TimeStep(planned, seconds);
     table_.batch().Completed(planned);
     std::vector<JobId> failed;
     for (const control::StepJobResult& r : done.jobs)
@@ -89,6 +92,24 @@ Status StepRunner::HandleStepDone(const control::StepDone& done, Deliveries* out
                      " failed on the workers: " + done.message + "\n";
   table_.ReportPrefillProgress();
   return OkStatus();
+}
+
+void StepRunner::TimeStep(const PlannedStep& planned, double seconds) {
+  const StepScheduler& batch = table_.batch();
+  const int64_t decoded = planned.decode_tokens(), prefilled = planned.prefill_tokens();
+  const double work = batch.StepWork(planned);
+  const bool computed_alone = planned.starts.empty() && planned.ends.empty() &&
+                              planned.drops.empty() && planned.keeps.empty() &&
+                              planned.demotes.empty() && planned.spills.empty() &&
+                              planned.promotes.empty() && !planned.entries.empty();
+  if (computed_alone) step_time_.Observe(static_cast<double>(decoded + prefilled), work, seconds);
+  if (decoded == 0) return;
+  if (prefilled > 0) last_chunk_tokens_ = prefilled;
+  double waited = 0;
+  if (prefilled > 0)
+    if (const std::optional<double> alone = step_time_.Predict(static_cast<double>(decoded), 0))
+      waited = std::max(0.0, seconds - *alone);
+  if (metrics_) metrics_->DecodeStep(seconds, options_.itl_target_s, waited);
 }
 
 void StepRunner::HandleResult(Job& job, const control::StepJobResult& r, const PlannedStep& planned,

@@ -55,6 +55,12 @@ void StepRunner::EndCancelled(Deliveries* out) {
 
 Status StepRunner::SendNextStep(bool* busy) {
   StepScheduler& batch = table_.batch();
+  if (options_.itl_target_s > 0) {
+    const std::optional<int64_t> bound = PrefillWorkForTarget(step_time_, options_.itl_target_s,
+                                                              batch.decoding(), last_chunk_tokens_);
+    batch.SetStepWorkBound(bound);
+    if (metrics_) metrics_->PrefillWorkBound(bound.value_or(0));
+  }
   PlannedStep planned = batch.Next();
   if (metrics_) {
     metrics_->KvAdmissionWaits(batch.jobs_waited_for_kv() - kv_waits_reported_);
@@ -97,7 +103,7 @@ Status StepRunner::SendNextStep(bool* busy) {
     plan.entries.push_back({e.job, KindOf(e.kind), e.begin, e.count});
   if (metrics_) metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
   table_.ReportKv();
-  in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false};
+  in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false, {}, now};
   last_progress_ = now;
   return link_.SendStep(plan);
 }

@@ -16,6 +16,7 @@
 #include "control/messages.h"
 #include "coordinator/job_table.h"
 #include "coordinator/step_scheduler.h"
+#include "coordinator/step_time_model.h"
 #include "coordinator/worker_link.h"
 #include "monitoring/service_metrics.h"
 
@@ -28,6 +29,9 @@ struct StepRunnerOptions {
   double stall_timeout_s = 600;
   // A stalled step that has not returned this long after its cancel ends the service.
   double stall_abort_s = 600;
+  // Inter-token latency target (seconds; 0: none): while jobs decode, each step's prefill work is
+  // bounded so that the step, as the step time model predicts it, takes at most this long.
+  double itl_target_s = 0;
 };
 
 class StepRunner {
@@ -62,7 +66,11 @@ class StepRunner {
     std::vector<JobId> cancel_sent;  // jobs whose cancel went to the leader during the step
     bool stalled = false;
     Clock::time_point stalled_at;  // when its jobs were failed as stalled
+    Clock::time_point sent_at;
   };
+  // A step that ran: observed by the step time model when it only computed, and reported to the
+  // metrics when it decoded tokens.
+  void TimeStep(const PlannedStep& planned, double seconds);
 
   // Between steps (step_runner.cc).
   // Ends cancelled jobs and jobs a stop string ended.
@@ -96,6 +104,8 @@ class StepRunner {
   int64_t kv_waits_reported_ = 0;  // StepScheduler::jobs_waited_for_kv as sent to the metrics
   std::optional<Clock::time_point> last_token_;
   std::map<int, RankStats> rank_stats_;
+  StepTimeModel step_time_;
+  int64_t last_chunk_tokens_ = 0;  // prompt tokens of the last step that decoded and prefilled
 };
 
 }  // namespace millipede

@@ -307,12 +307,25 @@ double StepScheduler::ChunkWork(int64_t before, int64_t chunk) const {
          static_cast<double>(std::max(chunk, RingChunk()));
 }
 
+int64_t StepScheduler::decoding() const {
+  int64_t n = 0;
+  for (const auto& [id, j] : jobs_) n += j.started && j.prefilled == j.prompt ? 1 : 0;
+  return n;
+}
+
+double StepScheduler::StepWork(const PlannedStep& step) const {
+  double work = 0;
+  for (const PlannedEntry& e : step.entries)
+    if (e.kind == PlannedKind::kPrefill) work += ChunkWork(e.begin, e.count);
+  return work / options_.num_ranks;
+}
+
 int64_t StepScheduler::ChunkFor(const Job& j, int64_t tokens_left, int64_t work_left,
                                 bool first) const {
   const int64_t remaining = j.prompt - j.prefilled;
   const int64_t ring = RingChunk();
   int64_t chunk = std::min(remaining, tokens_left);
-  if (options_.max_prefill_work > 0) {
+  if (work_left < std::numeric_limits<int64_t>::max()) {
     // The largest c with c * (prefilled + c) <= work_left.
     const double b = static_cast<double>(j.prefilled), w = static_cast<double>(work_left);
     int64_t by_work = static_cast<int64_t>((-b + std::sqrt(b * b + 4.0 * w)) / 2.0);
@@ -346,8 +359,11 @@ PlannedStep StepScheduler::Next() {
       step.entries.push_back({id, PlannedKind::kDecode, j.prompt, 1});
   int64_t tokens_left = options_.max_step_tokens - static_cast<int64_t>(step.entries.size());
   // The bound is per rank: the step's work over all of them is N times it.
-  int64_t work_left = options_.max_prefill_work > 0
-                          ? options_.max_prefill_work * options_.num_ranks
+  int64_t bound = options_.max_prefill_work > 0 ? options_.max_prefill_work
+                                                : std::numeric_limits<int64_t>::max();
+  if (step_work_bound_) bound = std::min(bound, std::max<int64_t>(0, *step_work_bound_));
+  int64_t work_left = bound < std::numeric_limits<int64_t>::max() / options_.num_ranks
+                          ? bound * options_.num_ranks
                           : std::numeric_limits<int64_t>::max();
   bool first = true;
   for (StepJobId id : PrefillOrder()) {

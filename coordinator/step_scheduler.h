@@ -199,6 +199,14 @@ class StepScheduler {
   // The next step (empty when there is nothing to do). Jobs it starts hold their reservation
   // from here on. After a step that ran, call Completed before the next Next().
   PlannedStep Next();
+  // A bound on the next plans' prefill work per rank besides max_prefill_work (the lower one
+  // holds), as an inter-token latency target sets it (step_time_model.h); nullopt: none. The
+  // first chunk of a step still gets at least min_chunk tokens, so every prompt progresses.
+  void SetStepWorkBound(std::optional<int64_t> work_per_rank) { step_work_bound_ = work_per_rank; }
+  // Jobs that decode in the next step (every started job whose prompt is prefilled).
+  int64_t decoding() const;
+  // A planned step's prefill attention work per rank, as the bounds count it.
+  double StepWork(const PlannedStep& step) const;
   // The step ran: its prefill chunks are committed; a job whose last chunk ran decodes from the
   // next step on.
   void Completed(const PlannedStep& step);
@@ -293,6 +301,7 @@ class StepScheduler {
   uint64_t arrivals_ = 0;
   bool memory_blocked_ = false;
   int64_t jobs_waited_for_kv_ = 0;
+  std::optional<int64_t> step_work_bound_;  // SetStepWorkBound
 };
 
 }  // namespace millipede

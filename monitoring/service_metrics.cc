@@ -102,6 +102,11 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     chunk_tokens_ =
         &histogram("millipede_prefill_chunk_tokens", "Per engine step: prompt tokens prefilled.",
                    {0, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576});
+    decode_step_s_ = &histogram(
+        "millipede_decode_step_seconds",
+        "Per engine step that decoded tokens: seconds from its plan sent to its results back (the "
+        "inter-token latency it gave its jobs).",
+        TpotBuckets());
 
     auto counter = [&](const char* name, const char* help) -> Family<Counter>& {
       return prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
@@ -126,6 +131,15 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
                        "Seconds each worker rank waited on the data plane.");
     comm_bytes_ = &counter("millipede_communication_bytes_total",
                            "Bytes each worker rank sent over the data plane.");
+    itl_misses_ = &counter("millipede_itl_target_misses_total",
+                           "Engine steps that decoded tokens and took longer than the inter-token "
+                           "latency target (--itl-target-ms).")
+                       .Add({});
+    prefill_wait_s_ = &counter("millipede_decode_prefill_wait_seconds_total",
+                               "Seconds decode tokens waited for the prefill chunks of their step "
+                               "(the step's time beyond the step time model's estimate of a "
+                               "decode-only step).")
+                           .Add({});
     kv_waits_ = &counter("millipede_kv_admission_waits_total",
                          "Jobs that had to wait for running jobs to free KV before they could "
                          "start (the running jobs' reservations left no room, or the workers' "
@@ -144,6 +158,11 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     kv_reserved_ = &gauge("millipede_kv_reserved_positions",
                           "KV positions the running jobs reserve on the busiest worker rank.")
                         .Add({});
+    work_bound_ = &gauge("millipede_prefill_work_bound_pairs",
+                         "The prefill attention work per worker rank, in (query, key) pairs, that "
+                         "the inter-token latency target allows the next step (0: no bound from "
+                         "the target).")
+                       .Add({});
     cache_bytes_ = &gauge("millipede_prefix_cache_bytes",
                           "KV bytes the prefix cache's entries hold, by tier and rank.");
     cache_seconds_ = &counter("millipede_prefix_cache_seconds_total",
@@ -232,6 +251,16 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   void StepRun(int64_t decode_tokens, int64_t prefill_tokens) override {
     if (decode_tokens > 0) batch_size_->Observe(static_cast<double>(decode_tokens));
     chunk_tokens_->Observe(static_cast<double>(prefill_tokens));
+  }
+
+  void DecodeStep(double seconds, double target_s, double prefill_wait_s) override {
+    decode_step_s_->Observe(seconds);
+    if (target_s > 0 && seconds > target_s) itl_misses_->Increment();
+    if (prefill_wait_s > 0) prefill_wait_s_->Increment(prefill_wait_s);
+  }
+
+  void PrefillWorkBound(int64_t pairs) override {
+    work_bound_->Set(static_cast<double>(std::max<int64_t>(0, pairs)));
   }
 
   void KvReserved(int64_t positions) override { kv_reserved_->Set(static_cast<double>(positions)); }
@@ -350,6 +379,10 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Histogram* decode_tput_;
   Histogram* prefill_density_;
   Histogram* batch_size_;
+  Histogram* decode_step_s_;
+  Counter* itl_misses_;
+  Counter* prefill_wait_s_;
+  Gauge* work_bound_;
   Histogram* chunk_tokens_;
   Counter* prompt_tokens_;
   Counter* kv_waits_;

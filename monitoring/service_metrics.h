@@ -68,6 +68,14 @@ class ServiceMetrics {
   virtual void PrefillProgress(double ratio) = 0;
   // One engine step: batch_size (decode tokens) and prefill_chunk_tokens (prompt tokens).
   virtual void StepRun(int64_t decode_tokens, int64_t prefill_tokens) = 0;
+  // A step that decoded tokens took `seconds` (from its plan sent to its results back):
+  // decode_step_seconds observed; itl_target_misses_total +1 when `target_s` > 0 and it took
+  // longer; decode_prefill_wait_seconds_total += `prefill_wait_s`, the part of the step its
+  // prefill chunks are estimated to have taken (the decode tokens waited that long for them).
+  virtual void DecodeStep(double seconds, double target_s, double prefill_wait_s) = 0;
+  // prefill_work_bound_pairs: the prefill work per rank the inter-token latency target allows the
+  // next step (0: no bound from the target).
+  virtual void PrefillWorkBound(int64_t pairs) = 0;
   // kv_reserved_positions: what the running jobs reserve on the busiest rank.
   virtual void KvReserved(int64_t positions) = 0;
   // A started job goes back to the queue because the workers' memory plan refused it:

@@ -127,6 +127,40 @@ TEST(StepSchedulerTest, TheWorkBoundShortensChunksDeepIntoAPrompt) {
   EXPECT_GE(chunks.back(), 64);  // the floor: every step makes progress
 }
 
+// An inter-token latency target's bound (SetStepWorkBound) cuts chunks as max_prefill_work does,
+// the lower of the two holding, and StepWork counts what the bounds count.
+TEST(StepSchedulerTest, AStepWorkBoundCutsChunksBesideDecodingJobs) {
+  StepSchedulerOptions o = Options(1, 100000, 1000000);
+  o.max_prefill_work = 4000 * 4000;
+  o.min_chunk = 16;
+  StepScheduler s = Make(o);
+  ASSERT_TRUE(s.Add(1, 40, 4).ok());  // a short job: decodes from the second step on
+  PlannedStep step = s.Next();
+  s.Completed(step);
+  EXPECT_EQ(s.decoding(), 1);
+  ASSERT_TRUE(s.Add(2, 200000, 2).ok());
+  step = s.Next();  // max_prefill_work alone: 4000 tokens at the start
+  ASSERT_EQ(step.entries.size(), 2u);
+  EXPECT_EQ(step.entries[1].count, 4000);
+  EXPECT_DOUBLE_EQ(s.StepWork(step), 4000.0 * 4000.0);
+  s.Completed(step);
+  s.SetStepWorkBound(100 * (4000 + 100));  // 100 more tokens after the 4000
+  step = s.Next();
+  ASSERT_EQ(step.entries.size(), 2u);
+  EXPECT_EQ(step.entries[1].begin, 4000);
+  EXPECT_EQ(step.entries[1].count, 100);
+  EXPECT_LE(s.StepWork(step), 100.0 * 4100.0);
+  s.Completed(step);
+  s.SetStepWorkBound(0);  // nothing fits: the first chunk still gets min_chunk tokens
+  step = s.Next();
+  EXPECT_EQ(step.entries[1].count, 16);
+  s.Completed(step);
+  s.SetStepWorkBound(std::nullopt);  // back to max_prefill_work's bound
+  step = s.Next();
+  EXPECT_GT(step.entries[1].count, 100);
+  EXPECT_LE(s.StepWork(step), static_cast<double>(o.max_prefill_work));
+}
+
 // The prompt's chunks with `ranks` ranks and `ring_pairs_per_row`, under the work bound of the
 // test above over all ranks (`per_rank` false) or on each rank.
 std::vector<int64_t> LongPromptChunks(int ranks, int64_t ring_pairs_per_row,

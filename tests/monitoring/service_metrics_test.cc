@@ -51,19 +51,26 @@ TEST_F(ServiceMetricsTest, UrlNamesTheBoundPort) {
 
 TEST_F(ServiceMetricsTest, ExposesEveryFamilyBeforeAnyJob) {
   auto s = Scrape();
-  for (const char* series :
-       {"millipede_requests_running", "millipede_requests_waiting", "millipede_prompt_tokens_total",
-        "millipede_generation_tokens_total", "millipede_prefill_progress_ratio",
-        "millipede_time_to_first_token_seconds_count",
-        "millipede_time_per_output_token_seconds_count",
-        "millipede_e2e_request_latency_seconds_count", "millipede_queue_time_seconds_count",
-        "millipede_prefill_throughput_tokens_per_second_count",
-        "millipede_decode_throughput_tokens_per_second_count",
-        "millipede_prefill_attention_density_count",
-        "millipede_request_finished_total{reason=\"stop\"}",
-        "millipede_request_finished_total{reason=\"cancelled\"}",
-        "millipede_request_errors_total{reason=\"queue_full\"}",
-        "millipede_request_errors_total{reason=\"too_long\"}"}) {
+  for (const char* series : {"millipede_requests_running",
+                             "millipede_requests_waiting",
+                             "millipede_prompt_tokens_total",
+                             "millipede_generation_tokens_total",
+                             "millipede_prefill_progress_ratio",
+                             "millipede_time_to_first_token_seconds_count",
+                             "millipede_time_per_output_token_seconds_count",
+                             "millipede_e2e_request_latency_seconds_count",
+                             "millipede_queue_time_seconds_count",
+                             "millipede_prefill_throughput_tokens_per_second_count",
+                             "millipede_decode_throughput_tokens_per_second_count",
+                             "millipede_prefill_attention_density_count",
+                             "millipede_decode_step_seconds_count",
+                             "millipede_itl_target_misses_total",
+                             "millipede_decode_prefill_wait_seconds_total",
+                             "millipede_prefill_work_bound_pairs",
+                             "millipede_request_finished_total{reason=\"stop\"}",
+                             "millipede_request_finished_total{reason=\"cancelled\"}",
+                             "millipede_request_errors_total{reason=\"queue_full\"}",
+                             "millipede_request_errors_total{reason=\"too_long\"}"}) {
     ASSERT_TRUE(s.count(series)) << series;
     EXPECT_EQ(s[series], 0) << series;
   }
@@ -152,6 +159,24 @@ TEST_F(ServiceMetricsTest, StepsAndKvWaits) {
   EXPECT_EQ(s["millipede_kv_admission_waits_total"], 2);
   EXPECT_EQ(s["millipede_requests_running"], 0);
   EXPECT_EQ(s["millipede_requests_waiting"], 1);
+}
+
+TEST_F(ServiceMetricsTest, DecodeStepsAgainstTheLatencyTarget) {
+  auto s = Scrape();
+  EXPECT_EQ(s["millipede_itl_target_misses_total"], 0);
+  EXPECT_EQ(s["millipede_prefill_work_bound_pairs"], 0);
+  metrics_->DecodeStep(0.030, 0.060, 0);
+  metrics_->DecodeStep(0.080, 0.060, 0.045);  // a miss, 45 ms of it for prefill
+  metrics_->DecodeStep(0.200, 0, 0.1);        // no target: no miss
+  metrics_->PrefillWorkBound(123456789);
+  s = Scrape();
+  EXPECT_EQ(s["millipede_decode_step_seconds_count"], 3);
+  EXPECT_NEAR(s["millipede_decode_step_seconds_sum"], 0.31, 1e-9);
+  EXPECT_EQ(s["millipede_itl_target_misses_total"], 1);
+  EXPECT_NEAR(s["millipede_decode_prefill_wait_seconds_total"], 0.145, 1e-9);
+  EXPECT_EQ(s["millipede_prefill_work_bound_pairs"], 123456789);
+  metrics_->PrefillWorkBound(-3);
+  EXPECT_EQ(Scrape()["millipede_prefill_work_bound_pairs"], 0);
 }
 
 TEST_F(ServiceMetricsTest, ErrorsByReasonAndUnknownReasonsAreBounded) {

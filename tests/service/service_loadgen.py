@@ -6,6 +6,9 @@
            time: each question after the first about its document reuses the document's KV
            (cached_tokens in the report), fresh prompts reuse nothing; with --warm-documents
            every question about a document does. No timing is asserted.
+  itl_target  an inter-token latency target no step can meet (--itl-target-ms 0.001): every
+           request still finishes (a step's first prefill chunk always progresses), and every
+           step that decoded tokens counts as a miss.
 """
 
 import json
@@ -165,5 +168,28 @@ def scenario_loadgen(bin_dir, model):
         check(1 <= delta["cancelled"] <= report["summary"]["cancelled"],
               f"http: the service cancelled {delta}, loadgen {report['summary']}")
         check_documents(svc, os.path.join(work, "loadgen-docs.json"))
+    finally:
+        svc.stop()
+
+
+def scenario_itl_target(bin_dir, model):
+    work = os.path.dirname(model)
+    svc = Service(bin_dir, model, coordinator_args=["--itl-target-ms", "0.001", "--min-chunk", "32"])
+    try:
+        out = os.path.join(work, "loadgen-itl.json")
+        cmd = [os.path.join(svc.bin_dir, "millipede-loadgen"), "--rpc", svc.server,
+               "--num-requests", "10", "--rate", "100", "--seed", "3", "--mix", "3:16:24,1:600:8",
+               "--max-concurrency", "4", "--request-timeout-s", "120", "--json", out,
+               "--metrics-url", svc.metrics_url, "--wait-idle-s", "10"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        check(r.returncode == 0, f"loadgen: rc={r.returncode}\n{r.stdout}\n{r.stderr}")
+        with open(out) as f:
+            report = json.load(f)
+        s = report["summary"]
+        check(s["requests"] == 10 and s["ok"] == 10, f"not every request finished: {s}")
+        steps = svc.metric("millipede_decode_step_seconds_count")
+        misses = svc.metric("millipede_itl_target_misses_total")
+        check(steps > 0 and misses == steps, f"{steps} decode steps, {misses} misses of the target")
+        check(svc.metric("millipede_decode_prefill_wait_seconds_total") >= 0, "negative wait")
     finally:
         svc.stop()
