@@ -50,9 +50,9 @@ constexpr char kUsage[] =
                            prompt
   --min-chunk N            smallest prefill chunk but the first of a step (default 256)
   --itl-target-ms T        inter-token latency target (default 0: none): while jobs decode,
-                           each step's prefill work is cut to what a model of step time, fitted
-                           to the steps run so far, says fits in T ms (the first chunk still
-                           gets --min-chunk tokens)
+                           each step's prefill work is bounded, by feedback on the steps' times,
+                           so that steps with decode tokens take about T ms (the first chunk
+                           still gets --min-chunk tokens)
   --prefix-block-tokens N  the prefix cache's block (default 16): a job whose prompt starts with
                            a cached prefix of whole blocks prefills only the rest; 0 turns the
                            cache off

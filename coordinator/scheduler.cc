@@ -95,7 +95,8 @@ Scheduler::Scheduler(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Worke
              {.max_step_tokens = options_.max_step_tokens,
               .stall_timeout_s = options_.stall_timeout_s,
               .stall_abort_s = options_.stall_abort_s,
-              .itl_target_s = options_.itl_target_s}) {}
+              .itl_target_s = options_.itl_target_s,
+              .max_prefill_work = options_.max_prefill_work}) {}
 
 Scheduler::~Scheduler() = default;
 

@@ -104,7 +104,7 @@ void StepRunner::TimeStep(const PlannedStep& planned, double seconds) {
                               planned.promotes.empty() && !planned.entries.empty();
   if (computed_alone) step_time_.Observe(static_cast<double>(decoded + prefilled), work, seconds);
   if (decoded == 0) return;
-  if (prefilled > 0) last_chunk_tokens_ = prefilled;
+  if (computed_alone) work_control_.Observe(work, seconds);
   double waited = 0;
   if (prefilled > 0)
     if (const std::optional<double> alone = step_time_.Predict(static_cast<double>(decoded), 0))

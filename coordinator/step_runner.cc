@@ -11,6 +11,10 @@
 namespace millipede {
 namespace {
 
+// The bound a latency target starts from and grows to: --max-prefill-work, or without it 10^8
+// pairs (about 0.1 s of attention on one H200) and no ceiling.
+constexpr int64_t kFirstWorkBound = 100'000'000;
+
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -53,11 +57,20 @@ void StepRunner::EndCancelled(Deliveries* out) {
   }
 }
 
+StepRunner::StepRunner(WorkerLink* link, JobTable* table, ServiceMetrics* metrics,
+                       StepRunnerOptions options)
+    : link_(*link),
+      table_(*table),
+      metrics_(metrics),
+      options_(options),
+      work_control_(options.itl_target_s,
+                    options.max_prefill_work > 0 ? options.max_prefill_work : kFirstWorkBound,
+                    options.max_prefill_work > 0 ? options.max_prefill_work : int64_t{1} << 52) {}
+
 Status StepRunner::SendNextStep(bool* busy) {
   StepScheduler& batch = table_.batch();
   if (options_.itl_target_s > 0) {
-    const std::optional<int64_t> bound = PrefillWorkForTarget(step_time_, options_.itl_target_s,
-                                                              batch.decoding(), last_chunk_tokens_);
+    const std::optional<int64_t> bound = work_control_.Bound(batch.decoding());
     batch.SetStepWorkBound(bound);
     if (metrics_) metrics_->PrefillWorkBound(bound.value_or(0));
   }

@@ -30,8 +30,10 @@ struct StepRunnerOptions {
   // A stalled step that has not returned this long after its cancel ends the service.
   double stall_abort_s = 600;
   // Inter-token latency target (seconds; 0: none): while jobs decode, each step's prefill work is
-  // bounded so that the step, as the step time model predicts it, takes at most this long.
+  // bounded so that steps with decode tokens take about this long (PrefillWorkController), below
+  // max_prefill_work (0: none).
   double itl_target_s = 0;
+  int64_t max_prefill_work = 0;
 };
 
 class StepRunner {
@@ -40,8 +42,7 @@ class StepRunner {
   using Deliveries = JobTable::Deliveries;
 
   // `link`, `table` and `metrics` (may be null) must outlive the runner.
-  StepRunner(WorkerLink* link, JobTable* table, ServiceMetrics* metrics, StepRunnerOptions options)
-      : link_(*link), table_(*table), metrics_(metrics), options_(options) {}
+  StepRunner(WorkerLink* link, JobTable* table, ServiceMetrics* metrics, StepRunnerOptions options);
 
   // Whether a step is in flight on the workers.
   bool stepping() const { return in_flight_.has_value(); }
@@ -105,7 +106,7 @@ class StepRunner {
   std::optional<Clock::time_point> last_token_;
   std::map<int, RankStats> rank_stats_;
   StepTimeModel step_time_;
-  int64_t last_chunk_tokens_ = 0;  // prompt tokens of the last step that decoded and prefilled
+  PrefillWorkController work_control_;
 };
 
 }  // namespace millipede

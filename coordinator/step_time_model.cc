@@ -11,9 +11,9 @@ constexpr double kTokenScale = 1e3;
 constexpr double kWorkScale = 1e8;
 // The initial uncertainty of each coefficient (large: the first steps decide).
 constexpr double kPrior = 1e4;
-// Steps observed before the model is used, of each kind (with and without prefill work).
+// Steps observed before the model is used, and of them with prefill work.
 constexpr int64_t kMinObservations = 8;
-constexpr int64_t kMinOfEachKind = 2;
+constexpr int64_t kMinWithWork = 2;
 
 }  // namespace
 
@@ -54,36 +54,45 @@ void StepTimeModel::Observe(double tokens, double work, double seconds) {
       }
     }
   ++observations_;
-  (work > 0 ? with_work_ : without_work_) += 1;
+  if (work > 0) ++with_work_;
 }
 
 bool StepTimeModel::fitted() const {
-  return observations_ >= kMinObservations && with_work_ >= kMinOfEachKind &&
-         without_work_ >= kMinOfEachKind && theta_[0] >= 0 && theta_[1] >= 0 && theta_[2] > 0;
+  return observations_ >= kMinObservations && with_work_ >= kMinWithWork && theta_[2] > 0;
 }
 
 std::optional<double> StepTimeModel::Predict(double tokens, double work) const {
   if (!fitted()) return std::nullopt;
   const std::array<double, 3> x = Features(tokens, work);
-  return theta_[0] * x[0] + theta_[1] * x[1] + theta_[2] * x[2];
-}
-
-std::optional<int64_t> StepTimeModel::WorkWithin(double seconds, double tokens) const {
-  if (!fitted()) return std::nullopt;
-  const double left = seconds - theta_[0] - theta_[1] * tokens / kTokenScale;
-  if (left <= 0) return 0;
-  const double work = left / theta_[2] * kWorkScale;
-  return static_cast<int64_t>(std::min(work, static_cast<double>(int64_t{1} << 52)));
+  return std::max(0.0, theta_[0] * x[0] + theta_[1] * x[1] + theta_[2] * x[2]);
 }
 
 std::array<double, 3> StepTimeModel::coefficients() const {
   return {theta_[0], theta_[1] / kTokenScale, theta_[2] / kWorkScale};
 }
 
-std::optional<int64_t> PrefillWorkForTarget(const StepTimeModel& model, double target_s,
-                                            int64_t decode_tokens, int64_t chunk_tokens) {
-  if (target_s <= 0 || decode_tokens <= 0) return std::nullopt;
-  return model.WorkWithin(target_s, static_cast<double>(decode_tokens + chunk_tokens));
+PrefillWorkController::PrefillWorkController(double target_s, int64_t initial, int64_t ceiling,
+                                             int64_t floor)
+    : target_s_(target_s), floor_(static_cast<double>(std::max<int64_t>(1, floor))) {
+  ceiling_ = std::max(floor_, static_cast<double>(ceiling));
+  bound_ = std::clamp(static_cast<double>(initial), floor_, ceiling_);
+}
+
+std::optional<int64_t> PrefillWorkController::Bound(int64_t decoding) const {
+  if (target_s_ <= 0 || decoding <= 0) return std::nullopt;
+  return static_cast<int64_t>(bound_);
+}
+
+void PrefillWorkController::Observe(double work, double seconds) {
+  if (target_s_ <= 0 || !(work >= 0 && seconds > 0) || !std::isfinite(work + seconds)) return;
+  const bool late = seconds > target_s_;
+  if (!late && work < 0.5 * bound_) return;
+  // A late step that carried less than the bound: its chunks, not the bound, made it late.
+  const double from = late ? std::min(bound_, std::max(work, floor_)) : bound_;
+  // Down at once, up by half the ratio (in logarithms): a late step is a miss already, and
+  // growing cautiously keeps the bound from overshooting into the next one.
+  const double ratio = std::clamp(target_s_ / seconds, 0.25, 4.0);
+  bound_ = std::clamp(from * (late ? ratio : std::sqrt(ratio)), floor_, ceiling_);
 }
 
 }  // namespace millipede

@@ -1,5 +1,6 @@
-// StepTimeModel: the fit recovers a linear step time, waits for enough steps of both kinds,
-// follows a change, and turns a latency target into a prefill work bound.
+// StepTimeModel: the fit recovers a linear step time, waits for enough steps with prefill work,
+// and follows a change. PrefillWorkController: the bound settles where steps take the target,
+// falls to its floor where the target cannot be met, and grows back.
 #include "coordinator/step_time_model.h"
 
 #include <gtest/gtest.h>
@@ -39,20 +40,14 @@ TEST(StepTimeModelTest, RecoversTheCoefficientsOfALinearStepTime) {
   EXPECT_NEAR(c[1], kB, kB * 0.01);
   EXPECT_NEAR(c[2], kC, kC * 0.01);
   EXPECT_NEAR(*model.Predict(100, 3e7), StepSeconds(100, 3e7), 1e-4);
-  // 50 ms for a step of 200 tokens: (0.05 - 0.01 - 0.004) / 1e-9 pairs.
-  const std::optional<int64_t> work = model.WorkWithin(0.050, 200);
-  ASSERT_TRUE(work.has_value());
-  EXPECT_NEAR(static_cast<double>(*work), 3.6e7, 3.6e7 * 0.02);
-  // A step whose other work alone exceeds the target: no prefill work.
-  EXPECT_EQ(model.WorkWithin(0.011, 200), 0);
+  EXPECT_NEAR(*model.Predict(100, 0), StepSeconds(100, 0), 1e-4);
 }
 
-TEST(StepTimeModelTest, WaitsForEnoughStepsWithAndWithoutPrefill) {
+TEST(StepTimeModelTest, WaitsForEnoughStepsWithPrefill) {
   StepTimeModel model;
   EXPECT_FALSE(model.Predict(10, 0).has_value());
   for (int i = 0; i < 20; ++i) model.Observe(10 + i, 0, StepSeconds(10 + i, 0));
   EXPECT_FALSE(model.fitted());  // no step with prefill work yet: its cost is unknown
-  EXPECT_FALSE(model.WorkWithin(0.05, 10).has_value());
   model.Observe(500, 1e7, StepSeconds(500, 1e7));
   model.Observe(700, 3e7, StepSeconds(700, 3e7));
   EXPECT_TRUE(model.fitted());
@@ -77,15 +72,51 @@ TEST(StepTimeModelTest, IgnoresStepsThatCannotBeTimed) {
   EXPECT_EQ(model.observations(), 0);
 }
 
-TEST(StepTimeModelTest, ATargetBoundsPrefillOnlyWhileJobsDecode) {
-  StepTimeModel model;
-  EXPECT_FALSE(PrefillWorkForTarget(model, 0.05, 10, 100).has_value());  // not fitted
-  ObserveSteps(&model, 60);
-  EXPECT_FALSE(PrefillWorkForTarget(model, 0.05, 0, 100).has_value());  // nothing decodes
-  EXPECT_FALSE(PrefillWorkForTarget(model, 0, 10, 100).has_value());    // no target
-  const std::optional<int64_t> bound = PrefillWorkForTarget(model, 0.05, 10, 100);
-  ASSERT_TRUE(bound.has_value());
-  EXPECT_EQ(*bound, *model.WorkWithin(0.05, 110));
+// A step of the service beside a long prompt: 25 ms of decode and fixed costs, then the prefill
+// work at 1 ns a pair.
+double ServiceStep(double work, double fixed = 0.025) { return fixed + 1e-9 * work; }
+
+TEST(PrefillWorkControllerTest, SettlesWhereStepsTakeTheTarget) {
+  PrefillWorkController control(0.060, /*initial=*/60'000'000, /*ceiling=*/60'000'000);
+  EXPECT_FALSE(control.Bound(0).has_value());  // nothing decodes: no bound from the target
+  ASSERT_TRUE(control.Bound(3).has_value());
+  for (int i = 0; i < 60; ++i) {
+    const double work = static_cast<double>(*control.Bound(3));
+    control.Observe(work, ServiceStep(work));
+  }
+  // 60 ms = 25 ms + 35e6 pairs.
+  EXPECT_NEAR(static_cast<double>(control.bound()), 35e6, 35e6 * 0.01);
+}
+
+TEST(PrefillWorkControllerTest, FallsToTheFloorAndGrowsBack) {
+  PrefillWorkController control(0.060, 60'000'000, 60'000'000, /*floor=*/1000);
+  for (int i = 0; i < 80; ++i) {  // the decode tokens alone take 70 ms
+    const double work = static_cast<double>(control.bound());
+    control.Observe(work, ServiceStep(work, 0.070));
+  }
+  EXPECT_EQ(control.bound(), 1000);
+  for (int i = 0; i < 80; ++i) {  // they take 25 ms again
+    const double work = static_cast<double>(control.bound());
+    control.Observe(work, ServiceStep(work));
+  }
+  EXPECT_NEAR(static_cast<double>(control.bound()), 35e6, 35e6 * 0.01);
+  // Never above its ceiling, however fast the steps.
+  for (int i = 0; i < 40; ++i) control.Observe(static_cast<double>(control.bound()), 0.001);
+  EXPECT_EQ(control.bound(), 60'000'000);
+}
+
+TEST(PrefillWorkControllerTest, StepsThatDidNotUseTheBoundDoNotMoveItUp) {
+  PrefillWorkController control(0.060, 10'000'000, 60'000'000);
+  control.Observe(1'000'000, 0.030);  // under the target with a tenth of the bound: no news
+  EXPECT_EQ(control.bound(), 10'000'000);
+  // Late with less than the bound: scaled down from what it carried, by target / time.
+  control.Observe(2'000'000, 0.240);
+  EXPECT_EQ(control.bound(), 500'000);
+  // Bad measurements are ignored; without a target there is no bound.
+  control.Observe(-1, 0.05);
+  control.Observe(1e6, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(control.bound(), 500'000);
+  EXPECT_FALSE(PrefillWorkController(0, 1, 1).Bound(5).has_value());
 }
 
 }  // namespace
