@@ -9,6 +9,7 @@
 #include "loadgen/prom_text.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
+#include "loadgen/sweep.h"
 #include "rpc/client_connection.h"
 #include "rpc/rpc_errors.h"
 
@@ -49,6 +50,15 @@ Service:
   --api-key KEY          HTTP: sent as "Authorization: Bearer KEY"
   --metrics-url URL      scrape the coordinator's /metrics at the end (KV and job gauges)
   --wait-idle-s S        with --metrics-url: poll up to S seconds for no KV and no jobs
+Sweep (the same load at several rates and under several policies, one run after another):
+  --sweep-rates R1,R2,...  run the arrival process at each rate in turn (instead of --rate)
+  --policies NAME[=FILE],...  and under each attention policy in turn (RPC: each request
+                         carries FILE's policy JSON; a NAME alone: the workers' default)
+  --ttft-p50-limit-s S   report each policy's highest rate whose TTFT p50 stays below S and
+                         whose requests all ended as planned, with its output tokens per second
+                         beside the first policy's (default 1)
+  With --metrics-url, each run waits for the service to be idle (up to --wait-idle-s) before
+  the next starts.
 Output:
   --json FILE            the report as JSON ("-" = stdout, and no table)
   --quiet                no table on stdout
@@ -65,6 +75,11 @@ int Fail(const Status& s) {
 StatusOr<WorkloadOptions> WorkloadFromFlags(const Flags& f) {
   WorkloadOptions w;
   MP_ASSIGN_OR_RETURN(w.rate, ParseRate(f.Get("rate").value_or("inf")));
+  if (auto sweep = f.Get("sweep-rates")) {
+    // Checked at the first rate here, and at each rate before its run.
+    MP_ASSIGN_OR_RETURN(const std::vector<double> rates, ParseSweepRates(*sweep));
+    w.rate = rates.front();
+  }
   const std::string arrival = f.Get("arrival").value_or("poisson");
   MP_REQUIRE(arrival == "poisson" || arrival == "fixed", "--arrival is poisson or fixed");
   w.process = arrival == "fixed" ? ArrivalProcess::kFixed : ArrivalProcess::kPoisson;
@@ -218,6 +233,58 @@ Status WriteJson(const std::string& path, const Json& report) {
   return OkStatus();
 }
 
+// The sweep: every policy at every rate, the service idle between runs.
+StatusOr<int> RunSweep(const Flags& f, WorkloadOptions workload, RunOptions options,
+                       double wait_idle_s) {
+  MP_REQUIRE(!f.GetBool("warm-documents"), "--warm-documents does not combine with a sweep");
+  MP_REQUIRE(!(f.Has("sweep-rates") && f.Has("rate")), "--sweep-rates replaces --rate");
+  std::vector<double> rates = {workload.rate};
+  if (auto text = f.Get("sweep-rates")) {
+    MP_ASSIGN_OR_RETURN(rates, ParseSweepRates(*text));
+  }
+  std::vector<SweepPolicy> policies = {{"default", ""}};
+  if (auto text = f.Get("policies")) {
+    MP_REQUIRE(f.Has("rpc"), "--policies needs --rpc (the HTTP API takes no attention policy)");
+    MP_ASSIGN_OR_RETURN(policies, ParseSweepPolicies(*text));
+  }
+  MP_ASSIGN_OR_RETURN(const double limit, f.GetDouble("ttft-p50-limit-s", 1));
+  MP_REQUIRE(limit > 0, "--ttft-p50-limit-s must be positive");
+  std::vector<SweepRun> runs;
+  bool healthy = true;
+  for (const SweepPolicy& policy : policies) {
+    for (const double rate : rates) {
+      workload.rate = rate;
+      MP_RETURN_IF_ERROR(ValidateWorkload(workload));
+      MP_ASSIGN_OR_RETURN(const std::vector<PlannedRequest> plan, PlanWorkload(workload));
+      options.policy_json = policy.json;
+      StatusOr<std::vector<RequestRecord>> records =
+          f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), plan, options)
+                       : RunOverHttp(*f.Get("http"), plan, options);
+      MP_RETURN_IF_ERROR(records.status());
+      runs.push_back({policy.name, rate, Summarize(*records, RunDuration(*records))});
+      if (runs.back().summary.failed > 0) healthy = false;
+      if (!f.GetBool("quiet")) {
+        std::cerr << "sweep: " << policy.name << " at " << rate << " req/s: "
+                  << runs.back().summary.ok << " ok, " << runs.back().summary.failed
+                  << " failed\n";
+      }
+      if (auto url = f.Get("metrics-url")) {
+        MP_ASSIGN_OR_RETURN(const Json gauges, ScrapeMetrics(*url, wait_idle_s));
+        if (f.Has("wait-idle-s") && !gauges["idle"].get<bool>()) healthy = false;
+      }
+    }
+  }
+  const std::string json_path = f.Get("json").value_or("");
+  if (!f.GetBool("quiet") && json_path != "-") PrintSweep(std::cout, runs, limit);
+  if (!json_path.empty()) {
+    Json config = ConfigJson(f, workload, options);
+    config["rate"] = nullptr;
+    Json report = {{"config", config}, {"sweep", SweepJson(runs, limit)}};
+    MP_RETURN_IF_ERROR(WriteJson(json_path, report));
+  }
+  return healthy ? 0 : 2;
+}
+
 StatusOr<int> Run(const Flags& f) {
   MP_REQUIRE(f.Has("rpc") != f.Has("http"), "give one of --rpc HOST:PORT and --http HOST:PORT");
   MP_REQUIRE(f.positional().empty(), "unexpected argument \"",
@@ -226,6 +293,9 @@ StatusOr<int> Run(const Flags& f) {
   MP_ASSIGN_OR_RETURN(RunOptions options, RunOptionsFromFlags(f, workload));
   MP_ASSIGN_OR_RETURN(double wait_idle_s, f.GetDouble("wait-idle-s", 0));
   MP_REQUIRE(!f.Has("wait-idle-s") || f.Has("metrics-url"), "--wait-idle-s needs --metrics-url");
+  if (f.Has("sweep-rates") || f.Has("policies"))
+    return RunSweep(f, std::move(workload), std::move(options), wait_idle_s);
+  MP_REQUIRE(!f.Has("ttft-p50-limit-s"), "--ttft-p50-limit-s needs --sweep-rates or --policies");
   MP_ASSIGN_OR_RETURN(std::vector<PlannedRequest> plan, PlanWorkload(workload));
   auto run = [&](const std::vector<PlannedRequest>& p, RunOptions& o) {
     return f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), p, o) : RunOverHttp(*f.Get("http"), p, o);
@@ -283,7 +353,8 @@ int Main(int argc, char** argv) {
        "arrival", "seed",    "max-concurrency", "prompt-len",        "output-len",
        "mix",     "place",   "cancel-fraction", "request-timeout-s", "vocab-size",
        "model",   "api-key", "metrics-url",     "wait-idle-s",       "json",
-       "quiet",   "help",    "documents",       "document-share",    "warm-documents"});
+       "quiet",   "help",    "documents",       "document-share",    "warm-documents",
+       "sweep-rates", "policies", "ttft-p50-limit-s"});
   if (!known.ok()) return Fail(known);
   StatusOr<int> rc = Run(*flags);
   if (!rc.ok()) return Fail(rc.status());

@@ -122,6 +122,7 @@ void BuildSpec(const RpcRequest& r, rpc::JobSpec::Builder spec) {
   auto list = spec.getPrompt().initIds(static_cast<unsigned>(ids.size()));
   for (size_t i = 0; i < ids.size(); ++i) list.set(static_cast<unsigned>(i), ids[i]);
   spec.setMaxNewTokens(r.plan.output_tokens);
+  if (!o.policy_json.empty()) spec.setPolicyJson(o.policy_json);
   spec.setIgnoreEos(true);
   spec.initSampling().setTemperature(0);
 }

@@ -30,6 +30,9 @@ struct RunOptions {
   int64_t max_concurrency = 0;   // requests in flight at most; 0 = no limit
   double request_timeout_s = 0;  // a request still running this long after its send fails
                                  // ("timeout") and is cancelled; 0 = no limit
+  // RPC only: the attention policy (policy-file JSON) every request carries; empty: the
+  // workers' default.
+  std::string policy_json;
   // HTTP only.
   std::string model;
   std::string api_key;

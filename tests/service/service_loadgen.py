@@ -6,6 +6,10 @@
            time: each question after the first about its document reuses the document's KV
            (cached_tokens in the report), fresh prompts reuse nothing; with --warm-documents
            every question about a document does. No timing is asserted.
+  loadgen_sweep  --sweep-rates over --policies (RPC): every policy at every rate, in order, each
+           run's requests ended as planned under a valid policy; a policy the service refuses
+           fails every request of its runs (so each run's requests carry their policy), and the
+           sweep exits 2; each policy's best run is reported.
   itl_target  an inter-token latency target no step can meet (--itl-target-ms 0.001): every
            request still finishes (a step's first prefill chunk always progresses), and every
            step that decoded tokens counts as a miss.
@@ -191,5 +195,48 @@ def scenario_itl_target(bin_dir, model):
         misses = svc.metric("millipede_itl_target_misses_total")
         check(steps > 0 and misses == steps, f"{steps} decode steps, {misses} misses of the target")
         check(svc.metric("millipede_decode_prefill_wait_seconds_total") >= 0, "negative wait")
+    finally:
+        svc.stop()
+
+
+def scenario_loadgen_sweep(bin_dir, model):
+    work = os.path.dirname(model)
+    omnikv = os.path.join(work, "sweep-omnikv.json")
+    with open(omnikv, "w") as f:
+        json.dump({"version": 1, "filter": {"top_k": 24}, "default": {"decode": "selected"},
+                   "layers": [{"layer": 0, "decode": "filter"}]}, f)
+    broken = os.path.join(work, "sweep-broken.json")
+    with open(broken, "w") as f:
+        json.dump({"version": 1, "default": {"decode": "no-such-role"}}, f)
+    svc = Service(bin_dir, model)
+    try:
+        out = os.path.join(work, "loadgen-sweep.json")
+        cmd = [os.path.join(svc.bin_dir, "millipede-loadgen"), "--rpc", svc.server,
+               "--num-requests", "4", "--sweep-rates", "50,200", "--seed", "2",
+               "--prompt-len", "40", "--output-len", "6",
+               "--policies", f"default,omnikv={omnikv},broken={broken}",
+               "--ttft-p50-limit-s", "30", "--request-timeout-s", "60", "--json", out,
+               "--metrics-url", svc.metrics_url, "--wait-idle-s", "10"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        check(r.returncode == 2, f"sweep with a refused policy: rc={r.returncode}\n{r.stdout}\n"
+                                 f"{r.stderr}")
+        check("sweep (latencies in ms)" in r.stdout and "broken: none" in r.stdout,
+              f"no sweep table: {r.stdout}")
+        with open(out) as f:
+            sweep = json.load(f)["sweep"]
+        runs = [(x["policy"], x["rate"]) for x in sweep["runs"]]
+        check(runs == [("default", 50), ("default", 200), ("omnikv", 50), ("omnikv", 200),
+                       ("broken", 50), ("broken", 200)], f"runs {runs}")
+        for x in sweep["runs"]:
+            s = x["summary"]
+            if x["policy"] == "broken":
+                check(s["failed"] == 4 and s["ok"] == 0, f"a refused policy's run: {s}")
+            else:
+                check(s["ok"] == 4 and s["failed"] == 0 and s["output_tokens"] == 24,
+                      f"{x['policy']} at {x['rate']}: {s}")
+        best = {b["policy"]: b for b in sweep["best"]}
+        check(best["default"]["rate"] == 200 and best["omnikv"]["rate"] == 200 and
+              best["broken"]["rate"] is None and best["default"]["vs_first"] == 1,
+              f"best runs {sweep['best']}")
     finally:
         svc.stop()

@@ -16,7 +16,7 @@ import time
 
 from service_faults import scenario_faults, scenario_health, scenario_restart
 from service_harness import Failure, Service, check, make_model, offline, read_until
-from service_loadgen import scenario_itl_target, scenario_loadgen
+from service_loadgen import scenario_itl_target, scenario_loadgen, scenario_loadgen_sweep
 from service_openai import scenario_openai, scenario_sampling
 from service_prefix_cache import (scenario_prefix_cache, scenario_prefix_cache_disk,
                                   scenario_prefix_cache_host, scenario_prefix_cache_omnikv,
@@ -607,6 +607,7 @@ SCENARIOS = {
     "openai": scenario_openai,
     "loadgen": scenario_loadgen,
     "itl_target": scenario_itl_target,
+    "loadgen_sweep": scenario_loadgen_sweep,
     "health": scenario_health,
     "restart": scenario_restart,
     "faults": scenario_faults,
