@@ -264,8 +264,8 @@ StatusOr<int> RunSweep(const Flags& f, WorkloadOptions workload, RunOptions opti
       runs.push_back({policy.name, rate, Summarize(*records, RunDuration(*records))});
       if (runs.back().summary.failed > 0) healthy = false;
       if (!f.GetBool("quiet")) {
-        std::cerr << "sweep: " << policy.name << " at " << rate << " req/s: "
-                  << runs.back().summary.ok << " ok, " << runs.back().summary.failed
+        std::cerr << "sweep: " << policy.name << " at " << rate
+                  << " req/s: " << runs.back().summary.ok << " ok, " << runs.back().summary.failed
                   << " failed\n";
       }
       if (auto url = f.Get("metrics-url")) {
@@ -349,11 +349,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   Status known = flags->CheckKnown(
-      {"rpc",     "http",    "num-requests",    "duration",          "rate",
-       "arrival", "seed",    "max-concurrency", "prompt-len",        "output-len",
-       "mix",     "place",   "cancel-fraction", "request-timeout-s", "vocab-size",
-       "model",   "api-key", "metrics-url",     "wait-idle-s",       "json",
-       "quiet",   "help",    "documents",       "document-share",    "warm-documents",
+      {"rpc",         "http",     "num-requests",    "duration",          "rate",
+       "arrival",     "seed",     "max-concurrency", "prompt-len",        "output-len",
+       "mix",         "place",    "cancel-fraction", "request-timeout-s", "vocab-size",
+       "model",       "api-key",  "metrics-url",     "wait-idle-s",       "json",
+       "quiet",       "help",     "documents",       "document-share",    "warm-documents",
        "sweep-rates", "policies", "ttft-p50-limit-s"});
   if (!known.ok()) return Fail(known);
   StatusOr<int> rc = Run(*flags);
