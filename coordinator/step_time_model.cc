@@ -87,8 +87,9 @@ void PrefillWorkController::Observe(double work, double seconds) {
   if (target_s_ <= 0 || !(work >= 0 && seconds > 0) || !std::isfinite(work + seconds)) return;
   const bool late = seconds > target_s_;
   if (!late && work < 0.5 * bound_) return;
-  // A late step that carried less than the bound: its chunks, not the bound, made it late.
-  const double from = late ? std::min(bound_, std::max(work, floor_)) : bound_;
+  // A late step that carried less than the bound: its chunks, not the bound, made it late; but
+  // one such step (a decode-only step slowed by anything at all) halves the bound at most.
+  const double from = late ? std::min(bound_, std::max({work, 0.5 * bound_, floor_})) : bound_;
   // Down at once, up by half the ratio (in logarithms): a late step is a miss already, and
   // growing cautiously keeps the bound from overshooting into the next one.
   const double ratio = std::clamp(target_s_ / seconds, 0.25, 4.0);

@@ -55,7 +55,7 @@ class StepTimeModel {
 // target, by feedback: after each step that decoded, the bound is scaled by target / the step's
 // time when the step was late (at most 4x down), by the square root of it when it was early (at
 // most 2x up); a late step scales from the work it carried when that was below the bound (the
-// bound was not what made it late, its chunks were).
+// bound was not what made it late, its chunks were), though from no less than half the bound.
 // A step under the target whose prefill did not reach half the bound says nothing about it and
 // leaves it. So the bound settles where such steps take the target whatever the step's fixed
 // costs, falls to `floor` where even that is late (the decode tokens alone take longer), and

@@ -109,13 +109,16 @@ TEST(PrefillWorkControllerTest, StepsThatDidNotUseTheBoundDoNotMoveItUp) {
   PrefillWorkController control(0.060, 10'000'000, 60'000'000);
   control.Observe(1'000'000, 0.030);  // under the target with a tenth of the bound: no news
   EXPECT_EQ(control.bound(), 10'000'000);
-  // Late with less than the bound: scaled down from what it carried, by target / time.
-  control.Observe(2'000'000, 0.240);
-  EXPECT_EQ(control.bound(), 500'000);
+  // Late with less than the bound: scaled down from what it carried, by target / time, but from
+  // no less than half the bound.
+  control.Observe(6'000'000, 0.120);
+  EXPECT_EQ(control.bound(), 3'000'000);
+  control.Observe(0, 0.240);  // a late step without prefill
+  EXPECT_EQ(control.bound(), 375'000);
   // Bad measurements are ignored; without a target there is no bound.
   control.Observe(-1, 0.05);
   control.Observe(1e6, std::numeric_limits<double>::quiet_NaN());
-  EXPECT_EQ(control.bound(), 500'000);
+  EXPECT_EQ(control.bound(), 375'000);
   EXPECT_FALSE(PrefillWorkController(0, 1, 1).Bound(5).has_value());
 }
 
