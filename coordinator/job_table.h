@@ -47,6 +47,8 @@ class JobTable {
     // A token whose text is still open (UTF-8 or stop-string prefix) is delivered with the next
     // event, so that the last one can carry the held-back text.
     std::optional<std::pair<SampledToken, std::string>> held_token;
+    // Its policy's decode strategy (DecodeStrategyName), for the per-strategy batch sizes.
+    const char* decode_strategy = kDecodeStrategies[3];
     bool cancel_requested = false;  // by the client or the drain deadline
     bool stop_matched = false;      // a stop string ended the text; the next plan frees it
     bool stopped_by_id = false;     // the workers ended it at a stop or EOS id

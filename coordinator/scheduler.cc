@@ -134,6 +134,7 @@ StatusOr<JobId> Scheduler::SubmitChecked(JobRequest request,
   d.stop_ids = request.stop_ids;
   d.ignore_eos = request.ignore_eos;
   d.policy = std::move(admitted->policy);
+  job->decode_strategy = DecodeStrategyName(d.policy ? *d.policy : link_->facts().default_policy);
   job->use_cache = request.cache;
   job->pin = request.pin;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -67,6 +68,16 @@ StepRunner::StepRunner(WorkerLink* link, JobTable* table, ServiceMetrics* metric
                     options.max_prefill_work > 0 ? options.max_prefill_work : kFirstWorkBound,
                     options.max_prefill_work > 0 ? options.max_prefill_work : int64_t{1} << 52) {}
 
+void StepRunner::ReportDecodeBatches(const PlannedStep& planned) {
+  std::map<std::string_view, int64_t> jobs;
+  for (const PlannedEntry& e : planned.entries) {
+    if (e.kind != PlannedKind::kDecode) continue;
+    auto it = table_.jobs().find(e.job);
+    if (it != table_.jobs().end()) ++jobs[it->second->decode_strategy];
+  }
+  for (const auto& [strategy, n] : jobs) metrics_->DecodeBatch(strategy, n);
+}
+
 Status StepRunner::SendNextStep(bool* busy) {
   StepScheduler& batch = table_.batch();
   if (options_.itl_target_s > 0) {
@@ -114,7 +125,10 @@ Status StepRunner::SendNextStep(bool* busy) {
   }
   for (const PlannedEntry& e : planned.entries)
     plan.entries.push_back({e.job, KindOf(e.kind), e.begin, e.count});
-  if (metrics_) metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
+  if (metrics_) {
+    metrics_->StepRun(planned.decode_tokens(), planned.prefill_tokens());
+    ReportDecodeBatches(planned);
+  }
   table_.ReportKv();
   in_flight_ = InFlight{plan.step_id, std::move(planned), {}, false, {}, now};
   last_progress_ = now;

@@ -78,6 +78,8 @@ class StepRunner {
   void EndCancelled(Deliveries* out);
   // Plans the next step and sends it (nothing when there is nothing to do).
   Status SendNextStep(bool* busy);
+  // The step's decode tokens per decode strategy, to the metrics.
+  void ReportDecodeBatches(const PlannedStep& planned);
   // During a step: a step in flight that prefills a cancelled job is stopped inside.
   Status CancelInsideStep(bool* busy);
   // Fails the jobs of a step without progress for stall_timeout_s (once per step). A stalled

@@ -102,6 +102,13 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     chunk_tokens_ =
         &histogram("millipede_prefill_chunk_tokens", "Per engine step: prompt tokens prefilled.",
                    {0, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576});
+    decode_batch_family_ = &prometheus::BuildHistogram()
+                                .Name("millipede_decode_batch_size")
+                                .Help(
+                                    "Per engine step and decode strategy of the jobs' policies "
+                                    "(full, omnikv, static-eviction, duoattention): the jobs of "
+                                    "that strategy decoding together.")
+                                .Register(*registry_);
     decode_step_s_ = &histogram(
         "millipede_decode_step_seconds",
         "Per engine step that decoded tokens: seconds from its plan sent to its results back (the "
@@ -253,6 +260,27 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     chunk_tokens_->Observe(static_cast<double>(prefill_tokens));
   }
 
+  void DecodeBatch(std::string_view strategy, int64_t jobs) override {
+    if (jobs <= 0) return;
+    Histogram* h = nullptr;
+    {
+      // A series per strategy, added when first seen (the strategies are a handful of names).
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = decode_batch_.find(std::string(strategy));
+      if (it == decode_batch_.end()) {
+        if (decode_batch_.size() >= kMaxDecodeStrategies) return;
+        it = decode_batch_
+                 .emplace(std::string(strategy),
+                          &decode_batch_family_->Add(
+                              {{"decode", std::string(strategy)}},
+                              Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}))
+                 .first;
+      }
+      h = it->second;
+    }
+    h->Observe(static_cast<double>(jobs));
+  }
+
   void DecodeStep(double seconds, double target_s, double prefill_wait_s) override {
     decode_step_s_->Observe(seconds);
     if (target_s > 0 && seconds > target_s) itl_misses_->Increment();
@@ -380,6 +408,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Histogram* prefill_density_;
   Histogram* batch_size_;
   Histogram* decode_step_s_;
+  Family<Histogram>* decode_batch_family_;
   Counter* itl_misses_;
   Counter* prefill_wait_s_;
   Gauge* work_bound_;
@@ -417,6 +446,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Family<Counter>* comm_bytes_;
 
   std::mutex mutex_;  // guards the fields below
+  static constexpr size_t kMaxDecodeStrategies = 8;
+  std::map<std::string, Histogram*> decode_batch_;  // by decode strategy
   std::map<int, RankSeries> ranks_;
 };
 

@@ -68,6 +68,9 @@ class ServiceMetrics {
   virtual void PrefillProgress(double ratio) = 0;
   // One engine step: batch_size (decode tokens) and prefill_chunk_tokens (prompt tokens).
   virtual void StepRun(int64_t decode_tokens, int64_t prefill_tokens) = 0;
+  // decode_batch_size{decode=strategy}: in one engine step, `jobs` jobs (> 0) of decode strategy
+  // `strategy` (DecodeStrategyName) decoded together.
+  virtual void DecodeBatch(std::string_view strategy, int64_t jobs) = 0;
   // A step that decoded tokens took `seconds` (from its plan sent to its results back):
   // decode_step_seconds observed; itl_target_misses_total +1 when `target_s` > 0 and it took
   // longer; decode_prefill_wait_seconds_total += `prefill_wait_s`, the part of the step its

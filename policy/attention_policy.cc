@@ -153,6 +153,17 @@ bool AttentionPolicy::IsDense() const {
   return true;
 }
 
+const char* DecodeStrategyName(const AttentionPolicy& policy) {
+  bool has[kNumDecodeRoles] = {};
+  for (const LayerPolicy& l : policy.layers)
+    for (DecodeRole r : l.decode) has[static_cast<int>(r)] = true;
+  if (has[static_cast<int>(DecodeRole::kFilter)] || has[static_cast<int>(DecodeRole::kSelected)])
+    return kDecodeStrategies[0];
+  if (has[static_cast<int>(DecodeRole::kStaticEviction)]) return kDecodeStrategies[1];
+  if (has[static_cast<int>(DecodeRole::kStreamingHead)]) return kDecodeStrategies[2];
+  return kDecodeStrategies[3];
+}
+
 std::string AttentionPolicy::Summary() const {
   if (IsDense()) return "dense/full";
   std::map<std::string, int64_t> prefill, decode;

@@ -137,6 +137,14 @@ struct AttentionPolicy {
   bool operator==(const AttentionPolicy&) const = default;
 };
 
+// The decode strategy the jobs of `policy` run, for reports that group jobs by it: "omnikv" (a
+// filter or selected layer), "static-eviction", "duoattention" (streaming heads) or "full". A
+// policy that mixes them is named by the first of that order it has.
+const char* DecodeStrategyName(const AttentionPolicy& policy);
+// Every name DecodeStrategyName gives, in that order.
+inline constexpr const char* kDecodeStrategies[] = {"omnikv", "static-eviction", "duoattention",
+                                                    "full"};
+
 // Every head dense and full.
 AttentionPolicy DensePolicy(int64_t num_layers, int64_t num_kv_heads);
 

@@ -179,6 +179,23 @@ TEST_F(ServiceMetricsTest, DecodeStepsAgainstTheLatencyTarget) {
   EXPECT_EQ(Scrape()["millipede_prefill_work_bound_pairs"], 0);
 }
 
+TEST_F(ServiceMetricsTest, DecodeBatchesByStrategy) {
+  metrics_->DecodeBatch("full", 24);
+  metrics_->DecodeBatch("omnikv", 3);
+  metrics_->DecodeBatch("omnikv", 5);
+  metrics_->DecodeBatch("omnikv", 0);  // nothing decoded: not observed
+  auto s = Scrape();
+  EXPECT_EQ(s["millipede_decode_batch_size_count{decode=\"full\"}"], 1);
+  EXPECT_EQ(s["millipede_decode_batch_size_sum{decode=\"full\"}"], 24);
+  EXPECT_EQ(s["millipede_decode_batch_size_count{decode=\"omnikv\"}"], 2);
+  EXPECT_EQ(s["millipede_decode_batch_size_bucket{decode=\"omnikv\",le=\"4\"}"], 1);
+  // The series are bounded: a ninth name is dropped.
+  for (int i = 0; i < 10; ++i) metrics_->DecodeBatch("x" + std::to_string(i), 1);
+  s = Scrape();
+  EXPECT_TRUE(s.count("millipede_decode_batch_size_count{decode=\"x5\"}"));
+  EXPECT_FALSE(s.count("millipede_decode_batch_size_count{decode=\"x6\"}"));
+}
+
 TEST_F(ServiceMetricsTest, ErrorsByReasonAndUnknownReasonsAreBounded) {
   metrics_->RequestError("queue_full");
   metrics_->RequestError("queue_full");

@@ -39,6 +39,24 @@ TEST(AttentionPolicyTest, MinimalFileIsDense) {
   EXPECT_TRUE(DensePolicy(4, 2).IsDense());
 }
 
+TEST(AttentionPolicyTest, DecodeStrategyNamesWhatTheJobsDecodeWith) {
+  auto strategy = [](const std::string& json) -> std::string {
+    auto p = ParseAttentionPolicy(json, 4, 2);
+    EXPECT_TRUE(p.ok()) << json << ": " << p.status().ToString();
+    return p.ok() ? DecodeStrategyName(*p) : "";
+  };
+  EXPECT_EQ(strategy(R"({"version": 1})"), "full");
+  EXPECT_EQ(strategy(R"({"version": 1, "default": {"prefill": "a-shape"}})"), "full");
+  EXPECT_EQ(strategy(R"({"version": 1, "default": {"decode": "selected"},
+                         "layers": [{"layer": 0, "decode": "filter"}]})"),
+            "omnikv");
+  EXPECT_EQ(strategy(R"({"version": 1, "layers": [{"layer": 2, "decode": "static-eviction"}]})"),
+            "static-eviction");
+  EXPECT_EQ(strategy(R"({"version": 1,
+                         "layers": [{"layer": 1, "decode": ["streaming-head", "full"]}]})"),
+            "duoattention");
+}
+
 TEST(AttentionPolicyTest, DefaultsLayersHeadsAndParameters) {
   auto p = ParseAttentionPolicy(R"({
     "version": 1,

@@ -9,7 +9,8 @@
   loadgen_sweep  --sweep-rates over --policies (RPC): every policy at every rate, in order, each
            run's requests ended as planned under a valid policy; a policy the service refuses
            fails every request of its runs (so each run's requests carry their policy), and the
-           sweep exits 2; each policy's best run is reported.
+           sweep exits 2; each policy's best run is reported; decode batch sizes are counted
+           per decode strategy.
   itl_target  an inter-token latency target no step can meet (--itl-target-ms 0.001): every
            request still finishes (a step's first prefill chunk always progresses), and every
            step that decoded tokens counts as a miss.
@@ -234,6 +235,10 @@ def scenario_loadgen_sweep(bin_dir, model):
             else:
                 check(s["ok"] == 4 and s["failed"] == 0 and s["output_tokens"] == 24,
                       f"{x['policy']} at {x['rate']}: {s}")
+        # The batch sizes per decode strategy: the omnikv policy's jobs counted apart.
+        for strategy in ("full", "omnikv"):
+            n = svc.metric("millipede_decode_batch_size_count", f'decode="{strategy}"')
+            check(n > 0, f"no decode batch of {strategy} jobs counted")
         best = {b["policy"]: b for b in sweep["best"]}
         check(best["default"]["rate"] == 200 and best["omnikv"]["rate"] == 200 and
               best["broken"]["rate"] is None and best["default"]["vs_first"] == 1,
