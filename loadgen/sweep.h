@@ -1,6 +1,7 @@
 // millipede-loadgen's sweep: the same load at several arrival rates and under several attention
-// policies, one run after another, and the table that compares them (seed 004's experiment: the
-// output tokens per second each policy reaches while its TTFT p50 stays below a limit).
+// policies, one run after another, and the table that compares them (the measure of sparse KV
+// under continuous batching: the output tokens per second each policy reaches while its TTFT p50
+// stays below a limit).
 #pragma once
 
 #include <ostream>
