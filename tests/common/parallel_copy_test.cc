@@ -19,7 +19,7 @@ std::vector<uint8_t> Pattern(size_t n) {
 TEST(ParallelCopyTest, CopiesEveryByteOfOddSizesOnAnyNumberOfThreads) {
   for (const size_t n :
        {size_t{0}, size_t{1}, size_t{4095}, size_t{4097}, 3 * kParallelCopyMinBytes + 12345}) {
-    for (const unsigned threads : {1u, 2u, 3u, 16u}) {
+    for (const unsigned threads : {1u, 2u, 3u, 16u, 40u}) {
       // Odd offsets into both buffers, and guard bytes around the destination that stay as they
       // were.
       const std::vector<uint8_t> src = Pattern(n + 3);
@@ -38,6 +38,7 @@ TEST(ParallelCopyTest, UsesOneThreadPerMinimumShareUpToTheLimit) {
   EXPECT_EQ(ParallelCopyThreads(kParallelCopyMinBytes - 1, 8), 1u);
   EXPECT_EQ(ParallelCopyThreads(3 * kParallelCopyMinBytes, 8), 3u);
   EXPECT_EQ(ParallelCopyThreads(100 * kParallelCopyMinBytes, 8), 8u);
+  EXPECT_EQ(ParallelCopyThreads(100 * kParallelCopyMinBytes, 64), 16u);  // never more than 16
   EXPECT_GE(ParallelCopyThreads(100 * kParallelCopyMinBytes), 1u);
   EXPECT_LE(ParallelCopyThreads(100 * kParallelCopyMinBytes), 16u);
 }
