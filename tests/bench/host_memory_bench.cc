@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -56,6 +57,29 @@ void ForPieces(size_t bytes, F f) {
         f(p * kMapUnit, std::min(kMapUnit, bytes - p * kMapUnit));
     });
   for (std::thread& w : workers) w.join();
+}
+
+// `bytes` of memory file `fd` mapped (populated) at new addresses, in pieces on kThreads threads,
+// allocating the file's pages first with `allocate`.
+StatusOr<char*> MapFile(int fd, size_t bytes, bool allocate) {
+  void* reserved =
+      mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  MP_REQUIRE(reserved != MAP_FAILED, "cannot reserve ", bytes, " bytes of addresses");
+  char* base = static_cast<char*>(reserved);
+  std::atomic<int64_t> failed{0};
+  ForPieces(bytes, [&](size_t at, size_t n) {
+    const auto offset = static_cast<off_t>(at);
+    if ((allocate && fallocate(fd, 0, offset, static_cast<off_t>(n)) != 0) ||
+        mmap(base + at, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd,
+             offset) == MAP_FAILED)
+      ++failed;
+  });
+  if (failed > 0) {
+    munmap(base, bytes);
+    return ResourceExhaustedError("the memory file: " + std::to_string(failed.load()) +
+                                  " pieces could not be allocated or mapped");
+  }
+  return base;
 }
 
 Status Register(void* p, size_t bytes) {
@@ -120,15 +144,7 @@ Status Run(int argc, char** argv) {
   t0 = std::chrono::steady_clock::now();
   const int fd = memfd_create("millipede-bench", MFD_CLOEXEC);
   MP_REQUIRE(fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0, "no memory file");
-  void* reserved =
-      mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  MP_REQUIRE(reserved != MAP_FAILED, "cannot reserve addresses");
-  char* f = static_cast<char*>(reserved);
-  ForPieces(bytes, [&](size_t at, size_t n) {
-    fallocate(fd, 0, static_cast<off_t>(at), static_cast<off_t>(n));
-    mmap(f + at, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd,
-         static_cast<off_t>(at));
-  });
+  MP_ASSIGN_OR_RETURN(char* f, MapFile(fd, bytes, /*allocate=*/true));
   out["file"]["fault_in_s"] = Seconds(t0);
   t0 = std::chrono::steady_clock::now();
   MP_RETURN_IF_ERROR(Register(f, bytes));
@@ -137,14 +153,7 @@ Status Run(int argc, char** argv) {
 
   // A second mapping of the file's pages: what sharing them with another job costs.
   t0 = std::chrono::steady_clock::now();
-  void* second =
-      mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  MP_REQUIRE(second != MAP_FAILED, "cannot reserve addresses");
-  char* s = static_cast<char*>(second);
-  ForPieces(bytes, [&](size_t at, size_t n) {
-    mmap(s + at, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd,
-         static_cast<off_t>(at));
-  });
+  MP_ASSIGN_OR_RETURN(char* s, MapFile(fd, bytes, /*allocate=*/false));
   out["file"]["second_mapping_s"] = Seconds(t0);
   t0 = std::chrono::steady_clock::now();
   MP_RETURN_IF_ERROR(Register(s, bytes));
