@@ -203,6 +203,13 @@ StatusOr<std::vector<RequestRecord>> RunOverHttp(const std::string& address,
   return RunHttp(target, plan, o);
 }
 
+// The plan over the API the flags name.
+StatusOr<std::vector<RequestRecord>> RunPlan(const Flags& f,
+                                             const std::vector<PlannedRequest>& plan,
+                                             RunOptions& o) {
+  return f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), plan, o) : RunOverHttp(*f.Get("http"), plan, o);
+}
+
 // The service gauges from the metrics page, polled until idle for up to `wait_s` seconds.
 StatusOr<Json> ScrapeMetrics(const std::string& url, double wait_s) {
   MP_ASSIGN_OR_RETURN(HttpTarget target, ParseHttpTarget(url));
@@ -257,11 +264,8 @@ StatusOr<int> RunSweep(const Flags& f, WorkloadOptions workload, RunOptions opti
       MP_RETURN_IF_ERROR(ValidateWorkload(workload));
       MP_ASSIGN_OR_RETURN(const std::vector<PlannedRequest> plan, PlanWorkload(workload));
       options.policy_json = policy.json;
-      StatusOr<std::vector<RequestRecord>> records =
-          f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), plan, options)
-                       : RunOverHttp(*f.Get("http"), plan, options);
-      MP_RETURN_IF_ERROR(records.status());
-      runs.push_back({policy.name, rate, Summarize(*records, RunDuration(*records))});
+      MP_ASSIGN_OR_RETURN(const std::vector<RequestRecord> records, RunPlan(f, plan, options));
+      runs.push_back({policy.name, rate, Summarize(records, RunDuration(records))});
       if (runs.back().summary.failed > 0) healthy = false;
       if (!f.GetBool("quiet")) {
         std::cerr << "sweep: " << policy.name << " at " << rate
@@ -297,20 +301,17 @@ StatusOr<int> Run(const Flags& f) {
     return RunSweep(f, std::move(workload), std::move(options), wait_idle_s);
   MP_REQUIRE(!f.Has("ttft-p50-limit-s"), "--ttft-p50-limit-s needs --sweep-rates or --policies");
   MP_ASSIGN_OR_RETURN(std::vector<PlannedRequest> plan, PlanWorkload(workload));
-  auto run = [&](const std::vector<PlannedRequest>& p, RunOptions& o) {
-    return f.Has("rpc") ? RunOverRpc(*f.Get("rpc"), p, o) : RunOverHttp(*f.Get("http"), p, o);
-  };
   const bool warm = f.GetBool("warm-documents");
   MP_REQUIRE(!warm || workload.documents.count > 0, "--warm-documents needs --documents");
   std::vector<RequestRecord> warm_up;
   if (warm) {
     RunOptions one_at_a_time = options;
     one_at_a_time.max_concurrency = 1;
-    MP_ASSIGN_OR_RETURN(warm_up, run(WarmUpPlan(workload), one_at_a_time));
+    MP_ASSIGN_OR_RETURN(warm_up, RunPlan(f, WarmUpPlan(workload), one_at_a_time));
     options.vocab_size = one_at_a_time.vocab_size;
     options.model = one_at_a_time.model;
   }
-  MP_ASSIGN_OR_RETURN(std::vector<RequestRecord> records, run(plan, options));
+  MP_ASSIGN_OR_RETURN(std::vector<RequestRecord> records, RunPlan(f, plan, options));
   Json report = ReportJson(ConfigJson(f, workload, options), records);
   bool healthy = report["summary"]["failed"].get<int64_t>() == 0;
   if (warm) {
