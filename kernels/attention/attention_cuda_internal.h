@@ -204,22 +204,26 @@ Status LaunchAttentionFlash(const AttentionKernelParams& params, AttentionFlashS
 StatusOr<int64_t> AttentionFlashSplits(int head_dim, DType kv_dtype, AttentionFlashShape shape,
                                        int64_t blocks, int64_t tiles);
 
-// The sequences of one batched decode launch (BatchDecodeAttentionCuda): their K/V
-// ([n_kv[b], num_kv_heads, head_dim] each, 16-byte aligned) and key counts, passed in the
-// launch's parameters (3 KiB of the 4 KiB a launch may carry). With `lengths` (device memory,
-// [kMaxEntries] from the launch's first entry) entry b has min(n_kv[b], max(0, lengths[b])) keys,
-// read when the kernel runs (BatchDecodeAttentionArgs::lengths).
+// The entries of one batched decode launch (BatchDecodeAttentionCuda): their K/V
+// ([n_kv[b], num_kv_heads, head_dim] each, 16-byte aligned), key counts and query rows, passed in
+// the launch's parameters (about 4.6 KiB; CUDA 12.1 and later take up to 32 KiB). With `lengths`
+// (device memory, [kMaxEntries] from the launch's first entry) entry b has min(n_kv[b], max(0,
+// lengths[b])) keys, read when the kernel runs (BatchDecodeAttentionArgs::lengths); with
+// head_rows[b] (device memory, [num_kv_heads] I32) KV head g of entry b sees only its first
+// head_rows[b][g] of those (BatchDecodeAttentionArgs::kv_head_rows).
 struct AttentionBatchTable {
   static constexpr int kMaxEntries = 128;
   const void* k[kMaxEntries];
   const void* v[kMaxEntries];
   int64_t n_kv[kMaxEntries];
+  const int32_t* head_rows[kMaxEntries];
+  int32_t q_row[kMaxEntries];  // entry b's row of params.q
   const int64_t* lengths = nullptr;
 };
-// The decode instance over grid (params.n_q sequences, num_kv_heads, num_splits): query row b of
-// params.q against batch entry b, no mask (params.causal false, params.kv_head_rows null),
-// params.group <= AttentionFlashRowsPerBlock(kDecode); outputs at row b of params.o / lse (per
-// split as in LaunchAttentionFlash).
+// The decode instance over grid (params.n_q entries, num_kv_heads, num_splits): query row
+// batch.q_row[b] of params.q against batch entry b, no mask (params.causal false,
+// params.kv_head_rows null), params.group <= AttentionFlashRowsPerBlock(kDecode); outputs at row b
+// of params.o / lse (per split as in LaunchAttentionFlash).
 Status LaunchAttentionFlashBatch(const AttentionKernelParams& params,
                                  const AttentionBatchTable& batch, cudaStream_t stream);
 

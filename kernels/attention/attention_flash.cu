@@ -81,14 +81,16 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // One thread block's work: packed query rows [row0, min(row0 + Tile::kRows, rows)) of KV head
 // blockIdx.y against keys [0, key_rows) of `k_base`/`v_base` ([key_rows, num_kv_heads,
 // head_dim]), split blockIdx.z of them; query row t sits at key row t + window_shift (A-shape
-// windows). Tile::kThreads threads; Tile::kSmemBytes of dynamic shared memory.
+// windows) and reads row t + q_shift of p.q (its output stays at row t). Tile::kThreads threads;
+// Tile::kSmemBytes of dynamic shared memory.
 template <typename Tile, typename T>
 __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams& p,
                                                     const int64_t row0, const int64_t rows,
                                                     const void* const k_base,
                                                     const void* const v_base,
                                                     const int64_t key_rows,
-                                                    const int64_t window_shift) {
+                                                    const int64_t window_shift,
+                                                    const int64_t q_shift = 0) {
   constexpr int kHeadDim = Tile::kHeadDim, kMTiles = Tile::kMTiles, kKeys = Tile::kKeys;
   constexpr int kWarpKeys = Tile::kWarpKeys, kChunks = Tile::kChunks;
   constexpr int kRowBytes = kHeadDim * 2;
@@ -146,7 +148,10 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
     const int r = i / kChunks, c = i % kChunks;
     const int64_t row = row0 + r;
     const uint4 packed = row < rows
-                             ? PackQChunk<T>(p.q + OutputRow(p, row, kv_head, 0) * kHeadDim + 8 * c)
+                             ? PackQChunk<T>(p.q +
+                                             (OutputRow(p, row, kv_head, 0) +
+                                              q_shift * p.num_q_heads) * kHeadDim +
+                                             8 * c)
                              : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(sq + Swizzle<kHeadDim>(r, c)) = packed;
   }
@@ -396,9 +401,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
                                p.causal_shift);
 }
 
-// Grid: (sequences, num_kv_heads, num_splits): block (b, g, s) runs query row b (sequence b's
-// token, its group's heads packed into the tile's first p.group rows) against that sequence's
-// keys, the token at its last key's position (for the windows). p.group <= Tile::kRows.
+// Grid: (entries, num_kv_heads, num_splits): block (b, g, s) runs query row batch.q_row[b] (entry
+// b's token, its group's heads packed into the tile's first p.group rows) against that entry's
+// keys (KV head g's first batch.head_rows[b][g] when given), the token at its last key's position
+// (for the windows); its output is row b. p.group <= Tile::kRows.
 template <typename Tile, typename T>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     AttentionFlashBatchKernel(const __grid_constant__ AttentionKernelParams p,
@@ -407,8 +413,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const int64_t n_kv = batch.lengths == nullptr
                            ? batch.n_kv[b]
                            : min(batch.n_kv[b], max(int64_t{0}, batch.lengths[b]));
+  const int32_t* const head_rows = batch.head_rows[b];
+  const int64_t key_rows =
+      head_rows == nullptr
+          ? n_kv
+          : min(n_kv, max(int64_t{0}, static_cast<int64_t>(head_rows[blockIdx.y])));
   AttentionFlashBlock<Tile, T>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
-                               batch.v[b], n_kv, n_kv - 1 - b);
+                               batch.v[b], key_rows, n_kv - 1 - b, batch.q_row[b] - b);
 }
 
 // One kernel instance and its launch shape.

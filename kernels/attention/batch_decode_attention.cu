@@ -22,7 +22,8 @@ using attention_internal::IsAligned;
 
 // True when every sequence can run on the batched tensor-core kernel.
 bool TensorCoresFit(const BatchDecodeAttentionArgs& args) {
-  const int64_t batch = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t batch = BatchDecodeEntries(args), num_q_heads = args.q.dim(1);
+  const int64_t head_dim = args.q.dim(2);
   if (batch == 0) return false;
   const ConstTensorView& k0 = args.k[0];
   const int64_t keys_per_tile = attention_internal::AttentionFlashKeysPerTile();
@@ -76,7 +77,7 @@ StatusOr<LaunchPlan> PlanLaunch(const BatchDecodeAttentionArgs& args, int64_t fi
 StatusOr<std::vector<LaunchPlan>> PlanLaunches(const BatchDecodeAttentionArgs& args,
                                                const AttentionCudaOptions& options) {
   std::vector<LaunchPlan> plans;
-  const int64_t batch = args.q.dim(0);
+  const int64_t batch = BatchDecodeEntries(args);
   for (int64_t first = 0; first < batch; first += AttentionBatchTable::kMaxEntries) {
     const int64_t count = std::min<int64_t>(AttentionBatchTable::kMaxEntries, batch - first);
     MP_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(args, first, count, options));
@@ -103,11 +104,16 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
     table.k[i] = args.k[b].data;
     table.v[i] = args.v[b].data;
     table.n_kv[i] = args.k[b].dim(0);
+    table.q_row[i] = args.q_rows.empty() ? static_cast<int32_t>(b) : args.q_rows[b];
+    table.head_rows[i] =
+        args.kv_head_rows.empty() || args.kv_head_rows[b].data == nullptr
+            ? nullptr
+            : static_cast<const int32_t*>(args.kv_head_rows[b].data);
   }
   table.lengths =
       args.lengths.data != nullptr ? args.lengths.as<const int64_t>() + plan.first : nullptr;
   AttentionKernelParams p;
-  p.q = args.q.as<const float>() + plan.first * row_elems;
+  p.q = args.q.as<const float>();  // the table's rows
   p.n_q = plan.count;
   p.n_kv = 0;  // per sequence, in the table
   p.num_q_heads = static_cast<int>(num_q_heads);
@@ -175,7 +181,7 @@ StatusOr<size_t> BatchDecodeAttentionCudaWorkspaceBytes(const BatchDecodeAttenti
     return WorkspaceBytes(plans);
   }
   size_t bytes = 0;
-  for (int64_t b = 0; b < args.q.dim(0); ++b) {
+  for (int64_t b = 0; b < BatchDecodeEntries(args); ++b) {
     MP_ASSIGN_OR_RETURN(const size_t one,
                         AttentionCudaWorkspaceBytes(BatchDecodeEntryArgs(args, b), options));
     bytes = std::max(bytes, one);
@@ -186,13 +192,13 @@ StatusOr<size_t> BatchDecodeAttentionCudaWorkspaceBytes(const BatchDecodeAttenti
 Status BatchDecodeAttentionCuda(const BatchDecodeAttentionArgs& args,
                                 const AttentionCudaOptions& options, cudaStream_t stream) {
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
-  if (args.q.NumElements() == 0) return OkStatus();
+  if (BatchDecodeEntries(args) == 0 || args.q.NumElements() == 0) return OkStatus();
   if (!TensorCoresFit(args)) {
     if (args.lengths.data != nullptr)
       return UnimplementedError(
           "batch decode attention: per-sequence lengths need the tensor-core decode kernel "
           "(head_dim 64 or 128, BF16 or F16 K/V, 16-byte aligned rows)");
-    for (int64_t b = 0; b < args.q.dim(0); ++b)
+    for (int64_t b = 0; b < BatchDecodeEntries(args); ++b)
       MP_RETURN_IF_ERROR(AttentionCuda(BatchDecodeEntryArgs(args, b), options, stream));
     return OkStatus();
   }

@@ -1,8 +1,11 @@
-// Decode attention of a batch of sequences in one call: one query token per sequence against that
-// sequence's own keys (every key precedes the token, so no mask), each sequence with its own K/V
-// buffer and length. The continuous-batching step's dense decode heads: one launch for every
-// sequence of the step instead of one call per sequence (kernels/attention/attention.h is the
-// single-sequence op; a batch of one equals it with AttentionMask::kNone).
+// Decode attention of a batch of entries in one call: each entry one query token against its own
+// keys (every key precedes the token, so no mask), with its own K/V buffer and length. The
+// continuous-batching step's decode heads: one launch for every sequence of the step instead of
+// one call per sequence (kernels/attention/attention.h is the single-sequence op; a batch of one
+// equals it with AttentionMask::kNone). Several entries may read the same query row (`q_rows`)
+// and see per-KV-head prefixes of their keys (`kv_head_rows`): a sparse decode token's parts
+// (OmniKV's chosen rows and its generated rows, an eviction cache's kept and recent rows), whose
+// partial results the caller merges by log-sum-exp.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +18,8 @@
 namespace millipede {
 
 struct BatchDecodeAttentionArgs {
-  // [batch, num_q_heads, head_dim] F32 (after RoPE): row b is sequence b's token.
+  // [queries, num_q_heads, head_dim] F32 (after RoPE): row b is entry b's token (queries ==
+  // batch), or, with `q_rows`, row q_rows[b] is.
   ConstTensorView q;
   // batch entries, entry b [n_b, num_kv_heads, head_dim] (after RoPE): sequence b's keys and
   // values. Every entry shares num_kv_heads, head_dim and the K dtype (F32, BF16 or F16), and
@@ -45,14 +49,25 @@ struct BatchDecodeAttentionArgs {
   // length outside [0, n_b]; a GPU clamps it. On a GPU it needs the tensor-core decode kernel
   // (BatchDecodeAttentionCudaTakesLengths).
   ConstTensorView lengths = {};
+  // Optional: [batch] host memory, entry b's query row of q (each in [0, queries)); empty: row b.
+  std::span<const int32_t> q_rows = {};
+  // Optional: batch entries, entry b empty (every row) or [num_kv_heads] I32 in the memory of q:
+  // KV head g of entry b sees only its first kv_head_rows[b][g] rows (clamped to [0, n_b]), as
+  // AttentionArgs::kv_head_rows; read when the op runs. Not with kv_head_window or lengths.
+  std::span<const ConstTensorView> kv_head_rows = {};
 };
+
+// The entries of a batch: k.size() (q's rows, or q_rows' size).
+inline int64_t BatchDecodeEntries(const BatchDecodeAttentionArgs& args) {
+  return static_cast<int64_t>(args.k.size());
+}
 
 // Shapes, dtypes and the scale (not the data, which may live on a device).
 Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args);
 
-// Sequence b's call of the single-sequence op over the first `rows` of its keys (AttentionMask::
-// kNone, row b of q, o and lse; with windows, the token at position rows - 1 and the keys from
-// position 0); rows < 0: all n_b (args.lengths is not read).
+// Entry b's call of the single-sequence op over the first `rows` of its keys (AttentionMask::
+// kNone, its query row, row b of o and lse, its kv_head_rows; with windows, the token at position
+// rows - 1 and the keys from position 0); rows < 0: all n_b (args.lengths is not read).
 AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b,
                                    int64_t rows = -1);
 // Sequence b's call with args.lengths applied (host memory; OutOfRange outside [0, n_b]).

@@ -7,7 +7,7 @@ namespace millipede {
 AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b,
                                    int64_t rows) {
   AttentionArgs one;
-  one.q = SliceRows(args.q, b, 1);
+  one.q = SliceRows(args.q, args.q_rows.empty() ? b : args.q_rows[static_cast<size_t>(b)], 1);
   one.k = args.k[static_cast<size_t>(b)];
   one.v = args.v[static_cast<size_t>(b)];
   if (rows >= 0) {
@@ -23,6 +23,7 @@ AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t
     one.kv_head_window = args.kv_head_window;
     one.sink_tokens = args.sink_tokens;
   }
+  if (!args.kv_head_rows.empty()) one.kv_head_rows = args.kv_head_rows[static_cast<size_t>(b)];
   return one;
 }
 
@@ -39,13 +40,24 @@ StatusOr<AttentionArgs> BatchDecodeEntryArgsAtLength(const BatchDecodeAttentionA
 
 Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
   MP_REQUIRE(args.q.rank() == 3, "batch decode attention q: rank ", args.q.rank(), ", expected 3");
-  const int64_t batch = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t queries = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  const int64_t batch = args.q_rows.empty() ? queries : static_cast<int64_t>(args.q_rows.size());
   MP_REQUIRE(static_cast<int64_t>(args.k.size()) == batch &&
                  static_cast<int64_t>(args.v.size()) == batch,
              "batch decode attention: ", args.k.size(), " K and ", args.v.size(),
              " V entries for a batch of ", batch);
   MP_RETURN_IF_ERROR(CheckTensor(args.q, "batch decode attention q", DType::kF32,
-                                 Shape{batch, num_q_heads, head_dim}));
+                                 Shape{queries, num_q_heads, head_dim}));
+  for (size_t b = 0; b < args.q_rows.size(); ++b)
+    MP_REQUIRE(args.q_rows[b] >= 0 && args.q_rows[b] < queries, "batch decode attention: entry ",
+               b, "'s query row ", args.q_rows[b], " is outside the ", queries, " of q");
+  if (!args.kv_head_rows.empty()) {
+    MP_REQUIRE(static_cast<int64_t>(args.kv_head_rows.size()) == batch,
+               "batch decode attention: ", args.kv_head_rows.size(),
+               " kv_head_rows entries for a batch of ", batch);
+    MP_REQUIRE(args.kv_head_window == nullptr && args.lengths.data == nullptr,
+               "batch decode attention: kv_head_rows go with neither windows nor lengths");
+  }
   MP_RETURN_IF_ERROR(CheckTensor(args.o, "batch decode attention o", DType::kF32,
                                  Shape{batch, num_q_heads, head_dim}));
   if (args.lse.data != nullptr)
@@ -76,7 +88,7 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
 
 Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args) {
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
-  for (int64_t b = 0; b < args.q.dim(0); ++b) {
+  for (int64_t b = 0; b < BatchDecodeEntries(args); ++b) {
     MP_ASSIGN_OR_RETURN(const AttentionArgs one, BatchDecodeEntryArgsAtLength(args, b));
     MP_RETURN_IF_ERROR(AttentionRef(one));
   }

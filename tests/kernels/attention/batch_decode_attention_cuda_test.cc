@@ -2,7 +2,8 @@
 // sequences of different lengths (empty ones, one key, around the 64-key tiles, thousands of
 // keys), GQA ratios 1/4/8/16 on the batched tensor-core kernel, a group of 32 and F32 K/V on the
 // per-sequence path, batches beyond one launch's table, forced key splits, no LSE, A-shape
-// windows, lengths read on the device. Outputs start NaN-poisoned between guard bands. Skips
+// windows, lengths read on the device, entries sharing query rows with per-KV-head row counts
+// (a sparse decode token's parts). Outputs start NaN-poisoned between guard bands. Skips
 // without a GPU.
 #include "kernels/attention/batch_decode_attention_cuda.h"
 
@@ -42,6 +43,11 @@ struct Case {
   // BatchDecodeAttentionArgs::lengths, read on the device (each at most the view's rows, the
   // rows beyond never seen); empty: none.
   std::vector<int64_t> uploaded{};
+  // BatchDecodeAttentionArgs::q_rows (q then has max + 1 rows); empty: row b.
+  std::vector<int32_t> q_rows{};
+  // BatchDecodeAttentionArgs::kv_head_rows, per entry ([num_kv_heads] or empty: every row);
+  // empty: none.
+  std::vector<std::vector<int32_t>> head_rows{};
 };
 
 std::string Name(const Case& c) {
@@ -52,6 +58,8 @@ std::string Name(const Case& c) {
   if (!c.want_lse) name << "_nolse";
   if (!c.windows.empty()) name << "_sink" << c.sink << "_windows";
   if (!c.uploaded.empty()) name << "_lengths";
+  if (!c.q_rows.empty()) name << "_qrows";
+  if (!c.head_rows.empty()) name << "_headrows";
   return name.str();
 }
 
@@ -61,8 +69,10 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
   const Case& c = GetParam();
   const int64_t batch = static_cast<int64_t>(c.lengths.size());
   OpCheck check("batch_decode_attention");
+  const int64_t queries =
+      c.q_rows.empty() ? batch : *std::max_element(c.q_rows.begin(), c.q_rows.end()) + 1;
   const int q = check.Input(
-      RandomTensor(DType::kF32, {batch, c.num_q_heads, c.head_dim}, 1 + batch, -2.0f, 2.0f));
+      RandomTensor(DType::kF32, {queries, c.num_q_heads, c.head_dim}, 1 + batch, -2.0f, 2.0f));
   std::vector<int> ks, vs;
   for (int64_t b = 0; b < batch; ++b) {
     const Shape kv{c.lengths[static_cast<size_t>(b)], c.num_kv_heads, c.head_dim};
@@ -75,12 +85,20 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
     std::copy(c.uploaded.begin(), c.uploaded.end(), lengths.data<int64_t>());
     uploaded = check.Input(lengths);
   }
+  std::vector<int> head_rows;  // per entry, -1: none
+  for (const std::vector<int32_t>& rows : c.head_rows) {
+    head_rows.push_back(-1);
+    if (rows.empty()) continue;
+    HostTensor t(DType::kI32, {c.num_kv_heads});
+    std::copy(rows.begin(), rows.end(), t.data<int32_t>());
+    head_rows.back() = check.Input(t);
+  }
   const int o = check.Output("o", PoisonedF32({batch, c.num_q_heads, c.head_dim}),
                              Tolerance::Normalised(kMaxOError));
   const int lse = c.want_lse ? check.Output("lse", PoisonedF32({batch, c.num_q_heads}),
                                             Tolerance::Elementwise(0, kMaxLseError))
                              : -1;
-  std::vector<ConstTensorView> k_views, v_views;  // refilled for each side
+  std::vector<ConstTensorView> k_views, v_views, row_views;  // refilled for each side
   AttentionCudaOptions options;
   options.num_splits = c.num_splits;
   ASSERT_TRUE(check.Run(
@@ -98,6 +116,10 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
           a.sink_tokens = c.sink;
         }
         if (uploaded >= 0) a.lengths = t.cview(uploaded);
+        a.q_rows = c.q_rows;
+        row_views.clear();
+        for (int i : head_rows) row_views.push_back(i < 0 ? ConstTensorView{} : t.cview(i));
+        a.kv_head_rows = row_views;
         return a;
       },
       BatchDecodeAttentionRef,
@@ -145,7 +167,24 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{4096, 300, 20000, 64, 1}, 32, 8, 128, DType::kBF16, 5, true,
              {0, 100, 0, 700, 0, 64, 0, 5000}, 4, {4000, 0, 12345, 64, 1}},
         Case{{4096, 300, 20000, 64, 1}, 32, 8, 128, DType::kBF16, 0, true,
-             {0, 100, 0, 700, 0, 64, 0, 5000}, 4, {4000, 0, 12345, 64, 1}}),
+             {0, 100, 0, 700, 0, 64, 0, 5000}, 4, {4000, 0, 12345, 64, 1}},
+        // A sparse decode token's parts: entries sharing query rows (part-major, as the engine
+        // lays them out), per-KV-head row counts (0, inside and past a tile, past the rows) on
+        // some; split, unsplit, per sequence (F32) and beyond one launch's table.
+        Case{{2048, 5000, 70, 0, 1, 300}, 32, 8, 128, DType::kBF16, 0, true, {}, 0, {},
+             {0, 1, 2, 0, 1, 2},
+             {{2048, 0, 64, 65, 2000, 1, 3000, 7}, {}, {70, 70, 70, 70, 70, 70, 70, 70}, {}, {},
+              {}}},
+        Case{{2048, 5000, 70, 0, 1, 300}, 32, 8, 128, DType::kBF16, 4, true, {}, 0, {},
+             {0, 1, 2, 0, 1, 2},
+             {{2048, 0, 64, 65, 2000, 1, 3000, 7}, {}, {9, 70, 1, 70, 0, 70, 33, 70}, {}, {},
+              {}}},
+        Case{{700, 2, 129, 50}, 16, 4, 64, DType::kF16, 1, false, {}, 0, {}, {1, 1, 0, 0},
+             {{700, 3, 0, 64}, {}, {}, {1, 2, 3, 100}}},
+        Case{{40, 300, 0}, 8, 2, 64, DType::kF32, 0, true, {}, 0, {}, {2, 0, 0},
+             {{5, 40}, {299, 0}, {1, 1}}},
+        Case{RandomLengths(160, 300, 5), 32, 8, 128, DType::kBF16, 0, true, {}, 0, {},
+             std::vector<int32_t>(160, 3), {}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return Name(info.param) + "_" + std::to_string(info.index);
     });

@@ -165,6 +165,68 @@ TEST(BatchDecodeAttentionTest, LengthsCutEachSequencesRows) {
   EXPECT_EQ(BatchDecodeAttentionCheckArgs(a).code(), StatusCode::kInvalidArgument);
 }
 
+// Entries may share a query row (q_rows) and see per-KV-head prefixes of their rows
+// (kv_head_rows): each equals the single-sequence op on that row with those counts. Malformed
+// rows and counts are refused.
+TEST(BatchDecodeAttentionTest, EntriesShareQueryRowsAndCutRowsPerHead) {
+  const std::vector<int64_t> lengths = {9, 0, 30, 4};
+  Batch b = MakeBatch(lengths, DType::kBF16, 11);  // q has 4 rows; entries read rows 2, 2, 0, 3
+  const std::vector<int32_t> q_rows = {2, 2, 0, 3};
+  HostTensor rows0(DType::kI32, {kKvHeads}), rows2(DType::kI32, {kKvHeads});
+  rows0.data<int32_t>()[0] = 3;
+  rows0.data<int32_t>()[1] = 100;  // clamped to the 9 rows
+  rows2.data<int32_t>()[0] = 0;    // no row: o = 0, lse = -inf
+  rows2.data<int32_t>()[1] = 17;
+  const std::vector<ConstTensorView> head_rows = {CView(rows0), {}, CView(rows2), {}};
+  const int64_t n = 4;
+  HostTensor o = PoisonedF32({n, kHeads, kHeadDim}), lse = PoisonedF32({n, kHeads});
+  BatchDecodeAttentionArgs a{CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), lse.view()};
+  a.q_rows = q_rows;
+  a.kv_head_rows = head_rows;
+  ASSERT_TRUE(BatchDecodeAttentionRef(a).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    HostTensor o1 = PoisonedF32({1, kHeads, kHeadDim}), lse1 = PoisonedF32({1, kHeads});
+    AttentionArgs one;
+    one.q = SliceRows(CView(b.q), q_rows[static_cast<size_t>(i)], 1);
+    one.k = b.kv_k[static_cast<size_t>(i)];
+    one.v = b.kv_v[static_cast<size_t>(i)];
+    one.mask = AttentionMask::kNone;
+    one.kv_head_rows = head_rows[static_cast<size_t>(i)];
+    one.o = o1.view();
+    one.lse = lse1.view();
+    ASSERT_TRUE(AttentionRef(one).ok());
+    for (int64_t h = 0; h < kHeads; ++h)
+      EXPECT_EQ(lse.data<float>()[i * kHeads + h], lse1.data<float>()[h])
+          << "entry " << i << " head " << h;
+    for (int64_t e = 0; e < kHeads * kHeadDim; ++e)
+      EXPECT_EQ(o.data<float>()[i * kHeads * kHeadDim + e], o1.data<float>()[e]) << "entry " << i;
+  }
+  // Entry 2's KV head 0 sees no row; its head 1 sees 17 of 30 rows.
+  EXPECT_TRUE(std::isinf(lse.data<float>()[2 * kHeads]));
+  auto refused = [&](BatchDecodeAttentionArgs bad) {
+    return BatchDecodeAttentionCheckArgs(bad).code() == StatusCode::kInvalidArgument;
+  };
+  BatchDecodeAttentionArgs bad = a;
+  const std::vector<int32_t> outside = {2, 4, 0, 3};  // q has 4 rows
+  bad.q_rows = outside;
+  EXPECT_TRUE(refused(bad));
+  bad = a;
+  bad.q_rows = std::span(q_rows).first(3);  // fewer rows than entries
+  EXPECT_TRUE(refused(bad));
+  bad = a;
+  bad.kv_head_rows = std::span(head_rows).first(2);
+  EXPECT_TRUE(refused(bad));
+  bad = a;
+  const std::vector<int64_t> windows = {0, 3};
+  bad.kv_head_window = windows.data();  // counts go with no windows
+  EXPECT_TRUE(refused(bad));
+  HostTensor wide(DType::kI32, {kKvHeads + 1});
+  const std::vector<ConstTensorView> wrong = {CView(wide), {}, {}, {}};
+  bad = a;
+  bad.kv_head_rows = wrong;
+  EXPECT_TRUE(refused(bad));
+}
+
 TEST(BatchDecodeAttentionTest, LseIsOptional) {
   Batch b = MakeBatch({3, 4}, DType::kF32, 5);
   HostTensor o = PoisonedF32({2, kHeads, kHeadDim});
