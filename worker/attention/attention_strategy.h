@@ -63,6 +63,17 @@ struct DecodeInput {
   ConstTensorView recorded_length = {}, recorded_generated = {};
 };
 
+// One part of a decode token's attention, for the batched call (BatchParts): the token's query
+// over `rows` ([n, kv_heads, head_dim] each; every row precedes the token), KV head g over only
+// its first head_rows[g] rows when `head_rows` is set ([kv_heads] I32 in backend memory). A
+// token's parts cover disjoint keys; their partials merge by log-sum-exp.
+struct DecodePart {
+  ConstKvRows rows;
+  ConstTensorView head_rows = {};
+};
+// The most parts a token's attention has (chosen or kept rows, then recent or generated rows).
+inline constexpr size_t kMaxDecodeParts = 2;
+
 class DecodeStrategy {
  public:
   virtual ~DecodeStrategy() = default;
@@ -71,17 +82,23 @@ class DecodeStrategy {
   // lse = -inf when it sees none). The engine merges the ranks' partials.
   virtual Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                          TensorView lse) = 0;
-  // True when Partial is plain attention over BatchRows(in) (no mask, AfterMerge does nothing),
-  // so that the engine may run the decode tokens of many sequences in one BatchDecodeAttention
-  // call. Depends on the strategy alone: every rank decides the same.
+  // True when Partial equals the log-sum-exp merge of attention over the parts BatchParts gives
+  // (under batch_windows), so that the engine may run the decode tokens of many sequences, whatever
+  // their strategies, in one BatchDecodeAttention call. Depends on the strategy alone: every rank
+  // decides the same.
   virtual bool batchable() const { return false; }
-  // The rows Partial attends to, for batchable strategies.
-  virtual StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const {
+  // Batchable strategies, in place of Partial for a token of a batched run: the parts of its
+  // attention (at most kMaxDecodeParts; none: o = 0, lse = -inf), valid until the next call of
+  // this strategy; whatever Partial prepares on the device (gathers, counts) is queued here.
+  // AfterMerge follows as it follows Partial.
+  virtual Status BatchParts(AttentionEnv& env, const DecodeInput& in,
+                            std::vector<DecodePart>* parts) {
     return UnimplementedError(std::string("decode strategy ") + name() + " does not batch");
   }
-  // The A-shape windows a batched call applies to BatchRows (BatchDecodeAttentionArgs's
-  // kv_head_window and sink_tokens: the rows hold positions 0 .. n - 1, the token's last); tokens
-  // batch together only under equal windows. None by default.
+  // True when a recorded step's Partial is plain attention over the store's FixedRows up to the
+  // recorded length (no mask beyond batch_windows, AfterMerge does nothing), so that the engine
+  // batches recorded tokens by BatchDecodeAttention's lengths.
+  virtual bool batches_recorded() const { return false; }
   struct Windows {
     const std::vector<int64_t>* window = nullptr;  // [kv_heads]; null: none
     int64_t sink = 0;
@@ -90,11 +107,14 @@ class DecodeStrategy {
              (window == nullptr || (*window == *o.window && sink == o.sink));
     }
   };
+  // The A-shape windows a batched call applies to the parts (BatchDecodeAttentionArgs's
+  // kv_head_window and sink_tokens: a part's rows hold positions 0 .. n - 1, the token's last);
+  // tokens batch together only under equal windows. None by default.
   virtual Windows batch_windows() const { return {}; }
   // True when Partial (and AfterMerge) on one rank can run as a recorded step (DecodeInput's
   // recorded fields): every call's shapes fixed by recorded_rows, nothing that waits for the
-  // device. Batchable strategies are (the engine batches them itself).
-  virtual bool recordable() const { return batchable(); }
+  // device. Those that batch recorded steps are (the engine batches them itself).
+  virtual bool recordable() const { return batches_recorded(); }
   // Called by every rank after a prefill step's attention of the layer, while `in.q` holds the
   // step's queries (static eviction chooses its keys here). Nothing by default.
   virtual Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) { return OkStatus(); }

@@ -184,11 +184,13 @@ Status LayerLoop::RunLayer(int64_t layer, std::vector<RankEntry>& entries, int64
   AttentionEnv env = ctx_.Env(profiler);
   Workspace& ws = *ctx_.workspace;
   // Decode tokens of consecutive entries with batchable strategies (and equal windows) attend in
-  // one call; a merge across ranks takes as many as its buffers hold.
+  // one call, whatever their strategies; a merge across ranks takes as many as its buffers hold.
   const size_t max_run =
       ctx_.comm->size() == 1 ? entries.size() : static_cast<size_t>(env.scratch.gather_rows);
   auto batchable = [&](const RankEntry& e) {
-    return !e.prefill() && e.seq->attention(layer).decode->batchable();
+    if (e.prefill()) return false;
+    const DecodeStrategy& decode = *e.seq->attention(layer).decode;
+    return e.graph_rows > 0 ? decode.batches_recorded() : decode.batchable();
   };
   for (size_t i = 0; i < entries.size();) {
     RankEntry& e = entries[i];

@@ -44,6 +44,10 @@ class LayerLoop {
   // This rank's partials of `run`: o [n, heads, head_dim], lse [n, heads] F32.
   Status DecodePartials(std::span<RankEntry> run, std::span<const DecodeInput> inputs,
                         AttentionEnv& env, TensorView o, TensorView lse);
+  // The same for an unrecorded run of batchable strategies: every token's parts
+  // (DecodeStrategy::BatchParts) in one BatchDecodeAttention call, a token's parts merged.
+  Status BatchedPartials(std::span<RankEntry> run, std::span<const DecodeInput> inputs,
+                         AttentionEnv& env, TensorView o, TensorView lse);
   // Output projection and MLP of the step's rows: in chunks, decode rows split over the ranks
   // (EngineOptions::split_decode_mlp) and the rest whole.
   Status RunMlp(int64_t layer, std::span<const RankEntry> entries, StepProfiler& profiler);
@@ -55,6 +59,9 @@ class LayerLoop {
   StatusOr<std::vector<PrefillDensity>> PrefillDensities(std::vector<RankEntry>& entries);
 
   EngineContext& ctx_;
+  // Batched decode's partials of tokens with several parts: [parts * tokens, heads, head_dim]
+  // and [parts * tokens, heads] F32.
+  BackendTensor parts_o_, parts_lse_;
 };
 
 }  // namespace millipede

@@ -357,11 +357,12 @@ struct StepLogits {
 };
 
 // Prefills sequences 1..N with their prompts (prompts[i] of lengths that differ), then decodes
-// one token of each: all together in one step when `together`, else one step per sequence.
-// policies[i], when given and not empty, is sequence i's policy (else the engine's, dense).
+// `steps` tokens of each (next[i] + s at step s): each step's tokens all together when
+// `together`, else one step per sequence. policies[i], when given and not empty, is sequence i's
+// policy (else the engine's, dense). The logits come step by step, sequence by sequence.
 StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<int32_t>& next, bool together,
-                           const std::vector<std::string>& policies = {}) {
+                           const std::vector<std::string>& policies = {}, int steps = 1) {
   StepLogits out;
   OpCounts counts;
   auto created = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32), nullptr,
@@ -375,15 +376,20 @@ StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<i
     const int64_t n = static_cast<int64_t>(prompts[i].size());
     const bool own = i < policies.size() && !policies[i].empty();
     EXPECT_TRUE(
-        e.StartSequence(id, {n + 4, n, own ? testing::PolicyFor(e, policies[i]) : e.policy()})
+        e.StartSequence(id,
+                        {n + 4 + steps, n, own ? testing::PolicyFor(e, policies[i]) : e.policy()})
             .ok());
     StepPlan prefill{{SequenceStep{id, StepKind::kPrefill, {{0, n}}, prompts[i]}}};
     EXPECT_TRUE(e.RunStep(prefill).ok());
   }
-  std::vector<StepPlan> plans(together ? 1 : prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i)
-    plans[together ? 0 : i].steps.push_back(
-        SequenceStep{static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {next[i]}});
+  std::vector<StepPlan> plans;
+  for (int s = 0; s < steps; ++s) {
+    const size_t first = plans.size();
+    plans.resize(first + (together ? 1 : prompts.size()));
+    for (size_t i = 0; i < prompts.size(); ++i)
+      plans[first + (together ? 0 : i)].steps.push_back(
+          SequenceStep{static_cast<SequenceId>(i + 1), StepKind::kDecode, {}, {next[i] + s}});
+  }
   counts.clear();
   for (const StepPlan& plan : plans) {
     StatusOr<StepOutput> step = e.RunStep(plan);
@@ -472,6 +478,62 @@ TEST(BatchDecodeTest, MixedStreamingLayersBatchUnderEqualWindows) {
   EXPECT_LT(MaxRelError(mixed.logits[2], alone.logits[2]), 1e-5);
   EXPECT_EQ(count(mixed.ops, "Attention") + count(mixed.ops, "BatchDecodeAttention"),
             3 * c.num_hidden_layers);
+}
+
+}  // namespace
+}  // namespace millipede
+
+namespace millipede {
+namespace {
+
+// OmniKV's filter and selected layers and static eviction batch across sequences too: their
+// tokens' parts (every row; the chosen rows, each KV head over its count, and the generated rows;
+// the kept rows older than the window and the window) take one BatchDecodeAttention call per
+// layer, with sequences of every policy in one call, and each sequence's logits equal it decoded
+// alone (its strategies' own calls) step after step; the budgets are below the prompts, so the
+// policies change the logits.
+TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
+  const ModelConfig c = SmallConfig();
+  ASSERT_GE(c.num_hidden_layers, 2);
+  const std::string omnikv = R"({"version": 1, "filter": {"top_k": 4},
+      "layers": [{"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})";
+  const std::string eviction = R"({"version": 1, "default": {"decode": "static-eviction"},
+      "static_eviction": {"keep_tokens": 3, "recent_tokens": 4, "observed_queries": 4}})";
+  const std::vector<std::vector<int32_t>> prompts = {RandomIds(5, 97, 1), RandomIds(17, 97, 2),
+                                                     RandomIds(11, 97, 3), RandomIds(23, 97, 4)};
+  const std::vector<int32_t> next = {7, 8, 9, 10};
+  constexpr int kSteps = 6;  // the window passes kept positions: the counts change
+  auto count = [](const OpCounts& ops, const char* op) {
+    auto it = ops.find(op);
+    return it == ops.end() ? int64_t{0} : it->second;
+  };
+  const StepLogits dense = DecodeSequences(c, prompts, next, false, {}, kSteps);
+  for (const std::string& policy : {omnikv, eviction}) {
+    SCOPED_TRACE(policy);
+    const std::vector<std::string> all(prompts.size(), policy);
+    const StepLogits together = DecodeSequences(c, prompts, next, true, all, kSteps);
+    const StepLogits alone = DecodeSequences(c, prompts, next, false, all, kSteps);
+    ASSERT_EQ(together.logits.size(), prompts.size() * kSteps);
+    ASSERT_EQ(alone.logits.size(), together.logits.size());
+    ASSERT_EQ(dense.logits.size(), together.logits.size());
+    for (size_t i = 0; i < together.logits.size(); ++i)
+      EXPECT_LT(MaxRelError(together.logits[i], alone.logits[i]), 1e-5)
+          << "step " << i / prompts.size() << " sequence " << i % prompts.size();
+    // The 23-token prompt's budget is well below its length.
+    EXPECT_GT(MaxRelError(together.logits[3], dense.logits[3]), 1e-3);
+    EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
+    EXPECT_EQ(count(together.ops, "Attention"), 0);
+    EXPECT_EQ(count(alone.ops, "BatchDecodeAttention"), 0);
+  }
+  // Dense, OmniKV and static eviction in one step: one call per layer, each as alone.
+  const std::vector<std::string> mixed_policies = {"", omnikv, eviction, omnikv};
+  const StepLogits mixed = DecodeSequences(c, prompts, next, true, mixed_policies, kSteps);
+  const StepLogits mixed_alone = DecodeSequences(c, prompts, next, false, mixed_policies, kSteps);
+  ASSERT_EQ(mixed.logits.size(), mixed_alone.logits.size());
+  for (size_t i = 0; i < mixed.logits.size(); ++i)
+    EXPECT_LT(MaxRelError(mixed.logits[i], mixed_alone.logits[i]), 1e-5) << i;
+  EXPECT_EQ(count(mixed.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
+  EXPECT_EQ(count(mixed.ops, "Attention"), 0);
 }
 
 }  // namespace

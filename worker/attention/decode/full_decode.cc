@@ -6,7 +6,7 @@ Status FullDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView 
                            TensorView lse) {
   // Every key precedes (or is) the token, so no mask is needed; a rank without keys contributes
   // the empty state (the attention op writes o = 0, lse = -inf for it).
-  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, BatchRows(in));
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
   AttentionArgs a;
   a.q = in.q;
   a.k = rows.k;
@@ -16,6 +16,13 @@ Status FullDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView 
   a.o = o;
   a.lse = lse;
   return env.backend.Attention(a);
+}
+
+Status FullDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
+                              std::vector<DecodePart>* parts) {
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  parts->push_back({rows});
+  return OkStatus();
 }
 
 StatusOr<DecodeRoleStrategy> BuildFullDecode(const DecodeRoleContext& context) {

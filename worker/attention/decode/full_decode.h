@@ -17,9 +17,10 @@ class FullDecode final : public DecodeStrategy {
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                  TensorView lse) override;
   bool batchable() const override { return true; }
-  StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const override {
-    return in.store->Rows(in.step_rows);
-  }
+  bool batches_recorded() const override { return true; }
+  // One part: every row.
+  Status BatchParts(AttentionEnv& env, const DecodeInput& in,
+                    std::vector<DecodePart>* parts) override;
 
  private:
   const char* name_;

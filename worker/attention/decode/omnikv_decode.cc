@@ -49,6 +49,13 @@ Status FilterDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorVie
   return AttendRows(env, in, rows, o, lse);
 }
 
+Status FilterDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
+                                std::vector<DecodePart>* parts) {
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  parts->push_back({rows});
+  return OkStatus();
+}
+
 Status FilterDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView scores) {
   const int64_t groups = scores.dim(0), slots = std::min(params_.top_k, scores.dim(1));
   MP_ASSIGN_OR_RETURN(TensorView chosen, selection_->ChosenBuffer(env, slots));
@@ -120,45 +127,65 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
   return env.profiler.Mark(&env.stats.omnikv_select_s);
 }
 
+StatusOr<SelectedDecode::Rows> SelectedDecode::ChosenAndGenerated(AttentionEnv& env,
+                                                                   const DecodeInput& in) {
+  TokenSelection& selection = *selection_;
+  const int64_t context = selection.context_rows();
+  const bool any_chosen = selection.slots() > 0;
+  Rows out;
+  if (in.store->tier() == KvTier::kHost) {
+    const auto* store = dynamic_cast<const OffloadedKvStore*>(in.store);
+    MP_ASSERT(store != nullptr && store->context_rows() == context,
+              "a selected layer's host store holds its filter layer's context rows");
+    if (any_chosen) {
+      MP_ASSIGN_OR_RETURN(out.chosen, selection.Loaded(env, in.layer));
+    }
+    MP_ASSIGN_OR_RETURN(out.generated, store->GeneratedRows(in.step_rows));
+    return out;
+  }
+  MP_ASSIGN_OR_RETURN(const ConstKvRows all, in.store->Rows(in.step_rows));
+  const int64_t rows = all.k.dim(0);
+  MP_ASSERT(rows >= context, "the store holds the context rows");
+  if (any_chosen) {
+    MP_ASSIGN_OR_RETURN(out.chosen, selection.Gather(env, {SliceRows(all.k, 0, context),
+                                                           SliceRows(all.v, 0, context)}));
+  }
+  out.generated = {SliceRows(all.k, context, rows - context),
+                   SliceRows(all.v, context, rows - context)};
+  return out;
+}
+
+Status SelectedDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
+                                  std::vector<DecodePart>* parts) {
+  TokenSelection& selection = *selection_;
+  MP_RETURN_IF_ERROR(selection.CheckFresh(in.position, in.layer));
+  MP_ASSIGN_OR_RETURN(const Rows rows, ChosenAndGenerated(env, in));
+  if (selection.slots() > 0) parts->push_back({rows.chosen, selection.counts(env)});
+  if (rows.generated.k.dim(0) > 0) parts->push_back({rows.generated});
+  return OkStatus();
+}
+
 Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                                TensorView lse) {
   TokenSelection& selection = *selection_;
   MP_RETURN_IF_ERROR(selection.CheckFresh(in.position, in.layer));
   const int64_t context = selection.context_rows();
   const bool any_chosen = selection.slots() > 0;
-  ConstKvRows chosen, generated;
-  if (in.store->tier() == KvTier::kHost) {
-    const auto* store = dynamic_cast<const OffloadedKvStore*>(in.store);
-    MP_ASSERT(store != nullptr && store->context_rows() == context,
-              "a selected layer's host store holds its filter layer's context rows");
-    if (any_chosen) {
-      MP_ASSIGN_OR_RETURN(chosen, selection.Loaded(env, in.layer));
-    }
-    MP_ASSIGN_OR_RETURN(generated, store->GeneratedRows(in.step_rows));
-  } else {
-    // A recorded step spans its bucket of rows; the generated ones it sees are counted on the
-    // device (recorded_generated).
-    ConstKvRows all;
-    if (in.recorded_rows > 0) {
-      MP_ASSIGN_OR_RETURN(const KvRows fixed, in.store->FixedRows(in.recorded_rows));
-      all = {AsConst(fixed.k), AsConst(fixed.v)};
-    } else {
-      MP_ASSIGN_OR_RETURN(all, in.store->Rows(in.step_rows));
-    }
-    const int64_t rows = all.k.dim(0);
-    MP_ASSERT(rows >= context, "the store holds the context rows");
-    if (any_chosen) {
-      MP_ASSIGN_OR_RETURN(chosen, selection.Gather(env, {SliceRows(all.k, 0, context),
-                                                         SliceRows(all.v, 0, context)}));
-    }
-    generated = {SliceRows(all.k, context, rows - context),
-                 SliceRows(all.v, context, rows - context)};
-  }
   if (in.recorded_rows > 0) {
-    // The token's own row is among the generated ones: never empty.
-    MP_ASSERT(in.store->tier() == KvTier::kDevice && generated.k.dim(0) > 0,
+    // A recorded step spans its bucket of rows; the generated ones it sees are counted on the
+    // device (recorded_generated). The token's own row is among them: never empty.
+    MP_ASSERT(in.store->tier() == KvTier::kDevice,
               "a recorded selected layer decodes over a device store");
+    MP_ASSIGN_OR_RETURN(const KvRows fixed, in.store->FixedRows(in.recorded_rows));
+    const ConstKvRows all{AsConst(fixed.k), AsConst(fixed.v)};
+    const int64_t rows = all.k.dim(0);
+    MP_ASSERT(rows > context, "the store holds the context rows and the token's");
+    const ConstKvRows generated{SliceRows(all.k, context, rows - context),
+                                SliceRows(all.v, context, rows - context)};
     if (!any_chosen) return AttendRecorded(env, in, generated, in.recorded_generated, o, lse);
+    MP_ASSIGN_OR_RETURN(const ConstKvRows chosen,
+                        selection.Gather(env, {SliceRows(all.k, 0, context),
+                                               SliceRows(all.v, 0, context)}));
     MP_RETURN_IF_ERROR(selection.Attend(env, in.q, chosen, in.position, o, lse));
     MP_ASSIGN_OR_RETURN(TensorView tmp_o,
                         ScratchBuffer(env.backend, &tmp_o_, DType::kF32, o.shape));
@@ -168,15 +195,17 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
         AttendRecorded(env, in, generated, in.recorded_generated, tmp_o, tmp_lse));
     return env.backend.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
   }
-  const bool any_generated = generated.k.dim(0) > 0;
+  MP_ASSIGN_OR_RETURN(const Rows rows, ChosenAndGenerated(env, in));
+  const bool any_generated = rows.generated.k.dim(0) > 0;
   if (!any_chosen)
-    return any_generated ? AttendRows(env, in, generated, o, lse) : env.backend.ClearState(o, lse);
-  MP_RETURN_IF_ERROR(selection.Attend(env, in.q, chosen, in.position, o, lse));
+    return any_generated ? AttendRows(env, in, rows.generated, o, lse)
+                         : env.backend.ClearState(o, lse);
+  MP_RETURN_IF_ERROR(selection.Attend(env, in.q, rows.chosen, in.position, o, lse));
   if (!any_generated) return OkStatus();
   MP_ASSIGN_OR_RETURN(TensorView tmp_o, ScratchBuffer(env.backend, &tmp_o_, DType::kF32, o.shape));
   MP_ASSIGN_OR_RETURN(TensorView tmp_lse,
                       ScratchBuffer(env.backend, &tmp_lse_, DType::kF32, lse.shape));
-  MP_RETURN_IF_ERROR(AttendRows(env, in, generated, tmp_o, tmp_lse));
+  MP_RETURN_IF_ERROR(AttendRows(env, in, rows.generated, tmp_o, tmp_lse));
   return env.backend.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
 }
 

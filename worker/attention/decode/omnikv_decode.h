@@ -34,6 +34,10 @@ class FilterDecode final : public DecodeStrategy {
   const char* name() const override { return "filter"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
+  // One part: every row (AfterMerge scores them per token).
+  bool batchable() const override { return true; }
+  Status BatchParts(AttentionEnv& env, const DecodeInput& in,
+                    std::vector<DecodePart>* parts) override;
   // On one rank over a device store: the selection's shapes stay fixed through decode.
   bool recordable() const override { return true; }
 
@@ -59,10 +63,20 @@ class SelectedDecode final : public DecodeStrategy {
       : selection_(std::move(selection)) {}
   const char* name() const override { return "selected"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
+  // Two parts: the chosen context rows (gathered from the device store, or the host tier's load),
+  // each KV head over its own count, and the generated rows.
+  bool batchable() const override { return true; }
+  Status BatchParts(AttentionEnv& env, const DecodeInput& in,
+                    std::vector<DecodePart>* parts) override;
   // Over a device store (the engine records no step with a host-tier store).
   bool recordable() const override { return true; }
 
  private:
+  // The chosen rows (empty when none is chosen) and the generated rows of an unrecorded step.
+  struct Rows {
+    ConstKvRows chosen, generated;
+  };
+  StatusOr<Rows> ChosenAndGenerated(AttentionEnv& env, const DecodeInput& in);
   std::shared_ptr<TokenSelection> selection_;
   BackendTensor tmp_o_, tmp_lse_;  // the generated rows' partial
 };

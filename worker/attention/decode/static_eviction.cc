@@ -38,14 +38,23 @@ StatusOr<std::vector<std::vector<int64_t>>> StaticEvictionDecode::Select(
 Status StaticEvictionDecode::GatherKept(AttentionEnv& env, ConstKvRows rows,
                                         const std::vector<std::vector<int64_t>>& kept) {
   const int64_t kv_heads = env.config.num_key_value_heads, d = env.config.head_dim;
-  std::vector<int64_t> index;  // rows of K viewed as [rows * kv_heads, head_dim]
-  head_offset_.assign(1, 0);
+  slots_ = 0;
+  for (const std::vector<int64_t>& head : kept)
+    slots_ = std::max(slots_, static_cast<int64_t>(head.size()));
+  counted_.clear();  // counts_ is stale
+  if (slots_ == 0) return OkStatus();
+  // Rows of K viewed as [rows * kv_heads, head_dim]; a head's slots past its kept rows repeat
+  // its first (its count hides them).
+  std::vector<int64_t> index(static_cast<size_t>(slots_ * kv_heads));
   for (int64_t g = 0; g < kv_heads; ++g) {
-    for (int64_t row : kept[static_cast<size_t>(g)]) index.push_back(row * kv_heads + g);
-    head_offset_.push_back(static_cast<int64_t>(index.size()));
+    const std::vector<int64_t>& head = kept[static_cast<size_t>(g)];
+    for (int64_t j = 0; j < slots_; ++j) {
+      const int64_t row = head.empty() ? 0 : head[static_cast<size_t>(
+                                                 std::min<int64_t>(j, head.size() - 1))];
+      index[static_cast<size_t>(j * kv_heads + g)] = row * kv_heads + g;
+    }
   }
-  const int64_t total = static_cast<int64_t>(index.size());
-  if (total == 0) return OkStatus();
+  const int64_t total = slots_ * kv_heads;
   MP_ASSIGN_OR_RETURN(TensorView dev_index, UploadI64(env.backend, &gather_index_, index));
   MP_ASSIGN_OR_RETURN(TensorView k,
                       ScratchBuffer(env.backend, &heavy_k_, rows.k.dtype, Shape{total, d}));
@@ -56,6 +65,26 @@ Status StaticEvictionDecode::GatherKept(AttentionEnv& env, ConstKvRows rows,
   MP_ASSIGN_OR_RETURN(ConstTensorView src_v, Reshape(rows.v, Shape{n, d}));
   MP_RETURN_IF_ERROR(env.backend.GatherRows({src_k, AsConst(dev_index), k}));
   return env.backend.GatherRows({src_v, AsConst(dev_index), v});
+}
+
+StatusOr<bool> StaticEvictionDecode::CountKept(AttentionEnv& env, int64_t recent_from) {
+  const int64_t kv_heads = env.config.num_key_value_heads;
+  std::vector<int32_t> counts(static_cast<size_t>(kv_heads), 0);
+  bool any = false;
+  for (size_t g = 0; g < counts.size() && g < heavy_positions_.size(); ++g) {
+    const std::vector<int64_t>& kept = heavy_positions_[g];
+    counts[g] = static_cast<int32_t>(std::lower_bound(kept.begin(), kept.end(), recent_from) -
+                                     kept.begin());
+    any = any || counts[g] > 0;
+  }
+  if (counts != counted_) {
+    MP_ASSIGN_OR_RETURN(TensorView dst,
+                        ScratchBuffer(env.backend, &counts_, DType::kI32, Shape{kv_heads}));
+    MP_RETURN_IF_ERROR(
+        env.backend.CopyFromHost(ConstTensorView{counts.data(), DType::kI32, dst.shape}, dst));
+    counted_ = std::move(counts);
+  }
+  return any;
 }
 
 Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput& in) {
@@ -86,59 +115,66 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
   return GatherKept(env, rows, kept);
 }
 
-Status StaticEvictionDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
-                                     TensorView lse) {
-  const ModelConfig& c = env.config;
-  Backend& b = env.backend;
-  const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
-  const int64_t group = c.num_attention_heads / kv_heads;
+StatusOr<StaticEvictionDecode::Parts> StaticEvictionDecode::PartsOf(AttentionEnv& env,
+                                                                     const DecodeInput& in) {
+  const int64_t kv_heads = env.config.num_key_value_heads, d = env.config.head_dim;
   const int64_t recent_from = in.position - params_.recent_tokens + 1;
+  Parts parts;
   // Kept keys older than the window, per KV head (newer ones are in the window below).
-  for (int64_t g = 0; g < kv_heads; ++g) {
-    MP_ASSIGN_OR_RETURN(ConstTensorView q_g, SubView(in.q, g * group * d, Shape{1, group, d}));
-    MP_ASSIGN_OR_RETURN(TensorView o_g, SubView(o, g * group * d, Shape{1, group, d}));
-    MP_ASSIGN_OR_RETURN(TensorView lse_g, SubView(lse, g * group, Shape{1, group}));
-    const std::vector<int64_t>* kept =
-        static_cast<size_t>(g) < heavy_positions_.size() ? &heavy_positions_[g] : nullptr;
-    const int64_t m =
-        kept == nullptr ? 0
-                        : std::lower_bound(kept->begin(), kept->end(), recent_from) - kept->begin();
-    if (m == 0) {
-      MP_RETURN_IF_ERROR(b.ClearState(o_g, lse_g));
-      continue;
-    }
-    const int64_t first = head_offset_[static_cast<size_t>(g)];
-    AttentionArgs a;
-    a.q = q_g;
-    MP_ASSIGN_OR_RETURN(a.k, SubView(heavy_k_.cview(), first * d, Shape{m, 1, d}));
-    MP_ASSIGN_OR_RETURN(a.v, SubView(heavy_v_.cview(), first * d, Shape{m, 1, d}));
-    a.q_offset = in.position;
-    a.mask = AttentionMask::kNone;
-    a.o = o_g;
-    a.lse = lse_g;
-    MP_RETURN_IF_ERROR(b.Attention(a));
+  MP_ASSIGN_OR_RETURN(const bool any_kept, CountKept(env, recent_from));
+  if (any_kept) {
+    // The buffers are flat (ScratchBuffer): the first slots x kv_heads x head_dim elements.
+    const Shape shape{slots_, kv_heads, d};
+    MP_ASSIGN_OR_RETURN(const ConstTensorView k,
+                        Reshape(SliceRows(heavy_k_.cview(), 0, shape.NumElements()), shape));
+    MP_ASSIGN_OR_RETURN(const ConstTensorView v,
+                        Reshape(SliceRows(heavy_v_.cview(), 0, shape.NumElements()), shape));
+    parts.kept = {{k, v}, SliceRows(counts_.cview(), 0, kv_heads)};
   }
   // The window: a suffix of this rank's rows (held, then the token's own).
-  MP_ASSIGN_OR_RETURN(ConstKvRows rows, in.store->Rows(in.step_rows));
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
   std::vector<TokenRange> ranges = in.store->held_ranges();
   if (in.step_rows > 0) AppendRange(&ranges, {in.position, in.position + 1});
   int64_t first = 0;
   for (const TokenRange& r : ranges)
     first += std::clamp<int64_t>(recent_from - r.begin, 0, r.size());
-  const int64_t m = rows.k.dim(0) - first;
-  if (m <= 0) return OkStatus();
-  MP_ASSIGN_OR_RETURN(TensorView tmp_o, ScratchBuffer(env.backend, &tmp_o_, DType::kF32, o.shape));
-  MP_ASSIGN_OR_RETURN(TensorView tmp_lse,
-                      ScratchBuffer(env.backend, &tmp_lse_, DType::kF32, lse.shape));
-  AttentionArgs a;
-  a.q = in.q;
-  a.k = SliceRows(rows.k, first, m);
-  a.v = SliceRows(rows.v, first, m);
-  a.q_offset = in.position;
-  a.mask = AttentionMask::kNone;
-  a.o = tmp_o;
-  a.lse = tmp_lse;
-  MP_RETURN_IF_ERROR(b.Attention(a));
+  const int64_t m = std::max<int64_t>(0, rows.k.dim(0) - first);
+  parts.window = {SliceRows(rows.k, first, m), SliceRows(rows.v, first, m)};
+  return parts;
+}
+
+Status StaticEvictionDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
+                                        std::vector<DecodePart>* parts) {
+  MP_ASSIGN_OR_RETURN(const Parts p, PartsOf(env, in));
+  if (p.kept.rows.k.data != nullptr) parts->push_back(p.kept);
+  if (p.window.k.dim(0) > 0) parts->push_back({p.window});
+  return OkStatus();
+}
+
+Status StaticEvictionDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
+                                     TensorView lse) {
+  Backend& b = env.backend;
+  MP_ASSIGN_OR_RETURN(const Parts p, PartsOf(env, in));
+  const bool kept = p.kept.rows.k.data != nullptr, window = p.window.k.dim(0) > 0;
+  if (!kept && !window) return b.ClearState(o, lse);
+  auto attend = [&](const DecodePart& part, TensorView part_o, TensorView part_lse) {
+    AttentionArgs a;
+    a.q = in.q;
+    a.k = part.rows.k;
+    a.v = part.rows.v;
+    a.q_offset = in.position;
+    a.mask = AttentionMask::kNone;  // every kept and window row precedes (or is) the token
+    a.o = part_o;
+    a.lse = part_lse;
+    a.kv_head_rows = part.head_rows;
+    return b.Attention(a);
+  };
+  if (!kept) return attend({p.window}, o, lse);
+  MP_RETURN_IF_ERROR(attend(p.kept, o, lse));
+  if (!window) return OkStatus();
+  MP_ASSIGN_OR_RETURN(TensorView tmp_o, ScratchBuffer(b, &tmp_o_, DType::kF32, o.shape));
+  MP_ASSIGN_OR_RETURN(TensorView tmp_lse, ScratchBuffer(b, &tmp_lse_, DType::kF32, lse.shape));
+  MP_RETURN_IF_ERROR(attend({p.window}, tmp_o, tmp_lse));
   return b.MergeStateInPlace(o, lse, AsConst(tmp_o), AsConst(tmp_lse));
 }
 

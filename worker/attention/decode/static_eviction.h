@@ -5,9 +5,11 @@
 // positions. Exact under context parallelism: the same keys are kept whatever the number of ranks.
 //
 // Built from backend ops only (attention, the merge rule, KeyScores, TopK, GatherRows), so it
-// runs on any backend: the kept keys and values of each KV head are gathered once into a block of
-// their own, and a decode step attends, per KV head, to its kept keys older than the window, then
-// to the window's rows for all heads, merging the two by log-sum-exp.
+// runs on any backend: the kept keys and values are gathered once, slot by slot ([slots, kv_heads,
+// head_dim], KV head g's kept rows in position order in its first slots), and a decode step
+// attends to each head's kept keys older than the window (a per-head count, uploaded when it
+// changes) and to the window's rows, merging the two by log-sum-exp: two parts, so the tokens of
+// many sequences decode in one batched call.
 //
 // The selection is the sequence's state: one strategy object per layer of one sequence.
 #pragma once
@@ -28,22 +30,37 @@ class StaticEvictionDecode final : public DecodeStrategy {
   const char* name() const override { return "static-eviction"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) override;
+  bool batchable() const override { return true; }
+  // The kept rows older than the window (each KV head over its count) and the window's rows.
+  Status BatchParts(AttentionEnv& env, const DecodeInput& in,
+                    std::vector<DecodePart>* parts) override;
 
  private:
+  // The token's parts: kept (empty when no head has a kept row older than the window) and window.
+  struct Parts {
+    DecodePart kept;
+    ConstKvRows window;
+  };
+  StatusOr<Parts> PartsOf(AttentionEnv& env, const DecodeInput& in);
   // Each KV head's kept rows of this rank (increasing), from the scores [kv_heads, rows].
   StatusOr<std::vector<std::vector<int64_t>>> Select(AttentionEnv& env, ConstTensorView scores,
                                                      const std::vector<int64_t>& positions);
-  // Gathers the kept rows' K and V, head by head, into heavy_k_ / heavy_v_.
+  // Gathers the kept rows' K and V, slot by slot, into heavy_k_ / heavy_v_.
   Status GatherKept(AttentionEnv& env, ConstKvRows rows,
                     const std::vector<std::vector<int64_t>>& kept);
+  // Each KV head's kept rows older than the window from `recent_from` on, in counts_ (uploaded
+  // only when they change): [kv_heads] I32; false when no head has one.
+  StatusOr<bool> CountKept(AttentionEnv& env, int64_t recent_from);
   StaticEvictionParams params_;
   ObservedQueries observed_;
   BackendTensor q_pos_, k_pos_, scores_, top_index_, top_value_, gather_index_;
   BackendTensor tmp_o_, tmp_lse_;  // a decode step's window partial
-  // Kept rows of every KV head, head by head: [kept rows, head_dim] each.
+  // Kept rows, slot by slot: [slots, kv_heads, head_dim]; KV head g's in its first slots.
   BackendTensor heavy_k_, heavy_v_;
-  std::vector<int64_t> head_offset_;                   // [kv_heads + 1] rows into heavy_k_
+  int64_t slots_ = 0;
   std::vector<std::vector<int64_t>> heavy_positions_;  // [kv_heads] kept positions, increasing
+  BackendTensor counts_;                               // [kv_heads] I32 (CountKept)
+  std::vector<int32_t> counted_;                       // what counts_ holds
 };
 
 // The static-eviction role's builder: a StaticEvictionDecode with the policy's parameters.

@@ -5,13 +5,16 @@
 
 namespace millipede {
 
-StatusOr<ConstKvRows> StreamingHeadsDecode::BatchRows(const DecodeInput& in) const {
+Status StreamingHeadsDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
+                                        std::vector<DecodePart>* parts) {
   const std::vector<TokenRange>& held = in.store->held_ranges();
   const int64_t held_end = held.empty() ? 0 : held.back().end;
   MP_ASSERT(batchable_ && held.size() <= 1 && (held.empty() || held.front().begin == 0) &&
                 (in.step_rows == 0 || in.position == held_end),
             "streaming heads: batched decode needs positions 0 .. n - 1 in order");
-  return in.store->Rows(in.step_rows);
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  parts->push_back({rows});
+  return OkStatus();
 }
 
 Status StreamingHeadsDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,

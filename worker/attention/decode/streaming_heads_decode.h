@@ -28,8 +28,10 @@ class StreamingHeadsDecode final : public DecodeStrategy {
   const char* name() const override { return "streaming-heads"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   bool batchable() const override { return batchable_; }
-  // Every row, which must be positions 0 .. n - 1 (one rank).
-  StatusOr<ConstKvRows> BatchRows(const DecodeInput& in) const override;
+  bool batches_recorded() const override { return batchable_; }
+  // One part: every row, which must be positions 0 .. n - 1 (one rank).
+  Status BatchParts(AttentionEnv& env, const DecodeInput& in,
+                    std::vector<DecodePart>* parts) override;
   Windows batch_windows() const override { return {&windows_, sink_}; }
 
  private:

@@ -138,7 +138,7 @@ Status TokenSelection::Attend(AttentionEnv& env, ConstTensorView q, ConstKvRows 
   a.mask = AttentionMask::kNone;  // every context row precedes the token
   a.o = o;
   a.lse = lse;
-  a.kv_head_rows = SliceRows(counts_.cview(), 0, env.config.num_key_value_heads);
+  a.kv_head_rows = counts(env);
   return env.backend.Attention(a);
 }
 

@@ -76,6 +76,11 @@ class TokenSelection {
   // head_dim]) gathered on the compute stream: K and V [slots, kv_heads, head_dim] each, valid
   // until the next Gather.
   StatusOr<ConstKvRows> Gather(AttentionEnv& env, ConstKvRows context);
+  // How many of the chosen rows each KV head has: [kv_heads] I32 in backend memory (its slots
+  // past that are padding), as the attention ops' kv_head_rows.
+  ConstTensorView counts(const AttentionEnv& env) const {
+    return SliceRows(counts_.cview(), 0, env.config.num_key_value_heads);
+  }
   // Attention of the token's query `q` [1, heads, head_dim] over chosen rows `rows` (from Loaded
   // or Gather), each head over its own count: o [1, heads, head_dim], lse [1, heads] (o = 0,
   // lse = -inf for heads with no chosen row). One call.
