@@ -95,6 +95,18 @@ class DecodeStrategy {
                             std::vector<DecodePart>* parts) {
     return UnimplementedError(std::string("decode strategy ") + name() + " does not batch");
   }
+  // Strategies that batch with their own kind rather than by parts (a layer whose KV heads keep
+  // their rows in two stores): true when `other`, another sequence's strategy of the same layer,
+  // decodes with this one in one BatchPartials call. Depends on the strategies alone.
+  virtual bool BatchesWith(const DecodeStrategy& other) const { return false; }
+  // The partials of unrecorded tokens whose strategies BatchesWith this one (strategies[0] is this
+  // one; inputs alike): q [n, heads, head_dim] F32 their queries, o [n, heads, head_dim] and
+  // lse [n, heads] F32 as Partial's, token by token.
+  virtual Status BatchPartials(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                               std::span<const DecodeInput> inputs, ConstTensorView q,
+                               TensorView o, TensorView lse) {
+    return UnimplementedError(std::string("decode strategy ") + name() + " does not batch");
+  }
   // True when a recorded step's Partial is plain attention over the store's FixedRows up to the
   // recorded length (no mask beyond batch_windows, AfterMerge does nothing), so that the engine
   // batches recorded tokens by BatchDecodeAttention's lengths.

@@ -122,7 +122,11 @@ std::vector<int32_t> Concat(const std::vector<int32_t>& a, const std::vector<int
 HeadGroupDecode::HeadGroupDecode(const KvHeadGroups& groups, int64_t group,
                                  const KvRetention& streaming,
                                  std::shared_ptr<HeadPackScratch> scratch)
-    : pack_(Concat(groups.full, groups.streaming), group),
+    : kv_heads_{groups.full, groups.streaming},
+      groups_{HeadPack(groups.full, group), HeadPack(groups.streaming, group)},
+      sink_(streaming.sink_tokens),
+      window_(streaming.window_tokens),
+      pack_(Concat(groups.full, groups.streaming), group),
       full_heads_(static_cast<int64_t>(groups.full.size()) * group),
       streaming_(std::vector<int64_t>(groups.streaming.size(), streaming.window_tokens),
                  streaming.sink_tokens, /*batchable=*/false),
@@ -155,6 +159,79 @@ Status HeadGroupDecode::Partial(AttentionEnv& env, const DecodeInput& in, Tensor
     }
   }
   return pack_.Unpack(b, AsConst(buf.o), AsConst(buf.lse), o, lse);
+}
+
+bool HeadGroupDecode::BatchesWith(const DecodeStrategy& other) const {
+  const auto* o = dynamic_cast<const HeadGroupDecode*>(&other);
+  return o != nullptr && o->kv_heads_[0] == kv_heads_[0] && o->kv_heads_[1] == kv_heads_[1] &&
+         o->sink_ == sink_ && o->window_ == window_ && o->keep_all_below_ == keep_all_below_;
+}
+
+Status HeadGroupDecode::GroupPartials(AttentionEnv& env, int group,
+                                      std::span<DecodeStrategy* const> strategies,
+                                      std::span<const DecodeInput> inputs, ConstTensorView q,
+                                      TensorView o, TensorView lse) {
+  const size_t n = inputs.size();
+  const bool streaming = group == HeadGroupKvStore::kStreaming;
+  // Under context parallelism a store that keeps every row holds runs of positions the windows
+  // of a batched call cannot place: those tokens run alone.
+  bool batched = true;
+  if (streaming && env.comm.size() > 1)
+    for (const DecodeInput& in : inputs) batched = batched && in.position >= keep_all_below_;
+  std::vector<ConstTensorView> k, v;
+  for (size_t i = 0; i < n; ++i) {
+    MP_ASSIGN_OR_RETURN(HeadGroupKvStore* store, GroupStore(inputs[i].store, "head-group decode"));
+    DecodeInput group_in = inputs[i];
+    group_in.store = &store->group(static_cast<HeadGroupKvStore::Group>(group));
+    if (batched) {
+      MP_ASSIGN_OR_RETURN(const ConstKvRows rows, group_in.store->Rows(group_in.step_rows));
+      k.push_back(rows.k);
+      v.push_back(rows.v);
+      continue;
+    }
+    const int64_t row = static_cast<int64_t>(i);
+    group_in.q = SliceRows(q, row, 1);
+    auto& self = static_cast<HeadGroupDecode&>(*strategies[i]);
+    DecodeStrategy& one = group_in.position >= keep_all_below_
+                              ? static_cast<DecodeStrategy&>(self.full_)
+                              : static_cast<DecodeStrategy&>(self.streaming_);
+    MP_RETURN_IF_ERROR(one.Partial(env, group_in, SliceRows(o, row, 1), SliceRows(lse, row, 1)));
+  }
+  if (!batched) return OkStatus();
+  BatchDecodeAttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  const std::vector<int64_t> windows(kv_heads_[1].size(), window_);
+  if (streaming && env.comm.size() == 1) {
+    a.kv_head_window = windows.data();
+    a.sink_tokens = sink_;
+  }
+  return env.backend.BatchDecodeAttention(a);
+}
+
+Status HeadGroupDecode::BatchPartials(AttentionEnv& env,
+                                      std::span<DecodeStrategy* const> strategies,
+                                      std::span<const DecodeInput> inputs, ConstTensorView q,
+                                      TensorView o, TensorView lse) {
+  Backend& b = env.backend;
+  const int64_t n = static_cast<int64_t>(inputs.size()), d = env.config.head_dim;
+  const int64_t widest = std::max(groups_[0].packed(), groups_[1].packed());
+  MP_ASSIGN_OR_RETURN(const PackBuffers buf, PackScratch(b, *scratch_, n, widest, d));
+  for (int g = 0; g < 2; ++g) {
+    const HeadPack& pack = groups_[g];
+    const int64_t p = pack.packed();
+    if (p == 0) continue;
+    MP_ASSIGN_OR_RETURN(const TensorView gq, SubView(buf.q, 0, Shape{n, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView go, SubView(buf.o, 0, Shape{n, p, d}));
+    MP_ASSIGN_OR_RETURN(const TensorView glse, SubView(buf.lse, 0, Shape{n, p}));
+    MP_RETURN_IF_ERROR(pack.Pack(b, q, gq));
+    MP_RETURN_IF_ERROR(GroupPartials(env, g, strategies, inputs, AsConst(gq), go, glse));
+    MP_RETURN_IF_ERROR(pack.Unpack(b, AsConst(go), AsConst(glse), o, lse));
+  }
+  return OkStatus();
 }
 
 }  // namespace millipede

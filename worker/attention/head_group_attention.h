@@ -9,7 +9,13 @@
 // dense fallback below dense_below_tokens are those of the policy. Decode: the full heads over
 // every row, the streaming heads over the rows their store kept (exactly the sinks and window the
 // token sees, or, while the store keeps every row, those rows with the windows applied); under
-// context parallelism each rank's partial is merged by the engine.
+// context parallelism each rank's partial is merged by the engine. The decode tokens of several
+// sequences whose layers split their heads alike decode together: each group's queries of every
+// token packed, one BatchDecodeAttention call per group over each token's store of that group.
+// The streaming group's call applies the windows to every token on one rank, where a store's rows
+// are positions 0 .. n - 1 until it drops rows and then the sinks followed by a run that ends at
+// the token (so the windows hide exactly what the store would have dropped); under context
+// parallelism it batches once every token's store drops rows, and runs token by token before.
 #pragma once
 
 #include <cstdint>
@@ -78,8 +84,21 @@ class HeadGroupDecode final : public DecodeStrategy {
                   std::shared_ptr<HeadPackScratch> scratch);
   const char* name() const override { return "head-groups"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
+  // Another sequence's head-group decode of the same groups, windows and sinks.
+  bool BatchesWith(const DecodeStrategy& other) const override;
+  Status BatchPartials(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                       std::span<const DecodeInput> inputs, ConstTensorView q, TensorView o,
+                       TensorView lse) override;
 
  private:
+  // One group's partials of the run's tokens: q [n, p, head_dim], o [n, p, head_dim], lse [n, p]
+  // (p the group's query heads).
+  Status GroupPartials(AttentionEnv& env, int group, std::span<DecodeStrategy* const> strategies,
+                       std::span<const DecodeInput> inputs, ConstTensorView q, TensorView o,
+                       TensorView lse);
+  std::vector<int32_t> kv_heads_[2];  // the full and the streaming KV heads
+  HeadPack groups_[2];     // each group's query heads
+  int64_t sink_, window_;  // the streaming heads'
   HeadPack pack_;          // every query head: the full heads' first, then the streaming heads'
   int64_t full_heads_;     // query heads of the full KV heads
   FullDecode full_;

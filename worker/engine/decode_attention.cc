@@ -18,7 +18,18 @@ Status LayerLoop::DecodePartials(std::span<RankEntry> run, std::span<const Decod
   // a recorded step batches it (BatchDecodeAttention's lengths).
   if (run.size() == 1 && (!recorded || !first.batches_recorded()))
     return first.Partial(env, inputs[0], o, lse);
-  if (!recorded) return BatchedPartials(run, inputs, env, o, lse);
+  if (!recorded) {
+    if (first.batchable()) return BatchedPartials(run, inputs, env, o, lse);
+    // Strategies that batch with their own kind (the layer loop grouped them by BatchesWith).
+    const ModelConfig& c = ctx_.config();
+    const int64_t n = static_cast<int64_t>(run.size());
+    std::vector<DecodeStrategy*> strategies;
+    for (const RankEntry& e : run) strategies.push_back(e.seq->attention(layer).decode.get());
+    MP_ASSIGN_OR_RETURN(const ConstTensorView q,
+                        Reshape(SliceRows(ctx_.workspace->q.cview(), run.front().row0, n),
+                                Shape{n, c.num_attention_heads, c.head_dim}));
+    return first.BatchPartials(env, strategies, inputs, q, o, lse);
+  }
   // A recorded step: every token's store's held rows and its own (FixedRows) through views of
   // its bucket, and the lengths it uploaded.
   const ModelConfig& c = ctx_.config();

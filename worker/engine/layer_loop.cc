@@ -196,10 +196,17 @@ Status LayerLoop::RunLayer(int64_t layer, std::vector<RankEntry>& entries, int64
     RankEntry& e = entries[i];
     if (!e.prefill()) {
       size_t j = i + 1;
+      const DecodeStrategy& decode = *e.seq->attention(layer).decode;
       if (batchable(e)) {
-        const DecodeStrategy::Windows windows = e.seq->attention(layer).decode->batch_windows();
+        const DecodeStrategy::Windows windows = decode.batch_windows();
         while (j < entries.size() && j - i < max_run && batchable(entries[j]) &&
                entries[j].seq->attention(layer).decode->batch_windows() == windows)
+          ++j;
+      } else if (e.graph_rows == 0) {
+        // Strategies that batch with their own kind (DecodeStrategy::BatchesWith).
+        while (j < entries.size() && j - i < max_run && !entries[j].prefill() &&
+               entries[j].graph_rows == 0 &&
+               decode.BatchesWith(*entries[j].seq->attention(layer).decode))
           ++j;
       }
       MP_RETURN_IF_ERROR(AttendDecode(layer, std::span<RankEntry>(entries).subspan(i, j - i), env));

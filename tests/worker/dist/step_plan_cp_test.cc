@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "../engine_test_util.h"
 #include "worker/dist/mpi_communicator.h"
@@ -57,13 +59,13 @@ int ChunkOwner(int64_t count, int ranks) {
 }
 
 // Prefills `prompt` of sequence `id` in chunks of `chunk` tokens, then decodes `steps` greedy
-// tokens, each step a plan of its own.
+// tokens, each step a plan of its own; `spare` more positions of capacity.
 Trace RunAlone(Engine& e, SequenceId id, const std::vector<int32_t>& prompt, int64_t chunk,
-               int steps) {
+               int steps, int64_t spare = 0) {
   Trace t;
   const int ranks = e.comm().size(), rank = e.comm().rank();
   const int64_t n = static_cast<int64_t>(prompt.size());
-  EXPECT_TRUE(e.StartSequence(id, {n + steps, chunk, e.policy()}).ok());
+  EXPECT_TRUE(e.StartSequence(id, {n + steps + spare, chunk, e.policy()}).ok());
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t count = std::min(chunk, n - begin);
     auto step = ShardedPrefill(id, begin, std::span(prompt).subspan(begin, count), rank, ranks);
@@ -129,41 +131,61 @@ TEST(StepPlanTest, TwoSequencesInterleavedEqualEachAlone) {
 
 // Five sequences of different lengths prefilled in one step, then decoding together: each
 // layer's decode tokens attend in batched calls, and with two rows per attention call a merge
-// across ranks takes them two by two (runs of 2, 2 and 1).
+// across ranks takes them two by two (runs of 2, 2 and 1). So under every decode role that
+// batches: dense, OmniKV's filter and selected layers (each rank's share of the global top-k),
+// static eviction and DuoAttention's layers with a store per group of KV heads.
 TEST(StepPlanTest, ManyDecodeTokensInOneStepEqualEachAlone) {
   auto engine = MakeEngine(2);
   Engine& e = *engine;
   const int ranks = e.comm().size(), rank = e.comm().rank();
   const std::vector<int64_t> lengths = {7, 19, 3, 30, 12};
   const int steps = 3;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<Trace> alone, together(lengths.size());
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    prompts.push_back(RandomIds(lengths[i], 97, 10 + i));
-    alone.push_back(RunAlone(e, static_cast<SequenceId>(i + 1), prompts[i], lengths[i], steps));
-  }
-  ASSERT_FALSE(HasFailure());
-  StepPlan prefill;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    const SequenceId id = static_cast<SequenceId>(i + 1);
-    ASSERT_TRUE(e.StartSequence(id, {lengths[i] + steps, lengths[i], e.policy()}).ok());
-    prefill.steps.push_back(*ShardedPrefill(id, 0, prompts[i], rank, ranks));
-  }
-  auto out = e.RunStep(prefill);
-  ASSERT_TRUE(out.ok()) << out.status().ToString();
-  for (size_t i = 0; i < lengths.size(); ++i)
-    Record(e, out->logits[i], ChunkOwner(lengths[i], ranks), &together[i]);
-  for (int s = 0; s < steps; ++s) {
-    StepPlan decode;
-    for (size_t i = 0; i < lengths.size(); ++i)
-      decode.steps.push_back(DecodeStep(static_cast<SequenceId>(i + 1), together[i].greedy.back()));
-    out = e.RunStep(decode);
+  const int64_t spare = 200;  // DuoAttention's stores split only in sequences this long
+  const AttentionPolicy dense = e.policy();
+  const std::vector<std::string> policies = {
+      "",
+      R"({"version": 1, "filter": {"top_k": 4},
+          "layers": [{"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})",
+      R"({"version": 1, "default": {"decode": "static-eviction"},
+          "static_eviction": {"keep_tokens": 3, "recent_tokens": 2, "observed_queries": 4}})",
+      R"({"version": 1,
+          "default": {"prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]},
+          "a_shape": {"sink_tokens": 2, "window_tokens": 5},
+          "streaming_head": {"sink_tokens": 2, "window_tokens": 6}})"};
+  for (const std::string& policy : policies) {
+    SCOPED_TRACE(policy.empty() ? "dense" : policy);
+    ASSERT_TRUE(e.SetPolicy(policy.empty() ? dense : testing::PolicyFor(e, policy)).ok());
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<Trace> alone, together(lengths.size());
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      prompts.push_back(RandomIds(lengths[i], 97, 10 + i));
+      alone.push_back(RunAlone(e, static_cast<SequenceId>(i + 1), prompts[i], lengths[i], steps,
+                               spare));
+    }
+    ASSERT_FALSE(HasFailure());
+    StepPlan prefill;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      const SequenceId id = static_cast<SequenceId>(i + 1);
+      ASSERT_TRUE(e.StartSequence(id, {lengths[i] + steps + spare, lengths[i], e.policy()}).ok());
+      prefill.steps.push_back(*ShardedPrefill(id, 0, prompts[i], rank, ranks));
+    }
+    auto out = e.RunStep(prefill);
     ASSERT_TRUE(out.ok()) << out.status().ToString();
-    for (size_t i = 0; i < lengths.size(); ++i) Record(e, out->logits[i], -1, &together[i]);
-  }
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    e.EndSequence(static_cast<SequenceId>(i + 1));
-    ExpectSame(together[i], alone[i], ("sequence " + std::to_string(i + 1)).c_str());
+    for (size_t i = 0; i < lengths.size(); ++i)
+      Record(e, out->logits[i], ChunkOwner(lengths[i], ranks), &together[i]);
+    for (int s = 0; s < steps; ++s) {
+      StepPlan decode;
+      for (size_t i = 0; i < lengths.size(); ++i)
+        decode.steps.push_back(
+            DecodeStep(static_cast<SequenceId>(i + 1), together[i].greedy.back()));
+      out = e.RunStep(decode);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      for (size_t i = 0; i < lengths.size(); ++i) Record(e, out->logits[i], -1, &together[i]);
+    }
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      e.EndSequence(static_cast<SequenceId>(i + 1));
+      ExpectSame(together[i], alone[i], ("sequence " + std::to_string(i + 1)).c_str());
+    }
   }
 }
 

@@ -359,10 +359,12 @@ struct StepLogits {
 // Prefills sequences 1..N with their prompts (prompts[i] of lengths that differ), then decodes
 // `steps` tokens of each (next[i] + s at step s): each step's tokens all together when
 // `together`, else one step per sequence. policies[i], when given and not empty, is sequence i's
-// policy (else the engine's, dense). The logits come step by step, sequence by sequence.
+// policy (else the engine's, dense). The logits come step by step, sequence by sequence. Each
+// sequence's capacity is its prompt, the steps and `spare` positions.
 StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<int32_t>& next, bool together,
-                           const std::vector<std::string>& policies = {}, int steps = 1) {
+                           const std::vector<std::string>& policies = {}, int steps = 1,
+                           int64_t spare = 4) {
   StepLogits out;
   OpCounts counts;
   auto created = Engine::Create(RandomEngineOptions(c, DType::kF32, DType::kF32), nullptr,
@@ -377,7 +379,8 @@ StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<i
     const bool own = i < policies.size() && !policies[i].empty();
     EXPECT_TRUE(
         e.StartSequence(id,
-                        {n + 4 + steps, n, own ? testing::PolicyFor(e, policies[i]) : e.policy()})
+                        {n + spare + steps, n,
+                         own ? testing::PolicyFor(e, policies[i]) : e.policy()})
             .ok());
     StepPlan prefill{{SequenceStep{id, StepKind::kPrefill, {{0, n}}, prompts[i]}}};
     EXPECT_TRUE(e.RunStep(prefill).ok());
@@ -524,6 +527,27 @@ TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
     EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
     EXPECT_EQ(count(together.ops, "Attention"), 0);
     EXPECT_EQ(count(alone.ops, "BatchDecodeAttention"), 0);
+  }
+  // DuoAttention's layers with a store per group of KV heads (streaming heads prefilled a-shape
+  // within their window; capacities large enough to split the stores) batch by group: one call
+  // per group and layer, the streaming group's under its windows, over stores that keep every row
+  // (the short prompts) and stores that dropped rows.
+  const std::string duo = R"({"version": 1,
+      "default": {"prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]},
+      "a_shape": {"sink_tokens": 2, "window_tokens": 5},
+      "streaming_head": {"sink_tokens": 2, "window_tokens": 6}})";
+  {
+    const std::vector<std::string> all(prompts.size(), duo);
+    const StepLogits together = DecodeSequences(c, prompts, next, true, all, kSteps, 200);
+    const StepLogits alone = DecodeSequences(c, prompts, next, false, all, kSteps, 200);
+    ASSERT_EQ(together.logits.size(), prompts.size() * kSteps);
+    ASSERT_EQ(alone.logits.size(), together.logits.size());
+    for (size_t i = 0; i < together.logits.size(); ++i)
+      EXPECT_LT(MaxRelError(together.logits[i], alone.logits[i]), 1e-5)
+          << "step " << i / prompts.size() << " sequence " << i % prompts.size();
+    EXPECT_GT(MaxRelError(together.logits[3], dense.logits[3]), 1e-3);
+    EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), 2 * c.num_hidden_layers * kSteps);
+    EXPECT_EQ(count(together.ops, "Attention"), 0);
   }
   // Dense, OmniKV and static eviction in one step: one call per layer, each as alone.
   const std::vector<std::string> mixed_policies = {"", omnikv, eviction, omnikv};
