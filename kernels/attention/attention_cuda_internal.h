@@ -205,8 +205,9 @@ StatusOr<int64_t> AttentionFlashSplits(int head_dim, DType kv_dtype, AttentionFl
                                        int64_t blocks, int64_t tiles);
 
 // The entries of one batched decode launch (BatchDecodeAttentionCuda): their K/V
-// ([n_kv[b], num_kv_heads, head_dim] each, 16-byte aligned), key counts and query rows, passed in
-// the launch's parameters (about 4.6 KiB; CUDA 12.1 and later take up to 32 KiB). With `lengths`
+// ([n_kv[b], num_kv_heads, head_dim] each, 16-byte aligned), key counts, query rows and row
+// indices, passed in the launch's parameters (about 5.6 KiB; CUDA 12.1 and later take up to
+// 32 KiB). With `lengths`
 // (device memory, [kMaxEntries] from the launch's first entry) entry b has min(n_kv[b], max(0,
 // lengths[b])) keys, read when the kernel runs (BatchDecodeAttentionArgs::lengths); with
 // head_rows[b] (device memory, [num_kv_heads] I32) KV head g of entry b sees only its first
@@ -217,6 +218,9 @@ struct AttentionBatchTable {
   const void* v[kMaxEntries];
   int64_t n_kv[kMaxEntries];
   const int32_t* head_rows[kMaxEntries];
+  // Entry b's keys through an index (BatchDecodeAttentionArgs::kv_row_index): [n_kv[b],
+  // num_kv_heads] I64 flat rows of k[b] / v[b] viewed as [rows * num_kv_heads, head_dim].
+  const int64_t* row_index[kMaxEntries];
   int32_t q_row[kMaxEntries];  // entry b's row of params.q
   const int64_t* lengths = nullptr;
 };

@@ -81,8 +81,10 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // One thread block's work: packed query rows [row0, min(row0 + Tile::kRows, rows)) of KV head
 // blockIdx.y against keys [0, key_rows) of `k_base`/`v_base` ([key_rows, num_kv_heads,
 // head_dim]), split blockIdx.z of them; query row t sits at key row t + window_shift (A-shape
-// windows) and reads row t + q_shift of p.q (its output stays at row t). Tile::kThreads threads;
-// Tile::kSmemBytes of dynamic shared memory.
+// windows) and reads row t + q_shift of p.q (its output stays at row t). With `row_index`
+// ([key_rows, num_kv_heads] I64, flat rows of K/V viewed as [rows * num_kv_heads, head_dim]) key
+// j of KV head g is flat row row_index[j][g]. Tile::kThreads threads; Tile::kSmemBytes of dynamic
+// shared memory.
 template <typename Tile, typename T>
 __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams& p,
                                                     const int64_t row0, const int64_t rows,
@@ -90,7 +92,8 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
                                                     const void* const v_base,
                                                     const int64_t key_rows,
                                                     const int64_t window_shift,
-                                                    const int64_t q_shift = 0) {
+                                                    const int64_t q_shift = 0,
+                                                    const int64_t* const row_index = nullptr) {
   constexpr int kHeadDim = Tile::kHeadDim, kMTiles = Tile::kMTiles, kKeys = Tile::kKeys;
   constexpr int kWarpKeys = Tile::kWarpKeys, kChunks = Tile::kChunks;
   constexpr int kRowBytes = kHeadDim * 2;
@@ -134,7 +137,14 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
     for (int n = 0; n < kKeys / kRowsPerPass; ++n) {
       const int key = tile_key0 + copy_row + n * kRowsPerPass;
       const bool valid = key < key_end;
-      const int64_t offset = valid ? key * kv_row_stride : 0;
+      // An indexed entry's key `key` is row row_index[key * kv_heads + kv_head] of K/V viewed as
+      // [rows * kv_heads, head_dim], i.e. that flat row less kv_head from k_src.
+      const int64_t offset =
+          !valid ? 0
+          : row_index == nullptr
+              ? key * kv_row_stride
+              : (row_index[static_cast<int64_t>(key) * p.num_kv_heads + kv_head] - kv_head) *
+                    kHeadDim;
       CpAsync16(dst + n * kRowsPerPass * kRowBytes, k_src + offset, valid);
       CpAsync16(dst + kKvBytes + n * kRowsPerPass * kRowBytes, v_src + offset, valid);
     }
@@ -403,8 +413,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 
 // Grid: (entries, num_kv_heads, num_splits): block (b, g, s) runs query row batch.q_row[b] (entry
 // b's token, its group's heads packed into the tile's first p.group rows) against that entry's
-// keys (KV head g's first batch.head_rows[b][g] when given), the token at its last key's position
-// (for the windows); its output is row b. p.group <= Tile::kRows.
+// keys (KV head g's first batch.head_rows[b][g] when given; through batch.row_index[b] when
+// given), the token at its last key's position (for the windows); its output is row b.
+// p.group <= Tile::kRows.
 template <typename Tile, typename T>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     AttentionFlashBatchKernel(const __grid_constant__ AttentionKernelParams p,
@@ -419,7 +430,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
           ? n_kv
           : min(n_kv, max(int64_t{0}, static_cast<int64_t>(head_rows[blockIdx.y])));
   AttentionFlashBlock<Tile, T>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
-                               batch.v[b], key_rows, n_kv - 1 - b, batch.q_row[b] - b);
+                               batch.v[b], key_rows, n_kv - 1 - b, batch.q_row[b] - b,
+                               batch.row_index[b]);
 }
 
 // One kernel instance and its launch shape.

@@ -37,7 +37,7 @@ bool TensorCoresFit(const BatchDecodeAttentionArgs& args) {
   for (int64_t b = 0; b < batch; ++b) {
     const ConstTensorView& k = args.k[static_cast<size_t>(b)];
     const ConstTensorView& v = args.v[static_cast<size_t>(b)];
-    if (k.dim(0) >= (int64_t{1} << 31) - keys_per_tile ||
+    if (std::max(k.dim(0), BatchDecodeEntryKeys(args, b)) >= (int64_t{1} << 31) - keys_per_tile ||
         (k.dim(0) > 0 && (!IsAligned(k.data, 16) || !IsAligned(v.data, 16))))
       return false;
   }
@@ -56,7 +56,7 @@ StatusOr<LaunchPlan> PlanLaunch(const BatchDecodeAttentionArgs& args, int64_t fi
   const int64_t keys_per_tile = attention_internal::AttentionFlashKeysPerTile();
   int64_t longest = 0;
   for (int64_t b = first; b < first + count; ++b)
-    longest = std::max(longest, args.k[static_cast<size_t>(b)].dim(0));
+    longest = std::max(longest, BatchDecodeEntryKeys(args, b));
   const int64_t tiles = std::max<int64_t>(1, (longest + keys_per_tile - 1) / keys_per_tile);
   int64_t splits = options.num_splits;
   if (splits <= 0) {
@@ -105,6 +105,10 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
     table.v[i] = args.v[b].data;
     table.n_kv[i] = args.k[b].dim(0);
     table.q_row[i] = args.q_rows.empty() ? static_cast<int32_t>(b) : args.q_rows[b];
+    const bool indexed = !args.kv_row_index.empty() && args.kv_row_index[b].data != nullptr;
+    table.row_index[i] =
+        indexed ? static_cast<const int64_t*>(args.kv_row_index[b].data) : nullptr;
+    if (indexed) table.n_kv[i] = args.kv_row_index[b].dim(0);
     table.head_rows[i] =
         args.kv_head_rows.empty() || args.kv_head_rows[b].data == nullptr
             ? nullptr
@@ -194,10 +198,10 @@ Status BatchDecodeAttentionCuda(const BatchDecodeAttentionArgs& args,
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
   if (BatchDecodeEntries(args) == 0 || args.q.NumElements() == 0) return OkStatus();
   if (!TensorCoresFit(args)) {
-    if (args.lengths.data != nullptr)
+    if (args.lengths.data != nullptr || !args.kv_row_index.empty())
       return UnimplementedError(
-          "batch decode attention: per-sequence lengths need the tensor-core decode kernel "
-          "(head_dim 64 or 128, BF16 or F16 K/V, 16-byte aligned rows)");
+          "batch decode attention: per-sequence lengths and row indices need the tensor-core "
+          "decode kernel (head_dim 64 or 128, BF16 or F16 K/V, 16-byte aligned rows)");
     for (int64_t b = 0; b < BatchDecodeEntries(args); ++b)
       MP_RETURN_IF_ERROR(AttentionCuda(BatchDecodeEntryArgs(args, b), options, stream));
     return OkStatus();

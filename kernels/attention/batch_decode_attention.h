@@ -8,8 +8,10 @@
 // partial results the caller merges by log-sum-exp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tensor.h"
@@ -55,6 +57,18 @@ struct BatchDecodeAttentionArgs {
   // KV head g of entry b sees only its first kv_head_rows[b][g] rows (clamped to [0, n_b]), as
   // AttentionArgs::kv_head_rows; read when the op runs. Not with kv_head_window or lengths.
   std::span<const ConstTensorView> kv_head_rows = {};
+  // Optional: batch entries, entry b empty (its rows in order) or [m_b, num_kv_heads] I64 in the
+  // memory of q: entry b then has m_b keys, key j of KV head g being the flat row
+  // kv_row_index[b][j][g] of k[b] / v[b] viewed as [n_b * num_kv_heads, head_dim] (OmniKV's chosen
+  // rows, read in place rather than gathered first). Each value must lie in [0, n_b *
+  // num_kv_heads): the references refuse others, a GPU reads what they name. Not with
+  // kv_head_window or lengths; on a GPU it needs the tensor-core decode kernel.
+  std::span<const ConstTensorView> kv_row_index = {};
+};
+
+// An indexed entry's keys and values gathered on the host (BatchDecodeEntryArgsOnHost).
+struct BatchDecodeGathered {
+  std::vector<std::byte> k, v;
 };
 
 // The entries of a batch: k.size() (q's rows, or q_rows' size).
@@ -70,9 +84,16 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args);
 // rows - 1 and the keys from position 0); rows < 0: all n_b (args.lengths is not read).
 AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t b,
                                    int64_t rows = -1);
+// Entry b's keys: n_b, or m_b for an indexed entry.
+int64_t BatchDecodeEntryKeys(const BatchDecodeAttentionArgs& args, int64_t b);
 // Sequence b's call with args.lengths applied (host memory; OutOfRange outside [0, n_b]).
 StatusOr<AttentionArgs> BatchDecodeEntryArgsAtLength(const BatchDecodeAttentionArgs& args,
                                                      int64_t b);
+
+// Entry b's call with everything in host memory: lengths applied, an indexed entry's rows
+// gathered into `storage` (OutOfRange for an index outside its rows).
+StatusOr<AttentionArgs> BatchDecodeEntryArgsOnHost(const BatchDecodeAttentionArgs& args, int64_t b,
+                                                   BatchDecodeGathered* storage);
 
 // Computes o and lse, sequence by sequence with AttentionRef (mask kNone).
 Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args);

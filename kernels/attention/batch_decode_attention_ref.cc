@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 
 #include "kernels/attention/batch_decode_attention.h"
 
@@ -24,6 +25,43 @@ AttentionArgs BatchDecodeEntryArgs(const BatchDecodeAttentionArgs& args, int64_t
     one.sink_tokens = args.sink_tokens;
   }
   if (!args.kv_head_rows.empty()) one.kv_head_rows = args.kv_head_rows[static_cast<size_t>(b)];
+  return one;
+}
+
+int64_t BatchDecodeEntryKeys(const BatchDecodeAttentionArgs& args, int64_t b) {
+  const size_t i = static_cast<size_t>(b);
+  if (!args.kv_row_index.empty() && args.kv_row_index[i].data != nullptr)
+    return args.kv_row_index[i].dim(0);
+  return args.k[i].dim(0);
+}
+
+StatusOr<AttentionArgs> BatchDecodeEntryArgsOnHost(const BatchDecodeAttentionArgs& args, int64_t b,
+                                                   BatchDecodeGathered* storage) {
+  MP_ASSIGN_OR_RETURN(AttentionArgs one, BatchDecodeEntryArgsAtLength(args, b));
+  const size_t i = static_cast<size_t>(b);
+  if (args.kv_row_index.empty() || args.kv_row_index[i].data == nullptr) return one;
+  const ConstTensorView& index = args.kv_row_index[i];
+  const ConstTensorView& k = args.k[i];
+  const ConstTensorView& v = args.v[i];
+  const int64_t m = index.dim(0), heads = k.dim(1), d = k.dim(2);
+  const int64_t flat_rows = k.dim(0) * heads;
+  const size_t k_row = static_cast<size_t>(d) * DTypeSize(k.dtype);
+  const size_t v_row = static_cast<size_t>(d) * DTypeSize(v.dtype);
+  storage->k.resize(static_cast<size_t>(m * heads) * k_row);
+  storage->v.resize(static_cast<size_t>(m * heads) * v_row);
+  const int64_t* rows = index.as<const int64_t>();
+  for (int64_t e = 0; e < m * heads; ++e) {
+    const int64_t r = rows[e];
+    if (r < 0 || r >= flat_rows)
+      return OutOfRangeError(detail::StrCat("batch decode attention: entry ", b, "'s row index ",
+                                            r, " is outside its ", flat_rows, " rows"));
+    std::memcpy(storage->k.data() + e * k_row, static_cast<const std::byte*>(k.data) + r * k_row,
+                k_row);
+    std::memcpy(storage->v.data() + e * v_row, static_cast<const std::byte*>(v.data) + r * v_row,
+                v_row);
+  }
+  one.k = {storage->k.data(), k.dtype, Shape{m, heads, d}};
+  one.v = {storage->v.data(), v.dtype, Shape{m, heads, d}};
   return one;
 }
 
@@ -58,6 +96,21 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
     MP_REQUIRE(args.kv_head_window == nullptr && args.lengths.data == nullptr,
                "batch decode attention: kv_head_rows go with neither windows nor lengths");
   }
+  if (!args.kv_row_index.empty()) {
+    MP_REQUIRE(static_cast<int64_t>(args.kv_row_index.size()) == batch,
+               "batch decode attention: ", args.kv_row_index.size(),
+               " kv_row_index entries for a batch of ", batch);
+    MP_REQUIRE(args.kv_head_window == nullptr && args.lengths.data == nullptr,
+               "batch decode attention: kv_row_index goes with neither windows nor lengths");
+    for (int64_t b = 0; b < batch; ++b) {
+      const ConstTensorView& index = args.kv_row_index[static_cast<size_t>(b)];
+      if (index.data == nullptr) continue;
+      MP_REQUIRE(index.rank() == 2 && index.dtype == DType::kI64 &&
+                     index.dim(1) == args.k[static_cast<size_t>(b)].dim(1),
+                 "batch decode attention: entry ", b, "'s kv_row_index must be [rows, ",
+                 args.k[static_cast<size_t>(b)].dim(1), "] I64");
+    }
+  }
   MP_RETURN_IF_ERROR(CheckTensor(args.o, "batch decode attention o", DType::kF32,
                                  Shape{batch, num_q_heads, head_dim}));
   if (args.lse.data != nullptr)
@@ -88,8 +141,9 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
 
 Status BatchDecodeAttentionRef(const BatchDecodeAttentionArgs& args) {
   MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
+  BatchDecodeGathered gathered;
   for (int64_t b = 0; b < BatchDecodeEntries(args); ++b) {
-    MP_ASSIGN_OR_RETURN(const AttentionArgs one, BatchDecodeEntryArgsAtLength(args, b));
+    MP_ASSIGN_OR_RETURN(const AttentionArgs one, BatchDecodeEntryArgsOnHost(args, b, &gathered));
     MP_RETURN_IF_ERROR(AttentionRef(one));
   }
   return OkStatus();

@@ -64,12 +64,15 @@ struct DecodeInput {
 };
 
 // One part of a decode token's attention, for the batched call (BatchParts): the token's query
-// over `rows` ([n, kv_heads, head_dim] each; every row precedes the token), KV head g over only
-// its first head_rows[g] rows when `head_rows` is set ([kv_heads] I32 in backend memory). A
+// over `rows` ([n, kv_heads, head_dim] each; every row precedes the token), or, when `row_index`
+// is set ([m, kv_heads] I64 in backend memory), over the m rows it names (key j of KV head g the
+// flat row row_index[j][g] of `rows` viewed as [n * kv_heads, head_dim]); KV head g over only its
+// first head_rows[g] of them when `head_rows` is set ([kv_heads] I32 in backend memory). A
 // token's parts cover disjoint keys; their partials merge by log-sum-exp.
 struct DecodePart {
   ConstKvRows rows;
   ConstTensorView head_rows = {};
+  ConstTensorView row_index = {};
 };
 // The most parts a token's attention has (chosen or kept rows, then recent or generated rows).
 inline constexpr size_t kMaxDecodeParts = 2;

@@ -80,8 +80,10 @@ class CpuBackend final : public Backend {
   Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
   Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) override {
     MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
+    BatchDecodeGathered gathered;
     for (int64_t b = 0; b < BatchDecodeEntries(args); ++b) {
-      MP_ASSIGN_OR_RETURN(const AttentionArgs one, BatchDecodeEntryArgsAtLength(args, b));
+      MP_ASSIGN_OR_RETURN(const AttentionArgs one,
+                          BatchDecodeEntryArgsOnHost(args, b, &gathered));
       MP_RETURN_IF_ERROR(AttentionCpu(one));
     }
     return OkStatus();

@@ -73,7 +73,7 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
   std::vector<std::vector<DecodePart>> parts(run.size());
   size_t most = 0;
   const DecodePart* sample = nullptr;  // for the empty entries' shape and dtype
-  bool any_head_rows = false;
+  bool any_head_rows = false, any_index = false;
   for (size_t i = 0; i < run.size(); ++i) {
     MP_RETURN_IF_ERROR(run[i].seq->attention(layer).decode->BatchParts(env, inputs[i], &parts[i]));
     MP_ASSERT(parts[i].size() <= kMaxDecodeParts, "a decode token has at most ",
@@ -82,11 +82,12 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
     for (const DecodePart& part : parts[i]) {
       if (sample == nullptr) sample = &part;
       any_head_rows = any_head_rows || part.head_rows.data != nullptr;
+      any_index = any_index || part.row_index.data != nullptr;
     }
   }
   if (most == 0) return env.backend.ClearState(o, lse);
   const int64_t entries = static_cast<int64_t>(most) * n;
-  std::vector<ConstTensorView> k, v, head_rows;
+  std::vector<ConstTensorView> k, v, head_rows, row_index;
   std::vector<int32_t> q_rows;
   for (size_t p = 0; p < most; ++p) {
     for (size_t i = 0; i < run.size(); ++i) {
@@ -95,6 +96,7 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
       k.push_back(has ? part.rows.k : SliceRows(part.rows.k, 0, 0));
       v.push_back(has ? part.rows.v : SliceRows(part.rows.v, 0, 0));
       head_rows.push_back(has ? part.head_rows : ConstTensorView{});
+      row_index.push_back(has ? part.row_index : ConstTensorView{});
       q_rows.push_back(static_cast<int32_t>(i));
     }
   }
@@ -111,6 +113,7 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
   a.v = v;
   if (most > 1) a.q_rows = q_rows;
   if (any_head_rows) a.kv_head_rows = head_rows;
+  if (any_index) a.kv_row_index = row_index;
   const DecodeStrategy::Windows windows = run[0].seq->attention(layer).decode->batch_windows();
   if (windows.window != nullptr) {
     a.kv_head_window = windows.window->data();

@@ -14,13 +14,20 @@ bool DecodeGraphRunner::Recordable(const std::vector<RankEntry>& entries) const 
                                     ctx_.options.kv_dtype) ||
       c.num_key_value_heads > 64)  // the attention kernels' window table
     return false;
+  // Tokens whose roles batch by parts but not inside a recording (OmniKV's, static eviction's)
+  // run one by one in a recorded step: with two or more of them the unrecorded step, which
+  // batches them, is the faster.
+  int per_token = 0;
   for (const RankEntry& e : entries) {
     if (e.prefill() || e.stored_rows() != 1) return false;
+    bool alone = false;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const KvStore& store = e.seq->kv(l);
-      if (!e.seq->attention(l).decode->recordable() || store.fixed_capacity() <= store.held_rows())
-        return false;
+      const DecodeStrategy& decode = *e.seq->attention(l).decode;
+      if (!decode.recordable() || store.fixed_capacity() <= store.held_rows()) return false;
+      alone = alone || (decode.batchable() && !decode.batches_recorded());
     }
+    if (alone && ++per_token > 1) return false;
   }
   return true;
 }

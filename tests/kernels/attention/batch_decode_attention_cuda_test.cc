@@ -48,7 +48,23 @@ struct Case {
   // BatchDecodeAttentionArgs::kv_head_rows, per entry ([num_kv_heads] or empty: every row);
   // empty: none.
   std::vector<std::vector<int32_t>> head_rows{};
+  // BatchDecodeAttentionArgs::kv_row_index, per entry: -1 none, else that many keys, each KV
+  // head's its own random rows of the entry's (in position order); empty: none.
+  std::vector<int64_t> indexed{};
 };
+
+// An index of `m` keys over `n` rows of `kv_heads` heads: each head's rows drawn apart, sorted.
+HostTensor RandomRowIndex(int64_t m, int64_t n, int64_t kv_heads, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  HostTensor t(DType::kI64, {m, kv_heads});
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    std::vector<int64_t> rows(static_cast<size_t>(m));
+    for (int64_t& r : rows) r = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    std::sort(rows.begin(), rows.end());
+    for (int64_t j = 0; j < m; ++j) t.data<int64_t>()[j * kv_heads + g] = rows[j] * kv_heads + g;
+  }
+  return t;
+}
 
 std::string Name(const Case& c) {
   std::ostringstream name;
@@ -60,6 +76,7 @@ std::string Name(const Case& c) {
   if (!c.uploaded.empty()) name << "_lengths";
   if (!c.q_rows.empty()) name << "_qrows";
   if (!c.head_rows.empty()) name << "_headrows";
+  if (!c.indexed.empty()) name << "_indexed";
   return name.str();
 }
 
@@ -85,6 +102,11 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
     std::copy(c.uploaded.begin(), c.uploaded.end(), lengths.data<int64_t>());
     uploaded = check.Input(lengths);
   }
+  std::vector<int> row_index;  // per entry, -1: none
+  for (size_t b = 0; b < c.indexed.size(); ++b)
+    row_index.push_back(c.indexed[b] < 0 ? -1
+                                         : check.Input(RandomRowIndex(c.indexed[b], c.lengths[b],
+                                                                      c.num_kv_heads, 77 + b)));
   std::vector<int> head_rows;  // per entry, -1: none
   for (const std::vector<int32_t>& rows : c.head_rows) {
     head_rows.push_back(-1);
@@ -98,7 +120,7 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
   const int lse = c.want_lse ? check.Output("lse", PoisonedF32({batch, c.num_q_heads}),
                                             Tolerance::Elementwise(0, kMaxLseError))
                              : -1;
-  std::vector<ConstTensorView> k_views, v_views, row_views;  // refilled for each side
+  std::vector<ConstTensorView> k_views, v_views, row_views, index_views;  // refilled per side
   AttentionCudaOptions options;
   options.num_splits = c.num_splits;
   ASSERT_TRUE(check.Run(
@@ -120,6 +142,9 @@ TEST_P(BatchDecodeAttentionCudaTest, MatchesReference) {
         row_views.clear();
         for (int i : head_rows) row_views.push_back(i < 0 ? ConstTensorView{} : t.cview(i));
         a.kv_head_rows = row_views;
+        index_views.clear();
+        for (int i : row_index) index_views.push_back(i < 0 ? ConstTensorView{} : t.cview(i));
+        a.kv_row_index = index_views;
         return a;
       },
       BatchDecodeAttentionRef,
@@ -184,7 +209,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{40, 300, 0}, 8, 2, 64, DType::kF32, 0, true, {}, 0, {}, {2, 0, 0},
              {{5, 40}, {299, 0}, {1, 1}}},
         Case{RandomLengths(160, 300, 5), 32, 8, 128, DType::kBF16, 0, true, {}, 0, {},
-             std::vector<int32_t>(160, 3), {}}),
+             std::vector<int32_t>(160, 3), {}},
+        // OmniKV's chosen rows read through an index (the rows of a long context, a head's own
+        // count beside), beside plain entries; split and unsplit.
+        Case{{5000, 300, 70000, 1, 64}, 32, 8, 128, DType::kBF16, 0, true, {}, 0, {},
+             {0, 1, 2, 3, 4},
+             {{2048, 2048, 2000, 0, 1, 2048, 64, 65}, {}, {}, {}, {}},
+             {2048, -1, 2048, -1, 64}},
+        Case{{5000, 300, 70000, 1, 64}, 32, 8, 128, DType::kBF16, 3, true, {}, 0, {}, {}, {},
+             {2048, -1, 1000, -1, 7}},
+        Case{{700, 2, 129}, 16, 4, 64, DType::kF16, 0, false, {}, 0, {}, {2, 1, 0}, {},
+             {100, -1, 129}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return Name(info.param) + "_" + std::to_string(info.index);
     });

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/attention/attention.h"
@@ -225,6 +226,55 @@ TEST(BatchDecodeAttentionTest, EntriesShareQueryRowsAndCutRowsPerHead) {
   bad = a;
   bad.kv_head_rows = wrong;
   EXPECT_TRUE(refused(bad));
+}
+
+// An indexed entry equals the entry of its rows gathered first (key j of KV head g the flat row
+// index[j][g]), beside a plain entry and with per-head counts; an index outside the rows is
+// OutOfRange, a malformed one InvalidArgument.
+TEST(BatchDecodeAttentionTest, IndexedEntriesReadTheirRowsInPlace) {
+  const std::vector<int64_t> lengths = {30, 6};
+  Batch b = MakeBatch(lengths, DType::kBF16, 13);
+  const int64_t m = 4;
+  HostTensor index(DType::kI64, {m, kKvHeads});
+  const int64_t chosen[kKvHeads][m] = {{0, 3, 17, 29}, {2, 3, 4, 28}};
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t g = 0; g < kKvHeads; ++g)
+      index.data<int64_t>()[j * kKvHeads + g] = chosen[g][j] * kKvHeads + g;
+  // The same rows gathered by hand.
+  HostTensor k(DType::kBF16, {m, kKvHeads, kHeadDim}), v(DType::kBF16, {m, kKvHeads, kHeadDim});
+  const size_t row = kHeadDim * 2;
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t g = 0; g < kKvHeads; ++g) {
+      const int64_t src = chosen[g][j] * kKvHeads + g, dst = j * kKvHeads + g;
+      std::memcpy(static_cast<char*>(k.view().data) + dst * row,
+                  static_cast<const char*>(b.kv_k[0].data) + src * row, row);
+      std::memcpy(static_cast<char*>(v.view().data) + dst * row,
+                  static_cast<const char*>(b.kv_v[0].data) + src * row, row);
+    }
+  HostTensor counts(DType::kI32, {kKvHeads});
+  counts.data<int32_t>()[0] = 4;
+  counts.data<int32_t>()[1] = 2;
+  const std::vector<ConstTensorView> indices = {CView(index), {}};
+  const std::vector<ConstTensorView> heads = {CView(counts), {}};
+  HostTensor o = PoisonedF32({2, kHeads, kHeadDim}), lse = PoisonedF32({2, kHeads});
+  BatchDecodeAttentionArgs a{CView(b.q), b.kv_k, b.kv_v, 0.0f, o.view(), lse.view()};
+  a.kv_row_index = indices;
+  a.kv_head_rows = heads;
+  ASSERT_TRUE(BatchDecodeAttentionRef(a).ok());
+  const std::vector<ConstTensorView> gathered_k = {CView(k), b.kv_k[1]};
+  const std::vector<ConstTensorView> gathered_v = {CView(v), b.kv_v[1]};
+  HostTensor o2 = PoisonedF32({2, kHeads, kHeadDim}), lse2 = PoisonedF32({2, kHeads});
+  BatchDecodeAttentionArgs g{CView(b.q), gathered_k, gathered_v, 0.0f, o2.view(), lse2.view()};
+  g.kv_head_rows = heads;
+  ASSERT_TRUE(BatchDecodeAttentionRef(g).ok());
+  EXPECT_EQ(testing::ToFloats(o), testing::ToFloats(o2));
+  EXPECT_EQ(testing::ToFloats(lse), testing::ToFloats(lse2));
+  index.data<int64_t>()[5] = 30 * kKvHeads;  // past the rows
+  EXPECT_EQ(BatchDecodeAttentionRef(a).code(), StatusCode::kOutOfRange);
+  HostTensor wrong(DType::kI32, {m, kKvHeads});
+  const std::vector<ConstTensorView> bad = {CView(wrong), {}};
+  a.kv_row_index = bad;
+  EXPECT_EQ(BatchDecodeAttentionCheckArgs(a).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(BatchDecodeAttentionTest, LseIsOptional) {

@@ -1,7 +1,8 @@
 // Batched decode on the CUDA backend: four sequences of different lengths (bf16 KV, head_dim 64,
 // so their decode tokens take the batched tensor-core launch) decoding together give the logits
 // of each sequence decoded alone on the GPU (the single-sequence split-KV kernel), and of the
-// CPU engine decoding them together, with dense layers and with DuoAttention's mixed layers. The
+// CPU engine decoding them together, with dense layers, DuoAttention's mixed layers (one store,
+// and a store per head group), OmniKV's filter and selected layers and static eviction. The
 // decode ids are fixed (no sampling), so the sequences stay the same on every side. Skips without
 // a GPU.
 #include <gtest/gtest.h>
@@ -21,17 +22,18 @@ using testing::MaxRelError;
 using testing::RandomIds;
 
 // Logits [sequence][step] of `decode` steps after each prompt, the sequences' decode tokens in
-// one step each when `together`, else each sequence alone.
+// one step each when `together`, else each sequence alone; `spare` more positions of capacity.
 using Logits = std::vector<std::vector<std::vector<float>>>;  // [sequence][step][vocab]
 Logits Decode(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
-              const std::vector<int32_t>& decode, bool together) {
+              const std::vector<int32_t>& decode, bool together, int64_t spare = 0) {
   const size_t n = prompts.size();
   Logits out(n);
   for (size_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(prompts[i].size());
     const SequenceId id = static_cast<SequenceId>(i + 1);
-    EXPECT_TRUE(e.StartSequence(id, {len + static_cast<int64_t>(decode.size()), len, e.policy()})
-                    .ok());
+    EXPECT_TRUE(
+        e.StartSequence(id, {len + static_cast<int64_t>(decode.size()) + spare, len, e.policy()})
+            .ok());
     EXPECT_TRUE(e.RunStep({{SequenceStep{id, StepKind::kPrefill, {{0, len}}, prompts[i]}}}).ok());
   }
   const int64_t vocab = e.config().vocab_size;
@@ -69,10 +71,10 @@ const std::vector<int32_t> kDecode = RandomIds(4, 97, 5);
 
 // The GPU engine's sequences decoding together give each one's logits alone and the CPU engine's,
 // under the engines' policy; returns the together logits.
-Logits ExpectTogetherEqualsAloneAndCpu(Engine& gpu, Engine& cpu) {
-  const auto together = Decode(gpu, Prompts(), kDecode, true);
-  const auto alone = Decode(gpu, Prompts(), kDecode, false);
-  const auto reference = Decode(cpu, Prompts(), kDecode, true);
+Logits ExpectTogetherEqualsAloneAndCpu(Engine& gpu, Engine& cpu, int64_t spare = 0) {
+  const auto together = Decode(gpu, Prompts(), kDecode, true, spare);
+  const auto alone = Decode(gpu, Prompts(), kDecode, false, spare);
+  const auto reference = Decode(cpu, Prompts(), kDecode, true, spare);
   for (size_t i = 0; i < Prompts().size(); ++i) {
     EXPECT_EQ(together[i].size(), kDecode.size());
     EXPECT_EQ(alone[i].size(), kDecode.size());
@@ -115,6 +117,36 @@ TEST(BatchDecodeCudaTest, StreamingHeadsTogetherEqualAloneAndTheCpuEngine) {
   ASSERT_FALSE(together[1].empty() || together[3].empty());
   EXPECT_GT(MaxRelError(together[1][0], dense[1][0]), 5e-2);
   EXPECT_GT(MaxRelError(together[3][0], dense[3][0]), 5e-2);
+}
+
+// The sparse decode roles batch too (their tokens' parts in one launch per layer, per-KV-head
+// counts on the chosen and kept rows): OmniKV's filter and selected layers, static eviction and
+// DuoAttention's layers with a store per head group (one launch per group), with budgets below
+// the long prompts so the choice matters.
+TEST(BatchDecodeCudaTest, SparseRolesTogetherEqualAloneAndTheCpuEngine) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = testing::GpuSmallEngine(BackendKind::kCuda, 256);
+  auto cpu = testing::GpuSmallEngine(BackendKind::kCpu, 256);
+  ASSERT_TRUE(gpu && cpu);
+  const auto dense = Decode(*gpu, Prompts(), kDecode, true);
+  const std::vector<std::string> policies = {
+      R"({"version": 1, "filter": {"top_k": 40},
+          "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
+                     {"layer": 3, "decode": "selected"}]})",
+      R"({"version": 1, "default": {"decode": "static-eviction"},
+          "static_eviction": {"keep_tokens": 48, "recent_tokens": 3, "observed_queries": 16}})",
+      R"({"version": 1,
+          "default": {"prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]},
+          "a_shape": {"sink_tokens": 4, "window_tokens": 64},
+          "streaming_head": {"sink_tokens": 4, "window_tokens": 100}})"};
+  for (const std::string& policy : policies) {
+    SCOPED_TRACE(policy);
+    ASSERT_TRUE(gpu->SetPolicy(testing::PolicyFor(*gpu, policy)).ok());
+    ASSERT_TRUE(cpu->SetPolicy(testing::PolicyFor(*cpu, policy)).ok());
+    const auto together = ExpectTogetherEqualsAloneAndCpu(*gpu, *cpu, 4096);
+    ASSERT_FALSE(together[1].empty());
+    EXPECT_GT(MaxRelError(together[1][0], dense[1][0]), 5e-2);
+  }
 }
 
 }  // namespace

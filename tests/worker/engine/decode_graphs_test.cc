@@ -125,7 +125,8 @@ TEST(DecodeGraphsTest, MixedStreamingLayersTakeTheirWindowsAtTheUploadedLength) 
 
 // OmniKV's roles on one rank over device stores: the filter layer's full attention and the
 // selected layer's generated rows take their lengths from backend memory; the selection itself
-// (scores, top-k, gather index) keeps its shapes through decode.
+// (scores, top-k, gather index) keeps its shapes through decode. (Two sequences are not recorded:
+// their unrecorded step batches them; both sides must still agree.)
 TEST(DecodeGraphsTest, OmniKvRolesTakeTheirLengthsFromBackendMemory) {
   const std::string omnikv = R"({"version": 1, "filter": {"top_k": 16},
       "layers": [{"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})";

@@ -159,8 +159,34 @@ Status SelectedDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
                                   std::vector<DecodePart>* parts) {
   TokenSelection& selection = *selection_;
   MP_RETURN_IF_ERROR(selection.CheckFresh(in.position, in.layer));
+  const ModelConfig& c = env.config;
+  // Over a device store, where the batched kernel reads rows through an index, the chosen rows
+  // are read in place rather than gathered first.
+  if (in.store->tier() == KvTier::kDevice) {
+    MP_ASSIGN_OR_RETURN(const ConstKvRows all, in.store->Rows(in.step_rows));
+    if (!env.backend.DecodeTakesLengths(
+            c.head_dim, c.num_attention_heads / c.num_key_value_heads, all.k.dtype))
+      return GatheredParts(env, in, parts);
+    const int64_t context = selection.context_rows(), rows = all.k.dim(0);
+    MP_ASSERT(rows >= context, "the store holds the context rows");
+    if (selection.slots() > 0) {
+      MP_ASSIGN_OR_RETURN(const ConstTensorView index, selection.RowIndex(env));
+      parts->push_back({{SliceRows(all.k, 0, context), SliceRows(all.v, 0, context)},
+                        selection.counts(env),
+                        index});
+    }
+    if (rows > context)
+      parts->push_back(
+          {{SliceRows(all.k, context, rows - context), SliceRows(all.v, context, rows - context)}});
+    return OkStatus();
+  }
+  return GatheredParts(env, in, parts);
+}
+
+Status SelectedDecode::GatheredParts(AttentionEnv& env, const DecodeInput& in,
+                                     std::vector<DecodePart>* parts) {
   MP_ASSIGN_OR_RETURN(const Rows rows, ChosenAndGenerated(env, in));
-  if (selection.slots() > 0) parts->push_back({rows.chosen, selection.counts(env)});
+  if (selection_->slots() > 0) parts->push_back({rows.chosen, selection_->counts(env)});
   if (rows.generated.k.dim(0) > 0) parts->push_back({rows.generated});
   return OkStatus();
 }

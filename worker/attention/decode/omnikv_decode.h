@@ -63,8 +63,8 @@ class SelectedDecode final : public DecodeStrategy {
       : selection_(std::move(selection)) {}
   const char* name() const override { return "selected"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
-  // Two parts: the chosen context rows (gathered from the device store, or the host tier's load),
-  // each KV head over its own count, and the generated rows.
+  // Two parts: the chosen context rows (read in place through the selection's index from a device
+  // store, or the host tier's load), each KV head over its own count, and the generated rows.
   bool batchable() const override { return true; }
   Status BatchParts(AttentionEnv& env, const DecodeInput& in,
                     std::vector<DecodePart>* parts) override;
@@ -77,6 +77,9 @@ class SelectedDecode final : public DecodeStrategy {
     ConstKvRows chosen, generated;
   };
   StatusOr<Rows> ChosenAndGenerated(AttentionEnv& env, const DecodeInput& in);
+  // BatchParts with the chosen rows gathered (the host tier's load, or a device store's rows on a
+  // backend whose batched kernel reads no index).
+  Status GatheredParts(AttentionEnv& env, const DecodeInput& in, std::vector<DecodePart>* parts);
   std::shared_ptr<TokenSelection> selection_;
   BackendTensor tmp_o_, tmp_lse_;  // the generated rows' partial
 };

@@ -128,6 +128,11 @@ StatusOr<ConstKvRows> TokenSelection::Gather(AttentionEnv& env, ConstKvRows cont
   return ConstKvRows{AsConst(k), AsConst(v)};
 }
 
+StatusOr<ConstTensorView> TokenSelection::RowIndex(const AttentionEnv& env) const {
+  const int64_t kv_heads = env.config.num_key_value_heads;
+  return Reshape(SliceRows(index_.cview(), 0, slots_ * kv_heads), Shape{slots_, kv_heads});
+}
+
 Status TokenSelection::Attend(AttentionEnv& env, ConstTensorView q, ConstKvRows rows,
                               int64_t position, TensorView o, TensorView lse) const {
   AttentionArgs a;

@@ -81,6 +81,10 @@ class TokenSelection {
   ConstTensorView counts(const AttentionEnv& env) const {
     return SliceRows(counts_.cview(), 0, env.config.num_key_value_heads);
   }
+  // The chosen rows as an index into the context rows (Gather's): [slots, kv_heads] I64 flat rows
+  // of the context viewed as [context_rows * kv_heads, head_dim], in backend memory; a head's
+  // slots past its count repeat a row.
+  StatusOr<ConstTensorView> RowIndex(const AttentionEnv& env) const;
   // Attention of the token's query `q` [1, heads, head_dim] over chosen rows `rows` (from Loaded
   // or Gather), each head over its own count: o [1, heads, head_dim], lse [1, heads] (o = 0,
   // lse = -inf for heads with no chosen row). One call.
