@@ -92,7 +92,7 @@ TEST(DecodeGraphsCudaTest, OmniKvRolesReplayExactly) {
       "layers": [{"layer": 0, "decode": "full"}, {"layer": 1, "decode": "filter"},
                  {"layer": 2, "decode": "selected"}, {"layer": 3, "decode": "selected"}]})";
   ExpectReplaysExact(omnikv, {240}, 30);
-  const Run two = DecodeTogether(DecodeGraphs::kAuto, omnikv, {240, 700}, 8);
+  const auto two = DecodeTogether(DecodeGraphs::kAuto, omnikv, {240, 700}, 8);
   EXPECT_EQ(two.stats.recorded_steps, 0);
   EXPECT_EQ(two.stats.replayed_steps, 0);
 }
