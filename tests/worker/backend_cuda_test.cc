@@ -81,6 +81,30 @@ std::vector<int64_t> Reversed(int64_t n) {
   return rows;
 }
 
+// Scratch memory (the stream-ordered pool): usable by the compute queue's ops, and memory freed
+// into the pool is the device's again when Allocate needs it: scratch of half the free memory,
+// freed, then an allocation of 60% of it (together more than there is).
+TEST_F(CudaBackendOpsTest, ScratchMemoryIsUsableAndGoesBackWhenNeeded) {
+  HostTensor host(DType::kI32, {1000});
+  std::iota(host.data<int32_t>(), host.data<int32_t>() + 1000, 7);
+  {
+    auto t = gpu_->AllocateScratch(DType::kI32, {1000});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE(gpu_->CopyFromHost(CView(host), t->view()).ok());
+    const HostTensor back = Download(t->cview());
+    EXPECT_TRUE(std::equal(back.data<int32_t>(), back.data<int32_t>() + 1000, host.data<int32_t>()));
+  }
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  const int64_t tenth = static_cast<int64_t>(free_bytes / 10);
+  {
+    auto big = gpu_->AllocateScratch(DType::kU8, {5 * tenth});
+    ASSERT_TRUE(big.ok()) << big.status().ToString();
+  }
+  auto most = gpu_->Allocate(DType::kU8, {6 * tenth});
+  EXPECT_TRUE(most.ok()) << most.status().ToString();
+}
+
 TEST_F(CudaBackendOpsTest, SelectionOpsMatchTheCpuBackend) {
   // TopK over tie-heavy rows.
   HostTensor scores = RandomTensor(DType::kF32, {6, 50000}, 1, -3.0f, 3.0f);

@@ -8,8 +8,8 @@ StatusOr<TensorView> ScratchBuffer(Backend& backend, BackendTensor* t, DType dty
                                    const Shape& shape) {
   if (t->view().data == nullptr || t->view().dtype != dtype ||
       t->view().NumElements() < shape.NumElements()) {
-    MP_ASSIGN_OR_RETURN(*t,
-                        backend.Allocate(dtype, Shape{std::max<int64_t>(shape.NumElements(), 1)}));
+    MP_ASSIGN_OR_RETURN(
+        *t, backend.AllocateScratch(dtype, Shape{std::max<int64_t>(shape.NumElements(), 1)}));
   }
   return Reshape(SliceRows(t->view(), 0, shape.NumElements()), shape);
 }

@@ -9,7 +9,8 @@
 
 namespace millipede {
 
-// A view of `shape` over `*t`, reallocated only when it must grow (or change dtype).
+// A view of `shape` over `*t`, reallocated only when it must grow (or change dtype), from the
+// backend's scratch memory (Backend::AllocateScratch: ops on the compute queue only).
 StatusOr<TensorView> ScratchBuffer(Backend& backend, BackendTensor* t, DType dtype,
                                    const Shape& shape);
 

@@ -136,6 +136,13 @@ class Backend {
 
   // Uninitialised memory for a tensor.
   virtual StatusOr<BackendTensor> Allocate(DType dtype, const Shape& shape) = 0;
+  // Uninitialised memory for scratch that only compute-queue ops use (and copies or collectives
+  // the compute queue waits for before it is freed): attention strategies' buffers. A device
+  // backend takes it from a stream-ordered pool, so that a finished sequence frees its scratch
+  // without waiting for the device. By default Allocate.
+  virtual StatusOr<BackendTensor> AllocateScratch(DType dtype, const Shape& shape) {
+    return Allocate(dtype, shape);
+  }
   // ---- Paged tensors: memory that tensors share (the prefix cache's shared KV blocks) ----
   // The unit of paged memory in bytes (the host's page, the GPU's mapping granularity); 0 when
   // the backend has no paged tensors.

@@ -78,6 +78,11 @@ class CudaBackend final : public Backend {
     MP_ASSIGN_OR_RETURN(b->sparse_index_, SparseIndexCudaWorkspace::Create());
     MP_ASSIGN_OR_RETURN(b->gather_error_, GatherErrorWord::Create());
     MP_ASSIGN_OR_RETURN(b->copies_, CudaCopyQueue::Create(b->stream_));
+    // Scratch freed by a finished sequence stays in the stream-ordered pool up to this much, for
+    // the next one; more goes back to the device at the next synchronisation.
+    MP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&b->pool_, device));
+    uint64_t keep = kPoolKeepBytes;
+    MP_CUDA_CHECK(cudaMemPoolSetAttribute(b->pool_, cudaMemPoolAttrReleaseThreshold, &keep));
     return std::unique_ptr<Backend>(std::move(b));
   }
 
@@ -89,10 +94,37 @@ class CudaBackend final : public Backend {
     cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
     if (err != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free allocation error
-      return GpuOutOfMemory(device_, bytes, shape);
+      // Memory the scratch pool keeps is the device's too: give it back and try once more.
+      TrimPool();
+      err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        return GpuOutOfMemory(device_, bytes, shape);
+      }
     }
     // cudaFree synchronises the device, so nothing still queued can touch freed memory.
     return BackendTensor(TensorView{p, dtype, shape}, [](void* q) { cudaFree(q); });
+  }
+  // From the stream-ordered pool, freed on the compute stream: a finished sequence's strategy
+  // scratch goes back without waiting for the device (cudaFree would wait for all of it).
+  StatusOr<BackendTensor> AllocateScratch(DType dtype, const Shape& shape) override {
+    // While a step is recorded a stream-ordered allocation would become the graph's own.
+    if (capturing_) return Allocate(dtype, shape);
+    MP_ASSIGN_OR_RETURN(size_t bytes, CheckedNumBytes(shape, dtype));
+    bytes = std::max<size_t>(bytes, 256);
+    void* p = nullptr;
+    cudaError_t err = cudaMallocAsync(&p, bytes, stream_);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      TrimPool();
+      err = cudaMallocAsync(&p, bytes, stream_);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        return GpuOutOfMemory(device_, bytes, shape);
+      }
+    }
+    return BackendTensor(TensorView{p, dtype, shape},
+                         [stream = stream_](void* q) { cudaFreeAsync(q, stream); });
   }
   int64_t page_bytes() const override { return page_bytes_; }
   StatusOr<BackendTensor> AllocatePaged(DType dtype, const Shape& shape, int64_t chunk_bytes,
@@ -275,6 +307,14 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend() = default;
+  // What the scratch pool keeps of freed memory (cudaMemPoolAttrReleaseThreshold).
+  static constexpr uint64_t kPoolKeepBytes = uint64_t{1} << 30;
+  // Returns the pool's free memory to the device (after the frees queued so far).
+  void TrimPool() {
+    cudaStreamSynchronize(stream_);
+    if (pool_ != nullptr) cudaMemPoolTrimTo(pool_, 0);
+    cudaGetLastError();
+  }
   static Status CheckCopy(ConstTensorView a, ConstTensorView b) {
     MP_REQUIRE(a.dtype == b.dtype, "copy: dtype ", DTypeName(a.dtype), " vs ", DTypeName(b.dtype));
     MP_REQUIRE(a.NumElements() == b.NumElements(), "copy: element counts differ (",
@@ -302,6 +342,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
+  cudaMemPool_t pool_ = nullptr;  // the device's default (stream-ordered) pool
   int64_t page_bytes_ = 0;  // 0: no paged memory
   // The calling thread's default stream: the NCCL data plane orders itself against it.
   cudaStream_t stream_ = cudaStreamPerThread;
