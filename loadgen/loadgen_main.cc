@@ -54,6 +54,8 @@ Sweep (the same load at several rates and under several policies, one run after 
   --sweep-rates R1,R2,...  run the arrival process at each rate in turn (instead of --rate)
   --policies NAME[=FILE],...  and under each attention policy in turn (RPC: each request
                          carries FILE's policy JSON; a NAME alone: the workers' default)
+  Each run draws its own arrivals and prompts (the seed plus the run's number, from 0), so that
+  no run finds an earlier one's prompts in the prefix cache.
   --ttft-p50-limit-s S   report each policy's highest rate whose TTFT p50 stays below S and
                          whose requests all ended as planned, with its output tokens per second
                          beside the first policy's (default 1)
@@ -258,9 +260,13 @@ StatusOr<int> RunSweep(const Flags& f, WorkloadOptions workload, RunOptions opti
   MP_REQUIRE(limit > 0, "--ttft-p50-limit-s must be positive");
   std::vector<SweepRun> runs;
   bool healthy = true;
+  // Each run draws its own arrivals and prompts (the seed plus the run's number): a run that
+  // repeated an earlier one's prompts would find them in the prefix cache.
+  const uint64_t seed = workload.seed;
   for (const SweepPolicy& policy : policies) {
     for (const double rate : rates) {
       workload.rate = rate;
+      workload.seed = options.seed = seed + runs.size();
       MP_RETURN_IF_ERROR(ValidateWorkload(workload));
       MP_ASSIGN_OR_RETURN(const std::vector<PlannedRequest> plan, PlanWorkload(workload));
       options.policy_json = policy.json;

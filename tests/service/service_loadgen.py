@@ -10,7 +10,7 @@
            run's requests ended as planned under a valid policy; a policy the service refuses
            fails every request of its runs (so each run's requests carry their policy), and the
            sweep exits 2; each policy's best run is reported; decode batch sizes are counted
-           per decode strategy.
+           per decode strategy; each run draws its own prompts (no prefix-cache hit).
   itl_target  an inter-token latency target no step can meet (--itl-target-ms 0.001): every
            request still finishes (a step's first prefill chunk always progresses), and every
            step that decoded tokens counts as a miss.
@@ -235,6 +235,10 @@ def scenario_loadgen_sweep(bin_dir, model):
             else:
                 check(s["ok"] == 4 and s["failed"] == 0 and s["output_tokens"] == 24,
                       f"{x['policy']} at {x['rate']}: {s}")
+        # Each run draws its own prompts: none found an earlier run's in the prefix cache (the
+        # same prompts at the second rate would have).
+        hits = svc.metric("millipede_prefix_cache_hit_tokens_total")
+        check(hits == 0, f"runs reused each other's prompts: {hits} tokens from the cache")
         # The batch sizes per decode strategy: the omnikv policy's jobs counted apart.
         for strategy in ("full", "omnikv"):
             n = svc.metric("millipede_decode_batch_size_count", f'decode="{strategy}"')
