@@ -86,14 +86,11 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // j of KV head g is flat row row_index[j][g]. Tile::kThreads threads; Tile::kSmemBytes of dynamic
 // shared memory.
 template <typename Tile, typename T>
-__device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams& p,
-                                                    const int64_t row0, const int64_t rows,
-                                                    const void* const k_base,
-                                                    const void* const v_base,
-                                                    const int64_t key_rows,
-                                                    const int64_t window_shift,
-                                                    const int64_t q_shift = 0,
-                                                    const int64_t* const row_index = nullptr) {
+__device__ __forceinline__ void AttentionFlashBlock(
+    const AttentionKernelParams& p, const int64_t row0, const int64_t rows,
+    const void* const k_base, const void* const v_base, const int64_t key_rows,
+    const int64_t window_shift, const int64_t q_shift = 0,
+    const int64_t* const row_index = nullptr) {
   constexpr int kHeadDim = Tile::kHeadDim, kMTiles = Tile::kMTiles, kKeys = Tile::kKeys;
   constexpr int kWarpKeys = Tile::kWarpKeys, kChunks = Tile::kChunks;
   constexpr int kRowBytes = kHeadDim * 2;
@@ -157,12 +154,12 @@ __device__ __forceinline__ void AttentionFlashBlock(const AttentionKernelParams&
   for (int i = threadIdx.x; i < Tile::kRows * kChunks; i += Tile::kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const int64_t row = row0 + r;
-    const uint4 packed = row < rows
-                             ? PackQChunk<T>(p.q +
-                                             (OutputRow(p, row, kv_head, 0) +
-                                              q_shift * p.num_q_heads) * kHeadDim +
-                                             8 * c)
-                             : make_uint4(0, 0, 0, 0);
+    const uint4 packed =
+        row < rows
+            ? PackQChunk<T>(p.q +
+                            (OutputRow(p, row, kv_head, 0) + q_shift * p.num_q_heads) * kHeadDim +
+                            8 * c)
+            : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(sq + Swizzle<kHeadDim>(r, c)) = packed;
   }
 

@@ -106,13 +106,11 @@ Status RunLaunch(const BatchDecodeAttentionArgs& args, const LaunchPlan& plan, c
     table.n_kv[i] = args.k[b].dim(0);
     table.q_row[i] = args.q_rows.empty() ? static_cast<int32_t>(b) : args.q_rows[b];
     const bool indexed = !args.kv_row_index.empty() && args.kv_row_index[b].data != nullptr;
-    table.row_index[i] =
-        indexed ? static_cast<const int64_t*>(args.kv_row_index[b].data) : nullptr;
+    table.row_index[i] = indexed ? static_cast<const int64_t*>(args.kv_row_index[b].data) : nullptr;
     if (indexed) table.n_kv[i] = args.kv_row_index[b].dim(0);
-    table.head_rows[i] =
-        args.kv_head_rows.empty() || args.kv_head_rows[b].data == nullptr
-            ? nullptr
-            : static_cast<const int32_t*>(args.kv_head_rows[b].data);
+    table.head_rows[i] = args.kv_head_rows.empty() || args.kv_head_rows[b].data == nullptr
+                             ? nullptr
+                             : static_cast<const int32_t*>(args.kv_head_rows[b].data);
   }
   table.lengths =
       args.lengths.data != nullptr ? args.lengths.as<const int64_t>() + plan.first : nullptr;

@@ -53,8 +53,8 @@ StatusOr<AttentionArgs> BatchDecodeEntryArgsOnHost(const BatchDecodeAttentionArg
   for (int64_t e = 0; e < m * heads; ++e) {
     const int64_t r = rows[e];
     if (r < 0 || r >= flat_rows)
-      return OutOfRangeError(detail::StrCat("batch decode attention: entry ", b, "'s row index ",
-                                            r, " is outside its ", flat_rows, " rows"));
+      return OutOfRangeError(detail::StrCat("batch decode attention: entry ", b, "'s row index ", r,
+                                            " is outside its ", flat_rows, " rows"));
     std::memcpy(storage->k.data() + e * k_row, static_cast<const std::byte*>(k.data) + r * k_row,
                 k_row);
     std::memcpy(storage->v.data() + e * v_row, static_cast<const std::byte*>(v.data) + r * v_row,
@@ -87,8 +87,8 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
   MP_RETURN_IF_ERROR(CheckTensor(args.q, "batch decode attention q", DType::kF32,
                                  Shape{queries, num_q_heads, head_dim}));
   for (size_t b = 0; b < args.q_rows.size(); ++b)
-    MP_REQUIRE(args.q_rows[b] >= 0 && args.q_rows[b] < queries, "batch decode attention: entry ",
-               b, "'s query row ", args.q_rows[b], " is outside the ", queries, " of q");
+    MP_REQUIRE(args.q_rows[b] >= 0 && args.q_rows[b] < queries, "batch decode attention: entry ", b,
+               "'s query row ", args.q_rows[b], " is outside the ", queries, " of q");
   if (!args.kv_head_rows.empty()) {
     MP_REQUIRE(static_cast<int64_t>(args.kv_head_rows.size()) == batch,
                "batch decode attention: ", args.kv_head_rows.size(),

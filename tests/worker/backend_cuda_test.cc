@@ -92,7 +92,8 @@ TEST_F(CudaBackendOpsTest, ScratchMemoryIsUsableAndGoesBackWhenNeeded) {
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     ASSERT_TRUE(gpu_->CopyFromHost(CView(host), t->view()).ok());
     const HostTensor back = Download(t->cview());
-    EXPECT_TRUE(std::equal(back.data<int32_t>(), back.data<int32_t>() + 1000, host.data<int32_t>()));
+    EXPECT_TRUE(
+        std::equal(back.data<int32_t>(), back.data<int32_t>() + 1000, host.data<int32_t>()));
   }
   size_t free_bytes = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);

@@ -106,8 +106,8 @@ class DecodeStrategy {
   // one; inputs alike): q [n, heads, head_dim] F32 their queries, o [n, heads, head_dim] and
   // lse [n, heads] F32 as Partial's, token by token.
   virtual Status BatchPartials(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
-                               std::span<const DecodeInput> inputs, ConstTensorView q,
-                               TensorView o, TensorView lse) {
+                               std::span<const DecodeInput> inputs, ConstTensorView q, TensorView o,
+                               TensorView lse) {
     return UnimplementedError(std::string("decode strategy ") + name() + " does not batch");
   }
   // True when a recorded step's Partial is plain attention over the store's FixedRows up to the

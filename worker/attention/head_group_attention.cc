@@ -180,7 +180,7 @@ Status HeadGroupDecode::GroupPartials(AttentionEnv& env, int group,
     for (const DecodeInput& in : inputs) batched = batched && in.position >= keep_all_below_;
   std::vector<ConstTensorView> k, v;
   for (size_t i = 0; i < n; ++i) {
-    MP_ASSIGN_OR_RETURN(HeadGroupKvStore* store, GroupStore(inputs[i].store, "head-group decode"));
+    MP_ASSIGN_OR_RETURN(HeadGroupKvStore * store, GroupStore(inputs[i].store, "head-group decode"));
     DecodeInput group_in = inputs[i];
     group_in.store = &store->group(static_cast<HeadGroupKvStore::Group>(group));
     if (batched) {

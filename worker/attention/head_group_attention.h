@@ -97,8 +97,8 @@ class HeadGroupDecode final : public DecodeStrategy {
                        std::span<const DecodeInput> inputs, ConstTensorView q, TensorView o,
                        TensorView lse);
   std::vector<int32_t> kv_heads_[2];  // the full and the streaming KV heads
-  HeadPack groups_[2];     // each group's query heads
-  int64_t sink_, window_;  // the streaming heads'
+  HeadPack groups_[2];                // each group's query heads
+  int64_t sink_, window_;             // the streaming heads'
   HeadPack pack_;          // every query head: the full heads' first, then the streaming heads'
   int64_t full_heads_;     // query heads of the full KV heads
   FullDecode full_;

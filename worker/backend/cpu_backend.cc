@@ -82,8 +82,7 @@ class CpuBackend final : public Backend {
     MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
     BatchDecodeGathered gathered;
     for (int64_t b = 0; b < BatchDecodeEntries(args); ++b) {
-      MP_ASSIGN_OR_RETURN(const AttentionArgs one,
-                          BatchDecodeEntryArgsOnHost(args, b, &gathered));
+      MP_ASSIGN_OR_RETURN(const AttentionArgs one, BatchDecodeEntryArgsOnHost(args, b, &gathered));
       MP_RETURN_IF_ERROR(AttentionCpu(one));
     }
     return OkStatus();

@@ -76,8 +76,8 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
   bool any_head_rows = false, any_index = false;
   for (size_t i = 0; i < run.size(); ++i) {
     MP_RETURN_IF_ERROR(run[i].seq->attention(layer).decode->BatchParts(env, inputs[i], &parts[i]));
-    MP_ASSERT(parts[i].size() <= kMaxDecodeParts, "a decode token has at most ",
-              kMaxDecodeParts, " parts");
+    MP_ASSERT(parts[i].size() <= kMaxDecodeParts, "a decode token has at most ", kMaxDecodeParts,
+              " parts");
     most = std::max(most, parts[i].size());
     for (const DecodePart& part : parts[i]) {
       if (sample == nullptr) sample = &part;
@@ -106,8 +106,8 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
   if (n == 1) {
     a.q = inputs[0].q;
   } else {
-    MP_ASSIGN_OR_RETURN(a.q,
-                        Reshape(SliceRows(ctx_.workspace->q.cview(), run.front().row0, n), q_shape));
+    MP_ASSIGN_OR_RETURN(
+        a.q, Reshape(SliceRows(ctx_.workspace->q.cview(), run.front().row0, n), q_shape));
   }
   a.k = k;
   a.v = v;
@@ -128,8 +128,8 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
   Backend& b = *ctx_.backend;
   MP_ASSIGN_OR_RETURN(a.o, ScratchBuffer(b, &parts_o_, DType::kF32,
                                          Shape{entries, c.num_attention_heads, c.head_dim}));
-  MP_ASSIGN_OR_RETURN(a.lse, ScratchBuffer(b, &parts_lse_, DType::kF32,
-                                           Shape{entries, c.num_attention_heads}));
+  MP_ASSIGN_OR_RETURN(
+      a.lse, ScratchBuffer(b, &parts_lse_, DType::kF32, Shape{entries, c.num_attention_heads}));
   MP_RETURN_IF_ERROR(b.BatchDecodeAttention(a));
   const int64_t m = static_cast<int64_t>(most);
   MP_ASSIGN_OR_RETURN(const ConstTensorView o_parts,

@@ -159,8 +159,8 @@ TEST(StepPlanTest, ManyDecodeTokensInOneStepEqualEachAlone) {
     std::vector<Trace> alone, together(lengths.size());
     for (size_t i = 0; i < lengths.size(); ++i) {
       prompts.push_back(RandomIds(lengths[i], 97, 10 + i));
-      alone.push_back(RunAlone(e, static_cast<SequenceId>(i + 1), prompts[i], lengths[i], steps,
-                               spare));
+      alone.push_back(
+          RunAlone(e, static_cast<SequenceId>(i + 1), prompts[i], lengths[i], steps, spare));
     }
     ASSERT_FALSE(HasFailure());
     StepPlan prefill;

@@ -377,11 +377,9 @@ StepLogits DecodeSequences(const ModelConfig& c, const std::vector<std::vector<i
     const SequenceId id = static_cast<SequenceId>(i + 1);
     const int64_t n = static_cast<int64_t>(prompts[i].size());
     const bool own = i < policies.size() && !policies[i].empty();
-    EXPECT_TRUE(
-        e.StartSequence(id,
-                        {n + spare + steps, n,
-                         own ? testing::PolicyFor(e, policies[i]) : e.policy()})
-            .ok());
+    EXPECT_TRUE(e.StartSequence(id, {n + spare + steps, n,
+                                     own ? testing::PolicyFor(e, policies[i]) : e.policy()})
+                    .ok());
     StepPlan prefill{{SequenceStep{id, StepKind::kPrefill, {{0, n}}, prompts[i]}}};
     EXPECT_TRUE(e.RunStep(prefill).ok());
   }

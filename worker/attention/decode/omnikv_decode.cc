@@ -128,7 +128,7 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
 }
 
 StatusOr<SelectedDecode::Rows> SelectedDecode::ChosenAndGenerated(AttentionEnv& env,
-                                                                   const DecodeInput& in) {
+                                                                  const DecodeInput& in) {
   TokenSelection& selection = *selection_;
   const int64_t context = selection.context_rows();
   const bool any_chosen = selection.slots() > 0;
@@ -164,8 +164,8 @@ Status SelectedDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
   // are read in place rather than gathered first.
   if (in.store->tier() == KvTier::kDevice) {
     MP_ASSIGN_OR_RETURN(const ConstKvRows all, in.store->Rows(in.step_rows));
-    if (!env.backend.DecodeTakesLengths(
-            c.head_dim, c.num_attention_heads / c.num_key_value_heads, all.k.dtype))
+    if (!env.backend.DecodeTakesLengths(c.head_dim, c.num_attention_heads / c.num_key_value_heads,
+                                        all.k.dtype))
       return GatheredParts(env, in, parts);
     const int64_t context = selection.context_rows(), rows = all.k.dim(0);
     MP_ASSERT(rows >= context, "the store holds the context rows");
@@ -209,9 +209,9 @@ Status SelectedDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorV
     const ConstKvRows generated{SliceRows(all.k, context, rows - context),
                                 SliceRows(all.v, context, rows - context)};
     if (!any_chosen) return AttendRecorded(env, in, generated, in.recorded_generated, o, lse);
-    MP_ASSIGN_OR_RETURN(const ConstKvRows chosen,
-                        selection.Gather(env, {SliceRows(all.k, 0, context),
-                                               SliceRows(all.v, 0, context)}));
+    MP_ASSIGN_OR_RETURN(
+        const ConstKvRows chosen,
+        selection.Gather(env, {SliceRows(all.k, 0, context), SliceRows(all.v, 0, context)}));
     MP_RETURN_IF_ERROR(selection.Attend(env, in.q, chosen, in.position, o, lse));
     MP_ASSIGN_OR_RETURN(TensorView tmp_o,
                         ScratchBuffer(env.backend, &tmp_o_, DType::kF32, o.shape));

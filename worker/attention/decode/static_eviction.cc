@@ -49,8 +49,8 @@ Status StaticEvictionDecode::GatherKept(AttentionEnv& env, ConstKvRows rows,
   for (int64_t g = 0; g < kv_heads; ++g) {
     const std::vector<int64_t>& head = kept[static_cast<size_t>(g)];
     for (int64_t j = 0; j < slots_; ++j) {
-      const int64_t row = head.empty() ? 0 : head[static_cast<size_t>(
-                                                 std::min<int64_t>(j, head.size() - 1))];
+      const int64_t row =
+          head.empty() ? 0 : head[static_cast<size_t>(std::min<int64_t>(j, head.size() - 1))];
       index[static_cast<size_t>(j * kv_heads + g)] = row * kv_heads + g;
     }
   }
@@ -116,7 +116,7 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
 }
 
 StatusOr<StaticEvictionDecode::Parts> StaticEvictionDecode::PartsOf(AttentionEnv& env,
-                                                                     const DecodeInput& in) {
+                                                                    const DecodeInput& in) {
   const int64_t kv_heads = env.config.num_key_value_heads, d = env.config.head_dim;
   const int64_t recent_from = in.position - params_.recent_tokens + 1;
   Parts parts;
