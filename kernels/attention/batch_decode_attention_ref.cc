@@ -89,19 +89,19 @@ Status BatchDecodeAttentionCheckArgs(const BatchDecodeAttentionArgs& args) {
   for (size_t b = 0; b < args.q_rows.size(); ++b)
     MP_REQUIRE(args.q_rows[b] >= 0 && args.q_rows[b] < queries, "batch decode attention: entry ", b,
                "'s query row ", args.q_rows[b], " is outside the ", queries, " of q");
-  if (!args.kv_head_rows.empty()) {
-    MP_REQUIRE(static_cast<int64_t>(args.kv_head_rows.size()) == batch,
-               "batch decode attention: ", args.kv_head_rows.size(),
-               " kv_head_rows entries for a batch of ", batch);
+  // Per-entry counts and indices: one per entry, and with neither windows nor lengths.
+  auto check_per_entry = [&](std::span<const ConstTensorView> views, const char* what) {
+    if (views.empty()) return OkStatus();
+    MP_REQUIRE(static_cast<int64_t>(views.size()) == batch,
+               "batch decode attention: ", views.size(), " ", what, " entries for a batch of ",
+               batch);
     MP_REQUIRE(args.kv_head_window == nullptr && args.lengths.data == nullptr,
-               "batch decode attention: kv_head_rows go with neither windows nor lengths");
-  }
+               "batch decode attention: ", what, " go with neither windows nor lengths");
+    return OkStatus();
+  };
+  MP_RETURN_IF_ERROR(check_per_entry(args.kv_head_rows, "kv_head_rows"));
+  MP_RETURN_IF_ERROR(check_per_entry(args.kv_row_index, "kv_row_index"));
   if (!args.kv_row_index.empty()) {
-    MP_REQUIRE(static_cast<int64_t>(args.kv_row_index.size()) == batch,
-               "batch decode attention: ", args.kv_row_index.size(),
-               " kv_row_index entries for a batch of ", batch);
-    MP_REQUIRE(args.kv_head_window == nullptr && args.lengths.data == nullptr,
-               "batch decode attention: kv_row_index goes with neither windows nor lengths");
     for (int64_t b = 0; b < batch; ++b) {
       const ConstTensorView& index = args.kv_row_index[static_cast<size_t>(b)];
       if (index.data == nullptr) continue;

@@ -77,6 +77,13 @@ struct DecodePart {
 // The most parts a token's attention has (chosen or kept rows, then recent or generated rows).
 inline constexpr size_t kMaxDecodeParts = 2;
 
+// Appends the part over every row of the token's store (its held rows, then the token's own).
+inline Status AppendEveryRow(const DecodeInput& in, std::vector<DecodePart>* parts) {
+  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
+  parts->push_back({rows});
+  return OkStatus();
+}
+
 class DecodeStrategy {
  public:
   virtual ~DecodeStrategy() = default;

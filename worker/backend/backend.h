@@ -297,8 +297,9 @@ class Backend {
   // Changes whenever the backend moves memory its ops use on their own (the attention ops' split
   // partials, top-k's and the GEMMs' scratch): recordings made before are stale.
   virtual uint64_t memory_epoch() const { return 0; }
-  // Whether BatchDecodeAttention takes per-sequence lengths (BatchDecodeAttentionArgs::lengths)
-  // for K/V of this head_dim, these query heads per KV head and this dtype.
+  // Whether BatchDecodeAttention takes per-sequence lengths and row indices
+  // (BatchDecodeAttentionArgs::lengths, kv_row_index) for K/V of this head_dim, these query heads
+  // per KV head and this dtype.
   virtual bool DecodeTakesLengths(int64_t head_dim, int64_t group, DType kv_dtype) const {
     return true;
   }

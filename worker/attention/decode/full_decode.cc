@@ -20,9 +20,7 @@ Status FullDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView 
 
 Status FullDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
                               std::vector<DecodePart>* parts) {
-  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
-  parts->push_back({rows});
-  return OkStatus();
+  return AppendEveryRow(in, parts);
 }
 
 StatusOr<DecodeRoleStrategy> BuildFullDecode(const DecodeRoleContext& context) {

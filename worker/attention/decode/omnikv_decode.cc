@@ -51,9 +51,7 @@ Status FilterDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorVie
 
 Status FilterDecode::BatchParts(AttentionEnv& env, const DecodeInput& in,
                                 std::vector<DecodePart>* parts) {
-  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
-  parts->push_back({rows});
-  return OkStatus();
+  return AppendEveryRow(in, parts);
 }
 
 Status FilterDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView scores) {

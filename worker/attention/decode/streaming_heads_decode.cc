@@ -12,9 +12,7 @@ Status StreamingHeadsDecode::BatchParts(AttentionEnv& env, const DecodeInput& in
   MP_ASSERT(batchable_ && held.size() <= 1 && (held.empty() || held.front().begin == 0) &&
                 (in.step_rows == 0 || in.position == held_end),
             "streaming heads: batched decode needs positions 0 .. n - 1 in order");
-  MP_ASSIGN_OR_RETURN(const ConstKvRows rows, in.store->Rows(in.step_rows));
-  parts->push_back({rows});
-  return OkStatus();
+  return AppendEveryRow(in, parts);
 }
 
 Status StreamingHeadsDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
