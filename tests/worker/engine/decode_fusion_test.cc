@@ -492,7 +492,7 @@ namespace {
 // the kept rows older than the window and the window) take one BatchDecodeAttention call per
 // layer, with sequences of every policy in one call, and each sequence's logits equal it decoded
 // alone (its strategies' own calls) step after step; the budgets are below the prompts, so the
-// policies change the logits.
+// policies change the logits, and budgets that cover every key give dense attention.
 TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
   const ModelConfig c = SmallConfig();
   ASSERT_GE(c.num_hidden_layers, 2);
@@ -525,6 +525,20 @@ TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
     EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
     EXPECT_EQ(count(together.ops, "Attention"), 0);
     EXPECT_EQ(count(alone.ops, "BatchDecodeAttention"), 0);
+  }
+  // Budgets that cover every key: the batched parts give dense attention.
+  const std::string omnikv_all = R"({"version": 1, "filter": {"top_k": 64},
+      "layers": [{"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})";
+  const std::string eviction_all = R"({"version": 1, "default": {"decode": "static-eviction"},
+      "static_eviction": {"keep_tokens": 64, "recent_tokens": 64, "observed_queries": 4}})";
+  for (const std::string& policy : {omnikv_all, eviction_all}) {
+    SCOPED_TRACE(policy);
+    const std::vector<std::string> all(prompts.size(), policy);
+    const StepLogits together = DecodeSequences(c, prompts, next, true, all, kSteps);
+    ASSERT_EQ(together.logits.size(), dense.logits.size());
+    for (size_t i = 0; i < together.logits.size(); ++i)
+      EXPECT_LT(MaxRelError(together.logits[i], dense.logits[i]), 1e-5) << i;
+    EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
   }
   // DuoAttention's layers with a store per group of KV heads (streaming heads prefilled a-shape
   // within their window; capacities large enough to split the stores) batch by group: one call
