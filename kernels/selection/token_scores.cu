@@ -5,6 +5,7 @@
 #include "common/cuda_check.h"
 #include "kernels/cuda_util.cuh"
 #include "kernels/selection/token_scores_cuda.h"
+#include "kernels/selection/token_scores_cuda_internal.h"
 
 namespace millipede {
 namespace {
@@ -22,12 +23,13 @@ constexpr size_t kMaxSharedBytes = 48 * 1024;
 // l + 32, ...), dot it with every query head of the group (a warp sum per head) and keep the
 // largest log-probability; lane 0 writes its exp.
 //   q [num_heads, head_dim], k [n_k, num_kv_heads, head_dim], lse [num_heads],
-//   score [num_kv_heads, n_k].
+//   score [num_kv_heads, score_stride] (columns [0, n_k) written).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     TokenScoresKernel(const float* __restrict__ q, const T* __restrict__ k,
                       const float* __restrict__ lse, float* __restrict__ score, int64_t n_k,
-                      int64_t num_kv_heads, int64_t group, int64_t head_dim, float scale) {
+                      int64_t score_stride, int64_t num_kv_heads, int64_t group, int64_t head_dim,
+                      float scale) {
   extern __shared__ float shared[];
   float* queries = shared;                      // [group, head_dim]
   float* head_lse = shared + group * head_dim;  // [group]
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
       const float l = head_lse[h];
       if (l != -INFINITY) best = fmaxf(best, scale * dot - l);
     }
-    if (lane == 0) score[g * n_k + j] = expf(best);  // exp(-inf) = 0: no head sees a key
+    if (lane == 0) score[g * score_stride + j] = expf(best);  // exp(-inf) = 0: no head sees a key
   }
 }
 
@@ -126,25 +128,28 @@ __device__ __forceinline__ float BestLogProb(float (&dot)[kMaxGroup], const floa
   }
 }
 
-//   q [num_heads, head_dim], k [n_k, num_kv_heads, head_dim], lse [num_heads],
-//   score [num_kv_heads, n_k]. Grid: (key blocks, num_kv_heads). kGroup as in BestLogProb.
+// Entry blockIdx.z of the table, KV head blockIdx.y: q, k, lse and score as RowsEntry's.
+// Grid: (key blocks, num_kv_heads, entries). kGroup as in BestLogProb.
 template <typename T, int kChunks, int kGroup>
 __global__ void __launch_bounds__(kThreads)
-    TokenScoresRowsKernel(const float* __restrict__ q, const T* __restrict__ k,
-                          const float* __restrict__ lse, float* __restrict__ score, int64_t n_k,
-                          int64_t num_kv_heads, int group, float scale) {
+    TokenScoresRowsKernel(const __grid_constant__ token_scores_internal::RowsTable table) {
   constexpr int kHeadDim = 8 * kChunks, kRowsPerPass = 32 / kChunks;
   constexpr int kRowsPerWarp = kRowsPerPass * kPasses;
+  const token_scores_internal::RowsEntry& entry = table.entry[blockIdx.z];
+  const T* __restrict__ k = static_cast<const T*>(entry.k);
+  const int64_t n_k = entry.n_k, num_kv_heads = table.num_kv_heads;
+  const int group = table.group;
+  float* __restrict__ score = entry.score + blockIdx.y * table.score_stride;
   const int64_t g = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int part = lane % kChunks, sub = lane / kChunks;
   float query[kMaxGroup][8], head_lse[kMaxGroup];
 #pragma unroll
   for (int h = 0; h < kMaxGroup; ++h) {
-    head_lse[h] = h < group ? lse[g * group + h] : -INFINITY;
+    head_lse[h] = h < group ? entry.lse[g * group + h] : -INFINITY;
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      query[h][e] = h < group ? q[(g * group + h) * kHeadDim + 8 * part + e] : 0.0f;
+      query[h][e] = h < group ? entry.q[(g * group + h) * kHeadDim + 8 * part + e] : 0.0f;
   }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * kRowsPerWarp;
   for (int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp + sub;
@@ -168,99 +173,133 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 8; ++e) dot[h] = fmaf(query[h][e], key[e], dot[h]);
       }
-      const float best = BestLogProb<kChunks, kGroup>(dot, head_lse, group, part, scale);
+      const float best = BestLogProb<kChunks, kGroup>(dot, head_lse, group, part, table.scale);
       const int64_t j = first + u * kRowsPerPass;
-      if (part == 0 && j < n_k) score[g * n_k + j] = expf(best);
+      if (part == 0 && j < n_k) score[j] = expf(best);
     }
   }
 }
 
-// Whether the rows path takes these arguments, and with how many 16-byte chunks per row.
-int RowsPathChunks(const TokenScoresArgs& args, int64_t group) {
-  const int64_t head_dim = args.q.dim(1);
-  if ((args.k.dtype != DType::kBF16 && args.k.dtype != DType::kF16) || group > kMaxGroup ||
-      !cuda_util::IsAligned(args.k.data, 16))
-    return 0;
-  return head_dim == 64 || head_dim == 128 || head_dim == 256 ? static_cast<int>(head_dim / 8)
-                                                               : 0;
-}
-
 template <typename T, int kChunks, int kGroup>
-Status LaunchRows(const TokenScoresArgs& args, int64_t group, float scale, cudaStream_t stream) {
-  const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
+Status LaunchRowsKernel(const token_scores_internal::RowsTable& table, int entries, int64_t max_n_k,
+                        cudaStream_t stream) {
   constexpr int64_t kKeys = kWarps * (32 / kChunks) * kPasses;
-  // One wave of resident blocks over all the KV heads, each block striding over the keys.
+  // One wave of resident blocks over the entries' KV heads, each block striding over the keys.
   int device = 0, sms = 0, resident = 0;
   MP_CUDA_CHECK(cudaGetDevice(&device));
   MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   MP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &resident, TokenScoresRowsKernel<T, kChunks, kGroup>, kThreads, 0));
   const int64_t wave = static_cast<int64_t>(sms) * std::max(resident, 1);
-  const int64_t per_head = std::max<int64_t>(
-      1, std::min((n_k + kKeys - 1) / kKeys, (wave + num_kv_heads - 1) / num_kv_heads));
-  const dim3 grid(static_cast<unsigned>(per_head), static_cast<unsigned>(num_kv_heads));
-  TokenScoresRowsKernel<T, kChunks, kGroup><<<grid, kThreads, 0, stream>>>(
-      args.q.as<const float>(), args.k.as<const T>(), args.lse.as<const float>(),
-      args.score.as<float>(), n_k, num_kv_heads, static_cast<int>(group), scale);
+  const int64_t heads = table.num_kv_heads * entries;
+  const int64_t per_head =
+      std::max<int64_t>(1, std::min((max_n_k + kKeys - 1) / kKeys, (wave + heads - 1) / heads));
+  const dim3 grid(static_cast<unsigned>(per_head), static_cast<unsigned>(table.num_kv_heads),
+                  static_cast<unsigned>(entries));
+  TokenScoresRowsKernel<T, kChunks, kGroup><<<grid, kThreads, 0, stream>>>(table);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }
 
 // The reduce-scatter instance for groups of 1, 2, 4 and 8 query heads, else the per-head one.
 template <typename T, int kChunks>
-Status LaunchRowsGroup(const TokenScoresArgs& args, int64_t group, float scale,
+Status LaunchRowsGroup(const token_scores_internal::RowsTable& table, int entries, int64_t max_n_k,
                        cudaStream_t stream) {
-  switch (group) {
-    case 1: return LaunchRows<T, kChunks, 1>(args, group, scale, stream);
-    case 2: return LaunchRows<T, kChunks, 2>(args, group, scale, stream);
-    case 4: return LaunchRows<T, kChunks, 4>(args, group, scale, stream);
-    case 8: return LaunchRows<T, kChunks, 8>(args, group, scale, stream);
-    default: return LaunchRows<T, kChunks, 0>(args, group, scale, stream);
+  switch (table.group) {
+    case 1:
+      return LaunchRowsKernel<T, kChunks, 1>(table, entries, max_n_k, stream);
+    case 2:
+      return LaunchRowsKernel<T, kChunks, 2>(table, entries, max_n_k, stream);
+    case 4:
+      return LaunchRowsKernel<T, kChunks, 4>(table, entries, max_n_k, stream);
+    case 8:
+      return LaunchRowsKernel<T, kChunks, 8>(table, entries, max_n_k, stream);
+    default:
+      return LaunchRowsKernel<T, kChunks, 0>(table, entries, max_n_k, stream);
   }
 }
 
 template <typename T>
-Status LaunchRowsFor(const TokenScoresArgs& args, int chunks, int64_t group, float scale,
-                     cudaStream_t stream) {
+Status LaunchRowsFor(const token_scores_internal::RowsTable& table, int entries, int chunks,
+                     int64_t max_n_k, cudaStream_t stream) {
   switch (chunks) {
-    case 8: return LaunchRowsGroup<T, 8>(args, group, scale, stream);
-    case 16: return LaunchRowsGroup<T, 16>(args, group, scale, stream);
-    default: return LaunchRowsGroup<T, 32>(args, group, scale, stream);
+    case 8:
+      return LaunchRowsGroup<T, 8>(table, entries, max_n_k, stream);
+    case 16:
+      return LaunchRowsGroup<T, 16>(table, entries, max_n_k, stream);
+    default:
+      return LaunchRowsGroup<T, 32>(table, entries, max_n_k, stream);
   }
 }
 
 }  // namespace
 
-Status TokenScoresCuda(const TokenScoresArgs& args, cudaStream_t stream) {
-  MP_RETURN_IF_ERROR(TokenScoresCheckArgs(args));
-  const int64_t num_heads = args.q.dim(0), head_dim = args.q.dim(1);
-  const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
-  const int64_t group = num_heads / num_kv_heads;
+namespace token_scores_internal {
+
+int RowsPathChunks(DType k_dtype, int64_t head_dim, int64_t group, bool aligned) {
+  if ((k_dtype != DType::kBF16 && k_dtype != DType::kF16) || group > kMaxGroup || !aligned)
+    return 0;
+  return head_dim == 64 || head_dim == 128 || head_dim == 256 ? static_cast<int>(head_dim / 8) : 0;
+}
+
+Status CheckGpuLimits(int64_t head_dim, int64_t num_kv_heads, int64_t group) {
   MP_REQUIRE(head_dim <= kMaxHeadDim, "token_scores: head_dim ", head_dim, " > ", kMaxHeadDim,
              " is not supported on the GPU");
   MP_REQUIRE(num_kv_heads <= 65535, "token_scores: ", num_kv_heads, " KV heads exceed the grid");
   const size_t shared_bytes = static_cast<size_t>(group * head_dim + group) * sizeof(float);
   MP_REQUIRE(shared_bytes <= kMaxSharedBytes, "token_scores: ", group, " query heads per KV head",
              " of head_dim ", head_dim, " exceed the GPU kernel's shared memory");
-  if (n_k == 0) return OkStatus();
-  const float scale = args.scale == 0.0f
-                          ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
-                          : args.scale;
-  if (const int chunks = RowsPathChunks(args, group); chunks > 0) {
-    return args.k.dtype == DType::kBF16
-               ? LaunchRowsFor<__nv_bfloat16>(args, chunks, group, scale, stream)
-               : LaunchRowsFor<__half>(args, chunks, group, scale, stream);
+  return OkStatus();
+}
+
+Status ScoreEntries(const RowsTable& table, int entries, DType k_dtype, int64_t head_dim,
+                    bool aligned, cudaStream_t stream) {
+  MP_ASSERT(entries >= 0 && entries <= kMaxRowsEntries, "token_scores: ", entries, " entries");
+  int64_t max_n_k = 0;
+  for (int e = 0; e < entries; ++e) max_n_k = std::max(max_n_k, table.entry[e].n_k);
+  if (max_n_k == 0) return OkStatus();
+  if (const int chunks = RowsPathChunks(k_dtype, head_dim, table.group, aligned); chunks > 0) {
+    return k_dtype == DType::kBF16
+               ? LaunchRowsFor<__nv_bfloat16>(table, entries, chunks, max_n_k, stream)
+               : LaunchRowsFor<__half>(table, entries, chunks, max_n_k, stream);
   }
-  const dim3 grid(static_cast<unsigned>((n_k + kKeysPerBlock - 1) / kKeysPerBlock),
-                  static_cast<unsigned>(num_kv_heads));
-  return cuda_util::VisitFloatDType(args.k.dtype, "token_scores k", [&](auto tag) -> Status {
+  const int64_t group = table.group;
+  const size_t shared_bytes = static_cast<size_t>(group * head_dim + group) * sizeof(float);
+  return cuda_util::VisitFloatDType(k_dtype, "token_scores k", [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    TokenScoresKernel<T><<<grid, kThreads, shared_bytes, stream>>>(
-        args.q.as<const float>(), args.k.as<const T>(), args.lse.as<const float>(),
-        args.score.as<float>(), n_k, num_kv_heads, group, head_dim, scale);
-    MP_CUDA_CHECK_LAUNCH();
+    for (int e = 0; e < entries; ++e) {
+      const RowsEntry& entry = table.entry[e];
+      if (entry.n_k == 0) continue;
+      const dim3 grid(static_cast<unsigned>((entry.n_k + kKeysPerBlock - 1) / kKeysPerBlock),
+                      static_cast<unsigned>(table.num_kv_heads));
+      TokenScoresKernel<T><<<grid, kThreads, shared_bytes, stream>>>(
+          entry.q, static_cast<const T*>(entry.k), entry.lse, entry.score, entry.n_k,
+          table.score_stride, table.num_kv_heads, group, head_dim, table.scale);
+      MP_CUDA_CHECK_LAUNCH();
+    }
     return OkStatus();
   });
+}
+
+}  // namespace token_scores_internal
+
+Status TokenScoresCuda(const TokenScoresArgs& args, cudaStream_t stream) {
+  MP_RETURN_IF_ERROR(TokenScoresCheckArgs(args));
+  const int64_t num_heads = args.q.dim(0), head_dim = args.q.dim(1);
+  const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
+  const int64_t group = num_heads / num_kv_heads;
+  MP_RETURN_IF_ERROR(token_scores_internal::CheckGpuLimits(head_dim, num_kv_heads, group));
+  token_scores_internal::RowsTable table;
+  table.entry[0] = {args.k.data, args.q.as<const float>(), args.lse.as<const float>(),
+                    args.score.as<float>(), n_k};
+  table.num_kv_heads = num_kv_heads;
+  table.score_stride = n_k;
+  table.group = static_cast<int>(group);
+  table.scale = args.scale == 0.0f
+                    ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
+                    : args.scale;
+  return token_scores_internal::ScoreEntries(table, 1, args.k.dtype, head_dim,
+                                             cuda_util::IsAligned(args.k.data, 16), stream);
 }
 
 }  // namespace millipede

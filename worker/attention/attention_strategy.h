@@ -146,6 +146,19 @@ class DecodeStrategy {
   virtual Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) {
     return OkStatus();
   }
+  // Strategies whose AfterMerge runs for many tokens at once (OmniKV's filter layers): true when
+  // `other`, another sequence's strategy of the same layer, joins this one's AfterMergeBatch.
+  // Depends on the strategies alone: every rank decides the same.
+  virtual bool AfterMergeBatchesWith(const DecodeStrategy& other) const { return false; }
+  // AfterMerge of the unrecorded tokens whose strategies AfterMergeBatchesWith this one
+  // (strategies[0] is this one; inputs alike): q [n, heads, head_dim] and lse [n, heads] F32 the
+  // queries and merged log-sum-exps of a run of tokens, token i's at row rows[i].
+  virtual Status AfterMergeBatch(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                                 std::span<const DecodeInput> inputs, ConstTensorView q,
+                                 ConstTensorView lse, std::span<const int32_t> rows) {
+    return UnimplementedError(std::string("decode strategy ") + name() +
+                              " does not batch AfterMerge");
+  }
 };
 
 }  // namespace millipede

@@ -27,6 +27,7 @@
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_logprobs.h"
 #include "kernels/sampling/sampling_penalties.h"
+#include "kernels/selection/batch_token_scores.h"
 #include "kernels/selection/key_scores.h"
 #include "kernels/selection/selection_index.h"
 #include "kernels/selection/token_scores.h"
@@ -236,6 +237,9 @@ class Backend {
   virtual Status TopKCut(const TopKCutArgs& args) = 0;
   virtual Status KeyScores(const KeyScoresArgs& args) = 0;
   virtual Status TokenScores(const TokenScoresArgs& args) = 0;
+  // TokenScores of many decode tokens into one NaN-padded matrix
+  // (kernels/selection/batch_token_scores.h): the filter layers of a batch, cut by one TopK.
+  virtual Status BatchTokenScores(const BatchTokenScoresArgs& args) = 0;
   virtual Status SelectionIndex(const SelectionIndexArgs& args) = 0;
   virtual Status GatherRows(const GatherRowsArgs& args) = 0;
   // Whole heads between two tensors of per-head rows (kernels/memory/copy_heads.h), both in backend

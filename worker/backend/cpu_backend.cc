@@ -122,6 +122,9 @@ class CpuBackend final : public Backend {
   Status TopKCut(const TopKCutArgs& args) override { return TopKCutRef(args); }
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresRef(args); }
   Status TokenScores(const TokenScoresArgs& args) override { return TokenScoresRef(args); }
+  Status BatchTokenScores(const BatchTokenScoresArgs& args) override {
+    return BatchTokenScoresRef(args);
+  }
   Status SelectionIndex(const SelectionIndexArgs& args) override {
     return SelectionIndexRef(args);
   }

@@ -25,6 +25,7 @@
 #include "kernels/sampling/sampling_cuda.h"
 #include "kernels/sampling/sampling_logprobs_cuda.h"
 #include "kernels/sampling/sampling_penalties_cuda.h"
+#include "kernels/selection/batch_token_scores_cuda.h"
 #include "kernels/selection/key_scores_cuda.h"
 #include "kernels/selection/selection_index_cuda.h"
 #include "kernels/selection/token_scores_cuda.h"
@@ -238,6 +239,9 @@ class CudaBackend final : public Backend {
   Status KeyScores(const KeyScoresArgs& args) override { return KeyScoresCuda(args, stream_); }
   Status TokenScores(const TokenScoresArgs& args) override {
     return TokenScoresCuda(args, stream_);
+  }
+  Status BatchTokenScores(const BatchTokenScoresArgs& args) override {
+    return BatchTokenScoresCuda(args, stream_);
   }
   Status SelectionIndex(const SelectionIndexArgs& args) override {
     return SelectionIndexCuda(args, stream_);

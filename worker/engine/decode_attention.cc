@@ -182,10 +182,47 @@ Status LayerLoop::AttendDecode(int64_t layer, std::span<RankEntry> run, Attentio
     ctx_.stats.comm_bytes += static_cast<int64_t>(send.NumBytes());
     MP_RETURN_IF_ERROR(env.profiler.Mark(&ctx_.stats.comm_wait_s));
   }
-  for (size_t i = 0; i < run.size(); ++i)
-    MP_RETURN_IF_ERROR(run[i].seq->attention(layer).decode->AfterMerge(
-        env, inputs[i], AsConst(SliceRows(lse_out, static_cast<int64_t>(i), 1))));
+  MP_RETURN_IF_ERROR(AfterMerges(run, inputs, env, AsConst(lse_out)));
   return env.profiler.Mark(&ctx_.stats.attention_s);
+}
+
+Status LayerLoop::AfterMerges(std::span<RankEntry> run, std::span<const DecodeInput> inputs,
+                              AttentionEnv& env, ConstTensorView lse) {
+  const int64_t layer = inputs.front().layer;
+  const auto strategy = [&](size_t i) { return run[i].seq->attention(layer).decode.get(); };
+  // In an unrecorded run, the tokens whose strategies batch their AfterMerge go in one call per
+  // kind (every rank groups alike: the grouping depends on the strategies alone).
+  std::vector<uint8_t> done(run.size(), 0);
+  const bool batch = run.size() > 1 && run.front().graph_rows == 0;
+  std::vector<DecodeStrategy*> group;
+  std::vector<DecodeInput> group_inputs;
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < run.size(); ++i) {
+    if (done[i]) continue;
+    DecodeStrategy* first = strategy(i);
+    group.assign(1, first);
+    group_inputs.assign(1, inputs[i]);
+    rows.assign(1, static_cast<int32_t>(i));
+    for (size_t j = i + 1; batch && j < run.size(); ++j) {
+      if (done[j] || !first->AfterMergeBatchesWith(*strategy(j))) continue;
+      done[j] = 1;
+      group.push_back(strategy(j));
+      group_inputs.push_back(inputs[j]);
+      rows.push_back(static_cast<int32_t>(j));
+    }
+    if (group.size() == 1) {
+      MP_RETURN_IF_ERROR(
+          first->AfterMerge(env, inputs[i], SliceRows(lse, static_cast<int64_t>(i), 1)));
+      continue;
+    }
+    const ModelConfig& c = ctx_.config();
+    const int64_t n = static_cast<int64_t>(run.size());
+    MP_ASSIGN_OR_RETURN(const ConstTensorView q,
+                        Reshape(SliceRows(ctx_.workspace->q.cview(), run.front().row0, n),
+                                Shape{n, c.num_attention_heads, c.head_dim}));
+    MP_RETURN_IF_ERROR(first->AfterMergeBatch(env, group, group_inputs, q, lse, rows));
+  }
+  return OkStatus();
 }
 
 }  // namespace millipede

@@ -48,6 +48,11 @@ class LayerLoop {
   // (DecodeStrategy::BatchParts) in one BatchDecodeAttention call, a token's parts merged.
   Status BatchedPartials(std::span<RankEntry> run, std::span<const DecodeInput> inputs,
                          AttentionEnv& env, TensorView o, TensorView lse);
+  // Each token's AfterMerge once `lse` [n, heads] holds the run's merged log-sum-exps; in an
+  // unrecorded run, tokens whose strategies batch it (DecodeStrategy::AfterMergeBatchesWith) in
+  // one call per kind.
+  Status AfterMerges(std::span<RankEntry> run, std::span<const DecodeInput> inputs,
+                     AttentionEnv& env, ConstTensorView lse);
   // Output projection and MLP of the step's rows: in chunks, decode rows split over the ranks
   // (EngineOptions::split_decode_mlp) and the rest whole.
   Status RunMlp(int64_t layer, std::span<const RankEntry> entries, StepProfiler& profiler);

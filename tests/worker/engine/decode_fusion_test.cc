@@ -124,6 +124,9 @@ class CountingBackend final : public Backend {
   Status TokenScores(const TokenScoresArgs& a) override {
     return Run("TokenScores", &Backend::TokenScores, a);
   }
+  Status BatchTokenScores(const BatchTokenScoresArgs& a) override {
+    return Run("BatchTokenScores", &Backend::BatchTokenScores, a);
+  }
   Status SelectionIndex(const SelectionIndexArgs& a) override {
     return Run("SelectionIndex", &Backend::SelectionIndex, a);
   }
@@ -492,7 +495,9 @@ namespace {
 // the kept rows older than the window and the window) take one BatchDecodeAttention call per
 // layer, with sequences of every policy in one call, and each sequence's logits equal it decoded
 // alone (its strategies' own calls) step after step; the budgets are below the prompts, so the
-// policies change the logits, and budgets that cover every key give dense attention.
+// policies change the logits, and budgets that cover every key give dense attention. The filter
+// layers of the tokens whose contexts hold the budget choose in one BatchTokenScores and one TopK
+// per layer, the others alone.
 TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
   const ModelConfig c = SmallConfig();
   ASSERT_GE(c.num_hidden_layers, 2);
@@ -525,6 +530,29 @@ TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
     EXPECT_EQ(count(together.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
     EXPECT_EQ(count(together.ops, "Attention"), 0);
     EXPECT_EQ(count(alone.ops, "BatchDecodeAttention"), 0);
+    if (policy == omnikv) {
+      // Every prompt holds the budget of 4: one scoring and one cut per step for all four.
+      EXPECT_EQ(count(together.ops, "BatchTokenScores"), kSteps);
+      EXPECT_EQ(count(together.ops, "TokenScores"), 0);
+      EXPECT_EQ(count(together.ops, "TopK"), kSteps);
+      EXPECT_EQ(count(alone.ops, "TokenScores"), 4 * kSteps);
+      EXPECT_EQ(count(alone.ops, "BatchTokenScores"), 0);
+    }
+  }
+  // A budget of 12: the 17- and 23-token prompts choose together, the 5- and 11-token ones (whose
+  // whole context is chosen) alone; each as decoded alone.
+  {
+    const std::string omnikv_12 = R"({"version": 1, "filter": {"top_k": 12},
+      "layers": [{"layer": 0, "decode": "filter"}, {"layer": 1, "decode": "selected"}]})";
+    const std::vector<std::string> all(prompts.size(), omnikv_12);
+    const StepLogits together = DecodeSequences(c, prompts, next, true, all, kSteps);
+    const StepLogits alone = DecodeSequences(c, prompts, next, false, all, kSteps);
+    ASSERT_EQ(together.logits.size(), alone.logits.size());
+    for (size_t i = 0; i < together.logits.size(); ++i)
+      EXPECT_LT(MaxRelError(together.logits[i], alone.logits[i]), 1e-5) << i;
+    EXPECT_GT(MaxRelError(together.logits[3], dense.logits[3]), 1e-3);
+    EXPECT_EQ(count(together.ops, "BatchTokenScores"), kSteps);
+    EXPECT_EQ(count(together.ops, "TokenScores"), 2 * kSteps);
   }
   // Budgets that cover every key: the batched parts give dense attention.
   const std::string omnikv_all = R"({"version": 1, "filter": {"top_k": 64},
@@ -570,6 +598,7 @@ TEST(BatchDecodeTest, SparseRolesBatchAcrossSequencesAndEqualEachAlone) {
     EXPECT_LT(MaxRelError(mixed.logits[i], mixed_alone.logits[i]), 1e-5) << i;
   EXPECT_EQ(count(mixed.ops, "BatchDecodeAttention"), c.num_hidden_layers * kSteps);
   EXPECT_EQ(count(mixed.ops, "Attention"), 0);
+  EXPECT_EQ(count(mixed.ops, "BatchTokenScores"), kSteps);
 }
 
 }  // namespace

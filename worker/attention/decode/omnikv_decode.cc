@@ -97,16 +97,21 @@ Status FilterDecode::ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenR
   return env.backend.TopKCut({AsConst(all), AsConst(index), env.comm.rank(), chosen});
 }
 
+StatusOr<int64_t> FilterDecode::ContextRows(const DecodeInput& in) const {
+  MP_ASSERT(selection_->context_end() >= 0, "the sequence began decoding");
+  // The context rows are a prefix of the store's rows (rows are in position order); they do not
+  // change once decoding began.
+  int64_t n = 0;
+  for (const TokenRange& r : in.store->held_ranges())
+    n += std::clamp<int64_t>(selection_->context_end() - r.begin, 0, r.size());
+  return n;
+}
+
 Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) {
   const ModelConfig& c = env.config;
   TokenSelection& selection = *selection_;
-  MP_ASSERT(selection.context_end() >= 0, "the sequence began decoding");
-  // The context rows are a prefix of the store's rows (rows are in position order); they do not
-  // change once decoding began.
   std::span<const TokenRange> held = in.store->held_ranges();
-  int64_t n = 0;
-  for (const TokenRange& r : held)
-    n += std::clamp<int64_t>(selection.context_end() - r.begin, 0, r.size());
+  MP_ASSIGN_OR_RETURN(const int64_t n, ContextRows(in));
   MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
   MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(env.backend, &scores_, DType::kF32,
                                                        Shape{c.num_key_value_heads, n}));
@@ -122,6 +127,66 @@ Status FilterDecode::AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstT
     MP_RETURN_IF_ERROR(ChooseAcrossRanks(env, held, AsConst(scores)));
   }
   MP_RETURN_IF_ERROR(selection.Choose(env, n, in.position));
+  return env.profiler.Mark(&env.stats.omnikv_select_s);
+}
+
+bool FilterDecode::AfterMergeBatchesWith(const DecodeStrategy& other) const {
+  const auto* filter = dynamic_cast<const FilterDecode*>(&other);
+  return filter != nullptr && filter->params_.top_k == params_.top_k;
+}
+
+Status FilterDecode::AfterMergeBatch(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                                     std::span<const DecodeInput> inputs, ConstTensorView q,
+                                     ConstTensorView lse, std::span<const int32_t> rows) {
+  const int64_t k = params_.top_k, kv_heads = env.config.num_key_value_heads;
+  const auto filter = [&](size_t i) -> FilterDecode& {
+    return static_cast<FilterDecode&>(*strategies[i]);
+  };
+  together_.clear();
+  int64_t widest = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    MP_ASSIGN_OR_RETURN(const int64_t n, filter(i).ContextRows(inputs[i]));
+    if (env.comm.size() == 1 && k > 0 && n >= k) {
+      together_.push_back(i);
+      widest = std::max(widest, n);
+    } else {
+      MP_RETURN_IF_ERROR(filter(i).AfterMerge(env, inputs[i], SliceRows(lse, rows[i], 1)));
+    }
+  }
+  if (together_.size() < 2) {
+    for (const size_t i : together_)
+      MP_RETURN_IF_ERROR(filter(i).AfterMerge(env, inputs[i], SliceRows(lse, rows[i], 1)));
+    return OkStatus();
+  }
+  MP_RETURN_IF_ERROR(env.profiler.Mark(&env.stats.attention_s));
+  batch_keys_.clear();
+  batch_rows_.clear();
+  for (const size_t i : together_) {
+    MP_ASSIGN_OR_RETURN(const ConstKvRows held, inputs[i].store->Rows(0));
+    MP_ASSIGN_OR_RETURN(const int64_t n, filter(i).ContextRows(inputs[i]));
+    batch_keys_.push_back(SliceRows(held.k, 0, n));
+    batch_rows_.push_back(rows[i]);
+  }
+  // Every token's scores over its own context rows, NaN past them, then every KV head of every
+  // token cut to its best k in one TopK (column order: each head's rows in position order).
+  const int64_t m = static_cast<int64_t>(together_.size());
+  MP_ASSIGN_OR_RETURN(TensorView scores, ScratchBuffer(env.backend, &scores_, DType::kF32,
+                                                       Shape{m, kv_heads, widest}));
+  MP_RETURN_IF_ERROR(
+      env.backend.BatchTokenScores({q, lse, batch_keys_, batch_rows_, 0.0f, scores}));
+  MP_ASSIGN_OR_RETURN(const ConstTensorView table,
+                      Reshape(AsConst(scores), Shape{m * kv_heads, widest}));
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(env.backend, &top_index_, DType::kI32, Shape{m * kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{m * kv_heads, k}));
+  MP_RETURN_IF_ERROR(env.backend.TopK({table, k, index, value, TopKOrder::kColumn}));
+  for (int64_t t = 0; t < m; ++t) {
+    const size_t i = together_[static_cast<size_t>(t)];
+    MP_RETURN_IF_ERROR(filter(i).selection_->ChooseFrom(
+        env, AsConst(SliceRows(index, t * kv_heads, kv_heads)),
+        batch_keys_[static_cast<size_t>(t)].dim(0), inputs[i].position));
+  }
   return env.profiler.Mark(&env.stats.omnikv_select_s);
 }
 

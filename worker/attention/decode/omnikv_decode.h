@@ -34,6 +34,14 @@ class FilterDecode final : public DecodeStrategy {
   const char* name() const override { return "filter"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
+  // Filter layers of the same budget choose together: on one rank, the tokens whose context
+  // holds at least the budget are scored by one BatchTokenScores and cut by one TopK (each
+  // token's choice equals its own AfterMerge's); the others, and every token under context
+  // parallelism (each choice is an exchange of its own), choose alone.
+  bool AfterMergeBatchesWith(const DecodeStrategy& other) const override;
+  Status AfterMergeBatch(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                         std::span<const DecodeInput> inputs, ConstTensorView q,
+                         ConstTensorView lse, std::span<const int32_t> rows) override;
   // One part: every row (AfterMerge scores them per token).
   bool batchable() const override { return true; }
   Status BatchParts(AttentionEnv& env, const DecodeInput& in,
@@ -50,11 +58,17 @@ class FilterDecode final : public DecodeStrategy {
   // share of the agreed cut (TopKCut) straight into the selection.
   Status ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
                            ConstTensorView scores);
+  // This rank's context rows in `in.store` (a prefix of its rows): the rows the token scores.
+  StatusOr<int64_t> ContextRows(const DecodeInput& in) const;
   FilterParams params_;
   std::shared_ptr<TokenSelection> selection_;
   // The positions of this rank's context rows (several ranks; kept to reuse its storage).
   std::vector<TopKPositionRange> ranges_;
   BackendTensor scores_, top_index_, top_value_, keys_, all_keys_;
+  // AfterMergeBatch's tokens that choose together, their keys and query rows (kept for storage).
+  std::vector<size_t> together_;
+  std::vector<ConstTensorView> batch_keys_;
+  std::vector<int32_t> batch_rows_;
 };
 
 class SelectedDecode final : public DecodeStrategy {

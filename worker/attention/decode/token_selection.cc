@@ -40,6 +40,24 @@ StatusOr<TensorView> TokenSelection::ChosenBuffer(AttentionEnv& env, int64_t slo
 Status TokenSelection::Choose(AttentionEnv& env, int64_t context_rows, int64_t position) {
   const int64_t kv_heads = env.config.num_key_value_heads;
   MP_ASSERT(position_ < 0 && chosen_.view().data != nullptr, "Choose without ChosenBuffer");
+  MP_ASSIGN_OR_RETURN(
+      ConstTensorView chosen,
+      Reshape(SliceRows(chosen_.cview(), 0, kv_heads * slots_), Shape{kv_heads, slots_}));
+  return Index(env, chosen, context_rows, position);
+}
+
+Status TokenSelection::ChooseFrom(AttentionEnv& env, ConstTensorView chosen, int64_t context_rows,
+                                  int64_t position) {
+  MP_ASSERT(chosen.rank() == 2 && chosen.dim(0) == env.config.num_key_value_heads,
+            "a choice is [kv_heads, slots]");
+  slots_ = chosen.dim(1);
+  position_ = -1;
+  return Index(env, chosen, context_rows, position);
+}
+
+Status TokenSelection::Index(AttentionEnv& env, ConstTensorView chosen, int64_t context_rows,
+                             int64_t position) {
+  const int64_t kv_heads = env.config.num_key_value_heads;
   context_rows_ = context_rows;
   // Block b of the index serves block b of the host arena (layer b / 2, K or V); block 0 is also
   // the index into any one store's context rows.
@@ -48,9 +66,6 @@ Status TokenSelection::Choose(AttentionEnv& env, int64_t context_rows, int64_t p
                       ScratchBuffer(env.backend, &counts_, DType::kI32, Shape{kv_heads}));
   MP_ASSIGN_OR_RETURN(TensorView index, ScratchBuffer(env.backend, &index_, DType::kI64,
                                                       Shape{blocks, slots_ * kv_heads}));
-  MP_ASSIGN_OR_RETURN(ConstTensorView chosen,
-                      Reshape(SliceRows(chosen_.cview(), 0, kv_heads * slots_),
-                              Shape{kv_heads, slots_}));
   if (slots_ > 0) {
     MP_RETURN_IF_ERROR(env.backend.SelectionIndex(
         {chosen, context_rows, capacity_ * kv_heads, index, counts}));

@@ -61,6 +61,11 @@ class TokenSelection {
   // the rank's first `context_rows` rows: builds the gather index and each head's count, and
   // starts the host-tier loads.
   Status Choose(AttentionEnv& env, int64_t context_rows, int64_t position);
+  // Choose from a choice written elsewhere (one TopK for the filter layers of many sequences):
+  // `chosen` [kv_heads, slots] I32 in backend memory, as ChosenBuffer's, read by the ops this
+  // queues. Drops the previous choice.
+  Status ChooseFrom(AttentionEnv& env, ConstTensorView chosen, int64_t context_rows,
+                    int64_t position);
 
   // ---- Selected layers ----
   // OK when the filter layer chose for the token at `position` (FailedPrecondition otherwise,
@@ -92,6 +97,8 @@ class TokenSelection {
                 TensorView o, TensorView lse) const;
 
  private:
+  // Builds the gather index and counts from `chosen` [kv_heads, slots_] and starts the loads.
+  Status Index(AttentionEnv& env, ConstTensorView chosen, int64_t context_rows, int64_t position);
   // Starts one gather per host-tier layer (its K and V blocks of the index) on the copy queue.
   Status StartLoads(AttentionEnv& env);
 
