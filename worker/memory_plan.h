@@ -27,7 +27,8 @@ struct SequenceMemoryPlan {
   // The context rows of host-tier layers (OmniKV's selected layers), in pinned host memory.
   int64_t host_kv_bytes = 0;
   // OmniKV's selection buffers in backend memory: the filter layers' scores and top-k, the
-  // gathers of chosen rows and the groups' packed load buffers with their indices.
+  // gathers of chosen rows and the groups' packed load buffers with their indices; static
+  // eviction's kept-row indices and its prefill's scores.
   int64_t selection_bytes = 0;
   // Layers that keep a store per group of KV heads (DuoAttention): a step's rows of every head
   // before they go to the groups, and a group's packed queries, outputs and LSE of a step.

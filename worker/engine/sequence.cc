@@ -239,6 +239,20 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
     if (g.device_layers) plan->selection_bytes += budget * row;
     plan->selection_bytes += n * loaded * row;
   }
+  // Static eviction's layers: the kept rows' index and counts of each (the rows stay in the
+  // store), copies of the kept rows where K/V are F32 (a GPU's batched kernel reads no index
+  // then), and once the scores, positions and top-k of one layer's prefill step (returned to the
+  // scratch pool after it).
+  const int64_t evicting = std::count_if(
+      options.policy.layers.begin(), options.policy.layers.end(),
+      [](const LayerPolicy& l) { return l.LayerDecode() == DecodeRole::kStaticEviction; });
+  if (evicting > 0) {
+    const int64_t keep = std::min(options.policy.static_eviction.keep_tokens, options.capacity);
+    const int64_t copies = kv_dtype == DType::kF32 ? keep * row : 0;
+    plan->selection_bytes += evicting * (keep * kv_heads * 8 + kv_heads * 4 + copies) +
+                             kv_heads * options.capacity * 4 + 2 * options.capacity * 8 +
+                             2 * keep * kv_heads * 8;
+  }
   return OkStatus();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "worker/attention/decode_parts.h"
 #include "worker/attention/scratch_buffer.h"
 #include "worker/dist/global_top_k.h"
 
@@ -35,9 +36,12 @@ StatusOr<std::vector<std::vector<int64_t>>> StaticEvictionDecode::Select(
   return kept;
 }
 
-Status StaticEvictionDecode::GatherKept(AttentionEnv& env, ConstKvRows rows,
-                                        const std::vector<std::vector<int64_t>>& kept) {
-  const int64_t kv_heads = env.config.num_key_value_heads, d = env.config.head_dim;
+Status StaticEvictionDecode::KeepRows(AttentionEnv& env, ConstKvRows rows,
+                                      const std::vector<std::vector<int64_t>>& kept) {
+  const ModelConfig& c = env.config;
+  const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
+  heavy_k_ = {};
+  heavy_v_ = {};
   slots_ = 0;
   for (const std::vector<int64_t>& head : kept)
     slots_ = std::max(slots_, static_cast<int64_t>(head.size()));
@@ -56,6 +60,10 @@ Status StaticEvictionDecode::GatherKept(AttentionEnv& env, ConstKvRows rows,
   }
   const int64_t total = slots_ * kv_heads;
   MP_ASSIGN_OR_RETURN(TensorView dev_index, UploadI64(env.backend, &gather_index_, index));
+  // The batched kernel reads the kept rows in place through the index; only a backend whose
+  // kernel reads no index gets copies.
+  indexed_ = env.backend.DecodeTakesLengths(d, c.num_attention_heads / kv_heads, rows.k.dtype);
+  if (indexed_) return OkStatus();
   MP_ASSIGN_OR_RETURN(TensorView k,
                       ScratchBuffer(env.backend, &heavy_k_, rows.k.dtype, Shape{total, d}));
   MP_ASSIGN_OR_RETURN(TensorView v,
@@ -112,7 +120,14 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
   heavy_positions_.assign(kept.size(), {});
   for (size_t g = 0; g < kept.size(); ++g)
     for (int64_t row : kept[g]) heavy_positions_[g].push_back(positions[static_cast<size_t>(row)]);
-  return GatherKept(env, rows, kept);
+  // The scores and positions serve this step only: back to the pool (stream-ordered, so the
+  // queued ops that read them finish first), not held through the sequence's decode.
+  scores_ = {};
+  q_pos_ = {};
+  k_pos_ = {};
+  top_index_ = {};
+  top_value_ = {};
+  return KeepRows(env, rows, kept);
 }
 
 StatusOr<StaticEvictionDecode::Parts> StaticEvictionDecode::PartsOf(AttentionEnv& env,
@@ -122,7 +137,15 @@ StatusOr<StaticEvictionDecode::Parts> StaticEvictionDecode::PartsOf(AttentionEnv
   Parts parts;
   // Kept keys older than the window, per KV head (newer ones are in the window below).
   MP_ASSIGN_OR_RETURN(const bool any_kept, CountKept(env, recent_from));
-  if (any_kept) {
+  if (any_kept && indexed_) {
+    // Every row of the store, read through the index ([slots, kv_heads] flat rows; the buffer is
+    // flat, ScratchBuffer's): kept rows are rows the store holds until the sequence ends.
+    MP_ASSIGN_OR_RETURN(const ConstKvRows all, in.store->Rows(in.step_rows));
+    MP_ASSIGN_OR_RETURN(
+        const ConstTensorView index,
+        Reshape(SliceRows(gather_index_.cview(), 0, slots_ * kv_heads), Shape{slots_, kv_heads}));
+    parts.kept = {all, SliceRows(counts_.cview(), 0, kv_heads), index};
+  } else if (any_kept) {
     // The buffers are flat (ScratchBuffer): the first slots x kv_heads x head_dim elements.
     const Shape shape{slots_, kv_heads, d};
     MP_ASSIGN_OR_RETURN(const ConstTensorView k,
@@ -154,6 +177,11 @@ Status StaticEvictionDecode::BatchParts(AttentionEnv& env, const DecodeInput& in
 Status StaticEvictionDecode::Partial(AttentionEnv& env, const DecodeInput& in, TensorView o,
                                      TensorView lse) {
   Backend& b = env.backend;
+  if (indexed_) {
+    parts_.clear();
+    MP_RETURN_IF_ERROR(BatchParts(env, in, &parts_));
+    return AttendParts(env, in.q, parts_, o, lse, &tmp_o_, &tmp_lse_);
+  }
   MP_ASSIGN_OR_RETURN(const Parts p, PartsOf(env, in));
   const bool kept = p.kept.rows.k.data != nullptr, window = p.window.k.dim(0) > 0;
   if (!kept && !window) return b.ClearState(o, lse);

@@ -5,11 +5,15 @@
 // positions. Exact under context parallelism: the same keys are kept whatever the number of ranks.
 //
 // Built from backend ops only (attention, the merge rule, KeyScores, TopK, GatherRows), so it
-// runs on any backend: the kept keys and values are gathered once, slot by slot ([slots, kv_heads,
-// head_dim], KV head g's kept rows in position order in its first slots), and a decode step
-// attends to each head's kept keys older than the window (a per-head count, uploaded when it
-// changes) and to the window's rows, merging the two by log-sum-exp: two parts, so the tokens of
-// many sequences decode in one batched call.
+// runs on any backend. The kept rows stay in the layer's store (which keeps every row): an index
+// lays them out slot by slot ([slots, kv_heads] flat rows, KV head g's kept rows in position
+// order in its first slots), which the batched decode kernel reads in place (on a backend whose
+// kernel reads no index, the kept keys and values are gathered once into copies of that layout).
+// A decode step attends to each head's kept keys older than the window (a per-head count,
+// uploaded when it changes) and to the window's rows, merging the two by log-sum-exp: two parts,
+// so the tokens of many sequences decode in one batched call. The prefill's scores go back to
+// the scratch pool after each step: what a sequence holds through decode is the index and the
+// counts.
 //
 // The selection is the sequence's state: one strategy object per layer of one sequence.
 #pragma once
@@ -45,9 +49,10 @@ class StaticEvictionDecode final : public DecodeStrategy {
   // Each KV head's kept rows of this rank (increasing), from the scores [kv_heads, rows].
   StatusOr<std::vector<std::vector<int64_t>>> Select(AttentionEnv& env, ConstTensorView scores,
                                                      const std::vector<int64_t>& positions);
-  // Gathers the kept rows' K and V, slot by slot, into heavy_k_ / heavy_v_.
-  Status GatherKept(AttentionEnv& env, ConstKvRows rows,
-                    const std::vector<std::vector<int64_t>>& kept);
+  // The kept rows' index, slot by slot, in gather_index_ (and, where the backend's batched kernel
+  // reads no index, their K and V gathered into heavy_k_ / heavy_v_).
+  Status KeepRows(AttentionEnv& env, ConstKvRows rows,
+                  const std::vector<std::vector<int64_t>>& kept);
   // Each KV head's kept rows older than the window from `recent_from` on, in counts_ (uploaded
   // only when they change): [kv_heads] I32; false when no head has one.
   StatusOr<bool> CountKept(AttentionEnv& env, int64_t recent_from);
@@ -55,8 +60,11 @@ class StaticEvictionDecode final : public DecodeStrategy {
   ObservedQueries observed_;
   BackendTensor q_pos_, k_pos_, scores_, top_index_, top_value_, gather_index_;
   BackendTensor tmp_o_, tmp_lse_;  // a decode step's window partial
-  // Kept rows, slot by slot: [slots, kv_heads, head_dim]; KV head g's in its first slots.
+  // Kept rows, slot by slot: [slots, kv_heads, head_dim]; KV head g's in its first slots. Empty
+  // when indexed_ (the kernel reads them in place through gather_index_).
   BackendTensor heavy_k_, heavy_v_;
+  bool indexed_ = false;
+  std::vector<DecodePart> parts_;  // Partial's, kept for their storage
   int64_t slots_ = 0;
   std::vector<std::vector<int64_t>> heavy_positions_;  // [kv_heads] kept positions, increasing
   BackendTensor counts_;                               // [kv_heads] I32 (CountKept)
