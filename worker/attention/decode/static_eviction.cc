@@ -42,6 +42,8 @@ Status StaticEvictionDecode::KeepRows(AttentionEnv& env, ConstKvRows rows,
   const int64_t kv_heads = c.num_key_value_heads, d = c.head_dim;
   heavy_k_ = {};
   heavy_v_ = {};
+  if (pending_backend_ != nullptr) MP_RETURN_IF_ERROR(env.backend.WaitCopy(chosen_copy_));
+  pending_backend_ = nullptr;
   slots_ = 0;
   for (const std::vector<int64_t>& head : kept)
     slots_ = std::max(slots_, static_cast<int64_t>(head.size()));
@@ -75,7 +77,68 @@ Status StaticEvictionDecode::KeepRows(AttentionEnv& env, ConstKvRows rows,
   return env.backend.GatherRows({src_v, AsConst(dev_index), v});
 }
 
+StaticEvictionDecode::~StaticEvictionDecode() {
+  // The chosen rows' copy to the host reads chosen_ and writes host_chosen_: not freed under it.
+  if (pending_backend_ != nullptr) (void)pending_backend_->WaitCopy(chosen_copy_);
+}
+
+Status StaticEvictionDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView scores,
+                                            std::vector<int64_t> positions) {
+  Backend& b = env.backend;
+  const int64_t kv_heads = env.config.num_key_value_heads, n = scores.dim(1);
+  const int64_t k = std::min(params_.keep_tokens, n);
+  heavy_k_ = {};
+  heavy_v_ = {};
+  indexed_ = true;
+  slots_ = k;
+  counted_.clear();  // counts_ is stale
+  // An earlier step's copy may still read chosen_: the compute that rewrites it waits for it.
+  if (pending_backend_ != nullptr) MP_RETURN_IF_ERROR(b.ComputeWaitFor(chosen_copy_));
+  pending_backend_ = nullptr;
+  heavy_positions_.assign(static_cast<size_t>(kv_heads), {});
+  if (k == 0) return OkStatus();
+  // Every head keeps exactly k rows (no score is NaN), in increasing row order.
+  MP_ASSIGN_OR_RETURN(TensorView chosen,
+                      ScratchBuffer(b, &chosen_, DType::kI32, Shape{kv_heads, k}));
+  MP_ASSIGN_OR_RETURN(TensorView value,
+                      ScratchBuffer(b, &top_value_, DType::kF32, Shape{kv_heads, k}));
+  MP_RETURN_IF_ERROR(b.TopK({scores, k, chosen, value, TopKOrder::kColumn}));
+  MP_ASSIGN_OR_RETURN(TensorView index,
+                      ScratchBuffer(b, &gather_index_, DType::kI64, Shape{1, k * kv_heads}));
+  MP_ASSIGN_OR_RETURN(TensorView counts,
+                      ScratchBuffer(b, &chosen_counts_, DType::kI32, Shape{kv_heads}));
+  MP_RETURN_IF_ERROR(b.SelectionIndex({AsConst(chosen), n, n * kv_heads, index, counts}));
+  // The chosen rows come to the host behind the compute, for the counts of the decode steps.
+  if (host_chosen_.view().NumElements() != k * kv_heads) {
+    MP_ASSIGN_OR_RETURN(host_chosen_, b.AllocateHost(DType::kI32, Shape{kv_heads, k}));
+  }
+  MP_ASSIGN_OR_RETURN(chosen_copy_,
+                      b.StartCopy(AsConst(chosen), host_chosen_.view(), CopyOrder::kAfterCompute));
+  pending_backend_ = &b;
+  chosen_positions_ = std::move(positions);
+  return OkStatus();
+}
+
+Status StaticEvictionDecode::TakeChosen(AttentionEnv& env) {
+  if (pending_backend_ == nullptr) return OkStatus();
+  MP_RETURN_IF_ERROR(env.backend.WaitCopy(chosen_copy_));
+  pending_backend_ = nullptr;
+  const int64_t kv_heads = env.config.num_key_value_heads;
+  const int32_t* chosen = host_chosen_.view().as<const int32_t>();
+  heavy_positions_.assign(static_cast<size_t>(kv_heads), {});
+  for (int64_t g = 0; g < kv_heads; ++g)
+    for (int64_t i = 0; i < slots_; ++i) {
+      const int32_t row = chosen[g * slots_ + i];
+      MP_ASSERT(row >= 0 && row < static_cast<int64_t>(chosen_positions_.size()),
+                "a chosen row outside the context");
+      heavy_positions_[static_cast<size_t>(g)].push_back(
+          chosen_positions_[static_cast<size_t>(row)]);
+    }
+  return OkStatus();
+}
+
 StatusOr<bool> StaticEvictionDecode::CountKept(AttentionEnv& env, int64_t recent_from) {
+  MP_RETURN_IF_ERROR(TakeChosen(env));
   const int64_t kv_heads = env.config.num_key_value_heads;
   std::vector<int32_t> counts(static_cast<size_t>(kv_heads), 0);
   bool any = false;
@@ -115,6 +178,18 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
                                                        Shape{c.num_key_value_heads, n}));
   MP_RETURN_IF_ERROR(
       env.backend.KeyScores({q, AsConst(q_pos), rows.k, AsConst(k_pos), lse, 0.0f, scores, {}}));
+  // One rank whose batched kernel reads the kept rows through their index: the choice stays on
+  // the device (no host round trip per layer).
+  if (env.comm.size() == 1 &&
+      env.backend.DecodeTakesLengths(c.head_dim, c.num_attention_heads / c.num_key_value_heads,
+                                     rows.k.dtype)) {
+    MP_RETURN_IF_ERROR(ChooseOnDevice(env, AsConst(scores), positions));
+    scores_ = {};
+    q_pos_ = {};
+    k_pos_ = {};
+    top_value_ = {};
+    return OkStatus();
+  }
   MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> kept,
                       Select(env, AsConst(scores), positions));
   heavy_positions_.assign(kept.size(), {});

@@ -31,6 +31,7 @@ namespace millipede {
 class StaticEvictionDecode final : public DecodeStrategy {
  public:
   explicit StaticEvictionDecode(const StaticEvictionParams& params) : params_(params) {}
+  ~StaticEvictionDecode() override;
   const char* name() const override { return "static-eviction"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterPrefill(AttentionEnv& env, const PrefillInput& in) override;
@@ -53,6 +54,13 @@ class StaticEvictionDecode final : public DecodeStrategy {
   // reads no index, their K and V gathered into heavy_k_ / heavy_v_).
   Status KeepRows(AttentionEnv& env, ConstKvRows rows,
                   const std::vector<std::vector<int64_t>>& kept);
+  // One rank whose batched kernel reads indices: each KV head's best rows of `scores` [kv_heads,
+  // rows] chosen on the device (TopK in column order), their index built there (SelectionIndex),
+  // and the choice copied to the host behind the compute for the decode steps' counts
+  // (`positions`: each row's position).
+  Status ChooseOnDevice(AttentionEnv& env, ConstTensorView scores, std::vector<int64_t> positions);
+  // The kept positions (heavy_positions_) from ChooseOnDevice's copy, once it is complete.
+  Status TakeChosen(AttentionEnv& env);
   // Each KV head's kept rows older than the window from `recent_from` on, in counts_ (uploaded
   // only when they change): [kv_heads] I32; false when no head has one.
   StatusOr<bool> CountKept(AttentionEnv& env, int64_t recent_from);
@@ -64,6 +72,12 @@ class StaticEvictionDecode final : public DecodeStrategy {
   // when indexed_ (the kernel reads them in place through gather_index_).
   BackendTensor heavy_k_, heavy_v_;
   bool indexed_ = false;
+  // ChooseOnDevice's choice [kv_heads, slots] I32, its copy on the host, the copy and the backend
+  // that runs it (null: none pending), and the rows' positions.
+  BackendTensor chosen_, chosen_counts_, host_chosen_;
+  CopyEvent chosen_copy_;
+  Backend* pending_backend_ = nullptr;
+  std::vector<int64_t> chosen_positions_;
   std::vector<DecodePart> parts_;  // Partial's, kept for their storage
   int64_t slots_ = 0;
   std::vector<std::vector<int64_t>> heavy_positions_;  // [kv_heads] kept positions, increasing
