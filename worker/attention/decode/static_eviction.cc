@@ -92,8 +92,10 @@ Status StaticEvictionDecode::ChooseOnDevice(AttentionEnv& env, ConstTensorView s
   indexed_ = true;
   slots_ = k;
   counted_.clear();  // counts_ is stale
-  // An earlier step's copy may still read chosen_: the compute that rewrites it waits for it.
-  if (pending_backend_ != nullptr) MP_RETURN_IF_ERROR(b.ComputeWaitFor(chosen_copy_));
+  // An earlier prefill step's copy may still read chosen_ (scratch-pool memory, freed on the
+  // compute queue when it grows) and write host_chosen_: it ends first. It was queued behind that
+  // step's compute, which the host has since waited for, so this rarely waits.
+  if (pending_backend_ != nullptr) MP_RETURN_IF_ERROR(b.WaitCopy(chosen_copy_));
   pending_backend_ = nullptr;
   heavy_positions_.assign(static_cast<size_t>(kv_heads), {});
   if (k == 0) return OkStatus();
