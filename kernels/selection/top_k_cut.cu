@@ -40,10 +40,10 @@ __device__ void PickDigit(const uint32_t* hist, int64_t* remaining, uint32_t* di
   }
 }
 
-//   keys [ranks, rows, k], index [rows, k], chosen [rows, slots].
+//   keys [ranks, rows, k] (rank r's at r * stride), index [rows, k], chosen [rows, slots].
 __global__ void __launch_bounds__(kThreads)
     TopKCutKernel(const uint64_t* __restrict__ keys, const int32_t* __restrict__ index,
-                  int64_t ranks, int64_t rows, int64_t k, int64_t rank,
+                  int64_t ranks, int64_t stride, int64_t k, int64_t rank,
                   int32_t* __restrict__ chosen, int64_t slots) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     for (int64_t j = threadIdx.x; j < ranks * k; j += kThreads) {
       const int64_t r = j / k, i = j - r * k;
-      const uint64_t key = keys[(r * rows + row) * k + i];
+      const uint64_t key = keys[r * stride + row * k + i];
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (kBuckets - 1)], 1u);
     }
     __syncthreads();
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const uint64_t threshold = prefix;
   // This rank's kept entries, compacted in order.
-  const uint64_t* own = keys + (rank * rows + row) * k;
+  const uint64_t* own = keys + rank * stride + row * k;
   int32_t* out = chosen + row * slots;
   int64_t base = 0;
   for (int64_t start = 0; start < k; start += kThreads) {
@@ -94,8 +94,9 @@ Status TopKCutCuda(const TopKCutArgs& args, cudaStream_t stream) {
   if (rows == 0 || k == 0) return OkStatus();
   MP_REQUIRE(rows < (int64_t{1} << 31), "top_k cut: ", rows, " rows is too many");
   TopKCutKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      args.keys.as<const uint64_t>(), args.index.as<const int32_t>(), ranks, rows, k, args.rank,
-      args.chosen.as<int32_t>(), args.chosen.dim(1));
+      args.keys.as<const uint64_t>(), args.index.as<const int32_t>(), ranks,
+      args.rank_stride > 0 ? args.rank_stride : rows * k, k, args.rank, args.chosen.as<int32_t>(),
+      args.chosen.dim(1));
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }

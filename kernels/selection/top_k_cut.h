@@ -24,6 +24,11 @@ struct TopKCutArgs {
   // followed by -1. A row's kept entries are those whose key is non-zero and not below the k-th
   // largest key of the row over all ranks (all non-zero keys when there are fewer than k).
   TensorView chosen;
+  // Elements from one rank's keys to the next: 0 means rows * k (`keys` contiguous); at least
+  // rows * k otherwise, so that `keys` may be some rows of a larger all-gathered block (the filter
+  // layers of several sequences exchange their keys in one all-gather and cut sequence by
+  // sequence).
+  int64_t rank_stride = 0;
 };
 
 // Shapes, dtypes and rank (not the data, which may live on a device).

@@ -8,11 +8,12 @@ namespace millipede {
 namespace {
 
 // The k-th largest of row `row`'s keys over all ranks (k >= 1; there are ranks * k of them).
-uint64_t Threshold(const uint64_t* keys, int64_t ranks, int64_t rows, int64_t k, int64_t row) {
+// Rank r's keys start `stride` elements after rank r - 1's.
+uint64_t Threshold(const uint64_t* keys, int64_t ranks, int64_t stride, int64_t k, int64_t row) {
   std::vector<uint64_t> all;
   all.reserve(static_cast<size_t>(ranks * k));
   for (int64_t r = 0; r < ranks; ++r)
-    all.insert(all.end(), keys + (r * rows + row) * k, keys + (r * rows + row + 1) * k);
+    all.insert(all.end(), keys + r * stride + row * k, keys + r * stride + (row + 1) * k);
   std::nth_element(all.begin(), all.begin() + (k - 1), all.end(), std::greater<uint64_t>());
   return all[static_cast<size_t>(k - 1)];
 }
@@ -30,6 +31,8 @@ Status TopKCutCheckArgs(const TopKCutArgs& args) {
   MP_RETURN_IF_ERROR(CheckTensor(args.chosen, "top_k cut chosen", DType::kI32, Shape{rows, slots}));
   MP_REQUIRE(args.rank >= 0 && args.rank < ranks, "top_k cut: rank ", args.rank, " of ", ranks);
   MP_REQUIRE(slots <= k, "top_k cut: ", slots, " slots for the best ", k);
+  MP_REQUIRE(args.rank_stride == 0 || args.rank_stride >= rows * k, "top_k cut: rank stride ",
+             args.rank_stride, " below the ", rows * k, " keys of a rank");
   return OkStatus();
 }
 
@@ -37,13 +40,14 @@ Status TopKCutRef(const TopKCutArgs& args) {
   MP_RETURN_IF_ERROR(TopKCutCheckArgs(args));
   const int64_t ranks = args.keys.dim(0), rows = args.keys.dim(1), k = args.keys.dim(2);
   const int64_t slots = args.chosen.dim(1);
+  const int64_t stride = args.rank_stride > 0 ? args.rank_stride : rows * k;
   if (k == 0) return OkStatus();
   const auto* keys = args.keys.as<const uint64_t>();
   const int32_t* index = args.index.as<const int32_t>();
   std::vector<int32_t> out(static_cast<size_t>(rows * slots), -1);
   for (int64_t row = 0; row < rows; ++row) {
-    const uint64_t threshold = Threshold(keys, ranks, rows, k, row);
-    const uint64_t* own = keys + (args.rank * rows + row) * k;
+    const uint64_t threshold = Threshold(keys, ranks, stride, k, row);
+    const uint64_t* own = keys + args.rank * stride + row * k;
     int64_t kept = 0;
     for (int64_t i = 0; i < k; ++i) {
       if (own[i] == 0 || own[i] < threshold) continue;

@@ -71,6 +71,36 @@ TEST_P(TopKCutCudaTest, CutMatchesReference) {
   }
 }
 
+// Rows [1, rows) of the gathered block cut in place through the rank stride.
+TEST_P(TopKCutCudaTest, StridedRowsMatchReference) {
+  const Case c = GetParam();
+  if (c.rows < 2) GTEST_SKIP() << "one row";
+  const HostTensor global = testing::GlobalScores(c.rows, c.positions, c.scores, 5 + c.k);
+  const std::vector<testing::RankOffer> offers = testing::Offers(global, c.ranks, c.k);
+  const HostTensor all = testing::Gathered(offers);
+  const int64_t count = c.rows - 1;
+  for (int64_t r = 0; r < c.ranks; ++r) {
+    const testing::RankOffer& o = offers[static_cast<size_t>(r)];
+    const int64_t slots = std::min(c.k, o.columns());
+    OpCheck check("top_k_cut_strided");
+    const int keys = check.Input(all), index = check.Input(o.index);
+    const int chosen =
+        check.Output("chosen", Poison(DType::kI32, {count, slots}), Tolerance::Bitwise(), 4);
+    ASSERT_TRUE(check.Run(
+        [&](const OpCheck::Tensors& t) {
+          const ConstTensorView all_keys = t.cview(keys), all_index = t.cview(index);
+          return TopKCutArgs{
+              {static_cast<const int64_t*>(all_keys.data) + c.k, DType::kI64,
+               Shape{c.ranks, count, c.k}},
+              {static_cast<const int32_t*>(all_index.data) + c.k, DType::kI32, Shape{count, c.k}},
+              r,
+              t.view(chosen),
+              c.rows * c.k};
+        },
+        TopKCutRef, TopKCutCuda));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, TopKCutCudaTest,
     ::testing::Values(Case{8, 1 << 20, 2, 2048, Scores::kUniform},

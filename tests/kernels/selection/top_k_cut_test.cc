@@ -175,6 +175,37 @@ TEST(TopKCutTest, ByHand) {
   EXPECT_EQ(chosen.data<int32_t>()[1], -1);
 }
 
+// Some rows of a larger all-gathered block (several sequences' keys in one exchange), cut in
+// place through the rank stride, give what a contiguous copy of those rows gives.
+TEST(TopKCutTest, RowsOfALargerBlockCutAsTheirOwn) {
+  const int64_t ranks = 3, rows = 5, k = 4, first = 2, count = 2;
+  const HostTensor global = testing::GlobalScores(rows, 40, Scores::kTies, 11);
+  const std::vector<testing::RankOffer> offers = testing::Offers(global, ranks, k);
+  const HostTensor all = testing::Gathered(offers);
+  HostTensor part(DType::kI64, {ranks, count, k});
+  for (int64_t r = 0; r < ranks; ++r)
+    std::copy(all.data<int64_t>() + (r * rows + first) * k,
+              all.data<int64_t>() + (r * rows + first + count) * k,
+              part.data<int64_t>() + r * count * k);
+  for (int64_t r = 0; r < ranks; ++r) {
+    const testing::RankOffer& o = offers[static_cast<size_t>(r)];
+    const int64_t slots = std::min(k, o.columns());
+    const ConstTensorView index{o.index.data<int32_t>() + first * k, DType::kI32, Shape{count, k}};
+    const ConstTensorView strided{all.data<int64_t>() + first * k, DType::kI64,
+                                  Shape{ranks, count, k}};
+    HostTensor in_place(DType::kI32, {count, slots}), copied(DType::kI32, {count, slots});
+    ASSERT_TRUE(TopKCutRef({strided, index, r, in_place.view(), rows * k}).ok());
+    ASSERT_TRUE(TopKCutRef({CView(part), index, r, copied.view()}).ok());
+    for (int64_t i = 0; i < count * slots; ++i)
+      EXPECT_EQ(in_place.data<int32_t>()[i], copied.data<int32_t>()[i]) << "rank " << r << " " << i;
+  }
+  // A stride below one rank's keys is refused.
+  HostTensor chosen(DType::kI32, {count, 1});
+  const ConstTensorView index{offers[0].index.data<int32_t>(), DType::kI32, Shape{count, k}};
+  EXPECT_EQ(TopKCutRef({CView(part), index, 0, chosen.view(), count * k - 1}).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(TopKCutTest, RefusesBadArgs) {
   HostTensor all(DType::kI64, {2, 1, 2}), index(DType::kI32, {1, 2}), chosen(DType::kI32, {1, 2});
   auto* k = reinterpret_cast<uint64_t*>(all.data<int64_t>());

@@ -142,11 +142,17 @@ Status FilterDecode::AfterMergeBatch(AttentionEnv& env, std::span<DecodeStrategy
   const auto filter = [&](size_t i) -> FilterDecode& {
     return static_cast<FilterDecode&>(*strategies[i]);
   };
+  const bool one_rank = env.comm.size() == 1;
   together_.clear();
   int64_t widest = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     MP_ASSIGN_OR_RETURN(const int64_t n, filter(i).ContextRows(inputs[i]));
-    if (env.comm.size() == 1 && k > 0 && n >= k) {
+    // One rank: the tokens whose context rows hold the budget (each head keeps exactly k).
+    // Several: the tokens whose context over every rank holds it — the same tokens on every rank,
+    // so that they exchange their keys in one all-gather — each rank offering its best k (or all
+    // its rows) of its own.
+    const int64_t context = one_rank ? n : filter(i).selection_->context_end();
+    if (k > 0 && context >= k) {
       together_.push_back(i);
       widest = std::max(widest, n);
     } else {
@@ -181,13 +187,58 @@ Status FilterDecode::AfterMergeBatch(AttentionEnv& env, std::span<DecodeStrategy
   MP_ASSIGN_OR_RETURN(TensorView value,
                       ScratchBuffer(env.backend, &top_value_, DType::kF32, Shape{m * kv_heads, k}));
   MP_RETURN_IF_ERROR(env.backend.TopK({table, k, index, value, TopKOrder::kColumn}));
-  for (int64_t t = 0; t < m; ++t) {
-    const size_t i = together_[static_cast<size_t>(t)];
-    MP_RETURN_IF_ERROR(filter(i).selection_->ChooseFrom(
-        env, AsConst(SliceRows(index, t * kv_heads, kv_heads)),
-        batch_keys_[static_cast<size_t>(t)].dim(0), inputs[i].position));
+  if (one_rank) {
+    for (int64_t t = 0; t < m; ++t) {
+      const size_t i = together_[static_cast<size_t>(t)];
+      MP_RETURN_IF_ERROR(filter(i).selection_->ChooseFrom(
+          env, AsConst(SliceRows(index, t * kv_heads, kv_heads)),
+          batch_keys_[static_cast<size_t>(t)].dim(0), inputs[i].position));
+    }
+  } else {
+    MP_RETURN_IF_ERROR(CutAcrossRanks(env, strategies, inputs, AsConst(index), AsConst(value)));
   }
   return env.profiler.Mark(&env.stats.omnikv_select_s);
+}
+
+Status FilterDecode::CutAcrossRanks(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                                    std::span<const DecodeInput> inputs, ConstTensorView index,
+                                    ConstTensorView value) {
+  const int64_t k = params_.top_k, kv_heads = env.config.num_key_value_heads;
+  const int64_t m = static_cast<int64_t>(together_.size()), ranks = env.comm.size();
+  // Each token's offers as keys of its own positions, every token's in one all-gather.
+  MP_ASSIGN_OR_RETURN(TensorView keys,
+                      ScratchBuffer(env.backend, &keys_, DType::kI64, Shape{m * kv_heads, k}));
+  for (int64_t t = 0; t < m; ++t) {
+    const size_t i = together_[static_cast<size_t>(t)];
+    const FilterDecode& f = static_cast<const FilterDecode&>(*strategies[i]);
+    ranges_.clear();
+    for (const TokenRange& r : inputs[i].store->held_ranges()) {
+      const int64_t end = std::min(r.end, f.selection_->context_end());
+      if (end > r.begin) ranges_.push_back({r.begin, end});
+    }
+    MP_REQUIRE(ranges_.size() <= kTopKKeysMaxRanges, "filter layer: the context rows form ",
+               ranges_.size(), " runs of positions, at most ", kTopKKeysMaxRanges);
+    const int64_t first = t * kv_heads;
+    MP_RETURN_IF_ERROR(
+        env.backend.TopKKeys({SliceRows(index, first, kv_heads), SliceRows(value, first, kv_heads),
+                              ranges_, SliceRows(keys, first, kv_heads)}));
+  }
+  MP_ASSIGN_OR_RETURN(TensorView all, ScratchBuffer(env.backend, &all_keys_, DType::kI64,
+                                                    Shape{ranks, m * kv_heads, k}));
+  MP_RETURN_IF_ERROR(env.comm.AllGather(AsConst(keys), all));
+  // Each token's share of its own cut, from its rows of every rank's block.
+  for (int64_t t = 0; t < m; ++t) {
+    const size_t i = together_[static_cast<size_t>(t)];
+    TokenSelection& selection = *static_cast<FilterDecode&>(*strategies[i]).selection_;
+    const int64_t n = batch_keys_[static_cast<size_t>(t)].dim(0);
+    MP_ASSIGN_OR_RETURN(TensorView chosen, selection.ChosenBuffer(env, std::min(k, n)));
+    const ConstTensorView token_keys{static_cast<const int64_t*>(all.data) + t * kv_heads * k,
+                                     DType::kI64, Shape{ranks, kv_heads, k}};
+    MP_RETURN_IF_ERROR(env.backend.TopKCut({token_keys, SliceRows(index, t * kv_heads, kv_heads),
+                                            env.comm.rank(), chosen, m * kv_heads * k}));
+    MP_RETURN_IF_ERROR(selection.Choose(env, n, inputs[i].position));
+  }
+  return OkStatus();
 }
 
 StatusOr<SelectedDecode::Rows> SelectedDecode::ChosenAndGenerated(AttentionEnv& env,

@@ -34,10 +34,10 @@ class FilterDecode final : public DecodeStrategy {
   const char* name() const override { return "filter"; }
   Status Partial(AttentionEnv& env, const DecodeInput& in, TensorView o, TensorView lse) override;
   Status AfterMerge(AttentionEnv& env, const DecodeInput& in, ConstTensorView lse) override;
-  // Filter layers of the same budget choose together: on one rank, the tokens whose context
-  // holds at least the budget are scored by one BatchTokenScores and cut by one TopK (each
-  // token's choice equals its own AfterMerge's); the others, and every token under context
-  // parallelism (each choice is an exchange of its own), choose alone.
+  // Filter layers of the same budget choose together: the tokens whose context holds at least
+  // the budget are scored by one BatchTokenScores and cut by one TopK (on several ranks each
+  // rank's offers then cross in one all-gather for all of them); each token's choice equals its
+  // own AfterMerge's. The others choose alone.
   bool AfterMergeBatchesWith(const DecodeStrategy& other) const override;
   Status AfterMergeBatch(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
                          std::span<const DecodeInput> inputs, ConstTensorView q,
@@ -58,6 +58,13 @@ class FilterDecode final : public DecodeStrategy {
   // share of the agreed cut (TopKCut) straight into the selection.
   Status ChooseAcrossRanks(AttentionEnv& env, std::span<const TokenRange> held,
                            ConstTensorView scores);
+  // AfterMergeBatch over several ranks, once TopK gave `index` and `value` [tokens * kv_heads, k]
+  // of together_'s tokens: their keys (TopKKeys, each over its own positions) in one all-gather,
+  // then each token's share of its cut (TopKCut over its rows of every rank's block) into its
+  // selection.
+  Status CutAcrossRanks(AttentionEnv& env, std::span<DecodeStrategy* const> strategies,
+                        std::span<const DecodeInput> inputs, ConstTensorView index,
+                        ConstTensorView value);
   // This rank's context rows in `in.store` (a prefix of its rows): the rows the token scores.
   StatusOr<int64_t> ContextRows(const DecodeInput& in) const;
   FilterParams params_;
