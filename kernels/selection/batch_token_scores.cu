@@ -46,13 +46,8 @@ Status BatchTokenScoresCuda(const BatchTokenScoresArgs& args, cudaStream_t strea
   const float* q = args.q.as<const float>();
   const float* lse = args.lse.as<const float>();
   float* score = args.score.as<float>();
-  RowsTable table;
-  table.num_kv_heads = num_kv_heads;
-  table.score_stride = cols;
-  table.group = static_cast<int>(group);
-  table.scale = args.scale == 0.0f
-                    ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
-                    : args.scale;
+  RowsTable table =
+      token_scores_internal::MakeRowsTable(num_kv_heads, group, head_dim, cols, args.scale);
   for (int64_t first = 0; first < entries; first += kMaxRowsEntries) {
     const int count = static_cast<int>(std::min<int64_t>(kMaxRowsEntries, entries - first));
     Tails tails;

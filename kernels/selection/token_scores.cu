@@ -242,6 +242,17 @@ int RowsPathChunks(DType k_dtype, int64_t head_dim, int64_t group, bool aligned)
   return head_dim == 64 || head_dim == 128 || head_dim == 256 ? static_cast<int>(head_dim / 8) : 0;
 }
 
+RowsTable MakeRowsTable(int64_t num_kv_heads, int64_t group, int64_t head_dim, int64_t score_stride,
+                        float scale) {
+  RowsTable table;
+  table.num_kv_heads = num_kv_heads;
+  table.score_stride = score_stride;
+  table.group = static_cast<int>(group);
+  table.scale =
+      scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))) : scale;
+  return table;
+}
+
 Status CheckGpuLimits(int64_t head_dim, int64_t num_kv_heads, int64_t group) {
   MP_REQUIRE(head_dim <= kMaxHeadDim, "token_scores: head_dim ", head_dim, " > ", kMaxHeadDim,
              " is not supported on the GPU");
@@ -289,15 +300,10 @@ Status TokenScoresCuda(const TokenScoresArgs& args, cudaStream_t stream) {
   const int64_t n_k = args.k.dim(0), num_kv_heads = args.k.dim(1);
   const int64_t group = num_heads / num_kv_heads;
   MP_RETURN_IF_ERROR(token_scores_internal::CheckGpuLimits(head_dim, num_kv_heads, group));
-  token_scores_internal::RowsTable table;
+  token_scores_internal::RowsTable table =
+      token_scores_internal::MakeRowsTable(num_kv_heads, group, head_dim, n_k, args.scale);
   table.entry[0] = {args.k.data, args.q.as<const float>(), args.lse.as<const float>(),
                     args.score.as<float>(), n_k};
-  table.num_kv_heads = num_kv_heads;
-  table.score_stride = n_k;
-  table.group = static_cast<int>(group);
-  table.scale = args.scale == 0.0f
-                    ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))
-                    : args.scale;
   return token_scores_internal::ScoreEntries(table, 1, args.k.dtype, head_dim,
                                              cuda_util::IsAligned(args.k.data, 16), stream);
 }

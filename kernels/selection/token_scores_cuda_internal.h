@@ -32,6 +32,12 @@ struct RowsTable {
   float scale = 0.0f;
 };
 
+// A table without entries for keys of num_kv_heads heads and query heads of head_dim, `group`
+// per KV head, rows of scores score_stride apart; scale as TokenScoresArgs::scale (0: 1 /
+// sqrt(head_dim)).
+RowsTable MakeRowsTable(int64_t num_kv_heads, int64_t group, int64_t head_dim, int64_t score_stride,
+                        float scale);
+
 // The fast path's 16-byte chunks per key row for these keys (64, 128 or 256 BF16/F16 columns,
 // 16-byte aligned, at most 8 query heads per KV head), or 0 when it does not take them.
 int RowsPathChunks(DType k_dtype, int64_t head_dim, int64_t group, bool aligned);

@@ -1,10 +1,10 @@
 // LayerLoop's decode attention: each decode token's partial (o, lse) on this rank by its layer's
-// strategy, the tokens of batchable strategies in one call over their parts (merged by
-// log-sum-exp where a token has several), merged across ranks by log-sum-exp.
+// strategy, the tokens of batchable strategies in one call over their parts (AttendParts),
+// merged across ranks by log-sum-exp.
 #include <algorithm>
 #include <vector>
 
-#include "worker/attention/scratch_buffer.h"
+#include "worker/attention/decode_parts.h"
 #include "worker/engine/layer_loop.h"
 
 namespace millipede {
@@ -68,75 +68,17 @@ Status LayerLoop::BatchedPartials(std::span<RankEntry> run, std::span<const Deco
   const ModelConfig& c = ctx_.config();
   const int64_t layer = inputs.front().layer;
   const int64_t n = static_cast<int64_t>(run.size());
-  // Each token's parts, then one entry per (part, token), part-major: entry p * n + i is token
-  // i's part p, or an empty one where the token has fewer parts (the merge's identity).
   std::vector<std::vector<DecodePart>> parts(run.size());
-  size_t most = 0;
-  const DecodePart* sample = nullptr;  // for the empty entries' shape and dtype
-  bool any_head_rows = false, any_index = false;
-  for (size_t i = 0; i < run.size(); ++i) {
+  for (size_t i = 0; i < run.size(); ++i)
     MP_RETURN_IF_ERROR(run[i].seq->attention(layer).decode->BatchParts(env, inputs[i], &parts[i]));
-    MP_ASSERT(parts[i].size() <= kMaxDecodeParts, "a decode token has at most ", kMaxDecodeParts,
-              " parts");
-    most = std::max(most, parts[i].size());
-    for (const DecodePart& part : parts[i]) {
-      if (sample == nullptr) sample = &part;
-      any_head_rows = any_head_rows || part.head_rows.data != nullptr;
-      any_index = any_index || part.row_index.data != nullptr;
-    }
-  }
-  if (most == 0) return env.backend.ClearState(o, lse);
-  const int64_t entries = static_cast<int64_t>(most) * n;
-  std::vector<ConstTensorView> k, v, head_rows, row_index;
-  std::vector<int32_t> q_rows;
-  for (size_t p = 0; p < most; ++p) {
-    for (size_t i = 0; i < run.size(); ++i) {
-      const bool has = p < parts[i].size();
-      const DecodePart& part = has ? parts[i][p] : *sample;
-      k.push_back(has ? part.rows.k : SliceRows(part.rows.k, 0, 0));
-      v.push_back(has ? part.rows.v : SliceRows(part.rows.v, 0, 0));
-      head_rows.push_back(has ? part.head_rows : ConstTensorView{});
-      row_index.push_back(has ? part.row_index : ConstTensorView{});
-      q_rows.push_back(static_cast<int32_t>(i));
-    }
-  }
-  BatchDecodeAttentionArgs a;
-  const Shape q_shape{n, c.num_attention_heads, c.head_dim};
   // One token's queries may lie elsewhere (the fused Q/K/V output).
-  if (n == 1) {
-    a.q = inputs[0].q;
-  } else {
-    MP_ASSIGN_OR_RETURN(
-        a.q, Reshape(SliceRows(ctx_.workspace->q.cview(), run.front().row0, n), q_shape));
+  ConstTensorView q = inputs[0].q;
+  if (n > 1) {
+    MP_ASSIGN_OR_RETURN(q, Reshape(SliceRows(ctx_.workspace->q.cview(), run.front().row0, n),
+                                   Shape{n, c.num_attention_heads, c.head_dim}));
   }
-  a.k = k;
-  a.v = v;
-  if (most > 1) a.q_rows = q_rows;
-  if (any_head_rows) a.kv_head_rows = head_rows;
-  if (any_index) a.kv_row_index = row_index;
-  const DecodeStrategy::Windows windows = run[0].seq->attention(layer).decode->batch_windows();
-  if (windows.window != nullptr) {
-    a.kv_head_window = windows.window->data();
-    a.sink_tokens = windows.sink;
-  }
-  if (most == 1) {
-    a.o = o;
-    a.lse = lse;
-    return env.backend.BatchDecodeAttention(a);
-  }
-  // The parts' partials, merged by log-sum-exp into (o, lse).
-  Backend& b = *ctx_.backend;
-  MP_ASSIGN_OR_RETURN(a.o, ScratchBuffer(b, &parts_o_, DType::kF32,
-                                         Shape{entries, c.num_attention_heads, c.head_dim}));
-  MP_ASSIGN_OR_RETURN(
-      a.lse, ScratchBuffer(b, &parts_lse_, DType::kF32, Shape{entries, c.num_attention_heads}));
-  MP_RETURN_IF_ERROR(b.BatchDecodeAttention(a));
-  const int64_t m = static_cast<int64_t>(most);
-  MP_ASSIGN_OR_RETURN(const ConstTensorView o_parts,
-                      Reshape(AsConst(a.o), Shape{m, n, c.num_attention_heads, c.head_dim}));
-  MP_ASSIGN_OR_RETURN(const ConstTensorView lse_parts,
-                      Reshape(AsConst(a.lse), Shape{m, n, c.num_attention_heads}));
-  return b.MergeState({o_parts, lse_parts, o, lse});
+  return AttendParts(env, q, parts, run[0].seq->attention(layer).decode->batch_windows(), o, lse,
+                     &parts_o_, &parts_lse_);
 }
 
 Status LayerLoop::AttendDecode(int64_t layer, std::span<RankEntry> run, AttentionEnv& env) {

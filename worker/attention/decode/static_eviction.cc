@@ -77,6 +77,16 @@ Status StaticEvictionDecode::KeepRows(AttentionEnv& env, ConstKvRows rows,
   return env.backend.GatherRows({src_v, AsConst(dev_index), v});
 }
 
+void StaticEvictionDecode::ReleasePrefillScratch() {
+  // Back to the pool (stream-ordered, so the queued ops that read them finish first), not held
+  // through the sequence's decode.
+  scores_ = {};
+  q_pos_ = {};
+  k_pos_ = {};
+  top_index_ = {};
+  top_value_ = {};
+}
+
 StaticEvictionDecode::~StaticEvictionDecode() {
   // The chosen rows' copy to the host reads chosen_ and writes host_chosen_: not freed under it.
   if (pending_backend_ != nullptr) (void)pending_backend_->WaitCopy(chosen_copy_);
@@ -186,10 +196,7 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
       env.backend.DecodeTakesLengths(c.head_dim, c.num_attention_heads / c.num_key_value_heads,
                                      rows.k.dtype)) {
     MP_RETURN_IF_ERROR(ChooseOnDevice(env, AsConst(scores), positions));
-    scores_ = {};
-    q_pos_ = {};
-    k_pos_ = {};
-    top_value_ = {};
+    ReleasePrefillScratch();
     return OkStatus();
   }
   MP_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> kept,
@@ -197,13 +204,7 @@ Status StaticEvictionDecode::AfterPrefill(AttentionEnv& env, const PrefillInput&
   heavy_positions_.assign(kept.size(), {});
   for (size_t g = 0; g < kept.size(); ++g)
     for (int64_t row : kept[g]) heavy_positions_[g].push_back(positions[static_cast<size_t>(row)]);
-  // The scores and positions serve this step only: back to the pool (stream-ordered, so the
-  // queued ops that read them finish first), not held through the sequence's decode.
-  scores_ = {};
-  q_pos_ = {};
-  k_pos_ = {};
-  top_index_ = {};
-  top_value_ = {};
+  ReleasePrefillScratch();
   return KeepRows(env, rows, kept);
 }
 
@@ -257,7 +258,8 @@ Status StaticEvictionDecode::Partial(AttentionEnv& env, const DecodeInput& in, T
   if (indexed_) {
     parts_.clear();
     MP_RETURN_IF_ERROR(BatchParts(env, in, &parts_));
-    return AttendParts(env, in.q, parts_, o, lse, &tmp_o_, &tmp_lse_);
+    return AttendParts(env, in.q, std::span<const std::vector<DecodePart>>(&parts_, 1), {}, o, lse,
+                       &tmp_o_, &tmp_lse_);
   }
   MP_ASSIGN_OR_RETURN(const Parts p, PartsOf(env, in));
   const bool kept = p.kept.rows.k.data != nullptr, window = p.window.k.dim(0) > 0;

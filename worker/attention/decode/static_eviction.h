@@ -59,6 +59,8 @@ class StaticEvictionDecode final : public DecodeStrategy {
   // and the choice copied to the host behind the compute for the decode steps' counts
   // (`positions`: each row's position).
   Status ChooseOnDevice(AttentionEnv& env, ConstTensorView scores, std::vector<int64_t> positions);
+  // The scores, positions and top-k of a prefill step, which serve that step only.
+  void ReleasePrefillScratch();
   // The kept positions (heavy_positions_) from ChooseOnDevice's copy, once it is complete.
   Status TakeChosen(AttentionEnv& env);
   // Each KV head's kept rows older than the window from `recent_from` on, in counts_ (uploaded
