@@ -22,7 +22,7 @@ usage: launch-gpu-node.sh --model DIR [options] [-- extra millipede-worker flags
   --api-key KEY        require "Authorization: Bearer KEY" on the HTTP API
   --served-model-name NAME   the model's name for clients
   --chat-format F      llama3 | chatml (default: detected from the tokenizer's special tokens)
-  --kv-dtype T         bf16 | fp16 | fp32 KV cache (default bf16)
+  --kv-dtype T         bf16 | fp16 | fp32 | fp8 KV cache (default bf16)
   --mpirun-args "..."  extra mpirun arguments (e.g. "--mca btl_tcp_if_include eth0")
   --dry-run            print the mpirun command instead of running it
 EOF

@@ -9,7 +9,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kF64: case DType::kI64: return 8;
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF16: case DType::kBF16: case DType::kI16: return 2;
-    case DType::kI8: case DType::kU8: case DType::kBool: return 1;
+    case DType::kI8: case DType::kU8: case DType::kBool: case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -26,13 +26,15 @@ const char* DTypeName(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kBool: return "BOOL";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
 
 StatusOr<DType> ParseDType(std::string_view name) {
   static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI8,
-                                   DType::kU8,  DType::kI16, DType::kI32,  DType::kI64, DType::kBool};
+                                   DType::kU8,  DType::kI16, DType::kI32,  DType::kI64, DType::kBool,
+                                   DType::kF8E4M3};
   for (DType d : kAll)
     if (name == DTypeName(d)) return d;
   return InvalidArgumentError("unknown dtype \"" + std::string(name) + "\"");
@@ -44,6 +46,16 @@ StatusOr<DType> ParseFloatDTypeName(std::string_view name) {
   if (name == "fp32" || name == "f32" || name == "float32" || name == "F32") return DType::kF32;
   return InvalidArgumentError("unknown float dtype \"" + std::string(name) +
                               "\" (expected bf16, fp16 or fp32)");
+}
+
+StatusOr<DType> ParseKvDTypeName(std::string_view name) {
+  if (name == "fp8" || name == "fp8_e4m3" || name == "f8e4m3" || name == "F8_E4M3")
+    return DType::kF8E4M3;
+  auto d = ParseFloatDTypeName(name);
+  if (!d.ok())
+    return InvalidArgumentError("unknown KV dtype \"" + std::string(name) +
+                                "\" (expected bf16, fp16, fp32 or fp8)");
+  return d;
 }
 
 Float16 FloatToFloat16(float f) {
@@ -86,7 +98,7 @@ float Float16ToFloat(Float16 h) {
 }
 
 Status ConvertFloats(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
-  MP_REQUIRE(IsFloatDType(src_dtype) && IsFloatDType(dst_dtype), "ConvertFloats: ",
+  MP_REQUIRE(IsLoadableDType(src_dtype) && IsLoadableDType(dst_dtype), "ConvertFloats: ",
              DTypeName(src_dtype), " -> ", DTypeName(dst_dtype), " is not a float conversion");
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, n * DTypeSize(src_dtype));

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
+#include "common/fp8.h"
 #include "common/status.h"
 
 namespace millipede::cuda_util {
@@ -27,6 +29,23 @@ __device__ __forceinline__ float LoadFloat(const __half* p, int64_t i) {
 }
 __device__ __forceinline__ float LoadFloat(const double* p, int64_t i) {
   return static_cast<float>(p[i]);
+}
+// F8E4M3 (the KV cache's 8-bit type), exact.
+__device__ __forceinline__ float LoadFloat(const __nv_fp8_e4m3* p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+
+// p[i] = v rounded to the storage type: to nearest even (F8E4M3 saturating, common/fp8.h),
+// exactly as the CPU's StoreFromFloat rounds.
+__device__ __forceinline__ void StoreFloat(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void StoreFloat(__nv_bfloat16* p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void StoreFloat(__half* p, int64_t i, float v) {
+  p[i] = __float2half_rn(v);
+}
+__device__ __forceinline__ void StoreFloat(__nv_fp8_e4m3* p, int64_t i, float v) {
+  p[i].__x = FloatToE4M3Bits(v);
 }
 
 // Calls f(std::type_identity<T>{}) with T the device storage type of a float dtype (float,
@@ -43,6 +62,21 @@ Status VisitFloatDType(DType dtype, const char* what, F&& f) {
   }
   return InvalidArgumentError(
       detail::StrCat(what, ": dtype ", DTypeName(dtype), " is not a float type"));
+}
+
+// The same for the element types of K and V (IsKvDType): float, __nv_bfloat16, __half or
+// __nv_fp8_e4m3.
+template <typename F>
+Status VisitKvDType(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(std::type_identity<float>{});
+    case DType::kBF16: return f(std::type_identity<__nv_bfloat16>{});
+    case DType::kF16: return f(std::type_identity<__half>{});
+    case DType::kF8E4M3: return f(std::type_identity<__nv_fp8_e4m3>{});
+    default: break;
+  }
+  return InvalidArgumentError(detail::StrCat(what, ": dtype ", DTypeName(dtype),
+                                             " is not a KV type (F32, BF16, F16 or F8_E4M3)"));
 }
 
 // Eight 16-bit values (BF16 or F16, one 16-byte load) widened to floats.
@@ -62,6 +96,26 @@ __device__ __forceinline__ void Widen8(uint4 raw, float* out) {
     out[2 * i + 1] = f.y;
   }
 }
+
+// Eight E4M3 values (one 8-byte load) widened to floats, exactly.
+template <typename T>
+  requires std::is_same_v<T, __nv_fp8_e4m3>
+__device__ __forceinline__ void Widen8(uint2 raw, float* out) {
+  const uint32_t in[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * h)), __NV_E4M3);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r));
+      out[4 * i + 2 * h] = f.x;
+      out[4 * i + 2 * h + 1] = f.y;
+    }
+}
+// The raw type of eight elements of T (16 bytes of a 16-bit type, 8 of E4M3), Widen8's input.
+template <typename T>
+using Raw8 = std::conditional_t<sizeof(T) == 1, uint2, uint4>;
 
 // True when `p` is a multiple of `bytes` (a power of two).
 inline bool IsAligned(const void* p, uintptr_t bytes) {

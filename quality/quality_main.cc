@@ -38,7 +38,7 @@ parallelism) and rank 0 reports.
                          prompt; accuracy must then drop to 0
   --min-accuracy A       exit 1 if any cell's accuracy is below A in [0, 1] (default 0)
   --out DIR              write DIR/results.csv, DIR/tasks.jsonl and DIR/<task>.png heatmaps
-  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
+  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32 | fp8 (E4M3)
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --policy FILE          attention policy file (JSON; default dense); the reports name the
                          policy by the file's name without its extension
@@ -100,7 +100,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   EngineOptions options;
   MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   const std::string kv_name = flags.Get("kv-dtype").value_or("bf16");
-  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(kv_name));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(kv_name));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = world.local_rank;

@@ -16,7 +16,7 @@ const char kEngineFlagsUsage[] =
                          and chat template in one file)
   --weight-dtype D       a GGUF file's weights, dequantised at load into: auto (default: fp32
                          on the CPU backend, bf16 on a GPU) | fp32 | bf16 | fp16
-  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
+  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32 | fp8 (E4M3)
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --attention-chunk N    query rows per attention call (default: the prefill chunk)
   --policy FILE          attention policy file (JSON; default dense/full)
@@ -50,7 +50,7 @@ StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   EngineOptions options;
   MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   MP_ASSIGN_OR_RETURN(options.kv_dtype,
-                      ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+                      ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 0));
   MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0, got ",

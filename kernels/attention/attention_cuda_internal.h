@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <limits.h>
@@ -240,10 +241,12 @@ int AttentionWgmmaRowsPerBlock();
 // 16-byte aligned (head_dim 64/128 of a 16-bit type always are when the base is).
 Status LaunchAttentionWgmma(const AttentionKernelParams& params, cudaStream_t stream);
 
-// Element i of a K or V tensor of `dtype` (F32, BF16 or F16) as a float: the CUDA-core paths'
-// loads (attention_generic.cu, sparse_attention.cu).
+// Element i of a K or V tensor of `dtype` (F32, BF16, F16 or F8E4M3) as a float: the CUDA-core
+// paths' loads (attention_generic.cu, sparse_attention.cu).
 __device__ __forceinline__ float LoadKvAsFloat(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
+    case DType::kF8E4M3:
+      return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(data)[i]);
     case DType::kBF16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
     case DType::kF16:

@@ -1,16 +1,19 @@
-// Tensor-core attention for head_dim 64 and 128 with bf16 or f16 K/V, in the manner of
-// FlashAttention-2: a thread block owns a tile of query rows of one kv head (every q head of
+// Tensor-core attention for head_dim 64 and 128 with bf16, f16 or fp8 (E4M3) K/V, in the manner
+// of FlashAttention-2: a thread block owns a tile of query rows of one kv head (every q head of
 // the GQA group, packed), streams 64-key K/V tiles through shared memory with cp.async (two
 // stages), computes S = Q K^T and O += P V with mma.sync m16n8k16 and keeps the softmax online
 // in fp32 through AttentionState. Optionally one block only sees a split of the keys and writes
-// a partial (o, lse) that the launcher merges (Flash-Decoding).
+// a partial (o, lse) that the launcher merges (Flash-Decoding). FP8 K/V stream in as bytes (half
+// the traffic) and are widened to bf16 in shared memory, exactly, before the MMAs read them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <math.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda_internal.h"
@@ -84,8 +87,8 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // windows) and reads row t + q_shift of p.q (its output stays at row t). With `row_index`
 // ([key_rows, num_kv_heads] I64, flat rows of K/V viewed as [rows * num_kv_heads, head_dim]) key
 // j of KV head g is flat row row_index[j][g]. Tile::kThreads threads; Tile::kSmemBytes of dynamic
-// shared memory.
-template <typename Tile, typename T>
+// shared memory. K/V are stored as S: T itself, or __nv_fp8_e4m3 widened to T (bf16) per tile.
+template <typename Tile, typename T, typename S>
 __device__ __forceinline__ void AttentionFlashBlock(
     const AttentionKernelParams& p, const int64_t row0, const int64_t rows,
     const void* const k_base, const void* const v_base, const int64_t key_rows,
@@ -97,9 +100,15 @@ __device__ __forceinline__ void AttentionFlashBlock(
   constexpr int kKvBytes = Tile::kKvElems * 2;  // one K or V tile
   constexpr int kStageBytes = 2 * kKvBytes;
   using Mma = MmaType<T>;
+  // FP8 K/V: two stages of byte tiles are staged by cp.async, and the current one is widened
+  // into a single stage of T tiles that the MMAs read (same shared memory in all).
+  constexpr bool kFp8 = !std::is_same_v<S, T>;
+  static_assert(!kFp8 || (std::is_same_v<S, __nv_fp8_e4m3> && std::is_same_v<T, __nv_bfloat16>));
   extern __shared__ __align__(16) unsigned char smem[];
   T* const sq = reinterpret_cast<T*>(smem);  // [kRows][kHeadDim]
-  T* const skv = sq + Tile::kQElems;         // [stage][K, V][kKeys][kHeadDim]
+  T* const skv = sq + Tile::kQElems;         // [stage][K, V][kKeys][kHeadDim] (one stage: fp8)
+  // fp8 only: [stage][K, V][kKeys][kHeadDim] bytes, after the T stage.
+  unsigned char* const sstage = reinterpret_cast<unsigned char*>(skv + 2 * Tile::kKvElems);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row_warp = warp % Tile::kRowWarps, key_warp = warp / Tile::kRowWarps;
@@ -128,7 +137,7 @@ __device__ __forceinline__ void AttentionFlashBlock(
   const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
   const T* const k_src = static_cast<const T*>(k_base) + kv_head * kHeadDim + copy_chunk * 8;
   const T* const v_src = static_cast<const T*>(v_base) + kv_head * kHeadDim + copy_chunk * 8;
-  auto load_tile = [&](int tile_key0, int stage) {
+  auto load_tile_16 = [&](int tile_key0, int stage) {
     const uint32_t dst = copy_dst + stage * kStageBytes;
 #pragma unroll
     for (int n = 0; n < kKeys / kRowsPerPass; ++n) {
@@ -146,6 +155,53 @@ __device__ __forceinline__ void AttentionFlashBlock(
       CpAsync16(dst + kKvBytes + n * kRowsPerPass * kRowBytes, v_src + offset, valid);
     }
     CpAsyncCommit();
+  };
+
+  // FP8: chunks of 16 elements, into the byte stage (unswizzled: only the widening reads it).
+  constexpr int kChunks8 = kHeadDim / 16;
+  constexpr int kRowsPerPass8 = Tile::kThreads / kChunks8;
+  static_assert(kKeys % kRowsPerPass8 == 0, "each thread copies whole passes of rows");
+  const int copy_row8 = threadIdx.x / kChunks8, copy_chunk8 = threadIdx.x % kChunks8;
+  auto load_tile_8 = [&](int tile_key0, int stage) {
+    const uint32_t dst = SharedAddress(sstage) + stage * 2 * Tile::kKvElems +
+                         copy_row8 * kHeadDim + copy_chunk8 * 16;
+    const S* const k8 = static_cast<const S*>(k_base) + kv_head * kHeadDim + copy_chunk8 * 16;
+    const S* const v8 = static_cast<const S*>(v_base) + kv_head * kHeadDim + copy_chunk8 * 16;
+#pragma unroll
+    for (int n = 0; n < kKeys / kRowsPerPass8; ++n) {
+      const int key = tile_key0 + copy_row8 + n * kRowsPerPass8;
+      const bool valid = key < key_end;
+      const int64_t offset =
+          !valid ? 0
+          : row_index == nullptr
+              ? key * kv_row_stride
+              : (row_index[static_cast<int64_t>(key) * p.num_kv_heads + kv_head] - kv_head) *
+                    kHeadDim;
+      CpAsync16(dst + n * kRowsPerPass8 * kHeadDim, k8 + offset, valid);
+      CpAsync16(dst + Tile::kKvElems + n * kRowsPerPass8 * kHeadDim, v8 + offset, valid);
+    }
+    CpAsyncCommit();
+  };
+  auto load_tile = [&](int tile_key0, int stage) {
+    if constexpr (kFp8) {
+      load_tile_8(tile_key0, stage);
+    } else {
+      load_tile_16(tile_key0, stage);
+    }
+  };
+  // FP8: the byte tiles of `stage` widened into the T stage, swizzled as the 16-bit loads lay it.
+  auto widen_tile = [&](int stage) {
+    const unsigned char* const src = sstage + stage * 2 * Tile::kKvElems;
+    for (int i = threadIdx.x; i < 2 * kKeys * kChunks8; i += Tile::kThreads) {
+      const int tensor = i / (kKeys * kChunks8), row = (i / kChunks8) % kKeys, c = i % kChunks8;
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(src + tensor * Tile::kKvElems + row * kHeadDim + c * 16);
+      uint4 lo, hi;
+      WidenFp8x16ToBf16(raw, lo, hi);
+      T* const dst = skv + tensor * Tile::kKvElems;
+      *reinterpret_cast<uint4*>(dst + Swizzle<kHeadDim>(row, 2 * c)) = lo;
+      *reinterpret_cast<uint4*>(dst + Swizzle<kHeadDim>(row, 2 * c + 1)) = hi;
+    }
   };
 
   // The first K/V tile streams in while the Q tile is converted.
@@ -219,12 +275,17 @@ __device__ __forceinline__ void AttentionFlashBlock(
     // is done with tile - 1, whose stage the next copy overwrites.
     __syncthreads();
     if (tile + 1 < num_tiles) load_tile(tiles.Key0(tile + 1, kKeys), (tile + 1) % 2);
+    if constexpr (kFp8) {
+      // The widened tile replaces tile - 1's, which every warp is done with (above).
+      widen_tile(tile % 2);
+      __syncthreads();
+    }
     const int warp_key0 = tile_key0 + key_warp * kWarpKeys;
     if (warp_key0 >= warp_any_end) continue;  // every key of the warp's slice is masked
     // ... or hidden by the window from every row of the warp
     if (window > 0 && warp_key0 >= p.sink_rows && warp_key0 + kWarpKeys <= warp_min_start)
       continue;
-    const uint32_t stage_offset = (tile % 2) * kStageBytes;
+    const uint32_t stage_offset = kFp8 ? 0 : (tile % 2) * kStageBytes;
 
     // S = Q K^T over the warp's slice, raw (unscaled) dot products.
     float s[kMTiles][kWarpKeys / 8][4];
@@ -398,13 +459,13 @@ __device__ __forceinline__ void AttentionFlashBlock(
 }
 
 // Grid: (row blocks, num_kv_heads, num_splits).
-template <typename Tile, typename T>
+template <typename Tile, typename T, typename S>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     AttentionFlashKernel(const __grid_constant__ AttentionKernelParams p) {
   // Causal blocks of late rows see the most keys; launching them first lets the light ones
   // fill the tail of the grid.
   const int64_t row0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
-  AttentionFlashBlock<Tile, T>(p, row0, p.n_q * p.group, p.k, p.v, KeyRowsOf(p, blockIdx.y),
+  AttentionFlashBlock<Tile, T, S>(p, row0, p.n_q * p.group, p.k, p.v, KeyRowsOf(p, blockIdx.y),
                                p.causal_shift);
 }
 
@@ -413,7 +474,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 // keys (KV head g's first batch.head_rows[b][g] when given; through batch.row_index[b] when
 // given), the token at its last key's position (for the windows); its output is row b.
 // p.group <= Tile::kRows.
-template <typename Tile, typename T>
+template <typename Tile, typename T, typename S>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     AttentionFlashBatchKernel(const __grid_constant__ AttentionKernelParams p,
                               const __grid_constant__ AttentionBatchTable batch) {
@@ -426,7 +487,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       head_rows == nullptr
           ? n_kv
           : min(n_kv, max(int64_t{0}, static_cast<int64_t>(head_rows[blockIdx.y])));
-  AttentionFlashBlock<Tile, T>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
+  AttentionFlashBlock<Tile, T, S>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
                                batch.v[b], key_rows, n_kv - 1 - b, batch.q_row[b] - b,
                                batch.row_index[b]);
 }
@@ -439,32 +500,41 @@ struct FlashInstance {
   int rows;  // query rows (packed) per block
 };
 
-template <typename Tile, typename T>
+template <typename Tile, typename T, typename S>
 FlashInstance Instance() {
-  return {&AttentionFlashKernel<Tile, T>, Tile::kThreads, Tile::kSmemBytes, Tile::kRows};
+  return {&AttentionFlashKernel<Tile, T, S>, Tile::kThreads, Tile::kSmemBytes, Tile::kRows};
 }
 
-// The instances: head_dim {64, 128} x {bf16, f16} x {kPrefill, kDecode}.
-template <int kHeadDim, typename T>
+// The instances: head_dim {64, 128} x {bf16, f16, fp8 read as bf16} x {kPrefill, kDecode}.
+template <int kHeadDim, typename T, typename S>
 FlashInstance InstanceOfShape(AttentionFlashShape shape) {
   return shape == AttentionFlashShape::kPrefill
-             ? Instance<typename TileFor<kHeadDim, AttentionFlashShape::kPrefill>::Type, T>()
-             : Instance<typename TileFor<kHeadDim, AttentionFlashShape::kDecode>::Type, T>();
+             ? Instance<typename TileFor<kHeadDim, AttentionFlashShape::kPrefill>::Type, T, S>()
+             : Instance<typename TileFor<kHeadDim, AttentionFlashShape::kDecode>::Type, T, S>();
 }
 template <int kHeadDim>
 FlashInstance InstanceOfType(DType dtype, AttentionFlashShape shape) {
-  return dtype == DType::kBF16 ? InstanceOfShape<kHeadDim, __nv_bfloat16>(shape)
-                               : InstanceOfShape<kHeadDim, __half>(shape);
+  switch (dtype) {
+    case DType::kF16: return InstanceOfShape<kHeadDim, __half, __half>(shape);
+    case DType::kF8E4M3: return InstanceOfShape<kHeadDim, __nv_bfloat16, __nv_fp8_e4m3>(shape);
+    default: return InstanceOfShape<kHeadDim, __nv_bfloat16, __nv_bfloat16>(shape);
+  }
 }
 
-// The batched decode instances: head_dim {64, 128} x {bf16, f16}.
+// The batched decode instances: head_dim {64, 128} x {bf16, f16, fp8}.
 using BatchKernel = void (*)(AttentionKernelParams, AttentionBatchTable);
 template <int kHeadDim>
 BatchKernel BatchKernelOfType(DType dtype) {
   using Tile = typename TileFor<kHeadDim, AttentionFlashShape::kDecode>::Type;
-  return dtype == DType::kBF16 ? &AttentionFlashBatchKernel<Tile, __nv_bfloat16>
-                               : &AttentionFlashBatchKernel<Tile, __half>;
+  switch (dtype) {
+    case DType::kF16: return &AttentionFlashBatchKernel<Tile, __half, __half>;
+    case DType::kF8E4M3: return &AttentionFlashBatchKernel<Tile, __nv_bfloat16, __nv_fp8_e4m3>;
+    default: return &AttentionFlashBatchKernel<Tile, __nv_bfloat16, __nv_bfloat16>;
+  }
 }
+
+// 0, 1, 2 for the K/V types of the instances: bf16, f16, fp8.
+int TypeSlot(DType dtype) { return dtype == DType::kF16 ? 1 : dtype == DType::kF8E4M3 ? 2 : 0; }
 
 // An instance ready to launch on the current device, and how many of its blocks an SM holds.
 struct PreparedInstance {
@@ -473,7 +543,7 @@ struct PreparedInstance {
 };
 
 constexpr int kMaxCachedDevices = 64;
-constexpr int kNumInstances = 12;  // 8 of AttentionFlashKernel, 4 of AttentionFlashBatchKernel
+constexpr int kNumInstances = 18;  // 12 of AttentionFlashKernel, 6 of AttentionFlashBatchKernel
 
 // Resident blocks per SM of `kernel` (a launch shape of `instance`), with its shared-memory limit
 // raised. That is per device and, with the occupancy query, costs driver calls: both happen once
@@ -503,7 +573,7 @@ StatusOr<PreparedInstance> Prepare(int head_dim, DType dtype, AttentionFlashShap
   MP_ASSERT(AttentionFlashSupports(head_dim, dtype, dtype));
   const FlashInstance instance =
       head_dim == 64 ? InstanceOfType<64>(dtype, shape) : InstanceOfType<128>(dtype, shape);
-  const int slot = (head_dim == 128 ? 4 : 0) + (dtype == DType::kF16 ? 2 : 0) +
+  const int slot = (head_dim == 128 ? 6 : 0) + 2 * TypeSlot(dtype) +
                    (shape == AttentionFlashShape::kDecode ? 1 : 0);
   MP_ASSIGN_OR_RETURN(const int blocks, PrepareKernel(instance.kernel, instance, slot));
   return PreparedInstance{instance, blocks};
@@ -513,7 +583,7 @@ StatusOr<PreparedInstance> Prepare(int head_dim, DType dtype, AttentionFlashShap
 
 bool AttentionFlashSupports(int head_dim, DType k_dtype, DType v_dtype) {
   return (head_dim == 64 || head_dim == 128) && k_dtype == v_dtype &&
-         (k_dtype == DType::kBF16 || k_dtype == DType::kF16);
+         (k_dtype == DType::kBF16 || k_dtype == DType::kF16 || k_dtype == DType::kF8E4M3);
 }
 
 int AttentionFlashRowsPerBlock(AttentionFlashShape shape) {
@@ -555,7 +625,7 @@ Status LaunchAttentionFlashBatch(const AttentionKernelParams& params,
   MP_ASSERT(params.group <= instance.rows, "a batched decode block holds one token's heads");
   const BatchKernel kernel = params.head_dim == 64 ? BatchKernelOfType<64>(params.k_dtype)
                                                    : BatchKernelOfType<128>(params.k_dtype);
-  const int slot = 8 + (params.head_dim == 128 ? 2 : 0) + (params.k_dtype == DType::kF16 ? 1 : 0);
+  const int slot = 12 + (params.head_dim == 128 ? 3 : 0) + TypeSlot(params.k_dtype);
   MP_RETURN_IF_ERROR(PrepareKernel(kernel, instance, slot).status());
   const dim3 grid(static_cast<unsigned>(params.n_q), static_cast<unsigned>(params.num_kv_heads),
                   static_cast<unsigned>(params.num_splits));

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -95,6 +96,26 @@ __device__ __forceinline__ uint4 PackQChunk(const float* src) {
   const float4 b = __ldg(reinterpret_cast<const float4*>(src) + 1);
   return make_uint4(MmaType<T>::Pack(a.x, a.y), MmaType<T>::Pack(a.z, a.w),
                     MmaType<T>::Pack(b.x, b.y), MmaType<T>::Pack(b.z, b.w));
+}
+
+// Sixteen E4M3 values (one 16-byte load) widened to bf16, exactly: elements 0-7 into `lo`, 8-15
+// into `hi`, in order (E4M3 -> f16 is exact, and so is f16 -> bf16 for E4M3's values).
+__device__ __forceinline__ void WidenFp8x16ToBf16(uint4 raw, uint4& lo, uint4& hi) {
+  const uint32_t in[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * h));
+      const __half2_raw raw2 = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&raw2));
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 }  // namespace millipede::attention_internal

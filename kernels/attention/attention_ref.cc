@@ -10,8 +10,8 @@ namespace millipede {
 namespace {
 
 Status CheckKv(const ConstTensorView& t, const char* what, const Shape& shape) {
-  MP_REQUIRE(t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16, what,
-             ": dtype ", DTypeName(t.dtype), ", expected F32, BF16 or F16");
+  MP_REQUIRE(IsKvDType(t.dtype), what,
+             ": dtype ", DTypeName(t.dtype), ", expected F32, BF16, F16 or F8_E4M3");
   return CheckTensor(t, what, t.dtype, shape);
 }
 

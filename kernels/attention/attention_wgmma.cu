@@ -296,7 +296,8 @@ StatusOr<CUtensorMap> WgmmaTensorMap(const void* data, DType dtype, int64_t rows
 }
 
 bool AttentionWgmmaSupports(int head_dim, DType k_dtype, DType v_dtype) {
-  return AttentionFlashSupports(head_dim, k_dtype, v_dtype) && WgmmaDeviceSupported();
+  return k_dtype != DType::kF8E4M3 && AttentionFlashSupports(head_dim, k_dtype, v_dtype) &&
+         WgmmaDeviceSupported();
 }
 
 int AttentionWgmmaRowsPerBlock() { return kRows; }

@@ -47,6 +47,11 @@ void WidenRow(const void* src, DType dtype, int64_t offset, int64_t count, float
     case DType::kF16:
       WidenF16(static_cast<const uint16_t*>(src) + offset, count, out);
       return;
+    case DType::kF8E4M3: {
+      const uint8_t* b = static_cast<const uint8_t*>(src) + offset;
+      for (int64_t i = 0; i < count; ++i) out[i] = E4M3BitsToFloat(b[i]);
+      return;
+    }
     case DType::kF64: {
       const double* d = static_cast<const double*>(src) + offset;
       for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(d[i]);
@@ -68,6 +73,11 @@ void NarrowRow(const float* src, int64_t count, void* dst, DType dtype, int64_t 
     case DType::kF16:
       NarrowF16(src, count, static_cast<uint16_t*>(dst) + offset);
       return;
+    case DType::kF8E4M3: {
+      uint8_t* b = static_cast<uint8_t*>(dst) + offset;
+      for (int64_t i = 0; i < count; ++i) b[i] = FloatToE4M3Bits(src[i]);
+      return;
+    }
     default:
       for (int64_t i = 0; i < count; ++i)
         StoreFromFloat(dst, dtype, static_cast<size_t>(offset + i), src[i]);

@@ -19,12 +19,8 @@ constexpr int64_t kMaxBlocks = 1 << 20;
 // Blocks a launch of few rows aims at (a decode step's tokens).
 constexpr int64_t kTargetBlocks = 48;
 
-// The cuda_bf16/cuda_fp16 conversions round to nearest even, as ConvertCuda's do.
-__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
-__device__ __forceinline__ void Store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+// The stores round to nearest even, as ConvertCuda's do (F8E4M3 as common/fp8.h does).
+using cuda_util::StoreFloat;
 
 // A row's units: its q_heads query heads, then its kv_heads key heads, then its kv_heads value
 // heads. A row is split over `slices` blocks (blockIdx.y) of consecutive units, so that a few
@@ -69,11 +65,11 @@ __device__ __forceinline__ void RopeKvRow(float* __restrict__ q_row,
       const int64_t h = p / half, i = p - h * half;
       float y1, y2;
       rope_cuda::RotatePair(k_row + h * head_dim, i, half, cos_t, sin_t, &y1, &y2);
-      Store(k_out, h * head_dim + i, y1);
-      Store(k_out, h * head_dim + i + half, y2);
+      StoreFloat(k_out, h * head_dim + i, y1);
+      StoreFloat(k_out, h * head_dim + i + half, y2);
     }
     for (int64_t e = v0 * head_dim + threadIdx.x; e < v1 * head_dim; e += blockDim.x)
-      Store(v_out, e, v_row[e]);
+      StoreFloat(v_out, e, v_row[e]);
   }
   // The table is rewritten for the next row.
   __syncthreads();
@@ -132,17 +128,10 @@ __global__ void RopeKvRowsKernel(float* __restrict__ q, const float* __restrict_
             table, table + half);
 }
 
-// The storage type of a cache dtype (RopeKvCheckArgs allows F32, BF16 and F16).
+// The storage type of a cache dtype (RopeKvCheckArgs allows F32, BF16, F16 and F8E4M3).
 template <typename F>
 Status VisitCacheDType(DType dtype, const char* what, F&& f) {
-  return cuda_util::VisitFloatDType(dtype, what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, double>) {
-      return InvalidArgumentError(detail::StrCat(what, ": F64 is not supported"));
-    } else {
-      return f(tag);
-    }
-  });
+  return cuda_util::VisitKvDType(dtype, what, std::forward<F>(f));
 }
 
 // The destinations' dtypes in per-row mode (those of the first row that has any; F32 when none).

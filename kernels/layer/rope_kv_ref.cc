@@ -8,8 +8,8 @@ namespace millipede {
 namespace {
 
 Status CheckCacheDType(DType dtype, const char* what) {
-  MP_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, what,
-             ": dtype ", DTypeName(dtype), ", expected F32, BF16 or F16");
+  MP_REQUIRE(IsKvDType(dtype), what,
+             ": dtype ", DTypeName(dtype), ", expected F32, BF16, F16 or F8_E4M3");
   return OkStatus();
 }
 

@@ -4,40 +4,22 @@
 #include <algorithm>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda_util.cuh"
 #include "kernels/memory/convert_cuda.h"
 
 namespace millipede {
 namespace {
 
-template <typename T>
-__device__ float Load(const T* p, int64_t i);
-template <>
-__device__ float Load<float>(const float* p, int64_t i) { return p[i]; }
-template <>
-__device__ float Load<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-template <>
-__device__ float Load<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
-
-// The cuda_bf16/cuda_fp16 conversions round to nearest even, as common/dtype.h does.
-template <typename T>
-__device__ void Store(T* p, int64_t i, float v);
-template <>
-__device__ void Store<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <>
-__device__ void Store<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
-template <>
-__device__ void Store<__half>(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+// Exact widening; stores round to nearest even as common/dtype.h does (F8E4M3 saturating).
+using cuda_util::LoadFloat;
+using cuda_util::StoreFloat;
 
 template <typename S, typename D>
 __global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride)
-    Store(dst, i, Load(src, i));
+    StoreFloat(dst, i, LoadFloat(src, i));
 }
 
 template <typename S, typename D>
@@ -57,6 +39,7 @@ Status LaunchTo(ConstTensorView src, TensorView dst, cudaStream_t stream) {
     case DType::kF32: return Launch<S, float>(src, dst, stream);
     case DType::kBF16: return Launch<S, __nv_bfloat16>(src, dst, stream);
     case DType::kF16: return Launch<S, __half>(src, dst, stream);
+    case DType::kF8E4M3: return Launch<S, __nv_fp8_e4m3>(src, dst, stream);
     default: break;
   }
   return UnimplementedError(std::string("convert on the GPU: no ") + DTypeName(dst.dtype) +
@@ -78,6 +61,7 @@ Status ConvertCuda(ConstTensorView src, TensorView dst, cudaStream_t stream) {
     case DType::kF32: return LaunchTo<float>(src, dst, stream);
     case DType::kBF16: return LaunchTo<__nv_bfloat16>(src, dst, stream);
     case DType::kF16: return LaunchTo<__half>(src, dst, stream);
+    case DType::kF8E4M3: return LaunchTo<__nv_fp8_e4m3>(src, dst, stream);
     default: break;
   }
   return UnimplementedError(std::string("convert on the GPU: no ") + DTypeName(src.dtype) +

@@ -3,7 +3,7 @@
 namespace millipede {
 
 Status ConvertCheckArgs(ConstTensorView src, TensorView dst) {
-  MP_REQUIRE(IsFloatDType(src.dtype) && IsFloatDType(dst.dtype), "convert: ",
+  MP_REQUIRE(IsLoadableDType(src.dtype) && IsLoadableDType(dst.dtype), "convert: ",
              DTypeName(src.dtype), " -> ", DTypeName(dst.dtype), " is not a float conversion");
   MP_REQUIRE(src.NumElements() == dst.NumElements(), "convert: element counts differ (",
              src.shape.ToString(), " vs ", dst.shape.ToString(), ")");

@@ -24,6 +24,9 @@ void LoadFloatRow(const void* data, DType dtype, int64_t offset, int64_t count, 
     case DType::kF16:
       ConvertRow<Float16>(data, offset, count, out, Float16ToFloat);
       return;
+    case DType::kF8E4M3:
+      ConvertRow<uint8_t>(data, offset, count, out, E4M3BitsToFloat);
+      return;
     case DType::kF64:
       ConvertRow<double>(data, offset, count, out, [](double x) { return static_cast<float>(x); });
       return;

@@ -9,7 +9,7 @@
 namespace millipede {
 
 // out[i] = float(data[offset + i]) for i < count, where data holds elements of `dtype`
-// (F32, BF16, F16 or F64; callers check IsFloatDType first).
+// (F32, BF16, F16, F64 or F8E4M3; callers check IsLoadableDType first).
 void LoadFloatRow(const void* data, DType dtype, int64_t offset, int64_t count, float* out);
 
 }  // namespace millipede

@@ -215,7 +215,7 @@ Status KeyScoresCuda(const KeyScoresArgs& args, cudaStream_t stream) {
                   static_cast<unsigned>(num_kv_heads));
   const size_t shared_bytes =
       (kKeys * (head_dim + 1) + kWarps * head_dim + (diag ? kDiagShared : 0)) * sizeof(float);
-  return cuda_util::VisitFloatDType(args.k.dtype, "key_scores k", [&](auto tag) -> Status {
+  return cuda_util::VisitKvDType(args.k.dtype, "key_scores k", [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     KeyScoresKernel<T><<<grid, kThreads, shared_bytes, stream>>>(
         args.q.as<const float>(), args.q_pos.as<const int64_t>(), args.k.as<const T>(),

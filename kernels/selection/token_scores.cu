@@ -154,13 +154,14 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * kRowsPerWarp;
   for (int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp + sub;
        first - sub < n_k; first += stride) {  // warp-uniform
-    uint4 raw[kPasses];
+    using Raw = cuda_util::Raw8<T>;  // eight elements
+    Raw raw[kPasses];
 #pragma unroll
     for (int u = 0; u < kPasses; ++u) {
       const int64_t j = first + u * kRowsPerPass;
-      raw[u] = j < n_k ? *reinterpret_cast<const uint4*>(k + (j * num_kv_heads + g) * kHeadDim +
-                                                         8 * part)
-                       : make_uint4(0, 0, 0, 0);
+      raw[u] = j < n_k ? *reinterpret_cast<const Raw*>(k + (j * num_kv_heads + g) * kHeadDim +
+                                                       8 * part)
+                       : Raw{};
     }
 #pragma unroll
     for (int u = 0; u < kPasses; ++u) {
@@ -237,7 +238,8 @@ Status LaunchRowsFor(const token_scores_internal::RowsTable& table, int entries,
 namespace token_scores_internal {
 
 int RowsPathChunks(DType k_dtype, int64_t head_dim, int64_t group, bool aligned) {
-  if ((k_dtype != DType::kBF16 && k_dtype != DType::kF16) || group > kMaxGroup || !aligned)
+  if ((k_dtype != DType::kBF16 && k_dtype != DType::kF16 && k_dtype != DType::kF8E4M3) ||
+      group > kMaxGroup || !aligned)
     return 0;
   return head_dim == 64 || head_dim == 128 || head_dim == 256 ? static_cast<int>(head_dim / 8) : 0;
 }
@@ -270,13 +272,18 @@ Status ScoreEntries(const RowsTable& table, int entries, DType k_dtype, int64_t 
   for (int e = 0; e < entries; ++e) max_n_k = std::max(max_n_k, table.entry[e].n_k);
   if (max_n_k == 0) return OkStatus();
   if (const int chunks = RowsPathChunks(k_dtype, head_dim, table.group, aligned); chunks > 0) {
-    return k_dtype == DType::kBF16
-               ? LaunchRowsFor<__nv_bfloat16>(table, entries, chunks, max_n_k, stream)
-               : LaunchRowsFor<__half>(table, entries, chunks, max_n_k, stream);
+    switch (k_dtype) {
+      case DType::kBF16:
+        return LaunchRowsFor<__nv_bfloat16>(table, entries, chunks, max_n_k, stream);
+      case DType::kF8E4M3:
+        return LaunchRowsFor<__nv_fp8_e4m3>(table, entries, chunks, max_n_k, stream);
+      default:
+        return LaunchRowsFor<__half>(table, entries, chunks, max_n_k, stream);
+    }
   }
   const int64_t group = table.group;
   const size_t shared_bytes = static_cast<size_t>(group * head_dim + group) * sizeof(float);
-  return cuda_util::VisitFloatDType(k_dtype, "token_scores k", [&](auto tag) -> Status {
+  return cuda_util::VisitKvDType(k_dtype, "token_scores k", [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     for (int e = 0; e < entries; ++e) {
       const RowsEntry& entry = table.entry[e];

@@ -86,7 +86,7 @@ Status BlockSumsCuda(const BlockSumsArgs& args, SparseIndexCudaWorkspace& worksp
   MP_CUDA_CHECK_LAUNCH();
   if (num_blocks > 0) {
     MP_RETURN_IF_ERROR(
-        cuda_util::VisitFloatDType(args.x.dtype, "block_sums x", [&](auto tag) -> Status {
+        cuda_util::VisitKvDType(args.x.dtype, "block_sums x", [&](auto tag) -> Status {
           using T = typename decltype(tag)::type;
           BlockSumsKernel<T><<<static_cast<unsigned>(num_blocks), kThreads, 0, stream>>>(
               args.x.as<const T>(), n, args.runs.as<const int64_t>(), n_runs, num_heads, head_dim,

@@ -30,7 +30,7 @@ constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
   --q-heads H      query heads (default 32)
   --kv-heads H     key/value heads (default 8)
   --head-dim D     64 or 128 (default 128)
-  --dtype T        K/V dtype: bf16 (default) | fp16
+  --dtype T        K/V dtype: bf16 (default) | fp16 | fp8 (E4M3)
   --kernel K       prefill kernel: auto (default; wgmma on Hopper) | mma-sync
   --decode-splits L  comma-separated key splits to time decode with (default 0,1: the
                    launcher's choice and unsplit)
@@ -174,8 +174,9 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.window, flags.GetInt("window", 0));
   MP_ASSIGN_OR_RETURN(s.sinks, flags.GetInt("sinks", 0));
   MP_REQUIRE(s.window >= 0 && s.sinks >= 0, "--window and --sinks must be >= 0");
-  MP_ASSIGN_OR_RETURN(s.dtype, ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
-  MP_REQUIRE(s.dtype == DType::kBF16 || s.dtype == DType::kF16, "--dtype must be bf16 or fp16");
+  MP_ASSIGN_OR_RETURN(s.dtype, ParseKvDTypeName(flags.Get("dtype").value_or("bf16")));
+  MP_REQUIRE(s.dtype == DType::kBF16 || s.dtype == DType::kF16 || s.dtype == DType::kF8E4M3,
+             "--dtype must be bf16, fp16 or fp8");
   const std::string kernel = flags.Get("kernel").value_or("auto");
   MP_REQUIRE(kernel == "auto" || kernel == "mma-sync", "--kernel must be auto or mma-sync");
   s.allow_wgmma = kernel == "auto";

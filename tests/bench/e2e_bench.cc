@@ -35,7 +35,7 @@ constexpr char kUsage[] = R"(usage: [mpirun -np N] millipede-bench-e2e [options]
   --decode-tokens N    tokens generated after the prompt and timed (default 32)
   --warmup-seq S       untimed warm-up job of S tokens first (default 2048; 0 skips)
   --backend B          cuda (default) | cpu
-  --kv-dtype D         bf16 (default) | fp16 | fp32
+  --kv-dtype D         bf16 (default) | fp16 | fp32 | fp8
   --dtype D            weight dtype: bf16 (default) | fp16 | fp32
   --prefill-chunk N    tokens per projection/MLP chunk (default 4096)
   --attention-chunk N  query rows per attention call (default 16384)
@@ -546,7 +546,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   options.random_config = config;
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cuda")));
   MP_ASSIGN_OR_RETURN(options.kv_dtype,
-                      ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+                      ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.random_weights.dtype,
                       ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   options.random_weights.seed = static_cast<uint64_t>(seed);

@@ -148,7 +148,7 @@ inline ::testing::AssertionResult SameElementBytes(const HostTensor& actual,
     if (std::memcmp(a + i * size, e + i * size, size) == 0) continue;
     ::testing::AssertionResult failure = ::testing::AssertionFailure();
     failure << "element " << i << " differs";
-    if (IsFloatDType(actual.dtype()))
+    if (IsLoadableDType(actual.dtype()))
       failure << ": " << LoadAsFloat(a, actual.dtype(), i) << " vs expected "
               << LoadAsFloat(e, expected.dtype(), i);
     return failure;
@@ -165,7 +165,7 @@ inline ::testing::AssertionResult MatchesReference(const HostTensor& actual,
   if (!(actual.shape() == expected.shape()))
     return ::testing::AssertionFailure() << "shapes differ: " << actual.shape().ToString() << " vs "
                                          << expected.shape().ToString();
-  if (!IsFloatDType(actual.dtype()) || !IsFloatDType(expected.dtype()))
+  if (!IsLoadableDType(actual.dtype()) || !IsLoadableDType(expected.dtype()))
     return ::testing::AssertionFailure() << "integer values are compared with Tolerance::Bitwise()";
   return MatchesReference(ToFloats(actual), ToFloats(expected), tolerance, name);
 }

@@ -24,7 +24,7 @@ as vocab_size raw little-endian float32 values.
   --model MODEL          a Hugging Face model directory or a GGUF file
   --prompt-ids FILE      whitespace-separated token ids
   --out FILE             where to write the logits
-  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32
+  --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32 | fp8
   --weight-dtype D       a GGUF file's weights, dequantised at load into: auto (default: fp32
                          on the CPU backend, bf16 on a GPU) | fp32 | bf16 | fp16
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
@@ -71,7 +71,7 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   MP_ASSIGN_OR_RETURN(std::string ids_path, flags.GetRequired("prompt-ids"));
   MP_ASSIGN_OR_RETURN(std::string out_path, flags.GetRequired("out"));
-  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseFloatDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   const std::string weight_dtype = flags.Get("weight-dtype").value_or("auto");

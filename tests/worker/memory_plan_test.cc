@@ -39,6 +39,38 @@ TEST(MemoryPlanTest, MaxSequencePositionsIsTheLargestThatFits) {
   EXPECT_EQ(MaxSequencePositions(c, shape, 1 << 20), 0);  // not even the reserve fits
 }
 
+// An FP8 cache holds a position in half the bytes, so the plan admits about twice the context
+// when the prompt is prefilled in chunks (the per-step buffers do not grow with it): 1M positions
+// of the llama3-8b shape are 64 GiB of KV (128 GiB in bf16).
+TEST(MemoryPlanTest, Fp8KvHalvesTheBytesAndDoublesTheContext) {
+  ModelConfig c = *ModelPreset("llama3-8b");
+  MemoryPlanShape bf16, fp8;
+  fp8.kv_dtype = DType::kF8E4M3;
+  for (MemoryPlanShape* s : {&bf16, &fp8}) {
+    s->prefill_chunk = 4096;
+    s->attention_chunk = 8192;
+  }
+  const int64_t m = int64_t{1} << 20;
+  EXPECT_EQ(PlanSequenceMemory(c, fp8, m, m, m).kv_bytes, int64_t{64} << 30);
+  EXPECT_EQ(2 * PlanSequenceMemory(c, fp8, m, m, m).kv_bytes,
+            PlanSequenceMemory(c, bf16, m, m, m).kv_bytes);
+  const int64_t free_bytes = int64_t{120} << 30;
+  auto largest = [&](const MemoryPlanShape& shape) {
+    int64_t lo = 1, hi = int64_t{1} << 30;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (PlanSequenceMemory(c, shape, mid, 4096, mid).total() <= free_bytes ? lo : hi) = mid;
+    }
+    return lo;
+  };
+  const int64_t n_bf16 = largest(bf16), n_fp8 = largest(fp8);
+  EXPECT_GT(n_fp8, 2 * n_bf16 * 99 / 100) << n_bf16 << " vs " << n_fp8;
+  EXPECT_GT(n_fp8, m);  // a million positions fit in 120 GiB
+  EXPECT_LT(n_bf16, m);
+  // A whole-prompt step's buffers grow with the prompt too, so there the gain is smaller.
+  EXPECT_GT(MaxSequencePositions(c, fp8, free_bytes), MaxSequencePositions(c, bf16, free_bytes));
+}
+
 TEST(MemoryPlanTest, EngineRefusesASequenceThatCannotFit) {
   ModelConfig c = SmallConfig();
   c.max_position_embeddings = int64_t{1} << 34;

@@ -133,10 +133,11 @@ bool GetPart(HeaderReader& r, PartInfo* p) {
         r.Get(&p->retention.keep_all_below) && r.GetVector(&p->ranges) && r.Get(&dtype) &&
         r.Get(&p->rows) && r.Get(&p->heads) && r.Get(&p->head_dim)))
     return false;
-  p->dtype = static_cast<DType>(dtype);
-  // KV rows are 8 bits (fp8, stored as bytes) to 32 bits wide.
-  if (dtype < 0 || dtype > static_cast<int32_t>(DType::kBool) || DTypeSize(p->dtype) > 4)
+  // KV rows are of a KV dtype: F32, BF16, F16 or F8E4M3 (the enum's values, as written).
+  if (dtype < 0 || dtype > static_cast<int32_t>(DType::kF8E4M3) ||
+      !IsKvDType(static_cast<DType>(dtype)))
     return false;
+  p->dtype = static_cast<DType>(dtype);
   return p->rows == TotalSize(p->ranges) && p->heads > 0 && p->heads < (1 << 16) &&
          p->head_dim > 0 && p->head_dim < (1 << 16) && p->rows >= 0 && p->rows < (int64_t{1} << 40);
 }

@@ -8,9 +8,8 @@ namespace millipede {
 namespace {
 
 Status CheckLayout(const KvLayout& layout, int64_t capacity) {
-  MP_REQUIRE(layout.dtype == DType::kF32 || layout.dtype == DType::kBF16 ||
-                 layout.dtype == DType::kF16,
-             "KV dtype must be F32, BF16 or F16, got ", DTypeName(layout.dtype));
+  MP_REQUIRE(IsKvDType(layout.dtype), "KV dtype must be F32, BF16, F16 or F8_E4M3, got ",
+             DTypeName(layout.dtype));
   MP_REQUIRE(capacity > 0, "KV store capacity must be positive, got ", capacity);
   return OkStatus();
 }

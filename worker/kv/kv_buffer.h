@@ -12,7 +12,7 @@ namespace millipede {
 struct KvLayout {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  DType dtype = DType::kBF16;  // F32, BF16 or F16
+  DType dtype = DType::kBF16;  // F32, BF16, F16 or F8E4M3
   // Bytes of one row of K and V together.
   int64_t RowBytes() const {
     return 2 * num_kv_heads * head_dim * static_cast<int64_t>(DTypeSize(dtype));

@@ -3,7 +3,8 @@
 // (wgmma and mma.sync), long causal prefill, offsets (including chunks that see no key), GQA
 // ratios, head dims (64 and 128 on the tensor cores, 16, 32 and 80 on the CUDA cores), both
 // masks, K/V dtypes, long decode with split-KV, per-KV-head key counts, A-shape (sink + window)
-// heads, and splits against no splits. Outputs start
+// heads, and splits against no splits; FP8 (E4M3) K/V on the tensor cores (widened to bf16) and the
+// CUDA cores, prefill, decode and split. Outputs start
 // NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
 // without a GPU.
 #include "kernels/attention/attention_cuda.h"
@@ -267,16 +268,17 @@ std::vector<Case> HeadCases() {
   std::vector<Case> cases;
   for (int64_t d : {64, 128})
     for (int64_t group : {1, 4, 8})
-      for (DType dtype : {DType::kBF16, DType::kF16})
+      for (DType dtype : {DType::kBF16, DType::kF16, DType::kF8E4M3})
         for (AttentionMask mask : {kCausal, kNone})
           cases.push_back({130, 300, 2 * group, 2, d, 170, 0, mask, dtype, dtype});
   // The CUDA-core path: small and odd head dims, F32 and mixed K/V at a tensor-core head dim.
   for (int64_t d : {16, 32, 80})
-    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32})
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3})
       cases.push_back({130, 300, 4, 2, d, 170, 0, kCausal, dtype, dtype});
   cases.push_back({130, 300, 8, 2, 64, 170, 0, kCausal, DType::kF32, DType::kF32});
   cases.push_back({130, 300, 8, 2, 128, 170, 0, kCausal, DType::kBF16, DType::kF32});
   cases.push_back({130, 300, 8, 2, 128, 170, 0, kCausal, DType::kF16, DType::kBF16});
+  cases.push_back({130, 300, 8, 2, 128, 170, 0, kCausal, DType::kF8E4M3, DType::kBF16});
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Heads, AttentionCudaTest, ::testing::ValuesIn(HeadCases()), CaseName);
@@ -344,6 +346,8 @@ std::vector<Case> DecodeCases() {
       {1, 100000, 32, 8, 128, 99999, 0, kCausal},
       {1, 100000, 32, 8, 128, 99999, 0, kCausal, DType::kBF16, DType::kBF16, 0.0f, false},
       {1, 100000, 8, 8, 64, 99999, 0, kCausal, DType::kF16, DType::kF16},
+      {1, 100000, 32, 8, 128, 99999, 0, kCausal, DType::kF8E4M3, DType::kF8E4M3},
+      {1, 4097, 8, 8, 64, 4096, 0, kNone, DType::kF8E4M3, DType::kF8E4M3},
       // Four queries (speculative decoding) of GQA 8: 32 rows, the prefill tile, split.
       {4, 100000, 16, 2, 128, 99996, 0, kCausal},
   };
@@ -365,7 +369,11 @@ std::vector<Case> HeadRowsCases() {
   mma_sync.allow_wgmma = false;
   Case generic{3, 300, 4, 2, 80, 400, 0, kNone, DType::kF32, DType::kF32};
   generic.head_rows = {17, 0};
-  return {decode, causal_decode, prefill, mma_sync, generic};
+  Case fp8_decode = decode;
+  fp8_decode.k_dtype = fp8_decode.v_dtype = DType::kF8E4M3;
+  Case fp8_prefill = prefill;
+  fp8_prefill.k_dtype = fp8_prefill.v_dtype = DType::kF8E4M3;
+  return {decode, causal_decode, prefill, mma_sync, generic, fp8_decode, fp8_prefill};
 }
 INSTANTIATE_TEST_SUITE_P(HeadRows, AttentionCudaTest, ::testing::ValuesIn(HeadRowsCases()),
                          CaseName);

@@ -183,6 +183,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{RandomLengths(40, 9000, 4), 32, 8, 128, DType::kBF16, 7, true,
              {256, 0, 256, 0, 256, 0, 256, 0}, 64},
         Case{{700, 2, 129}, 16, 4, 64, DType::kF16, 1, false, {0, 70, 3, 1000}, 0},
+        Case{{0, 1, 4097, 63, 64, 65, 20000, 300}, 32, 8, 128, DType::kF8E4M3, 0, true,
+             {0, 1, 64, 100, 0, 128, 700, 100000}, 4},
         Case{{40, 300, 0}, 8, 2, 64, DType::kF32, 0, true, {0, 17}, 3},
         // Lengths read on the device: views longer than them, windows at the uploaded length,
         // split and unsplit.
@@ -219,6 +221,10 @@ INSTANTIATE_TEST_SUITE_P(
              {2048, -1, 2048, -1, 64}},
         Case{{5000, 300, 70000, 1, 64}, 32, 8, 128, DType::kBF16, 3, true, {}, 0, {}, {}, {},
              {2048, -1, 1000, -1, 7}},
+        Case{{5000, 300, 70000, 1, 64}, 32, 8, 128, DType::kF8E4M3, 0, true, {}, 0, {},
+             {0, 1, 2, 3, 4},
+             {{2048, 2048, 2000, 0, 1, 2048, 64, 65}, {}, {}, {}, {}},
+             {2048, -1, 2048, -1, 64}},
         Case{{700, 2, 129}, 16, 4, 64, DType::kF16, 0, false, {}, 0, {}, {2, 1, 0}, {},
              {100, -1, 129}}),
     [](const ::testing::TestParamInfo<Case>& info) {

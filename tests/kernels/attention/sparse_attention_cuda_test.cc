@@ -167,7 +167,7 @@ std::vector<Case> TensorCoreCases() {
   std::vector<Case> cases;
   for (int64_t group : {1, 4, 8})
     for (int64_t d : {64, 128})
-      for (DType dtype : {DType::kBF16, DType::kF16})
+      for (DType dtype : {DType::kBF16, DType::kF16, DType::kF8E4M3})
         for (bool split : {false, true}) {
           Case c{130, 300, 2 * group, 2, d, dtype};
           c.split_layout = split;

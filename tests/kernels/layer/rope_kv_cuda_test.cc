@@ -77,9 +77,10 @@ TEST_P(RopeKvCudaTest, MatchesRopeThenConvert) {
 
   // Against the reference. One rounding step of the cache dtype may differ where the F32 values
   // differ by an ulp; V is only converted, so it must be exact.
-  const double cache_error = c.cache == DType::kBF16  ? 1e-2
-                             : c.cache == DType::kF16 ? 1e-3
-                                                      : kMaxError;
+  const double cache_error = c.cache == DType::kF8E4M3 ? 1.3e-1
+                             : c.cache == DType::kBF16  ? 1e-2
+                             : c.cache == DType::kF16   ? 1e-3
+                                                        : kMaxError;
   OpCheck check("rope_kv");
   const int iq = check.Output("q", q, Tolerance::Normalised(kMaxError));
   const int ik = check.Input(k);
@@ -125,6 +126,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvCudaTest,
                                            Case{65, 8, 8, 64, DType::kF32, 4096},
                                            Case{4097, 4, 2, 16, DType::kBF16, 1 << 17},
                                            Case{3, 2, 1, 2, DType::kF16, 100},
+                                           Case{63, 32, 8, 128, DType::kF8E4M3, 8192},
+                                           Case{2, 28, 4, 128, DType::kF8E4M3, 1 << 20},
                                            // Decode rows split into slices of two heads, two
                                            // of which straddle the query/key and key/value
                                            // boundaries.

@@ -145,7 +145,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{16, 28, 4, 128, 1, DType::kF16},
                       Case{64, 32, 8, 128, 3000, DType::kBF16, kAscending},
                       Case{7, 12, 3, 64, 200, DType::kF16, kAscending},
-                      Case{2000, 4, 1, 16, 300, DType::kF32, kAscending}));
+                      Case{2000, 4, 1, 16, 300, DType::kF32, kAscending},
+                      Case{64, 32, 8, 128, 3000, DType::kF8E4M3, kAscending},
+                      Case{7, 12, 3, 64, 200, DType::kF8E4M3, kShuffled}));
 
 // The tensor-core kernel: the prefill shape (64 queries, GQA 4, head_dim 128), GQA 1 and 8 (two
 // row chunks), head_dim 64 and 256, every key order, aligned and unaligned keys, and a long run

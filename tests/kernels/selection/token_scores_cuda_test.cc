@@ -84,7 +84,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{16, 2, 256, 1000, DType::kBF16, true},
                       Case{6, 2, 64, 65, DType::kBF16, true},
                       Case{16, 1, 256, 700, DType::kBF16, true},  // group 16: the other path
-                      Case{4, 2, 64, 0, DType::kF16, true}));
+                      Case{4, 2, 64, 0, DType::kF16, true},
+                      // FP8 keys: the rows path (8-byte loads) and the per-key one.
+                      Case{32, 8, 128, 5000, DType::kF8E4M3, true},
+                      Case{16, 2, 64, 777, DType::kF8E4M3, true},
+                      Case{6, 2, 40, 100, DType::kF8E4M3}));
 
 TEST(TokenScoresCudaArgsTest, RejectsHeadDimAbove256) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";

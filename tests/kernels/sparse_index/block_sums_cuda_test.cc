@@ -87,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BlockSumsCudaTest,
                                            Case{130, 6, 3, 40, 48, 7, 4, DType::kF32},
                                            Case{1, 1, 1, 1, 64, 0, 1, DType::kF32},
                                            Case{5000, 4, 4, 256, 64, 1000, 9, DType::kBF16},
-                                           Case{64, 2, 1, 7, 1, 3, 2, DType::kF32}));
+                                           Case{64, 2, 1, 7, 1, 3, 2, DType::kF32},
+                                           Case{1000, 32, 4, 128, 64, 0, 3, DType::kF8E4M3}));
 
 TEST(BlockSumsCudaErrorsTest, BrokenRunsAreInvalidArgument) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";

@@ -366,6 +366,57 @@ TEST(CpGenerateTest, StaticEvictionMatchesSingleProcess) {
   EXPECT_EQ(dist->ids, local->ids);
 }
 
+// An FP8 (E4M3) cache: each element is quantised as it is written, whichever rank writes it, so
+// N ranks give one process's logits (dense prefill and decode over the ring's FP8 blocks) and
+// its tokens under a sparse prefill, DuoAttention's streaming heads and static eviction.
+TEST(CpGenerateTest, Fp8CacheMatchesSingleProcess) {
+  const EngineOptions options = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF8E4M3, 32);
+  auto engine = MakeDistributed(options);
+  const std::vector<int32_t> prompt = RandomIds(700, 97, 51), decode = RandomIds(4, 97, 52);
+  const std::vector<std::vector<float>> dist = DistributedLogits(*engine, prompt, decode);
+  auto local = Engine::Create(options);
+  ASSERT_TRUE(local.ok());
+  if (WorldRank() == 0) {
+    std::vector<std::vector<float>> one(1);
+    ASSERT_TRUE(testing::StartSequence(**local, 704).ok());
+    ASSERT_TRUE(testing::ForwardToHost(**local, prompt, &one[0]).ok());
+    for (int32_t id : decode) {
+      one.emplace_back();
+      const int32_t ids[1] = {id};
+      ASSERT_TRUE(testing::ForwardToHost(**local, ids, &one.back()).ok());
+    }
+    testing::EndSequence(**local);
+    ASSERT_EQ(dist.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_LT(MaxRelError(dist[i], one[i]), 1e-5) << "step " << i;
+    // The cache is FP8: the logits differ from an F32 cache's.
+    const std::vector<std::vector<float>> f32 = LocalLogits(prompt, decode);
+    EXPECT_GT(MaxRelError(one[0], f32[0]), 1e-4);
+  }
+  GenerationRequest r;
+  r.prompt_ids = RandomIds(400, 97, 53);
+  r.max_new_tokens = 8;
+  r.ignore_eos = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 9;
+  for (const char* fields : {
+           R"("default": {"prefill": "vertical-slash"},
+              "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
+           R"("layers": [{"layer": 0, "prefill": ["a-shape", "dense"], "decode": "streaming-head"},
+                         {"layer": 1, "prefill": "a-shape", "decode": ["full", "streaming-head"]}],
+              "a_shape": {"sink_tokens": 5, "window_tokens": 37},
+              "streaming_head": {"sink_tokens": 3, "window_tokens": 7})",
+           R"("default": {"decode": "static-eviction"},
+              "static_eviction": {"keep_tokens": 20, "recent_tokens": 6, "observed_queries": 12})"}) {
+    r.policy = testing::PolicyFor(**local, std::string(R"({"version": 1, )") + fields + "}");
+    auto d = Generate(*engine, r);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    auto l = Generate(**local, r);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(d->ids, l->ids) << fields;
+  }
+}
+
 // Vertical-slash and block-sparse prefill: N ranks select what one process selects (the index
 // is global: the same count of attended query-key pairs) and fetch only the keys their queries
 // need, so the logits match one process, the greedy tokens are the same and far fewer bytes move

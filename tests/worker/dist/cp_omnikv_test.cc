@@ -2,10 +2,12 @@
 // results of one process. Each rank chooses among its own context rows, the cut agreed over all
 // ranks on the backend (TopKKeys, the all-gather, TopKCut), and attends to its share; only the
 // keys and (o, lse) partials cross ranks. Logits within 1e-5 relative in fp32 at every decode
-// step, the same greedy and sampled tokens, in the device tier and the host tier.
+// step, the same greedy and sampled tokens, in the device tier and the host tier (and the host
+// tier with an FP8 cache).
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "../engine_test_util.h"
 #include "tests/worker/engine/single_sequence.h"
@@ -24,16 +26,21 @@ ModelConfig EightLayers() {
   return c;
 }
 
-EngineOptions Options(SelectedKvTier tier) {
-  EngineOptions o = testing::RandomEngineOptions(EightLayers(), DType::kF32, DType::kF32, 32);
+// The selected layers' tier and the KV dtype (FP8 E4M3: quantised as written in every store,
+// the host tier's gathers moving bytes).
+using Param = std::tuple<SelectedKvTier, DType>;
+
+EngineOptions Options(const Param& param) {
+  const auto [tier, kv_dtype] = param;
+  EngineOptions o = testing::RandomEngineOptions(EightLayers(), DType::kF32, kv_dtype, 32);
   o.selected_kv = tier;
   return o;
 }
 
-std::unique_ptr<Engine> MakeDistributed(SelectedKvTier tier) {
+std::unique_ptr<Engine> MakeDistributed(const Param& param) {
   auto comm = CreateMpiCommunicator(MPI_COMM_WORLD);
   EXPECT_TRUE(comm.ok());
-  auto e = Engine::Create(Options(tier), std::move(comm).value());
+  auto e = Engine::Create(Options(param), std::move(comm).value());
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
 }
@@ -72,7 +79,7 @@ std::vector<std::vector<float>> DecodeLogits(Engine& e, const AttentionPolicy& p
   return out;
 }
 
-class CpOmniKvTest : public ::testing::TestWithParam<SelectedKvTier> {};
+class CpOmniKvTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CpOmniKvTest, LogitsMatchSingleProcess) {
   const std::vector<int32_t> prompt = RandomIds(333, 97, 41), decode = RandomIds(6, 97, 42);
@@ -115,9 +122,12 @@ TEST_P(CpOmniKvTest, TokensMatchSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, CpOmniKvTest,
-                         ::testing::Values(SelectedKvTier::kDevice, SelectedKvTier::kHost),
+                         ::testing::Values(Param{SelectedKvTier::kDevice, DType::kF32},
+                                           Param{SelectedKvTier::kHost, DType::kF32},
+                                           Param{SelectedKvTier::kHost, DType::kF8E4M3}),
                          [](const auto& info) {
-                           return std::string(SelectedKvTierName(info.param));
+                           return std::string(SelectedKvTierName(std::get<0>(info.param))) +
+                                  "_" + DTypeName(std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -83,6 +83,31 @@ TEST(EngineTest, Bf16CopyAgreesWithFp32) {
   EXPECT_GT(MaxRelError(FullLogits(**other, ids), a), 0.2);
 }
 
+// An FP8 (E4M3) cache: K and V are quantised as they are written, by prefill and decode alike,
+// so decoding token by token reads what recomputing the whole sequence reads; the logits stay
+// near an F32 cache's and move further than the bf16 cache's, which shows the cache is FP8.
+TEST(EngineTest, Fp8CacheIsExactAcrossStepsAndNearF32) {
+  std::vector<int32_t> ids = RandomIds(37, 97, 3);
+  auto fp8 = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF8E4M3));
+  auto f32 = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32));
+  auto b16 = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kBF16));
+  ASSERT_TRUE(fp8.ok() && f32.ok() && b16.ok()) << fp8.status().ToString();
+  Engine& e = **fp8;
+  const size_t prompt = 30;
+  ASSERT_TRUE(testing::StartSequence(e, static_cast<int64_t>(ids.size())).ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(testing::ForwardToHost(e, std::span(ids).first(prompt), &logits).ok());
+  for (size_t i = prompt; i < ids.size(); ++i)
+    ASSERT_TRUE(testing::ForwardToHost(e, std::span(ids).subspan(i, 1), &logits).ok());
+  testing::EndSequence(e);
+  const std::vector<float> full = FullLogits(e, ids);
+  EXPECT_LT(MaxRelError(logits, full), 1e-5);
+  const double fp8_err = MaxRelError(full, FullLogits(**f32, ids));
+  const double bf16_err = MaxRelError(FullLogits(**b16, ids), FullLogits(**f32, ids));
+  EXPECT_LT(fp8_err, 0.1);
+  EXPECT_GT(fp8_err, bf16_err);
+}
+
 // Qwen2 (q/k/v biases), tied embeddings and every RoPE scaling run and keep cache == recompute.
 TEST(EngineTest, VariantsKeepCacheExactness) {
   std::vector<ModelConfig> configs;
