@@ -9,9 +9,9 @@
 #include <cstring>
 
 #if defined(__CUDACC__)
-#define MP_HOST_DEVICE __host__ __device__ __forceinline__
+#define MP_FP8_FN __host__ __device__ __forceinline__
 #else
-#define MP_HOST_DEVICE inline
+#define MP_FP8_FN inline
 #endif
 
 namespace millipede {
@@ -23,7 +23,7 @@ struct Float8E4M3 {
 
 inline constexpr float kFloat8E4M3Max = 448.0f;
 
-MP_HOST_DEVICE uint32_t Fp8FloatBits(float f) {
+MP_FP8_FN uint32_t Fp8FloatBits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
@@ -33,7 +33,7 @@ MP_HOST_DEVICE uint32_t Fp8FloatBits(float f) {
 #endif
 }
 
-MP_HOST_DEVICE float Fp8BitsToFloat(uint32_t u) {
+MP_FP8_FN float Fp8BitsToFloat(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
 #else
@@ -45,7 +45,7 @@ MP_HOST_DEVICE float Fp8BitsToFloat(uint32_t u) {
 
 // float -> E4M3 bits: round to nearest even; |f| beyond 448 (and infinities) saturate to +-448;
 // NaN becomes 0x7f with f's sign. Integer arithmetic only, so host and device agree exactly.
-MP_HOST_DEVICE uint8_t FloatToE4M3Bits(float f) {
+MP_FP8_FN uint8_t FloatToE4M3Bits(float f) {
   const uint32_t u = Fp8FloatBits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t abs = u & 0x7fffffffu;
@@ -55,7 +55,7 @@ MP_HOST_DEVICE uint8_t FloatToE4M3Bits(float f) {
     // Below 2^-6: a multiple of 2^-9 (a subnormal, or 2^-6 itself when it rounds up), that is
     // abs * 2^9 rounded to an integer, which is the result's bits.
     const int shift = 141 - static_cast<int>(abs >> 23);  // >= 21
-    if (shift > 24) return sign;  // below 2^-10: rounds to zero
+    if (shift > 24) return sign;                          // below 2^-10: rounds to zero
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     uint32_t q = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1u);
@@ -75,7 +75,7 @@ MP_HOST_DEVICE uint8_t FloatToE4M3Bits(float f) {
 }
 
 // E4M3 bits -> float, exactly.
-MP_HOST_DEVICE float E4M3BitsToFloat(uint8_t b) {
+MP_FP8_FN float E4M3BitsToFloat(uint8_t b) {
   const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
   const uint32_t exp = (b >> 3) & 0xfu;
   const uint32_t mant = b & 0x7u;

@@ -69,11 +69,16 @@ Status VisitFloatDType(DType dtype, const char* what, F&& f) {
 template <typename F>
 Status VisitKvDType(DType dtype, const char* what, F&& f) {
   switch (dtype) {
-    case DType::kF32: return f(std::type_identity<float>{});
-    case DType::kBF16: return f(std::type_identity<__nv_bfloat16>{});
-    case DType::kF16: return f(std::type_identity<__half>{});
-    case DType::kF8E4M3: return f(std::type_identity<__nv_fp8_e4m3>{});
-    default: break;
+    case DType::kF32:
+      return f(std::type_identity<float>{});
+    case DType::kBF16:
+      return f(std::type_identity<__nv_bfloat16>{});
+    case DType::kF16:
+      return f(std::type_identity<__half>{});
+    case DType::kF8E4M3:
+      return f(std::type_identity<__nv_fp8_e4m3>{});
+    default:
+      break;
   }
   return InvalidArgumentError(detail::StrCat(what, ": dtype ", DTypeName(dtype),
                                              " is not a KV type (F32, BF16, F16 or F8_E4M3)"));
@@ -99,8 +104,8 @@ __device__ __forceinline__ void Widen8(uint4 raw, float* out) {
 
 // Eight E4M3 values (one 8-byte load) widened to floats, exactly.
 template <typename T>
-  requires std::is_same_v<T, __nv_fp8_e4m3>
-__device__ __forceinline__ void Widen8(uint2 raw, float* out) {
+requires std::is_same_v<T, __nv_fp8_e4m3> __device__ __forceinline__ void Widen8(uint2 raw,
+                                                                                 float* out) {
   const uint32_t in[2] = {raw.x, raw.y};
 #pragma unroll
   for (int i = 0; i < 2; ++i)

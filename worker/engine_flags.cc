@@ -49,8 +49,7 @@ std::vector<std::string> EngineFlagNames() {
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   EngineOptions options;
   MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
-  MP_ASSIGN_OR_RETURN(options.kv_dtype,
-                      ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 0));
   MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0, got ",

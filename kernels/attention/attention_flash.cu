@@ -4,7 +4,8 @@
 // stages), computes S = Q K^T and O += P V with mma.sync m16n8k16 and keeps the softmax online
 // in fp32 through AttentionState. Optionally one block only sees a split of the keys and writes
 // a partial (o, lse) that the launcher merges (Flash-Decoding). FP8 K/V stream in as bytes (half
-// the traffic) and are widened to bf16 in shared memory, exactly, before the MMAs read them.
+// the traffic) and are widened to f16 in shared memory, exactly (one conversion per pair), before
+// the f16 MMAs read them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -48,6 +49,10 @@ struct FlashTile {
   static constexpr int kKvElems = kKeys * kHeadDim;  // one tensor, one stage
   // Q tile + two stages of (K tile, V tile), all 16-bit.
   static constexpr int kSmemBytes = (kQElems + 4 * kKvElems) * 2;
+  // FP8 K/V: kStages8 tile pairs of bytes in flight (twice the tiles of 16-bit K/V: as many bytes,
+  // which is what keeps a decode's reads at the memory's rate), one 16-bit stage to widen into.
+  static constexpr int kStages8 = 4;
+  static constexpr int kSmemBytes8 = (kQElems + 2 * kKvElems) * 2 + kStages8 * 2 * kKvElems;
   static_assert(kHeadDim % 16 == 0 && kWarpKeys % 16 == 0, "MMA tiles are 16 wide");
   static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
                     kKeys % (kThreads / kChunks) == 0,
@@ -86,8 +91,9 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // head_dim]), split blockIdx.z of them; query row t sits at key row t + window_shift (A-shape
 // windows) and reads row t + q_shift of p.q (its output stays at row t). With `row_index`
 // ([key_rows, num_kv_heads] I64, flat rows of K/V viewed as [rows * num_kv_heads, head_dim]) key
-// j of KV head g is flat row row_index[j][g]. Tile::kThreads threads; Tile::kSmemBytes of dynamic
-// shared memory. K/V are stored as S: T itself, or __nv_fp8_e4m3 widened to T (bf16) per tile.
+// j of KV head g is flat row row_index[j][g]. Tile::kThreads threads; Tile::kSmemBytes (FP8:
+// Tile::kSmemBytes8) of dynamic shared memory. K/V are stored as S: T itself, or __nv_fp8_e4m3
+// widened to T (f16) per tile.
 template <typename Tile, typename T, typename S>
 __device__ __forceinline__ void AttentionFlashBlock(
     const AttentionKernelParams& p, const int64_t row0, const int64_t rows,
@@ -103,11 +109,11 @@ __device__ __forceinline__ void AttentionFlashBlock(
   // FP8 K/V: two stages of byte tiles are staged by cp.async, and the current one is widened
   // into a single stage of T tiles that the MMAs read (same shared memory in all).
   constexpr bool kFp8 = !std::is_same_v<S, T>;
-  static_assert(!kFp8 || (std::is_same_v<S, __nv_fp8_e4m3> && std::is_same_v<T, __nv_bfloat16>));
+  static_assert(!kFp8 || (std::is_same_v<S, __nv_fp8_e4m3> && std::is_same_v<T, __half>));
   extern __shared__ __align__(16) unsigned char smem[];
   T* const sq = reinterpret_cast<T*>(smem);  // [kRows][kHeadDim]
   T* const skv = sq + Tile::kQElems;         // [stage][K, V][kKeys][kHeadDim] (one stage: fp8)
-  // fp8 only: [stage][K, V][kKeys][kHeadDim] bytes, after the T stage.
+  // fp8 only: [Tile::kStages8][K, V][kKeys][kHeadDim] bytes, after the T stage.
   unsigned char* const sstage = reinterpret_cast<unsigned char*>(skv + 2 * Tile::kKvElems);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -163,8 +169,8 @@ __device__ __forceinline__ void AttentionFlashBlock(
   static_assert(kKeys % kRowsPerPass8 == 0, "each thread copies whole passes of rows");
   const int copy_row8 = threadIdx.x / kChunks8, copy_chunk8 = threadIdx.x % kChunks8;
   auto load_tile_8 = [&](int tile_key0, int stage) {
-    const uint32_t dst = SharedAddress(sstage) + stage * 2 * Tile::kKvElems +
-                         copy_row8 * kHeadDim + copy_chunk8 * 16;
+    const uint32_t dst = SharedAddress(sstage) + stage * 2 * Tile::kKvElems + copy_row8 * kHeadDim +
+                         copy_chunk8 * 16;
     const S* const k8 = static_cast<const S*>(k_base) + kv_head * kHeadDim + copy_chunk8 * 16;
     const S* const v8 = static_cast<const S*>(v_base) + kv_head * kHeadDim + copy_chunk8 * 16;
 #pragma unroll
@@ -192,20 +198,32 @@ __device__ __forceinline__ void AttentionFlashBlock(
   // FP8: the byte tiles of `stage` widened into the T stage, swizzled as the 16-bit loads lay it.
   auto widen_tile = [&](int stage) {
     const unsigned char* const src = sstage + stage * 2 * Tile::kKvElems;
-    for (int i = threadIdx.x; i < 2 * kKeys * kChunks8; i += Tile::kThreads) {
+    // Whole passes, four at a time: the chunks' loads, conversions and stores overlap.
+    static_assert((2 * kKeys * kChunks8) % Tile::kThreads == 0);
+#pragma unroll 4
+    for (int n = 0; n < 2 * kKeys * kChunks8 / Tile::kThreads; ++n) {
+      const int i = threadIdx.x + n * Tile::kThreads;
       const int tensor = i / (kKeys * kChunks8), row = (i / kChunks8) % kKeys, c = i % kChunks8;
       const uint4 raw =
           *reinterpret_cast<const uint4*>(src + tensor * Tile::kKvElems + row * kHeadDim + c * 16);
       uint4 lo, hi;
-      WidenFp8x16ToBf16(raw, lo, hi);
+      WidenFp8x16ToHalf(raw, lo, hi);
       T* const dst = skv + tensor * Tile::kKvElems;
       *reinterpret_cast<uint4*>(dst + Swizzle<kHeadDim>(row, 2 * c)) = lo;
       *reinterpret_cast<uint4*>(dst + Swizzle<kHeadDim>(row, 2 * c + 1)) = hi;
     }
   };
 
-  // The first K/V tile streams in while the Q tile is converted.
-  load_tile(tiles.Key0(0, kKeys), 0);
+  // The first K/V tile (FP8: the first kStages8 - 1) streams in while the Q tile is converted.
+  // FP8 commits a group per tile even past the last, so that the waits below count alike.
+  constexpr int kAhead = kFp8 ? Tile::kStages8 - 1 : 1;
+  for (int t = 0; t < kAhead; ++t) {
+    if (t < tiles.count) {
+      load_tile(tiles.Key0(t, kKeys), t);
+    } else {
+      CpAsyncCommit();
+    }
+  }
   // Q tile, converted from F32 to T once (its precision cost is documented in attention_cuda.h).
   for (int i = threadIdx.x; i < Tile::kRows * kChunks; i += Tile::kThreads) {
     const int r = i / kChunks, c = i % kChunks;
@@ -270,15 +288,26 @@ __device__ __forceinline__ void AttentionFlashBlock(
   const int num_tiles = tiles.count;
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int tile_key0 = tiles.Key0(tile, kKeys);
-    CpAsyncWaitAll();
-    // Now tile `tile` (and, the first time, the Q tile) is visible to every warp, and every warp
-    // is done with tile - 1, whose stage the next copy overwrites.
-    __syncthreads();
-    if (tile + 1 < num_tiles) load_tile(tiles.Key0(tile + 1, kKeys), (tile + 1) % 2);
     if constexpr (kFp8) {
-      // The widened tile replaces tile - 1's, which every warp is done with (above).
-      widen_tile(tile % 2);
+      CpAsyncWaitGroups<Tile::kStages8 - 2>();  // tile `tile` has landed, later ones may not
+    } else {
+      CpAsyncWaitAll();
+    }
+    // Now tile `tile` (and, the first time, the Q tile) is visible to every warp, and every warp
+    // is done with tile - 1, whose stage (FP8: whose widened copy) the next copy overwrites.
+    __syncthreads();
+    if constexpr (kFp8) {
+      // The byte stage of tile + kAhead was widened (and read) for tile - 1, before the barrier.
+      const int next = tile + kAhead;
+      if (next < num_tiles) {
+        load_tile(tiles.Key0(next, kKeys), next % Tile::kStages8);
+      } else {
+        CpAsyncCommit();
+      }
+      widen_tile(tile % Tile::kStages8);
       __syncthreads();
+    } else if (tile + 1 < num_tiles) {
+      load_tile(tiles.Key0(tile + 1, kKeys), (tile + 1) % 2);
     }
     const int warp_key0 = tile_key0 + key_warp * kWarpKeys;
     if (warp_key0 >= warp_any_end) continue;  // every key of the warp's slice is masked
@@ -466,7 +495,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // fill the tail of the grid.
   const int64_t row0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
   AttentionFlashBlock<Tile, T, S>(p, row0, p.n_q * p.group, p.k, p.v, KeyRowsOf(p, blockIdx.y),
-                               p.causal_shift);
+                                  p.causal_shift);
 }
 
 // Grid: (entries, num_kv_heads, num_splits): block (b, g, s) runs query row batch.q_row[b] (entry
@@ -488,8 +517,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
           ? n_kv
           : min(n_kv, max(int64_t{0}, static_cast<int64_t>(head_rows[blockIdx.y])));
   AttentionFlashBlock<Tile, T, S>(p, int64_t{b} * p.group, int64_t{b + 1} * p.group, batch.k[b],
-                               batch.v[b], key_rows, n_kv - 1 - b, batch.q_row[b] - b,
-                               batch.row_index[b]);
+                                  batch.v[b], key_rows, n_kv - 1 - b, batch.q_row[b] - b,
+                                  batch.row_index[b]);
 }
 
 // One kernel instance and its launch shape.
@@ -502,10 +531,11 @@ struct FlashInstance {
 
 template <typename Tile, typename T, typename S>
 FlashInstance Instance() {
-  return {&AttentionFlashKernel<Tile, T, S>, Tile::kThreads, Tile::kSmemBytes, Tile::kRows};
+  return {&AttentionFlashKernel<Tile, T, S>, Tile::kThreads,
+          std::is_same_v<S, T> ? Tile::kSmemBytes : Tile::kSmemBytes8, Tile::kRows};
 }
 
-// The instances: head_dim {64, 128} x {bf16, f16, fp8 read as bf16} x {kPrefill, kDecode}.
+// The instances: head_dim {64, 128} x {bf16, f16, fp8 read as f16} x {kPrefill, kDecode}.
 template <int kHeadDim, typename T, typename S>
 FlashInstance InstanceOfShape(AttentionFlashShape shape) {
   return shape == AttentionFlashShape::kPrefill
@@ -515,9 +545,12 @@ FlashInstance InstanceOfShape(AttentionFlashShape shape) {
 template <int kHeadDim>
 FlashInstance InstanceOfType(DType dtype, AttentionFlashShape shape) {
   switch (dtype) {
-    case DType::kF16: return InstanceOfShape<kHeadDim, __half, __half>(shape);
-    case DType::kF8E4M3: return InstanceOfShape<kHeadDim, __nv_bfloat16, __nv_fp8_e4m3>(shape);
-    default: return InstanceOfShape<kHeadDim, __nv_bfloat16, __nv_bfloat16>(shape);
+    case DType::kF16:
+      return InstanceOfShape<kHeadDim, __half, __half>(shape);
+    case DType::kF8E4M3:
+      return InstanceOfShape<kHeadDim, __half, __nv_fp8_e4m3>(shape);
+    default:
+      return InstanceOfShape<kHeadDim, __nv_bfloat16, __nv_bfloat16>(shape);
   }
 }
 
@@ -527,9 +560,12 @@ template <int kHeadDim>
 BatchKernel BatchKernelOfType(DType dtype) {
   using Tile = typename TileFor<kHeadDim, AttentionFlashShape::kDecode>::Type;
   switch (dtype) {
-    case DType::kF16: return &AttentionFlashBatchKernel<Tile, __half, __half>;
-    case DType::kF8E4M3: return &AttentionFlashBatchKernel<Tile, __nv_bfloat16, __nv_fp8_e4m3>;
-    default: return &AttentionFlashBatchKernel<Tile, __nv_bfloat16, __nv_bfloat16>;
+    case DType::kF16:
+      return &AttentionFlashBatchKernel<Tile, __half, __half>;
+    case DType::kF8E4M3:
+      return &AttentionFlashBatchKernel<Tile, __half, __nv_fp8_e4m3>;
+    default:
+      return &AttentionFlashBatchKernel<Tile, __nv_bfloat16, __nv_bfloat16>;
   }
 }
 

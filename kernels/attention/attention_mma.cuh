@@ -26,6 +26,11 @@ __device__ __forceinline__ void CpAsyncCommit() {
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
+// Waits until at most `kPending` of the groups this thread committed are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWaitGroups() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 // Shared-memory (state space) address of a generic pointer into shared memory.
 __device__ __forceinline__ uint32_t SharedAddress(const void* smem) {
@@ -98,20 +103,18 @@ __device__ __forceinline__ uint4 PackQChunk(const float* src) {
                     MmaType<T>::Pack(b.x, b.y), MmaType<T>::Pack(b.z, b.w));
 }
 
-// Sixteen E4M3 values (one 16-byte load) widened to bf16, exactly: elements 0-7 into `lo`, 8-15
-// into `hi`, in order (E4M3 -> f16 is exact, and so is f16 -> bf16 for E4M3's values).
-__device__ __forceinline__ void WidenFp8x16ToBf16(uint4 raw, uint4& lo, uint4& hi) {
+// Sixteen E4M3 values (one 16-byte load) widened to f16, exactly (every E4M3 value is an f16
+// value; one conversion per pair): elements 0-7 into `lo`, 8-15 into `hi`, in order.
+__device__ __forceinline__ void WidenFp8x16ToHalf(uint4 raw, uint4& lo, uint4& hi) {
   const uint32_t in[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t out[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * h));
-      const __half2_raw raw2 = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&raw2));
-      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
+      const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * h)), __NV_E4M3);
+      out[2 * i + h] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
     }
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);

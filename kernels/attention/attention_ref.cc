@@ -10,8 +10,8 @@ namespace millipede {
 namespace {
 
 Status CheckKv(const ConstTensorView& t, const char* what, const Shape& shape) {
-  MP_REQUIRE(IsKvDType(t.dtype), what,
-             ": dtype ", DTypeName(t.dtype), ", expected F32, BF16, F16 or F8_E4M3");
+  MP_REQUIRE(IsKvDType(t.dtype), what, ": dtype ", DTypeName(t.dtype),
+             ", expected F32, BF16, F16 or F8_E4M3");
   return CheckTensor(t, what, t.dtype, shape);
 }
 

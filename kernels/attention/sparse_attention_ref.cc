@@ -164,9 +164,8 @@ Status SparseAttentionCheckArgs(const SparseAttentionArgs& args) {
              num_q_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
   const Shape q_shape{n_q, num_q_heads, head_dim}, kv_shape{n_kv, num_kv_heads, head_dim};
   MP_RETURN_IF_ERROR(CheckTensor(args.q, "sparse attention q", DType::kF32, q_shape));
-  MP_REQUIRE(
-      IsKvDType(args.k.dtype),
-      "sparse attention k: dtype ", DTypeName(args.k.dtype), ", expected F32, BF16, F16 or F8_E4M3");
+  MP_REQUIRE(IsKvDType(args.k.dtype), "sparse attention k: dtype ", DTypeName(args.k.dtype),
+             ", expected F32, BF16, F16 or F8_E4M3");
   MP_RETURN_IF_ERROR(CheckTensor(args.k, "sparse attention k", args.k.dtype, kv_shape));
   MP_RETURN_IF_ERROR(CheckTensor(args.v, "sparse attention v", args.k.dtype, kv_shape));
   MP_RETURN_IF_ERROR(CheckTensor(args.o, "sparse attention o", DType::kF32, q_shape));

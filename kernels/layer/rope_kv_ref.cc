@@ -8,8 +8,8 @@ namespace millipede {
 namespace {
 
 Status CheckCacheDType(DType dtype, const char* what) {
-  MP_REQUIRE(IsKvDType(dtype), what,
-             ": dtype ", DTypeName(dtype), ", expected F32, BF16, F16 or F8_E4M3");
+  MP_REQUIRE(IsKvDType(dtype), what, ": dtype ", DTypeName(dtype),
+             ", expected F32, BF16, F16 or F8_E4M3");
   return OkStatus();
 }
 

@@ -39,7 +39,8 @@ Status LaunchTo(ConstTensorView src, TensorView dst, cudaStream_t stream) {
     case DType::kF32: return Launch<S, float>(src, dst, stream);
     case DType::kBF16: return Launch<S, __nv_bfloat16>(src, dst, stream);
     case DType::kF16: return Launch<S, __half>(src, dst, stream);
-    case DType::kF8E4M3: return Launch<S, __nv_fp8_e4m3>(src, dst, stream);
+    case DType::kF8E4M3:
+      return Launch<S, __nv_fp8_e4m3>(src, dst, stream);
     default: break;
   }
   return UnimplementedError(std::string("convert on the GPU: no ") + DTypeName(dst.dtype) +
@@ -61,7 +62,8 @@ Status ConvertCuda(ConstTensorView src, TensorView dst, cudaStream_t stream) {
     case DType::kF32: return LaunchTo<float>(src, dst, stream);
     case DType::kBF16: return LaunchTo<__nv_bfloat16>(src, dst, stream);
     case DType::kF16: return LaunchTo<__half>(src, dst, stream);
-    case DType::kF8E4M3: return LaunchTo<__nv_fp8_e4m3>(src, dst, stream);
+    case DType::kF8E4M3:
+      return LaunchTo<__nv_fp8_e4m3>(src, dst, stream);
     default: break;
   }
   return UnimplementedError(std::string("convert on the GPU: no ") + DTypeName(src.dtype) +

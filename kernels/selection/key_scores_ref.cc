@@ -17,9 +17,8 @@ Status KeyScoresCheckArgs(const KeyScoresArgs& args) {
              " is not a multiple of num_kv_heads ", num_kv_heads);
   MP_RETURN_IF_ERROR(
       CheckTensor(args.q, "key_scores q", DType::kF32, Shape{n_q, num_heads, head_dim}));
-  MP_REQUIRE(
-      IsKvDType(args.k.dtype),
-      "key_scores k: dtype ", DTypeName(args.k.dtype), ", expected F32, BF16, F16 or F8_E4M3");
+  MP_REQUIRE(IsKvDType(args.k.dtype), "key_scores k: dtype ", DTypeName(args.k.dtype),
+             ", expected F32, BF16, F16 or F8_E4M3");
   MP_RETURN_IF_ERROR(
       CheckTensor(args.k, "key_scores k", args.k.dtype, Shape{n_k, num_kv_heads, head_dim}));
   MP_RETURN_IF_ERROR(CheckTensor(args.q_pos, "key_scores q_pos", DType::kI64, Shape{n_q}));

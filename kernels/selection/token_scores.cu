@@ -154,14 +154,14 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * kRowsPerWarp;
   for (int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp + sub;
        first - sub < n_k; first += stride) {  // warp-uniform
-    using Raw = cuda_util::Raw8<T>;  // eight elements
+    using Raw = cuda_util::Raw8<T>;           // eight elements
     Raw raw[kPasses];
 #pragma unroll
     for (int u = 0; u < kPasses; ++u) {
       const int64_t j = first + u * kRowsPerPass;
-      raw[u] = j < n_k ? *reinterpret_cast<const Raw*>(k + (j * num_kv_heads + g) * kHeadDim +
-                                                       8 * part)
-                       : Raw{};
+      raw[u] = j < n_k
+                   ? *reinterpret_cast<const Raw*>(k + (j * num_kv_heads + g) * kHeadDim + 8 * part)
+                   : Raw{};
     }
 #pragma unroll
     for (int u = 0; u < kPasses; ++u) {

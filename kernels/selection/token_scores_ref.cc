@@ -18,9 +18,8 @@ Status TokenScoresCheckArgs(const TokenScoresArgs& args) {
              num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
   MP_RETURN_IF_ERROR(
       CheckTensor(args.q, "token_scores q", DType::kF32, Shape{num_heads, head_dim}));
-  MP_REQUIRE(
-      IsKvDType(args.k.dtype),
-      "token_scores k: dtype ", DTypeName(args.k.dtype), ", expected F32, BF16, F16 or F8_E4M3");
+  MP_REQUIRE(IsKvDType(args.k.dtype), "token_scores k: dtype ", DTypeName(args.k.dtype),
+             ", expected F32, BF16, F16 or F8_E4M3");
   MP_RETURN_IF_ERROR(
       CheckTensor(args.k, "token_scores k", args.k.dtype, Shape{n_k, num_kv_heads, head_dim}));
   MP_RETURN_IF_ERROR(CheckTensor(args.lse, "token_scores lse", DType::kF32, Shape{num_heads}));

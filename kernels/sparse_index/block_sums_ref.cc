@@ -12,9 +12,8 @@ namespace millipede {
 Status BlockSumsCheckArgs(const BlockSumsArgs& args) {
   MP_REQUIRE(args.x.rank() == 3, "block_sums x: rank ", args.x.rank(), ", expected 3");
   const int64_t num_heads = args.x.dim(1), head_dim = args.x.dim(2);
-  MP_REQUIRE(
-      IsKvDType(args.x.dtype),
-      "block_sums x: dtype ", DTypeName(args.x.dtype), ", expected F32, BF16, F16 or F8_E4M3");
+  MP_REQUIRE(IsKvDType(args.x.dtype), "block_sums x: dtype ", DTypeName(args.x.dtype),
+             ", expected F32, BF16, F16 or F8_E4M3");
   MP_RETURN_IF_ERROR(CheckTensor(args.x, "block_sums x", args.x.dtype, args.x.shape));
   MP_RETURN_IF_ERROR(SparseRunsCheck(args.runs, "block_sums"));
   MP_REQUIRE(args.block > 0, "block_sums: block = ", args.block, " must be positive");

@@ -545,8 +545,7 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
   EngineOptions options;
   options.random_config = config;
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cuda")));
-  MP_ASSIGN_OR_RETURN(options.kv_dtype,
-                      ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
   MP_ASSIGN_OR_RETURN(options.random_weights.dtype,
                       ParseFloatDTypeName(flags.Get("dtype").value_or("bf16")));
   options.random_weights.seed = static_cast<uint64_t>(seed);

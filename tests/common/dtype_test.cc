@@ -150,8 +150,7 @@ TEST(DTypeTest, Float8E4M3RoundTripsAndMatchesExhaustiveNearest) {
   std::uniform_real_distribution<float> exponent(-13.0f, 11.0f);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
   for (int i = 0; i < 20000; ++i) {
-    const float x =
-        std::ldexp(mant(rng), static_cast<int>(exponent(rng))) * (i % 2 ? -1.0f : 1.0f);
+    const float x = std::ldexp(mant(rng), static_cast<int>(exponent(rng))) * (i % 2 ? -1.0f : 1.0f);
     EXPECT_EQ(FloatToE4M3Bits(x), NearestE4M3(x)) << x;
   }
   // Every midpoint between neighbouring encodings, and a float just either side of it.

@@ -18,11 +18,16 @@ order, code blocks and tables left out), tokenized by transformers' tokenizer of
       plain argmax loop over its KV cache), equal up to a near-tie; and each step's log-
       probabilities (the chosen token and the top 20) against transformers' log-softmax;
   (d) context parallelism: the same run under mpirun -np 2, 3 and 4 gives the same ids as one
-      process and log-probabilities within the fp32 tolerance of its.
+      process and log-probabilities within the fp32 tolerance of its;
+  (e) fp8: an FP8 (E4M3) KV cache with fp32 weights against transformers in fp32 at some of the
+      lengths of (a) (FP8_LENGTHS; any of them with --fp8-lengths), beside a bf16 cache's error against the same reference (both reported: the ratio
+      is published in docs/quality.md); the fp8 error must stay below FP8_TOLERANCE with the same
+      argmax (up to a near-tie), and greedy generation of FP8_NEW_TOKENS tokens with the fp8
+      cache is compared with the bf16 cache's (the first difference is reported).
 
 Usage: smollm2_oracle_test.py BIN_DIR --model FILE.gguf [--mpiexec MPIEXEC] [--part P ...]
 BIN_DIR holds millipede-run and millipede-test-logits; --part (repeatable) runs only some of
-logits, bf16, greedy (greedy includes the multi-rank runs).
+logits, bf16, greedy, fp8 (greedy includes the multi-rank runs).
 Exit status: 0 all passed; 1 a mismatch, an error or a missing model file (a missing model is a
 failure, never a skip: cluster/install-deps.sh --test fetches it); 77 (skipped) only when the
 oracle's own packages (torch, transformers, gguf) cannot be imported.
@@ -75,7 +80,13 @@ RANKS = [2, 3, 4]
 HF_CHUNK = 1024
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-PARTS = ("logits", "bf16", "greedy")
+PARTS = ("logits", "bf16", "greedy", "fp8")
+# An FP8 cache's logits error against fp32 math (max |diff| / max |logit|). E4M3 keeps 3 mantissa
+# bits (one element's rounding up to 1/16 of it): measured 1.6e-2 .. 6.8e-2 at 16 to 8000 tokens,
+# 11 to 25 times the bf16 cache's (docs/quality.md); a broken cache is off by about 1.
+FP8_TOLERANCE = 1.5e-1
+FP8_LENGTHS = [700, 3000]
+FP8_NEW_TOKENS = 32
 
 
 def run(args: List[str], env: Optional[Dict[str, str]] = None) -> str:
@@ -118,6 +129,7 @@ class SmolOracle:
         self.timings = []  # (what, seconds)
         self.hf = None
         self.ids: List[int] = []
+        self.fp32_ref = None  # fp32_reference()
 
     def report(self, part, check, measured, limit, ok, note=""):
         self.rows.append((part, check, measured, limit, "PASS" if ok else "FAIL", note))
@@ -194,33 +206,40 @@ class SmolOracle:
             f.write(" ".join(map(str, ids)) + "\n")
         return path
 
-    def engine_logits(self, ids: Sequence[int], dtype: str = "fp32"):
+    def engine_logits(self, ids: Sequence[int], dtype: str = "fp32", kv_dtype: str = ""):
         out = os.path.join(self.work_dir, "logits.f32")
         run([os.path.join(self.bin_dir, "millipede-test-logits"), "--model", self.model_path,
              "--prompt-ids", self.write_ids(ids), "--out", out,
-             "--kv-dtype", dtype, "--weight-dtype", dtype])
+             "--kv-dtype", kv_dtype or dtype, "--weight-dtype", dtype])
         return np.fromfile(out, dtype="<f4")
 
-    def engine_generate(self, ids: Sequence[int], ranks: int = 1):
+    def engine_generate(self, ids: Sequence[int], ranks: int = 1, kv_dtype: str = "fp32",
+                        new_tokens: int = NEW_TOKENS):
         args = [os.path.join(self.bin_dir, "millipede-run"), "--model", self.model_path,
-                "--prompt-ids", self.write_ids(ids), "--max-new-tokens", str(NEW_TOKENS),
-                "--ignore-eos", "--json", "--kv-dtype", "fp32", "--weight-dtype", "fp32",
+                "--prompt-ids", self.write_ids(ids), "--max-new-tokens", str(new_tokens),
+                "--ignore-eos", "--json", "--kv-dtype", kv_dtype, "--weight-dtype", "fp32",
                 "--logprobs", str(TOP_LOGPROBS)]
         if ranks > 1:
             args = [self.mpiexec, "-np", str(ranks)] + args
         result = json.loads(run(args, env=MPI_ENV))
-        if len(result["ids"]) != NEW_TOKENS or len(result["logprobs"]) != NEW_TOKENS:
+        if len(result["ids"]) != new_tokens or len(result["logprobs"]) != new_tokens:
             raise Failure(f"{ranks} rank(s): {len(result['ids'])} ids and "
-                          f"{len(result['logprobs'])} logprobs, {NEW_TOKENS} wanted")
+                          f"{len(result['logprobs'])} logprobs, {new_tokens} wanted")
         return result["ids"], result["logprobs"]
+
+    def fp32_reference(self):
+        """transformers' fp32 logits of every LOGIT_LENGTHS prompt's last position (one pass)."""
+        if self.fp32_ref is None:
+            longest = max(LOGIT_LENGTHS)
+            self.fp32_ref, _ = self.timed(
+                f"transformers: fp32 pass over {longest} tokens",
+                lambda: self.hf_prefill(self.ids[:longest], [n - 1 for n in LOGIT_LENGTHS]))
+        return self.fp32_ref
 
     # ---- (a) fp32 logits ------------------------------------------------------------------------
 
     def check_logits(self):
-        longest = max(LOGIT_LENGTHS)
-        ref, _ = self.timed(f"transformers: fp32 pass over {longest} tokens",
-                            lambda: self.hf_prefill(self.ids[:longest],
-                                                    [n - 1 for n in LOGIT_LENGTHS]))
+        ref = self.fp32_reference()
         for n in LOGIT_LENGTHS:
             def one(n=n):
                 ours = self.timed(f"engine: fp32 logits n={n}",
@@ -233,6 +252,35 @@ class SmolOracle:
                             f"{FP32_TOLERANCE:.0e}", err < FP32_TOLERANCE,
                             "" if same else "argmax differs")
             self.guarded("logits", f"n={n}", one)
+
+    # ---- (e) fp8 --------------------------------------------------------------------------------
+
+    def check_fp8(self):
+        ref = self.fp32_reference()
+        for n in FP8_LENGTHS:
+            def one(n=n):
+                fp8 = self.timed(f"engine: fp8 KV logits n={n}",
+                                 lambda: self.engine_logits(self.ids[:n], "fp32", "fp8"))
+                bf16 = self.timed(f"engine: bf16 KV logits n={n}",
+                                  lambda: self.engine_logits(self.ids[:n], "fp32", "bf16"))
+                err8, err16 = relative_diff(fp8, ref[n - 1]), relative_diff(bf16, ref[n - 1])
+                top = int(np.argmax(ref[n - 1]))
+                gap = float(ref[n - 1][top] - ref[n - 1][int(np.argmax(fp8))])
+                # A flipped argmax counts only where the reference's top two are closer than the
+                # fp8 error could move them.
+                same = gap <= max(NEAR_TIE, 2 * err8) * float(np.max(np.abs(ref[n - 1])))
+                self.report("fp8", f"n={n} fp8 KV vs HF fp32", f"{err8:.2e}",
+                            f"{FP8_TOLERANCE:.0e}", err8 < FP8_TOLERANCE and same,
+                            f"bf16 KV: {err16:.2e} (ratio {err8 / max(err16, 1e-12):.1f})"
+                            + ("" if same else "; argmax differs beyond a near-tie"))
+            self.guarded("fp8", f"n={n}", one)
+        prompt = self.ids[:GREEDY_LENGTH]
+        ids8, _ = self.engine_generate(prompt, kv_dtype="fp8", new_tokens=FP8_NEW_TOKENS)
+        ids16, _ = self.engine_generate(prompt, kv_dtype="bf16", new_tokens=FP8_NEW_TOKENS)
+        first = next((i for i, (a, b) in enumerate(zip(ids8, ids16)) if a != b), None)
+        self.report("fp8", f"greedy {FP8_NEW_TOKENS} tokens after {GREEDY_LENGTH}, fp8 vs bf16 KV",
+                    f"{FP8_NEW_TOKENS if first is None else first} equal", "-", True,
+                    "identical" if first is None else f"first difference at token {first}")
 
     # ---- (b) bf16 -------------------------------------------------------------------------------
 
@@ -369,6 +417,8 @@ def main() -> int:
     parser.add_argument("--part", action="append", choices=PARTS,
                         help="run only this part (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary files")
+    parser.add_argument("--fp8-lengths", help="comma-separated prompt lengths of the fp8 part, "
+                        "each one of " + ",".join(map(str, LOGIT_LENGTHS)))
     args = parser.parse_args()
     if not args.bin_dir:
         parser.error("give BIN_DIR or set MILLIPEDE_BIN_DIR")
@@ -390,6 +440,11 @@ def main() -> int:
             print(f"FAIL: {tool} not found in {args.bin_dir}")
             return 1
     parts = args.part or list(PARTS)
+    if args.fp8_lengths:
+        lengths = [int(x) for x in args.fp8_lengths.split(",")]
+        if any(n not in LOGIT_LENGTHS for n in lengths):
+            parser.error(f"--fp8-lengths: each length must be one of {LOGIT_LENGTHS}")
+        FP8_LENGTHS[:] = lengths
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"numpy {np.__version__}; parts {', '.join(parts)}")
@@ -404,7 +459,7 @@ def main() -> int:
         else:
             print(f"{len(oracle.ids)} tokens of prose from docs/*.md")
             # bf16 rounds transformers' weights in place, so it runs last.
-            for part in [p for p in ("logits", "greedy", "bf16") if p in parts]:
+            for part in [p for p in ("logits", "greedy", "fp8", "bf16") if p in parts]:
                 oracle.guarded(part, part, getattr(oracle, f"check_{part}"))
         oracle.print_table()
     finally:

@@ -1,5 +1,6 @@
 // The retrieval model on the CPU engine: dense attention answers every needle, KV lookup and
-// chain step, in bf16 and fp32, and fails when the answer is taken out of the prompt.
+// chain step, in bf16 and fp32 and with an FP8 (E4M3) KV cache, and fails when the answer is
+// taken out of the prompt.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,9 +87,12 @@ TEST_P(RetrievalEngineTest, ChainSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RetrievalEngineTest,
                          ::testing::Values(Precision{DType::kBF16, DType::kBF16},
-                                           Precision{DType::kF32, DType::kF32}),
+                                           Precision{DType::kF32, DType::kF32},
+                                           Precision{DType::kBF16, DType::kF8E4M3}),
                          [](const auto& info) {
-                           return std::string(info.param.weights == DType::kF32 ? "fp32" : "bf16");
+                           return std::string(info.param.kv == DType::kF8E4M3     ? "bf16_fp8kv"
+                                              : info.param.weights == DType::kF32 ? "fp32"
+                                                                                  : "bf16");
                          });
 
 // The longest CPU case: a 6-hop chain over 8K tokens (every hop finds a needle at another depth)

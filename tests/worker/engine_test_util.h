@@ -47,12 +47,12 @@ inline EngineOptions RandomEngineOptions(const ModelConfig& c, DType weights, DT
   return o;
 }
 
-// A GpuSmallConfig(4) engine with random fp32 weights and bf16 KV on `backend`, `chunk` tokens
-// per prefill chunk: the GPU engine suites build one per backend and compare them (a test
-// failure and null when it cannot be made).
+// A GpuSmallConfig(4) engine with random fp32 weights and `kv` KV (bf16 by default) on
+// `backend`, `chunk` tokens per prefill chunk: the GPU engine suites build one per backend and
+// compare them (a test failure and null when it cannot be made).
 inline std::unique_ptr<Engine> GpuSmallEngine(BackendKind backend, int64_t chunk,
-                                              bool split_kv_heads = true) {
-  EngineOptions o = RandomEngineOptions(GpuSmallConfig(4), DType::kF32, DType::kBF16, chunk);
+                                              bool split_kv_heads = true, DType kv = DType::kBF16) {
+  EngineOptions o = RandomEngineOptions(GpuSmallConfig(4), DType::kF32, kv, chunk);
   o.backend = backend;
   o.split_kv_heads = split_kv_heads;
   auto e = Engine::Create(o);

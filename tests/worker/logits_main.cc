@@ -16,7 +16,8 @@
 namespace millipede {
 namespace {
 
-constexpr char kUsage[] = R"(usage: millipede-test-logits --model MODEL --prompt-ids FILE --out FILE [options]
+constexpr char kUsage[] =
+    R"(usage: millipede-test-logits --model MODEL --prompt-ids FILE --out FILE [options]
 
 Runs the prompt through the engine in one prefill and writes the last position's logits to FILE
 as vocab_size raw little-endian float32 values.

@@ -3,8 +3,8 @@
 // (wgmma and mma.sync), long causal prefill, offsets (including chunks that see no key), GQA
 // ratios, head dims (64 and 128 on the tensor cores, 16, 32 and 80 on the CUDA cores), both
 // masks, K/V dtypes, long decode with split-KV, per-KV-head key counts, A-shape (sink + window)
-// heads, and splits against no splits; FP8 (E4M3) K/V on the tensor cores (widened to bf16) and the
-// CUDA cores, prefill, decode and split. Outputs start
+// heads, and splits against no splits; FP8 (E4M3) K/V on both tensor-core kernels (widened in
+// shared memory) and the CUDA cores, prefill, decode and split. Outputs start
 // NaN-poisoned between guard bands, so unwritten elements and stray writes both fail. Skips
 // without a GPU.
 #include "kernels/attention/attention_cuda.h"
@@ -335,6 +335,9 @@ std::vector<Case> LongCases() {
       {3000, 20000, 32, 8, 128, 17000, 0, kCausal},
       {3000, 20000, 8, 2, 128, 9000, 0, kCausal, DType::kF16, DType::kF16},
       {2048, 6000, 32, 8, 128, 0, 0, kNone},
+      // FP8: the widening producer over many stages, at both head dims.
+      {8192, 8192, 32, 8, 128, 0, 0, kCausal, DType::kF8E4M3, DType::kF8E4M3},
+      {3000, 20000, 8, 2, 64, 17000, 0, kCausal, DType::kF8E4M3, DType::kF8E4M3},
   };
 }
 INSTANTIATE_TEST_SUITE_P(Long, AttentionCudaTest, ::testing::ValuesIn(LongCases()), CaseName);
@@ -373,7 +376,9 @@ std::vector<Case> HeadRowsCases() {
   fp8_decode.k_dtype = fp8_decode.v_dtype = DType::kF8E4M3;
   Case fp8_prefill = prefill;
   fp8_prefill.k_dtype = fp8_prefill.v_dtype = DType::kF8E4M3;
-  return {decode, causal_decode, prefill, mma_sync, generic, fp8_decode, fp8_prefill};
+  Case fp8_mma_sync = fp8_prefill;
+  fp8_mma_sync.allow_wgmma = false;
+  return {decode, causal_decode, prefill, mma_sync, generic, fp8_decode, fp8_prefill, fp8_mma_sync};
 }
 INSTANTIATE_TEST_SUITE_P(HeadRows, AttentionCudaTest, ::testing::ValuesIn(HeadRowsCases()),
                          CaseName);

@@ -78,9 +78,9 @@ TEST_P(RopeKvCudaTest, MatchesRopeThenConvert) {
   // Against the reference. One rounding step of the cache dtype may differ where the F32 values
   // differ by an ulp; V is only converted, so it must be exact.
   const double cache_error = c.cache == DType::kF8E4M3 ? 1.3e-1
-                             : c.cache == DType::kBF16  ? 1e-2
-                             : c.cache == DType::kF16   ? 1e-3
-                                                        : kMaxError;
+                             : c.cache == DType::kBF16 ? 1e-2
+                             : c.cache == DType::kF16  ? 1e-3
+                                                       : kMaxError;
   OpCheck check("rope_kv");
   const int iq = check.Output("q", q, Tolerance::Normalised(kMaxError));
   const int ik = check.Input(k);

@@ -75,20 +75,19 @@ TEST_P(TokenScoresCudaTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, TokenScoresCudaTest,
-    ::testing::Values(Case{32, 8, 128, 5000, DType::kBF16}, Case{4, 4, 64, 33, DType::kF32},
-                      Case{6, 2, 40, 100, DType::kF16}, Case{16, 1, 256, 700, DType::kBF16},
-                      Case{2, 2, 1, 31, DType::kF32}, Case{28, 4, 128, 1, DType::kF16},
-                      Case{8, 8, 96, 129, DType::kBF16}, Case{4, 2, 64, 0, DType::kBF16},
-                      Case{32, 8, 128, 131073, DType::kBF16, true},
-                      Case{28, 4, 128, 1, DType::kF16, true}, Case{8, 8, 64, 777, DType::kF16, true},
-                      Case{16, 2, 256, 1000, DType::kBF16, true},
-                      Case{6, 2, 64, 65, DType::kBF16, true},
-                      Case{16, 1, 256, 700, DType::kBF16, true},  // group 16: the other path
-                      Case{4, 2, 64, 0, DType::kF16, true},
-                      // FP8 keys: the rows path (8-byte loads) and the per-key one.
-                      Case{32, 8, 128, 5000, DType::kF8E4M3, true},
-                      Case{16, 2, 64, 777, DType::kF8E4M3, true},
-                      Case{6, 2, 40, 100, DType::kF8E4M3}));
+    ::testing::Values(
+        Case{32, 8, 128, 5000, DType::kBF16}, Case{4, 4, 64, 33, DType::kF32},
+        Case{6, 2, 40, 100, DType::kF16}, Case{16, 1, 256, 700, DType::kBF16},
+        Case{2, 2, 1, 31, DType::kF32}, Case{28, 4, 128, 1, DType::kF16},
+        Case{8, 8, 96, 129, DType::kBF16}, Case{4, 2, 64, 0, DType::kBF16},
+        Case{32, 8, 128, 131073, DType::kBF16, true}, Case{28, 4, 128, 1, DType::kF16, true},
+        Case{8, 8, 64, 777, DType::kF16, true}, Case{16, 2, 256, 1000, DType::kBF16, true},
+        Case{6, 2, 64, 65, DType::kBF16, true},
+        Case{16, 1, 256, 700, DType::kBF16, true},  // group 16: the other path
+        Case{4, 2, 64, 0, DType::kF16, true},
+        // FP8 keys: the rows path (8-byte loads) and the per-key one.
+        Case{32, 8, 128, 5000, DType::kF8E4M3, true}, Case{16, 2, 64, 777, DType::kF8E4M3, true},
+        Case{6, 2, 40, 100, DType::kF8E4M3}));
 
 TEST(TokenScoresCudaArgsTest, RejectsHeadDimAbove256) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";

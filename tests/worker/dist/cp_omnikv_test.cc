@@ -126,8 +126,8 @@ INSTANTIATE_TEST_SUITE_P(Tiers, CpOmniKvTest,
                                            Param{SelectedKvTier::kHost, DType::kF32},
                                            Param{SelectedKvTier::kHost, DType::kF8E4M3}),
                          [](const auto& info) {
-                           return std::string(SelectedKvTierName(std::get<0>(info.param))) +
-                                  "_" + DTypeName(std::get<1>(info.param));
+                           return std::string(SelectedKvTierName(std::get<0>(info.param))) + "_" +
+                                  DTypeName(std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -2,7 +2,8 @@
 // so their decode tokens take the batched tensor-core launch) decoding together give the logits
 // of each sequence decoded alone on the GPU (the single-sequence split-KV kernel), and of the
 // CPU engine decoding them together, with dense layers, DuoAttention's mixed layers (one store,
-// and a store per head group), OmniKV's filter and selected layers and static eviction. The
+// and a store per head group), OmniKV's filter and selected layers and static eviction, and all of
+// them over an FP8 (E4M3) cache, with a sparse prefill beside. The
 // decode ids are fixed (no sampling), so the sequences stay the same on every side. Skips without
 // a GPU.
 #include <gtest/gtest.h>
@@ -71,7 +72,8 @@ const std::vector<int32_t> kDecode = RandomIds(4, 97, 5);
 
 // The GPU engine's sequences decoding together give each one's logits alone and the CPU engine's,
 // under the engines' policy; returns the together logits.
-Logits ExpectTogetherEqualsAloneAndCpu(Engine& gpu, Engine& cpu, int64_t spare = 0) {
+Logits ExpectTogetherEqualsAloneAndCpu(Engine& gpu, Engine& cpu, int64_t spare = 0,
+                                       double cpu_error = 3e-2) {
   const auto together = Decode(gpu, Prompts(), kDecode, true, spare);
   const auto alone = Decode(gpu, Prompts(), kDecode, false, spare);
   const auto reference = Decode(cpu, Prompts(), kDecode, true, spare);
@@ -85,7 +87,7 @@ Logits ExpectTogetherEqualsAloneAndCpu(Engine& gpu, Engine& cpu, int64_t spare =
       EXPECT_LT(MaxRelError(together[i][s], alone[i][s]), 1e-2)
           << "sequence " << i << " step " << s;
       // The tensor-core rounding of q and P (attention_cuda.h) against the CPU's fp32 math.
-      EXPECT_LT(MaxRelError(together[i][s], reference[i][s]), 3e-2)
+      EXPECT_LT(MaxRelError(together[i][s], reference[i][s]), cpu_error)
           << "sequence " << i << " step " << s;
     }
   }
@@ -146,6 +148,41 @@ TEST(BatchDecodeCudaTest, SparseRolesTogetherEqualAloneAndTheCpuEngine) {
     const auto together = ExpectTogetherEqualsAloneAndCpu(*gpu, *cpu, 4096);
     ASSERT_FALSE(together[1].empty());
     EXPECT_GT(MaxRelError(together[1][0], dense[1][0]), 5e-2);
+  }
+}
+
+// An FP8 cache on both engines (the same quantisation, bit for bit, of each side's K and V):
+// every role above and a vertical-slash prefill decode together as alone and as the CPU engine
+// does. Where the two sides' fp32 K or V differ by an ulp an element may round to a neighbouring
+// FP8 value, hence the wider bound against the CPU.
+TEST(BatchDecodeCudaTest, Fp8CacheTogetherEqualsAloneAndTheCpuEngine) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = testing::GpuSmallEngine(BackendKind::kCuda, 256, true, DType::kF8E4M3);
+  auto cpu = testing::GpuSmallEngine(BackendKind::kCpu, 256, true, DType::kF8E4M3);
+  auto bf16 = testing::GpuSmallEngine(BackendKind::kCuda, 256);
+  ASSERT_TRUE(gpu && cpu && bf16);
+  const auto dense = ExpectTogetherEqualsAloneAndCpu(*gpu, *cpu, 0, 6e-2);
+  const auto dense_bf16 = Decode(*bf16, Prompts(), kDecode, true);
+  ASSERT_FALSE(dense[1].empty() || dense_bf16[1].empty());
+  EXPECT_GT(MaxRelError(dense[1][0], dense_bf16[1][0]), 1e-3);  // the cache is FP8
+  EXPECT_LT(MaxRelError(dense[1][0], dense_bf16[1][0]), 1e-1);
+  for (const std::string& policy :
+       {std::string(R"({"version": 1, "filter": {"top_k": 40},
+               "layers": [{"layer": 1, "decode": "filter"}, {"layer": 2, "decode": "selected"},
+                          {"layer": 3, "decode": "selected"}]})"),
+        std::string(R"({"version": 1, "default": {"decode": "static-eviction"},
+               "static_eviction": {"keep_tokens": 48, "recent_tokens": 3,
+                                   "observed_queries": 16}})"),
+        std::string(R"({"version": 1,
+               "default": {"prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]},
+               "a_shape": {"sink_tokens": 4, "window_tokens": 64},
+               "streaming_head": {"sink_tokens": 4, "window_tokens": 100}})"),
+        std::string(R"({"version": 1, "default": {"prefill": "vertical-slash"},
+               "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24}})")}) {
+    SCOPED_TRACE(policy);
+    ASSERT_TRUE(gpu->SetPolicy(testing::PolicyFor(*gpu, policy)).ok());
+    ASSERT_TRUE(cpu->SetPolicy(testing::PolicyFor(*cpu, policy)).ok());
+    ExpectTogetherEqualsAloneAndCpu(*gpu, *cpu, 4096, 6e-2);
   }
 }
 

@@ -32,8 +32,8 @@ ModelConfig Config() {
 std::unique_ptr<Backend> Cpu() { return std::move(CreateBackend(BackendKind::kCpu)).value(); }
 
 // A sequence of 10 positions on this rank [0, 6) and [8, 12): every layer one part of 10 rows
-// whose values tell layer, row and K/V apart.
-SavedSequence MakeSaved(Backend& backend) {
+// of `dtype` whose values tell layer, row and K/V apart.
+SavedSequence MakeSaved(Backend& backend, DType dtype = DType::kF32) {
   SequenceOptions o;
   o.capacity = 16;
   o.step_tokens = 8;
@@ -44,11 +44,11 @@ SavedSequence MakeSaved(Backend& backend) {
   std::vector<std::vector<SavedKvRows>> layers(kLayers);
   for (int64_t l = 0; l < kLayers; ++l) {
     SavedKvRows part{.retention = {}, .ranges = stored, .k = {}, .v = {}};
-    part.k = std::move(backend.AllocateHost(DType::kF32, Shape{10, kHeads, kDim})).value();
-    part.v = std::move(backend.AllocateHost(DType::kF32, Shape{10, kHeads, kDim})).value();
+    part.k = std::move(backend.AllocateHost(dtype, Shape{10, kHeads, kDim})).value();
+    part.v = std::move(backend.AllocateHost(dtype, Shape{10, kHeads, kDim})).value();
     for (int64_t i = 0; i < 10 * kHeads * kDim; ++i) {
-      part.k.view().as<float>()[i] = static_cast<float>(1000 * l + i);
-      part.v.view().as<float>()[i] = -static_cast<float>(1000 * l + i);
+      StoreFromFloat(part.k.view().data, dtype, i, static_cast<float>(1000 * l + i));
+      StoreFromFloat(part.v.view().data, dtype, i, -static_cast<float>(1000 * l + i) / 64);
     }
     layers[static_cast<size_t>(l)].push_back(std::move(part));
   }
@@ -112,6 +112,17 @@ TEST_F(DiskTierTest, AFileReadsBackExactly) {
   EXPECT_EQ(back->options().decode_rows, 3);
   EXPECT_EQ(back->options().selected_kv, SelectedKvTier::kDevice);
   EXPECT_TRUE(back->options().policy == saved.options().policy);
+  ExpectSameRows(*back, saved);
+}
+
+// An FP8 (E4M3) cache's rows, a byte each, are written and read back as they are.
+TEST_F(DiskTierTest, Fp8RowsReadBackExactly) {
+  const SavedSequence saved = MakeSaved(*backend_, DType::kF8E4M3);
+  ASSERT_TRUE(WriteSavedSequenceFile(Path("8.mkv"), Meta(8), saved).ok());
+  auto back = ReadSavedSequenceFile(*backend_, Path("8.mkv"), Config());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->layer(0)[0].k.cview().dtype, DType::kF8E4M3);
+  EXPECT_EQ(back->NumBytes(), saved.NumBytes());
   ExpectSameRows(*back, saved);
 }
 
