@@ -21,8 +21,6 @@ struct Float8E4M3 {
   uint8_t bits;
 };
 
-inline constexpr float kFloat8E4M3Max = 448.0f;
-
 MP_FP8_FN uint32_t Fp8FloatBits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);

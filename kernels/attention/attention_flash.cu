@@ -4,8 +4,8 @@
 // stages), computes S = Q K^T and O += P V with mma.sync m16n8k16 and keeps the softmax online
 // in fp32 through AttentionState. Optionally one block only sees a split of the keys and writes
 // a partial (o, lse) that the launcher merges (Flash-Decoding). FP8 K/V stream in as bytes (half
-// the traffic) and are widened to f16 in shared memory, exactly (one conversion per pair), before
-// the f16 MMAs read them.
+// the traffic, four stages) and are widened to f16 in shared memory, exactly (one conversion per
+// pair), before the f16 MMAs read them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -49,8 +49,8 @@ struct FlashTile {
   static constexpr int kKvElems = kKeys * kHeadDim;  // one tensor, one stage
   // Q tile + two stages of (K tile, V tile), all 16-bit.
   static constexpr int kSmemBytes = (kQElems + 4 * kKvElems) * 2;
-  // FP8 K/V: kStages8 tile pairs of bytes in flight (twice the tiles of 16-bit K/V: as many bytes,
-  // which is what keeps a decode's reads at the memory's rate), one 16-bit stage to widen into.
+  // FP8 K/V: kStages8 byte stages (kStages8 - 1 tile pairs in flight: as many bytes as the two
+  // 16-bit stages), and one 16-bit stage to widen the current tile into.
   static constexpr int kStages8 = 4;
   static constexpr int kSmemBytes8 = (kQElems + 2 * kKvElems) * 2 + kStages8 * 2 * kKvElems;
   static_assert(kHeadDim % 16 == 0 && kWarpKeys % 16 == 0, "MMA tiles are 16 wide");
@@ -106,8 +106,8 @@ __device__ __forceinline__ void AttentionFlashBlock(
   constexpr int kKvBytes = Tile::kKvElems * 2;  // one K or V tile
   constexpr int kStageBytes = 2 * kKvBytes;
   using Mma = MmaType<T>;
-  // FP8 K/V: two stages of byte tiles are staged by cp.async, and the current one is widened
-  // into a single stage of T tiles that the MMAs read (same shared memory in all).
+  // FP8 K/V: Tile::kStages8 stages of byte tiles are filled by cp.async, and the current one is
+  // widened into a single stage of T tiles that the MMAs read.
   constexpr bool kFp8 = !std::is_same_v<S, T>;
   static_assert(!kFp8 || (std::is_same_v<S, __nv_fp8_e4m3> && std::is_same_v<T, __half>));
   extern __shared__ __align__(16) unsigned char smem[];
