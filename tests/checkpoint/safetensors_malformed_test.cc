@@ -83,8 +83,8 @@ TEST_F(SafetensorsMalformedTest, TensorEntryFields) {
 }
 
 TEST_F(SafetensorsMalformedTest, UnknownDType) {
-  ExpectInvalid(OpenHeader(R"({"w":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", 8),
-                {"tensor \"w\"", "unknown dtype \"F8_E4M3\""});
+  ExpectInvalid(OpenHeader(R"({"w":{"dtype":"F8_E5M2","shape":[8],"data_offsets":[0,8]}})", 8),
+                {"tensor \"w\"", "unknown dtype \"F8_E5M2\""});
   ExpectInvalid(OpenHeader(R"({"w":{"dtype":"bf16","shape":[4],"data_offsets":[0,8]}})", 8),
                 {"unknown dtype \"bf16\""});
 }
