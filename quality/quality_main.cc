@@ -39,6 +39,7 @@ parallelism) and rank 0 reports.
   --min-accuracy A       exit 1 if any cell's accuracy is below A in [0, 1] (default 0)
   --out DIR              write DIR/results.csv, DIR/tasks.jsonl and DIR/<task>.png heatmaps
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32 | fp8 (E4M3)
+  --kv-scales FILE       with fp8: per-layer K/V scales (as the engine's --kv-scales)
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --policy FILE          attention policy file (JSON; default dense); the reports name the
                          policy by the file's name without its extension
@@ -91,16 +92,19 @@ Status Run(int argc, char** argv, const MpiWorld& world) {
     if (world.rank == 0) std::cout << kUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"model", "tasks", "lengths", "depths", "samples", "pairs", "hops", "distractors", "seed",
-       "control", "min-accuracy", "out", "kv-dtype", "prefill-chunk", "policy", "backend",
-       "help"}));
+  MP_RETURN_IF_ERROR(
+      flags.CheckKnown({"model", "tasks", "lengths", "depths", "samples", "pairs", "hops",
+                        "distractors", "seed", "control", "min-accuracy", "out", "kv-dtype",
+                        "kv-scales", "prefill-chunk", "policy", "backend", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
 
   EngineOptions options;
   MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   const std::string kv_name = flags.Get("kv-dtype").value_or("bf16");
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(kv_name));
+  if (const std::optional<std::string> scales = flags.Get("kv-scales")) {
+    MP_ASSIGN_OR_RETURN(options.kv_scales, ReadKvScalesFile(*scales));
+  }
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   options.device = world.local_rank;

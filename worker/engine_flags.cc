@@ -17,6 +17,9 @@ const char kEngineFlagsUsage[] =
   --weight-dtype D       a GGUF file's weights, dequantised at load into: auto (default: fp32
                          on the CPU backend, bf16 on a GPU) | fp32 | bf16 | fp16
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32 | fp8 (E4M3)
+  --kv-scales FILE       with --kv-dtype fp8: calibrated per-layer scales of the cached K and V
+                         (JSON {"k_scale": [...], "v_scale": [...]}, one per layer; each rounded
+                         up to a power of two and folded into the attention weights)
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
   --attention-chunk N    query rows per attention call (default: the prefill chunk)
   --policy FILE          attention policy file (JSON; default dense/full)
@@ -41,15 +44,19 @@ const char kEngineFlagsUsage[] =
 )";
 
 std::vector<std::string> EngineFlagNames() {
-  return {"model",       "kv-dtype", "prefill-chunk", "attention-chunk", "policy",
-          "selected-kv", "profile",  "backend",       "random-weights", "decode-graphs",
-          "split-kv-heads", "prefill-exchange", "decode-mlp", "weight-dtype"};
+  return {"model",          "kv-dtype",         "prefill-chunk", "attention-chunk", "policy",
+          "selected-kv",    "profile",          "backend",       "random-weights",  "decode-graphs",
+          "split-kv-heads", "prefill-exchange", "decode-mlp",    "weight-dtype",    "kv-scales"};
 }
 
 StatusOr<EngineOptions> ParseEngineFlags(const Flags& flags, int local_rank) {
   EngineOptions options;
   MP_ASSIGN_OR_RETURN(options.model_path, flags.GetRequired("model"));
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  if (const std::optional<std::string> scales = flags.Get("kv-scales")) {
+    MP_REQUIRE(options.kv_dtype == DType::kF8E4M3, "--kv-scales needs --kv-dtype fp8");
+    MP_ASSIGN_OR_RETURN(options.kv_scales, ReadKvScalesFile(*scales));
+  }
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.attention_chunk, flags.GetInt("attention-chunk", 0));
   MP_REQUIRE(options.attention_chunk >= 0, "--attention-chunk must be >= 0, got ",

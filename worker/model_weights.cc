@@ -39,18 +39,30 @@ ConstTensorView AdjacentRows(std::initializer_list<ConstTensorView> parts) {
 }
 
 template <typename GetFn>
-Status ModelWeights::Assign(const ModelConfig& config, Backend& backend, GetFn get) {
+Status ModelWeights::Assign(const ModelConfig& config, Backend& backend, const KvScales& kv_scales,
+                            GetFn get) {
+  MP_RETURN_IF_ERROR(CheckKvScales(kv_scales, config.num_hidden_layers));
   // Adopts the weights `names` together, in order, into `outs`.
   auto adopt = [&](const std::vector<std::string>& names,
                    std::initializer_list<ConstTensorView*> outs) -> Status {
     MP_ASSERT(names.size() == outs.size(), "one output per weight");
     std::vector<ConstTensorView> hosts;
+    std::vector<NamedHostTensor> scaled;  // copies of the weights kv_scales fold into
     for (const std::string& name : names) {
       MP_ASSIGN_OR_RETURN(ConstTensorView host, get(name));
+      const float factor = KvScaleFactor(kv_scales, name);
+      if (factor != 1.0f) {
+        MP_ASSIGN_OR_RETURN(HostTensor copy, ScaleWeightExactly(host, factor, name));
+        host = AsConst(copy.view());
+        scaled.push_back({name + " (KV-scaled)", std::move(copy)});
+      }
       hosts.push_back(host);
     }
     MP_ASSIGN_OR_RETURN(std::vector<ConstTensorView> adopted, backend.AdoptWeights(hosts));
     MP_ASSERT(adopted.size() == hosts.size(), "the backend adopted every weight");
+    // The CPU backend reads host weights in place; a device backend has copied them.
+    if (backend.kind() == BackendKind::kCpu)
+      for (NamedHostTensor& t : scaled) generated_.push_back(std::move(t));
     size_t i = 0;
     for (ConstTensorView* out : outs) *out = adopted[i++];
     return OkStatus();
@@ -92,35 +104,38 @@ Status ModelWeights::Assign(const ModelConfig& config, Backend& backend, GetFn g
 
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
                                                            const ModelConfig& config,
-                                                           Backend& backend) {
+                                                           Backend& backend,
+                                                           const KvScales& kv_scales) {
   auto w = std::unique_ptr<ModelWeights>(new ModelWeights());
   MP_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(model_dir));
   MP_RETURN_IF_ERROR(CheckCheckpointMatchesConfig(w->checkpoint_, config));
   const Checkpoint& ckpt = w->checkpoint_;
   std::vector<NamedHostTensor>& copies = w->generated_;
-  MP_RETURN_IF_ERROR(w->Assign(config, backend,
-                               [&](const std::string& name) -> StatusOr<ConstTensorView> {
-    MP_ASSIGN_OR_RETURN(ConstTensorView view, ckpt.Get(name));
-    // The format does not align tensors; the kernels read whole elements, so a misaligned tensor
-    // is copied into aligned memory instead of being used in place.
-    if (reinterpret_cast<uintptr_t>(view.data) % DTypeSize(view.dtype) == 0) return view;
-    copies.push_back({name, HostTensor(view.dtype, view.shape)});
-    std::memcpy(copies.back().tensor.data<void>(), view.data, view.NumBytes());
-    return AsConst(copies.back().tensor.view());
-  }));
+  MP_RETURN_IF_ERROR(w->Assign(
+      config, backend, kv_scales, [&](const std::string& name) -> StatusOr<ConstTensorView> {
+        MP_ASSIGN_OR_RETURN(ConstTensorView view, ckpt.Get(name));
+        // The format does not align tensors; the kernels read whole elements, so a misaligned
+        // tensor is copied into aligned memory instead of being used in place.
+        if (reinterpret_cast<uintptr_t>(view.data) % DTypeSize(view.dtype) == 0) return view;
+        copies.push_back({name, HostTensor(view.dtype, view.shape)});
+        std::memcpy(copies.back().tensor.data<void>(), view.data, view.NumBytes());
+        return AsConst(copies.back().tensor.view());
+      }));
   return w;
 }
 
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const ModelConfig& config,
                                                              const RandomWeightsOptions& options,
-                                                             Backend& backend) {
+                                                             Backend& backend,
+                                                             const KvScales& kv_scales) {
   MP_ASSIGN_OR_RETURN(std::vector<NamedHostTensor> tensors, GenerateRandomWeights(config, options));
-  return FromHost(config, std::move(tensors), backend);
+  return FromHost(config, std::move(tensors), backend, kv_scales);
 }
 
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::FromHost(const ModelConfig& config,
                                                                std::vector<NamedHostTensor> tensors,
-                                                               Backend& backend) {
+                                                               Backend& backend,
+                                                               const KvScales& kv_scales) {
   auto w = std::unique_ptr<ModelWeights>(new ModelWeights());
   w->generated_ = std::move(tensors);
   std::map<std::string, ConstTensorView> by_name;
@@ -160,7 +175,7 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::FromHost(const ModelConfig
       }
     }
   }
-  MP_RETURN_IF_ERROR(w->Assign(config, backend,
+  MP_RETURN_IF_ERROR(w->Assign(config, backend, kv_scales,
                                [&](const std::string& name) -> StatusOr<ConstTensorView> {
                                  auto it = by_name.find(name);
                                  if (it == by_name.end())

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "worker/backend/backend.h"
+#include "worker/kv_scales.h"
 #include "worker/random_weights.h"
 
 namespace millipede {
@@ -46,23 +47,27 @@ std::vector<std::vector<std::string>> FusedWeightGroups(const ModelConfig& confi
 ConstTensorView AdjacentRows(std::initializer_list<ConstTensorView> parts);
 
 // Holds what keeps the views alive (a mapped checkpoint or generated host tensors; a device
-// backend owns its own copies).
+// backend owns its own copies). Every factory folds `kv_scales` (one per layer, or none) into
+// the attention weights as it adopts them (kv_scales.h): the weights it scales are adopted from
+// scaled host copies.
 class ModelWeights {
  public:
   // Opens `model_dir`'s safetensors, checks them against `config` and adopts them into `backend`.
   static StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
-                                                      const ModelConfig& config,
-                                                      Backend& backend);
+                                                      const ModelConfig& config, Backend& backend,
+                                                      const KvScales& kv_scales = {});
   // Adopts `tensors` (every weight of ExpectedModelTensors(config), by Hugging Face name, e.g.
   // dequantised from a GGUF file) into `backend`; the CPU backend keeps them, packing each fused
   // group back to back.
   static StatusOr<std::unique_ptr<ModelWeights>> FromHost(const ModelConfig& config,
                                                           std::vector<NamedHostTensor> tensors,
-                                                          Backend& backend);
+                                                          Backend& backend,
+                                                          const KvScales& kv_scales = {});
   // Generates random weights for `config` (see random_weights.h) and adopts them into `backend`.
   static StatusOr<std::unique_ptr<ModelWeights>> Random(const ModelConfig& config,
                                                         const RandomWeightsOptions& options,
-                                                        Backend& backend);
+                                                        Backend& backend,
+                                                        const KvScales& kv_scales = {});
 
   ConstTensorView embed_tokens;  // [vocab, hidden]
   ConstTensorView final_norm;    // [hidden]
@@ -72,7 +77,7 @@ class ModelWeights {
 
  private:
   template <typename GetFn>
-  Status Assign(const ModelConfig& config, Backend& backend, GetFn get);
+  Status Assign(const ModelConfig& config, Backend& backend, const KvScales& kv_scales, GetFn get);
 
   Checkpoint checkpoint_;
   std::vector<NamedHostTensor> generated_;  // host weights, or aligned copies of misaligned ones

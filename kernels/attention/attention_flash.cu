@@ -4,8 +4,9 @@
 // stages), computes S = Q K^T and O += P V with mma.sync m16n8k16 and keeps the softmax online
 // in fp32 through AttentionState. Optionally one block only sees a split of the keys and writes
 // a partial (o, lse) that the launcher merges (Flash-Decoding). FP8 K/V stream in as bytes (half
-// the traffic, four stages) and are widened to f16 in shared memory, exactly (one conversion per
-// pair), before the f16 MMAs read them.
+// the traffic, four stages) and each warp reads its MMA fragments from the byte tiles straight
+// into registers, widened to f16 exactly (one conversion per pair) for f16 MMAs: no 16-bit copy
+// of a tile and no barrier besides the stage's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -29,7 +30,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // A split shorter than this many key tiles costs more in setup and merge than it gains.
 constexpr int64_t kMinTilesPerSplit = 4;
 // Resident split-KV decode blocks per SM the split count aims for (see AttentionFlashSplits).
-constexpr int kDecodeBlocksPerSm = 2;
+constexpr int DecodeBlocksPerSm(DType kv_dtype) { return kv_dtype == DType::kF8E4M3 ? 3 : 2; }
 
 // Compile-time shape of one kernel instance.
 template <int kHeadDimT, int kRowWarpsT, int kKeyWarpsT, int kMTilesT, int kMinBlocksT>
@@ -49,15 +50,16 @@ struct FlashTile {
   static constexpr int kKvElems = kKeys * kHeadDim;  // one tensor, one stage
   // Q tile + two stages of (K tile, V tile), all 16-bit.
   static constexpr int kSmemBytes = (kQElems + 4 * kKvElems) * 2;
-  // FP8 K/V: kStages8 byte stages (kStages8 - 1 tile pairs in flight: as many bytes as the two
-  // 16-bit stages), and one 16-bit stage to widen the current tile into.
+  // FP8 K/V: Q tile + kStages8 byte stages (kStages8 - 1 tile pairs in flight: as many bytes as
+  // the two 16-bit stages).
   static constexpr int kStages8 = 4;
-  static constexpr int kSmemBytes8 = (kQElems + 2 * kKvElems) * 2 + kStages8 * 2 * kKvElems;
+  static constexpr int kSmemBytes8 = kQElems * 2 + kStages8 * 2 * kKvElems;
   static_assert(kHeadDim % 16 == 0 && kWarpKeys % 16 == 0, "MMA tiles are 16 wide");
   static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
                     kKeys % (kThreads / kChunks) == 0,
                 "each thread copies one chunk column, at rows of the same row % 8");
-  static_assert((kKeyWarps - 1) * kRows * (kHeadDim + 2) * 4 <= 4 * kKvElems * 2,
+  static_assert((kKeyWarps - 1) * kRows * (kHeadDim + 2) * 4 <=
+                    std::min(4 * kKvElems * 2, kStages8 * 2 * kKvElems),
                 "the key warps' partials must fit in the K/V buffers they replace");
 };
 
@@ -86,6 +88,46 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
 }
 
+// FP8 tiles are read from the byte stage straight into MMA fragments. Two reorderings make each
+// lane's fragment bytes contiguous (lane = 4g + c, fragment layouts in attention_mma.cuh):
+// - S = Q K^T sums over the dims in any order. The MMAs take them in the order in which lane
+//   (g, c) finds its B fragments of 16-dim steps 2j and 2j + 1 in the 8 bytes from dim 32j + 8c
+//   of its key row g: bytes 0-1 and 2-3 are step 2j's k 2c..2c+1 and 2c+8..2c+9, bytes 4-7 step
+//   2j + 1's. The Q tile is stored in that order: its column `col` holds dim Fp8KeyDim(col).
+// - O = P V: column n of the MMA's 8-dim tile dt is dim n * kHeadDim / 8 + dt, so lane (g, c)
+//   finds its B fragments of all dim tiles in the kHeadDim / 8 bytes from dim g * kHeadDim / 8 of
+//   its four key rows (2c, 2c + 1, 2c + 8, 2c + 9 of a 16-key step); O is stored back in order.
+__device__ __forceinline__ constexpr int Fp8KeyDim(int col) {
+  const int step = col / 16, k = col % 16;
+  return 32 * (step / 2) + 4 * (step % 2) + 8 * ((k % 8) / 2) + 2 * (k / 8) + k % 2;
+}
+
+// Columns 8 * chunk .. 8 * chunk + 7 of the F32 q row `row` in the FP8 key order, as eight f16:
+// one 16-byte chunk of a Q tile row.
+__device__ __forceinline__ uint4 PackQChunkFp8Order(const float* row, int chunk) {
+  uint32_t h[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const float2 x = __ldg(reinterpret_cast<const float2*>(row + Fp8KeyDim(8 * chunk + 2 * m)));
+    h[m] = MmaType<__half>::Pack(x.x, x.y);
+  }
+  return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+// Position of 16-byte chunk `chunk` of row `row` in an FP8 K or V byte tile ([kKeys][kHeadDim],
+// kChunks = kHeadDim / 16 chunks a row). The XORs keep the fragment reads free of bank conflicts
+// at head_dim 128: a K read (8 bytes a lane) covers rows g = 0..3 in one phase, a V read (16
+// bytes a lane) rows 2c (+ 0, 1, 8 or 9) and two columns g. Copies of the same row % 8 share
+// the XOR.
+template <int kChunks>
+__device__ __forceinline__ int Fp8KChunk(int row, int chunk) {
+  return chunk ^ ((2 * (row & 3)) & (kChunks - 1));
+}
+template <int kChunks>
+__device__ __forceinline__ int Fp8VChunk(int row, int chunk) {
+  return chunk ^ ((row & 6) & (kChunks - 1));
+}
+
 // One thread block's work: packed query rows [row0, min(row0 + Tile::kRows, rows)) of KV head
 // blockIdx.y against keys [0, key_rows) of `k_base`/`v_base` ([key_rows, num_kv_heads,
 // head_dim]), split blockIdx.z of them; query row t sits at key row t + window_shift (A-shape
@@ -93,7 +135,7 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // ([key_rows, num_kv_heads] I64, flat rows of K/V viewed as [rows * num_kv_heads, head_dim]) key
 // j of KV head g is flat row row_index[j][g]. Tile::kThreads threads; Tile::kSmemBytes (FP8:
 // Tile::kSmemBytes8) of dynamic shared memory. K/V are stored as S: T itself, or __nv_fp8_e4m3
-// widened to T (f16) per tile.
+// read as T (f16) fragments.
 template <typename Tile, typename T, typename S>
 __device__ __forceinline__ void AttentionFlashBlock(
     const AttentionKernelParams& p, const int64_t row0, const int64_t rows,
@@ -106,15 +148,15 @@ __device__ __forceinline__ void AttentionFlashBlock(
   constexpr int kKvBytes = Tile::kKvElems * 2;  // one K or V tile
   constexpr int kStageBytes = 2 * kKvBytes;
   using Mma = MmaType<T>;
-  // FP8 K/V: Tile::kStages8 stages of byte tiles are filled by cp.async, and the current one is
-  // widened into a single stage of T tiles that the MMAs read.
+  // FP8 K/V: Tile::kStages8 stages of byte tiles, filled by cp.async, read by the MMA warps.
   constexpr bool kFp8 = !std::is_same_v<S, T>;
   static_assert(!kFp8 || (std::is_same_v<S, __nv_fp8_e4m3> && std::is_same_v<T, __half>));
+  constexpr int kStageBytes8 = 2 * Tile::kKvElems;  // FP8: one stage, K and V
   extern __shared__ __align__(16) unsigned char smem[];
   T* const sq = reinterpret_cast<T*>(smem);  // [kRows][kHeadDim]
-  T* const skv = sq + Tile::kQElems;         // [stage][K, V][kKeys][kHeadDim] (one stage: fp8)
-  // fp8 only: [Tile::kStages8][K, V][kKeys][kHeadDim] bytes, after the T stage.
-  unsigned char* const sstage = reinterpret_cast<unsigned char*>(skv + 2 * Tile::kKvElems);
+  T* const skv = sq + Tile::kQElems;         // [2 stages][K, V][kKeys][kHeadDim]
+  // FP8 instead: [Tile::kStages8][K, V][kKeys][kHeadDim] bytes.
+  unsigned char* const sstage = reinterpret_cast<unsigned char*>(skv);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row_warp = warp % Tile::kRowWarps, key_warp = warp / Tile::kRowWarps;
@@ -143,48 +185,48 @@ __device__ __forceinline__ void AttentionFlashBlock(
   const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
   const T* const k_src = static_cast<const T*>(k_base) + kv_head * kHeadDim + copy_chunk * 8;
   const T* const v_src = static_cast<const T*>(v_base) + kv_head * kHeadDim + copy_chunk * 8;
+  // Elements from KV head kv_head's row 0 to key `key` (valid: below key_end). An indexed entry's
+  // key `key` is row row_index[key * kv_heads + kv_head] of K/V viewed as [rows * kv_heads,
+  // head_dim], i.e. that flat row less kv_head from the head's row 0.
+  auto key_offset = [&](int key, bool valid) -> int64_t {
+    return !valid ? 0
+           : row_index == nullptr
+               ? key * kv_row_stride
+               : (row_index[static_cast<int64_t>(key) * p.num_kv_heads + kv_head] - kv_head) *
+                     kHeadDim;
+  };
   auto load_tile_16 = [&](int tile_key0, int stage) {
     const uint32_t dst = copy_dst + stage * kStageBytes;
 #pragma unroll
     for (int n = 0; n < kKeys / kRowsPerPass; ++n) {
       const int key = tile_key0 + copy_row + n * kRowsPerPass;
       const bool valid = key < key_end;
-      // An indexed entry's key `key` is row row_index[key * kv_heads + kv_head] of K/V viewed as
-      // [rows * kv_heads, head_dim], i.e. that flat row less kv_head from k_src.
-      const int64_t offset =
-          !valid ? 0
-          : row_index == nullptr
-              ? key * kv_row_stride
-              : (row_index[static_cast<int64_t>(key) * p.num_kv_heads + kv_head] - kv_head) *
-                    kHeadDim;
+      const int64_t offset = key_offset(key, valid);
       CpAsync16(dst + n * kRowsPerPass * kRowBytes, k_src + offset, valid);
       CpAsync16(dst + kKvBytes + n * kRowsPerPass * kRowBytes, v_src + offset, valid);
     }
     CpAsyncCommit();
   };
 
-  // FP8: chunks of 16 elements, into the byte stage (unswizzled: only the widening reads it).
+  // FP8: chunks of 16 elements, into the byte stage at their swizzled positions.
   constexpr int kChunks8 = kHeadDim / 16;
   constexpr int kRowsPerPass8 = Tile::kThreads / kChunks8;
-  static_assert(kKeys % kRowsPerPass8 == 0, "each thread copies whole passes of rows");
+  static_assert(kKeys % kRowsPerPass8 == 0 && kRowsPerPass8 % 8 == 0,
+                "each thread copies whole passes of rows, all of the same row % 8");
   const int copy_row8 = threadIdx.x / kChunks8, copy_chunk8 = threadIdx.x % kChunks8;
   auto load_tile_8 = [&](int tile_key0, int stage) {
-    const uint32_t dst = SharedAddress(sstage) + stage * 2 * Tile::kKvElems + copy_row8 * kHeadDim +
-                         copy_chunk8 * 16;
+    const uint32_t dst = SharedAddress(sstage) + stage * kStageBytes8 + copy_row8 * kHeadDim;
+    const uint32_t k_dst = dst + Fp8KChunk<kChunks8>(copy_row8, copy_chunk8) * 16;
+    const uint32_t v_dst = dst + Tile::kKvElems + Fp8VChunk<kChunks8>(copy_row8, copy_chunk8) * 16;
     const S* const k8 = static_cast<const S*>(k_base) + kv_head * kHeadDim + copy_chunk8 * 16;
     const S* const v8 = static_cast<const S*>(v_base) + kv_head * kHeadDim + copy_chunk8 * 16;
 #pragma unroll
     for (int n = 0; n < kKeys / kRowsPerPass8; ++n) {
       const int key = tile_key0 + copy_row8 + n * kRowsPerPass8;
       const bool valid = key < key_end;
-      const int64_t offset =
-          !valid ? 0
-          : row_index == nullptr
-              ? key * kv_row_stride
-              : (row_index[static_cast<int64_t>(key) * p.num_kv_heads + kv_head] - kv_head) *
-                    kHeadDim;
-      CpAsync16(dst + n * kRowsPerPass8 * kHeadDim, k8 + offset, valid);
-      CpAsync16(dst + Tile::kKvElems + n * kRowsPerPass8 * kHeadDim, v8 + offset, valid);
+      const int64_t offset = key_offset(key, valid);
+      CpAsync16(k_dst + n * kRowsPerPass8 * kHeadDim, k8 + offset, valid);
+      CpAsync16(v_dst + n * kRowsPerPass8 * kHeadDim, v8 + offset, valid);
     }
     CpAsyncCommit();
   };
@@ -193,24 +235,6 @@ __device__ __forceinline__ void AttentionFlashBlock(
       load_tile_8(tile_key0, stage);
     } else {
       load_tile_16(tile_key0, stage);
-    }
-  };
-  // FP8: the byte tiles of `stage` widened into the T stage, swizzled as the 16-bit loads lay it.
-  auto widen_tile = [&](int stage) {
-    const unsigned char* const src = sstage + stage * 2 * Tile::kKvElems;
-    // Whole passes, four at a time: the chunks' loads, conversions and stores overlap.
-    static_assert((2 * kKeys * kChunks8) % Tile::kThreads == 0);
-#pragma unroll 4
-    for (int n = 0; n < 2 * kKeys * kChunks8 / Tile::kThreads; ++n) {
-      const int i = threadIdx.x + n * Tile::kThreads;
-      const int tensor = i / (kKeys * kChunks8), row = (i / kChunks8) % kKeys, c = i % kChunks8;
-      const uint4 raw =
-          *reinterpret_cast<const uint4*>(src + tensor * Tile::kKvElems + row * kHeadDim + c * 16);
-      uint4 lo, hi;
-      WidenFp8x16ToHalf(raw, lo, hi);
-      T* const dst = skv + tensor * Tile::kKvElems;
-      *reinterpret_cast<uint4*>(dst + Swizzle<kHeadDim>(row, 2 * c)) = lo;
-      *reinterpret_cast<uint4*>(dst + Swizzle<kHeadDim>(row, 2 * c + 1)) = hi;
     }
   };
 
@@ -228,12 +252,12 @@ __device__ __forceinline__ void AttentionFlashBlock(
   for (int i = threadIdx.x; i < Tile::kRows * kChunks; i += Tile::kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const int64_t row = row0 + r;
-    const uint4 packed =
-        row < rows
-            ? PackQChunk<T>(p.q +
-                            (OutputRow(p, row, kv_head, 0) + q_shift * p.num_q_heads) * kHeadDim +
-                            8 * c)
-            : make_uint4(0, 0, 0, 0);
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (row < rows) {
+      const float* const q_row =
+          p.q + (OutputRow(p, row, kv_head, 0) + q_shift * p.num_q_heads) * kHeadDim;
+      packed = kFp8 ? PackQChunkFp8Order(q_row, c) : PackQChunk<T>(q_row + 8 * c);
+    }
     *reinterpret_cast<uint4*>(sq + Swizzle<kHeadDim>(r, c)) = packed;
   }
 
@@ -251,6 +275,16 @@ __device__ __forceinline__ void AttentionFlashBlock(
   const uint32_t v_row_addr =
       SharedAddress(skv) + kKvBytes + (slice_row0 + lane % 8 + (lane / 8) % 2 * 8) * kRowBytes;
   const uint32_t v_chunk = q_chunk;
+  // FP8 fragment bytes of this lane (g, c) in a stage (see Fp8KeyDim): K row slice_row0 + g (+ 8
+  // per 8-key tile) from byte 8c of 32-byte group j ^ k8_xor; V rows slice_row0 + 2c (+ 1, 8, 9;
+  // + 16 per 16-key step) from dim g * kDimTiles8, in chunk (g * kDimTiles8 / 16) ^ v8_xor.
+  constexpr int kDimTiles8 = kHeadDim / 8;  // bytes of a V row per lane
+  const int frag_g = lane / 4, frag_c = lane % 4;
+  const int k8_xor = Fp8KChunk<kChunks8>(frag_g, 0) / 2;
+  const int k8_offset = (slice_row0 + frag_g) * kHeadDim + 8 * frag_c;
+  const int v8_dim = frag_g * kDimTiles8;
+  const int v8_offset = Tile::kKvElems + (slice_row0 + 2 * frag_c) * kHeadDim +
+                        Fp8VChunk<kChunks8>(2 * frag_c, v8_dim / 16) * 16 + v8_dim % 16;
 
   // This thread holds rows g and g + 8 (g = lane / 4) of each of its warp's MMA row tiles.
   const int64_t warp_row0 = row0 + row_warp * Tile::kWarpRows;
@@ -294,18 +328,16 @@ __device__ __forceinline__ void AttentionFlashBlock(
       CpAsyncWaitAll();
     }
     // Now tile `tile` (and, the first time, the Q tile) is visible to every warp, and every warp
-    // is done with tile - 1, whose stage (FP8: whose widened copy) the next copy overwrites.
+    // is done with tile - 1, whose stage the next copy overwrites.
     __syncthreads();
     if constexpr (kFp8) {
-      // The byte stage of tile + kAhead was widened (and read) for tile - 1, before the barrier.
+      // The byte stage of tile + kAhead is tile - 1's.
       const int next = tile + kAhead;
       if (next < num_tiles) {
         load_tile(tiles.Key0(next, kKeys), next % Tile::kStages8);
       } else {
         CpAsyncCommit();
       }
-      widen_tile(tile % Tile::kStages8);
-      __syncthreads();
     } else if (tile + 1 < num_tiles) {
       load_tile(tiles.Key0(tile + 1, kKeys), (tile + 1) % 2);
     }
@@ -314,7 +346,8 @@ __device__ __forceinline__ void AttentionFlashBlock(
     // ... or hidden by the window from every row of the warp
     if (window > 0 && warp_key0 >= p.sink_rows && warp_key0 + kWarpKeys <= warp_min_start)
       continue;
-    const uint32_t stage_offset = kFp8 ? 0 : (tile % 2) * kStageBytes;
+    const uint32_t stage_offset = (tile % 2) * kStageBytes;
+    const unsigned char* const stage8 = sstage + (tile % Tile::kStages8) * kStageBytes8;
 
     // S = Q K^T over the warp's slice, raw (unscaled) dot products.
     float s[kMTiles][kWarpKeys / 8][4];
@@ -324,20 +357,45 @@ __device__ __forceinline__ void AttentionFlashBlock(
       for (int nt = 0; nt < kWarpKeys / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+    if constexpr (kFp8) {
+      // Two 16-dim steps per 8-byte fragment read (see Fp8KeyDim).
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      uint32_t a[kMTiles][4];
+      for (int j = 0; j < kHeadDim / 32; ++j) {
+        uint32_t a[2][kMTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-        Ldmatrix4(a[mt], q_row_addr + mt * 16 * kRowBytes + (q_chunk ^ (ks * 32)));
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int np = 0; np < kWarpKeys / 16; ++np) {
-        uint32_t b[4];
-        Ldmatrix4(b, k_row_addr + stage_offset + np * 16 * kRowBytes + (k_chunk ^ (ks * 32)));
+          for (int mt = 0; mt < kMTiles; ++mt)
+            Ldmatrix4(a[h][mt], q_row_addr + mt * 16 * kRowBytes + (q_chunk ^ ((2 * j + h) * 32)));
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma::Mma(s[mt][2 * np], a[mt], b[0], b[1]);
-          Mma::Mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        for (int nt = 0; nt < kWarpKeys / 8; ++nt) {
+          const uint2 raw = *reinterpret_cast<const uint2*>(stage8 + k8_offset + nt * 8 * kHeadDim +
+                                                            (j ^ k8_xor) * 32);
+          const uint32_t b[4] = {Fp8PairToHalf2(raw.x), Fp8PairToHalf2(raw.x >> 16),
+                                 Fp8PairToHalf2(raw.y), Fp8PairToHalf2(raw.y >> 16)};
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            Mma::Mma(s[mt][nt], a[0][mt], b[0], b[1]);
+            Mma::Mma(s[mt][nt], a[1][mt], b[2], b[3]);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        uint32_t a[kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+          Ldmatrix4(a[mt], q_row_addr + mt * 16 * kRowBytes + (q_chunk ^ (ks * 32)));
+#pragma unroll
+        for (int np = 0; np < kWarpKeys / 16; ++np) {
+          uint32_t b[4];
+          Ldmatrix4(b, k_row_addr + stage_offset + np * 16 * kRowBytes + (k_chunk ^ (ks * 32)));
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            Mma::Mma(s[mt][2 * np], a[mt], b[0], b[1]);
+            Mma::Mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
         }
       }
     }
@@ -406,14 +464,51 @@ __device__ __forceinline__ void AttentionFlashBlock(
         pa[mt][2] = Mma::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
         pa[mt][3] = Mma::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
+      if constexpr (kFp8) {
+        // Words w of the lane's four key rows (see Fp8KeyDim); byte q of a word is dim tile
+        // 4w + q. A byte permutation pairs keys 2c, 2c + 1 (and 2c + 8, 2c + 9) per dim tile.
+        constexpr int kWords = kDimTiles8 / 4;
+        uint32_t x[4][kWords];
+        constexpr int kRowOffsets[4] = {0, 1, 8, 9};
 #pragma unroll
-      for (int np = 0; np < kHeadDim / 16; ++np) {
-        uint32_t b[4];
-        Ldmatrix4Trans(b, v_row_addr + stage_offset + kk * 16 * kRowBytes + (v_chunk ^ (np * 32)));
+        for (int r = 0; r < 4; ++r) {
+          const unsigned char* const src =
+              stage8 + v8_offset + (kk * 16 + kRowOffsets[r]) * kHeadDim;
+          if constexpr (kWords == 4) {
+            const uint4 w = *reinterpret_cast<const uint4*>(src);
+            x[r][0] = w.x, x[r][1] = w.y, x[r][2] = w.z, x[r][3] = w.w;
+          } else {
+            static_assert(kWords == 2);
+            const uint2 w = *reinterpret_cast<const uint2*>(src);
+            x[r][0] = w.x, x[r][1] = w.y;
+          }
+        }
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma::Mma(acc[mt][2 * np], pa[mt], b[0], b[1]);
-          Mma::Mma(acc[mt][2 * np + 1], pa[mt], b[2], b[3]);
+        for (int w = 0; w < kWords; ++w) {
+          // pairs[h][q]: keys (2c, 2c + 1) for h = 0, (2c + 8, 2c + 9) for h = 1, of dim tiles
+          // 4w + q (q = 0, 1 in the low word's halves, 2, 3 in the high's).
+          const uint32_t pairs[2][2] = {
+              {__byte_perm(x[0][w], x[1][w], 0x5140), __byte_perm(x[0][w], x[1][w], 0x7362)},
+              {__byte_perm(x[2][w], x[3][w], 0x5140), __byte_perm(x[2][w], x[3][w], 0x7362)}};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const uint32_t b0 = Fp8PairToHalf2(pairs[0][q / 2] >> (16 * (q % 2)));
+            const uint32_t b1 = Fp8PairToHalf2(pairs[1][q / 2] >> (16 * (q % 2)));
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt) Mma::Mma(acc[mt][4 * w + q], pa[mt], b0, b1);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < kHeadDim / 16; ++np) {
+          uint32_t b[4];
+          Ldmatrix4Trans(b,
+                         v_row_addr + stage_offset + kk * 16 * kRowBytes + (v_chunk ^ (np * 32)));
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            Mma::Mma(acc[mt][2 * np], pa[mt], b[0], b[1]);
+            Mma::Mma(acc[mt][2 * np + 1], pa[mt], b[2], b[3]);
+          }
         }
       }
     }
@@ -478,11 +573,25 @@ __device__ __forceinline__ void AttentionFlashBlock(
       if (row >= rows) continue;
       const int64_t out = OutputRow(p, row, kv_head, split);
       const float o_scale = state[mt][h].OutputScale();
-      float* const o = p.o + out * kHeadDim + 2 * (lane % 4);
+      if constexpr (kFp8) {
+        // Column n of dim tile dt is dim n * kDimTiles8 + dt: this lane's two columns are two
+        // runs of kDimTiles8 dims.
 #pragma unroll
-      for (int dt = 0; dt < kHeadDim / 8; ++dt)
-        *reinterpret_cast<float2*>(o + dt * 8) =
-            make_float2(acc[mt][dt][2 * h] * o_scale, acc[mt][dt][2 * h + 1] * o_scale);
+        for (int e = 0; e < 2; ++e) {
+          float* const o = p.o + out * kHeadDim + (2 * (lane % 4) + e) * kDimTiles8;
+#pragma unroll
+          for (int dt = 0; dt < kDimTiles8; dt += 4)
+            *reinterpret_cast<float4*>(o + dt) = make_float4(
+                acc[mt][dt][2 * h + e] * o_scale, acc[mt][dt + 1][2 * h + e] * o_scale,
+                acc[mt][dt + 2][2 * h + e] * o_scale, acc[mt][dt + 3][2 * h + e] * o_scale);
+        }
+      } else {
+        float* const o = p.o + out * kHeadDim + 2 * (lane % 4);
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+          *reinterpret_cast<float2*>(o + dt * 8) =
+              make_float2(acc[mt][dt][2 * h] * o_scale, acc[mt][dt][2 * h + 1] * o_scale);
+      }
       if (lane % 4 == 0 && p.lse != nullptr) p.lse[out] = state[mt][h].Lse();
     }
 }
@@ -640,11 +749,13 @@ StatusOr<int64_t> AttentionFlashSplits(int head_dim, DType kv_dtype, AttentionFl
   MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   MP_ASSIGN_OR_RETURN(const int per_sm, AttentionFlashBlocksPerSm(head_dim, kv_dtype, shape));
   // Enough splits to fill one wave of resident blocks, no more: the grid then runs in a single
-  // wave and the merge reads as few partials as possible. Decode fills 2 of its (up to 3)
-  // resident slots per SM: on an H200 that read the cache 4-13% faster at 32K-1M than 3
-  // (one 32-head layer: 140 vs 146 us at 128K, 51 vs 59 us at 32K).
-  const int64_t used_per_sm =
-      shape == AttentionFlashShape::kDecode ? std::min(per_sm, kDecodeBlocksPerSm) : per_sm;
+  // wave and the merge reads as few partials as possible. 16-bit decode fills 2 of its (up to
+  // 3) resident slots per SM: on an H200 that read the cache 4-13% faster at 32K-1M than 3
+  // (one 32-head layer: 140 vs 146 us at 128K, 51 vs 59 us at 32K). FP8 decode, half the bytes
+  // per tile for the same MMA work, fills 3: 550 vs 614 us at 1M, 289 vs 318 us at 512K.
+  const int64_t used_per_sm = shape == AttentionFlashShape::kDecode
+                                  ? std::min(per_sm, DecodeBlocksPerSm(kv_dtype))
+                                  : per_sm;
   const int64_t slots = static_cast<int64_t>(sms) * std::max<int64_t>(used_per_sm, 1);
   if (blocks == 0 || blocks >= slots) return 1;
   return std::clamp<int64_t>(slots / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));

@@ -21,6 +21,10 @@ stores E4M3 unscaled). Usage, from the repository root with the test oracles' Py
   build/pyenv/bin/python tests/models/fp8_kv_scales_study.py \
       [--model build/models/SmolLM2-135M-Instruct.Q4_1.gguf] [--out DIR] [--tokens 2048] [--quick]
 Writes results.json and results_auto.md into --out (default: the current directory).
+
+With --write-scales FILE it only calibrates: the largest |K| (after RoPE) and |V| of each layer
+over the generated English text, divided by 448, written as the engine's --kv-scales file
+({"k_scale": [...], "v_scale": [...]}).
 """
 import argparse
 import json
@@ -374,6 +378,8 @@ def main():
     ap.add_argument("--model", default=os.path.join(MODEL_DIR, MODEL_FILE),
                     help="SmolLM2-135M-Instruct's GGUF file")
     ap.add_argument("--out", default=".", help="folder for results.json and results_auto.md")
+    ap.add_argument("--write-scales", metavar="FILE",
+                    help="only: write per-layer amax/448 scales (the engine's --kv-scales file)")
     args = ap.parse_args()
     MODEL_DIR, MODEL_FILE = os.path.split(os.path.abspath(args.model))
     HERE = args.out
@@ -381,6 +387,8 @@ def main():
     torch.set_num_threads(args.threads)
     if args.mechanism_check:
         return mechanism_check()
+    if args.write_scales:
+        return write_scales(args.write_scales, args.tokens)
     torch.manual_seed(0)
     t0 = time.time()
 
@@ -462,6 +470,22 @@ def main():
         json.dump(results, f, indent=1)
     write_md(results)
     print(f"done in {time.time() - t0:.1f}s")
+
+
+@torch.no_grad()
+def write_scales(path, n):
+    tok = AutoTokenizer.from_pretrained(MODEL_DIR, gguf_file=MODEL_FILE)
+    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, gguf_file=MODEL_FILE, torch_dtype=torch.float32).eval()
+    ids = tok(english_text(), return_tensors="pt").input_ids[:, :n]
+    rec = QuantCache("fp32", record=True)
+    model(input_ids=ids, past_key_values=rec, use_cache=True)
+    cal = calib_from_raw(rec.raw)
+    layers = sorted(cal)
+    scales = {"k_scale": [float(safe_scale(cal[li]["k_amax"])) for li in layers],
+              "v_scale": [float(safe_scale(cal[li]["v_amax"])) for li in layers]}
+    with open(path, "w") as f:
+        json.dump(scales, f, indent=1)
+    print(f"{path}: {len(layers)} layers over {ids.shape[1]} tokens")
 
 
 @torch.no_grad()

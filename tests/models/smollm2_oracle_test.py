@@ -23,7 +23,10 @@ order, code blocks and tables left out), tokenized by transformers' tokenizer of
       lengths of (a) (FP8_LENGTHS; any of them with --fp8-lengths), beside a bf16 cache's error against the same reference (both reported: the ratio
       is published in docs/quality.md); the fp8 error must stay below FP8_TOLERANCE with the same
       argmax (up to a near-tie), and greedy generation of FP8_NEW_TOKENS tokens with the fp8
-      cache is compared with the bf16 cache's (the first difference is reported).
+      cache is compared with the bf16 cache's (the first difference is reported). At the longest
+      of those lengths, also with calibrated per-layer scales (--kv-scales: transformers' largest
+      post-RoPE |K| and |V| per layer over the first FP8_CALIBRATION_TOKENS tokens, / 448),
+      within the same tolerance.
 
 Usage: smollm2_oracle_test.py BIN_DIR --model FILE.gguf [--mpiexec MPIEXEC] [--part P ...]
 BIN_DIR holds millipede-run and millipede-test-logits; --part (repeatable) runs only some of
@@ -87,6 +90,8 @@ PARTS = ("logits", "bf16", "greedy", "fp8")
 FP8_TOLERANCE = 1.5e-1
 FP8_LENGTHS = [700, 3000]
 FP8_NEW_TOKENS = 32
+FP8_CALIBRATION_TOKENS = 1024
+E4M3_MAX = 448.0
 
 
 def run(args: List[str], env: Optional[Dict[str, str]] = None) -> str:
@@ -206,11 +211,12 @@ class SmolOracle:
             f.write(" ".join(map(str, ids)) + "\n")
         return path
 
-    def engine_logits(self, ids: Sequence[int], dtype: str = "fp32", kv_dtype: str = ""):
+    def engine_logits(self, ids: Sequence[int], dtype: str = "fp32", kv_dtype: str = "",
+                      extra: Sequence[str] = ()):
         out = os.path.join(self.work_dir, "logits.f32")
         run([os.path.join(self.bin_dir, "millipede-test-logits"), "--model", self.model_path,
              "--prompt-ids", self.write_ids(ids), "--out", out,
-             "--kv-dtype", kv_dtype or dtype, "--weight-dtype", dtype])
+             "--kv-dtype", kv_dtype or dtype, "--weight-dtype", dtype] + list(extra))
         return np.fromfile(out, dtype="<f4")
 
     def engine_generate(self, ids: Sequence[int], ranks: int = 1, kv_dtype: str = "fp32",
@@ -255,12 +261,29 @@ class SmolOracle:
 
     # ---- (e) fp8 --------------------------------------------------------------------------------
 
+    def kv_scales_file(self) -> str:
+        """A --kv-scales file: per layer, transformers' largest post-RoPE |K| and |V| over the
+        first FP8_CALIBRATION_TOKENS tokens, divided by E4M3's largest value."""
+        _, cache = self.hf_prefill(self.ids[:FP8_CALIBRATION_TOKENS], [])
+        if hasattr(cache, "layers"):
+            kv = [(layer.keys, layer.values) for layer in cache.layers]
+        else:
+            kv = list(zip(cache.key_cache, cache.value_cache))
+        scales = {"k_scale": [float(k.abs().max()) / E4M3_MAX for k, _ in kv],
+                  "v_scale": [float(v.abs().max()) / E4M3_MAX for _, v in kv]}
+        path = os.path.join(self.work_dir, "kv_scales.json")
+        with open(path, "w") as f:
+            json.dump(scales, f)
+        return path
+
     def check_fp8(self):
         ref = self.fp32_reference()
+        unscaled = {}  # the fp8 logits by length
         for n in FP8_LENGTHS:
             def one(n=n):
                 fp8 = self.timed(f"engine: fp8 KV logits n={n}",
                                  lambda: self.engine_logits(self.ids[:n], "fp32", "fp8"))
+                unscaled[n] = fp8
                 bf16 = self.timed(f"engine: bf16 KV logits n={n}",
                                   lambda: self.engine_logits(self.ids[:n], "fp32", "bf16"))
                 err8, err16 = relative_diff(fp8, ref[n - 1]), relative_diff(bf16, ref[n - 1])
@@ -274,6 +297,19 @@ class SmolOracle:
                             f"bf16 KV: {err16:.2e} (ratio {err8 / max(err16, 1e-12):.1f})"
                             + ("" if same else "; argmax differs beyond a near-tie"))
             self.guarded("fp8", f"n={n}", one)
+
+        def scaled(n=max(FP8_LENGTHS)):
+            scales = self.kv_scales_file()
+            fp8 = self.timed(f"engine: fp8 KV logits with calibrated scales n={n}",
+                             lambda: self.engine_logits(self.ids[:n], "fp32", "fp8",
+                                                        ["--kv-scales", scales]))
+            plain = unscaled[n] if n in unscaled else self.engine_logits(self.ids[:n], "fp32", "fp8")
+            err, err_plain = relative_diff(fp8, ref[n - 1]), relative_diff(plain, ref[n - 1])
+            self.report("fp8", f"n={n} fp8 KV, calibrated scales, vs HF fp32", f"{err:.2e}",
+                        f"{FP8_TOLERANCE:.0e}", err < FP8_TOLERANCE,
+                        f"unscaled: {err_plain:.2e}; "
+                        + ("identical logits" if np.array_equal(fp8, plain) else "logits differ"))
+        self.guarded("fp8", "calibrated scales", scaled)
         prompt = self.ids[:GREEDY_LENGTH]
         ids8, _ = self.engine_generate(prompt, kv_dtype="fp8", new_tokens=FP8_NEW_TOKENS)
         ids16, _ = self.engine_generate(prompt, kv_dtype="bf16", new_tokens=FP8_NEW_TOKENS)

@@ -26,6 +26,7 @@ as vocab_size raw little-endian float32 values.
   --prompt-ids FILE      whitespace-separated token ids
   --out FILE             where to write the logits
   --kv-dtype D           KV cache storage: bf16 (default) | fp16 | fp32 | fp8
+  --kv-scales FILE       with fp8: per-layer K/V scales (as the engine's --kv-scales)
   --weight-dtype D       a GGUF file's weights, dequantised at load into: auto (default: fp32
                          on the CPU backend, bf16 on a GPU) | fp32 | bf16 | fp16
   --prefill-chunk N      tokens per projection/MLP chunk (default 512)
@@ -64,8 +65,8 @@ Status Run(int argc, char** argv) {
     std::cout << kUsage;
     return OkStatus();
   }
-  MP_RETURN_IF_ERROR(flags.CheckKnown(
-      {"model", "prompt-ids", "out", "kv-dtype", "weight-dtype", "prefill-chunk", "backend", "help"}));
+  MP_RETURN_IF_ERROR(flags.CheckKnown({"model", "prompt-ids", "out", "kv-dtype", "kv-scales",
+                                       "weight-dtype", "prefill-chunk", "backend", "help"}));
   MP_REQUIRE(flags.positional().empty(), "unexpected argument \"", flags.positional()[0], "\"");
 
   EngineOptions options;
@@ -73,6 +74,9 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(std::string ids_path, flags.GetRequired("prompt-ids"));
   MP_ASSIGN_OR_RETURN(std::string out_path, flags.GetRequired("out"));
   MP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeName(flags.Get("kv-dtype").value_or("bf16")));
+  if (const std::optional<std::string> scales = flags.Get("kv-scales")) {
+    MP_ASSIGN_OR_RETURN(options.kv_scales, ReadKvScalesFile(*scales));
+  }
   MP_ASSIGN_OR_RETURN(options.prefill_chunk, flags.GetInt("prefill-chunk", 512));
   MP_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(flags.Get("backend").value_or("cpu")));
   const std::string weight_dtype = flags.Get("weight-dtype").value_or("auto");

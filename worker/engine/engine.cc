@@ -29,6 +29,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
       options.backend == BackendKind::kCpu ? DType::kF32 : DType::kBF16);
   source.random_config = options.random_config;
   source.random_weights = options.random_weights;
+  MP_REQUIRE(options.kv_scales.empty() || options.kv_dtype == DType::kF8E4M3,
+             "KV scales apply to an FP8 cache (--kv-dtype fp8), not ", DTypeName(options.kv_dtype));
+  source.kv_scales = options.kv_scales;
   MP_ASSIGN_OR_RETURN(e->ctx_.model,
                       Model::Load(source, *e->ctx_.backend, options.fuse_projections));
   const ModelConfig& c = e->ctx_.model->config();

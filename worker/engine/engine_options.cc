@@ -87,6 +87,16 @@ std::string WeightsFingerprint(const EngineOptions& options) {
   } else {
     MixFile(&h, options.model_path);
   }
+  if (!options.kv_scales.empty()) {
+    std::string scales = "kv scales";
+    for (size_t i = 0; i < options.kv_scales.k.size(); ++i) {
+      scales += ' ';
+      scales += std::to_string(options.kv_scales.k[i]);
+      scales += '/';
+      scales += std::to_string(options.kv_scales.v[i]);
+    }
+    Mix(&h, scales);
+  }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return hex;

@@ -15,6 +15,7 @@
 #include "worker/attention/prefill_exchange.h"
 #include "worker/backend/backend.h"
 #include "worker/engine/sequence.h"
+#include "worker/kv_scales.h"
 #include "worker/random_weights.h"
 
 namespace millipede {
@@ -58,8 +59,11 @@ struct EngineOptions {
   BackendKind backend = BackendKind::kCpu;
   // GPU index for the cuda backend (ranks on one node use their node-local rank).
   int device = 0;
-  // Storage type of the KV cache: BF16 (default), F16 or F32.
+  // Storage type of the KV cache: BF16 (default), F16, F32 or F8E4M3.
   DType kv_dtype = DType::kBF16;
+  // With an F8E4M3 cache only: per-layer scales of the cached K and V, folded into the attention
+  // weights as they are loaded (kv_scales.h); empty: the cache holds K and V unscaled.
+  KvScales kv_scales;
   // Tokens per chunk for projections and the MLP: activations are O(chunk x intermediate)
   // rather than O(sequence x intermediate).
   int64_t prefill_chunk = 512;
@@ -101,7 +105,8 @@ struct EngineOptions {
 // directory its config.json and each weight file's name, size and modification time; for a GGUF
 // file its size and modification time; for random weights their options and the model's shape.
 // The prefix cache's disk tier keys its files by it, so that entries computed with other weights
-// (a checkpoint replaced under the same name) are never reused after a restart.
+// (a checkpoint replaced under the same name) are never reused after a restart. KV scales change
+// the cached rows: they are part of it.
 std::string WeightsFingerprint(const EngineOptions& options);
 
 }  // namespace millipede

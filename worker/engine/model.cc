@@ -30,16 +30,17 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const ModelSource& source, Backend&
     MP_ASSIGN_OR_RETURN(m->config_, ModelConfigFromGguf(file));
     MP_ASSIGN_OR_RETURN(std::vector<NamedHostTensor> tensors,
                         LoadGgufWeights(file, m->config_, source.gguf_weight_dtype));
-    MP_ASSIGN_OR_RETURN(m->weights_,
-                        ModelWeights::FromHost(m->config_, std::move(tensors), backend));
+    MP_ASSIGN_OR_RETURN(m->weights_, ModelWeights::FromHost(m->config_, std::move(tensors), backend,
+                                                            source.kv_scales));
   } else if (!source.model_path.empty()) {
     MP_ASSIGN_OR_RETURN(m->config_, LoadModelConfigAt(source.model_path));
-    MP_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Load(source.model_path, m->config_, backend));
+    MP_ASSIGN_OR_RETURN(
+        m->weights_, ModelWeights::Load(source.model_path, m->config_, backend, source.kv_scales));
   } else {
     m->config_ = source.random_config;
     MP_RETURN_IF_ERROR(ValidateModelConfig(m->config_));
-    MP_ASSIGN_OR_RETURN(m->weights_,
-                        ModelWeights::Random(m->config_, source.random_weights, backend));
+    MP_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Random(m->config_, source.random_weights,
+                                                          backend, source.kv_scales));
   }
   m->gemm_input_dtype_ = backend.GemmInputDType(SharedGemmWeightDType(*m->weights_));
   return m;

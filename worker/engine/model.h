@@ -29,6 +29,8 @@ struct ModelSource {
   DType gguf_weight_dtype = DType::kBF16;
   ModelConfig random_config;
   RandomWeightsOptions random_weights;
+  // Per-layer FP8 KV cache scales folded into the attention weights (kv_scales.h); empty: none.
+  KvScales kv_scales;
 };
 
 class Model {
