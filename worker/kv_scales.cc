@@ -61,6 +61,13 @@ Status CheckKvScales(const KvScales& scales, int64_t num_layers) {
                  static_cast<int64_t>(scales.v.size()) == num_layers,
              "KV scales: ", scales.k.size(), " k_scale and ", scales.v.size(),
              " v_scale values for a model of ", num_layers, " layers");
+  for (const auto& [name, list] : {std::pair{"k_scale", &scales.k}, {"v_scale", &scales.v}})
+    for (size_t i = 0; i < list->size(); ++i) {
+      const float s = (*list)[i];
+      int exponent = 0;
+      MP_REQUIRE(std::isnormal(s) && s > 0 && std::frexp(s, &exponent) == 0.5f, "KV scales: ", name,
+                 "[", i, "] = ", s, " is not a power of two (ParseKvScales rounds them)");
+    }
   return OkStatus();
 }
 

@@ -33,7 +33,7 @@ struct KvScales {
 // The scales of a parsed file (`what` names it in errors), rounded up to powers of two.
 StatusOr<KvScales> ParseKvScales(const Json& json, const std::string& what);
 StatusOr<KvScales> ReadKvScalesFile(const std::string& path);
-// One scale of each kind per layer of a model of `num_layers`.
+// One scale of each kind per layer of a model of `num_layers`, each a power of two.
 Status CheckKvScales(const KvScales& scales, int64_t num_layers);
 
 // The factor `scales` fold into the model weight called `name` (Hugging Face naming, e.g.

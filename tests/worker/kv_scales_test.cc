@@ -95,8 +95,11 @@ TEST(KvScalesTest, WeightsScaleExactlyOrNotAtAll) {
             std::string::npos)
       << overflow.status().ToString();
   HostTensor tiny(DType::kBF16, Shape{1});
-  StoreFromFloat(tiny.data<void>(), DType::kBF16, 0, 3 * std::numeric_limits<float>::min());
-  EXPECT_FALSE(ScaleWeightExactly(AsConst(tiny.view()), 0.25f, "w").ok());  // loses bits
+  // The smallest normal times (1 + 2^-7): a sixteenth of it needs bits below bf16's subnormals.
+  StoreFromFloat(tiny.data<void>(), DType::kBF16, 0,
+                 std::numeric_limits<float>::min() * (1.0f + 1.0f / 128));
+  EXPECT_TRUE(ScaleWeightExactly(AsConst(tiny.view()), 2.0f, "w").ok());
+  EXPECT_FALSE(ScaleWeightExactly(AsConst(tiny.view()), 1.0f / 16, "w").ok());
 }
 
 TEST(KvScalesTest, FlagsNeedAnFp8Cache) {
@@ -130,13 +133,21 @@ TEST(KvScalesTest, FlagsNeedAnFp8Cache) {
   ASSERT_FALSE(wrong_layers.ok());
   EXPECT_NE(wrong_layers.status().message().find("for a model of 2 layers"), std::string::npos)
       << wrong_layers.status().ToString();
+  o.kv_scales = KvScales{{2, 3}, {1, 1}};  // not rounded by ParseKvScales
+  auto not_power = Engine::Create(o);
+  ASSERT_FALSE(not_power.ok());
+  EXPECT_NE(not_power.status().message().find("k_scale[1] = 3 is not a power of two"),
+            std::string::npos)
+      << not_power.status().ToString();
 }
 
-// A model whose keys are 1024x and values 512x those of a random model, with queries and the
-// output projection scaled back (the same function): an FP8 cache clips its keys and values
-// (E4M3 saturates at 448) unless KV scales bring them back into range.
+// A model whose keys are 2^16 times and values 2^14 times those of a random model (|k| and |v|
+// below 1), with queries and the output projection scaled back (the same function): an FP8
+// cache clips its keys and values (E4M3 saturates at 448) unless KV scales bring them back.
 class KvScalesEngineTest : public ::testing::Test {
  protected:
+  // The factors the large model's queries / keys and values / output projection are scaled by.
+  static constexpr float kKeyScale = 1.0f / 65536, kValueScale = 1.0f / 16384;
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
            ("millipede_kv_scales_model_" + std::to_string(::getpid()));
@@ -148,11 +159,11 @@ class KvScalesEngineTest : public ::testing::Test {
     ASSERT_TRUE(tensors.ok());
     std::vector<NamedTensor> views;
     for (NamedHostTensor& t : *tensors) {
-      const float factor = KvScaleFactor(KvScales{{1.0f / 1024, 1.0f / 1024}, {1.0f / 512, 1.0f / 512}},
-                                         t.name);
+      const float factor =
+          KvScaleFactor(KvScales{{kKeyScale, kKeyScale}, {kValueScale, kValueScale}}, t.name);
       float* data = t.tensor.data<float>();
       for (int64_t i = 0; i < t.tensor.NumElements(); ++i) data[i] *= factor;
-      views.emplace_back(t.name, t.tensor.view());
+      views.emplace_back(t.name, AsConst(t.tensor.view()));
     }
     ASSERT_TRUE(WriteSafetensors((dir_ / "model.safetensors").string(), views).ok());
     ASSERT_TRUE(WriteStringToFile((dir_ / "config.json").string(),
@@ -190,16 +201,18 @@ TEST_F(KvScalesEngineTest, ScalesKeepOutOfRangeKeysAndValues) {
       Logits(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF8E4M3), ids);
   const std::vector<float> large_f32 = Logits(Large(DType::kF32), ids);
   const std::vector<float> large_fp8 = Logits(Large(DType::kF8E4M3), ids);
-  // 1000 and 300 round up to the model's 1024 and 512.
-  const std::vector<float> scaled_fp8 =
-      Logits(Large(DType::kF8E4M3, KvScales{{1000, 1024}, {300, 512}}), ids);
+  // 60000 and 10000 round up to the model's 2^16 and 2^14.
+  auto scales = Parse(R"({"k_scale": [60000, 65536], "v_scale": [10000, 16384]})");
+  ASSERT_TRUE(scales.ok());
+  const std::vector<float> scaled_fp8 = Logits(Large(DType::kF8E4M3, *scales), ids);
   ASSERT_FALSE(reference.empty() || large_fp8.empty() || scaled_fp8.empty());
   // The large model is the same function (an F32 cache holds its keys and values exactly).
   EXPECT_LT(MaxRelError(large_f32, reference), 1e-5);
   const double fp8_err = MaxRelError(small_fp8, reference);
   const double clipped_err = MaxRelError(large_fp8, reference);
   EXPECT_LT(fp8_err, 0.1);
-  EXPECT_GT(clipped_err, 5 * fp8_err) << "an FP8 cache clips keys of |k| > 448";
+  EXPECT_GT(clipped_err, 5 * fp8_err) << "an FP8 cache clips keys of |k| > 448 (error "
+                                      << clipped_err << " against " << fp8_err << ")";
   // With the scales, the weights are those of the small model again, bit for bit.
   EXPECT_EQ(MaxRelError(scaled_fp8, small_fp8), 0.0);
 }
