@@ -4,7 +4,7 @@
 // stages), computes S = Q K^T and O += P V with mma.sync m16n8k16 and keeps the softmax online
 // in fp32 through AttentionState. Optionally one block only sees a split of the keys and writes
 // a partial (o, lse) that the launcher merges (Flash-Decoding). FP8 K/V stream in as bytes (half
-// the traffic, four stages) and each warp reads its MMA fragments from the byte tiles straight
+// the traffic, three stages) and each warp reads its MMA fragments from the byte tiles straight
 // into registers, widened to f16 exactly (one conversion per pair) for f16 MMAs: no 16-bit copy
 // of a tile and no barrier besides the stage's.
 #include <cuda_bf16.h>
@@ -30,7 +30,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // A split shorter than this many key tiles costs more in setup and merge than it gains.
 constexpr int64_t kMinTilesPerSplit = 4;
 // Resident split-KV decode blocks per SM the split count aims for (see AttentionFlashSplits).
-constexpr int DecodeBlocksPerSm(DType kv_dtype) { return kv_dtype == DType::kF8E4M3 ? 3 : 2; }
+constexpr int DecodeBlocksPerSm(DType kv_dtype) { return kv_dtype == DType::kF8E4M3 ? 4 : 2; }
 
 // Compile-time shape of one kernel instance.
 template <int kHeadDimT, int kRowWarpsT, int kKeyWarpsT, int kMTilesT, int kMinBlocksT>
@@ -50,9 +50,10 @@ struct FlashTile {
   static constexpr int kKvElems = kKeys * kHeadDim;  // one tensor, one stage
   // Q tile + two stages of (K tile, V tile), all 16-bit.
   static constexpr int kSmemBytes = (kQElems + 4 * kKvElems) * 2;
-  // FP8 K/V: Q tile + kStages8 byte stages (kStages8 - 1 tile pairs in flight: as many bytes as
-  // the two 16-bit stages).
-  static constexpr int kStages8 = 4;
+  // FP8 K/V: Q tile + kStages8 byte stages (kStages8 - 1 tile pairs in flight). Three stages
+  // let four decode blocks share an SM (four stages allowed three): on an H200 that read 1M keys
+  // in 526.8 against 553.2 us (one 32-head layer).
+  static constexpr int kStages8 = 3;
   static constexpr int kSmemBytes8 = kQElems * 2 + kStages8 * 2 * kKvElems;
   static_assert(kHeadDim % 16 == 0 && kWarpKeys % 16 == 0, "MMA tiles are 16 wide");
   static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
@@ -68,7 +69,7 @@ struct FlashTile {
 // bandwidth rather than the tensor cores bounds mma.sync attention on Hopper. Costs up to 255
 // registers (no spills), hence 2 blocks per SM.
 // Decode: one 16-row tile and 4 warps that each take 16 keys of every 64-key tile, so that a
-// block of few rows still keeps 4 warps busy; 3 blocks per SM (shared memory).
+// block of few rows still keeps 4 warps busy; 3 blocks per SM (shared memory; FP8: 4).
 template <int kHeadDim, AttentionFlashShape kShape>
 struct TileFor;
 template <int kHeadDim>
@@ -752,7 +753,8 @@ StatusOr<int64_t> AttentionFlashSplits(int head_dim, DType kv_dtype, AttentionFl
   // wave and the merge reads as few partials as possible. 16-bit decode fills 2 of its (up to
   // 3) resident slots per SM: on an H200 that read the cache 4-13% faster at 32K-1M than 3
   // (one 32-head layer: 140 vs 146 us at 128K, 51 vs 59 us at 32K). FP8 decode, half the bytes
-  // per tile for the same MMA work, fills 3: 550 vs 614 us at 1M, 289 vs 318 us at 512K.
+  // per tile for the same MMA work, fills its 4: 526.8 vs 555.7 us (3) at 1M, 281.4 vs 291.4 us
+  // at 512K.
   const int64_t used_per_sm = shape == AttentionFlashShape::kDecode
                                   ? std::min(per_sm, DecodeBlocksPerSm(kv_dtype))
                                   : per_sm;
