@@ -123,6 +123,15 @@ TEST(KvScalesTest, FlagsNeedAnFp8Cache) {
   EXPECT_NE(bf16.status().message().find("--kv-scales needs --kv-dtype fp8"), std::string::npos);
   std::filesystem::remove(path);
 
+  // The scales change the cached rows, so the prefix cache's disk tier must tell them apart.
+  EngineOptions plain = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF8E4M3);
+  EngineOptions scaled = plain, other = plain;
+  scaled.kv_scales = KvScales{{1.0f / (1 << 20), 2}, {1, 1}};
+  other.kv_scales = KvScales{{1.0f / (1 << 21), 2}, {1, 1}};
+  EXPECT_NE(WeightsFingerprint(plain), WeightsFingerprint(scaled));
+  EXPECT_NE(WeightsFingerprint(scaled), WeightsFingerprint(other));
+  EXPECT_EQ(WeightsFingerprint(scaled), WeightsFingerprint(scaled));
+
   // Engines check the same, and the layer count.
   EngineOptions o = RandomEngineOptions(SmallConfig(), DType::kF32, DType::kBF16);
   o.kv_scales = KvScales{{2, 2}, {1, 1}};

@@ -88,12 +88,13 @@ std::string WeightsFingerprint(const EngineOptions& options) {
     MixFile(&h, options.model_path);
   }
   if (!options.kv_scales.empty()) {
+    // Each scale by its bits: exact, however small.
     std::string scales = "kv scales";
     for (size_t i = 0; i < options.kv_scales.k.size(); ++i) {
       scales += ' ';
-      scales += std::to_string(options.kv_scales.k[i]);
+      scales += std::to_string(FloatBits(options.kv_scales.k[i]));
       scales += '/';
-      scales += std::to_string(options.kv_scales.v[i]);
+      scales += std::to_string(FloatBits(options.kv_scales.v[i]));
     }
     Mix(&h, scales);
   }
