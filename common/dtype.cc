@@ -9,11 +9,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kF64: case DType::kI64: return 8;
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF16: case DType::kBF16: case DType::kI16: return 2;
-    case DType::kI8:
-    case DType::kU8:
-    case DType::kBool:
-    case DType::kF8E4M3:
-      return 1;
+    case DType::kI8: case DType::kU8: case DType::kBool: case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -30,16 +26,15 @@ const char* DTypeName(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kBool: return "BOOL";
-    case DType::kF8E4M3:
-      return "F8_E4M3";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
 
 StatusOr<DType> ParseDType(std::string_view name) {
-  static constexpr DType kAll[] = {DType::kF32, DType::kF16,  DType::kBF16,  DType::kF64,
-                                   DType::kI8,  DType::kU8,   DType::kI16,   DType::kI32,
-                                   DType::kI64, DType::kBool, DType::kF8E4M3};
+  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI8,
+                                   DType::kU8,  DType::kI16, DType::kI32,  DType::kI64, DType::kBool,
+                                   DType::kF8E4M3};
   for (DType d : kAll)
     if (name == DTypeName(d)) return d;
   return InvalidArgumentError("unknown dtype \"" + std::string(name) + "\"");
@@ -103,9 +98,8 @@ float Float16ToFloat(Float16 h) {
 }
 
 Status ConvertFloats(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
-  MP_REQUIRE(IsLoadableDType(src_dtype) && IsLoadableDType(dst_dtype),
-             "ConvertFloats: ", DTypeName(src_dtype), " -> ", DTypeName(dst_dtype),
-             " is not a float conversion");
+  MP_REQUIRE(IsLoadableDType(src_dtype) && IsLoadableDType(dst_dtype), "ConvertFloats: ",
+             DTypeName(src_dtype), " -> ", DTypeName(dst_dtype), " is not a float conversion");
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, n * DTypeSize(src_dtype));
     return OkStatus();

@@ -77,10 +77,8 @@ inline float LoadAsFloat(const void* data, DType dtype, size_t i) {
     case DType::kBF16: return BFloat16ToFloat(static_cast<const BFloat16*>(data)[i]);
     case DType::kF16: return Float16ToFloat(static_cast<const Float16*>(data)[i]);
     case DType::kF64: return static_cast<float>(static_cast<const double*>(data)[i]);
-    case DType::kF8E4M3:
-      return E4M3BitsToFloat(static_cast<const uint8_t*>(data)[i]);
-    default:
-      return 0.0f;  // callers check IsLoadableDType first
+    case DType::kF8E4M3: return E4M3BitsToFloat(static_cast<const uint8_t*>(data)[i]);
+    default: return 0.0f;  // callers check IsLoadableDType first
   }
 }
 // Writes a float into element i of a buffer of the given float dtype (rounding to nearest even).
@@ -90,9 +88,7 @@ inline void StoreFromFloat(void* data, DType dtype, size_t i, float v) {
     case DType::kBF16: static_cast<BFloat16*>(data)[i] = FloatToBFloat16(v); break;
     case DType::kF16: static_cast<Float16*>(data)[i] = FloatToFloat16(v); break;
     case DType::kF64: static_cast<double*>(data)[i] = v; break;
-    case DType::kF8E4M3:
-      static_cast<uint8_t*>(data)[i] = FloatToE4M3Bits(v);
-      break;
+    case DType::kF8E4M3: static_cast<uint8_t*>(data)[i] = FloatToE4M3Bits(v); break;
     default: break;
   }
 }

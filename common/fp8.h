@@ -53,7 +53,7 @@ MP_FP8_FN uint8_t FloatToE4M3Bits(float f) {
     // Below 2^-6: a multiple of 2^-9 (a subnormal, or 2^-6 itself when it rounds up), that is
     // abs * 2^9 rounded to an integer, which is the result's bits.
     const int shift = 141 - static_cast<int>(abs >> 23);  // >= 21
-    if (shift > 24) return sign;                          // below 2^-10: rounds to zero
+    if (shift > 24) return sign;  // below 2^-10: rounds to zero
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     uint32_t q = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1u);
