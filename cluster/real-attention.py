@@ -49,8 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_GATES = os.path.join(HERE, "real-attention-gates.tsv")
 AGREEMENT_LOGPROBS = 5  # alternatives reported per generated token in the agreement runs
-ALL_POLICIES = ["dense", "searched", "minference", "duo", "omnikv-256", "omnikv-512",
-                "omnikv-1024", "static-eviction"]
+ALL_POLICIES = ["dense", "searched", "minference", "xattention", "duo", "omnikv-256",
+                "omnikv-512", "omnikv-1024", "static-eviction"]
 
 
 def fail(message):
@@ -461,6 +461,11 @@ def minference_policy(length):
             "vertical_slash": {"last_queries": 64, "vertical": vertical, "slash": slash}}
 
 
+# XAttention's adaptive blocks at its usual threshold (90% of each query block's attention mass),
+# in 64-token blocks (its 128 would leave a 2K prompt 16 blocks), stride 8.
+XATTENTION = {"version": 1, "default": {"prefill": "antidiagonal"},
+              "antidiagonal": {"block": 64, "stride": 8, "mass_permille": 900}}
+
 STATIC_EVICTION = {"version": 1, "default": {"decode": "static-eviction"},
                    "static_eviction": {"keep_tokens": 256, "recent_tokens": 256,
                                        "observed_queries": 32}}
@@ -471,6 +476,8 @@ DESCRIPTIONS = {
                 "block-sparse at the budget",
     "minference": "vertical-slash on every head, MInference's default sizes (1000, 6096) "
                   "scaled by length / 128K (floors 30, 50)",
+    "xattention": "XAttention's antidiagonal block selection on every head: 64-token blocks, "
+                  "stride 8, the blocks holding 90% of each query block's attention mass",
     "duo": "DuoAttention: half of the KV heads streaming (sinks + recent window), ranked by "
            "the shipped gate proxy",
     "omnikv-256": "OmniKV: filter layers 2, 8, 18; layers 0-1 full; the rest selected; 256 "
@@ -878,6 +885,10 @@ def main():
             elif name.startswith("omnikv-"):
                 path = os.path.join(pdir, f"{name}.json")
                 write_json(path, omnikv_policy(int(name.split("-")[1]), model.layers))
+                policy_files[name] = {n: path for n in lengths}
+            elif name == "xattention":
+                path = os.path.join(pdir, "xattention.json")
+                write_json(path, XATTENTION)
                 policy_files[name] = {n: path for n in lengths}
             elif name == "static-eviction":
                 path = os.path.join(pdir, "static-eviction.json")

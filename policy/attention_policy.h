@@ -12,6 +12,7 @@
 //     "a_shape": {"sink_tokens": 128, "window_tokens": 4096},
 //     "vertical_slash": {"last_queries": 64, "vertical": 1000, "slash": 6096},
 //     "block_sparse": {"block": 64, "top_blocks": 100},
+//     "antidiagonal": {"block": 128, "stride": 8, "mass_permille": 900},
 //     // Decode role parameters, model-wide:
 //     "filter": {"top_k": 4096},
 //     "streaming_head": {"sink_tokens": 128, "window_tokens": 1024},
@@ -29,13 +30,14 @@
 // In a layer entry (and "default"):
 //  - "prefill": a pattern for every KV head, or a list with one per KV head;
 //  - "decode": a role for every KV head, or a list with one per KV head;
-//  - "a_shape", "vertical_slash", "block_sparse": one object for every KV head of the layer, or a
+//  - "a_shape", "vertical_slash", "block_sparse", "antidiagonal": one object for every KV head of the layer, or a
 //    list with one per KV head where null keeps the head's parameters as they were. An object
 //    names only the fields it changes. In a list, an object for a head whose pattern does not
 //    use it is an error (it would be ignored).
 // Parameters are inherited top-level -> "default" -> the layer entry; a listed layer starts from
 // "default" and changes what its entry names.
-// Pattern names: dense, a-shape (alias streaming), vertical-slash, block-sparse. Decode roles:
+// Pattern names: dense, a-shape (alias streaming), vertical-slash, block-sparse, antidiagonal
+// (alias xattention: XAttention's adaptive block-sparse selection). Decode roles:
 // full, filter, selected (OmniKV), streaming-head (DuoAttention: sinks + a recent window), and
 // the static-eviction baseline (alias h2o; H2O-style: after prefill each KV head keeps the
 // keep_tokens keys the last observed_queries prompt queries attended to most; decode sees those
@@ -56,14 +58,20 @@
 
 namespace millipede {
 
-enum class PrefillPattern : uint8_t { kDense, kAShape, kVerticalSlash, kBlockSparse };
+enum class PrefillPattern : uint8_t {
+  kDense,
+  kAShape,
+  kVerticalSlash,
+  kBlockSparse,
+  kAntidiagonal
+};
 enum class DecodeRole : uint8_t { kFull, kFilter, kSelected, kStreamingHead, kStaticEviction };
 // How many of each there are (the enumerators run 0..count-1).
-inline constexpr int kNumPrefillPatterns = 4;
+inline constexpr int kNumPrefillPatterns = 5;
 inline constexpr int kNumDecodeRoles = 5;
 
 const char* PrefillPatternName(PrefillPattern p);  // "dense", "a-shape", ...
-// Vertical-slash and block-sparse: patterns whose index is built from the prompt at run time
+// Vertical-slash, block-sparse and antidiagonal: patterns whose index is built from the prompt at run time
 // (policy/pattern_table.h says which).
 bool IsDynamicSparse(PrefillPattern p);
 const char* DecodeRoleName(DecodeRole r);          // "full", "filter", ...
@@ -86,6 +94,15 @@ struct BlockSparseParams {
   int64_t top_blocks = 100;   // key blocks kept per query block
   bool operator==(const BlockSparseParams&) const = default;
 };
+// XAttention's adaptive block-sparse selection (kernels/sparse_index/antidiagonal_select.h):
+// every query block scores the key blocks by strided anti-diagonal sums and keeps the fewest
+// that hold mass_permille / 1000 of its attention mass (with the first and diagonal blocks).
+struct AntidiagonalParams {
+  int64_t block = 128;          // positions per block: 64 or 128
+  int64_t stride = 8;           // anti-diagonal stride: divides block, block / stride <= 16
+  int64_t mass_permille = 900;  // the mass threshold in thousandths, 1..1000 (1000: every block)
+  bool operator==(const AntidiagonalParams&) const = default;
+};
 struct FilterParams {
   int64_t top_k = 4096;       // tokens the filter layer selects for the following layers
   bool operator==(const FilterParams&) const = default;
@@ -97,12 +114,13 @@ struct StaticEvictionParams {
   bool operator==(const StaticEvictionParams&) const = default;
 };
 
-// One KV head's prefill. Every head carries all three parameter sets; only its pattern's is used.
+// One KV head's prefill. Every head carries every parameter set; only its pattern's is used.
 struct HeadPrefillPolicy {
   PrefillPattern pattern = PrefillPattern::kDense;
   AShapeParams a_shape;                // used when pattern == kAShape
   VerticalSlashParams vertical_slash;  // kVerticalSlash
   BlockSparseParams block_sparse;      // kBlockSparse
+  AntidiagonalParams antidiagonal;     // kAntidiagonal
   bool operator==(const HeadPrefillPolicy&) const = default;
 };
 

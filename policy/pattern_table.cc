@@ -41,6 +41,16 @@ const std::vector<PrefillPatternFacts>& Patterns() {
        .params = {Param<H, &H::block_sparse, &BlockSparseParams::block>("block"),
                   Param<H, &H::block_sparse, &BlockSparseParams::top_blocks>("top_blocks")},
        .key_budget = [](const H& h) { return h.block_sparse.top_blocks * h.block_sparse.block; }},
+      {.pattern = PrefillPattern::kAntidiagonal,
+       .name = "antidiagonal",
+       .alias = "xattention",
+       .code = 'X',
+       .dynamic_sparse = true,
+       .params_key = "antidiagonal",
+       .params = {Param<H, &H::antidiagonal, &AntidiagonalParams::block>("block"),
+                  Param<H, &H::antidiagonal, &AntidiagonalParams::stride>("stride"),
+                  Param<H, &H::antidiagonal, &AntidiagonalParams::mass_permille>(
+                      "mass_permille")}},
   };
   return *table;
 }

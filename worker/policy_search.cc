@@ -14,6 +14,7 @@ namespace {
 
 constexpr int64_t kBlock = 64;
 constexpr int64_t kLastQueries = 64;
+constexpr int64_t kStride = 8;  // the antidiagonal candidates' stride
 
 // The largest x in [1, hi] whose pairs stay within `target` (1 when none does); pairs(x) grows
 // with x.
@@ -41,6 +42,12 @@ HeadPrefillPolicy BlockSparse(int64_t top_blocks) {
   HeadPrefillPolicy h;
   h.pattern = PrefillPattern::kBlockSparse;
   h.block_sparse = {kBlock, top_blocks};
+  return h;
+}
+HeadPrefillPolicy Antidiagonal(int64_t mass_permille) {
+  HeadPrefillPolicy h;
+  h.pattern = PrefillPattern::kAntidiagonal;
+  h.antidiagonal = {kBlock, kStride, mass_permille};
   return h;
 }
 HeadPrefillPolicy VerticalSlash(int64_t vertical, int64_t slash) {
@@ -138,6 +145,8 @@ std::string CandidateName(const HeadPrefillPolicy& h) {
     case PrefillPattern::kVerticalSlash:
       return "vertical-slash " + std::to_string(h.vertical_slash.vertical) + "/" +
              std::to_string(h.vertical_slash.slash);
+    case PrefillPattern::kAntidiagonal:
+      return "antidiagonal mass " + std::to_string(h.antidiagonal.mass_permille) + "/1000";
     case PrefillPattern::kDense:
       break;
   }
@@ -149,16 +158,20 @@ int64_t Scaled(int64_t x, double f, int64_t hi) {
   return std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(x) * f + 0.5), 1, hi);
 }
 
-// Tunes a vertical-slash or block-sparse candidate to the budget by the pairs its index really
-// covers on the reference prompt (every layer and head under it; what the sparse kernel
-// computes), where the cost model only bounds them: up to four rounds of scaling its sizes by
-// budget / measured, stopping within 10% of the budget or when the sizes stop changing; the
-// candidate keeps the sizes measured closest to the budget. A-shape's pairs are exact.
+// Tunes a vertical-slash, block-sparse or antidiagonal candidate to the budget by the pairs its
+// index really covers on the reference prompt (every layer and head under it; what the sparse
+// kernel computes), where the cost model only bounds them: up to four rounds of scaling its sizes
+// by budget / measured (an antidiagonal candidate's density is no proportion of its mass
+// threshold: up to eight rounds of bisection on the threshold), stopping within 10% of the budget
+// or when the sizes stop changing; the candidate keeps the sizes measured closest to the budget.
+// A-shape's pairs are exact.
 Status CalibrateCandidate(SearchRun& run, std::span<const int32_t> prompt,
                           const AttentionPolicy& dense, double budget, SearchCandidate& cand) {
   const int64_t n = static_cast<int64_t>(prompt.size());
   HeadPrefillPolicy h = cand.head;
-  for (int round = 0; round < 4; ++round) {
+  const bool bisect = h.pattern == PrefillPattern::kAntidiagonal;
+  int64_t lo = 0, hi = 1000;  // the threshold's bracket (bisect)
+  for (int round = 0; round < (bisect ? 8 : 4); ++round) {
     AttentionPolicy p = dense;
     for (LayerPolicy& layer : p.layers) layer.prefill.assign(layer.prefill.size(), h);
     MP_RETURN_IF_ERROR(run.Run(p, prompt, -1).status());
@@ -174,7 +187,10 @@ Status CalibrateCandidate(SearchRun& run, std::span<const int32_t> prompt,
     if (measured <= 0 || std::abs(measured - budget) <= 0.1 * budget) break;
     const double f = budget / measured;
     const HeadPrefillPolicy before = h;
-    if (h.pattern == PrefillPattern::kBlockSparse) {
+    if (bisect) {
+      (measured > budget ? hi : lo) = h.antidiagonal.mass_permille;
+      h.antidiagonal.mass_permille = std::max<int64_t>(1, (lo + hi) / 2);
+    } else if (h.pattern == PrefillPattern::kBlockSparse) {
       h.block_sparse.top_blocks = Scaled(h.block_sparse.top_blocks, f, (n + kBlock - 1) / kBlock);
     } else {
       h.vertical_slash.vertical = Scaled(h.vertical_slash.vertical, f, n);
@@ -213,6 +229,9 @@ StatusOr<std::vector<SearchCandidate>> SearchCandidates(int64_t length,
     const int64_t slash = std::max<int64_t>(1, keys - vertical);
     out.push_back({CandidateName(VerticalSlash(vertical, slash)), VerticalSlash(vertical, slash)});
   }
+  // The mass threshold has no closed-form cost: a start that the calibration bisects.
+  const HeadPrefillPolicy antidiagonal = Antidiagonal(options.budget >= 1 ? 1000 : 900);
+  out.push_back({CandidateName(antidiagonal), antidiagonal});
   return out;
 }
 

@@ -6,12 +6,13 @@
 // of policy/policy_summary.h (ExpectedPrefillPairs, what `millipede-policy show`
 // reports): the largest parameter whose pairs stay within `budget` of the causal pairs at the
 // prompt's length. That model is exact for a-shape but only bounds the others, whose kernels run
-// whole bands and blocks of the index they build: so each vertical-slash and block-sparse
-// candidate is then run on the reference prompt (every layer and head) and its sizes scaled
-// until the pairs its index covers — the sparse kernel's work — are within 10% of the budget
-// (SearchCandidate::measured_density). The candidates: a-shape (sink_tokens sinks and the window
-// that fits), block-sparse (64-token blocks) and vertical-slash with an eighth and with half of
-// its keys per query as columns (the rest diagonals, 64 last queries).
+// whole bands and blocks of the index they build: so each vertical-slash, block-sparse and
+// antidiagonal candidate is then run on the reference prompt (every layer and head) and its
+// sizes (the antidiagonal's mass threshold) tuned until the pairs its index covers — the sparse
+// kernel's work — are within 10% of the budget (SearchCandidate::measured_density). The
+// candidates: a-shape (sink_tokens sinks and the window that fits), block-sparse (64-token
+// blocks), vertical-slash with an eighth and with half of its keys per query as columns (the rest
+// diagonals, 64 last queries) and antidiagonal (64-token blocks, stride 8).
 //
 // Each candidate is measured on one layer at a time, every other layer dense, so a layer sees
 // the inputs dense attention would give it: the prompt runs up to that layer with the candidate

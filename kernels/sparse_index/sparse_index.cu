@@ -90,6 +90,8 @@ std::string FormatError(const ErrorWord& e) {
                     " rows covered of ", v[2], ")");
     case kPositionBeyond:
       return StrCat("position ", v[0], " is in block ", v[1], ", beyond ", v[2], " blocks");
+    case kAbsentKey:
+      return StrCat("key position ", v[0], " is not in k");
     default:
       return StrCat("unknown error code ", e.code);
   }

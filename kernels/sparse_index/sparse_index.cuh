@@ -32,6 +32,7 @@ enum ErrorCode : int32_t {
   kEmptyQueryBlock,   // tile, query block
   kRowsNotCovered,    // first row counted wrongly, total rows covered, rows
   kPositionBeyond,    // position, block, num_blocks
+  kAbsentKey,         // position
 };
 
 struct ErrorWord {
@@ -168,6 +169,7 @@ struct SparseIndexCudaWorkspace::Impl {
   cuda_util::DeviceScratch heads;                      // per-head lengths and budgets
   cuda_util::DeviceScratch scores;                     // block-sparse scores (or keys)
   cuda_util::DeviceScratch kept;                       // block-sparse kept-block bitmaps
+  cuda_util::DeviceScratch positions;                  // position-to-row tables
   // The arguments of the last call if it was a count pass that succeeded, else empty: what that
   // pass left in the scratch above and in its offsets is then still there for its fill pass.
   sparse_index_cuda::CallFingerprint count_pass;

@@ -9,10 +9,13 @@
 // prefill calls it), timed per pass and checked to equal the other build. With --attention the
 // block-sparse index then drives the sparse attention op as the prefill runs it for block-sparse
 // heads (q in F32, as the prefill holds it, also for the block sums), and the report adds its time,
-// work and density and the layer's block-sparse total. Several --tokens give one object per length
-// under "results".
+// work and density and the layer's block-sparse total. The antidiagonal selection (XAttention's
+// block scores and mass threshold) is timed over the same q and k, with its rate, then its index
+// (block_mask_index) and, with --attention, the sparse attention op over it and the layer's
+// antidiagonal total. Several --tokens give one object per length under "results".
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <iostream>
@@ -41,6 +44,9 @@ constexpr char kUsage[] = R"(usage: millipede-bench-sparse-index [options]
   --slash N         diagonals per KV head (default 6096)
   --near-percent P  percent of the diagonals that are the nearest (0, 1, ...) (default 90)
   --top-blocks K    block-sparse key blocks per query block (default 100)
+  --ad-block B      antidiagonal block (default 128)
+  --ad-stride S     antidiagonal stride (default 8)
+  --mass-permille P antidiagonal mass threshold in thousandths (default 900)
   --attention       also time the sparse attention op over the block-sparse index
   --warmup N        untimed runs first (default 1)
   --iters N         timed runs, averaged (default 3)
@@ -48,7 +54,7 @@ constexpr char kUsage[] = R"(usage: millipede-bench-sparse-index [options]
 
 struct Sizes {
   int64_t q_heads, kv_heads, head_dim, last_queries, vertical, slash, near_percent, top_blocks,
-      warmup, iters;
+      ad_block, ad_stride, mass_permille, warmup, iters;
   bool attention;
 };
 
@@ -213,6 +219,68 @@ StatusOr<nlohmann::json> TimeAttention(Backend& b, const BackendTensor& q, const
       {"density", work.visible_pairs / causal_pairs}};
 }
 
+// The antidiagonal selection over q and k (one run of positions [0, n)), its index over the 64-row
+// tiles and, with --attention, the sparse attention op over that index, into `out`.
+Status BenchAntidiagonal(Backend& b, const Sizes& s, const BackendTensor& q, const BackendTensor& k,
+                         const BackendTensor& d_tiles, const BackendTensor& d_runs,
+                         nlohmann::json* out) {
+  const int64_t n = q.view().dim(0), kv = s.kv_heads, block = s.ad_block, stride = s.ad_stride;
+  const int64_t n_qb = (n + block - 1) / block, rows = block / stride;
+  MP_ASSIGN_OR_RETURN(BackendTensor kept, b.Allocate(DType::kI32, {kv, n_qb, n_qb / 32 + 1}));
+  const std::vector<int64_t> permille(static_cast<size_t>(kv), s.mass_permille);
+  AntidiagonalSelectArgs a;
+  a.q = q.cview();
+  a.q_runs = d_runs.cview();
+  a.k = k.cview();
+  a.k_runs = d_runs.cview();
+  a.length = n;
+  a.block = block;
+  a.stride = stride;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  a.permille = permille.data();
+  a.kept = kept.view();
+  MP_ASSIGN_OR_RETURN(const double select_ms, TimeMs(
+                                                  [&]() -> Status {
+                                                    MP_RETURN_IF_ERROR(b.AntidiagonalSelect(a));
+                                                    return b.Synchronize();
+                                                  },
+                                                  s));
+  // Two passes of tensor-core products: per query head, reshaped row A = qb * R + r against key
+  // rows 0..A, stride * head_dim multiply-adds each.
+  double row_pairs = 0;
+  for (int64_t qb = 0; qb < n_qb; ++qb)
+    for (int64_t r = 0; r < rows; ++r)
+      row_pairs += static_cast<double>(std::min(qb * rows + r, (n + stride - 1) / stride - 1) + 1);
+  const double flop = 2.0 * 2.0 * row_pairs * static_cast<double>(stride * s.head_dim * s.q_heads);
+  (*out)["antidiagonal_select"] = {{"ms", select_ms},
+                                   {"block", block},
+                                   {"stride", stride},
+                                   {"mass_permille", s.mass_permille},
+                                   {"tflops", flop / (select_ms * 1e-3) / 1e12}};
+  BlockMaskIndexArgs m;
+  m.tiles = d_tiles.cview();
+  m.runs = d_runs.cview();
+  m.kept = kept.cview();
+  m.block = block;
+  m.heads = permille.data();
+  IndexBuffers index;
+  MP_ASSIGN_OR_RETURN(
+      (*out)["antidiagonal_index"],
+      TimeIndex(
+          b, m, kv * d_tiles.view().dim(0),
+          [&](const BlockMaskIndexArgs& x) { return b.BlockMaskIndex(x); }, s, &index));
+  if (!s.attention) return OkStatus();
+  MP_ASSIGN_OR_RETURN(BackendTensor v, Random(b, DType::kBF16, k.view().shape));
+  MP_ASSIGN_OR_RETURN((*out)["antidiagonal_attention"],
+                      TimeAttention(b, q, k, v, d_tiles, index, s));
+  const nlohmann::json& ix = (*out)["antidiagonal_index"];
+  (*out)["antidiagonal_layer_ms"] = {
+      {"total_with_reuse", select_ms + ix["reuse"]["count_ms"].get<double>() +
+                               ix["reuse"]["fill_ms"].get<double>() +
+                               (*out)["antidiagonal_attention"]["ms"].get<double>()}};
+  return OkStatus();
+}
+
 // Every timing at prompt length n, as one JSON object.
 StatusOr<nlohmann::json> BenchTokens(const Sizes& s, int64_t n) {
   MP_REQUIRE(n > s.last_queries, "--tokens ", n, " must exceed --last-queries");
@@ -327,6 +395,7 @@ StatusOr<nlohmann::json> BenchTokens(const Sizes& s, int64_t n) {
         {"total_with_reuse", sums_ms + index["reuse"]["count_ms"].get<double>() +
                                  index["reuse"]["fill_ms"].get<double>() + attention_ms}};
   }
+  MP_RETURN_IF_ERROR(BenchAntidiagonal(*b, s, q, k, d_tiles, d_runs, &out));
   return out;
 }
 
@@ -338,8 +407,8 @@ Status Run(int argc, char** argv) {
   }
   MP_RETURN_IF_ERROR(
       flags.CheckKnown({"help", "tokens", "q-heads", "kv-heads", "head-dim", "last-queries",
-                        "vertical", "slash", "near-percent", "top-blocks", "attention", "warmup",
-                        "iters"}));
+                        "vertical", "slash", "near-percent", "top-blocks", "ad-block", "ad-stride",
+                        "mass-permille", "attention", "warmup", "iters"}));
   Sizes s{};
   MP_ASSIGN_OR_RETURN(const std::vector<int64_t> tokens,
                       ParsePositiveList(flags.Get("tokens").value_or("1048576"), "--tokens"));
@@ -351,12 +420,16 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.slash, flags.GetInt("slash", 6096));
   MP_ASSIGN_OR_RETURN(s.near_percent, flags.GetInt("near-percent", 90));
   MP_ASSIGN_OR_RETURN(s.top_blocks, flags.GetInt("top-blocks", 100));
+  MP_ASSIGN_OR_RETURN(s.ad_block, flags.GetInt("ad-block", 128));
+  MP_ASSIGN_OR_RETURN(s.ad_stride, flags.GetInt("ad-stride", 8));
+  MP_ASSIGN_OR_RETURN(s.mass_permille, flags.GetInt("mass-permille", 900));
   MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 1));
   MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 3));
   s.attention = flags.GetBool("attention");
   MP_REQUIRE(s.last_queries > 0 && s.kv_heads > 0 &&
                  s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.vertical >= 0 && s.slash >= 0 &&
                  s.near_percent >= 0 && s.near_percent <= 100 && s.top_blocks > 0 && s.iters > 0 &&
+                 s.ad_block > 0 && s.ad_stride > 0 && s.mass_permille > 0 &&
                  s.warmup >= 0,
              "bad sizes (see --help)");
   if (tokens.size() == 1) {

@@ -231,7 +231,7 @@ TEST(ControlMessagesTest, ValuesOutOfRangeAreRefused) {
   // The first head's pattern (after the layer count and the head count).
   const size_t pattern_at = policy_at + 8 + 8;
   ASSERT_EQ(good[pattern_at], static_cast<char>(PrefillPattern::kAShape));
-  EXPECT_NE(decode_with(pattern_at, kNumPrefillPatterns).find("outside [0, 3]"), std::string::npos);
+  EXPECT_NE(decode_with(pattern_at, kNumPrefillPatterns).find("outside [0, 4]"), std::string::npos);
   // Another pattern in range decodes: the head's vertical-slash parameters are the defaults.
   std::vector<char> other = good;
   other[pattern_at] = static_cast<char>(PrefillPattern::kVerticalSlash);

@@ -48,7 +48,8 @@ FuzzService* MakeService() {
   l.num_layers = 4;
   l.num_kv_heads = 2;
   l.capabilities = {{PrefillPattern::kDense, PrefillPattern::kAShape,
-                     PrefillPattern::kVerticalSlash, PrefillPattern::kBlockSparse},
+                     PrefillPattern::kVerticalSlash, PrefillPattern::kBlockSparse,
+                     PrefillPattern::kAntidiagonal},
                     {DecodeRole::kFull, DecodeRole::kFilter, DecodeRole::kSelected,
                      DecodeRole::kStreamingHead, DecodeRole::kStaticEviction},
                     /*mixed_decode_layers=*/true};

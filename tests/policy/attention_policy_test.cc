@@ -326,7 +326,7 @@ TEST(AttentionPolicyTest, ValidationOfABuiltPolicy) {
   EXPECT_NE(error(p).find("unknown decode role 5"), std::string::npos);
   p = good;
   p.layers[0].prefill[0].pattern = static_cast<PrefillPattern>(kNumPrefillPatterns);
-  EXPECT_NE(error(p).find("unknown prefill pattern 4"), std::string::npos);
+  EXPECT_NE(error(p).find("unknown prefill pattern 5"), std::string::npos);
   EXPECT_EQ(ValidateAttentionPolicy(good, 0, 2).code(), StatusCode::kInvalidArgument);
 }
 

@@ -67,9 +67,14 @@ TEST(PolicySearchTest, CandidatesFitTheBudget) {
       options.sink_tokens = 16;
       auto candidates = SearchCandidates(n, options);
       ASSERT_TRUE(candidates.ok()) << candidates.status().ToString();
-      ASSERT_EQ(candidates->size(), 4u);
+      ASSERT_EQ(candidates->size(), 5u);
       const double target = budget * CausalPairs(n);
+      // The antidiagonal candidate has no cost model: it starts from a mass threshold.
+      const SearchCandidate& adaptive = candidates->back();
+      EXPECT_EQ(adaptive.head.pattern, PrefillPattern::kAntidiagonal);
+      EXPECT_EQ(adaptive.head.antidiagonal.mass_permille, budget >= 1 ? 1000 : 900);
       for (const SearchCandidate& c : *candidates) {
+        if (c.head.pattern == PrefillPattern::kAntidiagonal) continue;
         const double pairs = ExpectedPrefillPairs(c.head, n);
         // Within the budget unless the smallest setting already exceeds it.
         const bool smallest =
@@ -145,11 +150,11 @@ TEST(PolicySearchTest, EachLayerIsAtLeastAsCloseAsAnyOneCandidate) {
   EXPECT_NE(PolicySearchReport(*result).find("layer 1:"), std::string::npos);
 }
 
-// Vertical-slash and block-sparse candidates are tuned by the pairs their index covers on the
-// reference prompt (the kernel's work), which the cost model only bounds: the recorded density is
-// what the candidate gives on every layer; the vertical-slash sizes reach the budget within 10%,
-// and block-sparse (whole 64-token blocks of a 600-token prompt) takes the top-blocks count
-// closest to it.
+// Vertical-slash, block-sparse and antidiagonal candidates are tuned by the pairs their index
+// covers on the reference prompt (the kernel's work), which the cost model only bounds: the
+// recorded density is what the candidate gives on every layer; the vertical-slash sizes and the
+// antidiagonal mass threshold reach the budget within 10%, and block-sparse (whole 64-token
+// blocks of a 600-token prompt) takes the top-blocks count closest to it.
 TEST(PolicySearchTest, CandidatesAreTunedToTheCoveredPairs) {
   const std::vector<int32_t> prompt = RandomIds(600, 97, 7);
   PolicySearchOptions options;
@@ -170,7 +175,7 @@ TEST(PolicySearchTest, CandidatesAreTunedToTheCoveredPairs) {
     EXPECT_TRUE(testing::Forward(**engine, prompt, &d).ok());
     return static_cast<double>(d.attended_pairs) / static_cast<double>(d.causal_pairs);
   };
-  int vertical_slash = 0;
+  int vertical_slash = 0, antidiagonal = 0;
   for (const SearchCandidate& cand : result->candidates) {
     if (cand.head.pattern == PrefillPattern::kAShape) {
       EXPECT_EQ(cand.measured_density, -1) << cand.name;
@@ -182,6 +187,15 @@ TEST(PolicySearchTest, CandidatesAreTunedToTheCoveredPairs) {
     if (cand.head.pattern == PrefillPattern::kVerticalSlash) {
       ++vertical_slash;
       EXPECT_LE(off, 0.1 * options.budget) << cand.name;
+    } else if (cand.head.pattern == PrefillPattern::kAntidiagonal) {
+      // The bisected mass threshold brings the density within 10% of the budget, or as low as it
+      // goes: at 600 tokens the first and diagonal blocks, always kept, are already more.
+      ++antidiagonal;
+      HeadPrefillPolicy least = cand.head;
+      least.antidiagonal.mass_permille = 1;
+      EXPECT_TRUE(off <= 0.1 * options.budget || density(least) == cand.measured_density)
+          << cand.name << " density " << cand.measured_density;
+      EXPECT_LT(cand.head.antidiagonal.mass_permille, 900) << cand.name;
     } else {
       // No other count of blocks comes closer.
       for (const int64_t d : {-1, 1}) {
@@ -193,6 +207,7 @@ TEST(PolicySearchTest, CandidatesAreTunedToTheCoveredPairs) {
     }
   }
   EXPECT_EQ(vertical_slash, 2);
+  EXPECT_EQ(antidiagonal, 1);
   EXPECT_NE(PolicySearchReport(*result).find("measured density"), std::string::npos);
 }
 

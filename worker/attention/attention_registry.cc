@@ -4,6 +4,7 @@
 #include "worker/attention/decode/omnikv_decode.h"
 #include "worker/attention/decode/static_eviction.h"
 #include "worker/attention/patterns/a_shape_pattern.h"
+#include "worker/attention/patterns/antidiagonal_pattern.h"
 #include "worker/attention/patterns/block_sparse_pattern.h"
 #include "worker/attention/patterns/dense_pattern.h"
 #include "worker/attention/patterns/vertical_slash_pattern.h"
@@ -16,6 +17,7 @@ std::span<const PrefillPatternVariant* const> RegisteredPrefillPatterns() {
       &AShapePattern(),
       &VerticalSlashPattern(),
       &BlockSparsePattern(),
+      &AntidiagonalPattern(),
   };
   return patterns;
 }

@@ -100,7 +100,8 @@ void AppendRows(std::span<const TokenRange> block, std::span<const TokenRange> w
 }  // namespace
 
 Status KvFetch::Run(AttentionEnv& env, std::span<const TokenRange> needed,
-                    std::span<const std::vector<TokenRange>> rank_ranges, ConstKvRows mine) {
+                    std::span<const std::vector<TokenRange>> rank_ranges, ConstKvRows mine,
+                    bool keys_only) {
   Communicator& comm = env.comm;
   Backend& b = env.backend;
   const int n = comm.size(), me = comm.rank();
@@ -125,16 +126,17 @@ Status KvFetch::Run(AttentionEnv& env, std::span<const TokenRange> needed,
   const int64_t sends = static_cast<int64_t>(send_rows.size());
   MP_ASSIGN_OR_RETURN(TensorView k,
                       ScratchBuffer(b, &k_, mine.k.dtype, Shape{recv_total, kv_heads, d}));
+  const int64_t v_rows = keys_only ? 0 : recv_total, v_sends = keys_only ? 0 : sends;
   MP_ASSIGN_OR_RETURN(TensorView v,
-                      ScratchBuffer(b, &v_, mine.v.dtype, Shape{recv_total, kv_heads, d}));
+                      ScratchBuffer(b, &v_, mine.v.dtype, Shape{v_rows, kv_heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView send_k,
                       ScratchBuffer(b, &send_k_, mine.k.dtype, Shape{sends, kv_heads, d}));
   MP_ASSIGN_OR_RETURN(TensorView send_v,
-                      ScratchBuffer(b, &send_v_, mine.v.dtype, Shape{sends, kv_heads, d}));
+                      ScratchBuffer(b, &send_v_, mine.v.dtype, Shape{v_sends, kv_heads, d}));
   if (sends > 0) {
     MP_ASSIGN_OR_RETURN(TensorView index, UploadI64(b, &index_, send_rows));
     MP_RETURN_IF_ERROR(b.GatherRows({mine.k, AsConst(index), send_k}));
-    MP_RETURN_IF_ERROR(b.GatherRows({mine.v, AsConst(index), send_v}));
+    if (!keys_only) MP_RETURN_IF_ERROR(b.GatherRows({mine.v, AsConst(index), send_v}));
   }
   runs_.clear();
   int64_t recv_row = 0;
@@ -147,9 +149,11 @@ Status KvFetch::Run(AttentionEnv& env, std::span<const TokenRange> needed,
       MP_RETURN_IF_ERROR(comm.StartSendRecv(AsConst(SliceRows(send_k, s0, s1 - s0)),
                                             send ? dst : -1, SliceRows(k, recv_row, r1 - recv_row),
                                             recv ? src : -1));
-      MP_RETURN_IF_ERROR(comm.StartSendRecv(AsConst(SliceRows(send_v, s0, s1 - s0)),
-                                            send ? dst : -1, SliceRows(v, recv_row, r1 - recv_row),
-                                            recv ? src : -1));
+      if (!keys_only)
+        MP_RETURN_IF_ERROR(comm.StartSendRecv(AsConst(SliceRows(send_v, s0, s1 - s0)),
+                                              send ? dst : -1,
+                                              SliceRows(v, recv_row, r1 - recv_row),
+                                              recv ? src : -1));
     }
     for (const TokenRange& r : from[src]) {
       runs_.insert(runs_.end(), {r.begin, r.end, recv_row});

@@ -19,8 +19,10 @@ class KvFetch {
   // Every rank of the sequence calls this at once. `needed`: positions this rank's queries need
   // (increasing, disjoint; its own positions are left out here). `rank_ranges`: every rank's
   // positions at the rows of its block, by rank; `mine`: this rank's block (its rows).
+  // `keys_only`: K alone travels (rows().v is then empty).
   Status Run(AttentionEnv& env, std::span<const TokenRange> needed,
-             std::span<const std::vector<TokenRange>> rank_ranges, ConstKvRows mine);
+             std::span<const std::vector<TokenRange>> rank_ranges, ConstKvRows mine,
+             bool keys_only = false);
   // The fetched rows [fetched, kv_heads, head_dim] and their layout: runs (pos_begin, pos_end,
   // row_begin), sorted by position (sparse_index.h's key layout), flattened.
   ConstKvRows rows() const { return rows_; }

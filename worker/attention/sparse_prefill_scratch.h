@@ -36,6 +36,11 @@ struct SparsePrefillScratch {
   // Block-sparse plans (block_sparse_pattern.h): query and key runs, and the block sums
   // [blocks, kv_heads, d] with their counts [blocks] (F32).
   BackendTensor bs_runs, bs_q_sums, bs_q_counts, bs_k_sums, bs_k_counts;
+  // Anti-diagonal plans (antidiagonal_pattern.h): the kept-block bitmaps [kv_heads, blocks,
+  // words] (I32), the query and key runs, and with several ranks every key before the rank's
+  // last query block gathered into one buffer, a gather index, and the queries of blocks that
+  // several ranks share (sent and gathered, F32).
+  BackendTensor ad_kept, ad_runs, ad_k, ad_index, ad_q_send, ad_q_shared;
 
   // Bytes held now.
   int64_t NumBytes() const;

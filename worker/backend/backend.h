@@ -34,6 +34,8 @@
 #include "kernels/selection/top_k.h"
 #include "kernels/selection/top_k_cut.h"
 #include "kernels/selection/top_k_keys.h"
+#include "kernels/sparse_index/antidiagonal_select.h"
+#include "kernels/sparse_index/block_mask_index.h"
 #include "kernels/sparse_index/block_sparse_index.h"
 #include "kernels/sparse_index/block_sums.h"
 #include "kernels/sparse_index/sparse_index_pairs.h"
@@ -246,14 +248,16 @@ class Backend {
   // memory: the packs of a layer whose KV heads live in separate stores.
   virtual Status CopyHeads(const CopyHeadsArgs& args) = 0;
 
-  // Sparse attention indices (kernels/sparse_index/vertical_slash_index.h, block_sums.h and
-  // block_sparse_index.h), every tensor in backend memory except block-sparse's top_blocks
-  // (host). An index is built in two calls, the count pass then the fill pass; both return once
+  // Sparse attention indices (kernels/sparse_index/vertical_slash_index.h, block_sums.h,
+  // block_sparse_index.h, antidiagonal_select.h and block_mask_index.h), every tensor in backend
+  // memory except the per-head arrays (top_blocks, permille, heads: host). An index is built in two calls, the count pass then the fill pass; both return once
   // the offsets are written and the inputs checked (on a GPU they wait for the stream), so the
   // caller may read the offsets' last entries to size the fill pass's outputs.
   virtual Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) = 0;
   virtual Status BlockSums(const BlockSumsArgs& args) = 0;
   virtual Status BlockSparseIndex(const BlockSparseIndexArgs& args) = 0;
+  virtual Status AntidiagonalSelect(const AntidiagonalSelectArgs& args) = 0;
+  virtual Status BlockMaskIndex(const BlockMaskIndexArgs& args) = 0;
 
   // Host memory for asynchronous copies and for ops to read directly (a host KV tier):
   // page-locked and mapped into the GPU's address space on a GPU backend, plain aligned memory on

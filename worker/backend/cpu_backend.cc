@@ -137,6 +137,12 @@ class CpuBackend final : public Backend {
   Status BlockSparseIndex(const BlockSparseIndexArgs& args) override {
     return BlockSparseIndexRef(args);
   }
+  Status AntidiagonalSelect(const AntidiagonalSelectArgs& args) override {
+    return AntidiagonalSelectRef(args);
+  }
+  Status BlockMaskIndex(const BlockMaskIndexArgs& args) override {
+    return BlockMaskIndexRef(args);
+  }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     return Allocate(dtype, shape);
   }

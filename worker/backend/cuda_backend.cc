@@ -32,6 +32,8 @@
 #include "kernels/selection/top_k_cuda.h"
 #include "kernels/selection/top_k_cut_cuda.h"
 #include "kernels/selection/top_k_keys_cuda.h"
+#include "kernels/sparse_index/antidiagonal_select_cuda.h"
+#include "kernels/sparse_index/block_mask_index_cuda.h"
 #include "kernels/sparse_index/block_sparse_index_cuda.h"
 #include "kernels/sparse_index/block_sums_cuda.h"
 #include "kernels/sparse_index/sparse_index_pairs_cuda.h"
@@ -258,6 +260,12 @@ class CudaBackend final : public Backend {
   }
   Status BlockSparseIndex(const BlockSparseIndexArgs& args) override {
     return BlockSparseIndexCuda(args, *sparse_index_, stream_);
+  }
+  Status AntidiagonalSelect(const AntidiagonalSelectArgs& args) override {
+    return AntidiagonalSelectCuda(args, *sparse_index_, stream_);
+  }
+  Status BlockMaskIndex(const BlockMaskIndexArgs& args) override {
+    return BlockMaskIndexCuda(args, *sparse_index_, stream_);
   }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     // Any thread may call it (the disk tier reads entries on its own): pin for this device.

@@ -54,13 +54,15 @@ std::vector<bool> HostTierLayers(const SequenceOptions& o) {
 }
 
 // What one layer's sparse prefill needs of the engine's SparsePrefillScratch (0 for a layer
-// without vertical-slash or block-sparse heads) in steps of StepRows rows over this sequence's
+// without vertical-slash, block-sparse or antidiagonal heads) in steps of StepRows rows over this sequence's
 // rows, index chunks of `attention_rows` query rows. Per KV head the vertical-slash plan's key
 // scores (F32) over this rank's rows, its diagonal sums over every position and the keys'
 // positions (I64); the block-sparse plan's block sums of queries and keys [blocks, kv_heads, d]
 // (F32); one chunk's index lists, estimated at twice 16 bytes per 64-row tile and KV head for
 // each `vertical` column and one range per 64 slash diagonals, or each of `top_blocks` key
-// blocks (the estimate is not a bound); one chunk's partial (o, lse); and with ring heads
+// blocks, or every block for antidiagonal heads (the estimate is not a bound); the antidiagonal
+// plan's kept bitmaps and, with several ranks, every key gathered (twice: fetched, then in one
+// buffer) and the queries of shared blocks; one chunk's partial (o, lse); and with ring heads
 // (dense, A-shape) beside the sparse ones, their queries, output and K/V packed apart.
 int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const SequenceOptions& o,
                          const LayerPolicy& layer, int64_t attention_rows) {
@@ -68,7 +70,7 @@ int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const Seque
   const int64_t heads = config.num_attention_heads, group = heads / kv_heads;
   const int64_t positions = o.capacity * std::max<int64_t>(1, o.ranks);
   const int64_t n = StepRows(o), chunk = std::min(n, std::max<int64_t>(attention_rows, 64));
-  int64_t per_tile = 0, ring_heads = 0, block = 0;
+  int64_t per_tile = 0, ring_heads = 0, block = 0, ad_block = 0;
   bool vertical_slash = false;
   for (const HeadPrefillPolicy& h : layer.prefill) {
     switch (h.pattern) {
@@ -80,6 +82,10 @@ int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const Seque
         block = std::max<int64_t>(1, h.block_sparse.block);
         per_tile = std::max(per_tile, h.block_sparse.top_blocks + 1);
         break;
+      case PrefillPattern::kAntidiagonal:  // any block may be kept: the most it could be
+        ad_block = std::max<int64_t>(1, h.antidiagonal.block);
+        per_tile = std::max(per_tile, positions / ad_block + 1);
+        break;
       default:
         ++ring_heads;
     }
@@ -90,6 +96,12 @@ int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const Seque
   int64_t bytes = 2 * tiles * kv_heads * per_tile * 16 + chunk * heads * (d + 1) * 4;
   if (vertical_slash) bytes += kv_heads * (o.capacity + positions) * 4 + o.capacity * 8;
   if (block > 0) bytes += 2 * ((positions + block - 1) / block) * (kv_heads * d + 1) * 4;
+  if (ad_block > 0) {
+    const int64_t blocks = (positions + ad_block - 1) / ad_block;
+    bytes += kv_heads * blocks * (blocks / 32 + 1) * 4;  // the kept bitmaps
+    if (o.ranks > 1)  // every key fetched and gathered; the shared blocks' queries
+      bytes += 2 * positions * kv_heads * d * kv_elem + 4 * o.ranks * ad_block * heads * d * 4;
+  }
   if (ring_heads > 0) {
     const int64_t packed = ring_heads * group;
     bytes += 2 * (n * packed + 1) * (d + 1) * 4 +         // queries; output and LSE

@@ -46,6 +46,8 @@ const PatternCase kPatternCases[] = {
      R"({"last_queries": 16, "vertical": 4, "slash": 6})"},
     {PrefillPattern::kBlockSparse, R"({"block": 16, "top_blocks": 19})",
      R"({"block": 16, "top_blocks": 2})"},
+    {PrefillPattern::kAntidiagonal, R"({"block": 16, "stride": 4, "mass_permille": 1000})",
+     R"({"block": 16, "stride": 4, "mass_permille": 500})"},
 };
 
 // Policy fields that give the role to some layer with parameters covering every key, and

@@ -417,10 +417,10 @@ TEST(CpGenerateTest, Fp8CacheMatchesSingleProcess) {
   }
 }
 
-// Vertical-slash and block-sparse prefill: N ranks select what one process selects (the index
-// is global: the same count of attended query-key pairs) and fetch only the keys their queries
-// need, so the logits match one process, the greedy tokens are the same and far fewer bytes move
-// than in the dense ring.
+// Vertical-slash, block-sparse and antidiagonal prefill: N ranks select what one process selects
+// (the index is global: the same count of attended query-key pairs) and fetch only the keys their
+// queries need, so the logits match one process, the greedy tokens are the same and far fewer
+// bytes move than in the dense ring.
 TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
   const std::vector<int32_t> prompt = RandomIds(900, 97, 31);
   const std::vector<int32_t> decode = RandomIds(3, 97, 32);
@@ -439,7 +439,12 @@ TEST(CpSparseTest, MatchesSingleProcessAndMovesFewerBytes) {
               "vertical_slash": {"last_queries": 16, "vertical": 12, "slash": 24})",
            R"("default": {"prefill": ["block-sparse", "vertical-slash"]},
               "vertical_slash": {"last_queries": 40, "vertical": 50, "slash": 150},
-              "block_sparse": {"block": 16, "top_blocks": 5})"}) {
+              "block_sparse": {"block": 16, "top_blocks": 5})",
+           R"("default": {"prefill": "antidiagonal"},
+              "antidiagonal": {"block": 32, "stride": 4, "mass_permille": 700})",
+           R"("default": {"prefill": ["antidiagonal", "a-shape"]},
+              "a_shape": {"sink_tokens": 3, "window_tokens": 40},
+              "antidiagonal": {"block": 16, "stride": 8, "mass_permille": 400})"}) {
     const AttentionPolicy policy =
         testing::PolicyFor(**local, std::string(R"({"version": 1, )") + fields + "}");
     ASSERT_TRUE(engine->SetPolicy(policy).ok());

@@ -145,6 +145,12 @@ class CountingBackend final : public Backend {
   Status BlockSparseIndex(const BlockSparseIndexArgs& a) override {
     return Run("BlockSparseIndex", &Backend::BlockSparseIndex, a);
   }
+  Status AntidiagonalSelect(const AntidiagonalSelectArgs& a) override {
+    return Run("AntidiagonalSelect", &Backend::AntidiagonalSelect, a);
+  }
+  Status BlockMaskIndex(const BlockMaskIndexArgs& a) override {
+    return Run("BlockMaskIndex", &Backend::BlockMaskIndex, a);
+  }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     return inner_->AllocateHost(dtype, shape);
   }
