@@ -9,6 +9,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_mma.cuh"
+#include "kernels/layer/gemm_cuda.h"
 #include "kernels/sparse_index/antidiagonal_select_cuda.h"
 #include "kernels/sparse_index/sparse_index.cuh"
 #include "kernels/sparse_index/sparse_index_ref.h"
@@ -19,9 +20,7 @@ namespace {
 using namespace sparse_index_cuda;  // NOLINT(build/namespaces): the builders' shared internals
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
-constexpr int kMaxChunkHeads = 4;                 // query heads sharing one pass over the keys
-constexpr int64_t kMassScratchFloats = 1 << 26;   // 256 MiB of masses per slab
-constexpr size_t kSharedBudget = 200 * 1024;      // the query rows' shared memory
+constexpr int64_t kScoreBudgetBytes = int64_t{1} << 30;  // one slab's scores (F32)
 constexpr float kLog2e = 1.4426950408889634f;
 using Bf16 = attention_internal::MmaType<__nv_bfloat16>;
 
@@ -37,186 +36,132 @@ __global__ void PositionRowsKernel(const int64_t* runs, int64_t n_runs, int64_t 
   }
 }
 
-// Eight consecutive elements as eight bf16 packed in 16 bytes (zeros for a null pointer).
-__device__ __forceinline__ uint4 Pack8(const float* f) {
-  return make_uint4(Bf16::Pack(f[0], f[1]), Bf16::Pack(f[2], f[3]), Bf16::Pack(f[4], f[5]),
-                    Bf16::Pack(f[6], f[7]));
-}
+// Eight consecutive elements times `scale`, as eight bf16 in 16 bytes (zeros for a null pointer).
 template <typename T>
-__device__ __forceinline__ uint4 Load8(const T* p) {
+__device__ __forceinline__ uint4 Load8(const T* p, float scale) {
   if (p == nullptr) return make_uint4(0, 0, 0, 0);
   float f[8];
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __ldg(reinterpret_cast<const uint4*>(p));
-  } else if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float>) {
     const float4 a = __ldg(reinterpret_cast<const float4*>(p));
     const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else if constexpr (std::is_same_v<T, __half>) {
-    cuda_util::Widen8<__half>(__ldg(reinterpret_cast<const uint4*>(p)), f);
-  } else {
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     cuda_util::Widen8<__nv_fp8_e4m3>(__ldg(reinterpret_cast<const uint2*>(p)), f);
+  } else {
+    cuda_util::Widen8<T>(__ldg(reinterpret_cast<const uint4*>(p)), f);
   }
-  return Pack8(f);
+  return make_uint4(Bf16::Pack(f[0] * scale, f[1] * scale), Bf16::Pack(f[2] * scale, f[3] * scale),
+                    Bf16::Pack(f[4] * scale, f[5] * scale), Bf16::Pack(f[6] * scale, f[7] * scale));
+}
+
+// The reshaped keys [kv_heads, key_rows, stride * d] bf16: row b of head g is the keys at
+// positions b * stride .. b * stride + stride - 1 in order (0 at positions >= length).
+template <typename KT>
+__global__ void ReshapeKeysKernel(const KT* k, const int32_t* k_rows, int64_t length,
+                                  int64_t key_rows, int kv_heads, int d, int stride,
+                                  __nv_bfloat16* out) {
+  const int64_t sd8 = static_cast<int64_t>(stride) * d / 8;
+  const int64_t total = kv_heads * key_rows * sd8;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = (i % sd8) * 8, b = (i / sd8) % key_rows, g = i / sd8 / key_rows;
+    const int64_t pos = b * stride + e / d;
+    const int32_t row = pos < length ? k_rows[pos] : -1;
+    const KT* src = row >= 0 ? k + (static_cast<int64_t>(row) * kv_heads + g) * d + e % d : nullptr;
+    *reinterpret_cast<uint4*>(out + i * 8) = Load8(src, 1.0f);
+  }
+}
+
+// The reshaped queries of a slab of scored blocks, [kv_heads, group, n_blocks, R, stride * d]
+// bf16, times `scale`: row a of block i for query head g * group + h holds the queries at
+// positions qb * B + a * S + S - 1 - j, j = 0..S-1 (the anti-diagonal order; 0 where q holds none).
+template <typename QT>
+__global__ void ReshapeQueriesKernel(const QT* q, const int32_t* q_rows, int64_t q_pos0,
+                                     const int32_t* blocks, int64_t n_blocks, int heads,
+                                     int kv_heads, int d, int stride, int block, float scale,
+                                     __nv_bfloat16* out) {
+  const int R = block / stride;
+  const int64_t sd8 = static_cast<int64_t>(stride) * d / 8;
+  const int64_t total = static_cast<int64_t>(heads) * n_blocks * R * sd8;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = (i % sd8) * 8, rest = i / sd8;
+    const int64_t a = rest % R, blk = rest / R % n_blocks, h = rest / R / n_blocks;  // h: g*group+h
+    const int64_t j = e / d;
+    const int64_t pos = blocks[blk] * static_cast<int64_t>(block) + a * stride + stride - 1 - j;
+    const int32_t row = q_rows[pos - q_pos0];
+    const QT* src = row >= 0 ? q + (static_cast<int64_t>(row) * heads + h) * d + e % d : nullptr;
+    *reinterpret_cast<uint4*>(out + i * 8) = Load8(src, scale);
+  }
 }
 
 struct MassParams {
-  const void* q;  // QT
+  const float* scores;    // [kv_heads, group, n_blocks, R, cols] base 2, scaled
+  int64_t cols;           // key rows computed per row
   const int32_t* q_rows;  // rows of positions [q_pos0, ...)
   int64_t q_pos0;
-  const void* k;  // KT
-  const int32_t* k_rows;  // rows of positions [0, ...)
-  int64_t length;
-  int heads, kv_heads, d, group, stride, block, rows;  // rows: block / stride
-  int chunk_heads, pitch;                              // pitch: a query row's elements in smem
-  float c;                                             // scale / stride * log2(e)
-  const int32_t* blocks;                               // [n] scored query blocks
-  const int64_t* permille;                             // [kv_heads]
-  float* mass;                                         // [n, kv_heads, num_kb]
-  int64_t num_kb;
+  const int32_t* blocks;  // [n_blocks] this slab's scored blocks
+  int64_t n_blocks, key_rows, num_kb;
+  int kv_heads, group, stride, block;
+  const int64_t* permille;  // [kv_heads]
+  float* mass;              // [n_blocks, kv_heads, num_kb]
 };
 
-// The (max, sum) pair of (m, l) and (m2, l2), base 2.
-__device__ __forceinline__ void Combine(float& m, float& l, float m2, float l2) {
-  const float mm = fmaxf(m, m2);
-  if (mm == -INFINITY) return;
-  l = l * exp2f(m - mm) + l2 * exp2f(m2 - mm);
-  m = mm;
-}
-
-// One thread block per (scored block, KV head): see antidiagonal_select_cuda.h.
-template <typename QT, typename KT>
+// One thread block per (block of the slab, KV head, kWarps of its group * R rows (h, a)): each
+// warp reads its row's scores twice (maximum and sum, then each key block's share) and adds the
+// shares into shared memory, which is then added into the block's row of masses (zeroed before).
+// R = block / stride, a power of two <= 16, so a key block's scores are R aligned lanes.
 __global__ void __launch_bounds__(kThreads) MassKernel(MassParams p) {
-  const QT* q = static_cast<const QT*>(p.q);
-  const KT* k = static_cast<const KT*>(p.k);
-  extern __shared__ uint4 smem[];
-  const int g = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int gid = lane / 4, t = lane % 4;
+  extern __shared__ float mass[];  // [num_kb]
+  __shared__ int has[16];
+  const int64_t i = blockIdx.x, g = blockIdx.y;
   if (p.permille[g] == 0) return;
-  const int64_t qb = p.blocks[blockIdx.x];
-  const int R = p.rows, S = p.stride, B = p.block, d = p.d, SD = S * d;
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem);  // [chunk_heads][R][pitch]
-  float* part = reinterpret_cast<float*>(qs + static_cast<int64_t>(p.chunk_heads) * R * p.pitch);
-  float* stats = part + kWarps * kMaxChunkHeads * 16 * 2;  // [kMaxChunkHeads][16][2]: m, l
-  int* has = reinterpret_cast<int*>(stats + kMaxChunkHeads * 16 * 2);  // [16]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int R = p.block / p.stride, r = blockIdx.z * kWarps + warp;
+  const int64_t qb = p.blocks[i];
+  for (int64_t kb = threadIdx.x; kb <= qb; kb += kThreads) mass[kb] = 0.0f;
   if (threadIdx.x < 16) {
     int any = 0;
-    for (int j = 0; threadIdx.x < R && j < S; ++j)
-      any |= p.q_rows[qb * B + threadIdx.x * S + j - p.q_pos0] >= 0;
+    for (int j = 0; threadIdx.x < R && j < p.stride; ++j)
+      any |= p.q_rows[qb * p.block + threadIdx.x * p.stride + j - p.q_pos0] >= 0;
     has[threadIdx.x] = any;
   }
   __syncthreads();
   int taking = 0;
   for (int a = 0; a < R; ++a) taking += has[a];
   const float inv = 1.0f / (static_cast<float>(taking) * p.group);
-  const int64_t key_rows = (p.length + S - 1) / S;
-  const int64_t b_max = min(qb * R + R - 1, key_rows - 1);
-  float* mass_row = p.mass + (static_cast<int64_t>(blockIdx.x) * p.kv_heads + g) * p.num_kb;
-  for (int h0 = 0; h0 < p.group; h0 += p.chunk_heads) {
-    const int nh = min(p.chunk_heads, p.group - h0);
-    __syncthreads();
-    // The reshaped query rows: row a, element j * d + c = q[qb*B + a*S + S-1-j][head][c].
-    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(nh) * R * SD / 8; i += kThreads) {
-      const int e = static_cast<int>(i % (SD / 8)) * 8, a = static_cast<int>(i / (SD / 8)) % R;
-      const int hh = static_cast<int>(i / (SD / 8)) / R, j = e / d, cc = e % d;
-      const int32_t row = p.q_rows[qb * B + a * S + S - 1 - j - p.q_pos0];
-      const QT* src =
-          row >= 0 ? q + (static_cast<int64_t>(row) * p.heads + g * p.group + h0 + hh) * d + cc
-                   : nullptr;
-      *reinterpret_cast<uint4*>(qs + (hh * R + a) * p.pitch + e) = Load8(src);
+  if (r < p.group * R && has[r % R]) {
+    const int h = r / R, a = r % R;
+    const int64_t last = min(qb * R + a, p.key_rows - 1);  // keys 0..last
+    const float* s = p.scores + (((g * p.group + h) * p.n_blocks + i) * R + a) * p.cols;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t b = lane; b <= last; b += 32) {
+      const float v = s[b];
+      if (v > m) {
+        l = l * exp2f(m - v) + 1.0f;
+        m = v;
+      } else {
+        l += exp2f(v - m);
+      }
     }
-    __syncthreads();
-    // A tile of 8 reshaped key rows against the chunk's query rows: s[hh] in the C layout.
-    auto scores = [&](int64_t b0, float (&s)[kMaxChunkHeads][4]) {
-#pragma unroll
-      for (int hh = 0; hh < kMaxChunkHeads; ++hh) s[hh][0] = s[hh][1] = s[hh][2] = s[hh][3] = 0;
-      const int64_t b = b0 + gid;
-      for (int e = t * 8; e < SD; e += 32) {
-        const int64_t pos = b * S + e / d;
-        const int32_t row = b <= b_max && pos < p.length ? p.k_rows[pos] : -1;
-        const uint4 kv =
-            Load8(row >= 0 ? k + (static_cast<int64_t>(row) * p.kv_heads + g) * d + e % d
-                           : static_cast<const KT*>(nullptr));
-#pragma unroll
-        for (int hh = 0; hh < kMaxChunkHeads; ++hh) {
-          if (hh >= nh) break;
-          const uint4 lo = *reinterpret_cast<const uint4*>(qs + (hh * R + gid) * p.pitch + e);
-          const uint4 hi = gid + 8 < R ? *reinterpret_cast<const uint4*>(
-                                             qs + (hh * R + gid + 8) * p.pitch + e)
-                                       : make_uint4(0, 0, 0, 0);
-          const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
-          Bf16::Mma(s[hh], a0, kv.x, kv.y);
-          Bf16::Mma(s[hh], a1, kv.z, kv.w);
-        }
-      }
-      // Scaled, base 2; -inf where the pair does not count.
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int a = gid + (i >= 2 ? 8 : 0);
-        const int64_t col = b0 + 2 * t + (i & 1);
-        const bool valid = a < R && has[a] && col <= qb * R + a && col < key_rows;
-#pragma unroll
-        for (int hh = 0; hh < kMaxChunkHeads; ++hh)
-          s[hh][i] = valid && hh < nh ? s[hh][i] * p.c : -INFINITY;
-      }
-    };
-    // Pass 1: each row's maximum and sum.
-    float m[kMaxChunkHeads][2], l[kMaxChunkHeads][2];
-#pragma unroll
-    for (int hh = 0; hh < kMaxChunkHeads; ++hh)
-      m[hh][0] = m[hh][1] = -INFINITY, l[hh][0] = l[hh][1] = 0;
-    for (int64_t b0 = warp * 8; b0 <= b_max; b0 += kWarps * 8) {
-      float s[kMaxChunkHeads][4];
-      scores(b0, s);
-#pragma unroll
-      for (int hh = 0; hh < kMaxChunkHeads; ++hh)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) Combine(m[hh][i / 2], l[hh][i / 2], s[hh][i], 1.0f);
+    for (int o = 16; o > 0; o /= 2) {
+      const float m2 = __shfl_xor_sync(kFullMask, m, o), l2 = __shfl_xor_sync(kFullMask, l, o);
+      const float mm = fmaxf(m, m2);
+      l = (m == -INFINITY ? 0.0f : l * exp2f(m - mm)) + (m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - mm));
+      m = mm;
     }
-#pragma unroll
-    for (int hh = 0; hh < kMaxChunkHeads; ++hh)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        for (int o = 1; o < 4; o *= 2)
-          Combine(m[hh][r], l[hh][r], __shfl_xor_sync(kFullMask, m[hh][r], o),
-                  __shfl_xor_sync(kFullMask, l[hh][r], o));
-        if (t == 0) {
-          float* out = part + ((warp * kMaxChunkHeads + hh) * 16 + gid + 8 * r) * 2;
-          out[0] = m[hh][r];
-          out[1] = l[hh][r];
-        }
-      }
-    __syncthreads();
-    if (threadIdx.x < kMaxChunkHeads * 16) {
-      float mm = -INFINITY, ll = 0;
-      for (int w = 0; w < kWarps; ++w)
-        Combine(mm, ll, part[(w * kMaxChunkHeads * 16 + threadIdx.x) * 2],
-                part[(w * kMaxChunkHeads * 16 + threadIdx.x) * 2 + 1]);
-      stats[threadIdx.x * 2] = mm;
-      stats[threadIdx.x * 2 + 1] = ll > 0 ? 1.0f / ll : 0.0f;
-    }
-    __syncthreads();
-    // Pass 2: each key block's share of the rows' mass.
-    for (int64_t b0 = warp * 8; b0 <= b_max; b0 += kWarps * 8) {
-      float s[kMaxChunkHeads][4];
-      scores(b0, s);
-      float col[2] = {0, 0};
-#pragma unroll
-      for (int hh = 0; hh < kMaxChunkHeads; ++hh)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float* st = stats + (hh * 16 + gid + (i >= 2 ? 8 : 0)) * 2;
-          if (s[hh][i] != -INFINITY) col[i & 1] += exp2f(s[hh][i] - st[0]) * st[1];
-        }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        for (int o = 4; o < 32; o *= 2) col[e] += __shfl_xor_sync(kFullMask, col[e], o);
-        const int64_t b = b0 + 2 * t + e;
-        if (gid == 0 && b <= b_max && col[e] != 0.0f)
-          atomicAdd(mass_row + b * S / B, col[e] * inv);
-      }
+    const float inv_l = inv / l;
+    for (int64_t b0 = 0; b0 <= last; b0 += 32) {
+      const int64_t b = b0 + lane;
+      float v = b <= last ? exp2f(s[b] - m) * inv_l : 0.0f;
+      for (int o = 1; o < R; o *= 2) v += __shfl_xor_sync(kFullMask, v, o);
+      if (lane % R == 0 && b <= last) atomicAdd(&mass[b * p.stride / p.block], v);
     }
   }
+  __syncthreads();
+  float* out = p.mass + (i * p.kv_heads + g) * p.num_kb;
+  for (int64_t kb = threadIdx.x; kb <= qb; kb += kThreads)
+    if (mass[kb] != 0.0f) atomicAdd(out + kb, mass[kb]);
 }
 
 // Block-wide sum of 64-bit values (every thread calls it; `red` holds kWarps entries).
@@ -238,7 +183,7 @@ struct SelectParams {
   const int32_t* blocks;
   const int64_t* permille;
   int64_t kv_heads, num_kb, qb_begin, n_qb, words;
-  uint32_t* kept;  // [kv_heads, n_qb, words]
+  uint32_t* kept;   // [kv_heads, n_qb, words]
   float* mass_out;  // [kv_heads, n_qb, num_kb] or null
 };
 
@@ -263,8 +208,8 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
   if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = top;
   __syncthreads();
   for (int w = 0; w < kWarps; ++w) top = max(top, red[w]);
-  const int64_t target =
-      static_cast<int64_t>(ceil(static_cast<double>(permille) * static_cast<double>(total) / 1000.0));
+  const int64_t target = static_cast<int64_t>(
+      ceil(static_cast<double>(permille) * static_cast<double>(total) / 1000.0));
   const int64_t forced = Fixed(m[0]) + (qb > 0 ? Fixed(m[qb]) : 0);
   // Keep the other blocks with u >= v (v < 0: every block; v > top: none).
   int64_t v = top + 1;
@@ -332,50 +277,82 @@ StatusOr<std::vector<int32_t>> ScoredBlocks(const AntidiagonalSelectArgs& args,
   return blocks;
 }
 
-template <typename QT, typename KT>
-Status LaunchMass(const MassParams& p, int64_t n, size_t smem, cudaStream_t stream) {
-  auto kernel = MassKernel<QT, KT>;
-  MP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(p.kv_heads)), kThreads, smem,
-           stream>>>(p);
+unsigned GridFor(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 8192));
+}
+
+Status LaunchReshapeKeys(const AntidiagonalSelectArgs& args, const int32_t* k_rows,
+                         int64_t key_rows, __nv_bfloat16* out, cudaStream_t stream) {
+  const int kv = static_cast<int>(args.k.dim(1)), d = static_cast<int>(args.k.dim(2));
+  const int64_t n = kv * key_rows * args.stride * d / 8;
+  auto launch = [&](auto tag) {
+    using KT = decltype(tag);
+    ReshapeKeysKernel<KT><<<GridFor(n), 256, 0, stream>>>(static_cast<const KT*>(args.k.data),
+                                                          k_rows, args.length, key_rows, kv, d,
+                                                          static_cast<int>(args.stride), out);
+  };
+  switch (args.k.dtype) {
+    case DType::kBF16: launch(__nv_bfloat16{}); break;
+    case DType::kF16: launch(__half{}); break;
+    case DType::kF32: launch(float{}); break;
+    default: launch(__nv_fp8_e4m3{}); break;
+  }
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
 }
 
-template <typename QT>
-Status DispatchK(DType k_dtype, const MassParams& p, int64_t n, size_t smem, cudaStream_t stream) {
-  switch (k_dtype) {
-    case DType::kBF16: return LaunchMass<QT, __nv_bfloat16>(p, n, smem, stream);
-    case DType::kF16: return LaunchMass<QT, __half>(p, n, smem, stream);
-    case DType::kF32: return LaunchMass<QT, float>(p, n, smem, stream);
-    default: return LaunchMass<QT, __nv_fp8_e4m3>(p, n, smem, stream);
+Status LaunchReshapeQueries(const AntidiagonalSelectArgs& args, const int32_t* q_rows,
+                            int64_t q_pos0, const int32_t* blocks, int64_t n_blocks, float scale,
+                            __nv_bfloat16* out, cudaStream_t stream) {
+  const int heads = static_cast<int>(args.q.dim(1)), d = static_cast<int>(args.q.dim(2));
+  const int64_t n = heads * n_blocks * args.block * d / 8;
+  auto launch = [&](auto tag) {
+    using QT = decltype(tag);
+    ReshapeQueriesKernel<QT><<<GridFor(n), 256, 0, stream>>>(
+        static_cast<const QT*>(args.q.data), q_rows, q_pos0, blocks, n_blocks, heads,
+        static_cast<int>(args.k.dim(1)), d, static_cast<int>(args.stride),
+        static_cast<int>(args.block), scale, out);
+  };
+  switch (args.q.dtype) {
+    case DType::kBF16: launch(__nv_bfloat16{}); break;
+    case DType::kF16: launch(__half{}); break;
+    default: launch(float{}); break;
   }
+  MP_CUDA_CHECK_LAUNCH();
+  return OkStatus();
 }
 
-Status DispatchMass(DType q_dtype, DType k_dtype, const MassParams& p, int64_t n, size_t smem,
-                    cudaStream_t stream) {
-  switch (q_dtype) {
-    case DType::kBF16: return DispatchK<__nv_bfloat16>(k_dtype, p, n, smem, stream);
-    case DType::kF16: return DispatchK<__half>(k_dtype, p, n, smem, stream);
-    default: return DispatchK<float>(k_dtype, p, n, smem, stream);
+// Slabs of the scored blocks: runs of consecutive blocks whose scores fit the budget (a gap
+// starts a new slab, so that no block computes keys far past its own).
+std::vector<std::pair<int64_t, int64_t>> Slabs(const std::vector<int32_t>& blocks,
+                                               int64_t bytes_per_block_row, int64_t R,
+                                               int64_t key_rows) {
+  std::vector<std::pair<int64_t, int64_t>> slabs;  // [begin, end) into blocks
+  const int64_t n = static_cast<int64_t>(blocks.size());
+  for (int64_t b = 0; b < n;) {
+    int64_t e = b + 1;
+    while (e < n && blocks[e] == blocks[e - 1] + 1) {
+      const int64_t cols = std::min(key_rows, (blocks[e] + int64_t{1}) * R);
+      if ((e - b + 1) * bytes_per_block_row * cols > kScoreBudgetBytes) break;
+      ++e;
+    }
+    slabs.push_back({b, e});
+    b = e;
   }
-}
-
-unsigned GridFor(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 4096));
+  return slabs;
 }
 
 }  // namespace
 
 Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
-                              SparseIndexCudaWorkspace& workspace, cudaStream_t stream) {
+                              SparseIndexCudaWorkspace& workspace, GemmCudaContext& gemm,
+                              cudaStream_t stream) {
   MP_RETURN_IF_ERROR(AntidiagonalSelectCheckArgs(args));
   const int64_t heads = args.q.dim(1), kv_heads = args.k.dim(1), d = args.q.dim(2);
-  const int64_t S = args.stride, B = args.block, R = B / S;
-  MP_REQUIRE(d % 8 == 0 && (S * d) % 32 == 0 && R <= 16,
+  const int64_t S = args.stride, B = args.block, R = B / S, SD = S * d, group = heads / kv_heads;
+  MP_REQUIRE(d % 8 == 0 && R <= 16 && (R & (R - 1)) == 0,
              "antidiagonal_select on CUDA needs head_dim % 8 == 0 (", d,
-             "), stride * head_dim % 32 == 0 (", S * d, ") and block / stride <= 16 (", R, ")");
+             ") and block / stride a power of two <= 16 (", R, ")");
   SparseIndexCudaWorkspace::Impl& ws = workspace.impl();
   MP_RETURN_IF_ERROR(BeginChecks(ws, ConstTensorView{}, args.k_runs, stream));
   MP_ASSIGN_OR_RETURN(const std::vector<int32_t> blocks, ScoredBlocks(args, stream));
@@ -405,50 +382,56 @@ Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
   PositionRowsKernel<<<GridFor(key_end), 256, 0, stream>>>(
       args.k_runs.as<const int64_t>(), args.k_runs.dim(0), 0, key_end, k_rows, true, ws.error);
   MP_CUDA_CHECK_LAUNCH();
-  // Shared memory: the chunk's query rows, the warps' partial statistics, the rows' flags.
-  const int pad = (S * d) % 64 == 0 ? 32 : 0;  // rows 64 bytes apart in banks: no conflicts
-  const size_t per_head = static_cast<size_t>(R * (S * d + pad)) * 2;
-  const int group = static_cast<int>(heads / kv_heads);
-  const int chunk_heads = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(group, static_cast<int64_t>(kSharedBudget / per_head)), 1,
-      kMaxChunkHeads));
-  MP_REQUIRE(per_head <= kSharedBudget, "antidiagonal_select on CUDA: block * head_dim = ", B * d,
-             " is too large for shared memory");
-  const size_t smem = chunk_heads * per_head + (kWarps + 1) * kMaxChunkHeads * 16 * 2 * 4 + 64;
-  MassParams p{args.q.data,
-               q_rows,
-               q_pos0,
-               args.k.data,
-               k_rows,
-               args.length,
-               static_cast<int>(heads),
-               static_cast<int>(kv_heads),
-               static_cast<int>(d),
-               group,
-               static_cast<int>(S),
-               static_cast<int>(B),
-               static_cast<int>(R),
-               chunk_heads,
-               static_cast<int>(S * d + pad),
-               args.scale / static_cast<float>(S) * kLog2e,
-               nullptr,
-               permille,
-               nullptr,
-               num_kb};
-  const int64_t slab =
-      std::max<int64_t>(1, kMassScratchFloats / std::max<int64_t>(1, kv_heads * num_kb));
-  const int64_t n_blocks = static_cast<int64_t>(blocks.size());
-  const int64_t slab_floats = std::min(slab, n_blocks) * kv_heads * num_kb;
-  MP_RETURN_IF_ERROR(ws.scores.Reserve(static_cast<size_t>(slab_floats) * 4, stream));
-  p.mass = static_cast<float*>(ws.scores.data());
-  for (int64_t i0 = 0; i0 < n_blocks; i0 += slab) {
-    const int64_t n = std::min(slab, n_blocks - i0);
-    p.blocks = dev_blocks + i0;
-    MP_CUDA_CHECK(cudaMemsetAsync(p.mass, 0, static_cast<size_t>(n * kv_heads * num_kb) * 4,
-                                  stream));
-    MP_RETURN_IF_ERROR(DispatchMass(args.q.dtype, args.k.dtype, p, n, smem, stream));
-    SelectParams sp{p.mass,
-                    p.blocks,
+  // The reshaped keys, then one slab's reshaped queries, scores and masses.
+  const int64_t key_rows = (key_end + S - 1) / S;
+  const auto slabs = Slabs(blocks, heads * R * 4, R, key_rows);
+  int64_t most = 1, most_scores = 1;
+  for (const auto& [b, e] : slabs) {
+    most = std::max(most, e - b);
+    most_scores = std::max(most_scores, (e - b) * heads * R *
+                                            std::min(key_rows, (blocks[e - 1] + int64_t{1}) * R));
+  }
+  const int64_t k_elems = kv_heads * key_rows * SD, q_elems = most * heads * R * SD;
+  MP_RETURN_IF_ERROR(ws.reshaped.Reserve(static_cast<size_t>(k_elems + q_elems) * 2, stream));
+  auto* k_r = static_cast<__nv_bfloat16*>(ws.reshaped.data());
+  __nv_bfloat16* q_r = k_r + k_elems;
+  const size_t mass_bytes = static_cast<size_t>(most * kv_heads * num_kb) * 4;
+  MP_RETURN_IF_ERROR(ws.scores.Reserve(static_cast<size_t>(most_scores) * 4 + mass_bytes, stream));
+  auto* scores = static_cast<float*>(ws.scores.data());
+  float* mass = scores + most_scores;
+  MP_RETURN_IF_ERROR(LaunchReshapeKeys(args, k_rows, key_rows, k_r, stream));
+  const float scale = args.scale / static_cast<float>(S) * kLog2e;
+  const size_t mass_smem = static_cast<size_t>(num_kb) * 4;
+  MP_REQUIRE(mass_smem <= 200 * 1024, "antidiagonal_select on CUDA: ", num_kb,
+             " key blocks are more than shared memory holds (at most 51200)");
+  MP_CUDA_CHECK(cudaFuncSetAttribute(MassKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(mass_smem)));
+  for (const auto& [b, e] : slabs) {
+    const int64_t n = e - b, cols = std::min(key_rows, (blocks[e - 1] + int64_t{1}) * R);
+    MP_RETURN_IF_ERROR(
+        LaunchReshapeQueries(args, q_rows, q_pos0, dev_blocks + b, n, scale, q_r, stream));
+    const int64_t m = group * n * R;  // a KV head's rows: [group, n, R]
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      if (args.permille[g] == 0) continue;
+      GemmArgs ga;
+      ga.a = {q_r + g * m * SD, DType::kBF16, Shape{m, SD}};
+      ga.b = {k_r + g * key_rows * SD, DType::kBF16, Shape{cols, SD}};
+      ga.out = {scores + g * m * cols, DType::kF32, Shape{m, cols}};
+      MP_RETURN_IF_ERROR(GemmCuda(ga, gemm, stream));
+    }
+    MassParams mp{scores,          cols,     q_rows,
+                  q_pos0,          dev_blocks + b,
+                  n,               key_rows, num_kb,
+                  static_cast<int>(kv_heads), static_cast<int>(group),
+                  static_cast<int>(S),        static_cast<int>(B),
+                  permille,        mass};
+    MP_CUDA_CHECK(cudaMemsetAsync(mass, 0, static_cast<size_t>(n * kv_heads * num_kb) * 4, stream));
+    MassKernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
+                      static_cast<unsigned>((group * R + kWarps - 1) / kWarps)),
+                 kThreads, mass_smem, stream>>>(mp);
+    MP_CUDA_CHECK_LAUNCH();
+    SelectParams sp{mass,
+                    dev_blocks + b,
                     permille,
                     kv_heads,
                     num_kb,

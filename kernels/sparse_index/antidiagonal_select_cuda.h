@@ -5,26 +5,31 @@
 #include <cuda_runtime.h>
 
 #include "common/status.h"
+#include "kernels/layer/gemm_cuda.h"
 #include "kernels/sparse_index/antidiagonal_select.h"
 #include "kernels/sparse_index/sparse_index_cuda.h"
 
 namespace millipede {
 
 // AntidiagonalSelectRef with the tensors in device memory (permille stays a host array). Needs
-// head_dim % 8 == 0, stride * head_dim % 32 == 0 and block / stride <= 16.
+// head_dim % 8 == 0 and block / stride a power of two <= 16.
 //
-// How: one thread block per KV head and scored query block holds the reshaped query rows of up
-// to four of the head's query heads in shared memory (bf16) and streams the reshaped key rows
-// through tensor-core MMAs (m16n8k16, bf16 in, fp32 out; keys of any KV dtype rounded to bf16),
-// twice: the rows' softmax maxima and sums, then each key block's mass added into a row of
-// scratch. A second kernel turns each row into its kept bitmap, the threshold found by bisection
-// over the fixed-point masses (AntidiagonalKeep's rule, so equal masses give equal blocks).
-// Masses therefore differ from the reference's by bf16 rounding of q and k (about 1e-3
-// relative), and blocks at the threshold's edge may differ with them. Query blocks run in slabs
-// whose masses fit 256 MiB of scratch. Cost: 2 * kv_heads * group * sum over scored blocks of
-// R * (R * qb + R) / 2 * stride * head_dim multiply-adds, and as many reads of k from L2.
-// Waits for `stream` before returning (broken inputs are InvalidArgument errors).
+// How (XAttention's own plan, with cuBLASLt for the products): the keys are laid out once as
+// reshaped rows [kv_heads, key rows, stride * head_dim] in bf16; then per slab of scored query
+// blocks (consecutive blocks whose fp32 scores fit 1 GiB) the reshaped query rows of every head
+// [kv_heads, group, blocks, R, stride * head_dim] (bf16, times scale / stride * log2(e)), one GEMM
+// per KV head against its reshaped keys up to the slab's last row (GemmCuda: fp32 scores), one
+// thread block per (query block, KV head) that reads each row's scores twice (its softmax maximum
+// and sum, then each key block's share, added in shared memory), and one per (query block, KV
+// head) that turns the masses into the kept bitmap, the threshold found by bisection over the
+// fixed-point masses (AntidiagonalKeep's rule, so equal masses give equal blocks). Masses differ
+// from the reference's by bf16 rounding of the scaled q and of k (about 1e-3 relative), and blocks
+// at the threshold's edge may differ with them. Cost: the products (kv_heads * group * rows *
+// key rows * stride * head_dim multiply-adds, the causal triangle plus one slab's width), and
+// three passes over the fp32 scores. Waits for `stream` before returning (broken inputs are
+// InvalidArgument errors).
 Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
-                              SparseIndexCudaWorkspace& workspace, cudaStream_t stream);
+                              SparseIndexCudaWorkspace& workspace, GemmCudaContext& gemm,
+                              cudaStream_t stream);
 
 }  // namespace millipede

@@ -170,6 +170,7 @@ struct SparseIndexCudaWorkspace::Impl {
   cuda_util::DeviceScratch scores;                     // block-sparse scores (or keys)
   cuda_util::DeviceScratch kept;                       // block-sparse kept-block bitmaps
   cuda_util::DeviceScratch positions;                  // position-to-row tables
+  cuda_util::DeviceScratch reshaped;                   // antidiagonal: reshaped keys, queries
   // The arguments of the last call if it was a count pass that succeeded, else empty: what that
   // pass left in the scratch above and in its offsets is then still there for its fill pass.
   sparse_index_cuda::CallFingerprint count_pass;

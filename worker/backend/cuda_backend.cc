@@ -262,7 +262,7 @@ class CudaBackend final : public Backend {
     return BlockSparseIndexCuda(args, *sparse_index_, stream_);
   }
   Status AntidiagonalSelect(const AntidiagonalSelectArgs& args) override {
-    return AntidiagonalSelectCuda(args, *sparse_index_, stream_);
+    return AntidiagonalSelectCuda(args, *sparse_index_, *gemm_, stream_);
   }
   Status BlockMaskIndex(const BlockMaskIndexArgs& args) override {
     return BlockMaskIndexCuda(args, *sparse_index_, stream_);

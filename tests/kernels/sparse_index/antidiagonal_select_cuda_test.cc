@@ -94,18 +94,21 @@ TEST_P(AntidiagonalSelectCudaTest, MassesWithinRoundingAndTheKeepRuleExactly) {
   HostTensor ref_kept(DType::kI32, in.kept.shape()), ref_mass(DType::kF32, in.mass.shape());
   std::memcpy(ref_kept.view().data, in.kept.view().data, in.kept.NumBytes());
   std::memcpy(ref_mass.view().data, in.mass.view().data, in.mass.NumBytes());
-  const Status ref = AntidiagonalSelectRef(ArgsOver(c, in, in.q.view(), in.k.view(),
-                                                    in.q_runs.view(), in.k_runs.view(),
+  const Status ref = AntidiagonalSelectRef(ArgsOver(c, in, testing::CView(in.q), testing::CView(in.k),
+                                                    testing::CView(in.q_runs),
+                                                    testing::CView(in.k_runs),
                                                     ref_kept.view(), ref_mass.view()));
   ASSERT_TRUE(ref.ok()) << ref.ToString();
   DeviceTensor q(in.q), k(in.k), q_runs(in.q_runs), k_runs(in.k_runs), kept(in.kept),
       mass(in.mass);
   auto workspace = SparseIndexCudaWorkspace::Create();
   ASSERT_TRUE(workspace.ok());
+  auto gemm = GemmCudaContext::Create();
+  ASSERT_TRUE(gemm.ok());
   const Status s = AntidiagonalSelectCuda(
       ArgsOver(c, in, q.cview(), k.cview(), q_runs.cview(), k_runs.cview(), kept.view(),
                mass.view()),
-      **workspace, nullptr);
+      **workspace, **gemm, nullptr);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const HostTensor got_kept = kept.Read(), got_mass = mass.Read();
   const int64_t n_qb = in.kept.shape()[1], words = in.kept.shape()[2];
@@ -162,10 +165,12 @@ TEST(AntidiagonalSelectCudaErrors, AsOnTheCpu) {
   DeviceTensor q(in.q), k(in.k), q_runs(in.q_runs), k_runs(in.k_runs), kept(in.kept);
   auto workspace = SparseIndexCudaWorkspace::Create();
   ASSERT_TRUE(workspace.ok());
+  auto gemm = GemmCudaContext::Create();
+  ASSERT_TRUE(gemm.ok());
   in.permille = {900};
   Status s = AntidiagonalSelectCuda(ArgsOver(c, in, q.cview(), k.cview(), q_runs.cview(),
                                              k_runs.cview(), kept.view(), {}),
-                                    **workspace, nullptr);
+                                    **workspace, **gemm, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("is not in k"), std::string::npos) << s.message();
   c.stride = 8;
@@ -175,9 +180,9 @@ TEST(AntidiagonalSelectCudaErrors, AsOnTheCpu) {
   DeviceTensor wide_kept(wide.kept);
   s = AntidiagonalSelectCuda(ArgsOver(c, wide, q.cview(), k.cview(), q_runs.cview(),
                                       k_runs.cview(), wide_kept.view(), {}),
-                             **workspace, nullptr);
+                             **workspace, **gemm, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("block / stride <= 16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("a power of two <= 16"), std::string::npos) << s.message();
 }
 
 }  // namespace
