@@ -99,7 +99,7 @@ struct BlockSparseParams {
 // that hold mass_permille / 1000 of its attention mass (with the first and diagonal blocks).
 struct AntidiagonalParams {
   int64_t block = 128;          // positions per block: 64 or 128
-  int64_t stride = 8;           // anti-diagonal stride: divides block, block / stride <= 16
+  int64_t stride = 8;           // anti-diagonal stride: block / stride is 1, 2, 4, 8 or 16
   int64_t mass_permille = 900;  // the mass threshold in thousandths, 1..1000 (1000: every block)
   bool operator==(const AntidiagonalParams&) const = default;
 };

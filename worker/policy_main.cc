@@ -1,11 +1,13 @@
-// millipede-policy: attention policies from MInference's and DuoAttention's published files, a
-// search for one on a reference prompt (MInference's Algorithm 1, worker/policy_search.h), and a
+// millipede-policy: attention policies from MInference's and DuoAttention's published files and
+// XAttention's settings, a search for one on a reference prompt (MInference's Algorithm 1, worker/policy_search.h), and a
 // summary of any policy.
 //
 //   millipede-policy import-minference CONFIG.json --model MODEL --out POLICY.json
 //       [--dense-below N] [--starting-layer L]
 //   millipede-policy import-duo GATES.tsv --model MODEL (--threshold T | --sparsity Q)
 //       [--sink N --recent N] [--dense-below N] --out POLICY.json
+//   millipede-policy import-xattention --model MODEL [--threshold T] [--stride S]
+//       [--block-size B] [--starting-layer L] [--dense-below N] --out POLICY.json
 //   millipede-policy search --model MODEL (--prompt-file F | --prompt-ids F) --out POLICY.json
 //       [--budget D] [--sink N] [--dense-below N] [--backend B] [--kv-dtype D]
 //   millipede-policy show POLICY.json --model MODEL [--length N]
@@ -27,6 +29,7 @@
 #include "policy/minference_import.h"
 #include "policy/policy_summary.h"
 #include "policy/policy_writer.h"
+#include "policy/xattention_import.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/engine_flags.h"
 #include "worker/policy_search.h"
@@ -44,11 +47,16 @@ constexpr char kUsage[] =
     "      [--sink N --recent N] [--dense-below N] --out POLICY.json\n"
     "    DuoAttention's full_attention_heads.tsv -> retrieval heads (dense, full) and streaming\n"
     "    heads (a-shape, streaming-head); sink and recent default to the config.json beside it\n"
+    "  millipede-policy import-xattention --model MODEL [--threshold T] [--stride S]\n"
+    "      [--block-size B] [--starting-layer L] [--dense-below N] --out POLICY.json\n"
+    "    XAttention's settings (threshold 0.9, stride 8, block_size 128 by default) -> the\n"
+    "    antidiagonal pattern on every KV head of layers L and later\n"
     "  millipede-policy search --model MODEL (--prompt-file F | --prompt-ids F) --out POLICY.json\n"
     "      [--budget D] [--sink N] [--dense-below N] [--backend cpu|cuda] [--kv-dtype D]\n"
     "      [--prefill-chunk N] [--attention-chunk N]\n"
-    "    MInference's pattern search: per layer and KV head, a-shape, block-sparse and two\n"
-    "    vertical-slash mixes, each at D (default 0.1) of the causal pairs of the prompt, run on\n"
+    "    MInference's pattern search: per layer and KV head, a-shape, block-sparse, two\n"
+    "    vertical-slash mixes and antidiagonal, each at D (default 0.1) of the causal pairs of\n"
+    "    the prompt, run on\n"
     "    the prompt (text through the model's tokenizer, or token ids); each head keeps the\n"
     "    one whose attention output is closest to dense attention's\n"
     "  millipede-policy show POLICY.json --model MODEL [--length N]\n"
@@ -188,6 +196,36 @@ std::optional<Failure> ImportDuo(const Flags& flags) {
   return Input(WriteAndCheck(*imported, *model, *out));
 }
 
+std::optional<Failure> ImportXAttentionSettings(const Flags& flags) {
+  Status known = flags.CheckKnown(
+      {"model", "out", "threshold", "stride", "block-size", "starting-layer", "dense-below"});
+  if (!known.ok()) return Usage(known);
+  if (flags.positional().size() != 1)
+    return Usage(InvalidArgumentError("import-xattention takes no arguments besides its flags"));
+  StatusOr<std::string> out = flags.GetRequired("out");
+  if (!out.ok()) return Usage(out.status());
+  if (!flags.Has("model")) return Usage(InvalidArgumentError("missing required flag --model"));
+  XAttentionImportOptions options;
+  StatusOr<double> threshold = flags.GetDouble("threshold", options.threshold);
+  StatusOr<int64_t> stride = flags.GetInt("stride", options.stride);
+  StatusOr<int64_t> block = flags.GetInt("block-size", options.block);
+  StatusOr<int64_t> starting_layer = flags.GetInt("starting-layer", 0);
+  StatusOr<int64_t> dense_below = flags.GetInt("dense-below", 0);
+  for (const Status& s : {threshold.status(), stride.status(), block.status(),
+                          starting_layer.status(), dense_below.status()})
+    if (!s.ok()) return Input(s);
+  options.threshold = *threshold;
+  options.stride = *stride;
+  options.block = *block;
+  options.starting_layer = *starting_layer;
+  options.dense_below_tokens = *dense_below;
+  StatusOr<ModelConfig> model = LoadModel(flags);
+  if (!model.ok()) return Input(model.status());
+  StatusOr<PolicyImport> imported = ImportXAttention(*model, options);
+  if (!imported.ok()) return Input(imported.status());
+  return Input(WriteAndCheck(*imported, *model, *out));
+}
+
 // The reference prompt: text through the model's tokenizer (its BOS first, as the engine's
 // tools add it), or whitespace-separated ids.
 StatusOr<std::vector<int32_t>> SearchPrompt(const Flags& flags, const std::string& model_path) {
@@ -270,13 +308,15 @@ int Run(int argc, char** argv) {
     failure = ImportMInference(*flags);
   } else if (command == "import-duo") {
     failure = ImportDuo(*flags);
+  } else if (command == "import-xattention") {
+    failure = ImportXAttentionSettings(*flags);
   } else if (command == "search") {
     failure = Search(*flags);
   } else if (command == "show") {
     failure = Show(*flags);
   } else {
     failure = Usage(InvalidArgumentError("unknown command \"" + command +
-                                         "\" (import-minference, import-duo, search, show)"));
+                                         "\" (import-minference, import-duo, import-xattention, search, show)"));
   }
   if (!failure) return 0;
   std::cerr << "millipede-policy: " << failure->status.message() << "\n";

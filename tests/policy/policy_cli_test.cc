@@ -146,6 +146,42 @@ TEST_F(PolicyCliTest, ImportsMInferenceShowsAndLoads) {
   EXPECT_HAS(at_4096.output, "A1 B1");
 }
 
+TEST_F(PolicyCliTest, ImportsXAttentionSettings) {
+  RunResult r = Run("import-xattention --model model --out x.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "wrote x.json: prefill antidiagonal 4");
+  AttentionPolicy p = Load("x.json");
+  ASSERT_EQ(p.layers.size(), 2u);
+  for (const LayerPolicy& layer : p.layers)
+    for (const HeadPrefillPolicy& h : layer.prefill) {
+      EXPECT_EQ(h.pattern, PrefillPattern::kAntidiagonal);
+      EXPECT_EQ(h.antidiagonal, (AntidiagonalParams{128, 8, 900}));
+    }
+  r = Run("import-xattention --model model --threshold 0.95 --stride 16 --block-size 64 "
+          "--starting-layer 1 --dense-below 2048 --out y.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  p = Load("y.json");
+  EXPECT_EQ(p.dense_below_tokens, 2048);
+  EXPECT_EQ(p.layers[0].prefill[0].pattern, PrefillPattern::kDense);
+  EXPECT_EQ(p.layers[1].prefill[1].antidiagonal, (AntidiagonalParams{64, 16, 950}));
+  const RunResult show = Run("show y.json --model model --length 512");
+  ASSERT_EQ(show.exit_code, 0) << show.output;
+  EXPECT_HAS(show.output, "X1");
+  r = Run("import-xattention --model model --threshold 0.9004 --out z.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "rounded to 900 per mille");
+  ExpectBadInput("import-xattention --model model --threshold 1.5 --out x.json",
+                 "threshold 1.5 must lie in (0, 1]");
+  ExpectBadInput("import-xattention --model model --stride 3 --out x.json",
+                 "stride 3 must divide block_size 128");
+  ExpectBadInput("import-xattention --model model --stride 4 --out x.json",
+                 "into a power of two of at most 16 rows");
+  ExpectBadInput("import-xattention --model model --block-size 96 --out x.json",
+                 "block_size 96 must divide or be a multiple of 64");
+  ExpectBadInput("import-xattention --model model --starting-layer 3 --out x.json",
+                 "starting layer 3 outside the model's [0, 2]");
+}
+
 TEST_F(PolicyCliTest, ImportsDuoAttentionByThresholdAndSparsity) {
   RunResult r =
       Run("import-duo duo/full_attention_heads.tsv --model model --threshold 0.5 "

@@ -61,8 +61,8 @@ std::vector<bool> HostTierLayers(const SequenceOptions& o) {
 // (F32); one chunk's index lists, estimated at twice 16 bytes per 64-row tile and KV head for
 // each `vertical` column and one range per 64 slash diagonals, or each of `top_blocks` key
 // blocks, or every block for antidiagonal heads (the estimate is not a bound); the antidiagonal
-// plan's kept bitmaps and, with several ranks, every key gathered (twice: fetched, then in one
-// buffer) and the queries of shared blocks; one chunk's partial (o, lse); and with ring heads
+// plan's kept bitmaps, its GPU selection's reshaped keys and scores, and with several ranks every
+// key gathered (twice: fetched, then in one buffer) and the queries of shared blocks; one chunk's partial (o, lse); and with ring heads
 // (dense, A-shape) beside the sparse ones, their queries, output and K/V packed apart.
 int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const SequenceOptions& o,
                          const LayerPolicy& layer, int64_t attention_rows) {
@@ -99,6 +99,8 @@ int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const Seque
   if (ad_block > 0) {
     const int64_t blocks = (positions + ad_block - 1) / ad_block;
     bytes += kv_heads * blocks * (blocks / 32 + 1) * 4;  // the kept bitmaps
+    // The GPU's selection: every key reshaped in bf16, and one slab of fp32 scores (1 GiB).
+    bytes += positions * kv_heads * d * 2 + (int64_t{1} << 30);
     if (o.ranks > 1)  // every key fetched and gathered; the shared blocks' queries
       bytes += 2 * positions * kv_heads * d * kv_elem + 4 * o.ranks * ad_block * heads * d * 4;
   }

@@ -31,10 +31,11 @@ class AntidiagonalVariant final : public PrefillPatternVariant {
         return InvalidArgumentError("antidiagonal block " + std::to_string(p.block) + where +
                                     " must divide or be a multiple of " +
                                     std::to_string(kSparseTileRows));
-      if (p.block % p.stride != 0 || p.block / p.stride > 16)
+      const int64_t rows = p.block / p.stride;  // reshaped rows per block
+      if (p.block % p.stride != 0 || rows > 16 || (rows & (rows - 1)) != 0)
         return InvalidArgumentError("antidiagonal stride " + std::to_string(p.stride) + where +
                                     " must divide block " + std::to_string(p.block) +
-                                    " at most 16 times");
+                                    " into a power of two of at most 16 rows");
       if (p.mass_permille > 1000)
         return InvalidArgumentError("antidiagonal mass_permille " +
                                     std::to_string(p.mass_permille) + where +
