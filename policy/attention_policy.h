@@ -30,10 +30,10 @@
 // In a layer entry (and "default"):
 //  - "prefill": a pattern for every KV head, or a list with one per KV head;
 //  - "decode": a role for every KV head, or a list with one per KV head;
-//  - "a_shape", "vertical_slash", "block_sparse", "antidiagonal": one object for every KV head of the layer, or a
-//    list with one per KV head where null keeps the head's parameters as they were. An object
-//    names only the fields it changes. In a list, an object for a head whose pattern does not
-//    use it is an error (it would be ignored).
+//  - "a_shape", "vertical_slash", "block_sparse", "antidiagonal": one object for every KV head
+//    of the layer, or a list with one per KV head where null keeps the head's parameters as they
+//    were. An object names only the fields it changes. In a list, an object for a head whose
+//    pattern does not use it is an error (it would be ignored).
 // Parameters are inherited top-level -> "default" -> the layer entry; a listed layer starts from
 // "default" and changes what its entry names.
 // Pattern names: dense, a-shape (alias streaming), vertical-slash, block-sparse, antidiagonal
@@ -71,8 +71,8 @@ inline constexpr int kNumPrefillPatterns = 5;
 inline constexpr int kNumDecodeRoles = 5;
 
 const char* PrefillPatternName(PrefillPattern p);  // "dense", "a-shape", ...
-// Vertical-slash, block-sparse and antidiagonal: patterns whose index is built from the prompt at run time
-// (policy/pattern_table.h says which).
+// Vertical-slash, block-sparse and antidiagonal: patterns whose index is built from the prompt at
+// run time (policy/pattern_table.h says which).
 bool IsDynamicSparse(PrefillPattern p);
 const char* DecodeRoleName(DecodeRole r);          // "full", "filter", ...
 StatusOr<PrefillPattern> ParsePrefillPattern(std::string_view name);

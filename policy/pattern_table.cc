@@ -49,8 +49,7 @@ const std::vector<PrefillPatternFacts>& Patterns() {
        .params_key = "antidiagonal",
        .params = {Param<H, &H::antidiagonal, &AntidiagonalParams::block>("block"),
                   Param<H, &H::antidiagonal, &AntidiagonalParams::stride>("stride"),
-                  Param<H, &H::antidiagonal, &AntidiagonalParams::mass_permille>(
-                      "mass_permille")}},
+                  Param<H, &H::antidiagonal, &AntidiagonalParams::mass_permille>("mass_permille")}},
   };
   return *table;
 }

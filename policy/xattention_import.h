@@ -18,9 +18,9 @@
 namespace millipede {
 
 struct XAttentionImportOptions {
-  int64_t block = 128;       // divides or is a multiple of 64
-  int64_t stride = 8;        // block / stride is a power of two, at most 16
-  double threshold = 0.9;    // in (0, 1]
+  int64_t block = 128;     // divides or is a multiple of 64
+  int64_t stride = 8;      // block / stride is a power of two, at most 16
+  double threshold = 0.9;  // in (0, 1]
   int64_t starting_layer = 0;
   int64_t dense_below_tokens = 0;
 };

@@ -1,6 +1,6 @@
 // millipede-policy: attention policies from MInference's and DuoAttention's published files and
-// XAttention's settings, a search for one on a reference prompt (MInference's Algorithm 1, worker/policy_search.h), and a
-// summary of any policy.
+// XAttention's settings, a search for one on a reference prompt (MInference's Algorithm 1,
+// worker/policy_search.h), and a summary of any policy.
 //
 //   millipede-policy import-minference CONFIG.json --model MODEL --out POLICY.json
 //       [--dense-below N] [--starting-layer L]
@@ -12,8 +12,8 @@
 //       [--budget D] [--sink N] [--dense-below N] [--backend B] [--kv-dtype D]
 //   millipede-policy show POLICY.json --model MODEL [--length N]
 //
-// MODEL is a Hugging Face model folder or a GGUF file (its config gives the layers and heads the files must
-// match). Exit status: 0 on success, 1 on a bad file or value, 2 on bad usage.
+// MODEL is a Hugging Face model folder or a GGUF file (its config gives the layers and heads the
+// files must match). Exit status: 0 on success, 1 on a bad file or value, 2 on bad usage.
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -315,8 +315,9 @@ int Run(int argc, char** argv) {
   } else if (command == "show") {
     failure = Show(*flags);
   } else {
-    failure = Usage(InvalidArgumentError("unknown command \"" + command +
-                                         "\" (import-minference, import-duo, import-xattention, search, show)"));
+    failure = Usage(InvalidArgumentError(
+        "unknown command \"" + command +
+        "\" (import-minference, import-duo, import-xattention, search, show)"));
   }
   if (!failure) return 0;
   std::cerr << "millipede-policy: " << failure->status.message() << "\n";

@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(kThreads) MassKernel(MassParams p) {
     for (int o = 16; o > 0; o /= 2) {
       const float m2 = __shfl_xor_sync(kFullMask, m, o), l2 = __shfl_xor_sync(kFullMask, l, o);
       const float mm = fmaxf(m, m2);
-      l = (m == -INFINITY ? 0.0f : l * exp2f(m - mm)) + (m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - mm));
+      l = (m == -INFINITY ? 0.0f : l * exp2f(m - mm)) +
+          (m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - mm));
       m = mm;
     }
     const float inv_l = inv / l;
@@ -263,8 +264,8 @@ StatusOr<std::vector<int32_t>> ScoredBlocks(const AntidiagonalSelectArgs& args,
     if (runs[i + 1] <= runs[i]) continue;
     MP_REQUIRE(runs[i + 2] + runs[i + 1] - runs[i] <= args.q.dim(0), "antidiagonal_select: q run ",
                i / 3, " reaches past q's ", args.q.dim(0), " rows");
-    MP_REQUIRE(runs[i + 1] <= args.length, "antidiagonal_select: query position ",
-               runs[i + 1] - 1, " is not before length ", args.length);
+    MP_REQUIRE(runs[i + 1] <= args.length, "antidiagonal_select: query position ", runs[i + 1] - 1,
+               " is not before length ", args.length);
     for (int64_t qb = runs[i] / args.block; qb <= (runs[i + 1] - 1) / args.block; ++qb) {
       MP_REQUIRE(qb >= args.qb_begin && qb < args.qb_begin + n_qb,
                  "antidiagonal_select: query block ", qb, " is outside the bitmaps' blocks [",
@@ -292,10 +293,18 @@ Status LaunchReshapeKeys(const AntidiagonalSelectArgs& args, const int32_t* k_ro
                                                           static_cast<int>(args.stride), out);
   };
   switch (args.k.dtype) {
-    case DType::kBF16: launch(__nv_bfloat16{}); break;
-    case DType::kF16: launch(__half{}); break;
-    case DType::kF32: launch(float{}); break;
-    default: launch(__nv_fp8_e4m3{}); break;
+    case DType::kBF16:
+      launch(__nv_bfloat16{});
+      break;
+    case DType::kF16:
+      launch(__half{});
+      break;
+    case DType::kF32:
+      launch(float{});
+      break;
+    default:
+      launch(__nv_fp8_e4m3{});
+      break;
   }
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
@@ -314,9 +323,15 @@ Status LaunchReshapeQueries(const AntidiagonalSelectArgs& args, const int32_t* q
         static_cast<int>(args.block), scale, out);
   };
   switch (args.q.dtype) {
-    case DType::kBF16: launch(__nv_bfloat16{}); break;
-    case DType::kF16: launch(__half{}); break;
-    default: launch(float{}); break;
+    case DType::kBF16:
+      launch(__nv_bfloat16{});
+      break;
+    case DType::kF16:
+      launch(__half{});
+      break;
+    default:
+      launch(float{});
+      break;
   }
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
@@ -365,8 +380,8 @@ Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
   MP_RETURN_IF_ERROR(ws.heads.Reserve(head_bytes + blocks.size() * 4, stream));
   auto* permille = static_cast<int64_t*>(ws.heads.data());
   auto* dev_blocks = reinterpret_cast<int32_t*>(static_cast<char*>(ws.heads.data()) + head_bytes);
-  MP_CUDA_CHECK(cudaMemcpyAsync(permille, args.permille, head_bytes, cudaMemcpyHostToDevice,
-                                stream));
+  MP_CUDA_CHECK(
+      cudaMemcpyAsync(permille, args.permille, head_bytes, cudaMemcpyHostToDevice, stream));
   MP_CUDA_CHECK(cudaMemcpyAsync(dev_blocks, blocks.data(), blocks.size() * 4,
                                 cudaMemcpyHostToDevice, stream));
   // Position tables: q over the scored blocks' positions, k over [0, key_end) (all held).
@@ -375,9 +390,8 @@ Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
   MP_RETURN_IF_ERROR(ws.positions.Reserve(static_cast<size_t>(q_n + key_end) * 4, stream));
   auto* q_rows = static_cast<int32_t*>(ws.positions.data());
   int32_t* k_rows = q_rows + q_n;
-  PositionRowsKernel<<<GridFor(q_n), 256, 0, stream>>>(args.q_runs.as<const int64_t>(),
-                                                       args.q_runs.dim(0), q_pos0, q_n, q_rows,
-                                                       false, ws.error);
+  PositionRowsKernel<<<GridFor(q_n), 256, 0, stream>>>(
+      args.q_runs.as<const int64_t>(), args.q_runs.dim(0), q_pos0, q_n, q_rows, false, ws.error);
   MP_CUDA_CHECK_LAUNCH();
   PositionRowsKernel<<<GridFor(key_end), 256, 0, stream>>>(
       args.k_runs.as<const int64_t>(), args.k_runs.dim(0), 0, key_end, k_rows, true, ws.error);
@@ -388,8 +402,8 @@ Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
   int64_t most = 1, most_scores = 1;
   for (const auto& [b, e] : slabs) {
     most = std::max(most, e - b);
-    most_scores = std::max(most_scores, (e - b) * heads * R *
-                                            std::min(key_rows, (blocks[e - 1] + int64_t{1}) * R));
+    most_scores = std::max(
+        most_scores, (e - b) * heads * R * std::min(key_rows, (blocks[e - 1] + int64_t{1}) * R));
   }
   const int64_t k_elems = kv_heads * key_rows * SD, q_elems = most * heads * R * SD;
   MP_RETURN_IF_ERROR(ws.reshaped.Reserve(static_cast<size_t>(k_elems + q_elems) * 2, stream));
@@ -419,12 +433,20 @@ Status AntidiagonalSelectCuda(const AntidiagonalSelectArgs& args,
       ga.out = {scores + g * m * cols, DType::kF32, Shape{m, cols}};
       MP_RETURN_IF_ERROR(GemmCuda(ga, gemm, stream));
     }
-    MassParams mp{scores,          cols,     q_rows,
-                  q_pos0,          dev_blocks + b,
-                  n,               key_rows, num_kb,
-                  static_cast<int>(kv_heads), static_cast<int>(group),
-                  static_cast<int>(S),        static_cast<int>(B),
-                  permille,        mass};
+    MassParams mp{scores,
+                  cols,
+                  q_rows,
+                  q_pos0,
+                  dev_blocks + b,
+                  n,
+                  key_rows,
+                  num_kb,
+                  static_cast<int>(kv_heads),
+                  static_cast<int>(group),
+                  static_cast<int>(S),
+                  static_cast<int>(B),
+                  permille,
+                  mass};
     MP_CUDA_CHECK(cudaMemsetAsync(mass, 0, static_cast<size_t>(n * kv_heads * num_kb) * 4, stream));
     MassKernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(kv_heads),
                       static_cast<unsigned>((group * R + kWarps - 1) / kWarps)),

@@ -82,8 +82,7 @@ Status CheckQueries(const Problem& p, std::vector<int64_t>* blocks) {
                " is not before length ", a.length);
     for (int64_t qb = r[3 * i] / a.block; qb <= (r[3 * i + 1] - 1) / a.block; ++qb) {
       MP_REQUIRE(qb >= a.qb_begin && qb < a.qb_begin + n_qb, "antidiagonal_select: query block ",
-                 qb, " is outside the bitmaps' blocks [", a.qb_begin, ", ", a.qb_begin + n_qb,
-                 ")");
+                 qb, " is outside the bitmaps' blocks [", a.qb_begin, ", ", a.qb_begin + n_qb, ")");
       blocks->push_back(qb);
     }
   }
@@ -98,7 +97,8 @@ Status AntidiagonalSelectCheckArgs(const AntidiagonalSelectArgs& args) {
   MP_REQUIRE(args.q.rank() == 3 && args.k.rank() == 3, "antidiagonal_select: q and k have rank ",
              args.q.rank(), " and ", args.k.rank(), ", expected 3");
   MP_REQUIRE(IsFloatDType(args.q.dtype) && args.q.dtype != DType::kF64,
-             "antidiagonal_select q: dtype ", DTypeName(args.q.dtype), ", expected F32, BF16 or F16");
+             "antidiagonal_select q: dtype ", DTypeName(args.q.dtype),
+             ", expected F32, BF16 or F16");
   MP_REQUIRE(IsKvDType(args.k.dtype), "antidiagonal_select k: dtype ", DTypeName(args.k.dtype),
              ", expected F32, BF16, F16 or F8_E4M3");
   MP_RETURN_IF_ERROR(CheckTensor(args.q, "antidiagonal_select q", args.q.dtype, args.q.shape));
@@ -127,8 +127,8 @@ Status AntidiagonalSelectCheckArgs(const AntidiagonalSelectArgs& args) {
                                    Shape{kv_heads, n_qb, num_kb}));
   MP_REQUIRE(args.permille != nullptr, "antidiagonal_select: permille is missing");
   for (int64_t g = 0; g < kv_heads; ++g)
-    MP_REQUIRE(args.permille[g] >= 0, "antidiagonal_select: permille[", g, "] = ",
-               args.permille[g], " is negative");
+    MP_REQUIRE(args.permille[g] >= 0, "antidiagonal_select: permille[", g, "] = ", args.permille[g],
+               " is negative");
   return OkStatus();
 }
 

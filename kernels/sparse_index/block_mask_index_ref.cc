@@ -58,8 +58,7 @@ Status BlockMaskIndexCheckArgs(const BlockMaskIndexArgs& args) {
   MP_REQUIRE(args.qb_begin >= 0, "block_mask_index: qb_begin = ", args.qb_begin, " is negative");
   MP_REQUIRE(args.kept.rank() == 3, "block_mask_index kept: rank ", args.kept.rank(),
              ", expected 3");
-  MP_RETURN_IF_ERROR(
-      CheckTensor(args.kept, "block_mask_index kept", DType::kI32, args.kept.shape));
+  MP_RETURN_IF_ERROR(CheckTensor(args.kept, "block_mask_index kept", DType::kI32, args.kept.shape));
   const int64_t num_kv_heads = args.kept.dim(0), n_qb = args.kept.dim(1);
   MP_REQUIRE(n_qb == 0 || (args.qb_begin + n_qb - 1) / 32 < args.kept.dim(2),
              "block_mask_index: query block ", args.qb_begin + n_qb - 1, " needs ",

@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) RangesKernel(RangeParams p) {
     const int64_t rows = p.tiles[3 * t + 1] - p.tiles[3 * t], pos = p.tiles[3 * t + 2];
     const int64_t qb = pos >= 0 ? pos / p.block : -1;
     int64_t count = 0;
-    if (p.top[g] > 0 && rows >= 1 && rows <= kSparseTileRows && qb >= p.qb_lo &&
-        qb < p.qb_hi && (pos + rows - 1) / p.block == qb) {  // else empty, or reported by checks
+    if (p.top[g] > 0 && rows >= 1 && rows <= kSparseTileRows && qb >= p.qb_lo && qb < p.qb_hi &&
+        (pos + rows - 1) / p.block == qb) {  // else empty, or reported by checks
       const uint32_t* bits =
           p.kept + (p.by_block ? g * (p.qb_hi - p.qb_lo) + qb - p.qb_lo : item) * p.words;
       count = ItemRanges<kFill>(p, bits, item, g, t, qb, pos + rows - 1);

@@ -426,11 +426,10 @@ Status Run(int argc, char** argv) {
   MP_ASSIGN_OR_RETURN(s.warmup, flags.GetInt("warmup", 1));
   MP_ASSIGN_OR_RETURN(s.iters, flags.GetInt("iters", 3));
   s.attention = flags.GetBool("attention");
-  MP_REQUIRE(s.last_queries > 0 && s.kv_heads > 0 &&
-                 s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.vertical >= 0 && s.slash >= 0 &&
-                 s.near_percent >= 0 && s.near_percent <= 100 && s.top_blocks > 0 && s.iters > 0 &&
-                 s.ad_block > 0 && s.ad_stride > 0 && s.mass_permille > 0 &&
-                 s.warmup >= 0,
+  MP_REQUIRE(s.last_queries > 0 && s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 &&
+                 s.head_dim > 0 && s.vertical >= 0 && s.slash >= 0 && s.near_percent >= 0 &&
+                 s.near_percent <= 100 && s.top_blocks > 0 && s.iters > 0 && s.ad_block > 0 &&
+                 s.ad_stride > 0 && s.mass_permille > 0 && s.warmup >= 0,
              "bad sizes (see --help)");
   if (tokens.size() == 1) {
     MP_ASSIGN_OR_RETURN(const nlohmann::json out, BenchTokens(s, tokens[0]));

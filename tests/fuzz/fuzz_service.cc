@@ -47,12 +47,12 @@ FuzzService* MakeService() {
   l.max_prompt_bytes = 256 << 10;
   l.num_layers = 4;
   l.num_kv_heads = 2;
-  l.capabilities = {{PrefillPattern::kDense, PrefillPattern::kAShape,
-                     PrefillPattern::kVerticalSlash, PrefillPattern::kBlockSparse,
-                     PrefillPattern::kAntidiagonal},
-                    {DecodeRole::kFull, DecodeRole::kFilter, DecodeRole::kSelected,
-                     DecodeRole::kStreamingHead, DecodeRole::kStaticEviction},
-                    /*mixed_decode_layers=*/true};
+  l.capabilities = {
+      {PrefillPattern::kDense, PrefillPattern::kAShape, PrefillPattern::kVerticalSlash,
+       PrefillPattern::kBlockSparse, PrefillPattern::kAntidiagonal},
+      {DecodeRole::kFull, DecodeRole::kFilter, DecodeRole::kSelected, DecodeRole::kStreamingHead,
+       DecodeRole::kStaticEviction},
+      /*mixed_decode_layers=*/true};
   return service;
 }
 

@@ -157,7 +157,8 @@ TEST_F(PolicyCliTest, ImportsXAttentionSettings) {
       EXPECT_EQ(h.pattern, PrefillPattern::kAntidiagonal);
       EXPECT_EQ(h.antidiagonal, (AntidiagonalParams{128, 8, 900}));
     }
-  r = Run("import-xattention --model model --threshold 0.95 --stride 16 --block-size 64 "
+  r =
+      Run("import-xattention --model model --threshold 0.95 --stride 16 --block-size 64 "
           "--starting-layer 1 --dense-below 2048 --out y.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   p = Load("y.json");

@@ -150,10 +150,9 @@ Status KvFetch::Run(AttentionEnv& env, std::span<const TokenRange> needed,
                                             send ? dst : -1, SliceRows(k, recv_row, r1 - recv_row),
                                             recv ? src : -1));
       if (!keys_only)
-        MP_RETURN_IF_ERROR(comm.StartSendRecv(AsConst(SliceRows(send_v, s0, s1 - s0)),
-                                              send ? dst : -1,
-                                              SliceRows(v, recv_row, r1 - recv_row),
-                                              recv ? src : -1));
+        MP_RETURN_IF_ERROR(
+            comm.StartSendRecv(AsConst(SliceRows(send_v, s0, s1 - s0)), send ? dst : -1,
+                               SliceRows(v, recv_row, r1 - recv_row), recv ? src : -1));
     }
     for (const TokenRange& r : from[src]) {
       runs_.insert(runs_.end(), {r.begin, r.end, recv_row});

@@ -250,9 +250,10 @@ class Backend {
 
   // Sparse attention indices (kernels/sparse_index/vertical_slash_index.h, block_sums.h,
   // block_sparse_index.h, antidiagonal_select.h and block_mask_index.h), every tensor in backend
-  // memory except the per-head arrays (top_blocks, permille, heads: host). An index is built in two calls, the count pass then the fill pass; both return once
-  // the offsets are written and the inputs checked (on a GPU they wait for the stream), so the
-  // caller may read the offsets' last entries to size the fill pass's outputs.
+  // memory except the per-head arrays (top_blocks, permille, heads: host). An index is built in two
+  // calls, the count pass then the fill pass; both return once the offsets are written and the
+  // inputs checked (on a GPU they wait for the stream), so the caller may read the offsets' last
+  // entries to size the fill pass's outputs.
   virtual Status VerticalSlashIndex(const VerticalSlashIndexArgs& args) = 0;
   virtual Status BlockSums(const BlockSumsArgs& args) = 0;
   virtual Status BlockSparseIndex(const BlockSparseIndexArgs& args) = 0;

@@ -140,9 +140,7 @@ class CpuBackend final : public Backend {
   Status AntidiagonalSelect(const AntidiagonalSelectArgs& args) override {
     return AntidiagonalSelectRef(args);
   }
-  Status BlockMaskIndex(const BlockMaskIndexArgs& args) override {
-    return BlockMaskIndexRef(args);
-  }
+  Status BlockMaskIndex(const BlockMaskIndexArgs& args) override { return BlockMaskIndexRef(args); }
   StatusOr<BackendTensor> AllocateHost(DType dtype, const Shape& shape) override {
     return Allocate(dtype, shape);
   }

@@ -54,16 +54,17 @@ std::vector<bool> HostTierLayers(const SequenceOptions& o) {
 }
 
 // What one layer's sparse prefill needs of the engine's SparsePrefillScratch (0 for a layer
-// without vertical-slash, block-sparse or antidiagonal heads) in steps of StepRows rows over this sequence's
-// rows, index chunks of `attention_rows` query rows. Per KV head the vertical-slash plan's key
-// scores (F32) over this rank's rows, its diagonal sums over every position and the keys'
-// positions (I64); the block-sparse plan's block sums of queries and keys [blocks, kv_heads, d]
-// (F32); one chunk's index lists, estimated at twice 16 bytes per 64-row tile and KV head for
+// without vertical-slash, block-sparse or antidiagonal heads) in steps of StepRows rows over this
+// sequence's rows, index chunks of `attention_rows` query rows. Per KV head the vertical-slash
+// plan's key scores (F32) over this rank's rows, its diagonal sums over every position and the
+// keys' positions (I64); the block-sparse plan's block sums of queries and keys [blocks, kv_heads,
+// d] (F32); one chunk's index lists, estimated at twice 16 bytes per 64-row tile and KV head for
 // each `vertical` column and one range per 64 slash diagonals, or each of `top_blocks` key
 // blocks, or every block for antidiagonal heads (the estimate is not a bound); the antidiagonal
 // plan's kept bitmaps, its GPU selection's reshaped keys and scores, and with several ranks every
-// key gathered (twice: fetched, then in one buffer) and the queries of shared blocks; one chunk's partial (o, lse); and with ring heads
-// (dense, A-shape) beside the sparse ones, their queries, output and K/V packed apart.
+// key gathered (twice: fetched, then in one buffer) and the queries of shared blocks; one chunk's
+// partial (o, lse); and with ring heads (dense, A-shape) beside the sparse ones, their queries,
+// output and K/V packed apart.
 int64_t LayerSparseBytes(const ModelConfig& config, int64_t kv_elem, const SequenceOptions& o,
                          const LayerPolicy& layer, int64_t attention_rows) {
   const int64_t kv_heads = config.num_key_value_heads, d = config.head_dim;

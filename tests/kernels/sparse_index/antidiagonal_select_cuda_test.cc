@@ -47,8 +47,8 @@ Inputs MakeInputs(const Case& c) {
   const int64_t heads = c.kv_heads * c.group, nq = c.length - c.q_begin;
   Inputs in;
   in.q = testing::RandomTensor(c.q_dtype, {nq, heads, c.head_dim}, c.seed, -2.0f, 2.0f);
-  in.k = testing::RandomTensor(c.k_dtype, {c.length, c.kv_heads, c.head_dim}, c.seed + 1, -2.0f,
-                               2.0f);
+  in.k =
+      testing::RandomTensor(c.k_dtype, {c.length, c.kv_heads, c.head_dim}, c.seed + 1, -2.0f, 2.0f);
   // Queries in two runs, the later positions first.
   const int64_t cut = c.q_begin + nq / 3;
   in.q_runs = cut > c.q_begin ? Rows3({c.q_begin, cut, c.length - cut, cut, c.length, 0})
@@ -94,21 +94,18 @@ TEST_P(AntidiagonalSelectCudaTest, MassesWithinRoundingAndTheKeepRuleExactly) {
   HostTensor ref_kept(DType::kI32, in.kept.shape()), ref_mass(DType::kF32, in.mass.shape());
   std::memcpy(ref_kept.view().data, in.kept.view().data, in.kept.NumBytes());
   std::memcpy(ref_mass.view().data, in.mass.view().data, in.mass.NumBytes());
-  const Status ref = AntidiagonalSelectRef(ArgsOver(c, in, testing::CView(in.q), testing::CView(in.k),
-                                                    testing::CView(in.q_runs),
-                                                    testing::CView(in.k_runs),
-                                                    ref_kept.view(), ref_mass.view()));
+  const Status ref = AntidiagonalSelectRef(
+      ArgsOver(c, in, testing::CView(in.q), testing::CView(in.k), testing::CView(in.q_runs),
+               testing::CView(in.k_runs), ref_kept.view(), ref_mass.view()));
   ASSERT_TRUE(ref.ok()) << ref.ToString();
-  DeviceTensor q(in.q), k(in.k), q_runs(in.q_runs), k_runs(in.k_runs), kept(in.kept),
-      mass(in.mass);
+  DeviceTensor q(in.q), k(in.k), q_runs(in.q_runs), k_runs(in.k_runs), kept(in.kept), mass(in.mass);
   auto workspace = SparseIndexCudaWorkspace::Create();
   ASSERT_TRUE(workspace.ok());
   auto gemm = GemmCudaContext::Create();
   ASSERT_TRUE(gemm.ok());
-  const Status s = AntidiagonalSelectCuda(
-      ArgsOver(c, in, q.cview(), k.cview(), q_runs.cview(), k_runs.cview(), kept.view(),
-               mass.view()),
-      **workspace, **gemm, nullptr);
+  const Status s = AntidiagonalSelectCuda(ArgsOver(c, in, q.cview(), k.cview(), q_runs.cview(),
+                                                   k_runs.cview(), kept.view(), mass.view()),
+                                          **workspace, **gemm, nullptr);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const HostTensor got_kept = kept.Read(), got_mass = mass.Read();
   const int64_t n_qb = in.kept.shape()[1], words = in.kept.shape()[2];
@@ -168,9 +165,9 @@ TEST(AntidiagonalSelectCudaErrors, AsOnTheCpu) {
   auto gemm = GemmCudaContext::Create();
   ASSERT_TRUE(gemm.ok());
   in.permille = {900};
-  Status s = AntidiagonalSelectCuda(ArgsOver(c, in, q.cview(), k.cview(), q_runs.cview(),
-                                             k_runs.cview(), kept.view(), {}),
-                                    **workspace, **gemm, nullptr);
+  Status s = AntidiagonalSelectCuda(
+      ArgsOver(c, in, q.cview(), k.cview(), q_runs.cview(), k_runs.cview(), kept.view(), {}),
+      **workspace, **gemm, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("is not in k"), std::string::npos) << s.message();
   c.stride = 8;
@@ -178,9 +175,9 @@ TEST(AntidiagonalSelectCudaErrors, AsOnTheCpu) {
   Inputs wide = MakeInputs(c);
   wide.permille = {900};
   DeviceTensor wide_kept(wide.kept);
-  s = AntidiagonalSelectCuda(ArgsOver(c, wide, q.cview(), k.cview(), q_runs.cview(),
-                                      k_runs.cview(), wide_kept.view(), {}),
-                             **workspace, **gemm, nullptr);
+  s = AntidiagonalSelectCuda(
+      ArgsOver(c, wide, q.cview(), k.cview(), q_runs.cview(), k_runs.cview(), wide_kept.view(), {}),
+      **workspace, **gemm, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("a power of two <= 16"), std::string::npos) << s.message();
 }

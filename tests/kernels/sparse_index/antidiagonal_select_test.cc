@@ -85,7 +85,8 @@ std::vector<double> MatrixMass(const Problem& p, int64_t g, int64_t qb) {
         if (qi < 0) continue;
         double dot = 0;
         for (int64_t c = 0; c < p.d; ++c)
-          dot += static_cast<double>(q[(qi * p.heads + h) * p.d + c]) * k[(kj * p.kv_heads + g) * p.d + c];
+          dot += static_cast<double>(q[(qi * p.heads + h) * p.d + c]) *
+                 k[(kj * p.kv_heads + g) * p.d + c];
         a[i * n + j] = scale * dot;
       }
     std::vector<double> head(mass.size(), 0.0);
@@ -167,8 +168,7 @@ TEST(AntidiagonalSelectTest, ANeedleBlockIsKept) {
   Problem p;
   p.permille = {500, 500};
   // Every query is e0; the keys of block 2 are 8 e0, the others small.
-  for (int64_t i = 0; i < p.q.NumElements(); ++i)
-    p.q.data<float>()[i] = i % p.d == 0 ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < p.q.NumElements(); ++i) p.q.data<float>()[i] = i % p.d == 0 ? 1.0f : 0.0f;
   HostTensor k(DType::kF32, {p.length, p.kv_heads, p.d});
   for (int64_t r = 0; r < p.length; ++r) {
     const int64_t pos = r < 35 ? r + 35 : r - 35;  // the layout of k_runs

@@ -71,8 +71,10 @@ Inputs MakeInputs(const Case& c) {
     if (rng() % 4 == 0) w = 0u;
     reinterpret_cast<uint32_t*>(kept.data<int32_t>())[i] = w;
   }
-  Inputs in{Rows3(tiles), runs.empty() ? testing::I64Tensor({0, 3}, {}) : Rows3(runs),
-            std::move(kept), {}};
+  Inputs in{Rows3(tiles),
+            runs.empty() ? testing::I64Tensor({0, 3}, {}) : Rows3(runs),
+            std::move(kept),
+            {}};
   for (int64_t g = 0; g < c.heads; ++g) in.heads.push_back((g + c.seed) % 4 == 3 ? 0 : 1);
   return in;
 }
@@ -114,9 +116,8 @@ TEST_P(BlockMaskIndexCudaTest, MatchesReferenceAndReusesTheCountPass) {
   const int64_t items = c.heads * in.tiles.shape()[0];
   RecordProperty("ranges", std::to_string(expected.ranges.size()));
   for (bool unchanged : {true, false}) {
-    auto got = CountThenFillOnDevice(args, args, items,
-                                     static_cast<int64_t>(expected.ranges.size()), 0, unchanged,
-                                     build);
+    auto got = CountThenFillOnDevice(
+        args, args, items, static_cast<int64_t>(expected.ranges.size()), 0, unchanged, build);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ExpectSameIndex(*got, expected, unchanged ? "reused" : "recomputed");
   }
@@ -136,18 +137,20 @@ TEST(BlockMaskIndexCudaErrors, AsOnTheCpu) {
   HostTensor bits(DType::kI32, {1, 4, 1});
   std::memset(bits.view().data, 0xff, bits.NumBytes());
   const std::vector<int64_t> heads{1};
-  for (const auto& [tiles_values, what] :
-       std::vector<std::pair<std::vector<int64_t>, const char*>>{
+  for (const auto& [tiles_values, what] : std::vector<std::pair<std::vector<int64_t>, const char*>>{
            {{0, 10, 10}, "crosses a multiple of block 16"}, {{0, 4, 80}, "beyond 4 blocks"}}) {
     DeviceTensor tiles(Rows3(tiles_values)), runs(Rows3({0, 96, 0})), kept(bits);
-    DeviceTensor offsets(testing::PoisonedIndexTensor({2})), columns(testing::PoisonedIndexTensor({2}));
+    DeviceTensor offsets(testing::PoisonedIndexTensor({2})),
+        columns(testing::PoisonedIndexTensor({2}));
     BlockMaskIndexArgs args;
     args.tiles = tiles.cview();
     args.runs = runs.cview();
     args.kept = kept.cview();
     args.block = 16;
     args.heads = heads.data();
-    args.out = {offsets.view(), {nullptr, DType::kI64, {0, 3}}, columns.view(),
+    args.out = {offsets.view(),
+                {nullptr, DType::kI64, {0, 3}},
+                columns.view(),
                 {nullptr, DType::kI64, {0, 2}}};
     const Status s = BlockMaskIndexCuda(args, **workspace, nullptr);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;

@@ -103,7 +103,8 @@ TEST(BlockMaskIndexTest, RandomBitmapsGiveTheirExplicitMask) {
   c.block = block;
   c.heads = {1, 1, 1};
   std::vector<int64_t> tiles;
-  for (int64_t pos = 0; pos < n; pos += block) tiles.insert(tiles.end(), {pos, std::min(pos + block, n), pos});
+  for (int64_t pos = 0; pos < n; pos += block)
+    tiles.insert(tiles.end(), {pos, std::min(pos + block, n), pos});
   c.tiles = Rows3(tiles);
   auto index = Build(c);
   ASSERT_TRUE(index.ok()) << index.status().ToString();
@@ -131,7 +132,8 @@ TEST(BlockMaskIndexTest, Errors) {
   s = Build(outside);
   EXPECT_NE(s.status().message().find("outside the bitmaps' blocks [0, 4)"), std::string::npos)
       << s.status().ToString();
-  Case narrow{Rows3({0, 4, 16}), Rows3({0, 96, 0}), Bitmaps(1, 40, 1, std::vector<uint32_t>(40, 1))};
+  Case narrow{Rows3({0, 4, 16}), Rows3({0, 96, 0}),
+              Bitmaps(1, 40, 1, std::vector<uint32_t>(40, 1))};
   s = Build(narrow);
   EXPECT_NE(s.status().message().find("needs 2 bitmap words"), std::string::npos)
       << s.status().ToString();

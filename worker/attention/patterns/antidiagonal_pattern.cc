@@ -131,9 +131,9 @@ StatusOr<ConstTensorView> AntidiagonalHeads::AllKeys(AttentionEnv& env, const Pr
   KvFetch& fetch = env.sparse.fetch;
   MP_RETURN_IF_ERROR(fetch.Run(env, needed, in.rank_blocks, mine, /*keys_only=*/true));
   const int64_t n_mine = mine.k.dim(0), fetched = fetch.fetched_rows();
-  MP_ASSIGN_OR_RETURN(TensorView k, ScratchBuffer(b, &env.sparse.ad_k, mine.k.dtype,
-                                                  Shape{n_mine + fetched, mine.k.dim(1),
-                                                        mine.k.dim(2)}));
+  MP_ASSIGN_OR_RETURN(TensorView k,
+                      ScratchBuffer(b, &env.sparse.ad_k, mine.k.dtype,
+                                    Shape{n_mine + fetched, mine.k.dim(1), mine.k.dim(2)}));
   std::vector<int64_t> identity(static_cast<size_t>(std::max(n_mine, fetched)));
   std::iota(identity.begin(), identity.end(), 0);
   MP_ASSIGN_OR_RETURN(TensorView index, UploadI64(b, &env.sparse.ad_index, identity));
@@ -141,8 +141,8 @@ StatusOr<ConstTensorView> AntidiagonalHeads::AllKeys(AttentionEnv& env, const Pr
     MP_RETURN_IF_ERROR(
         b.GatherRows({mine.k, AsConst(SliceRows(index, 0, n_mine)), SliceRows(k, 0, n_mine)}));
   if (fetched > 0)
-    MP_RETURN_IF_ERROR(b.GatherRows({fetch.rows().k, AsConst(SliceRows(index, 0, fetched)),
-                                     SliceRows(k, n_mine, fetched)}));
+    MP_RETURN_IF_ERROR(b.GatherRows(
+        {fetch.rows().k, AsConst(SliceRows(index, 0, fetched)), SliceRows(k, n_mine, fetched)}));
   const std::vector<int64_t>& f = fetch.runs();
   for (size_t i = 0; i < f.size(); i += 3) all.push_back({f[i], f[i + 1], f[i + 2] + n_mine});
   *runs = Flatten(std::move(all));
@@ -193,8 +193,7 @@ Status AntidiagonalHeads::Plan(AttentionEnv& env, const PrefillInput& in, ConstK
   const int64_t n = in.q.dim(0);
   MP_ASSIGN_OR_RETURN(ConstTensorView q, Reshape(in.q, Shape{n, heads, d}));
   std::vector<Run> own;
-  AppendRuns(in.q_ranges, 0, SubtractRanges(std::vector<TokenRange>{{0, in.length}}, shared),
-             &own);
+  AppendRuns(in.q_ranges, 0, SubtractRanges(std::vector<TokenRange>{{0, in.length}}, shared), &own);
   MP_RETURN_IF_ERROR(Select(env, in, q, Flatten(std::move(own)), k, k_runs));
   if (shared.empty()) return OkStatus();
   // Shared blocks: every rank sends its queries in them; each scores the ones it touches.
@@ -210,11 +209,10 @@ Status AntidiagonalHeads::Plan(AttentionEnv& env, const PrefillInput& in, ConstK
   std::vector<int64_t> rows;
   for (const Run& r : mine_shared)
     for (int64_t i = 0; i < r[1] - r[0]; ++i) rows.push_back(r[2] + i);
-  MP_ASSIGN_OR_RETURN(TensorView send, ScratchBuffer(b, &env.sparse.ad_q_send, DType::kF32,
-                                                     Shape{most, heads * d}));
-  MP_ASSIGN_OR_RETURN(TensorView gathered,
-                      ScratchBuffer(b, &env.sparse.ad_q_shared, DType::kF32,
-                                    Shape{ranks * most, heads * d}));
+  MP_ASSIGN_OR_RETURN(TensorView send,
+                      ScratchBuffer(b, &env.sparse.ad_q_send, DType::kF32, Shape{most, heads * d}));
+  MP_ASSIGN_OR_RETURN(TensorView gathered, ScratchBuffer(b, &env.sparse.ad_q_shared, DType::kF32,
+                                                         Shape{ranks * most, heads * d}));
   if (!rows.empty()) {
     MP_ASSIGN_OR_RETURN(TensorView index, UploadI64(b, &env.sparse.ad_index, rows));
     MP_RETURN_IF_ERROR(b.GatherRows(

@@ -48,7 +48,7 @@ class AntidiagonalHeads final : public SparsePatternIndex {
   std::vector<int64_t> permille_;  // [kv_heads]: 0 for heads of other patterns
   int64_t block_ = 128, stride_ = 8;
   int64_t qb_begin_ = 0;  // the query block of the bitmaps' row 0 (after Plan)
-  TensorView kept_;  // [kv_heads, n_qb, words] I32, in the engine's scratch (after Plan)
+  TensorView kept_;       // [kv_heads, n_qb, words] I32, in the engine's scratch (after Plan)
 };
 
 }  // namespace millipede
