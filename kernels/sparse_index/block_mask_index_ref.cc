@@ -26,25 +26,14 @@ Status BuildItem(const BlockMaskIndexArgs& args, const Tile& tile, const KeyLayo
              args.qb_begin + n_qb, ")");
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(args.kept.as<const int32_t>()) +
                          (g * n_qb + qb - args.qb_begin) * words;
-  int64_t begin = -1, end = -1, missing = 0;
-  auto flush = [&]() -> Status {
-    if (begin < end)
-      MP_REQUIRE(layout.Place(begin, end, args.skip_absent, &index->ranges, &missing),
-                 "block_mask_index: KV head ", g, ", tile ", t, ": key position ", missing,
-                 " is not in the key layout");
-    return OkStatus();
-  };
-  for (int64_t kb = 0; kb <= qb; ++kb) {
-    if (((bits[kb / 32] >> (kb % 32)) & 1u) == 0) continue;
-    const int64_t b_begin = kb * args.block;
-    const int64_t b_end = std::min((kb + 1) * args.block, tile.pos_last + 1);
-    if (b_begin != end) {
-      MP_RETURN_IF_ERROR(flush());
-      begin = b_begin;
-    }
-    end = b_end;
-  }
-  MP_RETURN_IF_ERROR(flush());
+  std::vector<int64_t> kept;
+  for (int64_t kb = 0; kb <= qb; ++kb)
+    if ((bits[kb / 32] >> (kb % 32)) & 1u) kept.push_back(kb);
+  int64_t missing = 0;
+  MP_REQUIRE(sparse_index_ref::PlaceBlocks(kept, args.block, tile.pos_last, layout,
+                                           args.skip_absent, &index->ranges, &missing),
+             "block_mask_index: KV head ", g, ", tile ", t, ": key position ", missing,
+             " is not in the key layout");
   index->EndItem();
   return OkStatus();
 }

@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
+#include "common/cuda_check.h"
 #include "kernels/sparse_index/sparse_index.cuh"
 
 namespace millipede::block_ranges_cuda {
@@ -117,6 +119,34 @@ __device__ int64_t ItemRanges(const RangeParams& p, const uint32_t* bits, int64_
     count += __shfl_sync(kFullMask, inclusive, 31);
   }
   return count;
+}
+
+template <bool kFill>
+__global__ void __launch_bounds__(kThreads) RangesKernel(RangeParams p);
+
+// A builder's passes over `p` (items = p.heads * p.n_tiles): unless it reuses its count pass
+// (`reuse`), the counts and their scan into the offsets; then, outside the count pass, the fill
+// after the size check; then FinishBuild as `what` with the call's fingerprint.
+inline Status RunRangePasses(SparseIndexCudaWorkspace::Impl& ws, const RangeParams& p,
+                             const SparseIndexOut& out, bool reuse, const char* what,
+                             CallFingerprint call, cudaStream_t stream) {
+  const int64_t items = p.heads * p.n_tiles;
+  if (!reuse) {
+    if (items > 0) {
+      RangesKernel<false><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
+      MP_CUDA_CHECK_LAUNCH();
+    }
+    MP_RETURN_IF_ERROR(ScanOffsets(ws, p.range_offsets, items, stream));
+    MP_RETURN_IF_ERROR(ScanOffsets(ws, p.column_offsets, items, stream));
+  }
+  if (!out.CountPass()) {
+    MP_RETURN_IF_ERROR(CheckFillSizes(ws, out, items, stream));
+    if (items > 0) {
+      RangesKernel<true><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
+      MP_CUDA_CHECK_LAUNCH();
+    }
+  }
+  return FinishBuild(ws, what, out, std::move(call), stream);
 }
 
 template <bool kFill>

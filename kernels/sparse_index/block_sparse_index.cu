@@ -80,22 +80,7 @@ Status BlockSparseIndexCuda(const BlockSparseIndexArgs& args, SparseIndexCudaWor
                 fill ? args.out.ranges.as<int64_t>() : nullptr,
                 fill ? args.out.ranges.dim(0) : 0,
                 ws.error};
-  if (!reuse) {
-    if (items > 0) {
-      RangesKernel<false><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
-      MP_CUDA_CHECK_LAUNCH();
-    }
-    MP_RETURN_IF_ERROR(ScanOffsets(ws, p.range_offsets, items, stream));
-    MP_RETURN_IF_ERROR(ScanOffsets(ws, p.column_offsets, items, stream));
-  }
-  if (fill) {
-    MP_RETURN_IF_ERROR(CheckFillSizes(ws, args.out, items, stream));
-    if (items > 0) {
-      RangesKernel<true><<<WarpBlocks(items), kThreads, 0, stream>>>(p);
-      MP_CUDA_CHECK_LAUNCH();
-    }
-  }
-  return FinishBuild(ws, "block_sparse_index", args.out, std::move(call), stream);
+  return RunRangePasses(ws, p, args.out, reuse, "block_sparse_index", std::move(call), stream);
 }
 
 }  // namespace millipede

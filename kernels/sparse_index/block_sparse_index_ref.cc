@@ -54,24 +54,11 @@ Status BuildItem(const BlockSparseIndexArgs& args, const Tile& tile, const KeyLa
              num_blocks, " blocks");
   MP_REQUIRE(args.q_counts.as<const float>()[qb] > 0.0f, "block_sparse_index: tile ", t,
              " is in query block ", qb, ", whose query count is 0");
-  int64_t begin = -1, end = -1, missing = 0;
-  auto flush = [&]() -> Status {
-    if (begin < end)
-      MP_REQUIRE(layout.Place(begin, end, args.skip_absent, &index->ranges, &missing),
-                 "block_sparse_index: KV head ", g, ", tile ", t, ": key position ", missing,
-                 " is not in the key layout");
-    return OkStatus();
-  };
-  for (int64_t kb : KeptBlocks(args, g, qb)) {
-    const int64_t b_begin = kb * args.block;
-    const int64_t b_end = std::min((kb + 1) * args.block, tile.pos_last + 1);
-    if (b_begin != end) {
-      MP_RETURN_IF_ERROR(flush());
-      begin = b_begin;
-    }
-    end = b_end;
-  }
-  MP_RETURN_IF_ERROR(flush());
+  int64_t missing = 0;
+  MP_REQUIRE(sparse_index_ref::PlaceBlocks(KeptBlocks(args, g, qb), args.block, tile.pos_last,
+                                           layout, args.skip_absent, &index->ranges, &missing),
+             "block_sparse_index: KV head ", g, ", tile ", t, ": key position ", missing,
+             " is not in the key layout");
   index->EndItem();
   return OkStatus();
 }

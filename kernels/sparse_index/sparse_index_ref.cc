@@ -50,6 +50,21 @@ int64_t KeyLayout::Row(int64_t pos) const {
   return runs_[i][2] + (pos - runs_[i][0]);
 }
 
+bool PlaceBlocks(std::span<const int64_t> blocks, int64_t block, int64_t pos_last,
+                 const KeyLayout& layout, bool skip_absent,
+                 std::vector<std::array<int64_t, 3>>* out, int64_t* missing) {
+  int64_t begin = -1, end = -1;
+  for (int64_t kb : blocks) {
+    const int64_t b_begin = kb * block, b_end = std::min((kb + 1) * block, pos_last + 1);
+    if (b_begin != end) {
+      if (begin < end && !layout.Place(begin, end, skip_absent, out, missing)) return false;
+      begin = b_begin;
+    }
+    end = b_end;
+  }
+  return begin >= end || layout.Place(begin, end, skip_absent, out, missing);
+}
+
 bool KeyLayout::Place(int64_t begin, int64_t end, bool skip_absent,
                       std::vector<std::array<int64_t, 3>>* out, int64_t* missing) const {
   for (size_t i = FirstEndingAfter(begin); begin < end; ++i) {

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/sparse_index/sparse_index.h"
@@ -39,6 +40,13 @@ class KeyLayout {
   // Index of the first run whose pos_end > pos (runs_.size() if none).
   size_t FirstEndingAfter(int64_t pos) const;
 };
+
+// Places the positions of key blocks `blocks` (ascending) of `block` positions each, cut after
+// `pos_last` (a tile's last position), adjacent blocks as one range, by `layout` into `out`;
+// false (and *missing) at the first position the layout lacks, unless skip_absent.
+bool PlaceBlocks(std::span<const int64_t> blocks, int64_t block, int64_t pos_last,
+                 const KeyLayout& layout, bool skip_absent,
+                 std::vector<std::array<int64_t, 3>>* out, int64_t* missing);
 
 // The index being built on the host, one item after another in item order.
 struct IndexBuilder {

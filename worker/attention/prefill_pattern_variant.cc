@@ -55,6 +55,24 @@ StatusOr<SparseIndexView> SparseIndexBuilder::Build(AttentionEnv& env, SparsePat
                          AsConst(out.columns)};
 }
 
+StatusOr<std::vector<TokenRange>> IndexedPositions(AttentionEnv& env, const PrefillInput& in,
+                                                   const std::vector<int64_t>& tiles,
+                                                   SparseIndexBuilder& builder,
+                                                   SparsePatternIndex& pattern) {
+  std::vector<TokenRange> out;
+  if (tiles.empty()) return out;
+  Backend& b = env.backend;
+  MP_ASSIGN_OR_RETURN(ConstTensorView dev_tiles, builder.UploadTiles(b, tiles));
+  MP_ASSIGN_OR_RETURN(ConstTensorView runs, builder.UploadRuns(b, {0, in.length, 0}));
+  MP_ASSIGN_OR_RETURN(SparseIndexView index, builder.Build(env, pattern, dev_tiles, runs));
+  std::vector<int64_t> host(static_cast<size_t>(index.ranges.NumElements()));
+  if (!host.empty())
+    MP_RETURN_IF_ERROR(b.CopyToHost(index.ranges, {host.data(), DType::kI64, index.ranges.shape}));
+  for (size_t i = 0; i < host.size(); i += 3)
+    out.push_back({host[i + 2], host[i + 2] + host[i + 1] - host[i]});
+  return out;
+}
+
 std::vector<int64_t> SparseKeyRuns(std::span<const TokenRange> ranges) {
   std::vector<int64_t> runs;
   int64_t row = 0;

@@ -107,6 +107,14 @@ class SparseIndexBuilder {
   BackendTensor tiles_, runs_, range_offsets_, ranges_, column_offsets_, columns_;
 };
 
+// The key positions that `pattern`'s index of `tiles` (flattened query tiles) covers: the index
+// built over a layout where rows are positions ([0, in.length) from row 0) and read back. The
+// Needs of patterns whose selection is made in Plan (block-sparse, antidiagonal).
+StatusOr<std::vector<TokenRange>> IndexedPositions(AttentionEnv& env, const PrefillInput& in,
+                                                   const std::vector<int64_t>& tiles,
+                                                   SparseIndexBuilder& builder,
+                                                   SparsePatternIndex& pattern);
+
 // Query tiles (sparse_index.h) of queries at `ranges` (rows in order): runs cut at multiples of
 // `grid` positions. Flattened (q_row_begin, q_row_end, pos_begin) triples.
 std::vector<int64_t> SparseQueryTiles(std::span<const TokenRange> ranges, int64_t grid);

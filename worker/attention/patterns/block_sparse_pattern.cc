@@ -92,18 +92,7 @@ Status BlockSparseHeads::Plan(AttentionEnv& env, const PrefillInput& in, ConstKv
 StatusOr<std::vector<TokenRange>> BlockSparseHeads::Needs(AttentionEnv& env, const PrefillInput& in,
                                                           const std::vector<int64_t>& tiles,
                                                           SparseIndexBuilder& builder) {
-  std::vector<TokenRange> needs;
-  if (tiles.empty()) return needs;
-  Backend& b = env.backend;
-  MP_ASSIGN_OR_RETURN(ConstTensorView dev_tiles, builder.UploadTiles(b, tiles));
-  MP_ASSIGN_OR_RETURN(ConstTensorView runs, builder.UploadRuns(b, {0, in.length, 0}));
-  MP_ASSIGN_OR_RETURN(SparseIndexView index, builder.Build(env, *this, dev_tiles, runs));
-  std::vector<int64_t> host(static_cast<size_t>(index.ranges.NumElements()));
-  if (!host.empty())
-    MP_RETURN_IF_ERROR(b.CopyToHost(index.ranges, {host.data(), DType::kI64, index.ranges.shape}));
-  for (size_t i = 0; i < host.size(); i += 3)
-    needs.push_back({host[i + 2], host[i + 2] + host[i + 1] - host[i]});
-  return needs;
+  return IndexedPositions(env, in, tiles, builder, *this);
 }
 
 Status BlockSparseHeads::BuildPass(AttentionEnv& env, ConstTensorView tiles, ConstTensorView runs,
