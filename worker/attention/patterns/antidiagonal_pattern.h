@@ -1,7 +1,8 @@
 // XAttention's adaptive block-sparse prefill (kernels/sparse_index/antidiagonal_select.h) under
 // context parallelism. At every step each rank scores the query blocks its queries touch
 // against every key before them, and the kept blocks of a tile's query block are its index
-// (kernels/sparse_index/block_mask_index.h). So that every rank selects what one process would:
+// (kernels/sparse_index/block_mask_index.h). So that every rank selects what one process would
+// (exactly on the CPU; on a GPU up to the rounding of products run at each rank's own shapes):
 // the keys other ranks hold are fetched (K only) for the scoring, and a query block whose queries
 // several ranks hold is scored by each of them over all of its queries, gathered from the ranks
 // that hold them. Only the kept blocks' K/V are then fetched for attention. The layer's
