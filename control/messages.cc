@@ -28,6 +28,13 @@ void Fields(Io& io, P& p) {
   io.Field(p.top_blocks);
 }
 
+template <class Io, MessageOf<AntidiagonalParams> P>
+void Fields(Io& io, P& p) {
+  io.Field(p.block);
+  io.Field(p.stride);
+  io.Field(p.mass_permille);
+}
+
 template <class Io, MessageOf<FilterParams> P>
 void Fields(Io& io, P& p) {
   io.Field(p.top_k);
@@ -56,6 +63,7 @@ void Fields(Io& io, H& h) {
   Fields(io, h.a_shape);
   Fields(io, h.vertical_slash);
   Fields(io, h.block_sparse);
+  Fields(io, h.antidiagonal);
 }
 
 template <class Io, MessageOf<LayerPolicy> L>

@@ -17,7 +17,9 @@ AttentionPolicy SomePolicy() {
          "vertical_slash": [null, {"vertical": 11, "slash": 12}, null],
          "block_sparse": [null, null, {"top_blocks": 13}],
          "decode": ["full", "streaming-head", "full"]},
-        {"layer": 1, "decode": "filter"}]})",
+        {"layer": 1, "prefill": ["dense", "antidiagonal", "dense"],
+         "antidiagonal": [null, {"block": 64, "stride": 4, "mass_permille": 850}, null],
+         "decode": "filter"}]})",
                                 2, 3);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return *p;
