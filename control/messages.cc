@@ -76,6 +76,7 @@ template <class Io, MessageOf<AttentionPolicy> P>
 void Fields(Io& io, P& p) {
   io.List(p.layers, [&](auto& layer) { Fields(io, layer); });
   io.Field(p.dense_below_tokens);
+  io.Field(p.fp8_attention);
   Fields(io, p.filter);
   Fields(io, p.streaming_head);
   Fields(io, p.static_eviction);

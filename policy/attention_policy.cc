@@ -165,7 +165,8 @@ const char* DecodeStrategyName(const AttentionPolicy& policy) {
 }
 
 std::string AttentionPolicy::Summary() const {
-  if (IsDense()) return "dense/full";
+  const char* fp8 = fp8_attention ? " (fp8 attention)" : "";
+  if (IsDense()) return std::string("dense/full") + fp8;
   std::map<std::string, int64_t> prefill, decode;
   for (const LayerPolicy& l : layers) {
     for (DecodeRole r : l.decode) ++decode[DecodeRoleName(r)];
@@ -177,7 +178,7 @@ std::string AttentionPolicy::Summary() const {
   s += " decode";
   for (const auto& [name, count] : decode) s += " " + name + " " + std::to_string(count) + ",";
   s.pop_back();
-  return s;
+  return s + fp8;
 }
 
 AttentionPolicy DensePolicy(int64_t num_layers, int64_t num_kv_heads) {

@@ -8,6 +8,7 @@
 //   {
 //     "version": 1,
 //     "dense_below_tokens": 8192,     // prompts shorter than this use dense for every head
+//     "fp8_attention": true,          // dense heads' prefill attention on E4M3 operands (opt-in)
 //     // Pattern parameters every head starts from:
 //     "a_shape": {"sink_tokens": 128, "window_tokens": 4096},
 //     "vertical_slash": {"last_queries": 64, "vertical": 1000, "slash": 6096},
@@ -146,6 +147,12 @@ struct AttentionPolicy {
   FilterParams filter;                     // layer-wide (OmniKV)
   AShapeParams streaming_head{128, 1024};  // DuoAttention streaming heads' sink + recent
   StaticEvictionParams static_eviction;
+  // FP8 attention in prefill (kernels/attention/attention_fp8.h), opt-in: the attention calls of
+  // dense heads (a dense layer's, and those beside sparse patterns or in DuoAttention's full
+  // group) run on E4M3 operands. A-shape heads, dense heads sharing a layer's attention call
+  // with them (one call takes every ring head; the FP8 kernel takes no windows), sparse patterns
+  // and decode stay exact.
+  bool fp8_attention = false;
 
   // True when every head is dense in prefill and full in decode.
   bool IsDense() const;

@@ -161,13 +161,16 @@ StatusOr<AttentionPolicy> ParseAttentionPolicy(std::string_view text, int64_t nu
   MP_REQUIRE(num_layers > 0 && num_kv_heads > 0, what, ": the model has no layers or KV heads");
   MP_ASSIGN_OR_RETURN(Json root, ParseJsonRejectingDuplicateKeys(text, what, "field"));
   MP_RETURN_IF_ERROR(CheckKeys(
-      root, KnownKeys({"version", "default", "dense_below_tokens", "layers"}, true), what));
+      root,
+      KnownKeys({"version", "default", "dense_below_tokens", "fp8_attention", "layers"}, true),
+      what));
   MP_ASSIGN_OR_RETURN(int64_t version, JsonGetInt(root, "version", what));
   MP_REQUIRE(version == 1, what, ": version ", version, " is not supported (expected 1)");
   AttentionPolicy policy = DensePolicy(num_layers, num_kv_heads);
   MP_ASSIGN_OR_RETURN(policy.dense_below_tokens, JsonGetIntOr(root, "dense_below_tokens", 0, what));
   MP_REQUIRE(policy.dense_below_tokens >= 0, what, ": dense_below_tokens must be >= 0, got ",
              policy.dense_below_tokens);
+  MP_ASSIGN_OR_RETURN(policy.fp8_attention, JsonGetBoolOr(root, "fp8_attention", false, what));
   // Every head's starting parameters.
   HeadPrefillPolicy head;
   for (const PrefillPatternFacts& facts : PrefillPatternTable())

@@ -132,6 +132,7 @@ HeadPrefillPolicy MergeGroup(const std::vector<QueryHeadEntry>& group, bool* mix
       head.a_shape = {vertical, slash};
       break;
     case PrefillPattern::kDense:
+    case PrefillPattern::kAntidiagonal:  // MInference has no such pattern: never mapped to it
       break;
   }
   return head;

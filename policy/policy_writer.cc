@@ -78,6 +78,7 @@ std::string AttentionPolicyToJson(const AttentionPolicy& policy) {
   // file a person can read and diff.
   std::string out = "{\n  \"version\": 1,\n";
   out += "  \"dense_below_tokens\": " + std::to_string(policy.dense_below_tokens) + ",\n";
+  if (policy.fp8_attention) out += "  \"fp8_attention\": true,\n";
   for (const DecodeRoleFacts& facts : DecodeRoleTable()) {
     if (facts.params.empty()) continue;
     out += "  \"" + std::string(facts.params_key) + "\": " + ToJson(facts.params, policy).dump() +

@@ -56,6 +56,7 @@ std::string SequenceMemoryPlan::ToString() const {
                                : std::string()) +
          (index_bytes > 0 ? ", sparse prefill scratch " + FormatBytes(index_bytes)
                           : std::string()) +
+         (fp8_bytes > 0 ? ", fp8 attention operands " + FormatBytes(fp8_bytes) : std::string()) +
          (workspace_held_bytes > 0
               ? ", less step buffers already held " + FormatBytes(workspace_held_bytes)
               : std::string()) +

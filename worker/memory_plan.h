@@ -38,6 +38,10 @@ struct SequenceMemoryPlan {
   // partials, ring heads packed apart), which every layer and sequence of the engine shares and
   // which grows to the widest need (sparse_prefill_scratch.h).
   int64_t index_bytes = 0;
+  // A policy with fp8_attention: one attention call's FP8 operands (K and V in E4M3 over the
+  // most keys a call sees, the sequence's rows on this rank, and their scales), which the
+  // backend's attention scratch grows to.
+  int64_t fp8_bytes = 0;
   int64_t step_bytes = 0;        // per-step F32 buffers: residual stream, queries, (o, lse)
   int64_t scratch_bytes = 0;     // per-chunk scratch: norms, K/V, MLP, attention partials, GEMM
   int64_t ring_bytes = 0;        // two K/V blocks in flight (several ranks only)
@@ -49,7 +53,7 @@ struct SequenceMemoryPlan {
   int64_t index_held_bytes = 0;
   int64_t total() const {
     const int64_t workspace = step_bytes + scratch_bytes + ring_bytes;
-    return kv_bytes + selection_bytes + head_group_bytes +
+    return kv_bytes + selection_bytes + head_group_bytes + fp8_bytes +
            std::max<int64_t>(0, index_bytes - index_held_bytes) +
            std::max<int64_t>(0, workspace - workspace_held_bytes) + reserve_bytes;
   }

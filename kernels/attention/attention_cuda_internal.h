@@ -232,6 +232,22 @@ struct AttentionBatchTable {
 Status LaunchAttentionFlashBatch(const AttentionKernelParams& params,
                                  const AttentionBatchTable& batch, cudaStream_t stream);
 
+// FP8 prefill attention's Hopper kernel (attention_fp8_wgmma.cu), head_dim 128 only: params.k is
+// k8 and params.v is v8t of Fp8AttentionOperands (kernels/attention/attention_fp8_operands.h),
+// params.q F32 as always; keys_per_split a multiple of kAttentionFp8KeysPerTile; no windows or
+// per-head key counts. Grid (row blocks of kAttentionFp8RowsPerBlock packed rows, num_kv_heads,
+// num_splits).
+inline constexpr int kAttentionFp8RowsPerBlock = 128;
+inline constexpr int kAttentionFp8KeysPerTile = 128;
+struct AttentionFp8Scales {
+  const float* k_scale = nullptr;  // [num_kv_heads, k_blocks]
+  const float* v_scale = nullptr;  // [num_kv_heads, head_dim]
+  int64_t k_blocks = 0;
+  int64_t padded_keys = 0;  // v8t's row length
+};
+Status LaunchAttentionFp8Wgmma(const AttentionKernelParams& params,
+                               const AttentionFp8Scales& scales, cudaStream_t stream);
+
 // True when the wgmma kernel runs here: AttentionFlashSupports' head dims and types, a device
 // of compute capability 9.0 and a driver that encodes tensor maps.
 bool AttentionWgmmaSupports(int head_dim, DType k_dtype, DType v_dtype);

@@ -5,12 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "common/dtype.h"
 #include "common/flags.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attention_fp8_cuda.h"
+#include "kernels/attention/attention_fp8_operands_cuda.h"
 #include "tests/bench/bench_cuda_util.h"
 
 namespace millipede {
@@ -31,7 +34,9 @@ constexpr char kUsage[] = R"(usage: millipede-bench-attention [options]
   --kv-heads H     key/value heads (default 8)
   --head-dim D     64 or 128 (default 128)
   --dtype T        K/V dtype: bf16 (default) | fp16 | fp8 (E4M3)
-  --kernel K       prefill kernel: auto (default; wgmma on Hopper) | mma-sync
+  --kernel K       prefill kernel: auto (default; wgmma on Hopper) | mma-sync | fp8 (FP8
+                   attention, AttentionFp8Cuda: its operands pass timed within and alone,
+                   and its error against the bf16 kernel's output on the same inputs)
   --decode-splits L  comma-separated key splits to time decode with (default 0,1: the
                    launcher's choice and unsplit)
   --warmup N       untimed runs first (default 3)
@@ -47,6 +52,7 @@ struct Shapes {
   int64_t q_heads, kv_heads, head_dim, warmup, iters;
   DType dtype;
   bool allow_wgmma = true;
+  bool fp8 = false;  // prefill on AttentionFp8Cuda
   std::vector<int64_t> decode_splits = {0, 1};
   // A-shape prefill (every KV head): the first `sinks` keys and a recent window; 0: causal.
   int64_t window = 0, sinks = 0;
@@ -65,6 +71,75 @@ double AttendedPairs(int64_t seq, int64_t window, int64_t sinks) {
     }
   }
   return pairs;
+}
+
+// Rows [begin, end) of a device [rows, heads, head_dim] F32 tensor, on the host.
+StatusOr<std::vector<float>> ReadRows(const TensorView& t, int64_t begin, int64_t end) {
+  const int64_t row = t.dim(1) * t.dim(2);
+  std::vector<float> out(static_cast<size_t>((end - begin) * row));
+  MP_CUDA_CHECK(cudaMemcpy(out.data(), t.as<float>() + begin * row, out.size() * sizeof(float),
+                           cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// FP8 attention on the same inputs as the bf16 kernel: its time (operands pass included), the
+// operands pass alone, and its error against the bf16 kernel's o over the first, a middle and
+// the last 256 rows: the largest |difference| / max |o_bf16| and the RMS difference / RMS o.
+StatusOr<nlohmann::json> BenchPrefillFp8(const Shapes& s, int64_t seq, const AttentionArgs& args) {
+  AttentionCudaOptions options;
+  MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionFp8CudaWorkspaceBytes(args, options));
+  DeviceBuffer workspace;
+  MP_RETURN_IF_ERROR(workspace.Allocate(workspace_bytes));
+  options.workspace = workspace.data();
+  options.workspace_bytes = workspace_bytes;
+  MP_ASSIGN_OR_RETURN(
+      const double ms,
+      TimeMs([&] { return AttentionFp8Cuda(args, options, nullptr); }, s.warmup, s.iters));
+  // The operands pass alone, into the same workspace (the call's first step).
+  const int64_t n = seq, h = s.kv_heads, d = s.head_dim;
+  char* const ws = static_cast<char*>(workspace.data());
+  DeviceBuffer scales;
+  MP_RETURN_IF_ERROR(scales.Allocate((h * Fp8AttentionKeyBlocks(n) + h * d) * sizeof(float)));
+  float* const k_scale = static_cast<float*>(scales.data());
+  const Fp8AttentionOperandsArgs operands{
+      args.k,
+      args.v,
+      {ws, DType::kF8E4M3, {n, h, d}},
+      {k_scale, DType::kF32, {h, Fp8AttentionKeyBlocks(n)}},
+      {ws + n * h * d, DType::kF8E4M3, {h, d, Fp8AttentionPaddedKeys(n)}},
+      {k_scale + h * Fp8AttentionKeyBlocks(n), DType::kF32, {h, d}}};
+  MP_ASSIGN_OR_RETURN(
+      const double operands_ms,
+      TimeMs([&] { return Fp8AttentionOperandsCuda(operands, nullptr); }, s.warmup, s.iters));
+  // The error against the bf16 kernel: run both once more, the bf16 one into its own o.
+  MP_RETURN_IF_ERROR(AttentionFp8Cuda(args, options, nullptr));
+  DeviceBuffer o16;
+  MP_RETURN_IF_ERROR(o16.Allocate(args.o.NumElements() * sizeof(float)));
+  AttentionArgs args16 = args;
+  args16.o.data = o16.data();
+  MP_RETURN_IF_ERROR(AttentionCuda(args16, AttentionCudaOptions{}, nullptr));
+  MP_CUDA_CHECK(cudaDeviceSynchronize());
+  double max_ref = 0.0, max_diff = 0.0, sum_sq = 0.0, sum_sq_diff = 0.0;
+  const int64_t rows = std::min<int64_t>(256, seq);
+  for (const int64_t begin : {int64_t{0}, (seq - rows) / 2, seq - rows}) {
+    MP_ASSIGN_OR_RETURN(const std::vector<float> a, ReadRows(args.o, begin, begin + rows));
+    MP_ASSIGN_OR_RETURN(const std::vector<float> b, ReadRows(args16.o, begin, begin + rows));
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(b[i])));
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+      sum_sq += static_cast<double>(b[i]) * b[i];
+      sum_sq_diff += static_cast<double>(a[i] - b[i]) * (a[i] - b[i]);
+    }
+  }
+  const double flops = 4.0 * static_cast<double>(seq) * seq / 2.0 * s.q_heads * s.head_dim;
+  return nlohmann::json{{"seq", seq},
+                        {"kernel", "fp8"},
+                        {"ms", ms},
+                        {"tflops", flops / (ms * 1e-3) / 1e12},
+                        {"operands_ms", operands_ms},
+                        {"kernel_tflops", flops / ((ms - operands_ms) * 1e-3) / 1e12},
+                        {"max_error_vs_bf16", max_ref > 0 ? max_diff / max_ref : 0.0},
+                        {"rms_error_vs_bf16", sum_sq > 0 ? std::sqrt(sum_sq_diff / sum_sq) : 0.0}};
 }
 
 StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
@@ -88,6 +163,7 @@ StatusOr<nlohmann::json> BenchPrefill(const Shapes& s, int64_t seq) {
     args.kv_head_window = windows.data();
     args.sink_tokens = s.sinks;
   }
+  if (s.fp8) return BenchPrefillFp8(s, seq, args);
   AttentionCudaOptions options;
   options.allow_wgmma = s.allow_wgmma;
   MP_ASSIGN_OR_RETURN(const size_t workspace_bytes, AttentionCudaWorkspaceBytes(args, options));
@@ -178,8 +254,12 @@ Status Run(int argc, char** argv) {
   MP_REQUIRE(s.dtype == DType::kBF16 || s.dtype == DType::kF16 || s.dtype == DType::kF8E4M3,
              "--dtype must be bf16, fp16 or fp8");
   const std::string kernel = flags.Get("kernel").value_or("auto");
-  MP_REQUIRE(kernel == "auto" || kernel == "mma-sync", "--kernel must be auto or mma-sync");
-  s.allow_wgmma = kernel == "auto";
+  MP_REQUIRE(kernel == "auto" || kernel == "mma-sync" || kernel == "fp8",
+             "--kernel must be auto, mma-sync or fp8");
+  s.allow_wgmma = kernel != "mma-sync";
+  s.fp8 = kernel == "fp8";
+  MP_REQUIRE(!s.fp8 || s.dtype == DType::kBF16 || s.dtype == DType::kF16,
+             "--kernel fp8 takes bf16 or fp16 K/V (it rounds them to E4M3 itself)");
   if (const std::optional<std::string> list = flags.Get("decode-splits")) {
     s.decode_splits.clear();
     for (size_t begin = 0; begin <= list->size();) {

@@ -93,15 +93,19 @@ def peers_decode(ctx, warmup, iters):
     return out
 
 
-def millipede(bin_dir, seq, ctx, warmup, iters):
+def millipede(bin_dir, seq, ctx, warmup, iters, kernel="auto"):
     cmd = [f"{bin_dir}/millipede-bench-attention", "--seq", str(seq), "--ctx", str(ctx),
-           "--warmup", str(warmup), "--iters", str(iters)]
+           "--warmup", str(warmup), "--iters", str(iters), "--kernel", kernel]
     r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     out = []
     if seq:
         p = r["prefill_causal"]
-        out.append({"kind": "prefill", "impl": "millipede", "seq": seq, "ms": p["ms"],
+        impl = "millipede" if kernel == "auto" else f"millipede-{kernel}"
+        out.append({"kind": "prefill", "impl": impl, "seq": seq, "ms": p["ms"],
                     "tflops": p["tflops"], "cmd": " ".join(cmd[1:])})
+        for key in ("operands_ms", "kernel_tflops", "max_error_vs_bf16", "rms_error_vs_bf16"):
+            if key in p:
+                out[-1][key] = p[key]
     if ctx:
         d = r["decode"]["split"]
         out.append({"kind": "decode", "impl": "millipede", "ctx": ctx, "us": d["us"],
@@ -116,13 +120,18 @@ def main():
     ap.add_argument("--ctx", default="32768,131072,524288,1048576")
     ap.add_argument("--iters", type=int, default=3, help="timed runs for S <= 128K")
     ap.add_argument("--big-iters", type=int, default=1, help="timed runs for S > 128K")
+    ap.add_argument("--fp8", action="store_true",
+                    help="also Millipede's FP8 attention (--kernel fp8) at each prefill length")
     args = ap.parse_args()
     rows = []
     for seq in [int(s) for s in args.seq.split(",") if s]:
         warmup, iters = (1, args.iters) if seq <= 131072 else (0, args.big_iters)
         if warmup == 0:  # one small untimed call loads the kernels and builds cuDNN's plan
             peers_prefill(4096, 0, 1)
-        for r in millipede(args.bin_dir, seq, 0, warmup, iters) + peers_prefill(seq, warmup, iters):
+        ours = millipede(args.bin_dir, seq, 0, warmup, iters)
+        if args.fp8:
+            ours += millipede(args.bin_dir, seq, 0, warmup, iters, "fp8")
+        for r in ours + peers_prefill(seq, warmup, iters):
             print(json.dumps(r), flush=True)
             rows.append(r)
     for ctx in [int(c) for c in args.ctx.split(",") if c]:
@@ -136,7 +145,12 @@ def main():
         if "error" in r:
             print(f"| {r['kind']} | {size} | {r['impl']} | error | {r['error'][:60]} |")
         elif r["kind"] == "prefill":
-            print(f"| prefill | {size} | {r['impl']} | {r['ms']:.2f} ms | {r['tflops']:.0f} TFLOP/s |")
+            extra = ""
+            if "kernel_tflops" in r:
+                extra = (f" (kernel {r['kernel_tflops']:.0f} after {r['operands_ms']:.2f} ms of "
+                         f"operands; vs bf16 max {r['max_error_vs_bf16']:.2e}, "
+                         f"RMS {r['rms_error_vs_bf16']:.2e})")
+            print(f"| prefill | {size} | {r['impl']} | {r['ms']:.2f} ms | {r['tflops']:.0f} TFLOP/s{extra} |")
         else:
             print(f"| decode | {size} | {r['impl']} | {r['us']:.1f} us | {r['gb_per_s']:.0f} GB/s |")
 

@@ -8,7 +8,7 @@ namespace {
 // A policy that uses every part of the format: per-head patterns and parameters, mixed decode
 // roles, a layer-wide role, the model-wide parameters.
 AttentionPolicy SomePolicy() {
-  auto p = ParseAttentionPolicy(R"({"version": 1, "dense_below_tokens": 77,
+  auto p = ParseAttentionPolicy(R"({"version": 1, "dense_below_tokens": 77, "fp8_attention": true,
       "filter": {"top_k": 99}, "streaming_head": {"sink_tokens": 3, "window_tokens": 30},
       "static_eviction": {"keep_tokens": 5, "recent_tokens": 6, "observed_queries": 7},
       "layers": [

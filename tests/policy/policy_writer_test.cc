@@ -24,6 +24,7 @@ HeadPrefillPolicy Head(PrefillPattern pattern) {
 AttentionPolicy MixedPolicy() {
   AttentionPolicy p = DensePolicy(5, 3);
   p.dense_below_tokens = 8192;
+  p.fp8_attention = true;
   p.filter.top_k = 77;
   p.streaming_head = {16, 96};
   p.static_eviction = {500, 40, 8};
@@ -67,6 +68,17 @@ TEST(PolicyWriterTest, DensePolicyRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, policy);
   EXPECT_TRUE(back->IsDense());
+  // FP8 attention is written only when on, and read back.
+  EXPECT_EQ(AttentionPolicyToJson(policy).find("fp8_attention"), std::string::npos);
+  AttentionPolicy fp8 = policy;
+  fp8.fp8_attention = true;
+  back = ParseAttentionPolicy(AttentionPolicyToJson(fp8), 2, 4);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->fp8_attention);
+  EXPECT_EQ(back->Summary(), "dense/full (fp8 attention)");
+  // A value that is no boolean is refused.
+  EXPECT_EQ(ParseAttentionPolicy(R"({"version": 1, "fp8_attention": 1})", 2, 4).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(PolicyWriterTest, OneLinePerLayerAndShortFormsForUniformLayers) {

@@ -65,11 +65,12 @@ HeadWindows GroupWindows(const HeadWindows& layer, const std::vector<int32_t>& k
 
 HeadGroupPrefill::HeadGroupPrefill(const KvHeadGroups& groups, int64_t group,
                                    const HeadWindows& windows, const KvRetention& streaming,
-                                   int64_t windowed_from, std::shared_ptr<HeadPackScratch> scratch)
+                                   int64_t windowed_from, std::shared_ptr<HeadPackScratch> scratch,
+                                   bool fp8)
     : streaming_(streaming),
       packs_{HeadPack(groups.full, group), HeadPack(groups.streaming, group)},
-      rings_{RingPrefill(GroupWindows(windows, groups.full), windowed_from),
-             RingPrefill(GroupWindows(windows, groups.streaming), windowed_from)},
+      rings_{RingPrefill(GroupWindows(windows, groups.full), windowed_from, fp8),
+             RingPrefill(GroupWindows(windows, groups.streaming), windowed_from, fp8)},
       scratch_(std::move(scratch)) {}
 
 Status HeadGroupPrefill::Run(AttentionEnv& env, const PrefillInput& in) {

@@ -65,7 +65,7 @@ class HeadGroupPrefill final : public PrefillStrategy {
   // they apply from `windowed_from` positions on, as RingPrefill's.
   HeadGroupPrefill(const KvHeadGroups& groups, int64_t group, const HeadWindows& windows,
                    const KvRetention& streaming, int64_t windowed_from,
-                   std::shared_ptr<HeadPackScratch> scratch);
+                   std::shared_ptr<HeadPackScratch> scratch, bool fp8 = false);
   const char* name() const override { return "head-groups"; }
   Status Run(AttentionEnv& env, const PrefillInput& in) override;
 

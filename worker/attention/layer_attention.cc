@@ -64,8 +64,9 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildSparsePrefill(
     windows.window.push_back(mask.window);
     if (mask.window > 0) windows.sink = mask.sink;
   }
-  return std::unique_ptr<PrefillStrategy>(new SparsePrefill(
-      std::move(ring_heads), std::move(windows), std::move(patterns), policy.dense_below_tokens));
+  return std::unique_ptr<PrefillStrategy>(
+      new SparsePrefill(std::move(ring_heads), std::move(windows), std::move(patterns),
+                        policy.dense_below_tokens, policy.fp8_attention));
 }
 
 StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& policy,
@@ -76,7 +77,7 @@ StatusOr<std::unique_ptr<PrefillStrategy>> BuildPrefill(const AttentionPolicy& p
     if (v->kernel() == PrefillKernel::kSparse)
       return BuildSparsePrefill(policy, layer, index, variants);
   return std::unique_ptr<PrefillStrategy>(
-      new RingPrefill(LayerWindows(layer), policy.dense_below_tokens));
+      new RingPrefill(LayerWindows(layer), policy.dense_below_tokens, policy.fp8_attention));
 }
 
 }  // namespace
@@ -108,9 +109,9 @@ StatusOr<LayerAttention> BuildLayer(const AttentionPolicy& policy, const ModelCo
     const int64_t group = config.num_attention_heads / config.num_key_value_heads;
     la.streaming = StreamingHeadRetention(policy);
     if (packs == nullptr) packs = std::make_shared<HeadPackScratch>();
-    la.prefill = std::make_unique<HeadGroupPrefill>(la.head_groups, group, LayerWindows(layer),
-                                                    la.streaming, policy.dense_below_tokens,
-                                                    packs);
+    la.prefill =
+        std::make_unique<HeadGroupPrefill>(la.head_groups, group, LayerWindows(layer), la.streaming,
+                                           policy.dense_below_tokens, packs, policy.fp8_attention);
     la.decode = std::make_unique<HeadGroupDecode>(la.head_groups, group, la.streaming, packs);
     return la;
   }

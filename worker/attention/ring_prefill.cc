@@ -63,7 +63,7 @@ Status RingPrefill::AttendBlock(AttentionEnv& env, const PrefillInput& in, Const
         a.lse = lse_part;
         a.kv_head_window = windows.data();
         a.sink_tokens = windows.sink;
-        MP_RETURN_IF_ERROR(b.Attention(a));
+        MP_RETURN_IF_ERROR(fp8_ && windows.window.empty() ? b.AttentionFp8(a) : b.Attention(a));
         return b.MergeStateInPlace(o_acc, lse_acc, AsConst(o_part), AsConst(lse_part));
       };
       const bool dense = windows.window.empty();

@@ -29,9 +29,10 @@ struct HeadWindows {
 class RingPrefill final : public PrefillStrategy {
  public:
   // `windows` apply when the sequence holds at least `windowed_from` positions after the step
-  // (shorter prompts are dense under any policy).
-  RingPrefill(HeadWindows windows, int64_t windowed_from)
-      : windows_(std::move(windows)), windowed_from_(windowed_from) {}
+  // (shorter prompts are dense under any policy). `fp8`: the policy's fp8_attention, taken by
+  // the calls without windows (Backend::AttentionFp8; a call with a windowed head stays exact).
+  RingPrefill(HeadWindows windows, int64_t windowed_from, bool fp8 = false)
+      : windows_(std::move(windows)), windowed_from_(windowed_from), fp8_(fp8) {}
   const char* name() const override { return windows_.window.empty() ? "dense" : "a-shape"; }
   Status Run(AttentionEnv& env, const PrefillInput& in) override;
   // Run over this rank's block `mine` instead of the store's rows: a layer's dense and A-shape
@@ -55,6 +56,7 @@ class RingPrefill final : public PrefillStrategy {
                   int64_t round_rows);
   HeadWindows windows_;
   int64_t windowed_from_ = 0;
+  bool fp8_ = false;
 };
 
 }  // namespace millipede

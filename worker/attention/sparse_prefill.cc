@@ -10,13 +10,13 @@ namespace millipede {
 
 SparsePrefill::SparsePrefill(std::vector<int64_t> ring_heads, HeadWindows ring_windows,
                              std::vector<std::unique_ptr<SparsePatternIndex>> patterns,
-                             int64_t dense_below)
+                             int64_t dense_below, bool fp8)
     : dense_below_(dense_below),
-      dense_(HeadWindows{}, 0),
+      dense_(HeadWindows{}, 0, fp8),
       ring_heads_(std::move(ring_heads)),
       patterns_(std::move(patterns)) {
   for (const auto& p : patterns_) grid_ = std::gcd(grid_, p->grid());
-  if (!ring_heads_.empty()) ring_ = std::make_unique<RingPrefill>(std::move(ring_windows), 0);
+  if (!ring_heads_.empty()) ring_ = std::make_unique<RingPrefill>(std::move(ring_windows), 0, fp8);
 }
 
 Status SparsePrefill::RunRingHeads(AttentionEnv& env, const PrefillInput& in, ConstKvRows mine) {

@@ -30,7 +30,8 @@ class SparsePrefill final : public PrefillStrategy {
   // layer has, in registry order (the order their partials merge in); `dense_below`: shorter
   // prompts run dense.
   SparsePrefill(std::vector<int64_t> ring_heads, HeadWindows ring_windows,
-                std::vector<std::unique_ptr<SparsePatternIndex>> patterns, int64_t dense_below);
+                std::vector<std::unique_ptr<SparsePatternIndex>> patterns, int64_t dense_below,
+                bool fp8 = false);
   const char* name() const override { return "sparse"; }
   Status Run(AttentionEnv& env, const PrefillInput& in) override;
 

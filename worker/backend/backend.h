@@ -199,6 +199,10 @@ class Backend {
   // Gathered partial products summed in order into a residual (decode's MLP split over ranks).
   virtual Status AddParts(const AddPartsArgs& args) = 0;
   virtual Status Attention(const AttentionArgs& args) = 0;
+  // FP8 attention (kernels/attention/attention_fp8.h), a policy's opt-in precision for dense
+  // heads in prefill: AttentionFp8Ref's computation (the CPU backend exactly, over threads; the
+  // CUDA backend on Hopper's FP8 MMAs, Unimplemented on other GPUs and head dims).
+  virtual Status AttentionFp8(const AttentionArgs& args) = 0;
   // One decode token of each of several sequences against its own K/V, in one call (the decode
   // tokens of a continuous-batching step).
   virtual Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) = 0;

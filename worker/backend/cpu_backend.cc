@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/attention_fp8_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/embedding_cpu.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -78,6 +79,7 @@ class CpuBackend final : public Backend {
   Status AddParts(const AddPartsArgs& args) override { return AddPartsRef(args); }
   Status SiluMul(const SiluMulArgs& args) override { return SiluMulCpu(args); }
   Status Attention(const AttentionArgs& args) override { return AttentionCpu(args); }
+  Status AttentionFp8(const AttentionArgs& args) override { return AttentionFp8Cpu(args); }
   Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) override {
     MP_RETURN_IF_ERROR(BatchDecodeAttentionCheckArgs(args));
     BatchDecodeGathered gathered;

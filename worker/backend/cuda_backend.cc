@@ -9,6 +9,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attention_fp8_cuda.h"
 #include "kernels/attention/batch_decode_attention_cuda.h"
 #include "kernels/attention/merge_state_cuda.h"
 #include "kernels/attention/sparse_attention_cuda.h"
@@ -203,6 +204,11 @@ class CudaBackend final : public Backend {
     MP_ASSIGN_OR_RETURN(const size_t bytes, AttentionCudaWorkspaceBytes(args, {}));
     MP_ASSIGN_OR_RETURN(const AttentionCudaOptions options, AttentionScratch(bytes));
     return AttentionCuda(args, options, stream_);
+  }
+  Status AttentionFp8(const AttentionArgs& args) override {
+    MP_ASSIGN_OR_RETURN(const size_t bytes, AttentionFp8CudaWorkspaceBytes(args, {}));
+    MP_ASSIGN_OR_RETURN(const AttentionCudaOptions options, AttentionScratch(bytes));
+    return AttentionFp8Cuda(args, options, stream_);
   }
   Status BatchDecodeAttention(const BatchDecodeAttentionArgs& args) override {
     MP_ASSIGN_OR_RETURN(const size_t bytes, BatchDecodeAttentionCudaWorkspaceBytes(args, {}));

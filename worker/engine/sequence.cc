@@ -126,6 +126,16 @@ int64_t SparsePrefillBytes(const ModelConfig& config, DType kv_dtype, const Sequ
   return bytes;
 }
 
+// One FP8 attention call's operands (AttentionFp8CudaWorkspaceBytes, less its split partials,
+// which the reserve covers like those of exact attention): K and V in E4M3 over the sequence's
+// rows on this rank (no call sees more: one rank's block, or this rank's own rows), padded to
+// 128 keys, and the scales, each part 256-byte aligned.
+int64_t Fp8AttentionBytes(const ModelConfig& config, const SequenceOptions& o) {
+  const int64_t width = config.num_key_value_heads * config.head_dim;
+  const int64_t blocks = (o.capacity + 127) / 128 + 1;
+  return 2 * blocks * 128 * width + config.num_key_value_heads * blocks * 4 + width * 4 + 4 * 256;
+}
+
 // Per filter layer (by index): its group's host-tier layers, and whether the group has selected
 // layers on the device.
 struct SelectionGroup {
@@ -204,6 +214,7 @@ Status Sequence::PlanStores(const ModelConfig& config, DType kv_dtype,
   const std::vector<bool> host = HostTierLayers(options);
   plan->kv_bytes = plan->host_kv_bytes = plan->selection_bytes = plan->head_group_bytes = 0;
   plan->index_bytes = SparsePrefillBytes(config, kv_dtype, options, attention_rows);
+  plan->fp8_bytes = options.policy.fp8_attention ? Fp8AttentionBytes(config, options) : 0;
   const bool split = SplitsKvHeads(options);
   int64_t widest_pack = 0;
   // A layer whose store drops rows gets a streaming store: what attention sees is what it keeps.

@@ -83,6 +83,9 @@ class CountingBackend final : public Backend {
   Status Attention(const AttentionArgs& a) override {
     return Run("Attention", &Backend::Attention, a);
   }
+  Status AttentionFp8(const AttentionArgs& a) override {
+    return Run("AttentionFp8", &Backend::AttentionFp8, a);
+  }
   Status BatchDecodeAttention(const BatchDecodeAttentionArgs& a) override {
     return Run("BatchDecodeAttention", &Backend::BatchDecodeAttention, a);
   }

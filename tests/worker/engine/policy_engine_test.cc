@@ -121,6 +121,48 @@ TEST(EnginePolicyTest, AShapePrefillEqualsDenseOnlyWhenTheWindowCoversThePrompt)
   EXPECT_LT(MaxRelError(PromptLogits(e, ids), dense), 1e-6);
 }
 
+// FP8 attention is opt-in: the dense heads' prefill attention runs on E4M3 operands (its op's
+// tests bound that rounding), so the logits move off dense's by a little, and not at all when
+// the policy leaves it off. A-shape heads stay exact, and so do dense heads that share a layer's
+// attention call with them (the FP8 kernel takes no windows).
+TEST(EnginePolicyTest, Fp8AttentionRoundsDenseHeadsOnly) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const std::vector<int32_t> ids = RandomIds(90, 97, 5);
+  const std::vector<float> dense = PromptLogits(e, ids);
+  auto policy = [&](const std::string& prefill, bool fp8) {
+    return testing::PolicyFor(e, R"({"version": 1, "fp8_attention": )" +
+                                     std::string(fp8 ? "true" : "false") +
+                                     R"(, "default": {"prefill": )" + prefill +
+                                     R"(}, "a_shape": {"sink_tokens": 4, "window_tokens": 8}})");
+  };
+  ASSERT_TRUE(e.SetPolicy(policy(R"("dense")", true)).ok());
+  EXPECT_NE(e.policy().Summary().find("fp8 attention"), std::string::npos);
+  // The plan counts one call's FP8 operands: K and V of every row, a byte per value.
+  auto plan = e.PlanSequence({.capacity = 300, .policy = e.policy()}, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t width = e.config().num_key_value_heads * e.config().head_dim;
+  EXPECT_GE(plan->fp8_bytes, 2 * 300 * width);
+  EXPECT_LT(plan->fp8_bytes, 2 * 600 * width + 4096);
+  EXPECT_NE(plan->ToString().find("fp8 attention operands"), std::string::npos);
+  const double error = MaxRelError(PromptLogits(e, ids), dense);
+  EXPECT_GT(error, 1e-5);
+  EXPECT_LT(error, 0.1);
+  ASSERT_TRUE(e.SetPolicy(policy(R"("dense")", false)).ok());
+  EXPECT_EQ(MaxRelError(PromptLogits(e, ids), dense), 0.0);
+  plan = e.PlanSequence({.capacity = 300, .policy = e.policy()}, 0);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->fp8_bytes, 0);
+  for (const char* prefill : {R"("a-shape")", R"(["a-shape", "dense"])"}) {
+    SCOPED_TRACE(prefill);
+    ASSERT_TRUE(e.SetPolicy(policy(prefill, false)).ok());
+    const std::vector<float> exact = PromptLogits(e, ids);
+    ASSERT_TRUE(e.SetPolicy(policy(prefill, true)).ok());
+    EXPECT_EQ(MaxRelError(PromptLogits(e, ids), exact), 0.0);
+  }
+}
+
 TEST(EnginePolicyTest, StreamingHeadDecodeSeesSinksAndWindowOnly) {
   auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
   ASSERT_TRUE(engine.ok());
