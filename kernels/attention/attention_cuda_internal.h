@@ -232,7 +232,7 @@ struct AttentionBatchTable {
 Status LaunchAttentionFlashBatch(const AttentionKernelParams& params,
                                  const AttentionBatchTable& batch, cudaStream_t stream);
 
-// FP8 prefill attention's Hopper kernel (attention_fp8_wgmma.cu), head_dim 128 only: params.k is
+// FP8 prefill attention's Hopper kernel (attention_fp8_wgmma.cu), head_dim 64 or 128: params.k is
 // k8 and params.v is v8t of Fp8AttentionOperands (kernels/attention/attention_fp8_operands.h),
 // params.q F32 as always; keys_per_split a multiple of kAttentionFp8KeysPerTile; no windows or
 // per-head key counts. Grid (row blocks of kAttentionFp8RowsPerBlock packed rows, num_kv_heads,

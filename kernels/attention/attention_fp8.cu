@@ -45,9 +45,9 @@ StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& o
   MP_RETURN_IF_ERROR(AttentionFp8CheckArgs(args));
   const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
   const int64_t n_kv = args.k.dim(0), num_kv_heads = args.k.dim(1);
-  if (head_dim != 128)
-    return UnimplementedError(
-        detail::StrCat("fp8 attention on the GPU: head_dim ", head_dim, " (128 is available)"));
+  if (head_dim != 128 && head_dim != 64)
+    return UnimplementedError(detail::StrCat("fp8 attention on the GPU: head_dim ", head_dim,
+                                             " (64 and 128 are available)"));
   if (!attention_internal::AttentionWgmmaSupports(128, DType::kBF16, DType::kBF16))
     return UnimplementedError("fp8 attention on the GPU needs a compute capability 9.0 device");
   MP_REQUIRE(IsAligned(args.q.data, 16) && IsAligned(args.k.data, 16) &&

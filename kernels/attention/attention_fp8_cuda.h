@@ -3,8 +3,8 @@
 //
 // One call: Fp8AttentionOperandsCuda rounds K and V into the workspace, then the Hopper FP8
 // kernel (attention_fp8_wgmma.cu) runs, split over keys (whole 128-key tiles) when its row
-// blocks cannot fill the GPU, the partials merged with MergeStateCuda. Needs head_dim 128 and a
-// compute capability 9.0 device (else Unimplemented); q, k and v 16-byte aligned.
+// blocks cannot fill the GPU, the partials merged with MergeStateCuda. Needs head_dim 64 or 128
+// and a compute capability 9.0 device (else Unimplemented); q, k and v 16-byte aligned.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,7 +18,7 @@
 namespace millipede {
 
 // Bytes of device scratch AttentionFp8Cuda(args, options, ...) needs: the FP8 operands
-// (n_kv x num_kv_heads x 128 bytes for K, as much again for V padded to 128 keys, and their
+// (n_kv x num_kv_heads x head_dim bytes for K, as much again for V padded to 128 keys, and their
 // scales) and any split partials. Checks the arguments; asks the current device for its SMs.
 StatusOr<size_t> AttentionFp8CudaWorkspaceBytes(const AttentionArgs& args,
                                                 const AttentionCudaOptions& options = {});

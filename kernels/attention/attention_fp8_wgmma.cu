@@ -4,11 +4,12 @@
 // operands at twice the bf16 MMA rate:
 //  - Q: each warpgroup rounds its rows to E4M3 with a scale per row (largest |q| / 448) while
 //    staging them, then holds them as A fragments of four k32 steps;
-//  - S = Q K^T: m64n128k32 over K tiles of k8 ([128 keys][128 bytes], K-major, one TMA box);
+//  - S = Q K^T: m64n128k32 over K tiles of k8 ([128 keys][head_dim bytes], K-major, one TMA
+//    box; 128-byte swizzle for head_dim 128, 64-byte for 64);
 //  - softmax: each row's scale times its tile's K scale times the softmax scale turns the raw
 //    sums into scores; P = 256 exp(x - m) rounded to E4M3 straight from the fp32 accumulators
 //    (no shuffles: V's columns are permuted per 16 keys to meet them, Fp8VColumnKey);
-//  - O += P V: m64n128k32 over V tiles of v8t ([128 channels][128 keys], K-major);
+//  - O += P V: m64n{head_dim}k32 over V tiles of v8t ([head_dim channels][128 keys], K-major);
 //  - epilogue: O's columns times V's channel scales / 256, rows by the softmax denominator.
 // AttentionFp8Ref (kernels/attention/attention_fp8.h) is the same computation on the CPU.
 #include <cuda.h>
@@ -26,12 +27,10 @@
 namespace millipede::attention_internal {
 namespace {
 
-constexpr int kHeadDim = 128;
 constexpr int kWgRows = kWgmmaWgRows;
 constexpr int kWarpgroups = 2;
 constexpr int kRows = kWgRows * kWarpgroups;
 constexpr int kKeys = kWgmmaKeys;
-constexpr int kSteps = kHeadDim / 32;  // k32 steps of Q K^T
 constexpr int kPvSteps = kKeys / 32;   // k32 steps of P V
 constexpr int kConsumerThreads = 128 * kWarpgroups;
 constexpr int kThreads = kConsumerThreads + 128;
@@ -44,20 +43,35 @@ static_assert(kKeys == kFp8AttentionKeyBlock, "a K tile is one K scale block");
 constexpr int kQBarrier = 1;     // 1, 2
 constexpr int kTurnBarrier = 3;  // 3, 4
 
-// Shared memory (from a 1024-byte aligned base): Q [warpgroup][64 rows][128 bytes], the rows'
-// scales [warpgroup][64] F32 (in a 1024-byte slot), then kStages x (K tile [128 keys][128 bytes],
-// V tile [128 channels][128 bytes]), then the full and empty barriers.
+// Shared memory (from a 1024-byte aligned base): Q [warpgroup][64 rows][128 bytes] (head_dim
+// bytes used), the rows' scales [warpgroup][64] F32 (in a 1024-byte slot), then kStages x
+// (K tile [128 keys][head_dim bytes], V tile [head_dim channels][128 bytes]), then the full and
+// empty barriers.
+template <int kHeadDim>
 struct Fp8Tile {
-  static constexpr int kStages = 4;
-  static constexpr int kQWgBytes = kWgRows * kHeadDim;
+  static_assert(kHeadDim == 64 || kHeadDim == 128);
+  static constexpr int kSteps = kHeadDim / 32;  // k32 steps of Q K^T
+  static constexpr int kStages = kHeadDim == 128 ? 4 : 6;
+  static constexpr int kQWgBytes = kWgRows * 128;
   static constexpr int kQBytes = kWarpgroups * kQWgBytes;
   static constexpr int kQScaleBytes = 1024;
-  static constexpr int kTileBytes = kKeys * 128;
-  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kKTileBytes = kKeys * kHeadDim;
+  static constexpr int kStageBytes = kKTileBytes + kHeadDim * 128;
   static constexpr int kSmemBytes =
       1024 + kQBytes + kQScaleBytes + kStages * kStageBytes + 2 * kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one SM");
 };
+
+// A K-major tile descriptor in the 64-byte swizzle (rows of 64 bytes, 8-row atoms of 512 bytes
+// whose 16-byte chunk c of row r sits at c ^ (r / 2) % 4), as TMA's CU_TENSOR_MAP_SWIZZLE_64B
+// writes them; SmemDescriptor's fields otherwise.
+__device__ __forceinline__ uint64_t SmemDescriptorSw64(uint32_t address) {
+  uint64_t desc = (address & 0x3FFFFu) >> 4;
+  desc |= static_cast<uint64_t>(1) << 16;         // leading byte offset (unused): 16 bytes
+  desc |= static_cast<uint64_t>(512 >> 4) << 32;  // 8-row groups 512 bytes apart
+  desc |= uint64_t{2} << 62;                      // 64-byte swizzle
+  return desc;
+}
 
 struct Fp8Params {
   AttentionKernelParams p;
@@ -80,15 +94,16 @@ __device__ __forceinline__ float RowScale(float amax) {
 // with a scale per row into q_smem ([64 rows][128 bytes], 128-byte swizzle; q_wg its shared
 // address) and the scales into scale_smem[64], then loads the A fragments of the kSteps k32
 // steps (ldmatrix's b16 layout is the 8-bit fragment's, two bytes per element).
-template <typename RowPtr>
-__device__ __forceinline__ void LoadQ8(uint32_t (&qa)[kSteps][4], unsigned char* q_smem,
+template <int kHeadDim, typename RowPtr>
+__device__ __forceinline__ void LoadQ8(uint32_t (&qa)[kHeadDim / 32][4], unsigned char* q_smem,
                                        float* scale_smem, uint32_t q_wg, int named_barrier,
                                        RowPtr row_ptr) {
   constexpr int kChunks = kHeadDim / 16;  // 16-byte chunks (16 values) per row
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
-  static_assert(kWgRows * kChunks % 128 == 0 && kChunks == 8);
+  static_assert(kWgRows * kChunks % 128 == 0 && (kChunks == 8 || kChunks == 4));
   for (int i = tid; i < kWgRows * kChunks; i += 128) {
-    const int r = i / kChunks, c = i % kChunks;  // the 8 threads of a row are adjacent lanes
+    // The kChunks threads of a row are adjacent lanes.
+    const int r = i / kChunks, c = i % kChunks;
     const float* src = row_ptr(r);
     float x[16];
 #pragma unroll
@@ -100,9 +115,8 @@ __device__ __forceinline__ void LoadQ8(uint32_t (&qa)[kSteps][4], unsigned char*
     float amax = 0.0f;
 #pragma unroll
     for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(x[e]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+#pragma unroll
+    for (int o = 1; o < kChunks; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float scale = RowScale(amax), inv = __fdiv_rn(1.0f, scale);
     uint32_t packed[4];
 #pragma unroll
@@ -116,7 +130,7 @@ __device__ __forceinline__ void LoadQ8(uint32_t (&qa)[kSteps][4], unsigned char*
   NamedBarrierSync(named_barrier, 128);
   const int r = warp * 16 + lane % 8 + (lane / 8) % 2 * 8;
 #pragma unroll
-  for (int ks = 0; ks < kSteps; ++ks) {
+  for (int ks = 0; ks < kHeadDim / 32; ++ks) {
     const int chunk = 2 * ks + lane / 16;
     Ldmatrix4(qa[ks], q_wg + r * 128 + ((chunk ^ (r % 8)) << 4));
   }
@@ -154,6 +168,7 @@ __device__ __forceinline__ void SoftmaxTile8(float (&s)[kKeys / 2], AttentionSta
 // O *= factor, then P as E4M3 A fragments: step kk covers keys 32 kk .. 32 kk + 31, and the
 // thread's bytes at k 4c .. 4c + 3 are its accumulator keys 2c, 2c + 1, 8 + 2c, 9 + 2c (row g:
 // s[16 kk + 0, 1, 4, 5]; row g + 8: s[16 kk + 2, 3, 6, 7]; keys + 16: s[16 kk + 8 ..]).
+template <int kHeadDim>
 __device__ __forceinline__ void RescaleAndPack8(float (&o)[kHeadDim / 2],
                                                 uint32_t (&pa)[kPvSteps][4],
                                                 const float (&s)[kKeys / 2],
@@ -174,21 +189,24 @@ __device__ __forceinline__ void RescaleAndPack8(float (&o)[kHeadDim / 2],
   }
 }
 
-// Grid (row blocks, num_kv_heads, num_splits); kThreads threads; Fp8Tile::kSmemBytes of dynamic
-// shared memory. k_map: k8 as [n_kv][num_kv_heads * 128] bytes; v_map: v8t as [num_kv_heads *
-// 128][padded keys] bytes; both 128 x 128 boxes, 128-byte swizzle.
+// Grid (row blocks, num_kv_heads, num_splits); kThreads threads; Tile::kSmemBytes of dynamic
+// shared memory. k_map: k8 as [n_kv][num_kv_heads * head_dim] bytes, head_dim x 128 boxes;
+// v_map: v8t as [num_kv_heads * head_dim][padded keys] bytes, 128 x head_dim boxes.
+template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionFp8Kernel(const Fp8Params fp, const __grid_constant__ CUtensorMap k_map,
                        const __grid_constant__ CUtensorMap v_map) {
+  using Tile = Fp8Tile<kHeadDim>;
+  constexpr int kSteps = Tile::kSteps;
   const AttentionKernelParams& p = fp.p;
-  constexpr int kStages = Fp8Tile::kStages;
+  constexpr int kStages = Tile::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = SharedAddress(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* const smem = smem_raw + (base - raw);
-  float* const q_scales = reinterpret_cast<float*>(smem + Fp8Tile::kQBytes);
-  const uint32_t kv_base = base + Fp8Tile::kQBytes + Fp8Tile::kQScaleBytes;
-  const uint32_t full_bar = kv_base + kStages * Fp8Tile::kStageBytes;
+  float* const q_scales = reinterpret_cast<float*>(smem + Tile::kQBytes);
+  const uint32_t kv_base = base + Tile::kQBytes + Tile::kQScaleBytes;
+  const uint32_t full_bar = kv_base + kStages * Tile::kStageBytes;
   const uint32_t empty_bar = full_bar + 8 * kStages;
 
   const int tid = threadIdx.x % 128, wg = threadIdx.x / 128;
@@ -222,10 +240,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = tile % kStages;
         if (tile >= kStages) MbarrierWait(empty_bar + 8 * stage, (tile / kStages - 1) & 1);
         const uint32_t bar = full_bar + 8 * stage;
-        MbarrierArriveExpectTx(bar, Fp8Tile::kStageBytes);
-        const uint32_t dst = kv_base + stage * Fp8Tile::kStageBytes;
+        MbarrierArriveExpectTx(bar, Tile::kStageBytes);
+        const uint32_t dst = kv_base + stage * Tile::kStageBytes;
         TmaLoad2d(dst, &k_map, kv_head * kHeadDim, key0_of(tile), bar);
-        TmaLoad2d(dst + Fp8Tile::kTileBytes, &v_map, key0_of(tile), kv_head * kHeadDim, bar);
+        TmaLoad2d(dst + Tile::kKTileBytes, &v_map, key0_of(tile), kv_head * kHeadDim, bar);
       }
     }
     return;
@@ -234,11 +252,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int64_t wg_row0 = row0 + wg * kWgRows;
   uint32_t qa[kSteps][4];
-  LoadQ8(qa, smem + wg * Fp8Tile::kQWgBytes, q_scales + wg * kWgRows,
-         base + wg * Fp8Tile::kQWgBytes, kQBarrier + wg, [&](int r) -> const float* {
-           const int64_t row = wg_row0 + r;
-           return row < rows ? p.q + OutputRow(p, row, kv_head, 0) * kHeadDim : nullptr;
-         });
+  LoadQ8<kHeadDim>(qa, smem + wg * Tile::kQWgBytes, q_scales + wg * kWgRows,
+                   base + wg * Tile::kQWgBytes, kQBarrier + wg, [&](int r) -> const float* {
+                     const int64_t row = wg_row0 + r;
+                     return row < rows ? p.q + OutputRow(p, row, kv_head, 0) * kHeadDim : nullptr;
+                   });
   const int64_t thread_row = wg_row0 + warp * 16 + lane / 4;
   const int row_end[2] = {keys.RowEnd(p, thread_row), keys.RowEnd(p, thread_row + 8)};
   const float q_scale[2] = {q_scales[wg * kWgRows + warp * 16 + lane / 4] * p.scale,
@@ -252,19 +270,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t pa[kPvSteps][4];
   AttentionState state[2] = {AttentionState::Empty(), AttentionState::Empty()};
 
-  auto stage_of = [&](int tile) { return kv_base + (tile % kStages) * Fp8Tile::kStageBytes; };
+  auto stage_of = [&](int tile) { return kv_base + (tile % kStages) * Tile::kStageBytes; };
   auto issue_qk = [&](int tile) {
     const uint32_t k_tile = stage_of(tile);
 #pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks)
-      WgmmaE4m3::M64N128(s, qa[ks], SmemDescriptor(k_tile + ks * 32, 16, 1024), ks > 0 ? 1 : 0);
+    for (int ks = 0; ks < kSteps; ++ks) {
+      const uint64_t desc = kHeadDim == 128 ? SmemDescriptor(k_tile + ks * 32, 16, 1024)
+                                            : SmemDescriptorSw64(k_tile + ks * 32);
+      WgmmaE4m3::M64N128(s, qa[ks], desc, ks > 0 ? 1 : 0);
+    }
     WgmmaCommit();
   };
   auto issue_pv = [&](int tile) {
-    const uint32_t v_tile = stage_of(tile) + Fp8Tile::kTileBytes;
+    const uint32_t v_tile = stage_of(tile) + Tile::kKTileBytes;
 #pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk)
-      WgmmaE4m3::M64N128(o_acc, pa[kk], SmemDescriptor(v_tile + kk * 32, 16, 1024), 1);
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+      const uint64_t desc = SmemDescriptor(v_tile + kk * 32, 16, 1024);
+      if constexpr (kHeadDim == 128)
+        WgmmaE4m3::M64N128(o_acc, pa[kk], desc, 1);
+      else
+        WgmmaE4m3::M64N64(o_acc, pa[kk], desc, 1);
+    }
     WgmmaCommit();
   };
   auto softmax = [&](int tile, float(&factor)[2]) {
@@ -282,7 +308,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float scale[2] = {q_scale[0] * tile_scale, q_scale[1] * tile_scale};
     SoftmaxTile8(s, state, factor, scale);
   };
-  auto rescale_and_pack = [&](const float(&factor)[2]) { RescaleAndPack8(o_acc, pa, s, factor); };
+  auto rescale_and_pack = [&](const float(&factor)[2]) {
+    RescaleAndPack8<kHeadDim>(o_acc, pa, s, factor);
+  };
   auto fence_all = [&] {
     FenceRegisters(o_acc);
     FenceRegisters(s);
@@ -311,32 +339,46 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-Status LaunchAttentionFp8Wgmma(const AttentionKernelParams& params,
-                               const AttentionFp8Scales& scales, cudaStream_t stream) {
-  MP_ASSERT(params.head_dim == kHeadDim && !params.windowed && params.kv_head_rows == nullptr);
-  MP_ASSERT(params.keys_per_split % kKeys == 0);
+namespace {
+
+template <int kHeadDim>
+Status Launch(const AttentionKernelParams& params, const AttentionFp8Scales& scales,
+              cudaStream_t stream) {
+  using Tile = Fp8Tile<kHeadDim>;
   static std::atomic<bool> prepared[64];
   int device = 0;
   MP_CUDA_CHECK(cudaGetDevice(&device));
   if (device < 0 || device >= 64 || !prepared[device].load(std::memory_order_acquire)) {
-    MP_CUDA_CHECK(cudaFuncSetAttribute(
-        AttentionFp8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Fp8Tile::kSmemBytes));
+    MP_CUDA_CHECK(cudaFuncSetAttribute(AttentionFp8Kernel<kHeadDim>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Tile::kSmemBytes));
     if (device >= 0 && device < 64) prepared[device].store(true, std::memory_order_release);
   }
   const int64_t row_bytes = static_cast<int64_t>(params.num_kv_heads) * kHeadDim;
   MP_ASSIGN_OR_RETURN(const CUtensorMap k_map,
-                      WgmmaTensorMapBytes(params.k, params.n_kv, row_bytes, kKeys));
+                      WgmmaTensorMapBytes(params.k, params.n_kv, row_bytes, kHeadDim, kKeys));
   MP_ASSIGN_OR_RETURN(const CUtensorMap v_map,
-                      WgmmaTensorMapBytes(params.v, row_bytes, scales.padded_keys, kHeadDim));
+                      WgmmaTensorMapBytes(params.v, row_bytes, scales.padded_keys, 128, kHeadDim));
   const int64_t row_blocks = (params.n_q * params.group + kRows - 1) / kRows;
   MP_REQUIRE(row_blocks < (int64_t{1} << 31), "fp8 attention: ", params.n_q,
              " queries is too many");
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(params.num_kv_heads),
                   static_cast<unsigned>(params.num_splits));
-  AttentionFp8Kernel<<<grid, kThreads, Fp8Tile::kSmemBytes, stream>>>(Fp8Params{params, scales},
-                                                                      k_map, v_map);
+  AttentionFp8Kernel<kHeadDim>
+      <<<grid, kThreads, Tile::kSmemBytes, stream>>>(Fp8Params{params, scales}, k_map, v_map);
   MP_CUDA_CHECK_LAUNCH();
   return OkStatus();
+}
+
+}  // namespace
+
+Status LaunchAttentionFp8Wgmma(const AttentionKernelParams& params,
+                               const AttentionFp8Scales& scales, cudaStream_t stream) {
+  MP_ASSERT((params.head_dim == 64 || params.head_dim == 128) && !params.windowed &&
+            params.kv_head_rows == nullptr);
+  MP_ASSERT(params.keys_per_split % kKeys == 0);
+  return params.head_dim == 128 ? Launch<128>(params, scales, stream)
+                                : Launch<64>(params, scales, stream);
 }
 
 }  // namespace millipede::attention_internal

@@ -420,16 +420,18 @@ StatusOr<CUtensorMap> WgmmaTensorMap8(const void* data, int64_t rows, int64_t ro
 }
 
 StatusOr<CUtensorMap> WgmmaTensorMapBytes(const void* data, int64_t rows, int64_t row_bytes,
-                                          int box_rows) {
+                                          int box_bytes, int box_rows) {
+  MP_ASSERT(box_bytes == 128 || box_bytes == 64);
   MP_ASSIGN_OR_RETURN(const EncodeTiledFn encode, TensorMapEncoder());
   alignas(64) CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
-  const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result =
       encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(data), dims, strides, box,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS)
     return DeviceError(detail::StrCat("attention: cuTensorMapEncodeTiled failed (", result,

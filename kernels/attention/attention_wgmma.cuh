@@ -202,8 +202,8 @@ struct Wgmma<__half> {
 
 // d (+)= A B on E4M3 operands: A [64 x 32] in registers (per warp the m16n8k32 A fragment of
 // its 16 rows: a0 row g, k 4c .. 4c + 3; a1 row g + 8; a2 and a3 the same at k + 16; the
-// lowest byte holds the smallest k), B [32 x 128] K-major in shared memory (8-bit operands
-// have no MN-major form); accumulate 0 overwrites d.
+// lowest byte holds the smallest k), B [32 x N] (N 128 or 64) K-major in shared memory (8-bit
+// operands have no MN-major form); accumulate 0 overwrites d.
 struct WgmmaE4m3 {
   __device__ __forceinline__ static void M64N128(float (&d)[64], const uint32_t (&a)[4],
                                                  uint64_t b_desc, int accumulate) {
@@ -226,6 +226,22 @@ struct WgmmaE4m3 {
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
           "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+  }
+  __device__ __forceinline__ static void M64N64(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t b_desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
   }
 };
@@ -449,10 +465,10 @@ bool WgmmaDeviceSupported();
 // reads outside the matrix give zeros.
 StatusOr<CUtensorMap> WgmmaTensorMap(const void* data, DType dtype, int64_t rows,
                                      int64_t row_values, int box_rows);
-// A 2-D tensor map over a [rows][row_bytes] byte matrix (E4M3 operands) with boxes of 128 bytes
-// x box_rows rows and 128-byte swizzle; reads outside the matrix give zeros. row_bytes must be a
-// multiple of 16.
+// A 2-D tensor map over a [rows][row_bytes] byte matrix (E4M3 operands) with boxes of box_bytes
+// (128 or 64) x box_rows rows, swizzled over box_bytes; reads outside the matrix give zeros.
+// row_bytes must be a multiple of 16.
 StatusOr<CUtensorMap> WgmmaTensorMapBytes(const void* data, int64_t rows, int64_t row_bytes,
-                                          int box_rows);
+                                          int box_bytes, int box_rows);
 
 }  // namespace millipede::attention_internal

@@ -1,10 +1,10 @@
 // FP8 prefill attention on the GPU: Fp8AttentionOperandsCuda against the reference byte for byte
 // (K/V dtypes, key counts around the 128-key block, head dims), and AttentionFp8Cuda against
 // AttentionFp8Ref (odd query and key counts, chunk offsets, rows that see no key, GQA 1/4/8,
-// both masks, with and without LSE) unsplit, then split (forced and the launcher's choice)
-// against both the reference and the unsplit result; every case also against exact attention,
-// whose error is recorded. Outputs start NaN-poisoned between guard bands. Skips without a
-// compute capability 9.0 GPU.
+// both masks, with and without LSE, head_dim 128 and 64) unsplit, then split (forced and the
+// launcher's choice) against both the reference and the unsplit result; every case also against
+// exact attention, whose error is recorded. Outputs start NaN-poisoned between guard bands. Skips
+// without a compute capability 9.0 GPU.
 #include "kernels/attention/attention_fp8_cuda.h"
 
 #include <cuda_runtime.h>
@@ -81,13 +81,14 @@ struct Case {
   int64_t n_q, n_kv, q_heads, kv_heads, q_offset, k_offset = 0;
   AttentionMask mask = AttentionMask::kCausal;
   bool want_lse = true;
+  int64_t d = 128;
 };
 
 std::string Name(const Case& c) {
   std::ostringstream s;
   s << "q" << c.n_q << "_kv" << c.n_kv << "_h" << c.q_heads << "x" << c.kv_heads << "_at"
     << c.q_offset << "_" << c.k_offset << (c.mask == AttentionMask::kCausal ? "_causal" : "_nomask")
-    << (c.want_lse ? "" : "_nolse");
+    << (c.want_lse ? "" : "_nolse") << "_d" << c.d;
   return s.str();
 }
 
@@ -98,13 +99,13 @@ struct Outputs {
 struct Inputs {
   HostTensor q, k, v;
   explicit Inputs(const Case& c)
-      : q(RandomTensor(DType::kF32, {c.n_q, c.q_heads, 128}, 31, -2.0f, 2.0f)),
-        k(RandomTensor(DType::kBF16, {c.n_kv, c.kv_heads, 128}, 32, -2.0f, 2.0f)),
-        v(RandomTensor(DType::kBF16, {c.n_kv, c.kv_heads, 128}, 33)) {}
+      : q(RandomTensor(DType::kF32, {c.n_q, c.q_heads, c.d}, 31, -2.0f, 2.0f)),
+        k(RandomTensor(DType::kBF16, {c.n_kv, c.kv_heads, c.d}, 32, -2.0f, 2.0f)),
+        v(RandomTensor(DType::kBF16, {c.n_kv, c.kv_heads, c.d}, 33)) {}
 };
 
 Outputs RunReference(const Case& c, const Inputs& in, bool fp8) {
-  Outputs out{PoisonedF32({c.n_q, c.q_heads, 128}), PoisonedF32({c.n_q, c.q_heads})};
+  Outputs out{PoisonedF32({c.n_q, c.q_heads, c.d}), PoisonedF32({c.n_q, c.q_heads})};
   const AttentionArgs args{CView(in.q), CView(in.k), CView(in.v),  c.q_offset,    c.k_offset,
                            c.mask,      0.0f,        out.o.view(), out.lse.view()};
   const Status status = fp8 ? AttentionFp8Ref(args) : AttentionRef(args);
@@ -114,7 +115,7 @@ Outputs RunReference(const Case& c, const Inputs& in, bool fp8) {
 
 Outputs RunCuda(const Case& c, const Inputs& in, int num_splits, bool own_workspace) {
   DeviceTensor q(in.q), k(in.k), v(in.v);
-  DeviceTensor o(PoisonedF32({c.n_q, c.q_heads, 128})), lse(PoisonedF32({c.n_q, c.q_heads}));
+  DeviceTensor o(PoisonedF32({c.n_q, c.q_heads, c.d})), lse(PoisonedF32({c.n_q, c.q_heads}));
   const AttentionArgs args{q.cview(),  k.cview(),  v.cview(),
                            c.q_offset, c.k_offset, c.mask,
                            0.0f,       o.view(),   c.want_lse ? lse.view() : TensorView{}};
@@ -162,14 +163,20 @@ const std::vector<Case>& Cases() {
       {2048, 2048, 32, 8, 0},
       {500, 700, 4, 4, 0, 0, AttentionMask::kNone},
       {256, 2000, 8, 2, 1744, 0, AttentionMask::kCausal, false},
+      // head_dim 64: K tiles in the 64-byte swizzle, P V on m64n64k32.
+      {77, 77, 8, 2, 0, 0, AttentionMask::kCausal, true, 64},
+      {1000, 1300, 8, 2, 300, 0, AttentionMask::kCausal, true, 64},
+      {300, 500, 4, 4, 0, 0, AttentionMask::kNone, true, 64},
   };
   return cases;
 }
 
-// Unsplit: the same computation as the reference up to fp32 summation order and exp2 (2 ulp),
-// so P's E4M3 rounding decisions agree but where 256 exp(x - m) sits at a rounding boundary; a
-// flipped one moves its probability by 1/16, which shows in rows of few keys. Measured on an
-// H200: NMSE 3e-5, worst element 1.8% of max |o|; bounds 1e-4 and 3%.
+// Unsplit: the same computation as the reference up to summation order, exp2 (2 ulp) and the FP8
+// MMAs' accumulation, which Hopper keeps to fewer bits than fp32 (scores move by ~1e-4
+// relative). P's E4M3 rounding decisions agree but where 256 exp(x - m) sits at a rounding
+// boundary; a flipped one moves its probability by 1/16, which shows in rows of few keys.
+// Measured on an H200: o NMSE 3e-5, worst element 1.8% of max |o| (bounds 1e-4 and 3%); lse
+// within 1.1e-3 (bound 4e-3).
 Tolerance UnsplitTolerance() {
   Tolerance t = Tolerance::Normalised(0.03);
   t.nmse = 1e-4;
@@ -182,10 +189,11 @@ TEST(AttentionFp8CudaTest, MatchesTheReferenceUnsplit) {
     const Inputs in(c);
     const Outputs ref = RunReference(c, in, true), exact = RunReference(c, in, false);
     const Outputs got = RunCuda(c, in, 1, false);
-    ExpectClose(got, ref, c, UnsplitTolerance(), 1e-3, "fp8_ref");
-    // Against exact attention: E4M3's error (measured NMSE 3.4e-3, worst 7.4% of max |o|;
-    // AttentionFp8RefTest bounds the reference's).
-    ExpectClose(got, exact, c, Tolerance::Normalised(0.1), 0.1, "exact");
+    ExpectClose(got, ref, c, UnsplitTolerance(), 4e-3, "fp8_ref");
+    // Against exact attention: E4M3's error (AttentionFp8RefTest bounds the reference's).
+    // Measured: o NMSE 3.4e-3, worst 8.1% of max |o|; lse within 0.11, in the first rows, whose
+    // few keys leave the LSE as rounded as one score.
+    ExpectClose(got, exact, c, Tolerance::Normalised(0.1), 0.25, "exact");
   }
 }
 
@@ -209,9 +217,9 @@ TEST(AttentionFp8CudaTest, SplitsMatchTheReferenceAndTheUnsplitResult) {
 
 TEST(AttentionFp8CudaTest, RefusesWhatTheKernelDoesNotTake) {
   SKIP_WITHOUT_HOPPER();
-  const HostTensor q = RandomTensor(DType::kF32, {8, 2, 64}, 1);
-  const HostTensor k = RandomTensor(DType::kBF16, {8, 1, 64}, 2);
-  DeviceTensor dq(q), dk(k), dv(k), o(PoisonedF32({8, 2, 64}));
+  const HostTensor q = RandomTensor(DType::kF32, {8, 2, 32}, 1);
+  const HostTensor k = RandomTensor(DType::kBF16, {8, 1, 32}, 2);
+  DeviceTensor dq(q), dk(k), dv(k), o(PoisonedF32({8, 2, 32}));
   const AttentionArgs args{dq.cview(), dk.cview(), dv.cview(), 0, 0, AttentionMask::kCausal,
                            0.0f,       o.view(),   {}};
   EXPECT_EQ(AttentionFp8Cuda(args, {}, nullptr).code(), StatusCode::kUnimplemented);
