@@ -49,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_GATES = os.path.join(HERE, "real-attention-gates.tsv")
 AGREEMENT_LOGPROBS = 5  # alternatives reported per generated token in the agreement runs
-ALL_POLICIES = ["dense", "searched", "minference", "xattention", "duo", "omnikv-256",
+ALL_POLICIES = ["dense", "searched", "minference", "xattention", "fp8", "duo", "omnikv-256",
                 "omnikv-512", "omnikv-1024", "static-eviction"]
 
 
@@ -466,6 +466,8 @@ def minference_policy(length):
 XATTENTION = {"version": 1, "default": {"prefill": "antidiagonal"},
               "antidiagonal": {"block": 64, "stride": 8, "mass_permille": 900}}
 
+FP8 = {"version": 1, "fp8_attention": True}
+
 STATIC_EVICTION = {"version": 1, "default": {"decode": "static-eviction"},
                    "static_eviction": {"keep_tokens": 256, "recent_tokens": 256,
                                        "observed_queries": 32}}
@@ -478,6 +480,7 @@ DESCRIPTIONS = {
                   "scaled by length / 128K (floors 30, 50)",
     "xattention": "XAttention's antidiagonal block selection on every head: 64-token blocks, "
                   "stride 8, the blocks holding 90% of each query block's attention mass",
+    "fp8": "every head dense, its prefill attention on E4M3 operands (fp8_attention)",
     "duo": "DuoAttention: half of the KV heads streaming (sinks + recent window), ranked by "
            "the shipped gate proxy",
     "omnikv-256": "OmniKV: filter layers 2, 8, 18; layers 0-1 full; the rest selected; 256 "
@@ -889,6 +892,10 @@ def main():
             elif name == "xattention":
                 path = os.path.join(pdir, "xattention.json")
                 write_json(path, XATTENTION)
+                policy_files[name] = {n: path for n in lengths}
+            elif name == "fp8":
+                path = os.path.join(pdir, "fp8.json")
+                write_json(path, FP8)
                 policy_files[name] = {n: path for n in lengths}
             elif name == "static-eviction":
                 path = os.path.join(pdir, "static-eviction.json")

@@ -119,7 +119,8 @@ std::string PolicySummaryTable(const AttentionPolicy& policy, int64_t num_query_
   std::string out = std::to_string(policy.layers.size()) + " layers x " +
                     std::to_string(num_kv_heads) + " KV heads (" + std::to_string(num_query_heads) +
                     " query heads); dense_below_tokens " +
-                    std::to_string(policy.dense_below_tokens) + "\n";
+                    std::to_string(policy.dense_below_tokens) +
+                    (policy.fp8_attention ? "; fp8 attention in prefill" : "") + "\n";
   out += "expected prefill density at " + std::to_string(length) +
          " tokens: the share of the causal query-key pairs (a-shape exact, vertical-slash and "
          "block-sparse upper bounds)\n";

@@ -113,6 +113,10 @@ TEST(PolicySummaryTest, TableListsEveryHeadWithLegends) {
   EXPECT_HAS(table, "A1 V1 B1 A2 ");
   EXPECT_HAS(table, "S F F S\n");
   EXPECT_HAS(table, "\n  D dense\n");
+  AttentionPolicy fp8 = TwoLayers();
+  fp8.fp8_attention = true;
+  EXPECT_HAS(PolicySummaryTable(fp8, 16, 1000),
+             "(16 query heads); dense_below_tokens 0; fp8 attention in prefill\n");
   EXPECT_HAS(table, "\n  A1 a-shape sink_tokens 8 window_tokens 24\n");
   EXPECT_HAS(table, "\n  A2 a-shape sink_tokens 8 window_tokens 56\n");
   EXPECT_HAS(table, "\n  V1 vertical-slash last_queries 64 vertical 30 slash 50\n");
