@@ -87,6 +87,7 @@ void Fields(Io& io, C& c) {
   io.List(c.prefill, [&](auto& pattern) { PatternOrRole(io, pattern); });
   io.List(c.decode, [&](auto& role) { PatternOrRole(io, role); });
   io.Field(c.mixed_decode_layers);
+  io.Field(c.fp8_attention);
 }
 
 template <class Io, MessageOf<SamplingParams> P>

@@ -231,6 +231,7 @@ PolicyCapabilities IntersectCapabilities(const PolicyCapabilities& a, const Poli
   for (DecodeRole r : a.decode)
     if (b.Runs(r) && !both.Runs(r)) both.decode.push_back(r);
   both.mixed_decode_layers = a.mixed_decode_layers && b.mixed_decode_layers;
+  both.fp8_attention = a.fp8_attention && b.fp8_attention;
   return both;
 }
 
@@ -261,6 +262,10 @@ Status CheckPolicyRunnable(const AttentionPolicy& policy, const PolicyCapabiliti
                                 " mixes decode roles per KV head, which these workers do not "
                                 "run yet (one decode role per layer)");
   }
+  if (policy.fp8_attention && !capabilities.fp8_attention)
+    return UnimplementedError(
+        "attention policy: fp8_attention is not available on these workers (FP8 attention runs "
+        "on the CPU and on compute capability 9.0 GPUs for head_dim 64 and 128)");
   return OkStatus();
 }
 

@@ -197,6 +197,9 @@ struct PolicyCapabilities {
   // Whether it runs layers whose KV heads have different decode roles (full and streaming-head
   // heads in one layer, as DuoAttention assigns them).
   bool mixed_decode_layers = false;
+  // Whether it runs FP8 attention in prefill (AttentionPolicy::fp8_attention) for the model it
+  // serves: every CPU worker; a GPU worker on Hopper with head_dim 64 or 128.
+  bool fp8_attention = false;
 
   bool Runs(PrefillPattern p) const;
   bool Runs(DecodeRole r) const;
@@ -207,7 +210,7 @@ struct PolicyCapabilities {
 PolicyCapabilities IntersectCapabilities(const PolicyCapabilities& a, const PolicyCapabilities& b);
 
 // Unimplemented naming the first pattern/role (layer, head) that `capabilities` lacks, and what
-// it has.
+// it has; or FP8 attention, when the policy asks for it and the workers lack it.
 Status CheckPolicyRunnable(const AttentionPolicy& policy, const PolicyCapabilities& capabilities);
 
 }  // namespace millipede

@@ -48,7 +48,7 @@ StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& o
   if (head_dim != 128 && head_dim != 64)
     return UnimplementedError(detail::StrCat("fp8 attention on the GPU: head_dim ", head_dim,
                                              " (64 and 128 are available)"));
-  if (!attention_internal::AttentionWgmmaSupports(128, DType::kBF16, DType::kBF16))
+  if (!AttentionFp8CudaRuns(head_dim))
     return UnimplementedError("fp8 attention on the GPU needs a compute capability 9.0 device");
   MP_REQUIRE(IsAligned(args.q.data, 16) && IsAligned(args.k.data, 16) &&
                  IsAligned(args.v.data, 16) && IsAligned(args.o.data, 8),
@@ -138,6 +138,11 @@ Status Run(const AttentionArgs& args, const Plan& plan, char* ws, cudaStream_t s
 }
 
 }  // namespace
+
+bool AttentionFp8CudaRuns(int64_t head_dim) {
+  return (head_dim == 64 || head_dim == 128) &&
+         attention_internal::AttentionWgmmaSupports(128, DType::kBF16, DType::kBF16);
+}
 
 StatusOr<size_t> AttentionFp8CudaWorkspaceBytes(const AttentionArgs& args,
                                                 const AttentionCudaOptions& options) {

@@ -17,6 +17,10 @@
 
 namespace millipede {
 
+// Whether AttentionFp8Cuda runs for this head_dim on the current device (64 or 128, compute
+// capability 9.0).
+bool AttentionFp8CudaRuns(int64_t head_dim);
+
 // Bytes of device scratch AttentionFp8Cuda(args, options, ...) needs: the FP8 operands
 // (n_kv x num_kv_heads x head_dim bytes for K, as much again for V padded to 128 keys, and their
 // scales) and any split partials. Checks the arguments; asks the current device for its SMs.

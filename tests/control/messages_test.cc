@@ -138,7 +138,8 @@ TEST(ControlMessagesTest, EventsHelloAndStatsRoundTrip) {
   h.num_kv_heads = 8;
   h.capabilities = {{PrefillPattern::kDense, PrefillPattern::kBlockSparse},
                     {DecodeRole::kFull, DecodeRole::kStreamingHead, DecodeRole::kStaticEviction},
-                    /*mixed_decode_layers=*/true};
+                    /*mixed_decode_layers=*/true,
+                    /*fp8_attention=*/true};
   WorkerHello hb;
   ASSERT_TRUE(Decode(Encode(h), &hb).ok());
   EXPECT_EQ(hb.eos_ids, h.eos_ids);
@@ -281,7 +282,8 @@ TEST(ControlMessagesTest, ValuesOutOfRangeAreRefused) {
   WorkerHello h;
   h.capabilities = {{PrefillPattern::kDense}, {DecodeRole::kFull}};
   std::vector<char> hello = Encode(h);
-  hello[hello.size() - 2] = static_cast<char>(kNumDecodeRoles);  // the one decode role
+  // The one decode role, before the two flags (mixed decode layers, FP8 attention).
+  hello[hello.size() - 3] = static_cast<char>(kNumDecodeRoles);
   WorkerHello hb;
   EXPECT_NE(Decode(hello, &hb).message().find("outside [0, 4]"), std::string::npos);
 }

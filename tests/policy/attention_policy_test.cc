@@ -403,6 +403,18 @@ TEST(AttentionPolicyTest, LayersMixingDecodeRolesNeedWorkersThatRunThem) {
   // One role per layer needs nothing more.
   caps.mixed_decode_layers = false;
   EXPECT_TRUE(CheckPolicyRunnable(DensePolicy(2, 2), caps).ok());
+  // FP8 attention needs workers that run it.
+  AttentionPolicy fp8 = DensePolicy(2, 2);
+  fp8.fp8_attention = true;
+  s = CheckPolicyRunnable(fp8, caps);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("fp8_attention is not available"), std::string::npos) << s.ToString();
+  caps.fp8_attention = true;
+  EXPECT_TRUE(CheckPolicyRunnable(fp8, caps).ok());
+  PolicyCapabilities without = caps;
+  without.fp8_attention = false;
+  EXPECT_FALSE(IntersectCapabilities(caps, without).fp8_attention);
+  EXPECT_TRUE(IntersectCapabilities(caps, caps).fp8_attention);
 }
 
 TEST(AttentionPolicyTest, NamesRoundTrip) {

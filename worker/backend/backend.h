@@ -316,6 +316,8 @@ class Backend {
   virtual bool DecodeTakesLengths(int64_t head_dim, int64_t group, DType kv_dtype) const {
     return true;
   }
+  // Whether AttentionFp8 runs for this head_dim on this backend.
+  virtual bool RunsFp8Attention(int64_t head_dim) const { return true; }
 };
 
 // For backends implementing AllocatePaged: a paged tensor of `bytes` is share's first

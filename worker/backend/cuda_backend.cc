@@ -319,6 +319,7 @@ class CudaBackend final : public Backend {
   uint64_t memory_epoch() const override {
     return memory_epoch_ + top_k_->generation() + gemm_->generation();
   }
+  bool RunsFp8Attention(int64_t head_dim) const override { return AttentionFp8CudaRuns(head_dim); }
   bool DecodeTakesLengths(int64_t head_dim, int64_t group, DType kv_dtype) const override {
     return BatchDecodeAttentionCudaTakesLengthsFor(head_dim, group, kv_dtype);
   }

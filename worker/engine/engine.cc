@@ -51,7 +51,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   return e;
 }
 
-PolicyCapabilities Engine::capabilities() const { return RegisteredCapabilities(); }
+PolicyCapabilities Engine::capabilities() const {
+  PolicyCapabilities c = RegisteredCapabilities();
+  c.fp8_attention = ctx_.backend->RunsFp8Attention(config().head_dim);
+  return c;
+}
 
 Status Engine::CheckPolicy(const AttentionPolicy& policy) const {
   const ModelConfig& c = config();
