@@ -109,27 +109,9 @@ StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& o
 }
 
 AttentionKernelParams KernelParams(const AttentionArgs& args, const Plan& plan) {
-  AttentionKernelParams p;
-  p.q = args.q.as<const float>();
-  p.k = args.k.data;
-  p.v = args.v.data;
-  p.o = args.o.as<float>();
-  p.lse = args.lse.as<float>();
-  p.n_q = args.q.dim(0);
-  p.n_kv = args.k.dim(0);
-  p.num_q_heads = static_cast<int>(args.q.dim(1));
-  p.num_kv_heads = static_cast<int>(args.k.dim(1));
-  p.head_dim = static_cast<int>(args.q.dim(2));
-  p.group = p.num_q_heads / p.num_kv_heads;
-  p.causal = args.mask == AttentionMask::kCausal;
-  p.causal_shift = args.q_offset - args.k_offset;
-  p.scale = args.scale == 0.0f
-                ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))
-                : args.scale;
+  AttentionKernelParams p = attention_internal::ShapeParams(args);
   p.num_splits = plan.num_splits;
   p.keys_per_split = plan.keys_per_split;
-  p.k_dtype = args.k.dtype;
-  p.v_dtype = args.v.dtype;
   p.kv_head_rows = args.kv_head_rows.as<const int32_t>();
   if (AttentionHasWindow(args)) {
     p.windowed = true;
@@ -170,6 +152,29 @@ Status RunSplit(const AttentionArgs& args, const Plan& plan, AttentionKernelPara
 }  // namespace
 
 namespace attention_internal {
+
+AttentionKernelParams ShapeParams(const AttentionArgs& args) {
+  AttentionKernelParams p;
+  p.q = args.q.as<const float>();
+  p.k = args.k.data;
+  p.v = args.v.data;
+  p.o = args.o.as<float>();
+  p.lse = args.lse.as<float>();
+  p.n_q = args.q.dim(0);
+  p.n_kv = args.k.dim(0);
+  p.num_q_heads = static_cast<int>(args.q.dim(1));
+  p.num_kv_heads = static_cast<int>(args.k.dim(1));
+  p.head_dim = static_cast<int>(args.q.dim(2));
+  p.group = p.num_q_heads / p.num_kv_heads;
+  p.causal = args.mask == AttentionMask::kCausal;
+  p.causal_shift = args.q_offset - args.k_offset;
+  p.scale = args.scale == 0.0f
+                ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))
+                : args.scale;
+  p.k_dtype = args.k.dtype;
+  p.v_dtype = args.v.dtype;
+  return p;
+}
 
 SplitLayout MakeSplitLayout(int64_t tiles, int64_t wanted, int64_t keys_per_tile, int64_t n_q,
                             int64_t num_q_heads, int64_t head_dim, bool want_lse) {

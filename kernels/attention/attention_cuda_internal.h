@@ -7,7 +7,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
-
 #include <limits.h>
 #include <math.h>
 
@@ -15,6 +14,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/attention/attention.h"
 
 namespace millipede::attention_internal {
 
@@ -56,6 +56,10 @@ struct AttentionKernelParams {
   int64_t sink_rows = 0;  // sink_tokens - k_offset, clamped to [0, n_kv]
   int32_t window[kMaxWindowHeads] = {};
 };
+
+// The fields of `args` every launch shares (tensors, shapes, mask, offsets, scale, dtypes); the
+// split plan, per-head key counts and windows are the caller's to add (attention.cu).
+AttentionKernelParams ShapeParams(const AttentionArgs& args);
 
 // The window of KV head `kv_head` (0: the head sees every key the mask allows).
 __device__ __forceinline__ int WindowOf(const AttentionKernelParams& p, int kv_head) {

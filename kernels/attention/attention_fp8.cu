@@ -77,23 +77,9 @@ StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& o
 }
 
 AttentionKernelParams KernelParams(const AttentionArgs& args, const Plan& plan, char* ws) {
-  AttentionKernelParams p;
-  p.q = args.q.as<const float>();
+  AttentionKernelParams p = attention_internal::ShapeParams(args);
   p.k = ws + plan.k8;
   p.v = ws + plan.v8t;
-  p.o = args.o.as<float>();
-  p.lse = args.lse.as<float>();
-  p.n_q = args.q.dim(0);
-  p.n_kv = args.k.dim(0);
-  p.num_q_heads = static_cast<int>(args.q.dim(1));
-  p.num_kv_heads = static_cast<int>(args.k.dim(1));
-  p.head_dim = static_cast<int>(args.q.dim(2));
-  p.group = p.num_q_heads / p.num_kv_heads;
-  p.causal = args.mask == AttentionMask::kCausal;
-  p.causal_shift = args.q_offset - args.k_offset;
-  p.scale = args.scale == 0.0f
-                ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))
-                : args.scale;
   p.num_splits = plan.split.num_splits;
   p.keys_per_split = plan.split.keys_per_split;
   p.k_dtype = DType::kF8E4M3;
