@@ -326,5 +326,32 @@ TEST(EnginePolicyTest, PerGroupStoresAreWhatTheMemoryPlanCounts) {
   EXPECT_EQ(one->head_group_bytes, 0);
 }
 
+// In a layer with a store per group of KV heads, the full group's ring has no window: FP8
+// attention takes its calls (the streaming group's stay exact), so the logits move.
+TEST(EnginePolicyTest, Fp8AttentionReachesDuoAttentionsFullHeads) {
+  auto engine = Engine::Create(RandomEngineOptions(SmallConfig(), DType::kF32, DType::kF32, 16));
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  auto duo = [&](bool fp8) {
+    return testing::PolicyFor(
+        e, std::string(R"({"version": 1, "fp8_attention": )") + (fp8 ? "true" : "false") + R"(,
+        "default": {"prefill": ["a-shape", "dense"], "decode": ["streaming-head", "full"]},
+        "a_shape": {"sink_tokens": 2, "window_tokens": 8},
+        "streaming_head": {"sink_tokens": 2, "window_tokens": 8}})");
+  };
+  const std::vector<int32_t> ids = RandomIds(120, 97, 7);
+  std::vector<float> logits[2];
+  for (int fp8 = 0; fp8 < 2; ++fp8) {
+    ASSERT_TRUE(Sequence::SplitsKvHeads({1000, 120, duo(fp8 == 1)}));
+    ASSERT_TRUE(testing::StartSequence(e, 1000, 120, duo(fp8 == 1)).ok());
+    const Status s = testing::ForwardToHost(e, ids, &logits[fp8]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    testing::EndSequence(e);
+  }
+  const double error = MaxRelError(logits[1], logits[0]);
+  EXPECT_GT(error, 1e-5);
+  EXPECT_LT(error, 0.1);
+}
+
 }  // namespace
 }  // namespace millipede
