@@ -3,7 +3,7 @@
 // overlap of each tile's softmax with its MMAs; attention_wgmma.cuh) with both products on E4M3
 // operands at twice the bf16 MMA rate:
 //  - Q: each warpgroup rounds its rows to E4M3 with a scale per row (largest |q| / 448) while
-//    staging them, then holds them as A fragments of four k32 steps;
+//    staging them, then holds them as A fragments of head_dim / 32 k32 steps;
 //  - S = Q K^T: m64n128k32 over K tiles of k8 ([128 keys][head_dim bytes], K-major, one TMA
 //    box; 128-byte swizzle for head_dim 128, 64-byte for 64);
 //  - softmax: each row's scale times its tile's K scale times the softmax scale turns the raw
