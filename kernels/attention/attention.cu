@@ -64,12 +64,7 @@ StatusOr<int64_t> SplitsFor(const AttentionArgs& args, const Plan& plan, int64_t
   if (!plan.wgmma)
     return attention_internal::AttentionFlashSplits(static_cast<int>(args.q.dim(2)), args.k.dtype,
                                                     plan.shape, blocks, tiles);
-  // The wgmma kernel's shared memory takes a whole SM: one wave is one block per SM.
-  int device = 0, sms = 0;
-  MP_CUDA_CHECK(cudaGetDevice(&device));
-  MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (blocks == 0 || blocks >= sms) return 1;
-  return std::clamp<int64_t>(sms / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));
+  return attention_internal::OneBlockPerSmSplits(blocks, tiles);
 }
 
 StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& options) {
@@ -152,6 +147,14 @@ Status RunSplit(const AttentionArgs& args, const Plan& plan, AttentionKernelPara
 }  // namespace
 
 namespace attention_internal {
+
+StatusOr<int64_t> OneBlockPerSmSplits(int64_t blocks, int64_t tiles) {
+  int device = 0, sms = 0;
+  MP_CUDA_CHECK(cudaGetDevice(&device));
+  MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (blocks == 0 || blocks >= sms) return 1;
+  return std::clamp<int64_t>(sms / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));
+}
 
 AttentionKernelParams ShapeParams(const AttentionArgs& args) {
   AttentionKernelParams p;

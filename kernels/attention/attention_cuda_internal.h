@@ -57,6 +57,11 @@ struct AttentionKernelParams {
   int32_t window[kMaxWindowHeads] = {};
 };
 
+// Key splits of `tiles` tiles for `blocks` thread blocks of a Hopper kernel whose shared memory
+// takes a whole SM (the dense and FP8 wgmma kernels): one wave is one block per SM, so splits
+// fill the SMs the blocks leave idle, with at least 4 tiles per split.
+StatusOr<int64_t> OneBlockPerSmSplits(int64_t blocks, int64_t tiles);
+
 // The fields of `args` every launch shares (tensors, shapes, mask, offsets, scale, dtypes); the
 // split plan, per-head key counts and windows are the caller's to add (attention.cu).
 AttentionKernelParams ShapeParams(const AttentionArgs& args);

@@ -18,7 +18,6 @@ using attention_internal::IsAligned;
 using attention_internal::kAttentionFp8KeysPerTile;
 using attention_internal::kAttentionFp8RowsPerBlock;
 
-constexpr int64_t kMinTilesPerSplit = 4;
 constexpr size_t kAlign = 256;
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -34,11 +33,7 @@ StatusOr<int64_t> SplitsFor(const AttentionArgs& args, int64_t tiles,
   const int64_t rows = args.q.dim(0) * (args.q.dim(1) / args.k.dim(1));
   const int64_t blocks =
       (rows + kAttentionFp8RowsPerBlock - 1) / kAttentionFp8RowsPerBlock * args.k.dim(1);
-  int device = 0, sms = 0;
-  MP_CUDA_CHECK(cudaGetDevice(&device));
-  MP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (blocks == 0 || blocks >= sms) return 1;
-  return std::clamp<int64_t>(sms / blocks, 1, std::max<int64_t>(1, tiles / kMinTilesPerSplit));
+  return attention_internal::OneBlockPerSmSplits(blocks, tiles);
 }
 
 StatusOr<Plan> MakePlan(const AttentionArgs& args, const AttentionCudaOptions& options) {
