@@ -13,6 +13,9 @@
 // A-shape windows, evicted rows and per-head key counts are not taken (Unimplemented).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "common/status.h"
 #include "kernels/attention/attention.h"
 
@@ -22,5 +25,20 @@ namespace millipede {
 Status AttentionFp8CheckArgs(const AttentionArgs& args);
 // Computes o and lse as above. Every element of o (and lse) is written.
 Status AttentionFp8Ref(const AttentionArgs& args);
+
+// AttentionFp8Ref in its two halves, for the CPU backend's threaded form
+// (kernels/cpu/attention_fp8_cpu): a call's K and V rounded once, then query rows over them.
+struct Fp8AttentionHostOperands {
+  int64_t blocks = 0;          // 128-key blocks
+  std::vector<float> k8;       // [n_kv, num_kv_heads, head_dim] E4M3 values (scales apart)
+  std::vector<float> k_scale;  // [num_kv_heads, blocks]
+  std::vector<float> v8;       // [num_kv_heads, n_kv, head_dim] E4M3 values, keys in order
+  std::vector<float> v_scale;  // [num_kv_heads, head_dim]
+};
+// Checks `args` (AttentionFp8CheckArgs) and rounds its K and V (Fp8AttentionOperandsRef).
+StatusOr<Fp8AttentionHostOperands> Fp8AttentionHostOperandsRef(const AttentionArgs& args);
+// Rows [row_begin, row_end) of args.q (checked args, `ops` made from them): their o and lse.
+void AttentionFp8RowsRef(const AttentionArgs& args, const Fp8AttentionHostOperands& ops,
+                         int64_t row_begin, int64_t row_end);
 
 }  // namespace millipede

@@ -10,19 +10,10 @@
 namespace millipede {
 namespace {
 
-// The quantised operands of one call, dequantised to their E4M3 values (scales apart).
-struct Operands {
-  int64_t blocks = 0;
-  std::vector<float> k8;       // [n_kv, num_kv_heads, head_dim]
-  std::vector<float> k_scale;  // [num_kv_heads, blocks]
-  std::vector<float> v8;       // [num_kv_heads, n_kv, head_dim] (keys in order)
-  std::vector<float> v_scale;  // [num_kv_heads, head_dim]
-};
-
-StatusOr<Operands> Quantize(const AttentionArgs& args) {
+StatusOr<Fp8AttentionHostOperands> Quantize(const AttentionArgs& args) {
   const int64_t n_kv = args.k.dim(0), num_kv_heads = args.k.dim(1), head_dim = args.k.dim(2);
   const int64_t padded = Fp8AttentionPaddedKeys(n_kv), elements = n_kv * num_kv_heads * head_dim;
-  Operands ops;
+  Fp8AttentionHostOperands ops;
   ops.blocks = Fp8AttentionKeyBlocks(n_kv);
   std::vector<uint8_t> k8(elements), v8t(num_kv_heads * head_dim * padded);
   ops.k_scale.resize(num_kv_heads * ops.blocks);
@@ -65,20 +56,30 @@ Status AttentionFp8CheckArgs(const AttentionArgs& args) {
   return OkStatus();
 }
 
-Status AttentionFp8Ref(const AttentionArgs& args) {
+StatusOr<Fp8AttentionHostOperands> Fp8AttentionHostOperandsRef(const AttentionArgs& args) {
   MP_RETURN_IF_ERROR(AttentionFp8CheckArgs(args));
-  const int64_t n_q = args.q.dim(0), num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
+  return Quantize(args);
+}
+
+Status AttentionFp8Ref(const AttentionArgs& args) {
+  MP_ASSIGN_OR_RETURN(const Fp8AttentionHostOperands ops, Fp8AttentionHostOperandsRef(args));
+  AttentionFp8RowsRef(args, ops, 0, args.q.dim(0));
+  return OkStatus();
+}
+
+void AttentionFp8RowsRef(const AttentionArgs& args, const Fp8AttentionHostOperands& ops,
+                         int64_t row_begin, int64_t row_end) {
+  const int64_t num_q_heads = args.q.dim(1), head_dim = args.q.dim(2);
   const int64_t n_kv = args.k.dim(0), num_kv_heads = args.k.dim(1);
   const int64_t group = num_q_heads / num_kv_heads, shift = args.q_offset - args.k_offset;
   const double scale =
       args.scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : args.scale;
-  MP_ASSIGN_OR_RETURN(const Operands ops, Quantize(args));
   const float* const q_all = args.q.as<const float>();
   float* const o_all = args.o.as<float>();
   float* const lse_all = args.lse.as<float>();
   std::vector<float> q8(head_dim);
   std::vector<double> x(kFp8AttentionKeyBlock), acc(head_dim);
-  for (int64_t t = 0; t < n_q; ++t)
+  for (int64_t t = row_begin; t < row_end; ++t)
     for (int64_t h = 0; h < num_q_heads; ++h) {
       const int64_t g = h / group;
       const float* const q = q_all + (t * num_q_heads + h) * head_dim;
@@ -125,7 +126,6 @@ Status AttentionFp8Ref(const AttentionArgs& args) {
         lse_all[t * num_q_heads + h] = end > 0 ? static_cast<float>(m + std::log(denominator))
                                                : -std::numeric_limits<float>::infinity();
     }
-  return OkStatus();
 }
 
 }  // namespace millipede

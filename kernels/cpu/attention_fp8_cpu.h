@@ -1,6 +1,6 @@
-// The CPU backend's FP8 attention: AttentionFp8Ref (kernels/attention/attention_fp8.h) over
-// slices of query rows in parallel. Rows are independent in the reference and each slice rounds
-// the same K and V, so the result is the reference's, bit for bit.
+// The CPU backend's FP8 attention: AttentionFp8Ref (kernels/attention/attention_fp8.h) with K
+// and V rounded once, then slices of query rows in parallel. Rows are independent in the
+// reference, so the result is the reference's, bit for bit.
 #pragma once
 
 #include "common/status.h"
