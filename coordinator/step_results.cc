@@ -1,6 +1,7 @@
 // StepRunner: what the workers report — a step's results (prefill done, tokens, finished and
 // failed jobs), a job's prefill progress and the workers' stats — delivered to the jobs.
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -72,7 +73,16 @@ Status StepRunner::HandleStepDone(const control::StepDone& done, Deliveries* out
   MP_ASSERT(in_flight_ && done.step_id == in_flight_->step_id, "a result for step ", done.step_id,
             " which is not in flight");
   const PlannedStep planned = std::move(in_flight_->planned);
-  const double seconds = Seconds(Clock::now() - in_flight_->sent_at);
+  const auto now = Clock::now();
+  const double seconds = Seconds(now - in_flight_->sent_at);
+  if (in_flight_->stalled) {
+    const bool stopped = done.status_code == static_cast<int32_t>(StatusCode::kCancelled);
+    char after[32];
+    std::snprintf(after, sizeof(after), "%.1f", Seconds(now - in_flight_->stalled_at));
+    std::cerr << "millipede-coordinator: stalled step " + std::to_string(done.step_id) +
+                     (stopped ? " stopped " : " ran to its end ") + after +
+                     " s after its jobs failed\n";
+  }
   in_flight_.reset();
   // A cancelled step committed nothing: its work is planned again.
   if (done.status_code == 0) {

@@ -140,13 +140,17 @@ Status StepRunner::CancelInsideStep(bool* busy) {
     if (e.kind != PlannedKind::kPrefill) continue;
     std::shared_ptr<Job> job = table_.Find(e.job);
     if (job == nullptr || !(job->cancel_requested || job->stop_matched)) continue;
-    std::vector<JobId>& sent = in_flight_->cancel_sent;
-    if (std::find(sent.begin(), sent.end(), e.job) != sent.end()) continue;
-    sent.push_back(e.job);
-    *busy = true;
-    MP_RETURN_IF_ERROR(link_.CancelJob(e.job));
+    MP_RETURN_IF_ERROR(SendCancel(e.job, busy));
   }
   return OkStatus();
+}
+
+Status StepRunner::SendCancel(JobId job, bool* busy) {
+  std::vector<JobId>& sent = in_flight_->cancel_sent;
+  if (std::find(sent.begin(), sent.end(), job) != sent.end()) return OkStatus();
+  sent.push_back(job);
+  *busy = true;
+  return link_.CancelJob(job);
 }
 
 Status StepRunner::DetectStall(Deliveries* out) {
@@ -172,11 +176,14 @@ Status StepRunner::DetectStall(Deliveries* out) {
     std::shared_ptr<Job> job = table_.Find(e.job);
     if (job != nullptr && std::find(stuck.begin(), stuck.end(), job) == stuck.end())
       stuck.push_back(job);
+    // The step still holds the jobs on the workers: a cancel stops it at its next layer, and
+    // the plan after it frees their KV. It goes now: the failed jobs leave the table below.
+    bool sent = false;
+    if (job != nullptr && e.kind == PlannedKind::kPrefill)
+      MP_RETURN_IF_ERROR(SendCancel(e.job, &sent));
   }
   for (auto& job : stuck) {
     if (metrics_) metrics_->RequestError("worker");
-    // The step still holds the jobs on the workers: a cancel stops it at its next layer, and
-    // the plan after it frees their KV.
     job->cancel_requested = true;
     table_.Finish(*job, DeviceError("job " + std::to_string(job->id) + ": " + why), out,
                   /*freed_by_workers=*/false);

@@ -82,6 +82,8 @@ class StepRunner {
   void ReportDecodeBatches(const PlannedStep& planned);
   // During a step: a step in flight that prefills a cancelled job is stopped inside.
   Status CancelInsideStep(bool* busy);
+  // Asks the leader to stop the step in flight, which prefills `job` (once per job and step).
+  Status SendCancel(JobId job, bool* busy);
   // Fails the jobs of a step without progress for stall_timeout_s (once per step). A stalled
   // step that has not returned stall_abort_s later is an error: the service cannot go on.
   Status DetectStall(Deliveries* out);

@@ -575,9 +575,13 @@ def scenario_liveness(bin_dir, model):
         out, err = p.communicate(timeout=60)
         check(p.returncode != 0 and "DEVICE_ERROR" in err and "made no progress" in err,
               f"the stalled job's client: rc={p.returncode} {err}")
-        r = svc.submit("--prompt", "12 13 14", "--ids", "--max-tokens", "2", "--json")
+        # The stalled step is cancelled, so it stops after its current layer rather than run
+        # the whole prefill (on a loaded machine that is minutes).
+        r = svc.submit("--prompt", "12 13 14", "--ids", "--max-tokens", "2", "--json",
+                       timeout=110)
         check(r.rc == 0 and len(r.json()["ids"]) == 2, f"the next job was not served: {r}")
         log = svc.log()
+        check("stalled step 1 stopped" in log, f"the stalled step was not stopped:\n{log}")
         check("stopped responding" not in log, f"a live worker was declared dead:\n{log}")
         check(svc.metric("millipede_request_errors_total", 'reason="worker"') >= 1,
               "the stalled job is not counted")
