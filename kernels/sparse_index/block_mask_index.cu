@@ -27,7 +27,7 @@ Status BlockMaskIndexCuda(const BlockMaskIndexArgs& args, SparseIndexCudaWorkspa
   MP_RETURN_IF_ERROR(BlockMaskIndexCheckArgs(args));
   SparseIndexCudaWorkspace::Impl& ws = workspace.impl();
   const int64_t heads = args.kept.dim(0), n_qb = args.kept.dim(1);
-  const int64_t n_tiles = args.tiles.dim(0), items = heads * n_tiles;
+  const int64_t n_tiles = args.tiles.dim(0);
   CallFingerprint call = Fingerprint(args);
   const bool reuse = ReusesCountPass(ws, call, args.out, args.inputs_unchanged_since_count);
   MP_RETURN_IF_ERROR(BeginChecks(ws, args.tiles, args.runs, stream));
