@@ -88,6 +88,9 @@ def load_flashinfer(archive, work):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import sparse_peers
     Path(work).mkdir(parents=True, exist_ok=True)
+    ninja = Path(archive).parent / "site"  # the bundle's ninja, which the JIT build runs
+    if ninja.is_dir():
+        sparse_peers.add_site(ninja)
     return sparse_peers.load_flashinfer(Path(archive), Path(work))
 
 
