@@ -153,15 +153,15 @@ __device__ __forceinline__ void SoftmaxTile8(float (&s)[kKeys / 2], AttentionSta
     // 2^8 = 256 folded into the exponent.
     const float bias = 8.0f - (m_ref == -INFINITY ? 0.0f : m_ref * kWgmmaLog2e);
     const float scale_log2 = scale[h] * kWgmmaLog2e;
-    float sum = 0.0f;
+    float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         s[4 * j + e] = FastExp2(fmaf(s[4 * j + e], scale_log2, bias));
-        sum += s[4 * j + e];
+        sum[e % 2] += s[4 * j + e];
       }
-    factor[h] = state[h].Merge(AttentionState{m_ref, sum * (1.0f / 256.0f)}).self;
+    factor[h] = WgmmaAdvanceRow(state[h], m_ref, (sum[0] + sum[1]) * (1.0f / 256.0f));
   }
 }
 
@@ -173,12 +173,10 @@ __device__ __forceinline__ void RescaleAndPack8(float (&o)[kHeadDim / 2],
                                                 uint32_t (&pa)[kPvSteps][4],
                                                 const float (&s)[kKeys / 2],
                                                 const float (&factor)[2]) {
-  if (factor[0] != 1.0f || factor[1] != 1.0f) {
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
+  for (int j = 0; j < kHeadDim / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
-  }
+    for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     const float* t = s + 16 * kk;

@@ -313,10 +313,24 @@ __device__ __forceinline__ void WgmmaIssuePv(float (&o)[kHeadDim / 2],
   WgmmaCommit();
 }
 
+// Moves one row's running state to the new maximum m_new (>= state.m, both in scaled-score
+// units) and adds the tile's sum of exp(x - m_new); returns what the row's O must be scaled by:
+// exp(m_old - m_new) in one MUFU instruction (exactly 1 when the maximum stays, 0 when the state
+// was empty). The consumer loops use it instead of AttentionState::Merge: its two accurate expf
+// and empty-state branches, with one chain of additions per row sum, cost the dense kernel about
+// a tenth of its rate.
+__device__ __forceinline__ float WgmmaAdvanceRow(AttentionState& state, float m_new, float sum) {
+  const float factor = state.m == -INFINITY ? 0.0f : FastExp2((state.m - m_new) * kWgmmaLog2e);
+  state.d = state.d * factor + sum;
+  state.m = m_new;
+  return factor;
+}
+
 // The online softmax of one masked tile of raw scores (-inf: masked): merges each of the
 // thread's two rows' statistics into its state and turns s into exp(scale s - m) relative to the
 // new running max; factor[h] is what row h's O must be scaled by (the tile's own factor is
-// exactly 1, so P V is added unscaled).
+// exactly 1, so P V is added unscaled). Each row's sum runs in two halves, which halves the
+// chain of dependent additions.
 __device__ __forceinline__ void WgmmaSoftmaxTile(float (&s)[kWgmmaKeys / 2],
                                                  AttentionState (&state)[2], float (&factor)[2],
                                                  float scale) {
@@ -331,15 +345,15 @@ __device__ __forceinline__ void WgmmaSoftmaxTile(float (&s)[kWgmmaKeys / 2],
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
     const float m_ref = fmaxf(state[h].m, tile_max * scale);
     const float m_ref_log2 = m_ref == -INFINITY ? 0.0f : m_ref * kWgmmaLog2e;
-    float sum = 0.0f;
+    float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < kWgmmaKeys / 8; ++j)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         s[4 * j + e] = FastExp2(fmaf(s[4 * j + e], scale_log2, -m_ref_log2));
-        sum += s[4 * j + e];
+        sum[e % 2] += s[4 * j + e];
       }
-    factor[h] = state[h].Merge(AttentionState{m_ref, sum}).self;
+    factor[h] = WgmmaAdvanceRow(state[h], m_ref, sum[0] + sum[1]);
   }
 }
 
@@ -350,13 +364,11 @@ __device__ __forceinline__ void WgmmaRescaleAndPack(float (&o)[kHeadDim / 2],
                                                     const float (&s)[kWgmmaKeys / 2],
                                                     const float (&factor)[2]) {
   using Mma = MmaType<T>;
-  // Once the running max settles, most tiles leave it unchanged (factor 1).
-  if (factor[0] != 1.0f || factor[1] != 1.0f) {
+  // Unconditionally: skipping factor 1 (a settled maximum) measured slower than the multiplies.
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
+  for (int j = 0; j < kHeadDim / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
-  }
+    for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
 #pragma unroll
   for (int kk = 0; kk < kWgmmaKeys / 16; ++kk) {
     pa[kk][0] = Mma::Pack(s[8 * kk + 0], s[8 * kk + 1]);
