@@ -65,6 +65,20 @@ struct AttentionStateT {
   // Adds one key with score s (-inf: a masked key, the identity). Factors.other weights v_j.
   MP_HOST_DEVICE Factors AddScore(T s) { return Merge(FromLse(s)); }
 
+  // The online softmax's step, Merge with a part whose maximum is already the new one: moves the
+  // state to m_new (>= m; m_new = -inf only while both are empty) and adds sum, the new keys'
+  // sum of exp(s_j - m_new). Returns what o_acc must be scaled by before the new keys' weighted
+  // values are added: exp(m - m_new), or 0 when this state was empty. exp2(x) computes 2^x, so a
+  // kernel passes its one-instruction form (one exponential per step, no branch besides the
+  // empty test).
+  template <typename Exp2>
+  MP_HOST_DEVICE T AdvanceTo(T m_new, T sum, Exp2 exp2) {
+    const T factor = IsEmpty() ? T(0) : exp2((m - m_new) * T(1.4426950408889634));
+    d = d * factor + sum;
+    m = m_new;
+    return factor;
+  }
+
   // log(sum_j exp(s_j)); -inf when empty.
   MP_HOST_DEVICE T Lse() const { return IsEmpty() ? T(-INFINITY) : m + Log(d); }
   // Multiplier turning o_acc into the output: 1/d, or 0 when empty (so o = 0, never NaN).

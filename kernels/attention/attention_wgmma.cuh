@@ -313,17 +313,11 @@ __device__ __forceinline__ void WgmmaIssuePv(float (&o)[kHeadDim / 2],
   WgmmaCommit();
 }
 
-// Moves one row's running state to the new maximum m_new (>= state.m, both in scaled-score
-// units) and adds the tile's sum of exp(x - m_new); returns what the row's O must be scaled by:
-// exp(m_old - m_new) in one MUFU instruction (exactly 1 when the maximum stays, 0 when the state
-// was empty). The consumer loops use it instead of AttentionState::Merge: its two accurate expf
-// and empty-state branches, with one chain of additions per row sum, cost the dense kernel about
-// a tenth of its rate.
+// AttentionState::AdvanceTo with FastExp2: one MUFU instruction per row and tile. The consumer
+// loops use it rather than Merge, whose two accurate expf and branches, with one chain of
+// additions per row sum, cost the dense kernel about a tenth of its rate.
 __device__ __forceinline__ float WgmmaAdvanceRow(AttentionState& state, float m_new, float sum) {
-  const float factor = state.m == -INFINITY ? 0.0f : FastExp2((state.m - m_new) * kWgmmaLog2e);
-  state.d = state.d * factor + sum;
-  state.m = m_new;
-  return factor;
+  return state.AdvanceTo(m_new, sum, [](float x) { return FastExp2(x); });
 }
 
 // The online softmax of one masked tile of raw scores (-inf: masked): merges each of the

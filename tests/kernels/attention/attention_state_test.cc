@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -73,6 +74,61 @@ TYPED_TEST(AttentionStateTest, HugeMagnitudesStayFinite) {
   EXPECT_EQ(f.other, 1);
   EXPECT_TRUE(std::isfinite(s.Lse()));
   EXPECT_EQ(s.OutputScale(), TypeParam(0.5));
+}
+
+// AdvanceTo is Merge with a part already at the new maximum: an online softmax over tiles of
+// scores gives Merge's state and accumulator.
+TYPED_TEST(AttentionStateTest, AdvanceToFollowsMerge) {
+  using State = AttentionStateT<TypeParam>;
+  auto exp2 = [](TypeParam x) { return std::exp2(x); };
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> score(-30, 30), value(-1, 1);
+  State merged = State::Empty(), advanced = State::Empty();
+  TypeParam merged_acc = 0, advanced_acc = 0;
+  for (int tile = 0; tile < 6; ++tile) {
+    double s[8], v[8];
+    double tile_max = -kInf;
+    for (int j = 0; j < 8; ++j) {
+      s[j] = tile == 2 ? -kInf : score(rng);  // tile 2 is masked out whole
+      v[j] = value(rng);
+      tile_max = std::max(tile_max, s[j]);
+    }
+    const TypeParam m_new = static_cast<TypeParam>(std::max<double>(advanced.m, tile_max));
+    TypeParam sum = 0, weighted = 0;
+    for (int j = 0; j < 8; ++j) {
+      const TypeParam p = m_new == -kInf ? 0 : std::exp(static_cast<TypeParam>(s[j]) - m_new);
+      sum += p;
+      weighted += p * static_cast<TypeParam>(v[j]);
+      merged_acc = merged.AddScore(static_cast<TypeParam>(s[j]))
+                       .Apply(merged_acc, static_cast<TypeParam>(v[j]));
+    }
+    advanced_acc = advanced.AdvanceTo(m_new, sum, exp2) * advanced_acc + weighted;
+    EXPECT_EQ(advanced.m, merged.m) << "tile " << tile;
+  }
+  const double tol = std::is_same_v<TypeParam, float> ? 1e-5 : 1e-12;
+  EXPECT_NEAR(advanced.Lse(), merged.Lse(), tol);
+  EXPECT_NEAR(advanced_acc * advanced.OutputScale(), merged_acc * merged.OutputScale(), tol);
+}
+
+TYPED_TEST(AttentionStateTest, AdvanceToFromEmptyAndAtAnUnchangedMaximum) {
+  using State = AttentionStateT<TypeParam>;
+  auto exp2 = [](TypeParam x) { return std::exp2(x); };
+  State state = State::Empty();
+  // Nothing seen yet: both empty, the state stays empty and o_acc is dropped (factor 0).
+  EXPECT_EQ(state.AdvanceTo(TypeParam(-kInf), 0, exp2), TypeParam(0));
+  EXPECT_TRUE(state.IsEmpty());
+  EXPECT_EQ(state.d, TypeParam(0));
+  EXPECT_EQ(state.AdvanceTo(2, TypeParam(1.5), exp2), TypeParam(0));
+  EXPECT_EQ(state.m, TypeParam(2));
+  EXPECT_EQ(state.d, TypeParam(1.5));
+  // The maximum stays: the factor is exactly 1 and the sums add.
+  EXPECT_EQ(state.AdvanceTo(2, TypeParam(0.25), exp2), TypeParam(1));
+  EXPECT_EQ(state.d, TypeParam(1.75));
+  // A higher maximum scales the old sum by exp(m_old - m_new).
+  const TypeParam f = state.AdvanceTo(3, 1, exp2);
+  const double tol = std::is_same_v<TypeParam, float> ? 1e-6 : 1e-14;
+  EXPECT_NEAR(f, std::exp(-1.0), tol);
+  EXPECT_NEAR(state.d, 1.75 * std::exp(-1.0) + 1, 4 * tol);
 }
 
 TEST(AttentionStateOrderTest, AnyMergeOrderGivesTheSameState) {
