@@ -173,10 +173,7 @@ __device__ __forceinline__ void RescaleAndPack8(float (&o)[kHeadDim / 2],
                                                 uint32_t (&pa)[kPvSteps][4],
                                                 const float (&s)[kKeys / 2],
                                                 const float (&factor)[2]) {
-#pragma unroll
-  for (int j = 0; j < kHeadDim / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
+  WgmmaRescaleO<kHeadDim>(o, factor);
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     const float* t = s + 16 * kk;

@@ -351,6 +351,16 @@ __device__ __forceinline__ void WgmmaSoftmaxTile(float (&s)[kWgmmaKeys / 2],
   }
 }
 
+// O *= factor (row h of the thread's two: factor[h]), every tile: skipping factor 1 (a settled
+// maximum) measured slower than the multiplies.
+template <int kHeadDim>
+__device__ __forceinline__ void WgmmaRescaleO(float (&o)[kHeadDim / 2], const float (&factor)[2]) {
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
+}
+
 // O *= factor, then P = s as 16-bit A fragments (two 8-key accumulator blocks per step).
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void WgmmaRescaleAndPack(float (&o)[kHeadDim / 2],
@@ -358,11 +368,7 @@ __device__ __forceinline__ void WgmmaRescaleAndPack(float (&o)[kHeadDim / 2],
                                                     const float (&s)[kWgmmaKeys / 2],
                                                     const float (&factor)[2]) {
   using Mma = MmaType<T>;
-  // Unconditionally: skipping factor 1 (a settled maximum) measured slower than the multiplies.
-#pragma unroll
-  for (int j = 0; j < kHeadDim / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[4 * j + e] *= factor[e / 2];
+  WgmmaRescaleO<kHeadDim>(o, factor);
 #pragma unroll
   for (int kk = 0; kk < kWgmmaKeys / 16; ++kk) {
     pa[kk][0] = Mma::Pack(s[8 * kk + 0], s[8 * kk + 1]);
